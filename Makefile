@@ -1,0 +1,38 @@
+# Everything a fresh machine needs is done by `make run` and `make test`.
+# DATABASE_URL unset: a local PostgreSQL cluster in .data/ is created/started.
+
+NODE_BIN := node_modules/.bin
+TSX := node --import tsx
+
+.PHONY: run test build migrate typecheck db-start db-stop clean
+
+# Installs exactly what package-lock.json says; re-runs when it changes.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
+run: node_modules/.installed
+	$(TSX) src/main.ts
+
+migrate: node_modules/.installed
+	$(TSX) src/main.ts migrate
+
+typecheck: node_modules/.installed
+	$(NODE_BIN)/tsc --noEmit -p test/tsconfig.json
+
+# Type-check, then the whole node:test suite against a database of its own.
+test: typecheck
+	$(TSX) test/run.ts
+
+build: node_modules/.installed
+	rm -rf dist
+	$(NODE_BIN)/tsc -p tsconfig.json
+
+db-start: node_modules/.installed
+	$(TSX) src/db/local-cluster.ts start
+
+db-stop: node_modules/.installed
+	$(TSX) src/db/local-cluster.ts stop
+
+clean: db-stop
+	rm -rf dist .data node_modules

@@ -1,0 +1,212 @@
+import { createHash } from 'node:crypto'
+import type { Fragment, Sql } from 'postgres'
+import { invalidParameter } from '../http/problem.js'
+import type { Reply } from '../http/route.js'
+import { decodeCursor, encodeCursor } from './cursor.js'
+import { filterOperators, type Collection, type FilterOperator, type MemberType } from './declaration.js'
+
+// The one list mechanism: turns a collection's checked query parameters into
+// a filtered, sorted, keyset-paged SELECT, runs it, and answers with the page,
+// `Link: rel="next"` and, on request, `X-Total-Count`.
+
+const DEFAULT_LIMIT = 50
+const MAX_LIMIT = 200
+const MAX_OFFSET = 100_000
+const MAX_IN_VALUES = 100
+
+type Value = string | number | Date
+interface Filter { member: string; op: FilterOperator; values: Value[] }
+interface SortKey { member: string; descending: boolean }
+
+export interface ListContext {
+  sql: Sql
+  cursorKeys: readonly Buffer[]
+  /** Path of the collection as the client sees it (API prefix included), for the Link header. */
+  basePath: string
+  /** Turns a row into its public representation. */
+  present(row: Record<string, unknown>): Record<string, unknown>
+}
+
+export async function listCollection(collection: Collection, query: Record<string, string>, ctx: ListContext): Promise<Reply> {
+  const { sql } = ctx
+  const filters = parseFilters(collection, query)
+  const sort = parseSort(collection, query.sort)
+  const limit = parseBoundedInt('limit', query.limit, 1, MAX_LIMIT) ?? DEFAULT_LIMIT
+  const offset = parseBoundedInt('offset', query.offset, 0, MAX_OFFSET)
+  const fields = parseFields(collection, query.fields)
+  if (offset !== undefined && query.cursor !== undefined) throw invalidParameter('offset', 'cannot be combined with cursor')
+
+  const sortText = sort.map((k) => (k.descending ? '-' : '') + k.member).join(',')
+  const filterDigest = digestFilters(collection, query)
+  let after: Value[] | undefined
+  if (query.cursor !== undefined) {
+    const cursor = decodeCursor(query.cursor, ctx.cursorKeys)
+    if (!cursor || cursor.after.length !== sort.length) throw invalidParameter('cursor', 'is not a valid cursor')
+    if (cursor.sort !== sortText) throw invalidParameter('cursor', 'belongs to a different sort')
+    if (cursor.filter !== filterDigest) throw invalidParameter('cursor', 'belongs to a different filter')
+    after = cursor.after.map((v, i) => (collection.members[sort[i]!.member]!.type === 'timestamp' ? new Date(v) : v))
+  }
+
+  const where = and(sql, [
+    ...filters.map((f) => filterCondition(sql, collection, f)),
+    ...(query.q !== undefined ? [searchCondition(sql, collection, query.q)] : []),
+  ])
+  const table = sql(collection.table)
+  const pageQuery = sql`
+    SELECT * FROM ${table}
+    WHERE ${where} AND ${after ? keysetCondition(sql, sort, after) : sql`true`}
+    ORDER BY ${join(sql, sort.map((k) => (k.descending ? sql`${sql(k.member)} DESC` : sql`${sql(k.member)} ASC`)), sql`, `)}
+    LIMIT ${limit + 1} ${offset ? sql`OFFSET ${offset}` : sql``}`
+  const countQuery = query.count === 'true' ? sql<[{ total: number }]>`SELECT count(*)::int8 AS total FROM ${table} WHERE ${where}` : undefined
+  const [rows, counted] = await Promise.all([pageQuery, countQuery])
+
+  const headers: Record<string, string> = {}
+  if (counted) headers['x-total-count'] = String(counted[0].total)
+  if (rows.length > limit) {
+    rows.pop()
+    const last = rows[rows.length - 1]!
+    const cursor = encodeCursor({ sort: sortText, filter: filterDigest, after: sort.map((k) => cursorValue(last[k.member])) }, ctx.cursorKeys[0]!)
+    headers.link = `<${nextUrl(ctx.basePath, query, cursor)}>; rel="next"`
+  }
+  const body = rows.map((row) => {
+    const full = ctx.present(row)
+    return fields ? Object.fromEntries(fields.map((f) => [f, full[f]])) : full
+  })
+  return { status: 200, headers, body }
+}
+
+function parseBoundedInt(name: string, raw: string | undefined, min: number, max: number): number | undefined {
+  if (raw === undefined) return undefined
+  const value = Number(raw)
+  if (!Number.isInteger(value) || value < min || value > max) throw invalidParameter(name, `must be an integer from ${min} to ${max}`)
+  return value
+}
+
+function parseSort(collection: Collection, raw: string | undefined): SortKey[] {
+  const keys: SortKey[] = []
+  for (const part of (raw ?? 'id').split(',')) {
+    const descending = part.startsWith('-')
+    const member = descending ? part.slice(1) : part
+    if (!Object.hasOwn(collection.members, member)) throw invalidParameter('sort', `"${member}" is not a sortable member (sortable: ${Object.keys(collection.members).join(', ')})`)
+    if (keys.some((k) => k.member === member)) throw invalidParameter('sort', `"${member}" appears twice`)
+    keys.push({ member, descending })
+  }
+  // Ties break by id, in the direction of the last key, so that a one-key
+  // sort in either direction is a plain scan of the (member, id) index.
+  if (!keys.some((k) => k.member === 'id')) keys.push({ member: 'id', descending: keys[keys.length - 1]!.descending })
+  return keys
+}
+
+function parseFields(collection: Collection, raw: string | undefined): string[] | undefined {
+  if (raw === undefined) return undefined
+  const wanted = new Set(raw.split(','))
+  for (const f of wanted) if (!collection.outputMembers.includes(f)) throw invalidParameter('fields', `"${f}" is not a member (members: ${collection.outputMembers.join(', ')})`)
+  return collection.outputMembers.filter((m) => wanted.has(m))
+}
+
+function parseFilters(collection: Collection, query: Record<string, string>): Filter[] {
+  const filters: Filter[] = []
+  for (const [name, member] of Object.entries(collection.members)) {
+    for (const op of ['eq', ...filterOperators] as const) {
+      const param = op === 'eq' ? name : `${name}[${op}]`
+      const raw = query[param]
+      if (raw === undefined) continue
+      const parts = op === 'in' ? raw.split(',') : [raw]
+      if (parts.length > MAX_IN_VALUES) throw invalidParameter(param, `must list at most ${MAX_IN_VALUES} values`)
+      filters.push({ member: name, op, values: parts.map((p) => typedValue(param, member, p)) })
+    }
+  }
+  return filters
+}
+
+function typedValue(param: string, member: MemberType, raw: string): Value {
+  switch (member.type) {
+    case 'integer': {
+      const value = Number(raw)
+      if (!/^-?[0-9]+$/.test(raw) || value < member.minimum || value > member.maximum) {
+        throw invalidParameter(param, `must be an integer from ${member.minimum} to ${member.maximum}`)
+      }
+      return value
+    }
+    case 'timestamp': {
+      const value = new Date(raw)
+      if (Number.isNaN(value.getTime()) || !/^\d{4}-\d{2}-\d{2}T/.test(raw)) throw invalidParameter(param, 'must be an RFC 3339 timestamp')
+      return value
+    }
+    case 'enum':
+      if (!member.values.includes(raw)) throw invalidParameter(param, `must be one of ${member.values.join(', ')}`)
+      return raw
+    default:
+      return raw
+  }
+}
+
+const comparison = {
+  eq: (sql: Sql, col: Fragment, v: Value) => sql`${col} = ${v}`,
+  ne: (sql: Sql, col: Fragment, v: Value) => sql`${col} <> ${v}`,
+  gt: (sql: Sql, col: Fragment, v: Value) => sql`${col} > ${v}`,
+  gte: (sql: Sql, col: Fragment, v: Value) => sql`${col} >= ${v}`,
+  lt: (sql: Sql, col: Fragment, v: Value) => sql`${col} < ${v}`,
+  lte: (sql: Sql, col: Fragment, v: Value) => sql`${col} <= ${v}`,
+}
+
+function filterCondition(sql: Sql, collection: Collection, f: Filter): Fragment {
+  // E-mail equality ignores case and is served by the unique lower(email) index.
+  const caseless = collection.members[f.member]!.type === 'email' && (f.op === 'eq' || f.op === 'ne' || f.op === 'in')
+  const col = caseless ? sql`lower(${sql(f.member)})` : sql`${sql(f.member)}`
+  const values = caseless ? f.values.map((v) => String(v).toLowerCase()) : f.values
+  if (f.op === 'in') return sql`${col} IN ${sql(values as string[])}`
+  return comparison[f.op](sql, col, values[0]!)
+}
+
+function searchCondition(sql: Sql, collection: Collection, q: string): Fragment {
+  // % and _ are literal in q: escape them (and the escape character) for ILIKE.
+  const pattern = `%${q.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
+  return sql`(${join(sql, collection.searchColumns.map((c) => sql`${sql(c)} ILIKE ${pattern}`), sql` OR `)})`
+}
+
+/**
+ * Rows strictly after the cursor in sort order. When every key runs the same
+ * way this is a row comparison, which PostgreSQL turns into an index range;
+ * mixed directions expand to (a > x) OR (a = x AND b < y) OR ...
+ */
+function keysetCondition(sql: Sql, sort: SortKey[], after: Value[]): Fragment {
+  const cols = sort.map((k) => sql(k.member))
+  if (sort.every((k) => k.descending === sort[0]!.descending)) {
+    const left = sql`(${join(sql, cols.map((c) => sql`${c}`), sql`, `)})`
+    const right = sql`(${join(sql, after.map((v) => sql`${v}`), sql`, `)})`
+    return sort[0]!.descending ? sql`${left} < ${right}` : sql`${left} > ${right}`
+  }
+  const branches = sort.map((key, i) => {
+    const equal = sort.slice(0, i).map((_, j) => sql`${cols[j]!} = ${after[j]!}`)
+    const beyond = key.descending ? sql`${cols[i]!} < ${after[i]!}` : sql`${cols[i]!} > ${after[i]!}`
+    return and(sql, [...equal, beyond])
+  })
+  return sql`(${join(sql, branches, sql` OR `)})`
+}
+
+function and(sql: Sql, conditions: Fragment[]): Fragment {
+  return conditions.length ? join(sql, conditions.map((c) => sql`(${c})`), sql` AND `) : sql`true`
+}
+
+function join(sql: Sql, parts: Fragment[], separator: Fragment): Fragment {
+  return parts.reduce((acc, part, i) => (i === 0 ? part : sql`${acc}${separator}${part}`), sql``)
+}
+
+const cursorValue = (v: unknown): string | number => (v instanceof Date ? v.toISOString() : (v as string | number))
+
+/** Everything that selects rows, in a canonical order; a cursor is only valid for the same digest. */
+function digestFilters(collection: Collection, query: Record<string, string>): string {
+  const selecting = Object.keys(query)
+    .filter((k) => k === 'q' || Object.hasOwn(collection.members, k.replace(/\[[a-z]+\]$/, '')))
+    .sort()
+    .map((k) => [k, query[k]])
+  return createHash('sha256').update(JSON.stringify(selecting)).digest('base64url').slice(0, 16)
+}
+
+function nextUrl(basePath: string, query: Record<string, string>, cursor: string): string {
+  const params = new URLSearchParams()
+  for (const [k, v] of Object.entries(query)) if (k !== 'cursor' && k !== 'offset') params.set(k, v)
+  params.set('cursor', cursor)
+  return `${basePath}?${params.toString()}`
+}

@@ -1,0 +1,115 @@
+import Type, { type Static } from 'typebox'
+import { Compile } from 'typebox/compile'
+
+// Every setting the service reads, with its default. Values arrive as strings
+// from the environment; `loadConfig` turns them into this typed record or
+// fails naming the variable, so a typo stops start-up instead of running with
+// a silent default.
+
+const Integer = (minimum: number, maximum: number) =>
+  Type.String({ pattern: '^[0-9]+$', description: `an integer from ${minimum} to ${maximum}`, minimum, maximum })
+const Bool = Type.Union([Type.Literal('true'), Type.Literal('false')], { description: '"true" or "false"' })
+
+const EnvSchema = Type.Object({
+  NODE_ENV: Type.Optional(Type.String()),
+  PORT: Type.Optional(Integer(0, 65535)),
+  HOST: Type.Optional(Type.String({ minLength: 1 })),
+  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
+  DATABASE_POOL_MAX: Type.Optional(Integer(1, 1000)),
+  API_PREFIX: Type.Optional(Type.String({ pattern: '^(/[A-Za-z0-9._~-]+)*$', description: 'empty or a path such as /v1' })),
+  BODY_LIMIT: Type.Optional(Integer(1, 1073741824)),
+  JWT_SECRETS: Type.Optional(Type.String({ minLength: 1 })),
+  LOG_LEVEL: Type.Optional(Type.Union(['debug', 'info', 'warn', 'error'].map((l) => Type.Literal(l)), { description: 'debug, info, warn or error' })),
+  SHUTDOWN_TIMEOUT: Type.Optional(Integer(0, 3600)),
+  HEADERS_TIMEOUT: Type.Optional(Integer(1, 3600)),
+  REQUEST_TIMEOUT: Type.Optional(Integer(1, 3600)),
+  KEEP_ALIVE_TIMEOUT: Type.Optional(Integer(1, 3600)),
+  STATEMENT_TIMEOUT: Type.Optional(Integer(1, 3600)),
+  ALLOW_SIGNUP: Type.Optional(Bool),
+})
+const checkEnv = Compile(EnvSchema)
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
+
+export interface Config {
+  production: boolean
+  port: number
+  host: string
+  /** undefined: start or reuse the local development cluster */
+  databaseUrl: string | undefined
+  poolMax: number
+  apiPrefix: string
+  bodyLimit: number
+  /** kid → secret bytes; the first entry signs. Empty until resolved at start-up in development. */
+  jwtSecrets: Array<{ kid: string; secret: Buffer }>
+  logLevel: LogLevel
+  shutdownTimeoutMs: number
+  headersTimeoutMs: number
+  requestTimeoutMs: number
+  keepAliveTimeoutMs: number
+  statementTimeoutMs: number
+  allowSignup: boolean
+}
+
+export class ConfigError extends Error {}
+
+export function loadConfig(env: Record<string, string | undefined>): Config {
+  // An empty variable counts as unset, except API_PREFIX, where empty is a value.
+  const present = Object.fromEntries(
+    Object.keys(EnvSchema.properties).flatMap((k) => {
+      const value = env[k]
+      return value === undefined || (value === '' && k !== 'API_PREFIX') ? [] : [[k, value]]
+    }),
+  )
+  const first = checkEnv.Errors(present)[0]
+  if (first) {
+    const name = first.instancePath.slice(1)
+    const schema = (EnvSchema.properties as Record<string, { description?: string }>)[name]
+    throw new ConfigError(`${name}: must be ${schema?.description ?? 'valid'} (got ${JSON.stringify(env[name])})`)
+  }
+  const e = present as Static<typeof EnvSchema>
+  const int = (name: keyof typeof EnvSchema.properties, fallback: number): number => {
+    const raw = e[name]
+    if (raw === undefined) return fallback
+    const { minimum, maximum, description } = EnvSchema.properties[name] as unknown as { minimum: number; maximum: number; description: string }
+    const value = Number(raw)
+    if (!(value >= minimum && value <= maximum)) throw new ConfigError(`${name}: must be ${description} (got ${JSON.stringify(raw)})`)
+    return value
+  }
+  const production = e.NODE_ENV === 'production'
+  if (production && !e.DATABASE_URL) throw new ConfigError('DATABASE_URL: required when NODE_ENV=production')
+  if (production && !e.JWT_SECRETS) throw new ConfigError('JWT_SECRETS: required when NODE_ENV=production')
+  const keepAliveTimeoutMs = int('KEEP_ALIVE_TIMEOUT', 65) * 1000
+  return {
+    production,
+    port: int('PORT', 3000),
+    host: e.HOST ?? '0.0.0.0',
+    databaseUrl: e.DATABASE_URL,
+    poolMax: int('DATABASE_POOL_MAX', 10),
+    apiPrefix: e.API_PREFIX ?? '',
+    bodyLimit: int('BODY_LIMIT', 1048576),
+    jwtSecrets: e.JWT_SECRETS ? parseJwtSecrets(e.JWT_SECRETS) : [],
+    logLevel: e.LOG_LEVEL ?? 'info',
+    shutdownTimeoutMs: int('SHUTDOWN_TIMEOUT', 10) * 1000,
+    headersTimeoutMs: int('HEADERS_TIMEOUT', 10) * 1000,
+    requestTimeoutMs: int('REQUEST_TIMEOUT', 30) * 1000,
+    keepAliveTimeoutMs,
+    statementTimeoutMs: int('STATEMENT_TIMEOUT', 5) * 1000,
+    allowSignup: e.ALLOW_SIGNUP === 'true',
+  }
+}
+
+/** `kid:secret,kid:secret`; each secret is used as its UTF-8 bytes and must be at least 32 of them. */
+export function parseJwtSecrets(raw: string): Array<{ kid: string; secret: Buffer }> {
+  const seen = new Set<string>()
+  return raw.split(',').map((pair, i) => {
+    const colon = pair.indexOf(':')
+    const kid = pair.slice(0, colon).trim()
+    const secret = Buffer.from(pair.slice(colon + 1), 'utf8')
+    if (colon < 1 || !/^[A-Za-z0-9._-]{1,64}$/.test(kid)) throw new ConfigError(`JWT_SECRETS: entry ${i + 1} must be kid:secret with a kid of [A-Za-z0-9._-]`)
+    if (seen.has(kid)) throw new ConfigError(`JWT_SECRETS: kid "${kid}" appears twice`)
+    if (secret.length < 32) throw new ConfigError(`JWT_SECRETS: the secret of kid "${kid}" must be at least 32 bytes`)
+    seen.add(kid)
+    return { kid, secret }
+  })
+}

@@ -1,0 +1,31 @@
+import { HttpError } from '../http/problem.js'
+
+// Database failures are turned into HTTP answers here and nowhere else.
+// postgres.js puts the SQLSTATE in `code` and, for constraint violations, the
+// constraint's name in `constraint_name`; connection trouble has codes of its
+// own (CONNECT_TIMEOUT, CONNECTION_CLOSED, ...) or Node's (ECONNREFUSED, ...).
+
+/** Unique constraints a client can run into, by name (see sql/), and what they mean. */
+const uniqueViolations: Record<string, () => HttpError> = {
+  users_email_key: () => new HttpError(409, 'email_taken', 'A user with this e-mail address already exists.'),
+  products_sku_key: () => new HttpError(409, 'sku_taken', 'A product with this SKU already exists.'),
+}
+
+const connectionCodes = new Set([
+  'CONNECT_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED',
+  'ECONNREFUSED', 'ECONNRESET', 'ENOTFOUND', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENOENT',
+])
+
+export function mapDatabaseError(err: unknown): HttpError | undefined {
+  if (!(err instanceof Error)) return undefined
+  const { code, constraint_name: constraint } = err as Error & { code?: string; constraint_name?: string }
+  if (code === undefined) return undefined
+  if (code === '23505' && constraint && uniqueViolations[constraint]) return uniqueViolations[constraint]()
+  // Class 08: connection exception; 57P01-03: admin shutdown, crash shutdown,
+  // cannot connect now; 57014: statement_timeout fired (the pool is saturated
+  // or the database is stalled); 53300: too many connections.
+  if (connectionCodes.has(code) || code.startsWith('08') || /^57P0[1-3]$/.test(code) || code === '57014' || code === '53300') {
+    return new HttpError(503, 'database_unavailable', 'The database is unavailable; retry shortly.', { headers: { 'retry-after': '5' } })
+  }
+  return undefined
+}

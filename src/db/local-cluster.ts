@@ -1,0 +1,130 @@
+import { execFileSync, spawnSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { existsSync, mkdirSync, readdirSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+// A PostgreSQL cluster of the project's own for development and tests, used
+// when DATABASE_URL is unset. It lives in .data/ (ignored by git), survives
+// between runs, and listens only on a Unix socket in its own folder, so it
+// cannot collide with any other PostgreSQL on the machine.
+//
+// PostgreSQL refuses to run as root. As root (a container, a CI runner) we do
+// what the official postgres image does: hand the cluster's folders to the
+// unprivileged `postgres` user (or `nobody`) and run the server tools as it.
+
+export const projectRoot = fileURLToPath(new URL('../../', import.meta.url))
+export const dataRoot = join(projectRoot, '.data')
+const clusterDir = join(dataRoot, 'pg')
+const DEV_DATABASE = 'users_products_dev'
+
+export class LocalClusterError extends Error {}
+
+const missingBinaries = `PostgreSQL server binaries (initdb, pg_ctl, postgres) were not found.
+Either install them:
+  Debian/Ubuntu:  apt-get install postgresql        (any version from 13; 15 is tested)
+  Fedora/RHEL:    dnf install postgresql-server
+  macOS:          brew install postgresql@15
+and, if they are not in /usr/lib/postgresql/<version>/bin or on PATH, set PG_BIN to their folder;
+or set DATABASE_URL to an existing server, e.g. DATABASE_URL=postgres://user:password@host:5432/dbname`
+
+function findBinaries(): string {
+  const has = (dir: string) => ['initdb', 'pg_ctl', 'postgres'].every((b) => existsSync(join(dir, b)))
+  const candidates: string[] = []
+  if (process.env.PG_BIN) candidates.push(process.env.PG_BIN)
+  for (const base of ['/usr/lib/postgresql', '/usr/local/opt', '/opt/homebrew/opt']) {
+    if (!existsSync(base)) continue
+    const versions = readdirSync(base).filter((d) => /^(postgresql@)?[0-9]+$/.test(d))
+    versions.sort((a, b) => Number(b.replace(/\D/g, '')) - Number(a.replace(/\D/g, '')))
+    candidates.push(...versions.map((v) => join(base, v, 'bin')))
+  }
+  candidates.push('/usr/local/pgsql/bin', ...(process.env.PATH ?? '').split(':').filter(Boolean))
+  const found = candidates.find(has)
+  if (!found) throw new LocalClusterError(missingBinaries)
+  return found
+}
+
+/** As root, the unprivileged account the server runs as; otherwise undefined (run as ourselves). */
+function serverAccount(): string | undefined {
+  if (process.getuid?.() !== 0) return undefined
+  for (const user of ['postgres', 'nobody']) {
+    if (spawnSync('id', ['-u', user]).status === 0) return user
+  }
+  throw new LocalClusterError('Running as root, and neither a "postgres" nor a "nobody" account exists to run PostgreSQL as. Create one (useradd -r postgres) or set DATABASE_URL.')
+}
+
+// A Unix socket path must fit in 107 bytes; a deep checkout gets one under the temp folder instead.
+function socketDir(): string {
+  const inProject = join(dataRoot, 'run')
+  if (inProject.length <= 80) return inProject
+  return join(tmpdir(), `upa-${createHash('sha256').update(projectRoot).digest('hex').slice(0, 12)}`)
+}
+
+function run(bin: string, tool: string, args: string[], account: string | undefined): { status: number | null; output: string } {
+  const [cmd, argv] = account ? ['runuser', ['-u', account, '--', join(bin, tool), ...args]] : [join(bin, tool), args]
+  const result = spawnSync(cmd, argv, { encoding: 'utf8' })
+  return { status: result.status, output: `${result.stdout ?? ''}${result.stderr ?? ''}${result.error ? String(result.error) : ''}` }
+}
+
+/** Connection URL of the server (maintenance database); initializes and starts it when needed. */
+export function startLocalCluster(): string {
+  const bin = findBinaries()
+  const account = serverAccount()
+  const sockets = socketDir()
+  const log = join(sockets, 'postgres.log')
+  mkdirSync(dataRoot, { recursive: true })
+  for (const dir of [clusterDir, sockets]) {
+    mkdirSync(dir, { recursive: true, mode: 0o700 })
+    if (account) execFileSync('chown', [`${account}:`, dir])
+  }
+  if (!existsSync(join(clusterDir, 'PG_VERSION'))) {
+    // Trust authentication is safe here only because the socket folder is
+    // private (mode 0700) and no TCP port is opened.
+    const init = run(bin, 'initdb', ['-D', clusterDir, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--no-locale', '--no-instructions'], account)
+    if (init.status !== 0) throw new LocalClusterError(`initdb failed:\n${init.output}`)
+  }
+  if (run(bin, 'pg_ctl', ['status', '-D', clusterDir], account).status !== 0) {
+    const options = `-c listen_addresses='' -c unix_socket_directories='${sockets}' -c max_connections=200`
+    const start = run(bin, 'pg_ctl', ['start', '-D', clusterDir, '-w', '-t', '60', '-l', log, '-o', options], account)
+    // Another `make` may have started it a moment ago.
+    if (start.status !== 0 && run(bin, 'pg_ctl', ['status', '-D', clusterDir], account).status !== 0) {
+      throw new LocalClusterError(`PostgreSQL did not start (log: ${log}):\n${start.output}`)
+    }
+  }
+  return `postgres://postgres@localhost/postgres?host=${encodeURIComponent(sockets)}`
+}
+
+export function stopLocalCluster(): string {
+  if (!existsSync(join(clusterDir, 'PG_VERSION'))) return 'No local cluster.'
+  const result = run(findBinaries(), 'pg_ctl', ['stop', '-D', clusterDir, '-m', 'fast', '-w'], serverAccount())
+  return result.status === 0 ? 'Local PostgreSQL stopped.' : 'Local PostgreSQL was not running.'
+}
+
+/** The development database on the local cluster, created on first use. */
+export async function localDevelopmentUrl(): Promise<string> {
+  const serverUrl = startLocalCluster()
+  const { connect } = await import('./connect.js')
+  const sql = connect(serverUrl, { max: 1, statementTimeoutMs: 30_000 })
+  try {
+    const [exists] = await sql`SELECT 1 FROM pg_database WHERE datname = ${DEV_DATABASE}`
+    if (!exists) await sql`CREATE DATABASE ${sql(DEV_DATABASE)}`
+  } finally {
+    await sql.end({ timeout: 5 })
+  }
+  return serverUrl.replace('/postgres?', `/${DEV_DATABASE}?`)
+}
+
+// `tsx src/db/local-cluster.ts start|stop|url` for the Makefile.
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const command = process.argv[2]
+  try {
+    if (command === 'stop') console.log(stopLocalCluster())
+    else if (command === 'start') console.log(`Local PostgreSQL is running: ${startLocalCluster()}`)
+    else if (command === 'url') console.log(await localDevelopmentUrl())
+    else throw new LocalClusterError('usage: local-cluster start|stop|url')
+  } catch (err) {
+    console.error(err instanceof LocalClusterError ? err.message : err)
+    process.exit(1)
+  }
+}

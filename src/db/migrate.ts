@@ -1,0 +1,69 @@
+import { createHash } from 'node:crypto'
+import { readdir, readFile } from 'node:fs/promises'
+import type { Sql } from 'postgres'
+
+// Schema changes are the numbered files in sql/, applied in order, each once,
+// in one transaction, under an advisory lock so that instances starting
+// together take turns. Each file's SHA-256 is recorded: a file edited after it
+// was applied stops start-up, because the database no longer matches the
+// source and nobody should guess which is right.
+
+const SQL_DIR = new URL('../../sql/', import.meta.url)
+// An arbitrary constant shared by every instance of this service.
+const MIGRATION_LOCK = 4_711_000_002
+
+export class MigrationError extends Error {}
+
+interface MigrationFile {
+  version: number
+  name: string
+  checksum: string
+  text: string
+}
+
+export async function loadMigrations(dir: URL = SQL_DIR): Promise<MigrationFile[]> {
+  const names = (await readdir(dir)).filter((n) => n.endsWith('.sql')).sort()
+  const files: MigrationFile[] = []
+  for (const name of names) {
+    const m = /^([0-9]{3,})_[a-z0-9_]+\.sql$/.exec(name)
+    if (!m) throw new MigrationError(`sql/${name}: migration files are named NNN_words.sql`)
+    const text = await readFile(new URL(name, dir), 'utf8')
+    const version = Number(m[1])
+    if (files.some((f) => f.version === version)) throw new MigrationError(`sql/${name}: version ${version} is used twice`)
+    files.push({ version, name, text, checksum: createHash('sha256').update(text).digest('hex') })
+  }
+  return files
+}
+
+/** Applies pending migrations; returns the names applied. */
+export async function migrate(sql: Sql, dir?: URL): Promise<string[]> {
+  const files = await loadMigrations(dir)
+  return sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`
+    await tx`
+      CREATE TABLE IF NOT EXISTS schema_migrations (
+        version    integer PRIMARY KEY,
+        name       text NOT NULL,
+        checksum   text NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now()
+      )`
+    const applied = new Map<number, { name: string; checksum: string }>()
+    for (const row of await tx<Array<{ version: number; name: string; checksum: string }>>`SELECT version, name, checksum FROM schema_migrations`) {
+      applied.set(row.version, row)
+    }
+    for (const [version, row] of applied) {
+      const file = files.find((f) => f.version === version)
+      if (!file) throw new MigrationError(`The database has migration ${row.name}, which is not in sql/: is this an older build?`)
+      if (file.checksum !== row.checksum) {
+        throw new MigrationError(`sql/${file.name} was edited after it was applied (checksum differs). Restore it and put the change in a new numbered file.`)
+      }
+    }
+    const pending = files.filter((f) => !applied.has(f.version))
+    for (const file of pending) {
+      // Our own files, never client input: the one place unsafe() is right.
+      await tx.unsafe(file.text)
+      await tx`INSERT INTO schema_migrations (version, name, checksum) VALUES (${file.version}, ${file.name}, ${file.checksum})`
+    }
+    return pending.map((f) => f.name)
+  })
+}

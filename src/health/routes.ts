@@ -1,0 +1,28 @@
+import { publicAccess } from '../auth/access.js'
+import { HttpError } from '../http/problem.js'
+import { defineRoute } from '../http/route.js'
+
+export const healthRoutes = [
+  // Liveness: the process answers. No database access, so a database outage
+  // never makes an orchestrator restart healthy instances.
+  defineRoute({
+    method: 'GET',
+    path: '/healthz',
+    access: publicAccess,
+    handle: async () => ({ status: 200, headers: { 'cache-control': 'no-store' }, body: { status: 'ok' } }),
+  }),
+
+  // Readiness: send traffic here only if the database answers and we are not draining.
+  defineRoute({
+    method: 'GET',
+    path: '/readyz',
+    access: publicAccess,
+    async handle({ deps }) {
+      if (deps.lifecycle.shuttingDown) {
+        throw new HttpError(503, 'shutting_down', 'The service is shutting down.', { headers: { 'retry-after': '1' } })
+      }
+      await deps.sql`SELECT 1`
+      return { status: 200, headers: { 'cache-control': 'no-store' }, body: { status: 'ready' } }
+    },
+  }),
+]

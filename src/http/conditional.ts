@@ -1,0 +1,28 @@
+import { HttpError } from './problem.js'
+
+// Entity tags (RFC 9110 §8.8.3) and the two conditional headers the API honours.
+
+/** A strong validator from a row version: it changes with every write of the row. */
+export const etagFor = (version: number | string) => `"v${version}"`
+
+function listTags(header: string): string[] {
+  return header.split(',').map((t) => t.trim()).filter(Boolean)
+}
+
+/** If-None-Match uses the weak comparison: `W/"v1"` matches `"v1"`. */
+export function etagMatches(ifNoneMatch: string | undefined, etag: string | undefined): boolean {
+  if (!ifNoneMatch || !etag) return false
+  return listTags(ifNoneMatch).some((tag) => tag === '*' || tag.replace(/^W\//, '') === etag)
+}
+
+/**
+ * If-Match uses the strong comparison (RFC 9110 §13.1.1): a weak tag never
+ * matches. Called with the row locked, so the check and the write that
+ * follows see the same version. A mismatch is a 412 and nothing is written.
+ */
+export function checkIfMatch(ifMatch: string | undefined, currentVersion: number): void {
+  if (ifMatch === undefined) return
+  const current = etagFor(currentVersion)
+  if (listTags(ifMatch).some((tag) => tag === '*' || tag === current)) return
+  throw new HttpError(412, 'precondition_failed', 'The resource has changed since it was read (If-Match does not match its ETag).', { headers: { etag: current } })
+}

@@ -1,0 +1,47 @@
+import type { IncomingHttpHeaders } from 'node:http'
+import type { Access } from '../auth/access.js'
+import type { Principal } from '../auth/principal.js'
+import type { AppDeps } from '../app-deps.js'
+import type { BodyKind } from './body.js'
+import type { Validator } from './validate.js'
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'
+
+/** What a handler returns; `writeReply` is the only code that writes to the socket. */
+export interface Reply {
+  status: number
+  headers?: Record<string, string>
+  body?: unknown
+}
+
+export interface HandlerContext<Query, Body> {
+  params: Record<string, string>
+  query: Query
+  body: Body
+  principal: Principal
+  headers: IncomingHttpHeaders
+  requestId: string
+  deps: AppDeps
+}
+
+/**
+ * A route is data: who may call it and what it accepts are declared here, and
+ * the pipeline enforces them before the handler runs, so handlers only see
+ * checked, typed input.
+ */
+export interface Route<Query = Record<string, never>, Body = undefined> {
+  method: Method
+  /** A template such as `/users/{id}`; `{id}` only matches a positive bigint. */
+  path: string
+  access: Access
+  /** Query string schema (all values arrive as strings); none means no parameters at all. */
+  query?: Validator<Query>
+  body?: { kind: BodyKind; validator: Validator<Body> }
+  handle(ctx: HandlerContext<Query, Body>): Promise<Reply>
+}
+
+// Erases the generics so that routes of different shapes fit in one table
+// while each definition stays fully typed where it is written.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyRoute = Route<any, any>
+export const defineRoute = <Query = Record<string, never>, Body = undefined>(route: Route<Query, Body>): AnyRoute => route

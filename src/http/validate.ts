@@ -1,0 +1,129 @@
+import type { Static, TSchema } from 'typebox'
+import { Compile } from 'typebox/compile'
+import { validationFailed, type FieldError } from './problem.js'
+
+// The one way input is checked: a TypeBox schema compiled once, when the
+// module that declares it loads, and errors turned into JSON Pointer paths
+// with messages a client can act on (one per member, the first found).
+
+export interface Validator<T> {
+  readonly schema: TSchema
+  /** Field errors, or an empty list when the value conforms. */
+  errors(value: unknown): FieldError[]
+  /** The value typed, or a 422 `validation_failed`. */
+  parseBody(value: unknown): T
+}
+
+export function compileValidator<S extends TSchema>(schema: S): Validator<Static<S>> {
+  const compiled = Compile(schema)
+  const errors = (value: unknown): FieldError[] => {
+    const unsafe = findUnstorableStrings(value)
+    if (unsafe.length) return unsafe
+    if (compiled.Check(value)) return []
+    return describeErrors(schema, compiled.Errors(value))
+  }
+  return {
+    schema,
+    errors,
+    parseBody(value) {
+      const found = errors(value)
+      if (found.length) throw validationFailed(found)
+      return value as Static<S>
+    },
+  }
+}
+
+export const UNKNOWN_MEMBER = 'is not a known member'
+
+interface TypeBoxError {
+  keyword: string
+  schemaPath: string
+  instancePath: string
+  params: Record<string, unknown>
+  message: string
+}
+
+function describeErrors(root: TSchema, raw: readonly TypeBoxError[]): FieldError[] {
+  const byPath = new Map<string, string>()
+  const add = (path: string, message: string) => byPath.has(path) || byPath.set(path, message)
+  for (const e of raw) {
+    const at = schemaAt(root, e.schemaPath)
+    switch (e.keyword) {
+      case 'required':
+        for (const name of e.params.requiredProperties as string[]) add(`${e.instancePath}/${escapePointer(name)}`, 'is required')
+        break
+      case 'additionalProperties':
+        for (const name of e.params.additionalProperties as string[]) add(`${e.instancePath}/${escapePointer(name)}`, UNKNOWN_MEMBER)
+        break
+      case 'boolean': // the `false` schema behind additionalProperties, reported above
+        break
+      case 'const':
+        if (!e.schemaPath.includes('/anyOf/')) add(e.instancePath, `must be ${JSON.stringify(e.params.allowedValue)}`)
+        break
+      case 'anyOf': {
+        const options = (at?.anyOf as TSchema[] | undefined)?.map((s) => (s as { const?: unknown }).const)
+        add(e.instancePath, options?.every((o) => o !== undefined) ? `must be one of ${options.map((o) => JSON.stringify(o)).join(', ')}` : 'has an invalid value')
+        break
+      }
+      case 'type':
+        add(e.instancePath, `must be ${article(String(e.params.type))}`)
+        break
+      case 'minLength':
+        add(e.instancePath, `must be at least ${e.params.limit} characters`)
+        break
+      case 'maxLength':
+        add(e.instancePath, `must be at most ${e.params.limit} characters`)
+        break
+      case 'minimum':
+      case 'maximum':
+        add(e.instancePath, `must be ${e.keyword === 'minimum' ? 'at least' : 'at most'} ${e.params.limit}`)
+        break
+      case 'minItems':
+      case 'maxItems':
+        add(e.instancePath, `must have ${e.keyword === 'minItems' ? 'at least' : 'at most'} ${e.params.limit} items`)
+        break
+      case 'uniqueItems':
+        add(e.instancePath, 'must not repeat items')
+        break
+      default: {
+        // pattern, format: the schema's description says what is expected.
+        const description = (at as { description?: string } | undefined)?.description
+        add(e.instancePath, description ? `must be ${description}` : e.message)
+      }
+    }
+  }
+  return [...byPath].map(([path, message]) => ({ path, message }))
+}
+
+const article = (type: string) => (type === 'integer' || type === 'object' || type === 'array' ? `an ${type}` : `a ${type}`)
+
+const escapePointer = (name: string) => name.replaceAll('~', '~0').replaceAll('/', '~1')
+
+function schemaAt(root: TSchema, schemaPath: string): Record<string, unknown> | undefined {
+  let node: unknown = root
+  for (const part of schemaPath.replace(/^#\/?/, '').split('/').filter(Boolean)) {
+    node = (node as Record<string, unknown> | undefined)?.[part.replaceAll('~1', '/').replaceAll('~0', '~')]
+  }
+  return node as Record<string, unknown> | undefined
+}
+
+/**
+ * Strings PostgreSQL cannot store as text (U+0000) or that are not Unicode
+ * (lone surrogates, which would be silently replaced on the way to UTF-8).
+ * Checked for every string, member names included, before the schema.
+ */
+function findUnstorableStrings(value: unknown, path = ''): FieldError[] {
+  if (typeof value === 'string') {
+    if (value.includes('\u0000')) return [{ path, message: 'must not contain NUL characters' }]
+    if (!value.isWellFormed()) return [{ path, message: 'must be valid Unicode (no lone surrogates)' }]
+    return []
+  }
+  if (value === null || typeof value !== 'object') return []
+  const found: FieldError[] = []
+  for (const [key, member] of Object.entries(value)) {
+    const memberPath = `${path}/${escapePointer(key)}`
+    if (key.includes('\u0000') || !key.isWellFormed()) found.push({ path: memberPath, message: 'member name must be valid Unicode without NUL' })
+    else found.push(...findUnstorableStrings(member, memberPath))
+  }
+  return found
+}

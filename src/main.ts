@@ -1,0 +1,54 @@
+import type { AddressInfo } from 'node:net'
+import { createApp } from './app.js'
+import { cursorKeysFrom, resolveSecrets } from './auth/secrets.js'
+import { ConfigError, loadConfig } from './config.js'
+import { connect } from './db/connect.js'
+import { dataRoot, LocalClusterError, localDevelopmentUrl } from './db/local-cluster.js'
+import { migrate, MigrationError } from './db/migrate.js'
+import { createLogger, describeError } from './log.js'
+import { shutdown } from './shutdown.js'
+
+// The process: configuration, database, signals, the listening socket.
+// `node dist/main.js` serves; `node dist/main.js migrate` only migrates.
+
+async function main(): Promise<void> {
+  const config = loadConfig(process.env)
+  const log = createLogger(config.logLevel)
+  const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
+  const sql = connect(databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs })
+
+  const applied = await migrate(sql)
+  if (applied.length) log.info('migrations applied', { migrations: applied })
+  if (process.argv[2] === 'migrate') {
+    log.info('database is up to date')
+    await sql.end({ timeout: 5 })
+    return
+  }
+
+  const secrets = resolveSecrets(config, dataRoot)
+  const deps = { sql, config: { ...config, jwtSecrets: secrets }, log, lifecycle: { shuttingDown: false }, cursorKeys: cursorKeysFrom(secrets) }
+  const server = createApp(deps)
+  server.listen(config.port, config.host, () => {
+    const { address, port } = server.address() as AddressInfo
+    log.info('listening', { address, port, prefix: config.apiPrefix || null })
+  })
+
+  let stopping = false
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) return
+    stopping = true
+    log.info('shutting down', { signal })
+    void shutdown(server, deps).then(() => process.exit(0))
+  }
+  process.on('SIGTERM', onSignal)
+  process.on('SIGINT', onSignal)
+}
+
+main().catch((err: unknown) => {
+  if (err instanceof ConfigError || err instanceof MigrationError || err instanceof LocalClusterError) {
+    process.stderr.write(`Cannot start: ${err.message}\n`)
+  } else {
+    process.stderr.write(`Cannot start: ${JSON.stringify(describeError(err))}\n`)
+  }
+  process.exit(1)
+})

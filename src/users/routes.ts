@@ -1,0 +1,120 @@
+import { hashPassword } from '../auth/password.js'
+import { listCollection } from '../collections/list-query.js'
+import { etagFor } from '../http/conditional.js'
+import { notFound } from '../http/problem.js'
+import { defineRoute, type HandlerContext, type Reply } from '../http/route.js'
+import { compileValidator } from '../http/validate.js'
+import { changedMembers, checkEchoedId, lockForWrite } from '../resources/common.js'
+import { usersCollection } from './collection.js'
+import { deleteUser, ensureAnotherAdmin, findUser, insertUser, presentUser, updateUser, type UserRow, type UserWrite } from './queries.js'
+import { UserCreate, UserPatch, UserReplace } from './schemas.js'
+
+const createBody = { kind: 'json' as const, validator: compileValidator(UserCreate) }
+const replaceBody = { kind: 'json' as const, validator: compileValidator(UserReplace) }
+const patchBody = { kind: 'merge-patch' as const, validator: compileValidator(UserPatch) }
+
+const userReply = (status: number, row: UserRow, extra: Record<string, string> = {}): Reply => ({
+  status,
+  headers: { etag: etagFor(row.version), ...extra },
+  body: presentUser(row),
+})
+
+/**
+ * PUT and PATCH: the new state is computed from the locked current row, so
+ * concurrent writes serialize and If-Match is checked against what is written.
+ * A new password is hashed before the transaction: scrypt is slow, and a row
+ * lock must not wait on it.
+ */
+async function writeUser(ctx: HandlerContext<unknown, UserReplace | UserPatch>, next: (current: UserRow, passwordHash: string | null | undefined) => Partial<UserWrite>): Promise<Reply> {
+  checkEchoedId(ctx.body, ctx.params.id!)
+  const { password } = ctx.body
+  const passwordHash = password === undefined || password === null ? password : await hashPassword(password)
+  const row = await ctx.deps.sql.begin(async (tx) => {
+    const current = await lockForWrite<UserRow>(tx, 'users', ctx.params.id!, ctx.headers['if-match'])
+    const changes = changedMembers(current, next(current, passwordHash))
+    if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
+    return Object.keys(changes).length ? updateUser(tx, current.id, changes) : current
+  })
+  return userReply(200, row)
+}
+
+export const userRoutes = [
+  defineRoute({
+    method: 'GET',
+    path: '/users',
+    access: { kind: 'protected', scope: 'users:read', who: 'admin' },
+    query: usersCollection.queryValidator,
+    handle: ({ query, deps }) =>
+      listCollection(usersCollection, query, {
+        sql: deps.sql,
+        cursorKeys: deps.cursorKeys,
+        basePath: `${deps.config.apiPrefix}/users`,
+        present: (row) => presentUser(row as unknown as UserRow),
+      }),
+  }),
+
+  defineRoute({
+    method: 'POST',
+    path: '/users',
+    access: { kind: 'protected', scope: 'users:write', who: 'admin', signup: true },
+    body: createBody,
+    async handle({ body, deps }) {
+      const passwordHash = body.password === undefined ? null : await hashPassword(body.password)
+      const row = await insertUser(deps.sql, { name: body.name, email: body.email, role: body.role ?? 'user', password_hash: passwordHash })
+      return userReply(201, row, { location: `${deps.config.apiPrefix}/users/${row.id}` })
+    },
+  }),
+
+  defineRoute({
+    method: 'GET',
+    path: '/users/{id}',
+    access: { kind: 'protected', scope: 'users:read', who: 'admin-or-self' },
+    async handle({ params, deps }) {
+      const row = await findUser(deps.sql, params.id!)
+      if (!row) throw notFound()
+      return userReply(200, row)
+    },
+  }),
+
+  defineRoute({
+    method: 'PUT',
+    path: '/users/{id}',
+    access: { kind: 'protected', scope: 'users:write', who: 'admin-or-self' },
+    body: replaceBody,
+    handle: (ctx) =>
+      writeUser(ctx, (current, passwordHash) => ({
+        name: ctx.body.name,
+        email: ctx.body.email,
+        role: ctx.body.role ?? current.role,
+        password_hash: passwordHash === undefined ? current.password_hash : passwordHash,
+      })),
+  }),
+
+  defineRoute({
+    method: 'PATCH',
+    path: '/users/{id}',
+    access: { kind: 'protected', scope: 'users:write', who: 'admin-or-self' },
+    body: patchBody,
+    handle: (ctx) =>
+      writeUser(ctx, (_current, passwordHash) => ({
+        name: ctx.body.name,
+        email: ctx.body.email,
+        role: ctx.body.role,
+        password_hash: passwordHash,
+      })),
+  }),
+
+  defineRoute({
+    method: 'DELETE',
+    path: '/users/{id}',
+    access: { kind: 'protected', scope: 'users:write', who: 'admin-or-self' },
+    async handle({ params, headers, deps }) {
+      await deps.sql.begin(async (tx) => {
+        const current = await lockForWrite<UserRow>(tx, 'users', params.id!, headers['if-match'])
+        if (current.role === 'admin') await ensureAnotherAdmin(tx, current.id)
+        await deleteUser(tx, current.id)
+      })
+      return { status: 204 }
+    },
+  }),
+]
