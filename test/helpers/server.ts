@@ -1,0 +1,101 @@
+import { randomBytes } from 'node:crypto'
+import type { AddressInfo } from 'node:net'
+import { after } from 'node:test'
+import type { Sql } from 'postgres'
+import { createApp } from '../../src/app.js'
+import type { AppDeps } from '../../src/app-deps.js'
+import { cursorKeysFrom } from '../../src/auth/secrets.js'
+import { loadConfig, type Config } from '../../src/config.js'
+import { connect } from '../../src/db/connect.js'
+import { createLogger } from '../../src/log.js'
+
+// Starts the real application on a random port against a database of this
+// test file's own (a copy of the run's migrated template), and stops both
+// when the file's tests are done.
+
+export const TEST_JWT_SECRET = 'test-secret-that-is-at-least-32-bytes-long!'
+
+export interface TestResponse {
+  status: number
+  headers: Headers
+  /** Parsed JSON when the response has a JSON body, else undefined. */
+  body: any // eslint-disable-line @typescript-eslint/no-explicit-any
+  text: string
+}
+
+export interface RequestOptions {
+  /** A value to send as JSON, or a string/Buffer sent as is. */
+  body?: unknown
+  headers?: Record<string, string>
+}
+
+export interface TestServer {
+  url: string
+  /** Direct access to this file's database, for arranging data and checking state. */
+  sql: Sql
+  deps: AppDeps
+  /** Every log line the server wrote, parsed. */
+  logs: Array<Record<string, unknown>>
+  request(method: string, path: string, options?: RequestOptions): Promise<TestResponse>
+  databaseUrl: string
+}
+
+/** A fresh database copied from the run's template; its URL. */
+export async function createTestDatabase(): Promise<string> {
+  const serverUrl = process.env.TEST_SERVER_URL
+  const template = process.env.TEST_TEMPLATE_DB
+  if (!serverUrl || !template) throw new Error('Run the tests with `make test` (test/run.ts prepares their database).')
+  const name = `${template}_${randomBytes(4).toString('hex')}`
+  const admin = connect(serverUrl, { max: 1, statementTimeoutMs: 60_000 })
+  try {
+    await admin`CREATE DATABASE ${admin(name)} TEMPLATE ${admin(template)}`
+  } finally {
+    await admin.end({ timeout: 5 })
+  }
+  const url = new URL(serverUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+}
+
+export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}): Promise<TestServer> {
+  const databaseUrl = await createTestDatabase()
+  const config: Config = {
+    ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, ...env }),
+    databaseUrl,
+    ...overrides,
+  }
+  const logs: Array<Record<string, unknown>> = []
+  const log = createLogger(config.logLevel, (line) => void logs.push(JSON.parse(line)))
+  const sql = connect(databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs })
+  const deps: AppDeps = { sql, config, log, lifecycle: { shuttingDown: false }, cursorKeys: cursorKeysFrom(config.jwtSecrets) }
+  const server = createApp(deps)
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+
+  after(async () => {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+    await sql.end({ timeout: 5 })
+  })
+
+  return {
+    url,
+    sql,
+    deps,
+    logs,
+    databaseUrl,
+    async request(method, path, options = {}) {
+      const headers: Record<string, string> = { ...options.headers }
+      let body: string | Buffer | undefined
+      if (typeof options.body === 'string' || Buffer.isBuffer(options.body)) body = options.body
+      else if (options.body !== undefined) body = JSON.stringify(options.body)
+      if (body !== undefined && !Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) {
+        headers['content-type'] = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
+      }
+      const res = await fetch(url + path, { method, headers, body })
+      const text = await res.text()
+      const type = res.headers.get('content-type') ?? ''
+      return { status: res.status, headers: res.headers, text, body: /json/.test(type) && text ? JSON.parse(text) : undefined }
+    },
+  }
+}

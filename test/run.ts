@@ -1,0 +1,41 @@
+import { spawnSync } from 'node:child_process'
+import { readdirSync } from 'node:fs'
+import { connect } from '../src/db/connect.js'
+import { startLocalCluster } from '../src/db/local-cluster.js'
+import { migrate } from '../src/db/migrate.js'
+
+// The test harness behind `make test`. It creates a migrated template database
+// for this run on the server of DATABASE_URL (or the local cluster), runs every
+// test file with `node --test` (each file copies the template into a database
+// of its own), and drops all of them afterwards, pass or fail.
+
+const serverUrl = process.env.DATABASE_URL ?? startLocalCluster()
+const template = `upa_test_${Date.now().toString(36)}_${process.pid}`
+const admin = connect(serverUrl, { max: 1, statementTimeoutMs: 60_000 })
+
+async function withTemplate(): Promise<number> {
+  await admin`CREATE DATABASE ${admin(template)}`
+  const url = new URL(serverUrl)
+  url.pathname = `/${template}`
+  const db = connect(url.toString(), { max: 1, statementTimeoutMs: 60_000 })
+  await migrate(db)
+  await db.end({ timeout: 5 })
+
+  const only = process.argv.slice(2)
+  const files = only.length ? only : readdirSync('test').filter((f) => f.endsWith('.test.ts')).sort().map((f) => `test/${f}`)
+  const result = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...files], {
+    stdio: 'inherit',
+    env: { ...process.env, TEST_SERVER_URL: serverUrl, TEST_TEMPLATE_DB: template },
+  })
+  return result.status ?? 1
+}
+
+let status = 1
+try {
+  status = await withTemplate()
+} finally {
+  const leftovers = await admin<Array<{ datname: string }>>`SELECT datname FROM pg_database WHERE datname LIKE ${template + '%'}`
+  for (const { datname } of leftovers) await admin`DROP DATABASE IF EXISTS ${admin(datname)} WITH (FORCE)`
+  await admin.end({ timeout: 5 })
+}
+process.exit(status)
