@@ -1,8 +1,11 @@
+import { randomUUID } from 'node:crypto'
 import { createServer, type Server } from 'node:http'
+import type { Duplex } from 'node:stream'
 import type { AppDeps } from './app-deps.js'
 import { describeError } from './log.js'
 import { healthRoutes } from './health/routes.js'
 import { createRequestHandler } from './http/pipeline.js'
+import { HttpError, problemBody } from './http/problem.js'
 import { createRouter } from './http/router.js'
 import { productRoutes } from './products/routes.js'
 import { userRoutes } from './users/routes.js'
@@ -39,5 +42,25 @@ export function createApp(deps: AppDeps): Server {
       })
     },
   )
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => answerClientError(err, socket, deps))
   return server
+}
+
+/**
+ * Requests Node's parser refuses before our handler runs (Content-Length with
+ * Transfer-Encoding, duplicate Content-Length, headers over the limit, header
+ * or request time-outs) still get a problem body, a request id and nosniff,
+ * and the connection is closed: after a framing error nothing on it can be trusted.
+ */
+function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, deps: AppDeps): void {
+  if (!socket.writable || err.code === 'ECONNRESET') return void socket.destroy()
+  const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
+  const requestId = randomUUID()
+  const reason = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' }[status]
+  const body = JSON.stringify(problemBody(new HttpError(status, 'invalid_request', `The request could not be read (${reason}).`), '', requestId))
+  deps.log.info('request', { request_id: requestId, method: null, route: null, status, error: err.code ?? 'client_error' })
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+      `X-Request-Id: ${requestId}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n${body}`,
+  )
 }

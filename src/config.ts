@@ -53,6 +53,8 @@ export interface Config {
 
 export class ConfigError extends Error {}
 
+const secretVariables = new Set(['DATABASE_URL', 'JWT_SECRETS'])
+
 export function loadConfig(env: Record<string, string | undefined>): Config {
   // An empty variable counts as unset, except API_PREFIX, where empty is a value.
   const present = Object.fromEntries(
@@ -65,7 +67,10 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   if (first) {
     const name = first.instancePath.slice(1)
     const schema = (EnvSchema.properties as Record<string, { description?: string }>)[name]
-    throw new ConfigError(`${name}: must be ${schema?.description ?? 'valid'} (got ${JSON.stringify(env[name])})`)
+    // Never echo a value that may hold a credential (a URL's password, signing
+    // secrets): the message goes to stderr and from there into logs.
+    const got = secretVariables.has(name) ? '' : ` (got ${JSON.stringify(env[name])})`
+    throw new ConfigError(`${name}: must be ${schema?.description ?? 'valid'}${got}`)
   }
   const e = present as Static<typeof EnvSchema>
   const int = (name: keyof typeof EnvSchema.properties, fallback: number): number => {

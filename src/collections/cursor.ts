@@ -29,6 +29,10 @@ export function decodeCursor(cursor: string, keys: readonly Buffer[]): CursorPay
   if (!m) return undefined
   const [, data, tag] = m as unknown as [string, string, string]
   const given = Buffer.from(tag, 'base64url')
+  // 22 base64url characters carry 132 bits for a 128-bit tag: the last one has
+  // 4 spare bits that decoding ignores, so without this check 16 spellings of
+  // the same tag would verify. Only the canonical spelling is accepted.
+  if (given.toString('base64url') !== tag) return undefined
   if (!keys.some((key) => timingSafeEqual(mac(key, data), given))) return undefined
   try {
     const [sort, filter, after] = JSON.parse(Buffer.from(data, 'base64url').toString('utf8')) as unknown[]

@@ -13,6 +13,7 @@ const DEFAULT_LIMIT = 50
 const MAX_LIMIT = 200
 const MAX_OFFSET = 100_000
 const MAX_IN_VALUES = 100
+const BIGINT_MAX = 9223372036854775807n
 
 type Value = string | number | Date
 interface Filter { member: string; op: FilterOperator; values: Value[] }
@@ -122,15 +123,19 @@ function parseFilters(collection: Collection, query: Record<string, string>): Fi
 function typedValue(param: string, member: MemberType, raw: string): Value {
   switch (member.type) {
     case 'integer': {
-      const value = Number(raw)
-      if (!/^-?[0-9]+$/.test(raw) || value < member.minimum || value > member.maximum) {
-        throw invalidParameter(param, `must be an integer from ${member.minimum} to ${member.maximum}`)
-      }
-      return value
+      // Compared as BigInt: as a Number, 9223372036854775807 rounds up to 2^63,
+      // passed the bound and reached PostgreSQL out of bigint range (a 500), and
+      // ids beyond 2^53 silently named a neighbour. The bound is capped at the
+      // bigint range of the columns; values beyond 2^53 go to SQL as exact text.
+      const min = BigInt(member.minimum)
+      const max = BigInt(member.maximum) > BIGINT_MAX ? BIGINT_MAX : BigInt(member.maximum)
+      const value = /^-?[0-9]+$/.test(raw) ? BigInt(raw) : undefined
+      if (value === undefined || value < min || value > max) throw invalidParameter(param, `must be an integer from ${min} to ${max}`)
+      return Number.isSafeInteger(Number(value)) ? Number(value) : value.toString()
     }
     case 'timestamp': {
       const value = new Date(raw)
-      if (Number.isNaN(value.getTime()) || !/^\d{4}-\d{2}-\d{2}T/.test(raw)) throw invalidParameter(param, 'must be an RFC 3339 timestamp')
+      if (Number.isNaN(value.getTime()) || !/^\d{4}-\d{2}-\d{2}T/.test(raw) || !isCalendarDate(raw)) throw invalidParameter(param, 'must be an RFC 3339 timestamp')
       return value
     }
     case 'enum':
@@ -139,6 +144,18 @@ function typedValue(param: string, member: MemberType, raw: string): Value {
     default:
       return raw
   }
+}
+
+/**
+ * Date.parse rolls a day past the end of its month over (2024-02-30 is read
+ * as 2024-03-01), so a filter on an impossible date would silently select
+ * from another day: the date part must name a real day.
+ */
+function isCalendarDate(raw: string): boolean {
+  const [y, m, d] = raw.slice(0, 10).split('-').map(Number) as [number, number, number]
+  const day = new Date(0)
+  day.setUTCFullYear(y, m - 1, d) // not Date.UTC, which reads years 0-99 as 1900-1999
+  return day.getUTCFullYear() === y && day.getUTCMonth() === m - 1 && day.getUTCDate() === d
 }
 
 const comparison = {
@@ -201,7 +218,9 @@ function digestFilters(collection: Collection, query: Record<string, string>): s
     .filter((k) => k === 'q' || Object.hasOwn(collection.members, k.replace(/\[[a-z]+\]$/, '')))
     .sort()
     .map((k) => [k, query[k]])
-  return createHash('sha256').update(JSON.stringify(selecting)).digest('base64url').slice(0, 16)
+  // The table is part of the digest: a cursor of /users (say `sort=id`, no
+  // filter) would otherwise be accepted by /products, which has the same key.
+  return createHash('sha256').update(JSON.stringify([collection.table, selecting])).digest('base64url').slice(0, 16)
 }
 
 function nextUrl(basePath: string, query: Record<string, string>, cursor: string): string {

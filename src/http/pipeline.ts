@@ -70,13 +70,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
       reply = problemReply(err, fullPath, requestId, deps, template)
     }
 
-    if (res.headersSent || res.destroyed) return
-    // While draining, every answer asks the client to take its next request elsewhere.
-    if (lifecycle.shuttingDown) reply.headers = { ...reply.headers, connection: 'close' }
-    writeReply(res, reply, { requestId, head: method === 'HEAD', problem })
-    if (reply.headers?.connection === 'close') res.once('finish', () => req.socket.destroySoon())
-
-    res.once('finish', () => {
+    const logRequest = () =>
       log.info('request', {
         request_id: requestId,
         method,
@@ -86,7 +80,16 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
         user_id: principal.kind === 'user' ? principal.userId : null,
         client: req.socket.remoteAddress ?? null,
       })
-    })
+    // The client went away (an aborted upload, a disconnect while the handler
+    // ran): nothing can be written, but the request is still logged. Returning
+    // without a log line left such requests invisible.
+    if (res.headersSent || res.destroyed) return logRequest()
+    // While draining, every answer asks the client to take its next request elsewhere.
+    if (lifecycle.shuttingDown) reply.headers = { ...reply.headers, connection: 'close' }
+    writeReply(res, reply, { requestId, head: method === 'HEAD', problem })
+    if (reply.headers?.connection === 'close') res.once('finish', () => req.socket.destroySoon())
+
+    res.once('finish', logRequest)
   }
 }
 

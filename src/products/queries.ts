@@ -32,7 +32,9 @@ export async function insertProduct(db: Sql | TransactionSql, product: ProductWr
 
 export async function updateProduct(db: TransactionSql, id: number, changes: Partial<ProductWrite>): Promise<ProductRow> {
   const [row] = await db<ProductRow[]>`
-    UPDATE products SET ${db(changes, Object.keys(changes) as Array<keyof ProductWrite>)}, version = version + 1, updated_at = now()
+    UPDATE products SET ${db(changes, Object.keys(changes) as Array<keyof ProductWrite>)}, version = version + 1,
+        -- now() is the start of the transaction, which may predate the previous write if we waited on its lock.
+        updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')
     WHERE id = ${id} RETURNING *`
   return row!
 }

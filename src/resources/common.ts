@@ -10,7 +10,12 @@ export const NameSchema = Type.String({
   minLength: 1,
   maxLength: 200,
   // Not only white space; no control characters (it is a single line).
-  pattern: '^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f][^\\u0000-\\u001f\\u007f]*$',
+  // Fixed: the old form `^[^C]*[^\sC][^C]*$` backtracked quadratically when it
+  // failed (TypeBox's Errors() runs it even on over-long strings: a 200 kB name
+  // ending in "\n" blocked the event loop for ~16 s), and it let the C1
+  // controls U+0080-U+009F through. A lookahead for one non-space character
+  // plus a single class is linear and rejects every control (Unicode Cc).
+  pattern: '^(?=[\\s\\S]*[^\\s])[^\\u0000-\\u001f\\u007f-\\u009f]*$',
   description: 'a name of 1 to 200 characters, not only white space, without control characters',
 })
 

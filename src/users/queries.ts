@@ -34,7 +34,9 @@ export async function insertUser(db: Sql | TransactionSql, user: UserWrite): Pro
 
 export async function updateUser(db: TransactionSql, id: number, changes: Partial<UserWrite>): Promise<UserRow> {
   const [row] = await db<UserRow[]>`
-    UPDATE users SET ${db(changes, Object.keys(changes) as Array<keyof UserWrite>)}, version = version + 1, updated_at = now()
+    UPDATE users SET ${db(changes, Object.keys(changes) as Array<keyof UserWrite>)}, version = version + 1,
+        -- now() is the start of the transaction, which may predate the previous write if we waited on its lock.
+        updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')
     WHERE id = ${id} RETURNING *`
   return row!
 }
