@@ -4,7 +4,7 @@
 NODE_BIN := node_modules/.bin
 TSX := node --import tsx
 
-.PHONY: run test build migrate typecheck db-start db-stop clean
+.PHONY: run test build migrate admin typecheck db-start db-stop clean
 
 # Installs exactly what package-lock.json says; re-runs when it changes.
 node_modules/.installed: package.json package-lock.json
@@ -16,6 +16,11 @@ run: node_modules/.installed
 
 migrate: node_modules/.installed
 	$(TSX) src/main.ts migrate
+
+# Creates an admin, or resets an existing user to admin: make admin EMAIL=you@example.com [PASSWORD=…]
+# Prints the password (a generated one unless PASSWORD is given).
+admin: node_modules/.installed
+	@$(TSX) src/main.ts admin "$(EMAIL)" "$(PASSWORD)"
 
 typecheck: node_modules/.installed
 	$(NODE_BIN)/tsc --noEmit -p test/tsconfig.json

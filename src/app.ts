@@ -3,6 +3,8 @@ import { createServer, type Server } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { AppDeps } from './app-deps.js'
 import { describeError } from './log.js'
+import { apiKeyRoutes } from './api-keys/routes.js'
+import { authRoutes } from './auth/routes.js'
 import { healthRoutes } from './health/routes.js'
 import { createRequestHandler } from './http/pipeline.js'
 import { HttpError, problemBody } from './http/problem.js'
@@ -10,7 +12,7 @@ import { createRouter } from './http/router.js'
 import { productRoutes } from './products/routes.js'
 import { userRoutes } from './users/routes.js'
 
-export const routes = [...healthRoutes, ...userRoutes, ...productRoutes]
+export const routes = [...healthRoutes, ...authRoutes, ...userRoutes, ...productRoutes, ...apiKeyRoutes]
 
 /**
  * The HTTP server as a function of its dependencies; it does not listen.

@@ -26,6 +26,12 @@ const EnvSchema = Type.Object({
   KEEP_ALIVE_TIMEOUT: Type.Optional(Integer(1, 3600)),
   STATEMENT_TIMEOUT: Type.Optional(Integer(1, 3600)),
   ALLOW_SIGNUP: Type.Optional(Bool),
+  JWT_ISSUER: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+  JWT_AUDIENCE: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+  ACCESS_TOKEN_TTL: Type.Optional(Integer(1, 86400)),
+  REFRESH_TOKEN_TTL: Type.Optional(Integer(60, 31536000)),
+  ADMIN_EMAIL: Type.Optional(Type.String({ minLength: 3, maxLength: 254 })),
+  ADMIN_PASSWORD: Type.Optional(Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' })),
 })
 const checkEnv = Compile(EnvSchema)
 
@@ -49,11 +55,19 @@ export interface Config {
   keepAliveTimeoutMs: number
   statementTimeoutMs: number
   allowSignup: boolean
+  jwtIssuer: string
+  jwtAudience: string
+  /** Seconds. */
+  accessTokenTtl: number
+  /** Seconds. */
+  refreshTokenTtl: number
+  /** The first admin, created at start-up when no admin exists. */
+  bootstrapAdmin: { email: string; password: string } | undefined
 }
 
 export class ConfigError extends Error {}
 
-const secretVariables = new Set(['DATABASE_URL', 'JWT_SECRETS'])
+const secretVariables = new Set(['DATABASE_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'])
 
 export function loadConfig(env: Record<string, string | undefined>): Config {
   // An empty variable counts as unset, except API_PREFIX, where empty is a value.
@@ -84,6 +98,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   const production = e.NODE_ENV === 'production'
   if (production && !e.DATABASE_URL) throw new ConfigError('DATABASE_URL: required when NODE_ENV=production')
   if (production && !e.JWT_SECRETS) throw new ConfigError('JWT_SECRETS: required when NODE_ENV=production')
+  if (Boolean(e.ADMIN_EMAIL) !== Boolean(e.ADMIN_PASSWORD)) throw new ConfigError('ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
   const keepAliveTimeoutMs = int('KEEP_ALIVE_TIMEOUT', 65) * 1000
   return {
     production,
@@ -101,6 +116,11 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     keepAliveTimeoutMs,
     statementTimeoutMs: int('STATEMENT_TIMEOUT', 5) * 1000,
     allowSignup: e.ALLOW_SIGNUP === 'true',
+    jwtIssuer: e.JWT_ISSUER ?? 'users-products-api',
+    jwtAudience: e.JWT_AUDIENCE ?? 'users-products-api',
+    accessTokenTtl: int('ACCESS_TOKEN_TTL', 900),
+    refreshTokenTtl: int('REFRESH_TOKEN_TTL', 1209600),
+    bootstrapAdmin: e.ADMIN_EMAIL && e.ADMIN_PASSWORD ? { email: e.ADMIN_EMAIL, password: e.ADMIN_PASSWORD } : undefined,
   }
 }
 

@@ -7,6 +7,7 @@ import { dataRoot, LocalClusterError, localDevelopmentUrl } from './db/local-clu
 import { migrate, MigrationError } from './db/migrate.js'
 import { createLogger, describeError } from './log.js'
 import { shutdown } from './shutdown.js'
+import { bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
 // The process: configuration, database, signals, the listening socket.
 // `node dist/main.js` serves; `node dist/main.js migrate` only migrates.
@@ -23,6 +24,17 @@ async function main(): Promise<void> {
     log.info('database is up to date')
     await sql.end({ timeout: 5 })
     return
+  }
+  if (process.argv[2] === 'admin') {
+    // `make admin EMAIL=… [PASSWORD=…]`
+    const email = process.argv[3] || 'admin@example.com'
+    const admin = await createOrResetAdmin(sql, email, process.argv[4] || undefined)
+    process.stdout.write(`${admin.created ? 'Created' : 'Reset'} admin ${email} (id ${admin.id}). Password: ${admin.password}\n`)
+    await sql.end({ timeout: 5 })
+    return
+  }
+  if (config.bootstrapAdmin && (await bootstrapAdminIfNone(sql, config.bootstrapAdmin))) {
+    log.info('created the first admin from ADMIN_EMAIL', { email: config.bootstrapAdmin.email })
   }
 
   const secrets = resolveSecrets(config, dataRoot)

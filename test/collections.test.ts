@@ -12,6 +12,9 @@ import { startServer, type TestResponse } from './helpers/server.js'
 // (and with it every expectation) stays fixed for all its tests.
 
 const api = await startServer()
+// The data set below is the whole users table: remove the admin the helper
+// created. Its JWT still authorizes (a JWT's role holds until it expires).
+await api.sql`DELETE FROM users WHERE id = ${api.admin.id}`
 const { sql } = api
 const prefix = api.deps.config.apiPrefix
 

@@ -37,6 +37,11 @@ describe('defaults', () => {
       keepAliveTimeoutMs: 65_000,
       statementTimeoutMs: 5_000,
       allowSignup: false,
+      jwtIssuer: 'users-products-api',
+      jwtAudience: 'users-products-api',
+      accessTokenTtl: 900,
+      refreshTokenTtl: 1209600,
+      bootstrapAdmin: undefined,
     })
   })
 
@@ -72,6 +77,12 @@ describe('values', () => {
       KEEP_ALIVE_TIMEOUT: '7',
       STATEMENT_TIMEOUT: '8',
       ALLOW_SIGNUP: 'true',
+      JWT_ISSUER: 'issuer',
+      JWT_AUDIENCE: 'audience',
+      ACCESS_TOKEN_TTL: '60',
+      REFRESH_TOKEN_TTL: '3600',
+      ADMIN_EMAIL: 'root@example.com',
+      ADMIN_PASSWORD: 'long enough',
     })
     assert.deepEqual(config, {
       production: false,
@@ -89,6 +100,11 @@ describe('values', () => {
       keepAliveTimeoutMs: 7000,
       statementTimeoutMs: 8000,
       allowSignup: true,
+      jwtIssuer: 'issuer',
+      jwtAudience: 'audience',
+      accessTokenTtl: 60,
+      refreshTokenTtl: 3600,
+      bootstrapAdmin: { email: 'root@example.com', password: 'long enough' },
     })
   })
 

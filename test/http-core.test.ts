@@ -83,8 +83,10 @@ interface RawResponse {
  * collects everything until the server closes it. Requests should ask for
  * `Connection: close`. Fails if the server keeps the socket open past `timeoutMs`.
  */
-function rawExchange(server: TestServer, chunks: Array<string | Buffer>, { pauseMs = 0, timeoutMs = 5000 } = {}): Promise<Buffer> {
+function rawExchange(server: TestServer, rawChunks: Array<string | Buffer>, { pauseMs = 0, timeoutMs = 5000 } = {}): Promise<Buffer> {
   const { port } = new URL(server.url)
+  // Every raw request acts as the file's admin, like api.request does.
+  const chunks = rawChunks.map((c) => (typeof c === 'string' ? c.replaceAll('\r\nHost: x\r\n', `\r\nHost: x\r\nAuthorization: Bearer ${server.admin.token}\r\n`) : c))
   return new Promise((resolve, reject) => {
     const socket = netConnect(Number(port), '127.0.0.1')
     const received: Buffer[] = []
@@ -255,7 +257,7 @@ describe('request ids and the log line', () => {
   test('still logs a request whose client aborted the upload', async () => {
     const socket = netConnect(Number(new URL(api.url).port), '127.0.0.1')
     await new Promise((resolve) => socket.on('connect', resolve))
-    socket.write('POST /users HTTP/1.1\r\nHost: x\r\nX-Request-Id: aborted-upload\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":')
+    socket.write(`POST /users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${api.admin.token}\r\nX-Request-Id: aborted-upload\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":`)
     await new Promise((resolve) => setTimeout(resolve, 50))
     socket.destroy()
     const line = await logLine(api, 'aborted-upload')

@@ -90,7 +90,7 @@ describe('an already migrated database', () => {
     const dir = await copyOfSqlDir()
     const [first] = (await readdir(dir.path)).filter((n) => n.endsWith('.sql')).sort()
     await appendFile(join(dir.path, first!), '\n-- an innocent-looking edit\n')
-    await writeFile(join(dir.path, '002_would_be_next.sql'), 'CREATE TABLE must_not_exist (id int);\n')
+    await writeFile(join(dir.path, '900_would_be_next.sql'), 'CREATE TABLE must_not_exist (id int);\n')
     const before = await appliedRows(sql)
     await assert.rejects(migrate(sql, dir.url), (err: unknown) => {
       assert.ok(err instanceof MigrationError, `expected a MigrationError, got ${String(err)}`)
@@ -113,14 +113,14 @@ describe('an already migrated database', () => {
     const sql = pool(await createTestDatabase())
     const dir = await copyOfSqlDir()
     const text = "CREATE TABLE migration_probe (id int PRIMARY KEY);\nINSERT INTO migration_probe VALUES (1);\n"
-    await writeFile(join(dir.path, '002_x.sql'), text)
+    await writeFile(join(dir.path, '900_x.sql'), text)
 
-    assert.deepEqual(await migrate(sql, dir.url), ['002_x.sql'])
+    assert.deepEqual(await migrate(sql, dir.url), ['900_x.sql'])
     assert.deepEqual(await migrate(sql, dir.url), [])
     assert.deepEqual(await migrate(sql, dir.url), [])
 
     const applied = await appliedRows(sql)
-    assert.deepEqual(applied.at(-1), { version: 2, name: '002_x.sql', checksum: sha256(text) })
+    assert.deepEqual(applied.at(-1), { version: 900, name: '900_x.sql', checksum: sha256(text) })
     assert.equal(applied.filter((r) => r.version === 2).length, 1)
     // Ran exactly once: a second run would have failed on the primary key or doubled the row.
     assert.deepEqual(await rows(sql`SELECT id FROM migration_probe`), [{ id: 1 }])
@@ -129,10 +129,10 @@ describe('an already migrated database', () => {
   test('rolls back a failing new file entirely: neither its changes nor its record remain', async () => {
     const sql = pool(await createTestDatabase())
     const dir = await copyOfSqlDir()
-    await writeFile(join(dir.path, '002_half.sql'), 'CREATE TABLE half_done (id int);\nSELECT * FROM no_such_table;\n')
+    await writeFile(join(dir.path, '900_half.sql'), 'CREATE TABLE half_done (id int);\nSELECT * FROM no_such_table;\n')
     await assert.rejects(migrate(sql, dir.url), /no_such_table/)
     assert.equal((await sql`SELECT to_regclass('half_done') AS t`)[0]!.t, null)
-    assert.deepEqual((await appliedRows(sql)).map((r) => r.version), [1])
+    assert.deepEqual((await appliedRows(sql)).map((r) => r.version), (await loadMigrations()).map((f) => f.version))
   })
 })
 
@@ -174,15 +174,15 @@ describe('an empty database', () => {
   test('several concurrent migrate() calls all succeed and apply each file exactly once', async () => {
     const url = await createEmptyDatabase()
     const dir = await copyOfSqlDir()
-    await writeFile(join(dir.path, '002_x.sql'), 'CREATE TABLE concurrency_probe (id int);\nINSERT INTO concurrency_probe VALUES (1);\n')
+    await writeFile(join(dir.path, '900_x.sql'), 'CREATE TABLE concurrency_probe (id int);\nINSERT INTO concurrency_probe VALUES (1);\n')
     // One pool per caller, as separate instances starting together would have.
     const callers = Array.from({ length: 5 }, () => pool(url))
     const results = await Promise.all(callers.map((sql) => migrate(sql, dir.url)))
 
     const applied = results.flat().sort()
-    assert.deepEqual(applied, [...(await loadMigrations()).map((f) => f.name), '002_x.sql'].sort(), 'each file reported applied by exactly one caller')
+    assert.deepEqual(applied, [...(await loadMigrations()).map((f) => f.name), '900_x.sql'].sort(), 'each file reported applied by exactly one caller')
     assert.equal(results.filter((r) => r.length > 0).length, 1, 'one caller applied everything, the others found nothing to do')
-    assert.deepEqual((await appliedRows(callers[0]!)).map((r) => r.version), [1, 2])
+    assert.deepEqual((await appliedRows(callers[0]!)).map((r) => r.version), [...(await loadMigrations()).map((f) => f.version), 900])
     assert.deepEqual(await rows(callers[0]!`SELECT id FROM concurrency_probe`), [{ id: 1 }])
   })
 })

@@ -1,19 +1,42 @@
+import { HttpError } from '../http/problem.js'
+import { challenge, unauthorized } from './credentials.js'
 import type { Principal } from './principal.js'
+import type { Scope } from './scopes.js'
 
-// Who may call a route, declared on the route and checked in one place by the
-// pipeline before the handler runs.
-//
-// NOTE (issue 2): credentials do not exist yet, so `authorize` admits every
-// caller. The declarations on the routes are already the final ones; the
-// authentication issue replaces this function's body, not the routes.
-
-export type Scope = 'users:read' | 'users:write' | 'products:read' | 'products:write' | 'api_keys:read' | 'api_keys:write'
+// Who may call a route is declared on the route and checked here, once, by
+// the pipeline before the handler runs. Handlers only add what depends on the
+// resource itself (a non-admin changing a role, another user's API key).
 
 export type Access =
+  /** Anyone; a credential, if sent, is not even looked at. */
   | { kind: 'public' }
-  /** `who`: 'any' authenticated caller, 'admin' only, or 'admin-or-self' for `/users/{id}`. */
-  | { kind: 'protected'; scope: Scope; who: 'any' | 'admin' | 'admin-or-self'; signup?: boolean }
+  /** Anyone; a credential, if sent, must be valid and is available to the handler. */
+  | { kind: 'optional' }
+  | {
+      kind: 'protected'
+      /** The scope the credential needs; null for endpoints every credential may call. */
+      scope: Scope | null
+      /** 'admin-or-self': an admin, or the user whose {id} is in the path. */
+      who: 'any' | 'admin' | 'admin-or-self'
+      /** Anonymous callers are admitted when ALLOW_SIGNUP=true (POST /users). */
+      signup?: boolean
+    }
 
 export const publicAccess: Access = { kind: 'public' }
 
-export function authorize(_access: Access, _principal: Principal, _params: Record<string, string>): void {}
+export function authorize(access: Access, principal: Principal, params: Record<string, string>, allowSignup: boolean): void {
+  if (access.kind !== 'protected') return
+  if (principal.kind === 'anonymous') {
+    if (access.signup && allowSignup) return
+    throw unauthorized()
+  }
+  if (access.scope && !principal.scopes.has(access.scope)) {
+    throw new HttpError(403, 'insufficient_scope', `This credential lacks the scope ${access.scope}.`, {
+      headers: { 'www-authenticate': challenge.scope(access.scope) },
+    })
+  }
+  // Checked before the resource is read: a non-admin asking for another
+  // user's id gets 403 whether or not that id exists, so existence does not leak.
+  const allowed = principal.role === 'admin' || access.who === 'any' || (access.who === 'admin-or-self' && params.id === principal.userId)
+  if (!allowed) throw new HttpError(403, 'forbidden', 'This credential may not do this.')
+}

@@ -1,10 +1,19 @@
-// Who is calling. Authentication turns a credential into a Principal; until a
-// credential is presented the caller is anonymous.
+import type { Scope } from './scopes.js'
+
+// Who is calling. Authentication turns a credential into a Principal; without
+// a credential the caller is anonymous.
 
 export type Role = 'admin' | 'user'
 
+export type Credential =
+  | { type: 'jwt'; expiresAt: Date }
+  | { type: 'token'; expiresAt: Date | null; sessionId: number }
+  | { type: 'api_key'; expiresAt: Date | null; apiKeyId: number }
+
 export type Principal =
   | { kind: 'anonymous' }
-  | { kind: 'user'; userId: string; role: Role; scopes: ReadonlySet<string> }
+  | { kind: 'user'; userId: string; role: Role; scopes: ReadonlySet<Scope>; credential: Credential }
 
 export const anonymous: Principal = { kind: 'anonymous' }
+
+export const isAdmin = (p: Principal) => p.kind === 'user' && p.role === 'admin'

@@ -15,7 +15,7 @@ export type MemberType =
 
 export interface CollectionDeclaration {
   /** The table; also the collection's path segment. */
-  table: 'users' | 'products'
+  table: 'users' | 'products' | 'api_keys'
   /** Members that can be filtered and sorted; each has an index (member, id). */
   members: Record<string, MemberType>
   /** Columns `q` searches as a case-insensitive substring. */

@@ -26,11 +26,18 @@ export interface ListContext {
   basePath: string
   /** Turns a row into its public representation. */
   present(row: Record<string, unknown>): Record<string, unknown>
+  /**
+   * Equality filters the caller cannot lift (a user sees only its own API
+   * keys). Applied on top of the client's filters, and not part of the cursor:
+   * they hold for every page whoever presents it.
+   */
+  fixedFilters?: Record<string, string>
 }
 
 export async function listCollection(collection: Collection, query: Record<string, string>, ctx: ListContext): Promise<Reply> {
   const { sql } = ctx
   const filters = parseFilters(collection, query)
+  for (const [member, value] of Object.entries(ctx.fixedFilters ?? {})) filters.push({ member, op: 'eq', values: [value] })
   const sort = parseSort(collection, query.sort)
   const limit = parseBoundedInt('limit', query.limit, 1, MAX_LIMIT) ?? DEFAULT_LIMIT
   const offset = parseBoundedInt('offset', query.offset, 0, MAX_OFFSET)

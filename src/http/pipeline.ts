@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AppDeps } from '../app-deps.js'
 import { authorize } from '../auth/access.js'
+import { authenticate } from '../auth/credentials.js'
 import { anonymous, type Principal } from '../auth/principal.js'
 import { mapDatabaseError } from '../db/errors.js'
 import { describeError } from '../log.js'
@@ -22,6 +23,7 @@ const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 export function createRequestHandler(router: Router, deps: AppDeps) {
   const { config, log, lifecycle } = deps
   const prefix = config.apiPrefix
+  const credentialSettings = { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience }
 
   return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = process.hrtime.bigint()
@@ -51,11 +53,12 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
           throw new HttpError(503, 'shutting_down', 'The service is shutting down; retry on another instance.', { headers: { 'retry-after': '1', connection: 'close' } })
         }
         const { route, params } = match
-        principal = await authenticate(req)
-        authorize(route.access, principal, params)
+        // Public routes never look at a credential (no database read for /healthz).
+        if (route.access.kind !== 'public') principal = (await authenticate(deps.sql, req.headers, credentialSettings)) ?? anonymous
+        authorize(route.access, principal, params, config.allowSignup)
         const query = checkQuery(route.query, parseQueryString(queryAt === -1 ? '' : rawUrl.slice(queryAt + 1)))
         let body: unknown
-        if (route.body) {
+        if (route.body && !(route.body.optional && hasNoBody(req))) {
           checkContentType(req, route.body.kind)
           body = route.body.validator.parseBody(await readJsonBody(req, config.bodyLimit))
         }
@@ -86,6 +89,8 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     if (res.headersSent || res.destroyed) return logRequest()
     // While draining, every answer asks the client to take its next request elsewhere.
     if (lifecycle.shuttingDown) reply.headers = { ...reply.headers, connection: 'close' }
+    // Answers about credentials must not be stored by any cache (RFC 6749 §5.1), errors included.
+    if (fullPath.startsWith(`${prefix}/auth/`)) reply.headers = { ...reply.headers, 'cache-control': 'no-store' }
     writeReply(res, reply, { requestId, head: method === 'HEAD', problem })
     if (reply.headers?.connection === 'close') res.once('finish', () => req.socket.destroySoon())
 
@@ -104,7 +109,6 @@ function problemReply(err: unknown, instance: string, requestId: string, deps: A
   return { status: http.status, headers: http.options.headers, body: problemBody(http, instance, requestId) }
 }
 
-// Placeholder until the authentication issue: every caller is anonymous.
-async function authenticate(_req: IncomingMessage): Promise<Principal> {
-  return anonymous
-}
+/** No body at all: neither a length nor chunked transfer (RFC 9112 §6.3). */
+const hasNoBody = (req: IncomingMessage) =>
+  req.headers['transfer-encoding'] === undefined && (req.headers['content-length'] === undefined || req.headers['content-length'] === '0')

@@ -36,7 +36,8 @@ export interface Route<Query = Record<string, never>, Body = undefined> {
   access: Access
   /** Query string schema (all values arrive as strings); none means no parameters at all. */
   query?: Validator<Query>
-  body?: { kind: BodyKind; validator: Validator<Body> }
+  /** `optional`: a request with no body at all is accepted and the handler gets undefined. */
+  body?: { kind: BodyKind; validator: Validator<Body>; optional?: boolean }
   handle(ctx: HandlerContext<Query, Body>): Promise<Reply>
 }
 

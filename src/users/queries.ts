@@ -27,6 +27,12 @@ export async function findUser(db: Sql | TransactionSql, id: string): Promise<Us
   return row
 }
 
+/** Case-insensitive, through the unique lower(email) index. */
+export async function findUserByEmail(db: Sql | TransactionSql, email: string): Promise<UserRow | undefined> {
+  const [row] = await db<UserRow[]>`SELECT * FROM users WHERE lower(email) = lower(${email})`
+  return row
+}
+
 export async function insertUser(db: Sql | TransactionSql, user: UserWrite): Promise<UserRow> {
   const [row] = await db<UserRow[]>`INSERT INTO users ${db(user)} RETURNING *`
   return row!

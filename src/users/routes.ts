@@ -1,7 +1,8 @@
 import { hashPassword } from '../auth/password.js'
 import { listCollection } from '../collections/list-query.js'
 import { etagFor } from '../http/conditional.js'
-import { notFound } from '../http/problem.js'
+import { HttpError, notFound } from '../http/problem.js'
+import { isAdmin, type Principal } from '../auth/principal.js'
 import { defineRoute, type HandlerContext, type Reply } from '../http/route.js'
 import { compileValidator } from '../http/validate.js'
 import { changedMembers, checkEchoedId, lockForWrite } from '../resources/common.js'
@@ -12,6 +13,11 @@ import { UserCreate, UserPatch, UserReplace } from './schemas.js'
 const createBody = { kind: 'json' as const, validator: compileValidator(UserCreate) }
 const replaceBody = { kind: 'json' as const, validator: compileValidator(UserReplace) }
 const patchBody = { kind: 'merge-patch' as const, validator: compileValidator(UserPatch) }
+
+/** Only an admin may set or change a role (403; stops `"role": "admin"` mass assignment). */
+function assertMaySetRole(principal: Principal): void {
+  if (!isAdmin(principal)) throw new HttpError(403, 'forbidden', 'Only an admin may set or change a role.')
+}
 
 const userReply = (status: number, row: UserRow, extra: Record<string, string> = {}): Reply => ({
   status,
@@ -32,6 +38,8 @@ async function writeUser(ctx: HandlerContext<unknown, UserReplace | UserPatch>, 
   const row = await ctx.deps.sql.begin(async (tx) => {
     const current = await lockForWrite<UserRow>(tx, 'users', ctx.params.id!, ctx.headers['if-match'])
     const changes = changedMembers(current, next(current, passwordHash))
+    // Checked against the stored row, so echoing one's own role back in a PUT is fine.
+    if (changes.role !== undefined) assertMaySetRole(ctx.principal)
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
     return Object.keys(changes).length ? updateUser(tx, current.id, changes) : current
   })
@@ -58,7 +66,9 @@ export const userRoutes = [
     path: '/users',
     access: { kind: 'protected', scope: 'users:write', who: 'admin', signup: true },
     body: createBody,
-    async handle({ body, deps }) {
+    async handle({ body, principal, deps }) {
+      // Self sign-up (ALLOW_SIGNUP) creates plain users only.
+      if (body.role !== undefined && body.role !== 'user') assertMaySetRole(principal)
       const passwordHash = body.password === undefined ? null : await hashPassword(body.password)
       const row = await insertUser(deps.sql, { name: body.name, email: body.email, role: body.role ?? 'user', password_hash: passwordHash })
       return userReply(201, row, { location: `${deps.config.apiPrefix}/users/${row.id}` })

@@ -8,6 +8,9 @@ import { cursorKeysFrom } from '../../src/auth/secrets.js'
 import { loadConfig, type Config } from '../../src/config.js'
 import { connect } from '../../src/db/connect.js'
 import { createLogger } from '../../src/log.js'
+import { signJwt, type JwtClaims } from '../../src/auth/jwt.js'
+import { hashPassword } from '../../src/auth/password.js'
+import { roleScopes } from '../../src/auth/scopes.js'
 
 // Starts the real application on a random port against a database of this
 // test file's own (a copy of the run's migrated template), and stops both
@@ -27,6 +30,11 @@ export interface RequestOptions {
   /** A value to send as JSON, or a string/Buffer sent as is. */
   body?: unknown
   headers?: Record<string, string>
+  /**
+   * The bearer credential to send. Default: the file's admin JWT. `null`: none
+   * (anonymous). Ignored when `headers` carries Authorization or X-API-Key.
+   */
+  auth?: string | null
 }
 
 export interface TestServer {
@@ -38,6 +46,12 @@ export interface TestServer {
   logs: Array<Record<string, unknown>>
   request(method: string, path: string, options?: RequestOptions): Promise<TestResponse>
   databaseUrl: string
+  /** The admin every request acts as by default (created in the database at start). */
+  admin: { id: number; token: string }
+  /** A JWT for a user id, as login would issue it (without the cost of scrypt). */
+  jwtFor(userId: number, role: 'admin' | 'user', scopes?: string[], claims?: Record<string, unknown>): string
+  /** Inserts a user directly (no password unless given, which costs a scrypt hash); its id and a JWT. */
+  createUser(fields?: { role?: 'admin' | 'user'; email?: string; name?: string; password?: string }): Promise<{ id: number; email: string; token: string }>
 }
 
 /** A fresh database copied from the run's template; its URL. */
@@ -78,14 +92,36 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     await sql.end({ timeout: 5 })
   })
 
+  const jwtFor = (userId: number, role: 'admin' | 'user', scopes?: string[], claims: Record<string, unknown> = {}) => {
+    const now = Math.floor(Date.now() / 1000)
+    const scope = (scopes ?? [...roleScopes[role]]).join(' ')
+    return signJwt({ sub: String(userId), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + 900, role, scope, ...claims } as JwtClaims, config.jwtSecrets[0]!)
+  }
+  let userCounter = 0
+  const createUser = async (fields: { role?: 'admin' | 'user'; email?: string; name?: string; password?: string } = {}) => {
+    const email = fields.email ?? `user-${randomBytes(4).toString('hex')}-${++userCounter}@example.com`
+    const role = fields.role ?? 'user'
+    const password_hash = fields.password === undefined ? null : await hashPassword(fields.password)
+    const [row] = await sql<Array<{ id: number }>>`
+      INSERT INTO users (name, email, role, password_hash) VALUES (${fields.name ?? 'Test User'}, ${email}, ${role}, ${password_hash}) RETURNING id`
+    return { id: row!.id, email, token: jwtFor(row!.id, role) }
+  }
+  const adminUser = await createUser({ role: 'admin', name: 'Test Admin' })
+
   return {
     url,
     sql,
     deps,
     logs,
     databaseUrl,
+    admin: { id: adminUser.id, token: adminUser.token },
+    jwtFor,
+    createUser,
     async request(method, path, options = {}) {
       const headers: Record<string, string> = { ...options.headers }
+      const auth = options.auth === undefined ? adminUser.token : options.auth
+      const hasCredential = Object.keys(headers).some((h) => ['authorization', 'x-api-key'].includes(h.toLowerCase()))
+      if (auth !== null && !hasCredential) headers.authorization = `Bearer ${auth}`
       let body: string | Buffer | undefined
       if (typeof options.body === 'string' || Buffer.isBuffer(options.body)) body = options.body
       else if (options.body !== undefined) body = JSON.stringify(options.body)

@@ -1,0 +1,98 @@
+import type { IncomingHttpHeaders } from 'node:http'
+import type { Sql } from 'postgres'
+import { HttpError } from '../http/problem.js'
+import { InvalidTokenError, looksLikeJwt, verifyJwt, type SigningKey } from './jwt.js'
+import type { Principal, Role } from './principal.js'
+import { effectiveScopes } from './scopes.js'
+import { hashSecret, kindOf } from './tokens.js'
+
+// Turns the credential of a request into a Principal. A request carries at
+// most one: `Authorization: Bearer <JWT | opaque token | API key>` or
+// `X-API-Key`. Credentials are never read from the query string.
+
+export interface CredentialSettings {
+  keys: readonly SigningKey[]
+  issuer: string
+  audience: string
+}
+
+const REALM = 'Bearer realm="api"'
+export const challenge = {
+  missing: REALM,
+  invalid: `${REALM}, error="invalid_token"`,
+  scope: (scope: string) => `${REALM}, error="insufficient_scope", scope="${scope}"`,
+}
+
+export const unauthorized = () =>
+  new HttpError(401, 'unauthorized', 'This endpoint needs a credential: Authorization: Bearer <token> or X-API-Key.', { headers: { 'www-authenticate': challenge.missing } })
+const invalidToken = () =>
+  new HttpError(401, 'invalid_token', 'The credential is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
+
+/** The presented secret, or undefined when there is none. Two credentials are a 400. */
+export function presentedCredential(headers: IncomingHttpHeaders): string | undefined {
+  const authorization = headers.authorization
+  const apiKey = headers['x-api-key']
+  if (authorization !== undefined && apiKey !== undefined) {
+    throw new HttpError(400, 'invalid_request', 'Send one credential, not both Authorization and X-API-Key.')
+  }
+  if (typeof apiKey === 'string') return apiKey.trim()
+  if (authorization === undefined) return undefined
+  const m = /^Bearer +([\x21-\x7e]+) *$/i.exec(authorization)
+  if (!m) throw invalidToken()
+  return m[1]
+}
+
+interface CredentialRow {
+  user_id: number
+  role: Role
+  scopes: string[]
+  expires_at: Date | null
+  api_key_id?: number
+  session_id?: number
+}
+
+export async function authenticate(sql: Sql, headers: IncomingHttpHeaders, settings: CredentialSettings): Promise<Principal | undefined> {
+  const secret = presentedCredential(headers)
+  if (secret === undefined) return undefined
+
+  if (looksLikeJwt(secret)) {
+    try {
+      const claims = verifyJwt(secret, { ...settings, now: Date.now() / 1000 })
+      // A JWT's role and scopes hold until it expires: that is the price of not reading the database.
+      const role: Role = claims.role === 'admin' ? 'admin' : 'user'
+      return {
+        kind: 'user', userId: claims.sub, role,
+        scopes: effectiveScopes(role, claims.scope.split(' ')),
+        credential: { type: 'jwt', expiresAt: new Date(claims.exp * 1000) },
+      }
+    } catch (err) {
+      if (err instanceof InvalidTokenError) throw invalidToken()
+      throw err
+    }
+  }
+
+  const kind = kindOf(secret)
+  let row: CredentialRow | undefined
+  if (kind === 'access') {
+    // Opaque tokens see the user's current role, revocation and deletion at once.
+    ;[row] = await sql<CredentialRow[]>`
+      SELECT u.id AS user_id, u.role, s.scopes, t.expires_at, s.id AS session_id
+      FROM access_tokens t JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = s.user_id
+      WHERE t.token_hash = ${hashSecret(secret)} AND t.expires_at > now() AND s.revoked_at IS NULL`
+  } else if (kind === 'apiKey') {
+    ;[row] = await sql<CredentialRow[]>`
+      SELECT u.id AS user_id, u.role, k.scopes, k.expires_at, k.id AS api_key_id
+      FROM api_keys k JOIN users u ON u.id = k.user_id
+      WHERE k.key_hash = ${hashSecret(secret)} AND (k.expires_at IS NULL OR k.expires_at > now())`
+    // last_used_at to the minute: one write per key per minute, not per request.
+    if (row) await sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${row.api_key_id!} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`
+  }
+  if (!row) throw invalidToken()
+  return {
+    kind: 'user', userId: String(row.user_id), role: row.role,
+    scopes: effectiveScopes(row.role, row.scopes),
+    credential: kind === 'apiKey'
+      ? { type: 'api_key', expiresAt: row.expires_at, apiKeyId: row.api_key_id! }
+      : { type: 'token', expiresAt: row.expires_at, sessionId: row.session_id! },
+  }
+}

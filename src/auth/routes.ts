@@ -1,0 +1,109 @@
+import Type from 'typebox'
+import { HttpError } from '../http/problem.js'
+import { defineRoute } from '../http/route.js'
+import { compileValidator } from '../http/validate.js'
+import { presentUser, findUserByEmail, findUser } from '../users/queries.js'
+import { challenge } from './credentials.js'
+import { assertNotLocked, clearFailures, recordFailure } from './login-throttle.js'
+import { hashPassword, verifyPassword } from './password.js'
+import { publicAccess } from './access.js'
+import { isScope, roleScopes } from './scopes.js'
+import { openSession, revokeSession, rotate, sessionOfRefreshToken } from './sessions.js'
+
+const LoginBody = Type.Object(
+  {
+    email: Type.String({ minLength: 1, maxLength: 254 }),
+    password: Type.String({ minLength: 1, maxLength: 256 }),
+    token_format: Type.Optional(Type.Union([Type.Literal('jwt'), Type.Literal('opaque')])),
+    scope: Type.Optional(Type.String({ maxLength: 500, description: 'space-separated scopes' })),
+  },
+  { additionalProperties: false },
+)
+const RefreshBody = Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false })
+const LogoutBody = Type.Object({ refresh_token: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })) }, { additionalProperties: false })
+
+// Verified against when the e-mail is unknown, so that a wrong e-mail costs
+// the same scrypt time as a wrong password and the two cannot be told apart.
+const dummyHash = hashPassword('not a real password, only here for timing')
+
+const invalidCredentials = () => new HttpError(401, 'invalid_credentials', 'The e-mail address or the password is wrong.')
+const invalidRefresh = () => new HttpError(401, 'invalid_token', 'The refresh token is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
+
+export const authRoutes = [
+  defineRoute({
+    method: 'POST',
+    path: '/auth/login',
+    access: publicAccess,
+    body: { kind: 'json', validator: compileValidator(LoginBody) },
+    async handle({ body, deps }) {
+      const { sql, config } = deps
+      await assertNotLocked(sql, body.email)
+      const user = await findUserByEmail(sql, body.email)
+      const ok = await verifyPassword(body.password, user?.password_hash ?? (await dummyHash))
+      if (!user || !user.password_hash || !ok) {
+        await recordFailure(sql, body.email)
+        throw invalidCredentials()
+      }
+      await clearFailures(sql, body.email)
+      const allowed = roleScopes[user.role]
+      const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
+      const refused = requested.filter((s) => !isScope(s) || !allowed.includes(s))
+      if (refused.length || requested.length === 0) {
+        throw new HttpError(403, 'insufficient_scope', `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`)
+      }
+      const tokens = await openSession(sql, config, user, requested, body.token_format ?? 'jwt')
+      return { status: 200, body: tokens }
+    },
+  }),
+
+  defineRoute({
+    method: 'POST',
+    path: '/auth/refresh',
+    access: publicAccess,
+    body: { kind: 'json', validator: compileValidator(RefreshBody) },
+    async handle({ body, deps }) {
+      const tokens = await rotate(deps.sql, deps.config, body.refresh_token)
+      if (!tokens) throw invalidRefresh()
+      return { status: 200, body: tokens }
+    },
+  }),
+
+  // Ends the session of the refresh token in the body, or of the opaque
+  // access token that authenticates the call. A JWT cannot be revoked; it expires.
+  defineRoute({
+    method: 'POST',
+    path: '/auth/logout',
+    access: { kind: 'optional' },
+    body: { kind: 'json', validator: compileValidator(LogoutBody), optional: true },
+    async handle({ body, principal, deps }) {
+      let sessionId: number | undefined
+      if (body?.refresh_token) {
+        sessionId = await sessionOfRefreshToken(deps.sql, body.refresh_token)
+        if (sessionId === undefined) throw invalidRefresh()
+      } else if (principal.kind === 'user' && principal.credential.type === 'token') {
+        sessionId = principal.credential.sessionId
+      } else {
+        throw new HttpError(400, 'invalid_request', 'Send {"refresh_token": …}, or call with the opaque access token of the session to end.')
+      }
+      await revokeSession(deps.sql, sessionId)
+      return { status: 204 }
+    },
+  }),
+
+  defineRoute({
+    method: 'GET',
+    path: '/auth/me',
+    access: { kind: 'protected', scope: null, who: 'any' },
+    async handle({ principal, deps }) {
+      if (principal.kind !== 'user') throw new Error('unreachable: /auth/me is protected')
+      const user = await findUser(deps.sql, principal.userId)
+      // A JWT may outlive its user; the token is then no longer good for anything.
+      if (!user) throw new HttpError(401, 'invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+      const { type, expiresAt } = principal.credential
+      return {
+        status: 200,
+        body: { user: presentUser(user), credential: { type, scopes: [...principal.scopes].sort(), expires_at: expiresAt } },
+      }
+    },
+  }),
+]
