@@ -1,6 +1,8 @@
 import type { Sql } from 'postgres'
+import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
 import type { Logger } from './log.js'
+import { Metrics } from './metrics/metrics.js'
 
 /** Everything a handler may use, built by the entry point (or a test) and passed down. */
 export interface AppDeps {
@@ -11,4 +13,10 @@ export interface AppDeps {
   lifecycle: { shuttingDown: boolean }
   /** HMAC key for collection cursors, derived from the JWT signing secrets. */
   cursorKeys: Buffer[]
+  metrics: Metrics
+}
+
+/** The dependencies of one application instance; `config.jwtSecrets` must be resolved already. */
+export function createDeps(sql: Sql, config: Config, log: Logger, metrics = new Metrics({ max: config.poolMax })): AppDeps {
+  return { sql, config, log, lifecycle: { shuttingDown: false }, cursorKeys: cursorKeysFrom(config.jwtSecrets), metrics }
 }

@@ -1,8 +1,13 @@
 import { randomUUID } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import { createServer, type Server } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { AppDeps } from './app-deps.js'
 import { describeError } from './log.js'
+import { metricsRoutes } from './metrics/routes.js'
+import { buildOpenApiDocument } from './openapi/document.js'
+import { openApiRoute } from './openapi/routes.js'
+import type { AnyRoute } from './http/route.js'
 import { apiKeyRoutes } from './api-keys/routes.js'
 import { authRoutes } from './auth/routes.js'
 import { healthRoutes } from './health/routes.js'
@@ -12,7 +17,18 @@ import { createRouter } from './http/router.js'
 import { productRoutes } from './products/routes.js'
 import { userRoutes } from './users/routes.js'
 
-export const routes = [...healthRoutes, ...authRoutes, ...userRoutes, ...productRoutes, ...apiKeyRoutes]
+const apiRoutes = [...healthRoutes, ...authRoutes, ...userRoutes, ...productRoutes, ...apiKeyRoutes, ...metricsRoutes]
+
+// The version in the OpenAPI document is the package's (same path from src/ and dist/).
+const packageVersion = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version
+
+/** Every route of the service, /openapi.json (which describes them all) included. */
+export function allRoutes(apiPrefix: string): AnyRoute[] {
+  let document: unknown
+  const routes = [...apiRoutes, openApiRoute(() => document)]
+  document = buildOpenApiDocument(routes, { version: packageVersion, apiPrefix })
+  return routes
+}
 
 /**
  * The HTTP server as a function of its dependencies; it does not listen.
@@ -24,7 +40,7 @@ export const routes = [...healthRoutes, ...authRoutes, ...userRoutes, ...product
  *   request on a socket we are closing.
  */
 export function createApp(deps: AppDeps): Server {
-  const handle = createRequestHandler(createRouter(routes), deps)
+  const handle = createRequestHandler(createRouter(allRoutes(deps.config.apiPrefix)), deps)
   const { config } = deps
   const server = createServer(
     {

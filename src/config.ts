@@ -26,6 +26,16 @@ const EnvSchema = Type.Object({
   KEEP_ALIVE_TIMEOUT: Type.Optional(Integer(1, 3600)),
   STATEMENT_TIMEOUT: Type.Optional(Integer(1, 3600)),
   ALLOW_SIGNUP: Type.Optional(Bool),
+  REQUIRE_IF_MATCH: Type.Optional(Bool),
+  RATE_LIMIT: Type.Optional(Integer(0, 1000000)),
+  TRUST_PROXY: Type.Optional(Type.String({
+    pattern: '^([0-9]{1,2}|[0-9A-Fa-f:.]+(,[0-9A-Fa-f:.]+)*)$',
+    description: 'a number of proxy hops (0 to 99) or a comma-separated list of proxy addresses',
+  })),
+  CORS_ORIGINS: Type.Optional(Type.String({
+    pattern: '^(\\*|https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(,https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?)*)$',
+    description: 'a comma-separated list of origins such as https://app.example.com, or *',
+  })),
   JWT_ISSUER: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   JWT_AUDIENCE: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   ACCESS_TOKEN_TTL: Type.Optional(Integer(1, 86400)),
@@ -55,6 +65,12 @@ export interface Config {
   keepAliveTimeoutMs: number
   statementTimeoutMs: number
   allowSignup: boolean
+  requireIfMatch: boolean
+  /** Requests per minute per credential or client address; 0 is off. */
+  rateLimit: number
+  /** Proxy hops, or proxy addresses, whose X-Forwarded-For entries are believed. */
+  trustProxy: number | ReadonlySet<string>
+  corsOrigins: ReadonlySet<string>
   jwtIssuer: string
   jwtAudience: string
   /** Seconds. */
@@ -116,6 +132,10 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     keepAliveTimeoutMs,
     statementTimeoutMs: int('STATEMENT_TIMEOUT', 5) * 1000,
     allowSignup: e.ALLOW_SIGNUP === 'true',
+    requireIfMatch: e.REQUIRE_IF_MATCH === 'true',
+    rateLimit: int('RATE_LIMIT', 1200),
+    trustProxy: parseTrustProxy(e.TRUST_PROXY),
+    corsOrigins: new Set(e.CORS_ORIGINS ? e.CORS_ORIGINS.split(',') : []),
     jwtIssuer: e.JWT_ISSUER ?? 'users-products-api',
     jwtAudience: e.JWT_AUDIENCE ?? 'users-products-api',
     accessTokenTtl: int('ACCESS_TOKEN_TTL', 900),
@@ -137,4 +157,9 @@ export function parseJwtSecrets(raw: string): Array<{ kid: string; secret: Buffe
     seen.add(kid)
     return { kid, secret }
   })
+}
+
+function parseTrustProxy(raw: string | undefined): number | ReadonlySet<string> {
+  if (raw === undefined) return 0
+  return /^[0-9]+$/.test(raw) ? Number(raw) : new Set(raw.split(','))
 }

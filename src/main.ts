@@ -1,6 +1,8 @@
 import type { AddressInfo } from 'node:net'
 import { createApp } from './app.js'
-import { cursorKeysFrom, resolveSecrets } from './auth/secrets.js'
+import { createDeps } from './app-deps.js'
+import { resolveSecrets } from './auth/secrets.js'
+import { Metrics } from './metrics/metrics.js'
 import { ConfigError, loadConfig } from './config.js'
 import { connect } from './db/connect.js'
 import { dataRoot, LocalClusterError, localDevelopmentUrl } from './db/local-cluster.js'
@@ -16,7 +18,8 @@ async function main(): Promise<void> {
   const config = loadConfig(process.env)
   const log = createLogger(config.logLevel)
   const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
-  const sql = connect(databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs })
+  const metrics = new Metrics({ max: config.poolMax })
+  const sql = connect(databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs, onQuery: () => void metrics.queries++ })
 
   const applied = await migrate(sql)
   if (applied.length) log.info('migrations applied', { migrations: applied })
@@ -38,7 +41,7 @@ async function main(): Promise<void> {
   }
 
   const secrets = resolveSecrets(config, dataRoot)
-  const deps = { sql, config: { ...config, jwtSecrets: secrets }, log, lifecycle: { shuttingDown: false }, cursorKeys: cursorKeysFrom(secrets) }
+  const deps = createDeps(sql, { ...config, jwtSecrets: secrets }, log, metrics)
   const server = createApp(deps)
   server.listen(config.port, config.host, () => {
     const { address, port } = server.address() as AddressInfo

@@ -42,6 +42,10 @@ describe('defaults', () => {
       accessTokenTtl: 900,
       refreshTokenTtl: 1209600,
       bootstrapAdmin: undefined,
+      requireIfMatch: false,
+      rateLimit: 1200,
+      trustProxy: 0,
+      corsOrigins: new Set(),
     })
   })
 
@@ -83,6 +87,10 @@ describe('values', () => {
       REFRESH_TOKEN_TTL: '3600',
       ADMIN_EMAIL: 'root@example.com',
       ADMIN_PASSWORD: 'long enough',
+      REQUIRE_IF_MATCH: 'true',
+      RATE_LIMIT: '0',
+      TRUST_PROXY: '10.0.0.1,10.0.0.2',
+      CORS_ORIGINS: 'https://app.example.com,http://localhost:5173',
     })
     assert.deepEqual(config, {
       production: false,
@@ -105,6 +113,10 @@ describe('values', () => {
       accessTokenTtl: 60,
       refreshTokenTtl: 3600,
       bootstrapAdmin: { email: 'root@example.com', password: 'long enough' },
+      requireIfMatch: true,
+      rateLimit: 0,
+      trustProxy: new Set(['10.0.0.1', '10.0.0.2']),
+      corsOrigins: new Set(['https://app.example.com', 'http://localhost:5173']),
     })
   })
 

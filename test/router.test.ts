@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { routes as appRoutes } from '../src/app.js'
+import { allRoutes } from '../src/app.js'
+
+const appRoutes = allRoutes('')
 import { publicAccess } from '../src/auth/access.js'
 import { defineRoute, type AnyRoute, type Method } from '../src/http/route.js'
 import { createRouter, isBigintId, type Match } from '../src/http/router.js'

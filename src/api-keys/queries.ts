@@ -16,12 +16,18 @@ export function presentApiKey(row: ApiKeyRow) {
   return { id, name, prefix, scopes, created_at, expires_at, last_used_at, user_id }
 }
 
-export async function insertApiKey(sql: Sql, key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null }): Promise<ApiKeyRow> {
+/**
+ * The new key, or undefined when its user no longer exists. A JWT outlives
+ * its user; inserting for it anyway hit the foreign key and answered 500.
+ * FOR KEY SHARE: a deletion of the user running at the same time waits for
+ * this insert (and then takes the key with it) instead of failing it.
+ */
+export async function insertApiKey(sql: Sql, key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null }): Promise<ApiKeyRow | undefined> {
   const [row] = await sql<ApiKeyRow[]>`
     INSERT INTO api_keys (user_id, name, prefix, key_hash, scopes, expires_at)
-    VALUES (${key.user_id}, ${key.name}, ${key.prefix}, ${key.key_hash}, ${key.scopes}, ${key.expires_at})
+    SELECT id, ${key.name}, ${key.prefix}, ${key.key_hash}, ${key.scopes}, ${key.expires_at} FROM users WHERE id = ${key.user_id} FOR KEY SHARE
     RETURNING id, user_id, name, prefix, scopes, created_at, expires_at, last_used_at`
-  return row!
+  return row
 }
 
 /** The key, if it exists and `ownerId` (undefined for an admin) owns it. */

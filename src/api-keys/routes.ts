@@ -1,4 +1,5 @@
 import Type from 'typebox'
+import { challenge } from '../auth/credentials.js'
 import { isAdmin, type Principal } from '../auth/principal.js'
 import { isScope } from '../auth/scopes.js'
 import { displayPrefix, hashSecret, newSecret } from '../auth/tokens.js'
@@ -19,12 +20,28 @@ const ApiKeyCreate = Type.Object(
   { additionalProperties: false },
 )
 
+/** An API key as listed: never its secret. */
+const ApiKey = Type.Object({
+  id: Type.Integer({ minimum: 1 }),
+  name: Type.String(),
+  prefix: Type.String(),
+  scopes: Type.Array(Type.String()),
+  created_at: Type.String({ format: 'date-time' }),
+  expires_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  last_used_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  user_id: Type.Integer({ minimum: 1 }),
+}, { additionalProperties: false })
+/** The answer to its creation, the one time the secret `key` is shown. */
+const ApiKeyCreated = Type.Object({ ...ApiKey.properties, key: Type.String() }, { additionalProperties: false })
+
 const userIdOf = (p: Principal) => (p.kind === 'user' ? p.userId : '')
 
 export const apiKeyRoutes = [
   defineRoute({
     method: 'GET',
     path: '/api-keys',
+    summary: 'List API keys: one\'s own, or anyone\'s for an admin',
+    responses: { 200: { description: 'A page of keys', schema: Type.Array(Type.Partial(ApiKey)), headers: ['link', 'x-total-count'] } },
     access: { kind: 'protected', scope: 'api_keys:read', who: 'any' },
     query: apiKeysCollection.queryValidator,
     handle({ query, principal, deps }) {
@@ -45,7 +62,11 @@ export const apiKeyRoutes = [
   defineRoute({
     method: 'POST',
     path: '/api-keys',
+    summary: 'Create an API key; the secret is in this answer only',
+    responses: { 201: { description: 'The key, with its secret', schema: ApiKeyCreated, headers: ['location'] } },
     access: { kind: 'protected', scope: 'api_keys:write', who: 'any' },
+    // Not idempotent on purpose: a replay would have to store the secret, and
+    // only its hash may be stored. A retried POST creates a second key; delete the spare.
     body: { kind: 'json', validator: compileValidator(ApiKeyCreate) },
     async handle({ body, principal, deps }) {
       if (principal.kind !== 'user') throw new Error('unreachable: protected route')
@@ -53,13 +74,20 @@ export const apiKeyRoutes = [
       if (unknown !== -1) throw validationFailed([{ path: `/scopes/${unknown}`, message: 'is not a scope' }])
       // A key can never do more than the credential that created it.
       const beyond = body.scopes.filter((s) => !principal.scopes.has(s as never))
-      if (beyond.length) throw new HttpError(403, 'insufficient_scope', `A key cannot have scopes its creator lacks: ${beyond.join(' ')}.`)
+      // With the challenge every other insufficient_scope answer carries (RFC 6750 §3.1), naming what is missing.
+      if (beyond.length) {
+        throw new HttpError(403, 'insufficient_scope', `A key cannot have scopes its creator lacks: ${beyond.join(' ')}.`, {
+          headers: { 'www-authenticate': challenge.scope(beyond.join(' ')) },
+        })
+      }
       const expiresAt = body.expires_at ? new Date(body.expires_at) : null
       if (expiresAt && expiresAt.getTime() <= Date.now()) throw validationFailed([{ path: '/expires_at', message: 'must be in the future' }])
       const key = newSecret('apiKey')
       const row = await insertApiKey(deps.sql, {
         user_id: Number(principal.userId), name: body.name, prefix: displayPrefix(key), key_hash: hashSecret(key), scopes: body.scopes, expires_at: expiresAt,
       })
+      // A JWT may outlive its user (as on /auth/me): the credential is good for nothing now.
+      if (!row) throw new HttpError(401, 'invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
       return {
         status: 201,
         headers: { location: `${deps.config.apiPrefix}/api-keys/${row.id}`, 'cache-control': 'no-store' },
@@ -71,6 +99,8 @@ export const apiKeyRoutes = [
   defineRoute({
     method: 'GET',
     path: '/api-keys/{id}',
+    summary: 'Read an API key (without its secret)',
+    responses: { 200: { description: 'The key', schema: ApiKey } },
     access: { kind: 'protected', scope: 'api_keys:read', who: 'any' },
     async handle({ params, principal, deps }) {
       const row = await findApiKey(deps.sql, params.id!, isAdmin(principal) ? undefined : userIdOf(principal))
@@ -82,6 +112,8 @@ export const apiKeyRoutes = [
   defineRoute({
     method: 'DELETE',
     path: '/api-keys/{id}',
+    summary: 'Revoke an API key at once',
+    responses: { 204: { description: 'Deleted' } },
     access: { kind: 'protected', scope: 'api_keys:write', who: 'any' },
     async handle({ params, principal, deps }) {
       const row = await findApiKey(deps.sql, params.id!, isAdmin(principal) ? undefined : userIdOf(principal))

@@ -18,15 +18,17 @@ const tooMany = (seconds: number) =>
     headers: { 'retry-after': String(Math.max(1, Math.ceil(seconds))) },
   })
 
-export async function assertNotLocked(sql: Sql, email: string): Promise<void> {
-  const [row] = await sql<Array<{ wait: number }>>`
-    SELECT extract(epoch FROM locked_until - now())::float8 AS wait
-    FROM login_failures WHERE email = ${email.toLowerCase()} AND locked_until > now()`
-  if (row) throw tooMany(row.wait)
-}
-
-export async function recordFailure(sql: Sql, email: string): Promise<void> {
-  await sql`
+/**
+ * Counts a login attempt for the address before its password is checked, or
+ * refuses it (429) while the address is locked. Fixed: the lock used to be
+ * checked first and the failure recorded only after the ~100 ms hash, so a
+ * burst of concurrent guesses all passed the check before the first failure
+ * was written: one address got as many guesses as the hash queue holds (66),
+ * not 5. Now check and count are one statement, serialized on the row. The
+ * attempt stays counted when the password is wrong; a success clears it.
+ */
+export async function countAttempt(sql: Sql, email: string): Promise<void> {
+  const [counted] = await sql`
     INSERT INTO login_failures AS f (email, failures, last_failure)
     VALUES (${email.toLowerCase()}, 1, now())
     ON CONFLICT (email) DO UPDATE SET
@@ -35,7 +37,13 @@ export async function recordFailure(sql: Sql, email: string): Promise<void> {
       locked_until = CASE
         WHEN f.last_failure >= now() - ${WINDOW_SECONDS} * interval '1 second' AND f.failures + 1 >= ${FREE_FAILURES}
         THEN now() + least(${FIRST_LOCK_SECONDS} * power(2, f.failures + 1 - ${FREE_FAILURES}), ${MAX_LOCK_SECONDS}) * interval '1 second'
-        ELSE NULL END`
+        ELSE NULL END
+    WHERE f.locked_until IS NULL OR f.locked_until <= now()
+    RETURNING 1`
+  if (counted) return
+  const [row] = await sql<Array<{ wait: number }>>`
+    SELECT extract(epoch FROM locked_until - now())::float8 AS wait FROM login_failures WHERE email = ${email.toLowerCase()}`
+  throw tooMany(row?.wait ?? 1)
 }
 
 export async function clearFailures(sql: Sql, email: string): Promise<void> {

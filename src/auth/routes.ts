@@ -3,8 +3,9 @@ import { HttpError } from '../http/problem.js'
 import { defineRoute } from '../http/route.js'
 import { compileValidator } from '../http/validate.js'
 import { presentUser, findUserByEmail, findUser } from '../users/queries.js'
+import { User } from '../users/schemas.js'
 import { challenge } from './credentials.js'
-import { assertNotLocked, clearFailures, recordFailure } from './login-throttle.js'
+import { clearFailures, countAttempt } from './login-throttle.js'
 import { hashPassword, verifyPassword } from './password.js'
 import { publicAccess } from './access.js'
 import { isScope, roleScopes } from './scopes.js'
@@ -19,6 +20,21 @@ const LoginBody = Type.Object(
   },
   { additionalProperties: false },
 )
+const Tokens = Type.Object({
+  access_token: Type.String(),
+  token_type: Type.Literal('Bearer'),
+  expires_in: Type.Integer({ description: 'seconds' }),
+  refresh_token: Type.String(),
+  scope: Type.String({ description: 'space-separated scopes' }),
+}, { additionalProperties: false })
+const Me = Type.Object({
+  user: User,
+  credential: Type.Object({
+    type: Type.Union([Type.Literal('jwt'), Type.Literal('token'), Type.Literal('api_key')]),
+    scopes: Type.Array(Type.String()),
+    expires_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  }, { additionalProperties: false }),
+}, { additionalProperties: false })
 const RefreshBody = Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false })
 const LogoutBody = Type.Object({ refresh_token: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })) }, { additionalProperties: false })
 
@@ -33,17 +49,17 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/login',
+    summary: 'Log in with e-mail and password; returns an access and a refresh token',
+    responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(LoginBody) },
     async handle({ body, deps }) {
       const { sql, config } = deps
-      await assertNotLocked(sql, body.email)
+      // Counted before the password is checked, so concurrent guesses cannot outrun the lock.
+      await countAttempt(sql, body.email)
       const user = await findUserByEmail(sql, body.email)
       const ok = await verifyPassword(body.password, user?.password_hash ?? (await dummyHash))
-      if (!user || !user.password_hash || !ok) {
-        await recordFailure(sql, body.email)
-        throw invalidCredentials()
-      }
+      if (!user || !user.password_hash || !ok) throw invalidCredentials()
       await clearFailures(sql, body.email)
       const allowed = roleScopes[user.role]
       const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
@@ -59,6 +75,8 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/refresh',
+    summary: 'Trade a refresh token for a new pair (the old one is retired)',
+    responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(RefreshBody) },
     async handle({ body, deps }) {
@@ -73,6 +91,8 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/logout',
+    summary: 'End the session of a refresh token, or of the opaque access token used',
+    responses: { 204: { description: 'Session ended' } },
     access: { kind: 'optional' },
     body: { kind: 'json', validator: compileValidator(LogoutBody), optional: true },
     async handle({ body, principal, deps }) {
@@ -93,6 +113,8 @@ export const authRoutes = [
   defineRoute({
     method: 'GET',
     path: '/auth/me',
+    summary: 'The caller and its credential',
+    responses: { 200: { description: 'The caller', schema: Me } },
     access: { kind: 'protected', scope: null, who: 'any' },
     async handle({ principal, deps }) {
       if (principal.kind !== 'user') throw new Error('unreachable: /auth/me is protected')

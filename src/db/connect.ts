@@ -3,6 +3,8 @@ import postgres, { type Sql } from 'postgres'
 export interface PoolOptions {
   max: number
   statementTimeoutMs: number
+  /** Called for every statement sent (metrics). */
+  onQuery?: () => void
 }
 
 /**
@@ -26,6 +28,8 @@ export function connect(databaseUrl: string, options: PoolOptions): Sql {
     idle_timeout: 60,
     max_lifetime: 60 * 30,
     onnotice: () => {},
+    // postgres.js calls `debug` once per statement sent: the cheapest hook for a query counter.
+    ...(options.onQuery ? { debug: options.onQuery } : {}),
     connection: { application_name: 'users-products-api', statement_timeout: options.statementTimeoutMs },
     types: {
       int8: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) },

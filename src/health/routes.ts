@@ -1,3 +1,4 @@
+import Type from 'typebox'
 import { publicAccess } from '../auth/access.js'
 import { HttpError } from '../http/problem.js'
 import { defineRoute } from '../http/route.js'
@@ -8,7 +9,10 @@ export const healthRoutes = [
   defineRoute({
     method: 'GET',
     path: '/healthz',
+    summary: 'Liveness: the process answers (no database access)',
+    responses: { 200: { description: 'Alive', schema: Type.Object({ status: Type.Literal('ok') }) } },
     access: publicAccess,
+    unlimited: true,
     handle: async () => ({ status: 200, headers: { 'cache-control': 'no-store' }, body: { status: 'ok' } }),
   }),
 
@@ -16,7 +20,10 @@ export const healthRoutes = [
   defineRoute({
     method: 'GET',
     path: '/readyz',
+    summary: 'Readiness: the database answers and the service is not draining',
+    responses: { 200: { description: 'Ready', schema: Type.Object({ status: Type.Literal('ready') }) } },
     access: publicAccess,
+    unlimited: true,
     async handle({ deps }) {
       if (deps.lifecycle.shuttingDown) {
         throw new HttpError(503, 'shutting_down', 'The service is shutting down.', { headers: { 'retry-after': '1' } })

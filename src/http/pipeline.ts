@@ -7,6 +7,10 @@ import { anonymous, type Principal } from '../auth/principal.js'
 import { mapDatabaseError } from '../db/errors.js'
 import { describeError } from '../log.js'
 import { checkContentType, readJsonBody } from './body.js'
+import { clientAddress, type TrustProxy } from './client-address.js'
+import { corsHeaders } from './cors.js'
+import { handleIdempotently } from './idempotency.js'
+import { RateLimiter, type RateDecision } from './rate-limit.js'
 import { etagMatches } from './conditional.js'
 import { HttpError, notFound, problemBody } from './problem.js'
 import { checkQuery, parseQueryString } from './query.js'
@@ -15,8 +19,9 @@ import type { Reply } from './route.js'
 import type { Router } from './router.js'
 
 // The whole life of a request, top to bottom: identify it, match a route,
-// authenticate, authorize, read and check the query and the body, run the
-// handler, answer, log. One `catch` turns any failure into a problem answer.
+// authenticate, count it against the rate limit, authorize, read and check
+// the query and the body, run the handler (through the idempotency record for
+// creating POSTs), answer, log. One `catch` turns any failure into a problem.
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
@@ -24,6 +29,8 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
   const { config, log, lifecycle } = deps
   const prefix = config.apiPrefix
   const credentialSettings = { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience }
+  const limiter = config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined
+  const cors = { origins: config.corsOrigins }
 
   return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = process.hrtime.bigint()
@@ -36,6 +43,9 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     let template: string | undefined
     let principal: Principal = anonymous
     let reply: Reply
+    let rate: RateDecision | undefined
+    let corsExtra: Record<string, string> = {}
+    deps.metrics.inFlight++
 
     let problem = false
     try {
@@ -44,6 +54,8 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
       const match = router.match(method, path)
       if (match.kind === 'not_found') throw notFound()
       template = match.template
+      const preflight = match.kind === 'options' && req.headers['access-control-request-method'] !== undefined
+      corsExtra = corsHeaders(cors, req.headers.origin, preflight ? match.allow : undefined)
       if (match.kind === 'options') {
         reply = { status: 204, headers: { allow: match.allow } }
       } else if (match.kind === 'method_not_allowed') {
@@ -54,15 +66,28 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
         }
         const { route, params } = match
         // Public routes never look at a credential (no database read for /healthz).
-        if (route.access.kind !== 'public') principal = (await authenticate(deps.sql, req.headers, credentialSettings)) ?? anonymous
+        if (route.access.kind !== 'public') {
+          try {
+            principal = (await authenticate(deps.sql, req.headers, credentialSettings)) ?? anonymous
+          } catch (err) {
+            // Failed credentials count against the address, so that guessing tokens is limited too.
+            if (limiter && !route.unlimited) rate = enforce(limiter, `address ${clientAddress(req, config.trustProxy)}`)
+            throw err
+          }
+        }
+        if (limiter && !route.unlimited) rate = enforce(limiter, rateKey(principal, req, config.trustProxy))
         authorize(route.access, principal, params, config.allowSignup)
+        if (config.requireIfMatch && route.requiresIfMatch && req.headers['if-match'] === undefined) {
+          throw new HttpError(428, 'precondition_required', 'This server requires If-Match on writes: GET the resource and send its ETag.')
+        }
         const query = checkQuery(route.query, parseQueryString(queryAt === -1 ? '' : rawUrl.slice(queryAt + 1)))
         let body: unknown
         if (route.body && !(route.body.optional && hasNoBody(req))) {
           checkContentType(req, route.body.kind)
           body = route.body.validator.parseBody(await readJsonBody(req, config.bodyLimit))
         }
-        reply = await route.handle({ params, query, body, principal, headers: req.headers, requestId, deps })
+        const ctx = { params, query, body, principal, headers: req.headers, requestId, deps }
+        reply = route.idempotent ? await handleIdempotently(route, ctx, path, clientAddress(req, config.trustProxy)) : await route.handle(ctx)
         if (reply.status === 200 && (method === 'GET' || method === 'HEAD') && etagMatches(req.headers['if-none-match'], reply.headers?.etag)) {
           // RFC 9110 §15.4.5: a 304 repeats the validator, and nothing else of the body.
           reply = { status: 304, headers: { etag: reply.headers!.etag! } }
@@ -73,16 +98,20 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
       reply = problemReply(err, fullPath, requestId, deps, template)
     }
 
-    const logRequest = () =>
+    const logRequest = () => {
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9
+      deps.metrics.inFlight--
+      deps.metrics.observe(method, template ?? null, reply.status, seconds)
       log.info('request', {
         request_id: requestId,
         method,
         route: template ?? null,
         status: reply.status,
-        duration_ms: Number(process.hrtime.bigint() - started) / 1e6,
+        duration_ms: seconds * 1000,
         user_id: principal.kind === 'user' ? principal.userId : null,
-        client: req.socket.remoteAddress ?? null,
+        client: clientAddress(req, config.trustProxy),
       })
+    }
     // The client went away (an aborted upload, a disconnect while the handler
     // ran): nothing can be written, but the request is still logged. Returning
     // without a log line left such requests invisible.
@@ -91,6 +120,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     if (lifecycle.shuttingDown) reply.headers = { ...reply.headers, connection: 'close' }
     // Answers about credentials must not be stored by any cache (RFC 6749 §5.1), errors included.
     if (fullPath.startsWith(`${prefix}/auth/`)) reply.headers = { ...reply.headers, 'cache-control': 'no-store' }
+    reply.headers = { ...reply.headers, ...corsExtra, ...(rate ? rateHeaders(rate) : {}) }
     writeReply(res, reply, { requestId, head: method === 'HEAD', problem })
     if (reply.headers?.connection === 'close') res.once('finish', () => req.socket.destroySoon())
 
@@ -98,12 +128,37 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
   }
 }
 
+/** Who a request counts against: its credential, or its client address when anonymous. */
+function rateKey(principal: Principal, req: IncomingMessage, trust: TrustProxy): string {
+  if (principal.kind === 'anonymous') return `address ${clientAddress(req, trust)}`
+  const c = principal.credential
+  return c.type === 'api_key' ? `key ${c.apiKeyId}` : c.type === 'token' ? `session ${c.sessionId}` : `jwt ${principal.userId}`
+}
+
+function enforce(limiter: RateLimiter, key: string): RateDecision {
+  const decision = limiter.hit(key)
+  if (!decision.allowed) {
+    throw new HttpError(429, 'rate_limited', `Rate limit of ${decision.limit} requests per minute reached.`, {
+      headers: { 'retry-after': String(decision.resetSeconds), ...rateHeaders(decision) },
+    })
+  }
+  return decision
+}
+
+// IETF draft-ietf-httpapi-ratelimit-headers field names.
+const rateHeaders = (d: RateDecision) => ({
+  'ratelimit-limit': String(d.limit),
+  'ratelimit-remaining': String(d.remaining),
+  'ratelimit-reset': String(d.resetSeconds),
+})
+
 function problemReply(err: unknown, instance: string, requestId: string, deps: AppDeps, template: string | undefined): Reply {
   let http = err instanceof HttpError ? err : mapDatabaseError(err)
   if (!http) {
     deps.log.error('unhandled error', { request_id: requestId, route: template ?? null, ...describeError(err) })
     http = new HttpError(500, 'internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
-  } else if (http.status === 503) {
+  } else if (http.status === 503 && http.code === 'database_unavailable') {
+    deps.metrics.queryErrors++
     deps.log.warn('database unavailable', { request_id: requestId, ...describeError(err) })
   }
   return { status: http.status, headers: http.options.headers, body: problemBody(http, instance, requestId) }

@@ -6,13 +6,13 @@ const PROBLEM_TYPE = 'application/problem+json; charset=utf-8'
 
 /** The one place that writes a response. HEAD gets the GET headers, Content-Length included, and no body. */
 export function writeReply(res: ServerResponse, reply: Reply, opts: { requestId: string; head: boolean; problem?: boolean }): void {
-  const payload = reply.body === undefined ? undefined : Buffer.from(JSON.stringify(reply.body))
+  const payload = reply.text ? Buffer.from(reply.text.content) : reply.body === undefined ? undefined : Buffer.from(JSON.stringify(reply.body))
   res.statusCode = reply.status
   res.setHeader('x-request-id', opts.requestId)
   res.setHeader('x-content-type-options', 'nosniff')
   for (const [name, value] of Object.entries(reply.headers ?? {})) res.setHeader(name, value)
   if (payload) {
-    res.setHeader('content-type', opts.problem ? PROBLEM_TYPE : JSON_TYPE)
+    res.setHeader('content-type', reply.text?.contentType ?? (opts.problem ? PROBLEM_TYPE : JSON_TYPE))
     res.setHeader('content-length', payload.length)
   } else if (reply.status !== 204 && reply.status !== 304) {
     res.setHeader('content-length', 0)

@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http'
+import type { TSchema } from 'typebox'
 import type { Access } from '../auth/access.js'
 import type { Principal } from '../auth/principal.js'
 import type { AppDeps } from '../app-deps.js'
@@ -11,7 +12,10 @@ export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'
 export interface Reply {
   status: number
   headers?: Record<string, string>
+  /** Sent as JSON, unless `text` is given. */
   body?: unknown
+  /** A non-JSON body (Prometheus text) with its Content-Type. */
+  text?: { contentType: string; content: string }
 }
 
 export interface HandlerContext<Query, Body> {
@@ -39,7 +43,23 @@ export interface Route<Query = Record<string, never>, Body = undefined> {
   /** `optional`: a request with no body at all is accepted and the handler gets undefined. */
   body?: { kind: BodyKind; validator: Validator<Body>; optional?: boolean }
   handle(ctx: HandlerContext<Query, Body>): Promise<Reply>
+  /** A creating POST: honours Idempotency-Key. */
+  idempotent?: boolean
+  /** A write of a versioned resource: 428 without If-Match when REQUIRE_IF_MATCH=true. */
+  requiresIfMatch?: boolean
+  /** Exempt from the rate limit (health probes). */
+  unlimited?: boolean
+  /** For the OpenAPI document: what the operation does. */
+  summary?: string
+  /**
+   * The success answers, for the OpenAPI document (error answers are derived
+   * from the route's other declarations). `schema` undefined: no body.
+   */
+  responses?: Record<number, { description: string; schema?: TSchema; headers?: ResponseHeader[] }>
 }
+
+/** Headers a success answer carries beyond the ones every answer has. */
+export type ResponseHeader = 'etag' | 'location' | 'link' | 'x-total-count' | 'idempotent-replayed'
 
 // Erases the generics so that routes of different shapes fit in one table
 // while each definition stays fully typed where it is written.

@@ -6,7 +6,7 @@ import { compileValidator } from '../http/validate.js'
 import { changedMembers, checkEchoedId, lockForWrite } from '../resources/common.js'
 import { productsCollection } from './collection.js'
 import { deleteProduct, findProduct, insertProduct, presentProduct, updateProduct, type ProductRow, type ProductWrite } from './queries.js'
-import { ProductCreate, ProductPatch, ProductReplace, productDefaults } from './schemas.js'
+import { Product, ProductCreate, ProductPage, ProductPatch, ProductReplace, productDefaults } from './schemas.js'
 
 const createBody = { kind: 'json' as const, validator: compileValidator(ProductCreate) }
 const replaceBody = { kind: 'json' as const, validator: compileValidator(ProductReplace) }
@@ -42,6 +42,8 @@ export const productRoutes = [
   defineRoute({
     method: 'GET',
     path: '/products',
+    summary: 'List products: filter, sort, page, select',
+    responses: { 200: { description: 'A page of products', schema: ProductPage, headers: ['link', 'x-total-count'] } },
     access: { kind: 'protected', scope: 'products:read', who: 'any' },
     query: productsCollection.queryValidator,
     handle: ({ query, deps }) =>
@@ -56,7 +58,10 @@ export const productRoutes = [
   defineRoute({
     method: 'POST',
     path: '/products',
+    summary: 'Create a product',
+    responses: { 201: { description: 'The created product', schema: Product, headers: ['etag', 'location'] } },
     access: { kind: 'protected', scope: 'products:write', who: 'admin' },
+    idempotent: true,
     body: createBody,
     async handle({ body, deps }) {
       const row = await insertProduct(deps.sql, withDefaults(body))
@@ -67,6 +72,8 @@ export const productRoutes = [
   defineRoute({
     method: 'GET',
     path: '/products/{id}',
+    summary: 'Read a product',
+    responses: { 200: { description: 'The product', schema: Product, headers: ['etag'] } },
     access: { kind: 'protected', scope: 'products:read', who: 'any' },
     async handle({ params, deps }) {
       const row = await findProduct(deps.sql, params.id!)
@@ -78,7 +85,10 @@ export const productRoutes = [
   defineRoute({
     method: 'PUT',
     path: '/products/{id}',
+    summary: 'Replace a product',
+    responses: { 200: { description: 'The product', schema: Product, headers: ['etag'] } },
     access: { kind: 'protected', scope: 'products:write', who: 'admin' },
+    requiresIfMatch: true,
     body: replaceBody,
     handle: (ctx) => writeProduct(ctx, withDefaults(ctx.body)),
   }),
@@ -86,7 +96,10 @@ export const productRoutes = [
   defineRoute({
     method: 'PATCH',
     path: '/products/{id}',
+    summary: 'Change a product (JSON merge patch)',
+    responses: { 200: { description: 'The product', schema: Product, headers: ['etag'] } },
     access: { kind: 'protected', scope: 'products:write', who: 'admin' },
+    requiresIfMatch: true,
     body: patchBody,
     handle: (ctx) => {
       const { sku, name, description, price, currency, stock } = ctx.body
@@ -102,7 +115,10 @@ export const productRoutes = [
   defineRoute({
     method: 'DELETE',
     path: '/products/{id}',
+    summary: 'Delete a product',
+    responses: { 204: { description: 'Deleted' } },
     access: { kind: 'protected', scope: 'products:write', who: 'admin' },
+    requiresIfMatch: true,
     async handle({ params, headers, deps }) {
       await deps.sql.begin(async (tx) => {
         const current = await lockForWrite<ProductRow>(tx, 'products', params.id!, headers['if-match'])

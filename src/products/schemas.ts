@@ -47,3 +47,18 @@ export const ProductPatch = Type.Object(
   { additionalProperties: false },
 )
 export type ProductPatch = Static<typeof ProductPatch>
+
+/** A product as the API returns it. */
+export const Product = Type.Object({
+  id: Type.Integer({ minimum: 1 }),
+  sku: Type.String(),
+  name: Type.String(),
+  description: Type.String(),
+  price: Type.Integer({ minimum: 0 }),
+  currency: Type.String(),
+  stock: Type.Integer({ minimum: 0 }),
+  created_at: Type.String({ format: 'date-time' }),
+  updated_at: Type.String({ format: 'date-time' }),
+}, { additionalProperties: false })
+/** A page of a list: `fields` may leave members out. */
+export const ProductPage = Type.Array(Type.Partial(Product))

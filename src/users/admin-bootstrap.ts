@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { Sql } from 'postgres'
 import { hashPassword } from '../auth/password.js'
+import { ConfigError } from '../config.js'
 import { compileValidator } from '../http/validate.js'
 import { UserCreate } from './schemas.js'
 
@@ -15,7 +16,9 @@ const checkUser = compileValidator(UserCreate)
 export async function createOrResetAdmin(sql: Sql, email: string, password?: string): Promise<{ id: number; password: string; created: boolean }> {
   const secret = password ?? randomBytes(18).toString('base64url')
   const errors = checkUser.errors({ name: 'Administrator', email, password: secret })
-  if (errors.length) throw new Error(`Cannot create the admin: ${errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; ')}`)
+  // A ConfigError: bad input from the operator (the command line, ADMIN_EMAIL) gets
+  // its message on stderr, not the JSON-and-stack-trace main.ts prints for a crash.
+  if (errors.length) throw new ConfigError(`Cannot create the admin: ${errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; ')}`)
   const passwordHash = await hashPassword(secret)
   const [row] = await sql<Array<{ id: number; created: boolean }>>`
     INSERT INTO users (name, email, role, password_hash) VALUES ('Administrator', ${email}, 'admin', ${passwordHash})

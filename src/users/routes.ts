@@ -8,7 +8,7 @@ import { compileValidator } from '../http/validate.js'
 import { changedMembers, checkEchoedId, lockForWrite } from '../resources/common.js'
 import { usersCollection } from './collection.js'
 import { deleteUser, ensureAnotherAdmin, findUser, insertUser, presentUser, updateUser, type UserRow, type UserWrite } from './queries.js'
-import { UserCreate, UserPatch, UserReplace } from './schemas.js'
+import { User, UserCreate, UserPage, UserPatch, UserReplace } from './schemas.js'
 
 const createBody = { kind: 'json' as const, validator: compileValidator(UserCreate) }
 const replaceBody = { kind: 'json' as const, validator: compileValidator(UserReplace) }
@@ -50,6 +50,8 @@ export const userRoutes = [
   defineRoute({
     method: 'GET',
     path: '/users',
+    summary: 'List users: filter, sort, page, select',
+    responses: { 200: { description: 'A page of users', schema: UserPage, headers: ['link', 'x-total-count'] } },
     access: { kind: 'protected', scope: 'users:read', who: 'admin' },
     query: usersCollection.queryValidator,
     handle: ({ query, deps }) =>
@@ -64,7 +66,10 @@ export const userRoutes = [
   defineRoute({
     method: 'POST',
     path: '/users',
+    summary: 'Create a user',
+    responses: { 201: { description: 'The created user', schema: User, headers: ['etag', 'location'] } },
     access: { kind: 'protected', scope: 'users:write', who: 'admin', signup: true },
+    idempotent: true,
     body: createBody,
     async handle({ body, principal, deps }) {
       // Self sign-up (ALLOW_SIGNUP) creates plain users only.
@@ -78,6 +83,8 @@ export const userRoutes = [
   defineRoute({
     method: 'GET',
     path: '/users/{id}',
+    summary: 'Read a user',
+    responses: { 200: { description: 'The user', schema: User, headers: ['etag'] } },
     access: { kind: 'protected', scope: 'users:read', who: 'admin-or-self' },
     async handle({ params, deps }) {
       const row = await findUser(deps.sql, params.id!)
@@ -89,7 +96,10 @@ export const userRoutes = [
   defineRoute({
     method: 'PUT',
     path: '/users/{id}',
+    summary: 'Replace a user\'s name and e-mail (role and password only when given)',
+    responses: { 200: { description: 'The user', schema: User, headers: ['etag'] } },
     access: { kind: 'protected', scope: 'users:write', who: 'admin-or-self' },
+    requiresIfMatch: true,
     body: replaceBody,
     handle: (ctx) =>
       writeUser(ctx, (current, passwordHash) => ({
@@ -103,7 +113,10 @@ export const userRoutes = [
   defineRoute({
     method: 'PATCH',
     path: '/users/{id}',
+    summary: 'Change a user (JSON merge patch)',
+    responses: { 200: { description: 'The user', schema: User, headers: ['etag'] } },
     access: { kind: 'protected', scope: 'users:write', who: 'admin-or-self' },
+    requiresIfMatch: true,
     body: patchBody,
     handle: (ctx) =>
       writeUser(ctx, (_current, passwordHash) => ({
@@ -117,7 +130,10 @@ export const userRoutes = [
   defineRoute({
     method: 'DELETE',
     path: '/users/{id}',
+    summary: 'Delete a user, its sessions and its API keys',
+    responses: { 204: { description: 'Deleted' } },
     access: { kind: 'protected', scope: 'users:write', who: 'admin-or-self' },
+    requiresIfMatch: true,
     async handle({ params, headers, deps }) {
       await deps.sql.begin(async (tx) => {
         const current = await lockForWrite<UserRow>(tx, 'users', params.id!, headers['if-match'])

@@ -36,11 +36,14 @@ export const UserPatch = Type.Object(
 )
 export type UserPatch = Static<typeof UserPatch>
 
+/** A user as the API returns it (never a password or its hash). */
 export const User = Type.Object({
-  id: Type.Integer(),
+  id: Type.Integer({ minimum: 1 }),
   name: Type.String(),
   email: Type.String(),
   role: Role,
   created_at: Type.String({ format: 'date-time' }),
   updated_at: Type.String({ format: 'date-time' }),
-})
+}, { additionalProperties: false })
+/** A page of a list: `fields` may leave members out. */
+export const UserPage = Type.Array(Type.Partial(User))

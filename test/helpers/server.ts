@@ -3,11 +3,12 @@ import type { AddressInfo } from 'node:net'
 import { after } from 'node:test'
 import type { Sql } from 'postgres'
 import { createApp } from '../../src/app.js'
-import type { AppDeps } from '../../src/app-deps.js'
-import { cursorKeysFrom } from '../../src/auth/secrets.js'
+import { createDeps, type AppDeps } from '../../src/app-deps.js'
+import { Metrics } from '../../src/metrics/metrics.js'
 import { loadConfig, type Config } from '../../src/config.js'
 import { connect } from '../../src/db/connect.js'
 import { createLogger } from '../../src/log.js'
+import { checkAgainstDocument } from './contract-check.js'
 import { signJwt, type JwtClaims } from '../../src/auth/jwt.js'
 import { hashPassword } from '../../src/auth/password.js'
 import { roleScopes } from '../../src/auth/scopes.js'
@@ -74,14 +75,15 @@ export async function createTestDatabase(): Promise<string> {
 export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}): Promise<TestServer> {
   const databaseUrl = await createTestDatabase()
   const config: Config = {
-    ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, ...env }),
+    ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0', ...env }),
     databaseUrl,
     ...overrides,
   }
   const logs: Array<Record<string, unknown>> = []
   const log = createLogger(config.logLevel, (line) => void logs.push(JSON.parse(line)))
-  const sql = connect(databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs })
-  const deps: AppDeps = { sql, config, log, lifecycle: { shuttingDown: false }, cursorKeys: cursorKeysFrom(config.jwtSecrets) }
+  const metrics = new Metrics({ max: config.poolMax })
+  const sql = connect(databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs, onQuery: () => void metrics.queries++ })
+  const deps: AppDeps = createDeps(sql, config, log, metrics)
   const server = createApp(deps)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
@@ -107,6 +109,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     return { id: row!.id, email, token: jwtFor(row!.id, role) }
   }
   const adminUser = await createUser({ role: 'admin', name: 'Test Admin' })
+  let document: Parameters<typeof checkAgainstDocument>[0] | undefined
 
   return {
     url,
@@ -131,7 +134,10 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
       const res = await fetch(url + path, { method, headers, body })
       const text = await res.text()
       const type = res.headers.get('content-type') ?? ''
-      return { status: res.status, headers: res.headers, text, body: /json/.test(type) && text ? JSON.parse(text) : undefined }
+      const parsed = /json/.test(type) && text ? JSON.parse(text) : undefined
+      document ??= (await (await fetch(`${url}${config.apiPrefix}/openapi.json`)).json()) as never
+      checkAgainstDocument(document!, method, path, config.apiPrefix, res.status, type, /json/.test(type) ? parsed : text || undefined)
+      return { status: res.status, headers: res.headers, text, body: parsed }
     },
   }
 }

@@ -1,0 +1,110 @@
+import { createHmac } from 'node:crypto'
+import type { Principal } from '../auth/principal.js'
+import { HttpError } from './problem.js'
+import type { AnyRoute, HandlerContext, Reply } from './route.js'
+
+// Idempotency-Key on creating POSTs. The key is scoped to the caller (the
+// user, or the client address when anonymous) and bound to a fingerprint of
+// method, path and body. The first request inserts a "running" record; the
+// primary key makes that atomic across instances, so of many concurrent
+// requests with one key exactly one runs the handler. Its answer is stored
+// and replayed for 24 hours with `Idempotent-Replayed: true`; the same key
+// with another body is 422; while the first still runs, 409. A failed first
+// request (any error) removes its record, so that a retry runs again.
+
+const KEY = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/
+const RETENTION = '24 hours'
+// A record still "running" after this long belongs to a request that died with its process.
+const ABANDONED = '1 minute'
+// Headers of the first answer worth replaying; the request id and rate figures are the retry's own.
+const REPLAYED_HEADERS = ['location', 'etag']
+const CLEANUP_EVERY = 50
+
+let insertsSinceCleanup = 0
+
+interface StoredAnswer {
+  fingerprint: string
+  status: number | null
+  headers: Record<string, string> | null
+  body: string | null
+  stale: boolean
+}
+
+const fingerprintKey = (secret: Buffer) => createHmac('sha256', secret).update('idempotency-fingerprint-v1').digest()
+
+const callerOf = (principal: Principal, address: string) => (principal.kind === 'user' ? `user ${principal.userId}` : `address ${address}`)
+
+export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<unknown, unknown>, path: string, address: string): Promise<Reply> {
+  const header = ctx.headers['idempotency-key']
+  if (header === undefined) return route.handle(ctx)
+  if (typeof header !== 'string' || !KEY.test(header)) {
+    throw new HttpError(400, 'invalid_request', 'Idempotency-Key must be 1 to 255 printable ASCII characters.')
+  }
+  const { sql } = ctx.deps
+  const caller = callerOf(ctx.principal, address)
+  // Keyed, not a plain SHA-256: the body may hold a password (POST /users), and
+  // an unkeyed hash of it in the table let whoever reads the table test
+  // guesses at SHA-256 speed instead of scrypt's. The signing secret is the one
+  // secret every instance shares (after a rotation, a retry of an older
+  // request is a 422 rather than a replay).
+  const fingerprint = createHmac('sha256', fingerprintKey(ctx.deps.config.jwtSecrets[0]!.secret))
+    .update(JSON.stringify([route.method, path, ctx.body]))
+    .digest('base64url')
+
+  // Our own record is the one with our created_at: after a takeover (below) the
+  // key may hold another request's record, which we must not finish or remove.
+  let mine: Date
+  for (;;) {
+    const [inserted] = await sql<Array<{ created_at: Date }>>`
+      INSERT INTO idempotency_keys (caller, key, fingerprint) VALUES (${caller}, ${header}, ${fingerprint})
+      ON CONFLICT (caller, key) DO NOTHING RETURNING created_at`
+    if (inserted) {
+      mine = inserted.created_at
+      break
+    }
+    const [stored] = await sql<StoredAnswer[]>`
+      SELECT fingerprint, status, headers, body,
+             created_at < now() - ${RETENTION}::interval OR (status IS NULL AND created_at < now() - ${ABANDONED}::interval) AS stale
+      FROM idempotency_keys WHERE caller = ${caller} AND key = ${header}`
+    if (!stored) continue // removed between our two statements: try to insert again
+    if (stored.stale) {
+      // Deleted only if still stale when deleted: of concurrent requests that all
+      // saw the stale record, one may already have replaced it with its own
+      // running record, and deleting that (same fingerprint) let a second
+      // request run the handler too.
+      await sql`
+        DELETE FROM idempotency_keys WHERE caller = ${caller} AND key = ${header}
+          AND (created_at < now() - ${RETENTION}::interval OR (status IS NULL AND created_at < now() - ${ABANDONED}::interval))`
+      continue
+    }
+    if (stored.fingerprint !== fingerprint) {
+      throw new HttpError(422, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request.')
+    }
+    if (stored.status === null) {
+      throw new HttpError(409, 'idempotency_key_in_use', 'A request with this Idempotency-Key is still being processed; retry shortly.', { headers: { 'retry-after': '1' } })
+    }
+    return {
+      status: stored.status,
+      headers: { ...stored.headers, 'idempotent-replayed': 'true' },
+      body: stored.body === null ? undefined : JSON.parse(stored.body),
+    }
+  }
+
+  let reply: Reply
+  try {
+    reply = await route.handle(ctx)
+  } catch (err) {
+    await sql`DELETE FROM idempotency_keys WHERE caller = ${caller} AND key = ${header} AND created_at = ${mine}`.catch(() => {})
+    throw err
+  }
+  const headers = Object.fromEntries(REPLAYED_HEADERS.filter((h) => reply.headers?.[h] !== undefined).map((h) => [h, reply.headers![h]!]))
+  await sql`
+    UPDATE idempotency_keys SET status = ${reply.status}, headers = ${sql.json(headers)}, body = ${reply.body === undefined ? null : JSON.stringify(reply.body)}
+    WHERE caller = ${caller} AND key = ${header} AND created_at = ${mine}`
+  // Expired records go as new ones arrive: no separate job to schedule.
+  if (++insertsSinceCleanup >= CLEANUP_EVERY) {
+    insertsSinceCleanup = 0
+    await sql`DELETE FROM idempotency_keys WHERE created_at < now() - ${RETENTION}::interval`
+  }
+  return reply
+}

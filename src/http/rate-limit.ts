@@ -1,0 +1,55 @@
+// A fixed one-minute window per key (a credential, or a client address when
+// anonymous), kept in memory, so the limit is per instance (see README for a
+// global limit at the proxy). Memory is bounded: keys live in a Map in the
+// order their window started, expired windows are dropped from the front as
+// requests arrive, and past `maxKeys` the oldest window is dropped, so a flood
+// of distinct clients costs at most maxKeys small entries.
+
+const WINDOW_MS = 60_000
+
+export interface RateDecision {
+  allowed: boolean
+  limit: number
+  remaining: number
+  /** Seconds until the window resets. */
+  resetSeconds: number
+}
+
+export class RateLimiter {
+  private readonly windows = new Map<string, { start: number; count: number }>()
+
+  constructor(
+    private readonly limit: number,
+    private readonly maxKeys = 100_000,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  get size(): number {
+    return this.windows.size
+  }
+
+  hit(key: string): RateDecision {
+    const now = this.now()
+    this.dropExpired(now)
+    let window = this.windows.get(key)
+    if (!window) {
+      if (this.windows.size >= this.maxKeys) this.windows.delete(this.windows.keys().next().value!)
+      window = { start: now, count: 0 }
+      this.windows.set(key, window)
+    }
+    window.count++
+    return {
+      allowed: window.count <= this.limit,
+      limit: this.limit,
+      remaining: Math.max(0, this.limit - window.count),
+      resetSeconds: Math.max(1, Math.ceil((window.start + WINDOW_MS - now) / 1000)),
+    }
+  }
+
+  private dropExpired(now: number): void {
+    for (const [key, window] of this.windows) {
+      if (window.start + WINDOW_MS > now) return
+      this.windows.delete(key)
+    }
+  }
+}

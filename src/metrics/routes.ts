@@ -1,0 +1,16 @@
+import Type from 'typebox'
+import { defineRoute } from '../http/route.js'
+
+// Prometheus scrapes this; admin only (the figures describe the whole service).
+export const metricsRoutes = [
+  defineRoute({
+    method: 'GET',
+    path: '/metrics',
+    access: { kind: 'protected', scope: null, who: 'admin' },
+    summary: 'Request, database and process figures in Prometheus text format',
+    responses: { 200: { description: 'Prometheus text format 0.0.4', schema: Type.String() } },
+    async handle({ deps }) {
+      return { status: 200, headers: { 'cache-control': 'no-store' }, text: { contentType: 'text/plain; version=0.0.4; charset=utf-8', content: deps.metrics.render() } }
+    },
+  }),
+]

@@ -1,0 +1,169 @@
+import Type, { type TSchema } from 'typebox'
+import type { Access } from '../auth/access.js'
+import type { AnyRoute, ResponseHeader } from '../http/route.js'
+import { problemTitles } from '../http/problem.js'
+
+// The OpenAPI 3.1 document, built once at start-up from the route table: the
+// request schemas are the very objects that validate requests, and the
+// success schemas are declared on the routes, so the document cannot drift
+// from the behaviour (the test suite checks every answer against it).
+
+const Problem = Type.Object({
+  type: Type.String(),
+  title: Type.String(),
+  status: Type.Integer(),
+  code: Type.Union(Object.keys(problemTitles).map((c) => Type.Literal(c))),
+  detail: Type.String(),
+  instance: Type.String(),
+  request_id: Type.String(),
+  errors: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() }))),
+})
+
+const headerDocs: Record<string, { description: string; schema: TSchema }> = {
+  'X-Request-Id': { description: 'The request id: the client\'s own when valid, else a fresh one. Also in the log line and problem bodies.', schema: Type.String() },
+  ETag: { description: 'Strong entity tag of the resource; send it back in If-Match or If-None-Match.', schema: Type.String() },
+  Location: { description: 'Address of the created resource.', schema: Type.String() },
+  Link: { description: 'RFC 8288 link to the next page (rel="next"); absent on the last page.', schema: Type.String() },
+  'X-Total-Count': { description: 'Number of items matching the filter; only with count=true.', schema: Type.Integer() },
+  'Idempotent-Replayed': { description: '"true" when this answer is the stored answer to an earlier request with the same Idempotency-Key.', schema: Type.String() },
+  'RateLimit-Limit': { description: 'Requests allowed per minute for this credential or address.', schema: Type.Integer() },
+  'RateLimit-Remaining': { description: 'Requests left in the current window.', schema: Type.Integer() },
+  'RateLimit-Reset': { description: 'Seconds until the window resets.', schema: Type.Integer() },
+  'Retry-After': { description: 'Seconds to wait before retrying.', schema: Type.Integer() },
+  'WWW-Authenticate': { description: 'RFC 6750 challenge.', schema: Type.String() },
+  Allow: { description: 'Methods the path supports.', schema: Type.String() },
+}
+const successHeaderNames: Record<ResponseHeader, string> = {
+  etag: 'ETag', location: 'Location', link: 'Link', 'x-total-count': 'X-Total-Count', 'idempotent-replayed': 'Idempotent-Replayed',
+}
+
+const headerRefs = (names: string[]) => Object.fromEntries(names.map((n) => [n, { $ref: `#/components/headers/${n}` }]))
+const rateHeaders = ['RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset']
+
+/** Plain JSON: TypeBox schemas are JSON Schema already; this drops anything that is not. */
+const json = (schema: TSchema): unknown => JSON.parse(JSON.stringify(schema))
+
+const errorDescriptions: Record<number, string> = {
+  400: 'Malformed request: bad JSON, unknown or invalid query parameter, two credentials.',
+  401: 'No credential, or a bad, expired or revoked one.',
+  403: 'Authenticated but not allowed, or a missing scope.',
+  404: 'No such resource.',
+  409: 'Conflict: e-mail or SKU taken, last admin, Idempotency-Key in use.',
+  412: 'If-Match does not match the current ETag; nothing was changed.',
+  413: 'Body larger than BODY_LIMIT.',
+  415: 'Unsupported Content-Type.',
+  422: 'The body does not satisfy the schema (errors[] has JSON Pointers), or an Idempotency-Key was reused with another body.',
+  428: 'If-Match is required (REQUIRE_IF_MATCH=true).',
+  429: 'Rate limit or login throttle reached; see Retry-After.',
+  500: 'Unexpected error; quote the request id.',
+  503: 'Database unavailable or the service is shutting down; see Retry-After.',
+}
+
+function errorStatuses(route: AnyRoute): number[] {
+  const s = new Set([400, 500])
+  if (!route.unlimited) s.add(429).add(503)
+  if (route.access.kind !== 'public') s.add(401)
+  if (route.access.kind === 'protected') s.add(403)
+  if (route.path.includes('{id}')) s.add(404)
+  if (route.body) s.add(413).add(415).add(422)
+  if (route.method !== 'GET' && route.access.kind === 'protected') s.add(409)
+  if (route.idempotent) s.add(409).add(422)
+  if (route.requiresIfMatch) s.add(412).add(428)
+  if (route.path.startsWith('/auth/')) s.add(401)
+  if (route.path === '/auth/login') s.add(403).add(429)
+  return [...s].sort()
+}
+
+function security(access: Access): Array<Record<string, string[]>> | undefined {
+  if (access.kind === 'public') return []
+  const scopes: string[] = access.kind === 'protected' && access.scope ? [access.scope] : []
+  const required: Array<Record<string, string[]>> = [{ bearerAuth: scopes }, { apiKeyAuth: scopes }]
+  return access.kind === 'optional' ? [{}, ...required] : required
+}
+
+const operationId = (route: AnyRoute) =>
+  route.method.toLowerCase() +
+  route.path.split('/').filter(Boolean).map((s) => (s === '{id}' ? 'ById' : s.replace(/(^|[-.])([a-z])/g, (_, __, c: string) => c.toUpperCase()))).join('')
+
+function operation(route: AnyRoute) {
+  const parameters: unknown[] = []
+  if (route.path.includes('{id}')) {
+    parameters.push({ name: 'id', in: 'path', required: true, schema: { type: 'integer', format: 'int64', minimum: 1 } })
+  }
+  const queryProps = (route.query?.schema as { properties?: Record<string, TSchema> } | undefined)?.properties ?? {}
+  for (const [name, schema] of Object.entries(queryProps)) {
+    const { description, ...rest } = json(schema) as { description?: string }
+    parameters.push({ name, in: 'query', required: false, description, schema: rest })
+  }
+  if (route.requiresIfMatch) parameters.push({ name: 'If-Match', in: 'header', required: false, description: 'The ETag the change is based on; a mismatch is 412.', schema: { type: 'string' } })
+  if (route.method === 'GET' && route.path.includes('{id}')) parameters.push({ name: 'If-None-Match', in: 'header', required: false, schema: { type: 'string' } })
+  if (route.idempotent) parameters.push({ name: 'Idempotency-Key', in: 'header', required: false, description: '1 to 255 printable ASCII characters; retries with the same key and body get the first answer for 24 hours.', schema: { type: 'string', minLength: 1, maxLength: 255 } })
+
+  const responses: Record<string, unknown> = {}
+  for (const [status, r] of Object.entries(route.responses ?? {})) {
+    const headers = ['X-Request-Id', ...(route.unlimited ? [] : rateHeaders), ...(r.headers ?? []).map((h) => successHeaderNames[h])]
+    if (route.idempotent) headers.push('Idempotent-Replayed')
+    responses[status] = {
+      description: r.description,
+      headers: headerRefs([...new Set(headers)]),
+      ...(r.schema ? { content: { [route.path === '/metrics' ? 'text/plain' : 'application/json']: { schema: json(r.schema) } } } : {}),
+    }
+  }
+  if (route.method === 'GET' && route.path.includes('{id}')) {
+    responses['304'] = { description: 'Not modified: If-None-Match matched the ETag.', headers: headerRefs(['X-Request-Id', 'ETag']) }
+  }
+  for (const status of errorStatuses(route)) {
+    const headers = ['X-Request-Id', ...(status === 401 || status === 403 ? ['WWW-Authenticate'] : []), ...(status === 429 || status === 503 ? ['Retry-After'] : [])]
+    responses[String(status)] = {
+      description: errorDescriptions[status],
+      headers: headerRefs(headers),
+      content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
+    }
+  }
+
+  const body = route.body
+    ? {
+        requestBody: {
+          required: !route.body.optional,
+          content: Object.fromEntries(
+            (route.body.kind === 'merge-patch' ? ['application/merge-patch+json', 'application/json'] : ['application/json']).map((t) => [t, { schema: json(route.body!.validator.schema) }]),
+          ),
+        },
+      }
+    : {}
+  return {
+    operationId: operationId(route),
+    ...(route.summary ? { summary: route.summary } : {}),
+    tags: [route.path.split('/')[1]],
+    ...(parameters.length ? { parameters } : {}),
+    ...body,
+    responses,
+    security: security(route.access),
+  }
+}
+
+export function buildOpenApiDocument(routes: readonly AnyRoute[], info: { version: string; apiPrefix: string }) {
+  const paths: Record<string, Record<string, unknown>> = {}
+  for (const route of routes) {
+    paths[route.path] ??= {}
+    paths[route.path]![route.method.toLowerCase()] = operation(route)
+  }
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'users-products-api',
+      version: info.version,
+      description: 'Users and products over HTTP with JSON. Errors are RFC 9457 problems; collections page with Link rel="next".',
+    },
+    servers: [{ url: info.apiPrefix || '/' }],
+    paths,
+    components: {
+      schemas: { Problem: json(Problem) },
+      headers: Object.fromEntries(Object.entries(headerDocs).map(([name, h]) => [name, { description: h.description, schema: json(h.schema) }])),
+      securitySchemes: {
+        bearerAuth: { type: 'http', scheme: 'bearer', description: 'A JWT or an opaque access token from /auth/login, or an API key (upa_ak_…).' },
+        apiKeyAuth: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'An API key from POST /api-keys.' },
+      },
+    },
+  }
+}

@@ -1,0 +1,281 @@
+import assert from 'node:assert/strict'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { createServer } from 'node:net'
+import type { AddressInfo } from 'node:net'
+import { after, describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
+import type { Sql } from 'postgres'
+import { createApp } from '../src/app.js'
+import { createDeps } from '../src/app-deps.js'
+import { loadConfig } from '../src/config.js'
+import { connect } from '../src/db/connect.js'
+import { createLogger } from '../src/log.js'
+import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
+
+// The first admin: `node src/main.ts admin <email> [password]` (make admin),
+// ADMIN_EMAIL + ADMIN_PASSWORD at start-up, and the start-up refusal without
+// JWT_SECRETS in production. Each test runs the real entry point as a child
+// process against a database of its own, and checks the result through the
+// database and a login.
+
+const root = fileURLToPath(new URL('..', import.meta.url))
+const JWT_SECRETS = `test:${TEST_JWT_SECRET}`
+/** A line of a stack trace: operators get a message, not a trace. */
+const STACK_LINE = /\bat .*\.ts:\d+/
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+interface Exit {
+  code: number | null
+  signal: NodeJS.Signals | null
+  stdout: string
+  stderr: string
+}
+
+/** The entry point with exactly this environment (nothing inherited but PATH and HOME). */
+function spawnMain(args: string[], env: Record<string, string>): { child: ChildProcess; exited: Promise<Exit>; stdout(): string } {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], {
+    cwd: root,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', LOG_LEVEL: 'error', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let stdout = ''
+  let stderr = ''
+  child.stdout!.on('data', (d: Buffer) => (stdout += d))
+  child.stderr!.on('data', (d: Buffer) => (stderr += d))
+  const timer = setTimeout(() => child.kill('SIGKILL'), 30_000)
+  const exited = new Promise<Exit>((resolve) =>
+    child.on('close', (code, signal) => {
+      clearTimeout(timer)
+      resolve({ code, signal, stdout, stderr })
+    }),
+  )
+  return { child, exited, stdout: () => stdout }
+}
+
+const runMain = (args: string[], env: Record<string, string>) => spawnMain(args, env).exited
+
+async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}
+
+/**
+ * Starts the service on a free port and waits for its own "listening" log
+ * line, then for /healthz. Waiting for the log line (not only for /healthz)
+ * makes sure it is this process that answers: between picking the port and
+ * the child binding it, another test process may have taken it. Then it
+ * tries another port.
+ */
+async function startMain(env: Record<string, string>): Promise<{ url: string; child: ChildProcess; exited: Promise<Exit> }> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort()
+    const { child, exited, stdout } = spawnMain([], { PORT: String(port), HOST: '127.0.0.1', JWT_SECRETS, ...env, LOG_LEVEL: 'info' })
+    let gone: Exit | undefined
+    void exited.then((e) => (gone = e))
+    after(() => void child.kill('SIGKILL'))
+    const deadline = Date.now() + 20_000
+    while (!gone && Date.now() < deadline) {
+      const listening = stdout().split('\n').some((line) => line.includes('"msg":"listening"') && line.includes(`"port":${port}`))
+      if (listening) break
+      await sleep(50)
+    }
+    if (gone && /EADDRINUSE/.test(gone.stderr + gone.stdout) && attempt < 3) continue
+    if (gone) assert.fail(`the service exited (${gone.code}) before listening: ${gone.stderr}`)
+    if (Date.now() >= deadline) assert.fail(`the service did not listen within 20 s: ${stdout()}`)
+    const url = `http://127.0.0.1:${port}`
+    const health = await fetch(`${url}/healthz`)
+    assert.equal(health.status, 200)
+    return { url, child, exited }
+  }
+}
+
+interface Database {
+  url: string
+  sql: Sql
+  /** POST /auth/login through the application on this database; the status. */
+  login(email: string, password: string): Promise<number>
+}
+
+/** A fresh migrated database, with the application (createApp) on it for logins. */
+async function database(): Promise<Database> {
+  const url = await createTestDatabase()
+  const config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS }), databaseUrl: url }
+  const sql = connect(url, { max: 2, statementTimeoutMs: 10_000 })
+  const server = createApp(createDeps(sql, config, createLogger('error', () => {})))
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const appUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  after(async () => {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+    await sql.end({ timeout: 5 })
+  })
+  return { url, sql, login: (email, password) => loginAt(appUrl, email, password) }
+}
+
+async function loginAt(baseUrl: string, email: string, password: string): Promise<number> {
+  const res = await fetch(`${baseUrl}/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email, password }) })
+  await res.arrayBuffer()
+  return res.status
+}
+
+interface UserRow {
+  id: number
+  email: string
+  name: string
+  role: string
+  password_hash: string | null
+  version: number
+}
+const usersIn = (sql: Sql) => sql<UserRow[]>`SELECT id, email, name, role, password_hash, version FROM users ORDER BY id`
+
+const CREATED = /^(Created|Reset) admin (\S+) \(id (\d+)\)\. Password: (.+)\n$/
+function parseAdminOutput(exit: Exit): { verb: string; email: string; id: number; password: string } {
+  assert.equal(exit.code, 0, exit.stderr)
+  const m = CREATED.exec(exit.stdout)
+  assert.ok(m, `unexpected output: ${JSON.stringify(exit.stdout)}`)
+  return { verb: m[1]!, email: m[2]!, id: Number(m[3]), password: m[4]! }
+}
+
+// ---------------------------------------------------------------------------
+// make admin
+
+describe('src/main.ts admin <email> [password]', () => {
+  test('without a password creates the admin and prints a generated password that logs in; again, it resets it', async () => {
+    const db = await database()
+    const email = 'first.admin@example.com'
+
+    const first = parseAdminOutput(await runMain(['admin', email], { DATABASE_URL: db.url, JWT_SECRETS }))
+    assert.equal(first.verb, 'Created')
+    assert.equal(first.email, email)
+    assert.ok(first.password.length >= 16, `a weak generated password: ${first.password}`)
+    const [row, ...others] = await usersIn(db.sql)
+    assert.equal(others.length, 0)
+    assert.deepEqual({ id: row!.id, email: row!.email, role: row!.role }, { id: first.id, email, role: 'admin' })
+    assert.ok(!row!.password_hash!.includes(first.password), 'the password is stored in clear')
+    assert.equal(await db.login(email, first.password), 200)
+
+    // Again for the same e-mail: a new password, the old one no longer works, still one row.
+    const second = parseAdminOutput(await runMain(['admin', email], { DATABASE_URL: db.url, JWT_SECRETS }))
+    assert.equal(second.verb, 'Reset')
+    assert.equal(second.id, first.id)
+    assert.notEqual(second.password, first.password)
+    const rows = await usersIn(db.sql)
+    assert.equal(rows.length, 1)
+    assert.equal(rows[0]!.role, 'admin')
+    assert.equal(rows[0]!.version, row!.version + 1)
+    assert.equal(await db.login(email, first.password), 401)
+    assert.equal(await db.login(email, second.password), 200)
+  })
+
+  test('with a password sets exactly that one; the e-mail matches without regard to case', async () => {
+    const db = await database()
+    const created = parseAdminOutput(await runMain(['admin', 'Case.Admin@Example.com', 'first chosen password'], { DATABASE_URL: db.url, JWT_SECRETS }))
+    assert.equal(created.password, 'first chosen password')
+    const reset = parseAdminOutput(await runMain(['admin', 'case.admin@example.COM', 'second chosen password'], { DATABASE_URL: db.url, JWT_SECRETS }))
+    assert.equal(reset.verb, 'Reset')
+    assert.equal(reset.id, created.id)
+    const rows = await usersIn(db.sql)
+    assert.deepEqual(rows.map((r) => [r.email, r.role]), [['Case.Admin@Example.com', 'admin']], 'one row, the e-mail as first stored')
+    assert.equal(await db.login('case.admin@example.com', 'first chosen password'), 401)
+    assert.equal(await db.login('Case.Admin@Example.com', 'second chosen password'), 200)
+  })
+
+  test('for an existing plain user makes it admin with the new password, in the same row', async () => {
+    const db = await database()
+    const [user] = await db.sql<Array<{ id: number }>>`INSERT INTO users (name, email) VALUES ('Plain Person', 'plain@example.com') RETURNING id`
+    const out = parseAdminOutput(await runMain(['admin', 'plain@example.com', 'promoted password'], { DATABASE_URL: db.url, JWT_SECRETS }))
+    assert.equal(out.verb, 'Reset')
+    assert.equal(out.id, user!.id)
+    const rows = await usersIn(db.sql)
+    assert.deepEqual(rows.map((r) => [r.id, r.role, r.name]), [[user!.id, 'admin', 'Plain Person']])
+    assert.equal(await db.login('plain@example.com', 'promoted password'), 200)
+  })
+
+  const refused: Array<[string, string[], RegExp]> = [
+    ['an e-mail without a domain', ['admin', 'not-an-email'], /email/],
+    ['an e-mail without a dot in the domain', ['admin', 'root@localhost'], /email/],
+    ['a password under 8 characters', ['admin', 'short.password@example.com', 'seven77'], /password/],
+  ]
+  test('refuses invalid input: exits non-zero, says why without a stack trace, creates nothing', async () => {
+    const db = await database()
+    const exits = await Promise.all(refused.map(([, args]) => runMain(args, { DATABASE_URL: db.url, JWT_SECRETS })))
+    for (const [i, exit] of exits.entries()) {
+      const [label, args, message] = refused[i]!
+      assert.notEqual(exit.code, 0, `${label}: exit code`)
+      assert.notEqual(exit.code, null, `${label}: killed, not exited`)
+      assert.match(exit.stderr, message, label)
+      assert.doesNotMatch(exit.stderr, STACK_LINE, `${label}: a stack trace`)
+      assert.equal(exit.stdout, '', `${label}: printed ${exit.stdout}`)
+      if (args[2]) assert.ok(!exit.stderr.includes(args[2]), `${label}: the password is echoed`)
+    }
+    assert.equal((await usersIn(db.sql)).length, 0, 'a user was created')
+  })
+})
+
+// ---------------------------------------------------------------------------
+// ADMIN_EMAIL + ADMIN_PASSWORD at start-up
+
+describe('ADMIN_EMAIL and ADMIN_PASSWORD at start-up', () => {
+  test('create the admin when no admin exists (plain users do not count); it logs in; SIGTERM exits 0', async () => {
+    const db = await database()
+    await db.sql`INSERT INTO users (name, email) VALUES ('Plain Person', 'plain@example.com')`
+    const service = await startMain({ DATABASE_URL: db.url, ADMIN_EMAIL: 'boot@example.com', ADMIN_PASSWORD: 'bootstrap password' })
+
+    const rows = await usersIn(db.sql)
+    assert.deepEqual(rows.map((r) => [r.email, r.role]), [['plain@example.com', 'user'], ['boot@example.com', 'admin']])
+    assert.equal(await loginAt(service.url, 'boot@example.com', 'bootstrap password'), 200)
+
+    service.child.kill('SIGTERM')
+    const exit = await service.exited
+    assert.equal(exit.signal, null, exit.stderr)
+    assert.equal(exit.code, 0, exit.stderr)
+  })
+
+  test('do nothing when an admin exists: no new admin, and no password reset of an existing one', async () => {
+    const db = await database()
+    const out = parseAdminOutput(await runMain(['admin', 'sitting@example.com', 'the sitting password'], { DATABASE_URL: db.url, JWT_SECRETS }))
+    const before = await usersIn(db.sql)
+
+    const [newcomer, sameEmail] = await Promise.all([
+      startMain({ DATABASE_URL: db.url, ADMIN_EMAIL: 'newcomer@example.com', ADMIN_PASSWORD: 'newcomer password' }),
+      startMain({ DATABASE_URL: db.url, ADMIN_EMAIL: 'sitting@example.com', ADMIN_PASSWORD: 'a replacement password' }),
+    ])
+    assert.deepEqual([...(await usersIn(db.sql))], [...before], 'start-up changed the users')
+    assert.equal(await loginAt(sameEmail.url, 'sitting@example.com', out.password), 200)
+    assert.equal(await loginAt(newcomer.url, 'newcomer@example.com', 'newcomer password'), 401)
+
+    for (const service of [newcomer, sameEmail]) {
+      service.child.kill('SIGTERM')
+      const exit = await service.exited
+      assert.equal(exit.code, 0, exit.stderr)
+    }
+  })
+})
+
+// ---------------------------------------------------------------------------
+// Production
+
+describe('NODE_ENV=production', () => {
+  test('without JWT_SECRETS the service exits 1 naming JWT_SECRETS', async () => {
+    const url = await createTestDatabase()
+    const port = await freePort()
+    const exit = await runMain([], { NODE_ENV: 'production', DATABASE_URL: url, PORT: String(port), HOST: '127.0.0.1' })
+    assert.equal(exit.code, 1, exit.stderr)
+    assert.match(exit.stderr, /JWT_SECRETS/)
+    assert.doesNotMatch(exit.stderr, STACK_LINE)
+  })
+
+  test('with JWT_SECRETS it starts (the refusal is about the secret alone)', async () => {
+    const url = await createTestDatabase()
+    const service = await startMain({ NODE_ENV: 'production', DATABASE_URL: url })
+    service.child.kill('SIGTERM')
+    const exit = await service.exited
+    assert.equal(exit.code, 0, exit.stderr)
+  })
+})
