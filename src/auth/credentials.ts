@@ -35,7 +35,11 @@ export function presentedCredential(headers: IncomingHttpHeaders): string | unde
   if (authorization !== undefined && apiKey !== undefined) {
     throw new HttpError(400, 'invalid_request', 'Send one credential, not both Authorization and X-API-Key.')
   }
-  if (typeof apiKey === 'string') return apiKey.trim()
+  if (typeof apiKey === 'string') {
+    // X-API-Key carries API keys only: a token sent there is a client bug worth surfacing.
+    if (kindOf(apiKey.trim()) !== 'apiKey') throw invalidToken()
+    return apiKey.trim()
+  }
   if (authorization === undefined) return undefined
   const m = /^Bearer +([\x21-\x7e]+) *$/i.exec(authorization)
   if (!m) throw invalidToken()

@@ -42,7 +42,8 @@ const LogoutBody = Type.Object({ refresh_token: Type.Optional(Type.String({ minL
 // the same scrypt time as a wrong password and the two cannot be told apart.
 const dummyHash = hashPassword('not a real password, only here for timing')
 
-const invalidCredentials = () => new HttpError(401, 'invalid_credentials', 'The e-mail address or the password is wrong.')
+// RFC 9110 §15.5.2: every 401 carries a challenge.
+const invalidCredentials = () => new HttpError(401, 'invalid_credentials', 'The e-mail address or the password is wrong.', { headers: { 'www-authenticate': challenge.missing } })
 const invalidRefresh = () => new HttpError(401, 'invalid_token', 'The refresh token is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
 
 export const authRoutes = [
