@@ -38,3 +38,17 @@ function normalizedList(list: ReadonlySet<string>): ReadonlySet<string> {
   if (!normalized) normalizedLists.set(list, (normalized = new Set([...list].map(normalize))))
   return normalized
 }
+
+/**
+ * The rate-limit bucket of an address. An IPv6 client usually owns a whole
+ * /64 and could rotate through it to escape a per-address limit (and flood
+ * the limiter's table), so IPv6 addresses count by their /64 prefix.
+ */
+export function addressBucket(address: string): string {
+  if (!address.includes(':')) return `address ${address}`
+  const [head = '', tail = ''] = address.split('::')
+  const left = head ? head.split(':') : []
+  const right = tail ? tail.split(':') : []
+  const groups = address.includes('::') ? [...left, ...Array(8 - left.length - right.length).fill('0'), ...right] : left
+  return `address ${groups.slice(0, 4).map((g) => g.toLowerCase().replace(/^0+(?=.)/, '')).join(':')}::/64`
+}
