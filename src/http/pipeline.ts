@@ -7,7 +7,7 @@ import { anonymous, type Principal } from '../auth/principal.js'
 import { mapDatabaseError } from '../db/errors.js'
 import { describeError } from '../log.js'
 import { checkContentType, readJsonBody } from './body.js'
-import { clientAddress, type TrustProxy } from './client-address.js'
+import { addressBucket, clientAddress, type TrustProxy } from './client-address.js'
 import { corsHeaders } from './cors.js'
 import { handleIdempotently } from './idempotency.js'
 import { RateLimiter, type RateDecision } from './rate-limit.js'
@@ -49,13 +49,16 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
 
     let problem = false
     try {
+      // Computed before anything can fail, so that a 404 reaches a browser page as a 404, not as a CORS error.
+      corsExtra = corsHeaders(cors, req.headers.origin)
       if (prefix && !(fullPath === prefix || fullPath.startsWith(prefix + '/'))) throw notFound()
       const path = fullPath.slice(prefix.length)
       const match = router.match(method, path)
       if (match.kind === 'not_found') throw notFound()
       template = match.template
-      const preflight = match.kind === 'options' && req.headers['access-control-request-method'] !== undefined
-      corsExtra = corsHeaders(cors, req.headers.origin, preflight ? match.allow : undefined)
+      if (match.kind === 'options' && req.headers['access-control-request-method'] !== undefined) {
+        corsExtra = corsHeaders(cors, req.headers.origin, match.allow)
+      }
       if (match.kind === 'options') {
         reply = { status: 204, headers: { allow: match.allow } }
       } else if (match.kind === 'method_not_allowed') {
@@ -71,7 +74,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
             principal = (await authenticate(deps.sql, req.headers, credentialSettings)) ?? anonymous
           } catch (err) {
             // Failed credentials count against the address, so that guessing tokens is limited too.
-            if (limiter && !route.unlimited) rate = enforce(limiter, `address ${clientAddress(req, config.trustProxy)}`)
+            if (limiter && !route.unlimited) rate = enforce(limiter, addressBucket(clientAddress(req, config.trustProxy)))
             throw err
           }
         }
@@ -124,13 +127,14 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     writeReply(res, reply, { requestId, head: method === 'HEAD', problem })
     if (reply.headers?.connection === 'close') res.once('finish', () => req.socket.destroySoon())
 
-    res.once('finish', logRequest)
+    // 'close' rather than 'finish': it also fires when the client leaves before the answer is flushed.
+    res.once('close', logRequest)
   }
 }
 
 /** Who a request counts against: its credential, or its client address when anonymous. */
 function rateKey(principal: Principal, req: IncomingMessage, trust: TrustProxy): string {
-  if (principal.kind === 'anonymous') return `address ${clientAddress(req, trust)}`
+  if (principal.kind === 'anonymous') return addressBucket(clientAddress(req, trust))
   const c = principal.credential
   return c.type === 'api_key' ? `key ${c.apiKeyId}` : c.type === 'token' ? `session ${c.sessionId}` : `jwt ${principal.userId}`
 }
