@@ -2,6 +2,7 @@ import { defineCollection } from '../collections/declaration.js'
 
 export const apiKeysCollection = defineCollection({
   table: 'api_keys',
+  path: '/api-keys',
   members: {
     id: { type: 'integer', minimum: 1, maximum: 9223372036854775807 },
     user_id: { type: 'integer', minimum: 1, maximum: 9223372036854775807 },

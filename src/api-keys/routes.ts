@@ -50,9 +50,7 @@ export const apiKeyRoutes = [
         throw new HttpError(403, 'forbidden', 'Only an admin may list the keys of another user.')
       }
       return listCollection(apiKeysCollection, query, {
-        sql: deps.sql,
-        cursorKeys: deps.cursorKeys,
-        basePath: `${deps.config.apiPrefix}/api-keys`,
+        deps,
         present: (row) => presentApiKey(row as unknown as ApiKeyRow),
         fixedFilters: isAdmin(principal) ? {} : { user_id: userIdOf(principal) },
       })

@@ -14,8 +14,10 @@ export type MemberType =
   | { type: 'timestamp' }
 
 export interface CollectionDeclaration {
-  /** The table; also the collection's path segment. */
+  /** The table. */
   table: 'users' | 'products' | 'api_keys'
+  /** The collection's path (without API prefix), for Link headers. */
+  path: string
   /** Members that can be filtered and sorted; each has an index (member, id). */
   members: Record<string, MemberType>
   /** Columns `q` searches as a case-insensitive substring. */

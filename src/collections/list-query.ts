@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import type { Fragment, Sql } from 'postgres'
 import { invalidParameter } from '../http/problem.js'
+import type { AppDeps } from '../app-deps.js'
 import type { Reply } from '../http/route.js'
 import { decodeCursor, encodeCursor } from './cursor.js'
 import { filterOperators, type Collection, type FilterOperator, type MemberType } from './declaration.js'
@@ -20,10 +21,7 @@ interface Filter { member: string; op: FilterOperator; values: Value[] }
 interface SortKey { member: string; descending: boolean }
 
 export interface ListContext {
-  sql: Sql
-  cursorKeys: readonly Buffer[]
-  /** Path of the collection as the client sees it (API prefix included), for the Link header. */
-  basePath: string
+  deps: Pick<AppDeps, 'sql' | 'cursorKeys' | 'config'>
   /** Turns a row into its public representation. */
   present(row: Record<string, unknown>): Record<string, unknown>
   /**
@@ -35,7 +33,7 @@ export interface ListContext {
 }
 
 export async function listCollection(collection: Collection, query: Record<string, string>, ctx: ListContext): Promise<Reply> {
-  const { sql } = ctx
+  const { sql, cursorKeys, config } = ctx.deps
   const filters = parseFilters(collection, query)
   for (const [member, value] of Object.entries(ctx.fixedFilters ?? {})) filters.push({ member, op: 'eq', values: [value] })
   const sort = parseSort(collection, query.sort)
@@ -48,7 +46,7 @@ export async function listCollection(collection: Collection, query: Record<strin
   const filterDigest = digestFilters(collection, query)
   let after: Value[] | undefined
   if (query.cursor !== undefined) {
-    const cursor = decodeCursor(query.cursor, ctx.cursorKeys)
+    const cursor = decodeCursor(query.cursor, cursorKeys)
     if (!cursor || cursor.after.length !== sort.length) throw invalidParameter('cursor', 'is not a valid cursor')
     if (cursor.sort !== sortText) throw invalidParameter('cursor', 'belongs to a different sort')
     if (cursor.filter !== filterDigest) throw invalidParameter('cursor', 'belongs to a different filter')
@@ -73,8 +71,8 @@ export async function listCollection(collection: Collection, query: Record<strin
   if (rows.length > limit) {
     rows.pop()
     const last = rows[rows.length - 1]!
-    const cursor = encodeCursor({ sort: sortText, filter: filterDigest, after: sort.map((k) => cursorValue(last[k.member])) }, ctx.cursorKeys[0]!)
-    headers.link = `<${nextUrl(ctx.basePath, query, cursor)}>; rel="next"`
+    const cursor = encodeCursor({ sort: sortText, filter: filterDigest, after: sort.map((k) => cursorValue(last[k.member])) }, cursorKeys[0]!)
+    headers.link = `<${nextUrl(`${config.apiPrefix}${collection.path}`, query, cursor)}>; rel="next"`
   }
   const body = rows.map((row) => {
     const full = ctx.present(row)

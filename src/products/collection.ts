@@ -2,6 +2,7 @@ import { defineCollection } from '../collections/declaration.js'
 
 export const productsCollection = defineCollection({
   table: 'products',
+  path: '/products',
   members: {
     id: { type: 'integer', minimum: 1, maximum: 9223372036854775807 },
     sku: { type: 'text' },

@@ -48,9 +48,7 @@ export const productRoutes = [
     query: productsCollection.queryValidator,
     handle: ({ query, deps }) =>
       listCollection(productsCollection, query, {
-        sql: deps.sql,
-        cursorKeys: deps.cursorKeys,
-        basePath: `${deps.config.apiPrefix}/products`,
+        deps,
         present: (row) => presentProduct(row as unknown as ProductRow),
       }),
   }),

@@ -4,6 +4,7 @@ const BIGINT_MAX = 9223372036854775807
 
 export const usersCollection = defineCollection({
   table: 'users',
+  path: '/users',
   members: {
     id: { type: 'integer', minimum: 1, maximum: BIGINT_MAX },
     name: { type: 'text' },

@@ -56,9 +56,7 @@ export const userRoutes = [
     query: usersCollection.queryValidator,
     handle: ({ query, deps }) =>
       listCollection(usersCollection, query, {
-        sql: deps.sql,
-        cursorKeys: deps.cursorKeys,
-        basePath: `${deps.config.apiPrefix}/users`,
+        deps,
         present: (row) => presentUser(row as unknown as UserRow),
       }),
   }),
