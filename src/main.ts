@@ -4,7 +4,7 @@ import { createDeps } from './app-deps.js'
 import { resolveSecrets } from './auth/secrets.js'
 import { Metrics } from './metrics/metrics.js'
 import { ConfigError, loadConfig } from './config.js'
-import { connect } from './db/connect.js'
+import { connect, DriverPatchError } from './db/connect.js'
 import { dataRoot, LocalClusterError, localDevelopmentUrl } from './db/local-cluster.js'
 import { migrate, MigrationError } from './db/migrate.js'
 import { createLogger, describeError } from './log.js'
@@ -17,6 +17,19 @@ import { bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstra
 async function main(): Promise<void> {
   const config = loadConfig(process.env)
   const log = createLogger(config.logLevel)
+  // Last resort. Every known way for the database driver to throw outside a
+  // request is patched (src/db/postgres-patch.mjs), so reaching this is a bug
+  // whose consequences are unknown: carrying on could serve from a broken
+  // pool or half-updated state. Do what Node would do (exit 1, so the
+  // supervisor restarts the process), but first write the error as a JSON
+  // log line like every other, where log collection will see it.
+  const fatal = (kind: string) => (err: unknown) => {
+    log.error(`${kind}; exiting`, describeError(err))
+    process.exit(1)
+  }
+  process.on('uncaughtException', fatal('uncaught exception'))
+  process.on('unhandledRejection', fatal('unhandled promise rejection'))
+
   const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
   const metrics = new Metrics({ max: config.poolMax })
   const sql = connect(databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs, onQuery: () => void metrics.queries++ })
@@ -53,6 +66,7 @@ async function main(): Promise<void> {
     if (stopping) return
     stopping = true
     log.info('shutting down', { signal })
+    // shutdown() never rejects and is bounded by SHUTDOWN_TIMEOUT, also with the database down.
     void shutdown(server, deps).then(() => process.exit(0))
   }
   process.on('SIGTERM', onSignal)
@@ -60,7 +74,7 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  if (err instanceof ConfigError || err instanceof MigrationError || err instanceof LocalClusterError) {
+  if (err instanceof ConfigError || err instanceof MigrationError || err instanceof LocalClusterError || err instanceof DriverPatchError) {
     process.stderr.write(`Cannot start: ${err.message}\n`)
   } else {
     process.stderr.write(`Cannot start: ${JSON.stringify(describeError(err))}\n`)

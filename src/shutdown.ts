@@ -1,20 +1,42 @@
 import type { Server } from 'node:http'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { AppDeps } from './app-deps.js'
+import { describeError } from './log.js'
 
 /**
- * Graceful stop: /readyz turns 503 so the proxy stops sending traffic, the
- * listening socket closes, idle keep-alive connections close at once, requests
- * in flight finish (their answers carry `Connection: close`) until
- * SHUTDOWN_TIMEOUT, then whatever is left is cut and the pool ends with a
- * time-out of its own (postgres.js can wait forever on a dead connection).
+ * Graceful stop, bounded by SHUTDOWN_TIMEOUT from the signal to the end:
+ * - /readyz turns 503 and new requests on open connections get 503
+ *   shutting_down; every answer from now on carries `Connection: close`;
+ * - the listening socket closes (new connections are refused) and idle
+ *   keep-alive connections close at once;
+ * - requests in flight finish; whatever still runs at SHUTDOWN_TIMEOUT is cut;
+ * - the pool ends within what is left of SHUTDOWN_TIMEOUT: postgres.js waits
+ *   for running statements, and without a time-out could wait forever for a
+ *   database that stopped answering (porsager/postgres#1097).
+ * Never rejects: the caller exits 0 when it returns, database down or not.
  */
 export async function shutdown(server: Server, deps: AppDeps): Promise<void> {
+  const { config, log } = deps
+  const started = performance.now()
+  const deadline = started + config.shutdownTimeoutMs
   deps.lifecycle.shuttingDown = true
   const closed = new Promise<void>((resolve) => server.close(() => resolve()))
   server.closeIdleConnections()
-  const deadline = setTimeout(() => server.closeAllConnections(), deps.config.shutdownTimeoutMs)
+  let cut = false
+  const timer = setTimeout(() => {
+    cut = true
+    server.closeAllConnections()
+  }, config.shutdownTimeoutMs)
   await closed
-  clearTimeout(deadline)
-  await Promise.race([deps.sql.end({ timeout: 2 }), new Promise((resolve) => setTimeout(resolve, 3000))])
-  deps.log.info('stopped')
+  clearTimeout(timer)
+  if (cut) log.warn('requests still running at SHUTDOWN_TIMEOUT were cut', { shutdown_timeout_s: config.shutdownTimeoutMs / 1000 })
+
+  const left = Math.max(0, deadline - performance.now())
+  try {
+    // end() destroys the connections once `timeout` passes; the race is for an end() that would not even do that.
+    await Promise.race([deps.sql.end({ timeout: left / 1000 }), sleep(left + 500)])
+  } catch (err) {
+    log.warn('closing the database pool failed', describeError(err))
+  }
+  log.info('stopped', { duration_ms: Math.round(performance.now() - started) })
 }

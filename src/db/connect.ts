@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import postgres, { type Sql } from 'postgres'
 
 export interface PoolOptions {
@@ -7,17 +8,53 @@ export interface PoolOptions {
   onQuery?: () => void
 }
 
+/** postgres.js is not the patched copy this service needs (src/db/postgres-patch.mjs). */
+export class DriverPatchError extends Error {}
+
+const PATCH_MARKER = 'users-products-api patch'
+let patchChecked = false
+
+/**
+ * Refuses to run on an unpatched postgres.js: the patch (applied by npm's
+ * postinstall) is what keeps a database restart from crashing the process.
+ * An install with --ignore-scripts, or an upgrade the patch no longer fits,
+ * stops start-up here instead of failing at the first database outage.
+ */
+export function assertDriverPatched(): void {
+  if (patchChecked) return
+  const entry = new URL(import.meta.resolve('postgres'))
+  for (const file of ['connection.js', 'index.js']) {
+    const text = readFileSync(new URL(file, entry), 'utf8')
+    if (!text.includes(PATCH_MARKER)) {
+      throw new DriverPatchError(
+        `postgres.js at ${new URL('.', entry).pathname} is not patched (${file}); run \`node src/db/postgres-patch.mjs\` (npm install does it), see that file`,
+      )
+    }
+  }
+  patchChecked = true
+}
+
 /**
  * The connection pool. Settings chosen for an API, not a batch job:
  * - connect_timeout 5 s: a database that does not answer becomes a 503 within
  *   seconds instead of the library's 30 s default;
+ * - backoff: a lost connection is opened again after 0.05 s, doubling up to
+ *   0.25 s. postgres.js's default grows with every failure in the pool, to
+ *   20 s soon after a restart, and the request waiting for that connection
+ *   waits as long. Attempts are made only for a waiting request, at most one
+ *   per connection of the pool, so a short delay cannot flood the server;
  * - statement_timeout: no query can hold a connection (and a client) forever;
+ *   idle_in_transaction_session_timeout, the same: a transaction whose client
+ *   stopped talking mid-way cannot hold its row locks forever;
  * - int8 columns come back as JS numbers: ids and prices fit in 2^53, and
  *   JSON clients want numbers, not strings.
  * A `host` query parameter that is a directory (libpq's way to name a Unix
  * socket) is honoured; postgres.js would otherwise send it as a setting.
+ * What the pool cannot do itself (refuse work when saturated, stop waiting
+ * for a server that went silent) is done per request in src/db/admission.ts.
  */
 export function connect(databaseUrl: string, options: PoolOptions): Sql {
+  assertDriverPatched()
   const url = new URL(databaseUrl)
   const socketDir = url.searchParams.get('host')
   if (socketDir) url.searchParams.delete('host')
@@ -25,12 +62,17 @@ export function connect(databaseUrl: string, options: PoolOptions): Sql {
     ...(socketDir ? { host: socketDir } : {}),
     max: options.max,
     connect_timeout: 5,
+    backoff: (retries: number) => Math.min(0.05 * 2 ** retries, 0.25),
     idle_timeout: 60,
     max_lifetime: 60 * 30,
     onnotice: () => {},
     // postgres.js calls `debug` once per statement sent: the cheapest hook for a query counter.
     ...(options.onQuery ? { debug: options.onQuery } : {}),
-    connection: { application_name: 'users-products-api', statement_timeout: options.statementTimeoutMs },
+    connection: {
+      application_name: 'users-products-api',
+      statement_timeout: options.statementTimeoutMs,
+      idle_in_transaction_session_timeout: options.statementTimeoutMs,
+    },
     types: {
       int8: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) },
     },

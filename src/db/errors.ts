@@ -11,9 +11,13 @@ const uniqueViolations: Record<string, () => HttpError> = {
   products_sku_key: () => new HttpError(409, 'sku_taken', 'A product with this SKU already exists.'),
 }
 
+// ENOENT: the Unix socket file is gone (the server stopped). CONNECTION_CLOSED
+// is also what the patched postgres.js gives a statement of a transaction
+// whose connection died (src/db/postgres-patch.mjs).
 const connectionCodes = new Set([
   'CONNECT_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED',
-  'ECONNREFUSED', 'ECONNRESET', 'ENOTFOUND', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENOENT',
+  'ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EPIPE',
+  'EHOSTUNREACH', 'ENETUNREACH', 'ENOENT',
 ])
 
 export function mapDatabaseError(err: unknown): HttpError | undefined {
@@ -21,10 +25,13 @@ export function mapDatabaseError(err: unknown): HttpError | undefined {
   const { code, constraint_name: constraint } = err as Error & { code?: string; constraint_name?: string }
   if (code === undefined) return undefined
   if (code === '23505' && constraint && uniqueViolations[constraint]) return uniqueViolations[constraint]()
-  // Class 08: connection exception; 57P01-03: admin shutdown, crash shutdown,
-  // cannot connect now; 57014: statement_timeout fired (the pool is saturated
-  // or the database is stalled); 53300: too many connections.
-  if (connectionCodes.has(code) || code.startsWith('08') || /^57P0[1-3]$/.test(code) || code === '57014' || code === '53300') {
+  // Class 08: connection exception; 57P01-03: admin shutdown (also
+  // pg_terminate_backend), crash shutdown, cannot connect now (starting up,
+  // shutting down, in recovery); 57014: statement_timeout fired (the pool is
+  // saturated or the database is stalled); class 53: insufficient resources
+  // (too many connections, disk full, out of memory); 25P03: the server ended
+  // a transaction left idle too long (idle_in_transaction_session_timeout).
+  if (connectionCodes.has(code) || code.startsWith('08') || code.startsWith('53') || /^57P0[1-3]$/.test(code) || code === '57014' || code === '25P03') {
     return new HttpError(503, 'database_unavailable', 'The database is unavailable; retry shortly.', { headers: { 'retry-after': '5' } })
   }
   return undefined

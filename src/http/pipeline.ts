@@ -4,6 +4,7 @@ import type { AppDeps } from '../app-deps.js'
 import { authorize } from '../auth/access.js'
 import { authenticate } from '../auth/credentials.js'
 import { anonymous, type Principal } from '../auth/principal.js'
+import { databaseWork } from '../db/admission.js'
 import { mapDatabaseError } from '../db/errors.js'
 import { describeError } from '../log.js'
 import { checkContentType, readJsonBody } from './body.js'
@@ -31,6 +32,8 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
   const credentialSettings = { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience }
   const limiter = config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined
   const cors = { origins: config.corsOrigins }
+  // Bounds the requests waiting for the database and how long they wait (src/db/admission.ts).
+  const dbWork = databaseWork(deps)
 
   return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = process.hrtime.bigint()
@@ -71,7 +74,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
         // Public routes never look at a credential (no database read for /healthz).
         if (route.access.kind !== 'public') {
           try {
-            principal = (await authenticate(deps.sql, req.headers, credentialSettings)) ?? anonymous
+            principal = (await dbWork.run(() => authenticate(deps.sql, req.headers, credentialSettings))) ?? anonymous
           } catch (err) {
             // Failed credentials count against the address, so that guessing tokens is limited too.
             if (limiter && !route.unlimited) rate = enforce(limiter, addressBucket(clientAddress(req, config.trustProxy)))
@@ -90,7 +93,8 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
           body = route.body.validator.parseBody(await readJsonBody(req, config.bodyLimit))
         }
         const ctx = { params, query, body, principal, headers: req.headers, requestId, deps }
-        reply = route.idempotent ? await handleIdempotently(route, ctx, path, clientAddress(req, config.trustProxy)) : await route.handle(ctx)
+        const handle = () => (route.idempotent ? handleIdempotently(route, ctx, path, clientAddress(req, config.trustProxy)) : route.handle(ctx))
+        reply = route.access.kind === 'public' ? await handle() : await dbWork.run(handle)
         if (reply.status === 200 && (method === 'GET' || method === 'HEAD') && etagMatches(req.headers['if-none-match'], reply.headers?.etag)) {
           // RFC 9110 §15.4.5: a 304 repeats the validator, and nothing else of the body.
           reply = { status: 304, headers: { etag: reply.headers!.etag! } }
@@ -161,7 +165,8 @@ function problemReply(err: unknown, instance: string, requestId: string, deps: A
   if (!http) {
     deps.log.error('unhandled error', { request_id: requestId, route: template ?? null, ...describeError(err) })
     http = new HttpError(500, 'internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
-  } else if (http.status === 503 && http.code === 'database_unavailable') {
+  } else if (http.status === 503 && http.code === 'database_unavailable' && !(err instanceof HttpError)) {
+    // A database error. (The bound on waiting, src/db/admission.ts, answers 503 itself: no error of the database's.)
     deps.metrics.queryErrors++
     deps.log.warn('database unavailable', { request_id: requestId, ...describeError(err) })
   }

@@ -1,0 +1,79 @@
+import type { AppDeps } from '../app-deps.js'
+import { HttpError } from '../http/problem.js'
+
+// The bound on waiting for the database (README, "Faults").
+//
+// postgres.js never refuses work: when every connection is busy it queues
+// statements without limit, and a statement sent to a server that stopped
+// answering (a frozen host, a cut network) waits until TCP gives up, which can
+// be never. Either turns a slow or silent database into a pile of requests
+// that grows until memory runs out. So the pipeline runs the database stage
+// of each request to the protected API (authentication and handler; not the
+// reading of its body) through `run`:
+// - at most `limit` of them (DATABASE_POOL_MAX × 10) at once; the next one is
+//   answered 503 database_unavailable at once, with Retry-After, without
+//   queueing anything;
+// - one not finished after `deadlineMs` (STATEMENT_TIMEOUT + 5 s: the longest
+//   a statement may run, plus the connect time-out) is answered 503. Its work
+//   is abandoned, not cancelled (it may still complete, as a request whose
+//   answer was lost would), and keeps its place in `limit` until it settles,
+//   so abandoned work still counts against the bound.
+// Public routes are outside: /healthz and /openapi.json do not use the
+// database, a probe must never be refused for load, and /auth/login has a
+// bound of its own (2 password hashes at a time, 64 waiting) whose waits are
+// not the database's.
+
+export const POOL_FACTOR = 10
+export const DEADLINE_GRACE_MS = 5000
+
+const unavailable = (detail: string, retryAfter: string) =>
+  new HttpError(503, 'database_unavailable', detail, { headers: { 'retry-after': retryAfter } })
+
+export class DatabaseWork {
+  /** Requests in their database stage now, and the most there ever were. */
+  active = 0
+  peak = 0
+  /** Answered 503 at once (bound reached), and after the deadline. */
+  refused = 0
+  overdue = 0
+
+  constructor(readonly limit: number, readonly deadlineMs: number, private readonly onOverdue: () => void = () => {}) {}
+
+  async run<T>(work: () => Promise<T>): Promise<T> {
+    if (this.active >= this.limit) {
+      this.refused++
+      throw unavailable('The service is at its limit of requests waiting for the database; retry shortly.', '1')
+    }
+    this.active++
+    if (this.active > this.peak) this.peak = this.active
+    const running = Promise.resolve().then(work)
+    const release = () => void this.active--
+    running.then(release, release)
+    let timer: NodeJS.Timeout | undefined
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        this.overdue++
+        this.onOverdue()
+        reject(unavailable(`The request could not be completed within ${this.deadlineMs / 1000} s: the database is not answering; retry shortly.`, '5'))
+      }, this.deadlineMs)
+    })
+    try {
+      return await Promise.race([running, deadline])
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+}
+
+const instances = new WeakMap<AppDeps, DatabaseWork>()
+
+/** The bound of one application instance (tests read its figures). */
+export function databaseWork(deps: AppDeps): DatabaseWork {
+  let work = instances.get(deps)
+  if (!work) {
+    const deadlineMs = deps.config.statementTimeoutMs + DEADLINE_GRACE_MS
+    const onOverdue = () => deps.log.warn('database not answering: a request passed its deadline', { deadline_ms: deadlineMs })
+    instances.set(deps, (work = new DatabaseWork(deps.config.poolMax * POOL_FACTOR, deadlineMs, onOverdue)))
+  }
+  return work
+}

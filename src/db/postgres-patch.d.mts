@@ -1,0 +1,6 @@
+// Types of postgres-patch.mjs (plain JavaScript: it runs at install time, without tsx).
+export declare const MARKER: string
+/** [file inside the package's source folder, text to find, its replacement] */
+export declare const edits: Array<[file: string, find: string, replace: string]>
+export declare class PatchError extends Error {}
+export declare function patchPostgres(packageDir: string): { version: string; report: string[] }

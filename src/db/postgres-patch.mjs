@@ -1,0 +1,248 @@
+// A small patch to postgres.js (3.4.9), applied by `npm install`/`npm ci`
+// (package.json "postinstall") to node_modules/postgres, so that losing the
+// database cannot crash, hang or mis-answer this service. Plain JavaScript:
+// it must run in a production install, where tsx is absent.
+//
+// What it fixes, each reproduced here by killing a backend or restarting
+// PostgreSQL under load (test/fault-driver.test.ts, test/fault-db-outage.test.ts
+// fail without it):
+//
+// 1. porsager/postgres#1154, #1066, #1208: when a connection dies while a
+//    `sql.begin` callback is running, postgres.js sends that transaction's
+//    ROLLBACK on the dead connection; the write is queued with setImmediate
+//    and then dereferences the null socket: `TypeError: Cannot read
+//    properties of null (reading 'write')`, thrown from a timer, which kills
+//    the process.
+// 2. A closed connection keeps the state of its dead session: the query it
+//    was running, that ROLLBACK, the server's last error (57P01 "terminating
+//    connection"), a cancelled but non-null write timer. When the pool opens
+//    it again, the first query gets the old error, answers can be matched to
+//    the wrong queries, and writes are never flushed: requests hang for
+//    seconds after a restart. And a connection lost while it fetched the
+//    array types rejects a promise nobody awaits (an unhandled rejection).
+// 3. #1133 (PR #1155): a statement a transaction callback issues after its
+//    connection died runs on whatever that connection object serves next,
+//    outside any transaction, and commits; statements queued inside the
+//    transaction never settle (#1186).
+// 4. #1097: sql.end() waits forever for the stale query of a closed connection.
+//
+// Seven textual replacements in src/connection.js and src/index.js, and the
+// same in the CommonJS copy (cjs/src/), each marked in the patched file with
+// "users-products-api patch". Idempotent. If a text to replace is not found
+// (postgres.js was upgraded and its code changed), it fails loudly and
+// `npm ci` fails with it: check whether the new version fixes the issues
+// above, then adapt or delete this file (src/db/connect.ts refuses to start
+// with an unpatched copy until its check is changed too).
+//
+// Usage: node src/db/postgres-patch.mjs [folder of the postgres package]
+
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+export const MARKER = 'users-products-api patch'
+
+/** [file inside the package's source folder, text to find, its replacement] */
+export const edits = [
+  [
+    'connection.js',
+    `  function execute(q) {
+    if (terminated)
+      return queryError(q, Errors.connection('CONNECTION_DESTROYED', options))
+`,
+    `  function execute(q) {
+    if (terminated)
+      return queryError(q, Errors.connection('CONNECTION_DESTROYED', options))
+
+    // ${MARKER}: a connection without a socket takes no statement (true: keep it in its queue)
+    if (!socket)
+      return (queryError(q, Errors.connection('CONNECTION_CLOSED', options)), true)
+`,
+  ],
+  [
+    'connection.js',
+    `  function nextWrite(fn) {
+    const x = socket.write(chunk, fn)
+`,
+    `  function nextWrite(fn) {
+    // ${MARKER}: the socket closed after the write was queued; its query has been failed
+    if (!socket)
+      return (chunk = nextWriteTimer = null, false)
+    const x = socket.write(chunk, fn)
+`,
+  ],
+  [
+    'connection.js',
+    `      error(Errors.connection('CONNECTION_DESTROYED', options))
+
+    clearImmediate(nextWriteTimer)
+`,
+    `      error(Errors.connection('CONNECTION_DESTROYED', options))
+
+    clearImmediate(nextWriteTimer)
+    chunk = nextWriteTimer = null // ${MARKER}
+`,
+  ],
+  [
+    'connection.js',
+    `    incomings = null
+    clearImmediate(nextWriteTimer)
+    socket.removeListener('data', data)
+    socket.removeListener('connect', connected)
+    idleTimer.cancel()
+    lifeTimer.cancel()
+    connectTimer.cancel()
+
+    socket.removeAllListeners()
+    socket = null
+
+    if (initial)
+      return reconnect()
+
+    !hadError && (query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))
+`,
+    `    incomings = null
+    clearImmediate(nextWriteTimer)
+    chunk = nextWriteTimer = null // ${MARKER}
+    socket.removeListener('data', data)
+    socket.removeListener('connect', connected)
+    idleTimer.cancel()
+    lifeTimer.cancel()
+    connectTimer.cancel()
+
+    socket.removeAllListeners()
+    socket = null
+
+    if (initial)
+      return reconnect()
+
+    // ${MARKER}: fail whatever the dead session still had (also after an 'error'), then forget
+    // it, its last error included: the next session's first query must not receive the old FATAL
+    ;(query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))
+    query = results = errorResponse = null
+    result = new Result()
+    rows = 0
+    ended && (ended(), ended = null)
+`,
+  ],
+  [
+    'connection.js',
+    `  async function fetchArrayTypes() {
+    needsTypes = false
+    const types = await new Query([\`
+      select b.oid, b.typarray
+      from pg_catalog.pg_type a
+      left join pg_catalog.pg_type b on b.oid = a.typelem
+      where a.typcategory = 'A'
+      group by b.oid, b.typarray
+      order by b.oid
+    \`], [], execute)
+`,
+    `  async function fetchArrayTypes() {
+    needsTypes = false
+    const types = await new Query([\`
+      select b.oid, b.typarray
+      from pg_catalog.pg_type a
+      left join pg_catalog.pg_type b on b.oid = a.typelem
+      where a.typcategory = 'A'
+      group by b.oid, b.typarray
+      order by b.oid
+    \`], [], execute).catch(() => null) // ${MARKER}: a connection lost here rejected nobody's promise
+    if (!types)
+      return (needsTypes = options.fetch_types, undefined)
+`,
+  ],
+  [
+    'index.js',
+    `      , prepare = null
+
+    try {
+      await sql.unsafe('begin ' + options.replace(/[^a-z ]/ig, ''), [], { onexecute }).execute()
+      return await Promise.race([
+        scope(connection, fn),
+        new Promise((_, reject) => connection.onclose = reject)
+      ])
+`,
+    `      , prepare = null
+      , closedError = null // ${MARKER}
+
+    try {
+      await sql.unsafe('begin ' + options.replace(/[^a-z ]/ig, ''), [], { onexecute }).execute()
+      return await Promise.race([
+        scope(connection, fn),
+        new Promise((_, reject) => connection.onclose = (e) => {
+          // ${MARKER}: the transaction died with its connection; none of its statements may run anywhere now
+          closedError = e
+          while (queries.length)
+            queries.shift().reject(e)
+          reject(e)
+        })
+      ])
+`,
+  ],
+  [
+    'index.js',
+    `      function handler(q) {
+        q.catch(e => uncaughtError || (uncaughtError = e))
+        c.queue === full
+`,
+    `      function handler(q) {
+        q.catch(e => uncaughtError || (uncaughtError = e))
+        if (closedError) // ${MARKER}
+          return q.reject(closedError)
+        c.queue === full
+`,
+  ],
+]
+
+/** The source folders of the package that Node can load: ESM (`import`) and CommonJS (`require`). */
+const sourceFolders = ['src', join('cjs', 'src')]
+
+export class PatchError extends Error {}
+
+/**
+ * Applies every edit to every source folder of the package at `packageDir`.
+ * Returns what it did per file; throws PatchError, changing nothing, when a
+ * text is neither found exactly once nor already patched.
+ */
+export function patchPostgres(packageDir) {
+  const version = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8')).version
+  const pending = new Map()
+  const report = []
+  for (const folder of sourceFolders) {
+    for (const [file, find, replace] of edits) {
+      const path = join(packageDir, folder, file)
+      if (!existsSync(path)) throw new PatchError(`postgres.js ${version}: ${path} does not exist`)
+      let text = pending.get(path) ?? readFileSync(path, 'utf8')
+      if (text.includes(replace)) {
+        report.push(`${join(folder, file)}: already patched`)
+        continue
+      }
+      const at = text.indexOf(find)
+      if (at === -1 || text.indexOf(find, at + 1) !== -1) {
+        throw new PatchError(
+          `postgres.js ${version}: the code src/db/postgres-patch.mjs patches has changed in ${join(folder, file)}:\n${find}\n` +
+            'Check whether this version fixes porsager/postgres#1154/#1208 (write on a closed socket), #1133 (transaction ' +
+            'statements after its connection closed) and #1097 (end() hangs), then adapt or remove the patch.',
+        )
+      }
+      text = text.slice(0, at) + replace + text.slice(at + find.length)
+      pending.set(path, text)
+      report.push(`${join(folder, file)}: patched`)
+    }
+  }
+  for (const [path, text] of pending) writeFileSync(path, text)
+  return { version, report }
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const packageDir = process.argv[2] ?? fileURLToPath(new URL('../../node_modules/postgres/', import.meta.url))
+  try {
+    const { version, report } = patchPostgres(packageDir)
+    const changed = report.filter((r) => r.endsWith(': patched')).length
+    console.log(`postgres.js ${version}: ${changed ? `${changed} changes applied` : 'already patched'} (src/db/postgres-patch.mjs)`)
+  } catch (err) {
+    console.error(err instanceof PatchError ? `\n${err.message}\n` : err)
+    process.exit(1)
+  }
+}

@@ -1,0 +1,226 @@
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { after, before, describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { promisify } from 'node:util'
+import type { Sql } from 'postgres'
+import { connect } from '../src/db/connect.js'
+import { edits, MARKER } from '../src/db/postgres-patch.mjs'
+import { projectRoot, waitFor } from './fault-kit.js'
+import { createTestDatabase } from './helpers/server.js'
+
+// The postgres.js traps (porsager/postgres#1154/#1066/#1208, #1133, #1186,
+// #1097), each caused for real by pg_terminate_backend on a connection of this
+// test's own, and the install-time patch that closes them
+// (src/db/postgres-patch.mjs). Without the patch, the first test crashes this
+// process, the second commits a statement outside its transaction, the third
+// leaves a promise pending forever and the fourth hangs in sql.end(). If an
+// upgrade of postgres.js changes the patched code, `npm ci` fails; if it
+// changes it in a way the patch still fits but the behaviour returns, these
+// tests fail.
+
+const run = promisify(execFile)
+const patchEdits = edits
+
+let url: string
+let killer: Sql
+
+before(async () => {
+  url = await createTestDatabase()
+  killer = connect(url, { max: 1, statementTimeoutMs: 10_000 })
+  await killer`CREATE TABLE fault_notes (note text NOT NULL)`
+})
+after(async () => {
+  await killer.end({ timeout: 2 })
+})
+
+/** Waits until backend `pid` is running a statement matching `like`, then terminates it. */
+async function terminateWhileRunning(pid: number, like: string): Promise<void> {
+  await waitFor(`backend ${pid} running ${like}`, async () => {
+    const [row] = await killer`SELECT 1 FROM pg_stat_activity WHERE pid = ${pid} AND state = 'active' AND query LIKE ${like}`
+    return row !== undefined
+  }, 5000, 10)
+  const [{ terminated }] = await killer<[{ terminated: boolean }]>`SELECT pg_terminate_backend(${pid}) AS terminated`
+  assert.equal(terminated, true)
+}
+
+const isConnectionLoss = (err: unknown) => ['CONNECTION_CLOSED', '57P01'].includes((err as { code?: string })?.code ?? '')
+
+/** Every uncaught exception while `fn` runs (the unpatched driver throws one from a timer). */
+async function collectUncaught(fn: () => Promise<void>): Promise<unknown[]> {
+  const seen: unknown[] = []
+  const listener = (err: unknown) => void seen.push(err)
+  process.on('uncaughtException', listener)
+  try {
+    await fn()
+    await sleep(50) // the crash came from a setImmediate after the rejection
+  } finally {
+    process.off('uncaughtException', listener)
+  }
+  return seen
+}
+
+describe('postgres.js when a connection dies in a transaction', () => {
+  test('a backend killed while a transaction runs a statement: the transaction fails with a connection error, nothing throws outside it, the pool serves the next query (#1154, #1208)', async () => {
+    const sql = connect(url, { max: 2, statementTimeoutMs: 30_000 })
+    try {
+      const uncaught = await collectUncaught(async () => {
+        for (let round = 0; round < 5; round++) {
+          let pid: number | undefined
+          const tx = sql.begin(async (t) => {
+            ;[{ pid }] = await t<[{ pid: number }]>`SELECT pg_backend_pid() AS pid`
+            await t`INSERT INTO fault_notes VALUES ('killed transaction')`
+            await t`SELECT pg_sleep(30)`
+          })
+          const outcome = tx.then(() => 'committed', (err: unknown) => err)
+          await waitFor('the transaction to start', () => pid !== undefined, 5000, 5)
+          await terminateWhileRunning(pid!, 'SELECT pg_sleep%')
+          const err = await outcome
+          assert.ok(isConnectionLoss(err), `round ${round}: ${String(err)}`)
+          const [row] = await sql<[{ one: number }]>`SELECT 1 AS one`
+          assert.equal(row.one, 1)
+        }
+      })
+      assert.deepEqual(uncaught.map(String), [])
+      assert.equal((await killer`SELECT 1 FROM fault_notes WHERE note = 'killed transaction'`).length, 0)
+    } finally {
+      await sql.end({ timeout: 2 })
+    }
+  })
+
+  test("a statement a transaction issues after its connection died runs nowhere: nothing of the transaction commits, though the connection was reopened meanwhile (#1133)", async () => {
+    // One connection: the query queued behind the transaction makes the pool
+    // reopen that very connection object once its backend is gone.
+    const sql = connect(url, { max: 1, statementTimeoutMs: 30_000 })
+    try {
+      let pid: number | undefined
+      let resume!: () => void
+      const paused = new Promise<void>((resolve) => (resume = resolve))
+      const tx = sql.begin(async (t) => {
+        ;[{ pid }] = await t<[{ pid: number }]>`SELECT pg_backend_pid() AS pid`
+        await t`INSERT INTO fault_notes VALUES ('before the kill')`
+        // The callback waits on something that is not the database (a password hash, another service).
+        await paused
+        await t`INSERT INTO fault_notes VALUES ('after the kill')`
+      })
+      const outcome = tx.then(() => 'committed', (err: unknown) => err)
+      await waitFor('the transaction to start', () => pid !== undefined, 5000, 5)
+      const queued = sql<[{ backend: number }]>`SELECT pg_backend_pid() AS backend`.then((rows) => rows[0]!.backend)
+      await waitFor(`backend ${pid} idle in its transaction`, async () => (await killer`SELECT 1 FROM pg_stat_activity WHERE pid = ${pid!} AND state = 'idle in transaction'`).length > 0, 5000, 10)
+      await killer`SELECT pg_terminate_backend(${pid!})`
+      const otherBackend = await queued
+      assert.notEqual(otherBackend, pid, 'the queued query ran on a new backend')
+      resume()
+      const err = await outcome
+      assert.ok(isConnectionLoss(err), String(err))
+      await sleep(100)
+      const committed = await killer<Array<{ note: string }>>`SELECT note FROM fault_notes WHERE note IN ('before the kill', 'after the kill')`
+      assert.deepEqual(committed.map((r) => r.note), [])
+      // The pool goes on working.
+      assert.equal((await sql<[{ one: number }]>`SELECT 1 AS one`)[0].one, 1)
+    } finally {
+      await sql.end({ timeout: 2 })
+    }
+  })
+
+  test('a statement waiting in the queue of a transaction whose connection died is rejected, not left pending (#1186)', async () => {
+    const sql = connect(url, { max: 2, statementTimeoutMs: 30_000 })
+    try {
+      let pid: number | undefined
+      let queued: Promise<unknown> | undefined
+      const tx = sql.begin(async (t) => {
+        ;[{ pid }] = await t<[{ pid: number }]>`SELECT pg_backend_pid() AS pid`
+        // A statement with a parameter is described first; the next one waits in the transaction's own queue.
+        const running = t`SELECT pg_sleep(${30})`.execute()
+        const next = t`SELECT 2 AS two`
+        queued = next.then(() => 'resolved', (err: { code?: string }) => err.code)
+        await Promise.all([running, next])
+      })
+      const outcome = tx.then(() => 'committed', (err: unknown) => err)
+      await waitFor('the transaction to start', () => pid !== undefined && queued !== undefined, 5000, 5)
+      await terminateWhileRunning(pid!, 'SELECT pg_sleep%')
+      assert.ok(isConnectionLoss(await outcome))
+      const settled = await Promise.race([queued!, sleep(3000).then(() => 'still pending after 3 s')])
+      assert.ok(['CONNECTION_CLOSED', '57P01'].includes(settled as string), String(settled))
+    } finally {
+      await sql.end({ timeout: 2 })
+    }
+  })
+
+  test('sql.end() without a time-out returns after a connection died under a running query (#1097)', async () => {
+    const sql = connect(url, { max: 1, statementTimeoutMs: 30_000 })
+    const [{ pid }] = await sql<[{ pid: number }]>`SELECT pg_backend_pid() AS pid`
+    const slow = sql`SELECT pg_sleep(30)`.then(() => 'finished', (err: unknown) => err)
+    await terminateWhileRunning(pid, 'SELECT pg_sleep%')
+    assert.ok(isConnectionLoss(await slow))
+    const started = performance.now()
+    const ended = await Promise.race([sql.end().then(() => 'ended'), sleep(3000).then(() => 'hung')])
+    assert.equal(ended, 'ended')
+    assert.ok(performance.now() - started < 1000, `end() took ${(performance.now() - started).toFixed(0)} ms`)
+  })
+})
+
+describe('the install-time patch (src/db/postgres-patch.mjs)', () => {
+  const installed = join(projectRoot, 'node_modules', 'postgres')
+  const folders = ['src', join('cjs', 'src')]
+
+  test('the installed postgres.js carries every edit, in its ESM and CommonJS copies', () => {
+    assert.ok(patchEdits.length >= 7)
+    for (const folder of folders) {
+      for (const [file, , replace] of patchEdits) {
+        assert.ok(replace.includes(MARKER), 'each replacement is marked')
+        assert.ok(readFileSync(join(installed, folder, file), 'utf8').includes(replace), `${folder}/${file} lacks: ${replace.slice(0, 200)}`)
+      }
+    }
+  })
+
+  /** A copy of the package as npm installs it: the patch undone. */
+  function pristineCopy(): string {
+    const dir = mkdtempSync(join(tmpdir(), 'upa-pg-'))
+    cpSync(installed, dir, { recursive: true })
+    for (const folder of folders) {
+      for (const [file, find, replace] of patchEdits) {
+        const path = join(dir, folder, file)
+        writeFileSync(path, readFileSync(path, 'utf8').replace(replace, find))
+      }
+      for (const file of ['connection.js', 'index.js']) assert.ok(!readFileSync(join(dir, folder, file), 'utf8').includes(MARKER))
+    }
+    return dir
+  }
+  const patchScript = join(projectRoot, 'src', 'db', 'postgres-patch.mjs')
+  const snapshot = (dir: string) => folders.flatMap((f) => ['connection.js', 'index.js'].map((file) => readFileSync(join(dir, f, file), 'utf8')))
+
+  test('applied to the package as published, it gives exactly the installed files; applied again, it changes nothing', async () => {
+    const dir = pristineCopy()
+    try {
+      const first = await run(process.execPath, [patchScript, dir])
+      assert.match(first.stdout, new RegExp(`${patchEdits.length * 2} changes applied`))
+      assert.deepEqual(snapshot(dir), snapshot(installed))
+      const second = await run(process.execPath, [patchScript, dir])
+      assert.match(second.stdout, /already patched/)
+      assert.deepEqual(snapshot(dir), snapshot(installed))
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('when the code it patches has changed (an upgrade), it fails loudly, names what to check, and changes nothing', async () => {
+    const dir = pristineCopy()
+    try {
+      const path = join(dir, 'src', 'connection.js')
+      writeFileSync(path, readFileSync(path, 'utf8').replace('const x = socket.write(chunk, fn)', 'const x = socket && socket.write(chunk, fn)'))
+      const before = snapshot(dir)
+      const failed = await run(process.execPath, [patchScript, dir]).then(() => undefined, (err: { code: number; stderr: string }) => err)
+      assert.ok(failed, 'the patch script must fail')
+      assert.equal(failed.code, 1)
+      assert.match(failed.stderr, /has changed in src\/connection\.js/)
+      assert.match(failed.stderr, /#1154/)
+      assert.deepEqual(snapshot(dir), before, 'no file was written')
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})

@@ -1,0 +1,205 @@
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { test } from 'node:test'
+import { promisify } from 'node:util'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { call, percentile, RawClient, settledHeap, startLoad, summarize } from './fault-kit.js'
+import { startServer } from './helpers/server.js'
+
+// Hostile clients against the service in this process, while well-behaved
+// clients keep using it: slow headers (slowloris), slow bodies, a flood of
+// connections that send nothing, and malformed requests by the hundred. Each
+// must be cut off at the configured time-out or answered with its 4xx and
+// closed, the others must not wait for it, and memory must return to where it
+// was. (One request of each malformed kind, and its exact answer, is in
+// test/http-core.test.ts; here it is their volume, under load.)
+
+const HEADERS_TIMEOUT = 2
+const REQUEST_TIMEOUT = 3
+/** Node checks the two time-outs once a second (src/app.ts: connectionsCheckingInterval). */
+const CHECK_INTERVAL = 1
+const BODY_LIMIT = 131_072
+const api = await startServer({ HEADERS_TIMEOUT: String(HEADERS_TIMEOUT), REQUEST_TIMEOUT: String(REQUEST_TIMEOUT), BODY_LIMIT: String(BODY_LIMIT), LOG_LEVEL: 'error' })
+const port = Number(new URL(api.url).port)
+const reader = await api.createUser({ name: 'Reader' })
+const ms = (x: number) => `${Math.round(x)} ms`
+const MB = (x: number) => `${(x / 1048576).toFixed(1)} MB`
+
+/**
+ * Well-behaved clients: reads of one user, about 300 a second; their latency
+ * is the figure that must not move. Paced and without their bodies kept, so
+ * that the heap measured is the service's, not fetch's.
+ */
+function goodClients() {
+  return startLoad(4, async (client, seq) => {
+    const o = await call(api.url, 'GET', client % 2 ? `/users/${reader.id}` : '/healthz', { token: api.admin.token, client, seq, timeoutMs: 10_000 })
+    await sleep(10)
+    return { ...o, body: undefined }
+  })
+}
+
+/** The good clients' own machinery (fetch, its connection pool, compiled code) is warm before a baseline is taken. */
+async function warmUp(): Promise<void> {
+  const warm = goodClients()
+  await sleep(300)
+  await warm.stop()
+}
+
+function assertGoodUnaffected(outcomes: ReturnType<typeof goodClients>['outcomes'], atLeast = 100): { p50: number; p99: number; max: number } {
+  assert.ok(outcomes.length >= atLeast, `${outcomes.length} good requests`)
+  assert.deepEqual(summarize(outcomes), { 200: outcomes.length })
+  const latencies = outcomes.map((o) => o.ended - o.started)
+  const figures = { p50: percentile(latencies, 50), p99: percentile(latencies, 99), max: Math.max(...latencies) }
+  assert.ok(figures.p99 < 250 && figures.max < 1500, `good clients: p99 ${ms(figures.p99)}, max ${ms(figures.max)}`)
+  return figures
+}
+
+test(`slow-header and slow-body clients are cut off at HEADERS_TIMEOUT (${HEADERS_TIMEOUT} s) and REQUEST_TIMEOUT (${REQUEST_TIMEOUT} s) with a 408, without delaying anyone else`, async (t) => {
+  const slowHeaders: RawClient[] = []
+  const slowBodies: RawClient[] = []
+  const trickle: NodeJS.Timeout[] = []
+  async function attack(clients: number): Promise<void> {
+    for (let i = 0; i < clients; i++) {
+      const c = await new RawClient(port).open()
+      c.write('GET /healthz HTTP/1.1\r\nHost: x\r\n')
+      trickle.push(setInterval(() => c.socket.writable && c.write(`X-Slow-${i}: y\r\n`), 300))
+      slowHeaders.push(c)
+      const b = await new RawClient(port).open()
+      b.write(`POST /users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${api.admin.token}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"name":"`)
+      trickle.push(setInterval(() => b.socket.writable && b.write('a'), 300))
+      slowBodies.push(b)
+    }
+    await Promise.all([...slowHeaders, ...slowBodies].map((c) => c.closed))
+    for (const timer of trickle.splice(0)) clearInterval(timer)
+  }
+  // A few first, so that what runs for the first time is compiled before the baseline.
+  await attack(5)
+  slowHeaders.length = slowBodies.length = 0
+  await warmUp()
+  const baseline = await settledHeap()
+  const good = goodClients()
+  try {
+    await attack(100)
+  } finally {
+    for (const timer of trickle) clearInterval(timer)
+    await good.stop()
+  }
+  const headersCut = slowHeaders.map((c) => c.closedAt - c.openedAt)
+  const bodiesCut = slowBodies.map((c) => c.closedAt - c.openedAt)
+  const statuses = { headers: new Set(slowHeaders.map((c) => c.responses()[0]?.status)), bodies: new Set(slowBodies.map((c) => c.received.slice(0, 12))) }
+  const figures = assertGoodUnaffected(good.outcomes)
+  slowHeaders.length = slowBodies.length = good.outcomes.length = 0
+  const after = await settledHeap()
+  t.diagnostic(
+    `slow headers cut after ${ms(Math.min(...headersCut))}–${ms(Math.max(...headersCut))}, slow bodies after ${ms(Math.min(...bodiesCut))}–${ms(Math.max(...bodiesCut))}; ` +
+      `good clients meanwhile p50 ${ms(figures.p50)}, p99 ${ms(figures.p99)}, max ${ms(figures.max)}; heap ${MB(baseline)} before, ${MB(after)} after`,
+  )
+  assert.deepEqual([...statuses.headers], [408])
+  assert.deepEqual([...statuses.bodies], ['HTTP/1.1 408'])
+  assert.ok(Math.min(...headersCut) >= HEADERS_TIMEOUT * 1000 - 50 && Math.max(...headersCut) < (HEADERS_TIMEOUT + CHECK_INTERVAL) * 1000 + 500)
+  assert.ok(Math.min(...bodiesCut) >= REQUEST_TIMEOUT * 1000 - 50 && Math.max(...bodiesCut) < (REQUEST_TIMEOUT + CHECK_INTERVAL) * 1000 + 500)
+  assert.ok(after - baseline < 3 * 1048576, `heap grew by ${MB(after - baseline)}`)
+})
+
+/**
+ * The flood comes from another process, as it would: this one holds the
+ * service, whose heap is measured. It opens `count` connections, 100 at a
+ * time, sends nothing, and reports when each was closed and what it received.
+ */
+const floodScript = `
+import { connect } from 'node:net'
+const [port, count] = process.argv.slice(1).map(Number)
+const started = performance.now()
+const results = []
+const closing = []
+const open = () => new Promise((opened) => {
+  const socket = connect(port, '127.0.0.1')
+  const r = { received: '' }
+  closing.push(new Promise((closed) => socket.on('close', () => { r.closedAt = performance.now(); results.push(r); closed() })))
+  socket.on('connect', () => { r.openedAt = performance.now(); opened() })
+  socket.on('data', (d) => { r.received += d })
+  socket.on('error', () => opened())
+})
+for (let i = 0; i < count; i += 100) await Promise.all(Array.from({ length: Math.min(100, count - i) }, open))
+const openedIn = performance.now() - started
+await Promise.all(closing)
+const cut = results.map((r) => r.closedAt - r.openedAt)
+process.stdout.write(JSON.stringify({ openedIn, min: Math.min(...cut), max: Math.max(...cut), answered408: results.filter((r) => r.received.startsWith('HTTP/1.1 408 ')).length, closed: results.length }))
+`
+
+test('a flood of 2,000 connections that send nothing: all closed at HEADERS_TIMEOUT, others served meanwhile, memory back to its baseline', async (t) => {
+  const flood = (count: number) => promisify(execFile)(process.execPath, ['--input-type=module', '-e', floodScript, String(port), String(count)], { timeout: 30_000 }).then((r) => JSON.parse(r.stdout) as { openedIn: number; min: number; max: number; answered408: number; closed: number })
+  await flood(50)
+  await warmUp()
+  const baseline = await settledHeap()
+  const good = goodClients()
+  let report
+  try {
+    report = await flood(2000)
+  } finally {
+    await good.stop()
+  }
+  const figures = assertGoodUnaffected(good.outcomes)
+  good.outcomes.length = 0
+  const after = await settledHeap()
+  t.diagnostic(`2000 connections opened in ${ms(report.openedIn)}, closed after ${ms(report.min)}–${ms(report.max)} (${report.answered408} with a 408); good clients meanwhile p50 ${ms(figures.p50)}, p99 ${ms(figures.p99)}, max ${ms(figures.max)}; heap ${MB(baseline)} before, ${MB(after)} after`)
+  assert.equal(report.closed, 2000)
+  assert.ok(report.min >= HEADERS_TIMEOUT * 1000 - 50, `a connection was closed after ${ms(report.min)}`)
+  assert.ok(report.max < (HEADERS_TIMEOUT + CHECK_INTERVAL) * 1000 + 1500, `a connection lived ${ms(report.max)}`)
+  assert.ok(after - baseline < 3 * 1048576, `heap grew by ${MB(after - baseline)}`)
+  assert.equal((await call(api.url, 'GET', '/healthz')).status, 200)
+})
+
+test('malformed requests by the hundred (CL+TE, two Content-Lengths, oversized headers, a chunked body over the limit, 100,000 nested arrays): each its 4xx and closed, others served, memory back to its baseline', async (t) => {
+  const auth = `Authorization: Bearer ${api.admin.token}\r\n`
+  const chunkedOver = (() => {
+    const chunk = 'x'.repeat(8192)
+    return `POST /users HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n` + `${chunk.length.toString(16)}\r\n${chunk}\r\n`.repeat(Math.ceil(BODY_LIMIT / chunk.length) + 2) + '0\r\n\r\n'
+  })()
+  const nested = '['.repeat(100_000)
+  const kinds: Array<[string, string, number]> = [
+    ['Content-Length with Transfer-Encoding', `POST /users HTTP/1.1\r\nHost: x\r\n${auth}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, 400],
+    ['two Content-Length headers', `POST /users HTTP/1.1\r\nHost: x\r\n${auth}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}`, 400],
+    ['headers over 16 KiB', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431],
+    ['a chunked body over BODY_LIMIT', chunkedOver, 413],
+    ['100,000 nested arrays', `POST /users HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${nested.length}\r\nConnection: close\r\n\r\n${nested}`, 400],
+  ]
+  // Warm-up: one of each, then the baseline.
+  for (const [, raw] of kinds) {
+    const c = await new RawClient(port).open()
+    c.write(raw)
+    await c.closed
+  }
+  const baseline = await settledHeap()
+  const good = goodClients()
+  const results = new Map<string, number[]>()
+  try {
+    for (let round = 0; round < 4; round++) {
+      await Promise.all(
+        kinds.flatMap(([name, raw]) =>
+          Array.from({ length: 25 }, async () => {
+            const c = await new RawClient(port).open()
+            c.write(raw)
+            const closed = await Promise.race([c.closed.then(() => true), sleep(5000).then(() => false)])
+            if (!closed) c.socket.destroy()
+            results.set(name, [...(results.get(name) ?? []), closed ? (c.responses()[0]?.status ?? 0) : -1])
+          }),
+        ),
+      )
+    }
+  } finally {
+    await good.stop()
+  }
+  const figures = assertGoodUnaffected(good.outcomes, 20)
+  good.outcomes.length = 0
+  const after = await settledHeap()
+  t.diagnostic(`${[...results.values()].flat().length} malformed requests; good clients meanwhile p50 ${ms(figures.p50)}, p99 ${ms(figures.p99)}, max ${ms(figures.max)}; heap ${MB(baseline)} before, ${MB(after)} after`)
+  for (const [name, , status] of kinds) {
+    const statuses = results.get(name)!
+    assert.equal(statuses.length, 100)
+    // -1: the server kept the connection open 5 s; 0: closed without an answer.
+    assert.deepEqual([...new Set(statuses)], [status], `${name}: ${JSON.stringify(summarize(statuses.map((s) => ({ status: s }) as never)))}`)
+  }
+  assert.ok(after - baseline < 3 * 1048576, `heap grew by ${MB(after - baseline)}`)
+  assert.equal((await call(api.url, 'GET', '/healthz')).status, 200)
+})

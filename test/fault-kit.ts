@@ -1,0 +1,357 @@
+import { execFile, spawn, spawnSync } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { connect as netConnect, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import v8 from 'node:v8'
+import vm from 'node:vm'
+import { signJwt } from '../src/auth/jwt.js'
+import { connect } from '../src/db/connect.js'
+import { migrate } from '../src/db/migrate.js'
+
+// What the fault tests (test/fault-*.test.ts) share: a PostgreSQL cluster of
+// their own that they may stop, freeze and restart (never the shared one the
+// rest of the suite uses), the real process (`node --import tsx src/main.ts`),
+// loads of concurrent clients that record every outcome, raw connections, and
+// a garbage collector for memory figures.
+//
+// Everything here is asynchronous on purpose: the load runs in the same event
+// loop, and a blocking spawnSync would stall it and distort every latency.
+
+const run = promisify(execFile)
+export const projectRoot = fileURLToPath(new URL('../', import.meta.url))
+const JWT_SECRET = 'fault-test-secret-that-is-at-least-32-bytes!'
+
+function findBinaries(): string {
+  const has = (dir: string) => ['initdb', 'pg_ctl', 'postgres'].every((b) => existsSync(join(dir, b)))
+  const candidates: string[] = []
+  if (process.env.PG_BIN) candidates.push(process.env.PG_BIN)
+  if (existsSync('/usr/lib/postgresql')) {
+    const versions = readdirSync('/usr/lib/postgresql').filter((d) => /^[0-9]+$/.test(d)).sort((a, b) => Number(b) - Number(a))
+    candidates.push(...versions.map((v) => `/usr/lib/postgresql/${v}/bin`))
+  }
+  candidates.push(...(process.env.PATH ?? '').split(':').filter(Boolean))
+  const found = candidates.find(has)
+  if (!found) throw new Error('PostgreSQL server binaries not found (set PG_BIN)')
+  return found
+}
+
+/** As root, PostgreSQL runs as `postgres` (or `nobody`), as src/db/local-cluster.ts does. */
+function serverAccount(): string | undefined {
+  if (process.getuid?.() !== 0) return undefined
+  for (const user of ['postgres', 'nobody']) if (spawnSync('id', ['-u', user]).status === 0) return user
+  throw new Error('running as root without a postgres or nobody account')
+}
+
+/**
+ * A throw-away PostgreSQL cluster: initdb into a fresh temp folder, listening
+ * only on a Unix socket in a folder of its own. `stop('immediate')` is a crash
+ * (SIGQUIT to every backend, no checkpoint); `stop('fast')` a clean shutdown
+ * that aborts open transactions.
+ */
+export class OwnCluster {
+  private readonly bin = findBinaries()
+  private readonly account = serverAccount()
+  readonly root: string
+  readonly data: string
+  readonly sockets: string
+
+  private constructor() {
+    this.root = mkdtempSync(join(tmpdir(), 'upa-fault-'))
+    this.data = join(this.root, 'pg')
+    this.sockets = join(this.root, 'run')
+  }
+
+  static async create(): Promise<OwnCluster> {
+    const c = new OwnCluster()
+    await run('mkdir', ['-m', '700', c.data, c.sockets])
+    if (c.account) await run('chown', ['-R', `${c.account}:`, c.root])
+    await c.tool('initdb', ['-D', c.data, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--no-locale', '--no-instructions', '--no-sync'])
+    await c.start()
+    return c
+  }
+
+  private async tool(name: string, args: string[]): Promise<string> {
+    const [cmd, argv] = this.account ? ['runuser', ['-u', this.account, '--', join(this.bin, name), ...args]] : [join(this.bin, name), args]
+    const { stdout, stderr } = await run(cmd, argv, { timeout: 60_000 })
+    return stdout + stderr
+  }
+
+  url(database = 'postgres'): string {
+    return `postgres://postgres@localhost/${database}?host=${encodeURIComponent(this.sockets)}`
+  }
+
+  async start(): Promise<void> {
+    // fsync off: a crash of the server (what the tests cause) loses nothing the
+    // kernel already has; only a crash of the machine would.
+    const options = `-c listen_addresses='' -c unix_socket_directories='${this.sockets}' -c max_connections=100 -c fsync=off -c full_page_writes=off`
+    await this.tool('pg_ctl', ['start', '-D', this.data, '-w', '-t', '60', '-l', join(this.root, 'postgres.log'), '-o', options])
+  }
+
+  async stop(mode: 'fast' | 'immediate'): Promise<void> {
+    await this.tool('pg_ctl', ['stop', '-D', this.data, '-m', mode, '-w', '-t', '60'])
+  }
+
+  /** The postmaster and every backend of this cluster (for SIGSTOP/SIGCONT). */
+  async pids(): Promise<number[]> {
+    const postmaster = Number(readFileSync(join(this.data, 'postmaster.pid'), 'utf8').split('\n')[0])
+    const { stdout } = await run('pgrep', ['-P', String(postmaster)]).catch(() => ({ stdout: '' }))
+    return [postmaster, ...stdout.split('\n').filter(Boolean).map(Number)]
+  }
+
+  /** A new database with the schema migrated and one admin user; its URL and the admin's id. */
+  async createDatabase(): Promise<{ url: string; adminId: number }> {
+    const name = `fault_${randomBytes(4).toString('hex')}`
+    const server = connect(this.url(), { max: 1, statementTimeoutMs: 60_000 })
+    try {
+      await server`CREATE DATABASE ${server(name)}`
+    } finally {
+      await server.end({ timeout: 5 })
+    }
+    const db = connect(this.url(name), { max: 1, statementTimeoutMs: 60_000 })
+    try {
+      await migrate(db)
+      const [admin] = await db<Array<{ id: number }>>`INSERT INTO users (name, email, role) VALUES ('Fault Admin', ${`admin.${name}@example.com`}, 'admin') RETURNING id`
+      return { url: this.url(name), adminId: admin!.id }
+    } finally {
+      await db.end({ timeout: 5 })
+    }
+  }
+
+  async destroy(): Promise<void> {
+    await this.stop('immediate').catch(() => {})
+    rmSync(this.root, { recursive: true, force: true })
+  }
+}
+
+/** An admin JWT as the service issues it (no database read is needed to check it). */
+export function adminToken(adminId: number): string {
+  const now = Math.floor(Date.now() / 1000)
+  return signJwt(
+    {
+      sub: String(adminId), iss: 'users-products-api', aud: 'users-products-api', iat: now, exp: now + 3600, role: 'admin',
+      scope: 'api_keys:read api_keys:write products:read products:write users:read users:write',
+    },
+    { kid: 'fault', secret: Buffer.from(JWT_SECRET) },
+  )
+}
+
+const serviceEnv = { JWT_SECRETS: `fault:${JWT_SECRET}`, RATE_LIMIT: '0', LOG_LEVEL: 'info' }
+
+export interface Spawned {
+  url: string
+  port: number
+  pid: number
+  /** Every JSON line the process wrote on stdout. */
+  logs: Array<Record<string, unknown>>
+  stderr: () => string
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>
+  alive(): boolean
+  kill(signal: NodeJS.Signals): void
+}
+
+/** The real service: `node --import tsx src/main.ts` with this environment; resolves once it listens. */
+export async function spawnService(env: Record<string, string>): Promise<Spawned> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    cwd: projectRoot,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, HOST: '127.0.0.1', PORT: '0', ...serviceEnv, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  const logs: Array<Record<string, unknown>> = []
+  let stderr = ''
+  let rest = ''
+  let alive = true
+  let onListening: (port: number) => void = () => {}
+  const listening = new Promise<number>((resolve) => (onListening = resolve))
+  child.stdout.setEncoding('utf8').on('data', (text: string) => {
+    const lines = (rest + text).split('\n')
+    rest = lines.pop()!
+    for (const line of lines) {
+      if (!line) continue
+      const entry = JSON.parse(line) as Record<string, unknown>
+      // When this process read the line (its clock): the event happened before.
+      Object.defineProperty(entry, 'seenAt', { value: performance.now(), enumerable: false })
+      logs.push(entry)
+      if (entry.msg === 'listening') onListening(entry.port as number)
+    }
+  })
+  child.stderr.setEncoding('utf8').on('data', (text: string) => void (stderr += text))
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>((resolve) =>
+    child.on('exit', (code, signal) => {
+      alive = false
+      resolve({ code, signal, at: performance.now() })
+    }),
+  )
+  // The 'listening' line is at info level: with LOG_LEVEL above it, pass a PORT.
+  const fixed = env.PORT && env.PORT !== '0' ? Number(env.PORT) : undefined
+  const ready = fixed === undefined ? listening : waitFor('the service to listen', async () => (await call(`http://127.0.0.1:${fixed}`, 'GET', '/healthz', { timeoutMs: 1000 })).status === 200, 30_000).then(() => fixed)
+  const port = await Promise.race([
+    ready,
+    exited.then(({ code }) => Promise.reject(new Error(`the service exited (${code}) before listening: ${stderr}`))),
+    sleep(30_000, undefined, { ref: false }).then(() => Promise.reject(new Error(`the service did not listen within 30 s: ${stderr}`))),
+  ]).catch((err: unknown) => {
+    child.kill('SIGKILL')
+    throw err
+  })
+  return {
+    url: `http://127.0.0.1:${port}`, port, pid: child.pid!, logs, stderr: () => stderr, exited,
+    alive: () => alive,
+    kill: (signal) => void child.kill(signal),
+  }
+}
+
+export interface Outcome {
+  client: number
+  seq: number
+  what: string
+  started: number
+  ended: number
+  status?: number
+  code?: string
+  retryAfter?: string | null
+  etag?: string | null
+  error?: string
+  body?: any // eslint-disable-line @typescript-eslint/no-explicit-any
+}
+
+/** One request with fetch, a hard time-out, and its outcome; never throws. */
+export async function call(
+  base: string, method: string, path: string,
+  options: { token?: string; body?: unknown; headers?: Record<string, string>; timeoutMs?: number; what?: string; client?: number; seq?: number } = {},
+): Promise<Outcome> {
+  const headers: Record<string, string> = { ...options.headers }
+  if (options.token) headers.authorization = `Bearer ${options.token}`
+  if (options.body !== undefined) headers['content-type'] ??= method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
+  const started = performance.now()
+  const base_ = { client: options.client ?? 0, seq: options.seq ?? 0, what: options.what ?? `${method} ${path}`, started }
+  try {
+    const res = await fetch(base + path, {
+      method, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body),
+      signal: AbortSignal.timeout(options.timeoutMs ?? 20_000),
+    })
+    const text = await res.text()
+    const body = text && /json/.test(res.headers.get('content-type') ?? '') ? JSON.parse(text) : undefined
+    return { ...base_, ended: performance.now(), status: res.status, code: body?.code, retryAfter: res.headers.get('retry-after'), etag: res.headers.get('etag'), body }
+  } catch (err) {
+    const e = err as Error & { cause?: { code?: string } }
+    return { ...base_, ended: performance.now(), error: `${e.name}: ${e.cause?.code ?? e.message}` }
+  }
+}
+
+/**
+ * `clients` loops, each calling `step(client, seq)` again as soon as it
+ * returns, until `stop()`; every outcome is kept.
+ */
+export function startLoad(clients: number, step: (client: number, seq: number) => Promise<Outcome>) {
+  const outcomes: Outcome[] = []
+  let stopped = false
+  const loops = Array.from({ length: clients }, async (_, client) => {
+    for (let seq = 0; !stopped; seq++) outcomes.push(await step(client, seq))
+  })
+  return {
+    outcomes,
+    async stop(): Promise<Outcome[]> {
+      stopped = true
+      await Promise.all(loops)
+      return outcomes
+    },
+  }
+}
+
+/** Polls until `check` is true; returns the time it took (ms), or throws after `timeoutMs`. */
+export async function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000, everyMs = 50): Promise<number> {
+  const started = performance.now()
+  while (!(await check())) {
+    if (performance.now() - started > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
+    await sleep(everyMs)
+  }
+  return performance.now() - started
+}
+
+let gcFunction: (() => void) | undefined
+/** A full garbage collection (the test runner starts files without --expose-gc). */
+export function gc(): void {
+  if (!gcFunction) {
+    v8.setFlagsFromString('--expose-gc')
+    gcFunction = vm.runInNewContext('gc') as () => void
+  }
+  gcFunction()
+  gcFunction()
+}
+
+/**
+ * Heap in use after full collections, in bytes. Twice, with a pause: objects
+ * freed through finalizers (fetch's, for one) go only in a later collection.
+ */
+export async function settledHeap(): Promise<number> {
+  for (let i = 0; i < 3; i++) {
+    await sleep(50)
+    gc()
+  }
+  return process.memoryUsage().heapUsed
+}
+
+export const summarize = (outcomes: Outcome[]) => {
+  const counts: Record<string, number> = {}
+  for (const o of outcomes) {
+    const key = o.error ?? `${o.status}${o.code ? ' ' + o.code : ''}`
+    counts[key] = (counts[key] ?? 0) + 1
+  }
+  return counts
+}
+
+export const percentile = (values: number[], p: number) => {
+  if (!values.length) return 0
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
+}
+
+export interface RawResponse {
+  status: number
+  headers: Record<string, string>
+  body: string
+}
+
+/** A raw connection: what was written, every byte received, when the server closed it. */
+export class RawClient {
+  readonly socket: Socket
+  private data = Buffer.alloc(0)
+  openedAt = performance.now()
+  closedAt = 0
+  readonly closed: Promise<void>
+  constructor(port: number) {
+    this.socket = netConnect(port, '127.0.0.1')
+    this.socket.on('data', (d: Buffer) => void (this.data = Buffer.concat([this.data, d])))
+    this.socket.on('error', () => {})
+    this.closed = new Promise((resolve) => this.socket.on('close', () => ((this.closedAt = performance.now()), resolve())))
+  }
+  async open(): Promise<this> {
+    await new Promise((resolve) => this.socket.once('connect', resolve))
+    return this
+  }
+  write(text: string): void {
+    this.socket.write(text)
+  }
+  get received(): string {
+    return this.data.toString('utf8')
+  }
+  /** Complete responses received so far (by Content-Length). */
+  responses(): RawResponse[] {
+    const out: RawResponse[] = []
+    let rest = this.received
+    for (;;) {
+      const end = rest.indexOf('\r\n\r\n')
+      if (end === -1) return out
+      const [statusLine, ...lines] = rest.slice(0, end).split('\r\n')
+      const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]))
+      const length = Number(headers['content-length'] ?? 0)
+      if (rest.length < end + 4 + length) return out
+      out.push({ status: Number(statusLine!.split(' ')[1]), headers, body: rest.slice(end + 4, end + 4 + length) })
+      rest = rest.slice(end + 4 + length)
+    }
+  }
+}
