@@ -4,7 +4,7 @@
 NODE_BIN := node_modules/.bin
 TSX := node --import tsx
 
-.PHONY: run test build migrate admin typecheck db-start db-stop clean
+.PHONY: run test build migrate admin typecheck db-start db-stop clean bench
 
 # Installs exactly what package-lock.json says; re-runs when it changes.
 node_modules/.installed: package.json package-lock.json
@@ -32,6 +32,12 @@ test: typecheck
 build: node_modules/.installed
 	rm -rf dist
 	$(NODE_BIN)/tsc -p tsconfig.json
+
+# The service (production build) against a bare baseline, on a benchmark database of its own
+# (upa_bench_<rows>, dropped afterwards). Options: BENCH_ROWS=1000000, BENCH_GROWTH=full|off,
+# BENCH_DURATION, BENCH_ROUNDS; see bench/README.md.
+bench: build
+	$(TSX) bench/run.ts
 
 db-start: node_modules/.installed
 	$(TSX) src/db/local-cluster.ts start

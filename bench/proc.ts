@@ -1,0 +1,75 @@
+import { execFileSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+
+// What a process costs, read from Linux's /proc: CPU time (utime + stime of
+// /proc/<pid>/stat, in clock ticks) and resident memory (/proc/<pid>/status).
+
+const ticksPerSecond = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100
+  } catch {
+    return 100
+  }
+})()
+
+/** CPU time in µs (user + system) the process has used so far, or undefined when it cannot be read. */
+export function cpuMicros(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    // The command name (field 2) may contain spaces and parentheses: count from the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return ((Number(fields[11]) + Number(fields[12])) * 1e6) / ticksPerSecond
+  } catch {
+    return undefined
+  }
+}
+
+/** A field of /proc/<pid>/status in kB (VmRSS, VmHWM), or undefined. */
+export function statusKb(pid: number, field: 'VmRSS' | 'VmHWM'): number | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)
+    return m ? Number(m[1]) : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** Samples VmRSS every `everyMs` until stopped; returns the peak in MB. */
+export function sampleRss(pid: number, everyMs = 100): { stop(): number } {
+  let peak = statusKb(pid, 'VmRSS') ?? 0
+  const timer = setInterval(() => {
+    const kb = statusKb(pid, 'VmRSS')
+    if (kb !== undefined && kb > peak) peak = kb
+  }, everyMs)
+  return {
+    stop() {
+      clearInterval(timer)
+      const kb = statusKb(pid, 'VmRSS')
+      if (kb !== undefined && kb > peak) peak = kb
+      return peak / 1024
+    },
+  }
+}
+
+/** CPU µs of a set of processes (PostgreSQL backends), by pid. */
+export function cpuOf(pids: number[]): Map<number, number> {
+  const out = new Map<number, number>()
+  for (const pid of pids) {
+    const us = cpuMicros(pid)
+    if (us !== undefined) out.set(pid, us)
+  }
+  return out
+}
+
+/**
+ * CPU used between two readings of a set of processes. A process that
+ * appeared in between counts from zero (a backend the pool opened during the
+ * run); one that went away is lost (rare: pools keep their connections).
+ */
+export function cpuBetween(before: Map<number, number>, after: Map<number, number>): number {
+  let total = 0
+  for (const [pid, us] of after) total += us - (before.get(pid) ?? 0)
+  return total
+}

@@ -1,0 +1,95 @@
+import { createHash, randomBytes } from 'node:crypto'
+import type { Sql } from 'postgres'
+import { connect } from '../src/db/connect.js'
+import { migrate } from '../src/db/migrate.js'
+
+// Benchmark databases: `upa_bench_<rows>` on the server of DATABASE_URL (or
+// the local cluster), never the development database. Created fresh, migrated
+// with the service's own migrations, seeded set-wise with generate_series, and
+// dropped when the benchmark ends.
+
+export const benchDatabaseName = (rows: number) => `upa_bench_${rows}`
+
+/** The URL of database `name` on the server of `serverUrl` (query parameters such as host= kept). */
+export function databaseUrl(serverUrl: string, name: string): string {
+  const url = new URL(serverUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+}
+
+export interface Seeded {
+  name: string
+  url: string
+  rows: number
+  /** The API key the benchmark sends in X-API-Key (user 1, scope products:read). */
+  apiKey: string
+  seconds: number
+}
+
+/**
+ * Creates `upa_bench_<rows>` (dropping a leftover of an earlier run first),
+ * migrates it and fills it: `rows` users (id 1 is an admin) and `rows`
+ * products. Secondary indexes are dropped during the load and rebuilt after
+ * it, which is several times faster than maintaining them row by row.
+ */
+export async function createBenchDatabase(admin: Sql, serverUrl: string, rows: number): Promise<Seeded> {
+  const started = performance.now()
+  const name = benchDatabaseName(rows)
+  await admin`DROP DATABASE IF EXISTS ${admin(name)} WITH (FORCE)`
+  await admin`CREATE DATABASE ${admin(name)}`
+  const url = databaseUrl(serverUrl, name)
+  const db = connect(url, { max: 1, statementTimeoutMs: 30 * 60_000 })
+  try {
+    await migrate(db)
+    await db`SET maintenance_work_mem = '256MB'`
+    await db`SET synchronous_commit = off`
+    const indexes = await db<Array<{ indexname: string; indexdef: string }>>`
+      SELECT i.indexname, i.indexdef FROM pg_indexes i
+      WHERE i.schemaname = 'public' AND i.tablename IN ('users', 'products')
+        AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)`
+    for (const { indexname } of indexes) await db`DROP INDEX ${db(indexname)}`
+
+    // Timestamps one second apart, so that created_at sorts are realistic and distinct.
+    await db`
+      INSERT INTO users (name, email, role, created_at, updated_at)
+      SELECT 'Bench User ' || g, 'user' || g || '@bench.example.com', CASE WHEN g = 1 THEN 'admin' ELSE 'user' END,
+             t, t
+      FROM generate_series(1, ${rows}::int) g, LATERAL (SELECT timestamptz '2025-01-01 00:00:00Z' + g * interval '1 second' AS t) ts`
+    await db`
+      INSERT INTO products (sku, name, description, price, currency, stock, created_at, updated_at)
+      SELECT 'SKU-' || lpad(g::text, 8, '0'), 'Bench Product ' || g,
+             'A product of the benchmark catalogue, number ' || g || '.',
+             (g::bigint * 7919) % 1000000, (ARRAY['EUR', 'USD', 'GBP', 'JPY'])[1 + g % 4], g % 1000, t, t
+      FROM generate_series(1, ${rows}::int) g, LATERAL (SELECT timestamptz '2025-01-01 00:00:00Z' + g * interval '1 second' AS t) ts`
+    for (const { indexdef } of indexes) await db.unsafe(indexdef)
+
+    const apiKey = 'upa_ak_' + randomBytes(32).toString('base64url')
+    const keyHash = createHash('sha256').update(apiKey).digest()
+    await db`
+      INSERT INTO api_keys (user_id, name, prefix, key_hash, scopes)
+      VALUES (1, 'benchmark', ${apiKey.slice(0, 13)}, ${keyHash}, ${['products:read']})`
+    await db`VACUUM ANALYZE`
+    return { name, url, rows, apiKey, seconds: (performance.now() - started) / 1000 }
+  } finally {
+    await db.end({ timeout: 5 })
+  }
+}
+
+/**
+ * Puts the tables back to `rows` rows after a run of POST /users, so that
+ * every round (and the growth series) sees the same table.
+ */
+export async function removeCreatedUsers(url: string, rows: number): Promise<number> {
+  const db = connect(url, { max: 1, statementTimeoutMs: 10 * 60_000 })
+  try {
+    const deleted = await db`DELETE FROM users WHERE id > ${rows}`
+    await db`VACUUM ANALYZE users`
+    return deleted.count
+  } finally {
+    await db.end({ timeout: 5 })
+  }
+}
+
+export async function dropBenchDatabase(admin: Sql, name: string): Promise<void> {
+  await admin`DROP DATABASE IF EXISTS ${admin(name)} WITH (FORCE)`
+}
