@@ -23,7 +23,7 @@ let patchChecked = false
 export function assertDriverPatched(): void {
   if (patchChecked) return
   const entry = new URL(import.meta.resolve('postgres'))
-  for (const file of ['connection.js', 'index.js']) {
+  for (const file of ['connection.js', 'index.js', 'queue.js']) {
     const text = readFileSync(new URL(file, entry), 'utf8')
     if (!text.includes(PATCH_MARKER)) {
       throw new DriverPatchError(
@@ -66,8 +66,9 @@ export function connect(databaseUrl: string, options: PoolOptions): Sql {
     idle_timeout: 60,
     max_lifetime: 60 * 30,
     onnotice: () => {},
-    // postgres.js calls `debug` once per statement sent: the cheapest hook for a query counter.
-    ...(options.onQuery ? { debug: options.onQuery } : {}),
+    // Called once per statement sent. An option of our patch (src/db/postgres-patch.mjs):
+    // postgres.js's own hook, `debug`, captures a stack trace for every query and fragment.
+    ...(options.onQuery ? ({ onquery: options.onQuery } as object) : {}),
     connection: {
       application_name: 'users-products-api',
       statement_timeout: options.statementTimeoutMs,

@@ -26,7 +26,20 @@
 //    transaction never settle (#1186).
 // 4. #1097: sql.end() waits forever for the stale query of a closed connection.
 //
-// Seven textual replacements in src/connection.js and src/index.js, and the
+// And two for speed (bench/README.md, findings 1 and 6):
+//
+// 5. A statement counter (the `onquery` option, for db_queries_total): the
+//    only hook postgres.js has, `debug`, makes it capture a stack trace
+//    (`new Error()`) for every query and fragment built, which cost up to a
+//    fifth of the service's CPU on list requests.
+// 6. The pool slows down the longer it stays saturated (porsager/postgres#747):
+//    its queues (src/queue.js) are consumed with shift(), which leaves a hole
+//    and resets the array only when it empties, which a busy queue under load
+//    never does; every move of a connection then scans all the holes. CPU per
+//    statement doubled within minutes; bench/pool-drift.ts shows it.
+//
+// Eleven textual replacements in src/connection.js, src/index.js and
+// src/queue.js, and the
 // same in the CommonJS copy (cjs/src/), each marked in the patched file with
 // "users-products-api patch". Idempotent. If a text to replace is not found
 // (postgres.js was upgraded and its code changed), it fails loudly and
@@ -178,6 +191,55 @@ export const edits = [
           reject(e)
         })
       ])
+`,
+  ],
+  [
+    'connection.js',
+    `    typeof options.debug === 'function' && options.debug(id, string, parameters, types)
+`,
+    `    typeof options.debug === 'function' && options.debug(id, string, parameters, types)
+    typeof options.onquery === 'function' && options.onquery() // ${MARKER}: a statement counter without debug's stack traces
+`,
+  ],
+  [
+    'index.js',
+    `    onclose         : o.onclose,
+`,
+    `    onclose         : o.onclose,
+    onquery         : o.onquery, // ${MARKER}
+`,
+  ],
+  [
+    'queue.js',
+    `    remove: (x) => {
+      const index = xs.indexOf(x)
+      return index === -1
+        ? null
+        : (xs.splice(index, 1), x)
+    },
+`,
+    `    remove: (x) => {
+      // ${MARKER}: search from the first live entry, not through every hole shift() left
+      const at = xs.indexOf(x, index)
+      return at === -1
+        ? null
+        : (xs.splice(at, 1), x)
+    },
+`,
+  ],
+  [
+    'queue.js',
+    `      } else {
+        xs[index - 1] = undefined
+      }
+`,
+    `      } else {
+        xs[index - 1] = undefined
+        // ${MARKER}: drop the consumed front once it is most of the array; under
+        // sustained load a busy queue never empties, and the holes grew without bound
+        if (index > 64 && index * 2 > xs.length)
+          (xs = xs.slice(index), index = 0)
+      }
 `,
   ],
   [
