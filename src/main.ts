@@ -7,7 +7,7 @@ import { ConfigError, loadConfig } from './config.js'
 import { connect, DriverPatchError } from './db/connect.js'
 import { dataRoot, LocalClusterError, localDevelopmentUrl } from './db/local-cluster.js'
 import { migrate, MigrationError } from './db/migrate.js'
-import { createLogger, describeError } from './log.js'
+import { batchedWriter, createLogger, describeError } from './log.js'
 import { shutdown } from './shutdown.js'
 import { bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
@@ -16,7 +16,9 @@ import { bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstra
 
 async function main(): Promise<void> {
   const config = loadConfig(process.env)
-  const log = createLogger(config.logLevel)
+  const stdout = batchedWriter((text) => process.stdout.write(text))
+  process.on('exit', stdout.flush)
+  const log = createLogger(config.logLevel, stdout.write)
   // Last resort. Every known way for the database driver to throw outside a
   // request is patched (src/db/postgres-patch.mjs), so reaching this is a bug
   // whose consequences are unknown: carrying on could serve from a broken
