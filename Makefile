@@ -24,6 +24,7 @@ admin: node_modules/.installed
 
 typecheck: node_modules/.installed
 	$(NODE_BIN)/tsc --noEmit -p test/tsconfig.json
+	$(NODE_BIN)/tsc --noEmit -p bench/tsconfig.json
 
 # Type-check, then the whole node:test suite against a database of its own.
 test: typecheck

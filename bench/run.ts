@@ -62,6 +62,16 @@ const settings = {
   /** Another build of the service to measure (a copy of dist/ with a fix applied), instead of dist/main.js. */
   serviceMain: env.BENCH_SERVICE_MAIN || undefined,
   logLevel: env.BENCH_LOG_LEVEL || 'info',
+  /** Node's options for the service: those of `npm start` (package.json), so that it runs as in production. */
+  serviceNodeArgs: env.BENCH_SERVICE_NODE_ARGS !== undefined ? env.BENCH_SERVICE_NODE_ARGS.split(' ').filter(Boolean) : startScriptNodeArgs(),
+}
+
+/** The options between `node` and the entry point in package.json's start script. */
+function startScriptNodeArgs(): string[] {
+  const start = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start
+  const words = start.split(' ').filter(Boolean)
+  if (words[0] !== 'node' || words[words.length - 1] !== 'dist/main.js') throw new Error(`package.json start script is not \`node [options] dist/main.js\`: ${start}`)
+  return words.slice(1, -1)
 }
 
 const MAX_OFFSET = 100_000 // the service's cap on `offset` (src/collections/list-query.ts)
@@ -141,7 +151,7 @@ async function startServer(kind: Kind, db: Seeded, nodeArgs: string[] = []): Pro
     // The log goes to a file, as to a log shipper: every request is still serialized and written.
     logFile = join(outDir, `service-${db.rows}.log`)
     const fd = openSync(logFile, 'a')
-    child = spawn(process.execPath, [...nodeArgs, main], {
+    child = spawn(process.execPath, [...settings.serviceNodeArgs, ...nodeArgs, main], {
       cwd: root,
       env: { ...common, NODE_ENV: 'production', JWT_SECRETS: `${jwtKid}:${jwtSecret}`, LOG_LEVEL: settings.logLevel, RATE_LIMIT: '0' },
       stdio: ['ignore', fd, 'pipe'],
@@ -613,7 +623,7 @@ async function benchmark(serverUrl: string, pgVersion: string): Promise<void> {
   report.push(`## Benchmark, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`, '')
   report.push(`Machine: ${machine(pgVersion)}. Load generator autocannon ${autocannonVersion} (same machine), ${settings.connections} connections; pool of ${settings.pool}; ` +
     `${settings.rows.toLocaleString('en')} users and products; ${settings.rounds} rounds of ${settings.duration} s per endpoint and server, ` +
-    `each on fresh processes after ${settings.warmup} s of warm-up, the servers' order alternating by round. Service: \`node dist/main.js\`, NODE_ENV=production, LOG_LEVEL=info (log to a file), RATE_LIMIT=0. ` +
+    `each on fresh processes after ${settings.warmup} s of warm-up, the servers' order alternating by round. Service: \`${['node', ...settings.serviceNodeArgs, 'dist/main.js'].join(' ')}\` (as \`npm start\`), NODE_ENV=production, LOG_LEVEL=info (log to a file), RATE_LIMIT=0. ` +
     `Figures: median (min–max) over the rounds. CPU µs/req: utime + stime of the server process over the run ÷ responses; DB CPU: the same for the PostgreSQL backends of its pool. ` +
     `Run time ${minutes} min (\`make bench\`).`, '')
   report.push(mainTables(mainList, series), '')
