@@ -22,16 +22,37 @@ export interface CollectionDeclaration {
   members: Record<string, MemberType>
   /** Columns `q` searches as a case-insensitive substring. */
   searchColumns: readonly string[]
-  /** Members a client may see, in output order; `fields` picks among them. */
+  /**
+   * Members a client may see, in output order; `fields` picks among them. Each
+   * is a column: a list selects these columns (and the filterable members), so
+   * a column left out here (a password hash, a key hash) is never read.
+   */
   outputMembers: readonly string[]
 }
 
 export const filterOperators = ['ne', 'gt', 'gte', 'lt', 'lte', 'in'] as const
 export type FilterOperator = 'eq' | (typeof filterOperators)[number]
 
+/** What a filter parameter of the query string (`price`, `price[gte]`) stands for. */
+export interface FilterParameter {
+  member: string
+  op: FilterOperator
+  /**
+   * Its place in one fixed order (members as declared, then operators as
+   * listed), so that filters come out in the same order however the query
+   * string is written: one SQL shape, and the same parameter named first when
+   * several are wrong.
+   */
+  rank: number
+}
+
 export interface Collection extends CollectionDeclaration {
   /** Validates parameter names and shapes; typed conversion follows in list-query. */
   queryValidator: Validator<Record<string, string>>
+  /** Every filter parameter name, built once: a request looks up only the names it has. */
+  filterParameters: ReadonlyMap<string, FilterParameter>
+  /** The columns a list selects: the output members, then members that are not output (sort keys a cursor needs). */
+  selectColumns: readonly string[]
 }
 
 const MAX_VALUE_LENGTH = 1000
@@ -60,10 +81,34 @@ export function defineCollection(declaration: CollectionDeclaration): Collection
     count: Type.Optional(Type.String({ pattern: '^(true|false)$', description: 'true or false' })),
     fields: Type.Optional(Type.String({ maxLength: 500, description: 'comma-separated members to return' })),
   }
+  const filterParameters = new Map<string, FilterParameter>()
   for (const [name, member] of Object.entries(declaration.members)) {
-    properties[name] = valueSchema(member, false)
-    for (const op of filterOperators) properties[`${name}[${op}]`] = valueSchema(member, op === 'in')
+    for (const op of ['eq', ...filterOperators] as const) {
+      const param = op === 'eq' ? name : `${name}[${op}]`
+      properties[param] = valueSchema(member, op === 'in')
+      filterParameters.set(param, { member: name, op, rank: filterParameters.size })
+    }
   }
+  checkIdentifiers(declaration)
   const schema = Type.Object(properties, { additionalProperties: false })
-  return { ...declaration, queryValidator: compileValidator(schema) as Validator<Record<string, string>> }
+  return {
+    ...declaration,
+    queryValidator: compileValidator(schema) as Validator<Record<string, string>>,
+    filterParameters,
+    selectColumns: [...new Set([...declaration.outputMembers, ...Object.keys(declaration.members)])],
+  }
+}
+
+const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
+
+/**
+ * The list SQL is compiled from these names (quoted, but never from client
+ * text). Plain lower-case identifiers only, checked at start-up: a name that
+ * needs care to quote is a mistake in a declaration, not something to support.
+ */
+function checkIdentifiers(declaration: CollectionDeclaration): void {
+  const names = [declaration.table, ...Object.keys(declaration.members), ...declaration.searchColumns, ...declaration.outputMembers]
+  for (const name of names) {
+    if (!IDENTIFIER.test(name)) throw new Error(`collection ${declaration.path}: "${name}" is not a plain SQL identifier`)
+  }
 }

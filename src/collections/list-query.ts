@@ -4,7 +4,7 @@ import { invalidParameter } from '../http/problem.js'
 import type { AppDeps } from '../app-deps.js'
 import type { Reply } from '../http/route.js'
 import { decodeCursor, encodeCursor } from './cursor.js'
-import { filterOperators, type Collection, type FilterOperator, type MemberType } from './declaration.js'
+import type { Collection, FilterOperator, FilterParameter, MemberType } from './declaration.js'
 
 // The one list mechanism: turns a collection's checked query parameters into
 // a filtered, sorted, keyset-paged SELECT, runs it, and answers with the page,
@@ -111,18 +111,19 @@ function parseFields(collection: Collection, raw: string | undefined): string[] 
 }
 
 function parseFilters(collection: Collection, query: Record<string, string>): Filter[] {
-  const filters: Filter[] = []
-  for (const [name, member] of Object.entries(collection.members)) {
-    for (const op of ['eq', ...filterOperators] as const) {
-      const param = op === 'eq' ? name : `${name}[${op}]`
-      const raw = query[param]
-      if (raw === undefined) continue
-      const parts = op === 'in' ? raw.split(',') : [raw]
-      if (parts.length > MAX_IN_VALUES) throw invalidParameter(param, `must list at most ${MAX_IN_VALUES} values`)
-      filters.push({ member: name, op, values: parts.map((p) => typedValue(param, member, p)) })
-    }
+  const found: Array<[string, FilterParameter]> = []
+  for (const param of Object.keys(query)) {
+    const meaning = collection.filterParameters.get(param)
+    if (meaning) found.push([param, meaning])
   }
-  return filters
+  if (found.length > 1) found.sort((a, b) => a[1].rank - b[1].rank)
+  return found.map(([param, { member, op }]) => {
+    const raw = query[param]!
+    const parts = op === 'in' ? raw.split(',') : [raw]
+    if (parts.length > MAX_IN_VALUES) throw invalidParameter(param, `must list at most ${MAX_IN_VALUES} values`)
+    const type = collection.members[member]!
+    return { member, op, values: parts.map((p) => typedValue(param, type, p)) }
+  })
 }
 
 function typedValue(param: string, member: MemberType, raw: string): Value {
@@ -220,7 +221,7 @@ const cursorValue = (v: unknown): string | number => (v instanceof Date ? v.toIS
 /** Everything that selects rows, in a canonical order; a cursor is only valid for the same digest. */
 function digestFilters(collection: Collection, query: Record<string, string>): string {
   const selecting = Object.keys(query)
-    .filter((k) => k === 'q' || Object.hasOwn(collection.members, k.replace(/\[[a-z]+\]$/, '')))
+    .filter((k) => k === 'q' || collection.filterParameters.has(k))
     .sort()
     .map((k) => [k, query[k]])
   // The table is part of the digest: a cursor of /users (say `sort=id`, no
