@@ -1,24 +1,20 @@
 import { createHash } from 'node:crypto'
-import type { Fragment, Sql } from 'postgres'
 import { invalidParameter } from '../http/problem.js'
 import type { AppDeps } from '../app-deps.js'
 import type { Reply } from '../http/route.js'
 import { decodeCursor, encodeCursor } from './cursor.js'
-import type { Collection, FilterOperator, FilterParameter, MemberType } from './declaration.js'
+import type { Collection, FilterParameter, MemberType } from './declaration.js'
+import { listStatements, type Filter, type SortKey, type Value } from './list-sql.js'
 
 // The one list mechanism: turns a collection's checked query parameters into
-// a filtered, sorted, keyset-paged SELECT, runs it, and answers with the page,
-// `Link: rel="next"` and, on request, `X-Total-Count`.
+// a filtered, sorted, keyset-paged SELECT (list-sql.ts), runs it, and answers
+// with the page, `Link: rel="next"` and, on request, `X-Total-Count`.
 
 const DEFAULT_LIMIT = 50
 const MAX_LIMIT = 200
 const MAX_OFFSET = 100_000
 const MAX_IN_VALUES = 100
 const BIGINT_MAX = 9223372036854775807n
-
-type Value = string | number | Date
-interface Filter { member: string; op: FilterOperator; values: Value[] }
-interface SortKey { member: string; descending: boolean }
 
 export interface ListContext {
   deps: Pick<AppDeps, 'sql' | 'cursorKeys' | 'config'>
@@ -53,17 +49,16 @@ export async function listCollection(collection: Collection, query: Record<strin
     after = cursor.after.map((v, i) => (collection.members[sort[i]!.member]!.type === 'timestamp' ? new Date(v) : v))
   }
 
-  const where = and(sql, [
-    ...filters.map((f) => filterCondition(sql, collection, f)),
-    ...(query.q !== undefined ? [searchCondition(sql, collection, query.q)] : []),
-  ])
-  const table = sql(collection.table)
-  const pageQuery = sql`
-    SELECT * FROM ${table}
-    WHERE ${where} AND ${after ? keysetCondition(sql, sort, after) : sql`true`}
-    ORDER BY ${join(sql, sort.map((k) => (k.descending ? sql`${sql(k.member)} DESC` : sql`${sql(k.member)} ASC`)), sql`, `)}
-    LIMIT ${limit + 1} ${offset ? sql`OFFSET ${offset}` : sql``}`
-  const countQuery = query.count === 'true' ? sql<[{ total: number }]>`SELECT count(*)::int8 AS total FROM ${table} WHERE ${where}` : undefined
+  // The texts are compiled from the declaration only; every client value is
+  // among the parameters (list-sql.ts). An unfiltered count has none, and
+  // postgres.js sends a text without parameters as a simple query, unprepared.
+  // Trap: postgres.js 3.4.9 caches Query.origin by the query's strings array,
+  // which is new for every unsafe query, so each one that fails leaves about
+  // 100 bytes in a Map; the fix belongs in src/db/postgres-patch.mjs (no
+  // caching for untagged queries).
+  const statements = listStatements(collection, { filters, q: query.q, sort, after, limit, offset })
+  const pageQuery = sql.unsafe(statements.page.text, statements.page.values, { prepare: true })
+  const countQuery = query.count === 'true' ? sql.unsafe<[{ total: number }]>(statements.count.text, statements.count.values, { prepare: true }) : undefined
   const [rows, counted] = await Promise.all([pageQuery, countQuery])
 
   const headers: Record<string, string> = {}
@@ -162,58 +157,6 @@ function isCalendarDate(raw: string): boolean {
   const day = new Date(0)
   day.setUTCFullYear(y, m - 1, d) // not Date.UTC, which reads years 0-99 as 1900-1999
   return day.getUTCFullYear() === y && day.getUTCMonth() === m - 1 && day.getUTCDate() === d
-}
-
-const comparison = {
-  eq: (sql: Sql, col: Fragment, v: Value) => sql`${col} = ${v}`,
-  ne: (sql: Sql, col: Fragment, v: Value) => sql`${col} <> ${v}`,
-  gt: (sql: Sql, col: Fragment, v: Value) => sql`${col} > ${v}`,
-  gte: (sql: Sql, col: Fragment, v: Value) => sql`${col} >= ${v}`,
-  lt: (sql: Sql, col: Fragment, v: Value) => sql`${col} < ${v}`,
-  lte: (sql: Sql, col: Fragment, v: Value) => sql`${col} <= ${v}`,
-}
-
-function filterCondition(sql: Sql, collection: Collection, f: Filter): Fragment {
-  // E-mail equality ignores case and is served by the unique lower(email) index.
-  const caseless = collection.members[f.member]!.type === 'email' && (f.op === 'eq' || f.op === 'ne' || f.op === 'in')
-  const col = caseless ? sql`lower(${sql(f.member)})` : sql`${sql(f.member)}`
-  const values = caseless ? f.values.map((v) => String(v).toLowerCase()) : f.values
-  if (f.op === 'in') return sql`${col} IN ${sql(values as string[])}`
-  return comparison[f.op](sql, col, values[0]!)
-}
-
-function searchCondition(sql: Sql, collection: Collection, q: string): Fragment {
-  // % and _ are literal in q: escape them (and the escape character) for ILIKE.
-  const pattern = `%${q.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
-  return sql`(${join(sql, collection.searchColumns.map((c) => sql`${sql(c)} ILIKE ${pattern}`), sql` OR `)})`
-}
-
-/**
- * Rows strictly after the cursor in sort order. When every key runs the same
- * way this is a row comparison, which PostgreSQL turns into an index range;
- * mixed directions expand to (a > x) OR (a = x AND b < y) OR ...
- */
-function keysetCondition(sql: Sql, sort: SortKey[], after: Value[]): Fragment {
-  const cols = sort.map((k) => sql(k.member))
-  if (sort.every((k) => k.descending === sort[0]!.descending)) {
-    const left = sql`(${join(sql, cols.map((c) => sql`${c}`), sql`, `)})`
-    const right = sql`(${join(sql, after.map((v) => sql`${v}`), sql`, `)})`
-    return sort[0]!.descending ? sql`${left} < ${right}` : sql`${left} > ${right}`
-  }
-  const branches = sort.map((key, i) => {
-    const equal = sort.slice(0, i).map((_, j) => sql`${cols[j]!} = ${after[j]!}`)
-    const beyond = key.descending ? sql`${cols[i]!} < ${after[i]!}` : sql`${cols[i]!} > ${after[i]!}`
-    return and(sql, [...equal, beyond])
-  })
-  return sql`(${join(sql, branches, sql` OR `)})`
-}
-
-function and(sql: Sql, conditions: Fragment[]): Fragment {
-  return conditions.length ? join(sql, conditions.map((c) => sql`(${c})`), sql` AND `) : sql`true`
-}
-
-function join(sql: Sql, parts: Fragment[], separator: Fragment): Fragment {
-  return parts.reduce((acc, part, i) => (i === 0 ? part : sql`${acc}${separator}${part}`), sql``)
 }
 
 const cursorValue = (v: unknown): string | number => (v instanceof Date ? v.toISOString() : (v as string | number))
