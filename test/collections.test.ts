@@ -2,6 +2,9 @@ import assert from 'node:assert/strict'
 import { before, test } from 'node:test'
 import type { Row } from 'postgres'
 import { decodeCursor, encodeCursor } from '../src/collections/cursor.js'
+import { listStatements, type ListRequest } from '../src/collections/list-sql.js'
+import { productsCollection } from '../src/products/collection.js'
+import { usersCollection } from '../src/users/collection.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // The one list mechanism, through GET /users and GET /products: filters,
@@ -653,4 +656,74 @@ test('a cursor stays valid with another limit, count or fields (they do not sele
   assert.equal(res.status, 200, res.text)
   assert.deepEqual(res.body, expected.slice(10, 17).map((id) => ({ id })))
   assert.equal(res.headers.get('x-total-count'), String(expected.length))
+})
+
+// ------------------------------------------------- compiled SQL (list-sql.ts)
+
+test('an IN filter takes up to 100 values: 100 ids (missing ones and the bigint maximum among them) select exactly those that exist', async () => {
+  const wanted = [...products.slice(0, 60).map((p) => p.id), ...Array.from({ length: 39 }, (_, i) => N_PRODUCTS + 1000 + i), 9223372036854775807n]
+  assert.equal(wanted.length, 100)
+  const res = await get(`/products?id[in]=${wanted.map(String).reverse().join(',')}&limit=200&count=true`)
+  assert.equal(res.status, 200, res.text)
+  assert.deepEqual(res.body.map((r: { id: number }) => r.id), products.slice(0, 60).map((p) => p.id))
+  assert.equal(res.headers.get('x-total-count'), '60')
+})
+
+test('an IN filter of e-mail addresses in other case selects those users, through lower(email)', async () => {
+  const chosen = users.slice(100, 140)
+  const value = chosen.map((u) => u.email.toUpperCase()).join(',')
+  assert.ok(value.length <= 1000, 'within the length of a parameter value')
+  const list = value.split(',').map(encodeURIComponent).join(',')
+  const { rows } = await walk(`/users?email[in]=${list}&limit=30`)
+  assertSameIds(rows.map((r) => r.id as number), chosen.map((u) => u.id), 'email[in]')
+})
+
+test('an IN filter on timestamps matches the instants, whatever offset they are written with', async () => {
+  const plus2 = (k: number) => new Date(t(k) + 2 * 3_600_000).toISOString().replace('Z', '+02:00')
+  const { rows } = await walk(`/products?created_at[in]=${encodeURIComponent(`${plus2(5)},${time(7)}`)}&limit=200`)
+  assertSameIds(rows.map((r) => r.id as number), products.filter((p) => [t(5), t(7)].includes(p.created_at.getTime())).map((p) => p.id), 'created_at[in]')
+})
+
+test('an IN filter on text matches spaces, backslashes and non-ASCII letters exactly', async () => {
+  const names = ['back\\slash', 'Zebra clip', 'Äpfel', 'Ørsted']
+  const { rows } = await walk(`/products?name[in]=${names.map(encodeURIComponent).join(',')}&limit=200`)
+  assertSameIds(rows.map((r) => r.id as number), products.filter((p) => names.includes(p.name)).map((p) => p.id), 'name[in]')
+  const people = (await walk(`/users?name[in]=${encodeURIComponent(' Sybil')},Zo%C3%AB&limit=200`)).rows
+  assertSameIds(people.map((r) => r.id as number), users.filter((u) => u.name === ' Sybil' || u.name === 'Zoë').map((u) => u.id), 'users name[in]')
+})
+
+test('the order of the parameters does not matter: the same page, and each one\'s cursor works for the other', async () => {
+  const a = await get('/products?currency=EUR&sort=-price&price[gte]=100&stock[lt]=100&limit=20')
+  const b = await get('/products?stock[lt]=100&limit=20&price[gte]=100&sort=-price&currency=EUR')
+  assert.equal(a.status, 200, a.text)
+  assert.deepEqual(b.body, a.body)
+  const fromA = await get(`/products?stock[lt]=100&limit=20&price[gte]=100&sort=-price&currency=EUR&cursor=${cursorOf(a)}`)
+  const fromB = await get(`/products?currency=EUR&sort=-price&price[gte]=100&stock[lt]=100&limit=20&cursor=${cursorOf(b)}`)
+  assert.equal(fromA.status, 200, fromA.text)
+  assert.deepEqual(fromB.body, fromA.body)
+  const expected = await oracleIds('products', `currency = 'EUR' AND price >= 100 AND stock < 100`, 'price DESC, id DESC')
+  assert.deepEqual(fromA.body.map((r: { id: number }) => r.id), expected.slice(20, 40))
+})
+
+test('of two wrong filter values, the one named is the first in declaration order, whatever the order of the query', async () => {
+  for (const query of ['price=-1&stock=2147483648', 'stock=2147483648&price=-1', 'stock[lt]=-1&id=0', 'id=0&stock[lt]=-1']) {
+    const first = query.includes('id=0') ? 'id' : 'price'
+    assertProblem(await get(`/products?${query}`), 400, 'invalid_parameter', first, query)
+  }
+})
+
+test('the compiled statements are index scans: first page, cursor page, sort=-price, e-mail IN (lower(email))', async () => {
+  const id = { member: 'id', descending: false }
+  const cases: Array<{ collection: typeof usersCollection; request: ListRequest; index: string }> = [
+    { collection: usersCollection, request: { filters: [], sort: [id], limit: 50 }, index: 'users_pkey' },
+    { collection: usersCollection, request: { filters: [], sort: [id], after: [users[2000]!.id], limit: 50 }, index: 'users_pkey' },
+    { collection: productsCollection, request: { filters: [], sort: [{ member: 'price', descending: true }, { member: 'id', descending: true }], limit: 50 }, index: 'products_price_id_idx' },
+    { collection: usersCollection, request: { filters: [{ member: 'email', op: 'in', values: ['PCT@example.com', 'x@y.z'] }], sort: [id], limit: 50 }, index: 'users_email_key' },
+  ]
+  for (const c of cases) {
+    const { text, values } = listStatements(c.collection, c.request).page
+    const plan = JSON.stringify(await sql.unsafe(`EXPLAIN (FORMAT JSON) ${text}`, values))
+    assert.match(plan, new RegExp(`"Index Name":"${c.index}"`), `${text}: ${plan}`)
+    assert.doesNotMatch(plan, /"Node Type":"Seq Scan"/, `${text}: ${plan}`)
+  }
 })
