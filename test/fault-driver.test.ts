@@ -7,9 +7,9 @@ import { after, before, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import type { Sql } from 'postgres'
-import { connect } from '../src/db/connect.js'
+import { connect, PATCHED_FILES } from '../src/db/connect.js'
 import { edits, MARKER } from '../src/db/postgres-patch.mjs'
-import { projectRoot, waitFor } from './fault-kit.js'
+import { projectRoot, settledHeap, waitFor } from './fault-kit.js'
 import { createTestDatabase } from './helpers/server.js'
 
 // The postgres.js traps (porsager/postgres#1154/#1066/#1208, #1133, #1186,
@@ -219,12 +219,28 @@ describe("postgres.js's pool queue (src/queue.js) under sustained load", () => {
   })
 })
 
+test('failed sql.unsafe statements leave nothing behind in postgres.js (the compiled list SQL runs through unsafe)', async () => {
+  const sql = connect(url, { max: 2, statementTimeoutMs: 10_000 })
+  try {
+    const fail = () => sql.unsafe('SELECT 1 / $1::int AS x', [0], { prepare: true }).catch((err: { code?: string }) => assert.equal(err.code, '22012'))
+    for (let i = 0; i < 500; i++) await fail()
+    const before = await settledHeap()
+    for (let i = 0; i < 20_000; i += 50) await Promise.all(Array.from({ length: 50 }, fail))
+    const grown = (await settledHeap()) - before
+    // Unpatched: about 100 bytes each, 2 MB in all.
+    assert.ok(grown < 500_000, `the heap grew by ${(grown / 1e6).toFixed(2)} MB over 20,000 failed statements`)
+  } finally {
+    await sql.end({ timeout: 2 })
+  }
+})
+
 describe('the install-time patch (src/db/postgres-patch.mjs)', () => {
   const installed = join(projectRoot, 'node_modules', 'postgres')
   const folders = ['src', join('cjs', 'src')]
 
   test('the installed postgres.js carries every edit, in its ESM and CommonJS copies', () => {
     assert.ok(patchEdits.length >= 7)
+    assert.deepEqual([...PATCHED_FILES].sort(), [...patchedFiles].sort(), 'start-up checks every file the patch edits')
     for (const folder of folders) {
       for (const [file, , replace] of patchEdits) {
         assert.ok(replace.includes(MARKER), 'each replacement is marked')

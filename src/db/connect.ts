@@ -12,6 +12,8 @@ export interface PoolOptions {
 export class DriverPatchError extends Error {}
 
 const PATCH_MARKER = 'users-products-api patch'
+/** The files of postgres.js the patch edits (test/fault-driver.test.ts holds this to the patch's own list). */
+export const PATCHED_FILES = ['connection.js', 'index.js', 'queue.js', 'query.js']
 let patchChecked = false
 
 /**
@@ -23,7 +25,7 @@ let patchChecked = false
 export function assertDriverPatched(): void {
   if (patchChecked) return
   const entry = new URL(import.meta.resolve('postgres'))
-  for (const file of ['connection.js', 'index.js', 'queue.js']) {
+  for (const file of PATCHED_FILES) {
     const text = readFileSync(new URL(file, entry), 'utf8')
     if (!text.includes(PATCH_MARKER)) {
       throw new DriverPatchError(

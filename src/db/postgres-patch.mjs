@@ -26,7 +26,7 @@
 //    transaction never settle (#1186).
 // 4. #1097: sql.end() waits forever for the stale query of a closed connection.
 //
-// And two for speed (bench/README.md, findings 1 and 6):
+// And three for speed and memory (bench/README.md, findings 1 and 6):
 //
 // 5. A statement counter (the `onquery` option, for db_queries_total): the
 //    only hook postgres.js has, `debug`, makes it capture a stack trace
@@ -37,9 +37,12 @@
 //    and resets the array only when it empties, which a busy queue under load
 //    never does; every move of a connection then scans all the holes. CPU per
 //    statement doubled within minutes; bench/pool-drift.ts shows it.
+// 7. Every failed `sql.unsafe` statement (the compiled list SQL) left about
+//    100 bytes behind for good: the stack cache of src/query.js is keyed by
+//    the query's strings array, which unsafe makes anew for every call.
 //
-// Eleven textual replacements in src/connection.js, src/index.js and
-// src/queue.js, and the
+// Twelve textual replacements in src/connection.js, src/index.js,
+// src/queue.js and src/query.js, and the
 // same in the CommonJS copy (cjs/src/), each marked in the patched file with
 // "users-products-api patch". Idempotent. If a text to replace is not found
 // (postgres.js was upgraded and its code changed), it fails loudly and
@@ -240,6 +243,19 @@ export const edits = [
         if (index > 64 && index * 2 > xs.length)
           (xs = xs.slice(index), index = 0)
       }
+`,
+  ],
+  [
+    'query.js',
+    `  get origin() {
+    return (this.handler.debug
+`,
+    `  get origin() {
+    // ${MARKER}: an untagged query (sql.unsafe) has no origin to give, yet its
+    // fresh strings array was remembered forever in the cache below, once per failed query
+    if (!this.tagged && !this.handler.debug)
+      return ''
+    return (this.handler.debug
 `,
   ],
   [
