@@ -1,4 +1,5 @@
 import type { Sql } from 'postgres'
+import { JwtCache } from './auth/jwt-cache.js'
 import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
 import type { Logger } from './log.js'
@@ -14,9 +15,17 @@ export interface AppDeps {
   /** HMAC key for collection cursors, derived from the JWT signing secrets. */
   cursorKeys: Buffer[]
   metrics: Metrics
+  /** JWTs this instance has verified (src/auth/jwt-cache.ts). */
+  jwtCache: JwtCache
 }
 
+/** Entries each credential cache holds at most; the oldest leaves first. */
+export const CREDENTIAL_CACHE_SIZE = 10_000
+
 /** The dependencies of one application instance; `config.jwtSecrets` must be resolved already. */
-export function createDeps(sql: Sql, config: Config, log: Logger, metrics = new Metrics({ max: config.poolMax })): AppDeps {
-  return { sql, config, log, lifecycle: { shuttingDown: false }, cursorKeys: cursorKeysFrom(config.jwtSecrets), metrics }
+export function createDeps(sql: Sql, config: Config, log: Logger, metrics = new Metrics({ max: config.poolMax }), cacheSize = CREDENTIAL_CACHE_SIZE): AppDeps {
+  return {
+    sql, config, log, lifecycle: { shuttingDown: false }, cursorKeys: cursorKeysFrom(config.jwtSecrets), metrics,
+    jwtCache: new JwtCache(cacheSize),
+  }
 }

@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import type { Sql } from 'postgres'
 import { HttpError } from '../http/problem.js'
 import { InvalidTokenError, looksLikeJwt, verifyJwt, type SigningKey } from './jwt.js'
+import type { JwtCache } from './jwt-cache.js'
 import type { Principal, Role } from './principal.js'
 import { effectiveScopes } from './scopes.js'
 import { hashSecret, kindOf } from './tokens.js'
@@ -14,6 +15,13 @@ export interface CredentialSettings {
   keys: readonly SigningKey[]
   issuer: string
   audience: string
+}
+
+/** What authentication uses: the database, the JWT settings, and the caches of one application instance. */
+export interface CredentialDeps {
+  sql: Sql
+  settings: CredentialSettings
+  jwtCache: JwtCache
 }
 
 const REALM = 'Bearer realm="api"'
@@ -55,41 +63,27 @@ interface CredentialRow {
   session_id?: number
 }
 
-export async function authenticate(sql: Sql, headers: IncomingHttpHeaders, settings: CredentialSettings): Promise<Principal | undefined> {
+export async function authenticate(headers: IncomingHttpHeaders, deps: CredentialDeps): Promise<Principal | undefined> {
   const secret = presentedCredential(headers)
   if (secret === undefined) return undefined
 
-  if (looksLikeJwt(secret)) {
-    try {
-      const claims = verifyJwt(secret, { ...settings, now: Date.now() / 1000 })
-      // A JWT's role and scopes hold until it expires: that is the price of not reading the database.
-      const role: Role = claims.role === 'admin' ? 'admin' : 'user'
-      return {
-        kind: 'user', userId: claims.sub, role,
-        scopes: effectiveScopes(role, claims.scope.split(' ')),
-        credential: { type: 'jwt', expiresAt: new Date(claims.exp * 1000) },
-      }
-    } catch (err) {
-      if (err instanceof InvalidTokenError) throw invalidToken()
-      throw err
-    }
-  }
+  if (looksLikeJwt(secret)) return jwtPrincipal(secret, deps)
 
   const kind = kindOf(secret)
   let row: CredentialRow | undefined
   if (kind === 'access') {
     // Opaque tokens see the user's current role, revocation and deletion at once.
-    ;[row] = await sql<CredentialRow[]>`
+    ;[row] = await deps.sql<CredentialRow[]>`
       SELECT u.id AS user_id, u.role, s.scopes, t.expires_at, s.id AS session_id
       FROM access_tokens t JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = s.user_id
       WHERE t.token_hash = ${hashSecret(secret)} AND t.expires_at > now() AND s.revoked_at IS NULL`
   } else if (kind === 'apiKey') {
-    ;[row] = await sql<CredentialRow[]>`
+    ;[row] = await deps.sql<CredentialRow[]>`
       SELECT u.id AS user_id, u.role, k.scopes, k.expires_at, k.id AS api_key_id
       FROM api_keys k JOIN users u ON u.id = k.user_id
       WHERE k.key_hash = ${hashSecret(secret)} AND (k.expires_at IS NULL OR k.expires_at > now())`
     // last_used_at to the minute: one write per key per minute, not per request.
-    if (row) await sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${row.api_key_id!} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`
+    if (row) await deps.sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${row.api_key_id!} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`
   }
   if (!row) throw invalidToken()
   return {
@@ -98,5 +92,27 @@ export async function authenticate(sql: Sql, headers: IncomingHttpHeaders, setti
     credential: kind === 'apiKey'
       ? { type: 'api_key', expiresAt: row.expires_at, apiKeyId: row.api_key_id! }
       : { type: 'token', expiresAt: row.expires_at, sessionId: row.session_id! },
+  }
+}
+
+/** A JWT verified once per instance (src/auth/jwt-cache.ts); exp is checked on every request. */
+function jwtPrincipal(token: string, { settings, jwtCache }: CredentialDeps): Principal {
+  const now = Date.now() / 1000
+  const cached = jwtCache.get(token, now)
+  if (cached) return cached
+  try {
+    const claims = verifyJwt(token, { ...settings, now, leewaySeconds: jwtCache.leewaySeconds })
+    // A JWT's role and scopes hold until it expires: that is the price of not reading the database.
+    const role: Role = claims.role === 'admin' ? 'admin' : 'user'
+    const principal: Principal = {
+      kind: 'user', userId: claims.sub, role,
+      scopes: effectiveScopes(role, claims.scope.split(' ')),
+      credential: { type: 'jwt', expiresAt: new Date(claims.exp * 1000) },
+    }
+    jwtCache.set(token, principal, claims.exp)
+    return principal
+  } catch (err) {
+    if (err instanceof InvalidTokenError) throw invalidToken()
+    throw err
   }
 }

@@ -34,6 +34,9 @@ export interface VerifyOptions {
   leewaySeconds?: number
 }
 
+/** Clock skew tolerated when no leewaySeconds is given (also by src/auth/jwt-cache.ts, which must agree). */
+export const DEFAULT_LEEWAY_SECONDS = 30
+
 const SEGMENT = /^[A-Za-z0-9_-]+$/
 const MAX_TOKEN_LENGTH = 4096
 
@@ -90,7 +93,7 @@ export function verifyJwt(token: string, options: VerifyOptions): JwtClaims {
   if (!valid) throw new InvalidTokenError('bad signature')
 
   const claims = decodeSegment(payloadText)
-  const leeway = options.leewaySeconds ?? 30
+  const leeway = options.leewaySeconds ?? DEFAULT_LEEWAY_SECONDS
   const isTime = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v)
   if (!isTime(claims.exp)) throw new InvalidTokenError('exp missing')
   if (options.now >= claims.exp + leeway) throw new InvalidTokenError('expired')

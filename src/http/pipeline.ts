@@ -29,7 +29,11 @@ const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 export function createRequestHandler(router: Router, deps: AppDeps) {
   const { config, log, lifecycle } = deps
   const prefix = config.apiPrefix
-  const credentialSettings = { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience }
+  const credentialDeps = {
+    sql: deps.sql,
+    settings: { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience },
+    jwtCache: deps.jwtCache,
+  }
   const limiter = config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined
   const cors = { origins: config.corsOrigins }
   // Bounds the requests waiting for the database and how long they wait (src/db/admission.ts).
@@ -74,7 +78,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
         // Public routes never look at a credential (no database read for /healthz).
         if (route.access.kind !== 'public') {
           try {
-            principal = (await dbWork.run(() => authenticate(deps.sql, req.headers, credentialSettings))) ?? anonymous
+            principal = (await dbWork.run(() => authenticate(req.headers, credentialDeps))) ?? anonymous
           } catch (err) {
             // Failed credentials count against the address, so that guessing tokens is limited too.
             if (limiter && !route.unlimited) rate = enforce(limiter, addressBucket(clientAddress(req, config.trustProxy)))

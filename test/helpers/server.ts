@@ -72,8 +72,15 @@ export async function createTestDatabase(): Promise<string> {
   return url.toString()
 }
 
-export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}): Promise<TestServer> {
-  const databaseUrl = await createTestDatabase()
+export interface StartOptions {
+  /** Another instance on this database (e.g. another TestServer's databaseUrl), as a load balancer would have; default: a fresh database. */
+  databaseUrl?: string
+  /** Entries per credential cache (createDeps). */
+  cacheSize?: number
+}
+
+export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}, options: StartOptions = {}): Promise<TestServer> {
+  const databaseUrl = options.databaseUrl ?? (await createTestDatabase())
   const config: Config = {
     ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0', ...env }),
     databaseUrl,
@@ -83,7 +90,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   const log = createLogger(config.logLevel, (line) => void logs.push(JSON.parse(line)))
   const metrics = new Metrics({ max: config.poolMax })
   const sql = connect(databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs, onQuery: () => void metrics.queries++ })
-  const deps: AppDeps = createDeps(sql, config, log, metrics)
+  const deps: AppDeps = createDeps(sql, config, log, metrics, options.cacheSize)
   const server = createApp(deps)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`

@@ -1,0 +1,64 @@
+import { DEFAULT_LEEWAY_SECONDS } from './jwt.js'
+import type { Principal } from './principal.js'
+
+// Verifying a JWT (two base64url decodes, JSON.parse, the claim checks, an
+// HMAC) and building its Principal cost 14–27 µs per request, spent again and
+// again on the same few tokens. This remembers the outcome per exact token
+// text, for one application instance (deps.jwtCache).
+//
+// - Only a token that passed verifyJwt in full is put in (the caller's job:
+//   `set` after verifying). A token that differs by one character is another
+//   key and is verified on its own; a refused token is never remembered.
+// - Time is the one thing that can make a verified token invalid, through
+//   `exp`: checked again on every hit, with the same leeway rule as
+//   verifyJwt (refused from exp + leeway on). `nbf` and `iat` only become
+//   more valid as time passes. The keys (JWT_SECRETS), issuer and audience
+//   are fixed for the life of an instance.
+// - Bounded: inserting beyond `max` drops the oldest entry (a Map iterates in
+//   insertion order). 10,000 tokens of a few hundred bytes are a few MB.
+//   Only tokens carrying our signature get in, so nobody can fill it with
+//   junk; pushing an entry out costs its owner one verification, no more.
+
+interface Entry {
+  principal: Principal
+  /** The token's exp claim, seconds since the epoch. */
+  exp: number
+}
+
+export class JwtCache {
+  private readonly entries = new Map<string, Entry>()
+
+  constructor(
+    readonly max: number,
+    readonly leewaySeconds: number = DEFAULT_LEEWAY_SECONDS,
+  ) {
+    if (!Number.isInteger(max) || max < 1) throw new RangeError(`JwtCache: max must be a positive integer, not ${max}`)
+  }
+
+  get size(): number {
+    return this.entries.size
+  }
+
+  /**
+   * The principal of a token verified before, if it has not expired since;
+   * undefined otherwise (then verify it: verifyJwt says why it fails). `now`
+   * in seconds since the epoch, as verifyJwt takes it.
+   */
+  get(token: string, now: number): Principal | undefined {
+    const entry = this.entries.get(token)
+    if (!entry) return undefined
+    if (now >= entry.exp + this.leewaySeconds) {
+      this.entries.delete(token)
+      return undefined
+    }
+    return entry.principal
+  }
+
+  /** Remembers a token that verifyJwt has just accepted, with its exp claim. */
+  set(token: string, principal: Principal, exp: number): void {
+    if (!this.entries.has(token)) {
+      while (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value!)
+    }
+    this.entries.set(token, { principal, exp })
+  }
+}
