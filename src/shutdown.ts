@@ -12,7 +12,10 @@ import { describeError } from './log.js'
  * - requests in flight finish; whatever still runs at SHUTDOWN_TIMEOUT is cut;
  * - the pool ends within what is left of SHUTDOWN_TIMEOUT: postgres.js waits
  *   for running statements, and without a time-out could wait forever for a
- *   database that stopped answering (porsager/postgres#1097).
+ *   database that stopped answering (porsager/postgres#1097). It also
+ *   closes the connection listening for API key changes
+ *   (src/api-keys/key-changes.ts): postgres.js ends that one with no
+ *   time-out, and does not open it again.
  * Never rejects: the caller exits 0 when it returns, database down or not.
  */
 export async function shutdown(server: Server, deps: AppDeps): Promise<void> {

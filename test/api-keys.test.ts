@@ -234,6 +234,8 @@ describe('using a key', () => {
     const { key, id } = await createKey({ expires_at: new Date(Date.now() + 3_600_000).toISOString() })
     assert.equal((await me({ 'x-api-key': key })).status, 200)
     await sql`UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = ${id}`
+    // A change made in SQL, not through the API, reaches the instance's key cache by a notification, a moment after the commit.
+    await api.deps.keyChanges.caughtUp()
     assertInvalidToken(await me({ 'x-api-key': key }))
     assertInvalidToken(await me({ authorization: `Bearer ${key}` }))
   })

@@ -1,5 +1,8 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Sql } from 'postgres'
+import { apiKeyPrincipal } from '../api-keys/credential.js'
+import type { ApiKeyCache } from '../api-keys/key-cache.js'
+import type { LastUsedWrites } from '../api-keys/last-used.js'
 import { HttpError } from '../http/problem.js'
 import { InvalidTokenError, looksLikeJwt, verifyJwt, type SigningKey } from './jwt.js'
 import type { JwtCache } from './jwt-cache.js'
@@ -22,6 +25,8 @@ export interface CredentialDeps {
   sql: Sql
   settings: CredentialSettings
   jwtCache: JwtCache
+  apiKeyCache: ApiKeyCache
+  apiKeyUse: LastUsedWrites
 }
 
 const REALM = 'Bearer realm="api"'
@@ -59,8 +64,7 @@ interface CredentialRow {
   role: Role
   scopes: string[]
   expires_at: Date | null
-  api_key_id?: number
-  session_id?: number
+  session_id: number
 }
 
 export async function authenticate(headers: IncomingHttpHeaders, deps: CredentialDeps): Promise<Principal | undefined> {
@@ -70,28 +74,22 @@ export async function authenticate(headers: IncomingHttpHeaders, deps: Credentia
   if (looksLikeJwt(secret)) return jwtPrincipal(secret, deps)
 
   const kind = kindOf(secret)
-  let row: CredentialRow | undefined
-  if (kind === 'access') {
-    // Opaque tokens see the user's current role, revocation and deletion at once.
-    ;[row] = await deps.sql<CredentialRow[]>`
-      SELECT u.id AS user_id, u.role, s.scopes, t.expires_at, s.id AS session_id
-      FROM access_tokens t JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = s.user_id
-      WHERE t.token_hash = ${hashSecret(secret)} AND t.expires_at > now() AND s.revoked_at IS NULL`
-  } else if (kind === 'apiKey') {
-    ;[row] = await deps.sql<CredentialRow[]>`
-      SELECT u.id AS user_id, u.role, k.scopes, k.expires_at, k.id AS api_key_id
-      FROM api_keys k JOIN users u ON u.id = k.user_id
-      WHERE k.key_hash = ${hashSecret(secret)} AND (k.expires_at IS NULL OR k.expires_at > now())`
-    // last_used_at to the minute: one write per key per minute, not per request.
-    if (row) await deps.sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${row.api_key_id!} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`
+  if (kind === 'apiKey') {
+    const principal = await apiKeyPrincipal(deps.sql, secret, deps.apiKeyCache, deps.apiKeyUse)
+    if (!principal) throw invalidToken()
+    return principal
   }
+  if (kind !== 'access') throw invalidToken()
+  // Opaque tokens see the user's current role, revocation and deletion at once.
+  const [row] = await deps.sql<CredentialRow[]>`
+    SELECT u.id AS user_id, u.role, s.scopes, t.expires_at, s.id AS session_id
+    FROM access_tokens t JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = s.user_id
+    WHERE t.token_hash = ${hashSecret(secret)} AND t.expires_at > now() AND s.revoked_at IS NULL`
   if (!row) throw invalidToken()
   return {
     kind: 'user', userId: String(row.user_id), role: row.role,
     scopes: effectiveScopes(row.role, row.scopes),
-    credential: kind === 'apiKey'
-      ? { type: 'api_key', expiresAt: row.expires_at, apiKeyId: row.api_key_id! }
-      : { type: 'token', expiresAt: row.expires_at, sessionId: row.session_id! },
+    credential: { type: 'token', expiresAt: row.expires_at, sessionId: row.session_id },
   }
 }
 

@@ -33,6 +33,8 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     sql: deps.sql,
     settings: { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience },
     jwtCache: deps.jwtCache,
+    apiKeyCache: deps.apiKeyCache,
+    apiKeyUse: deps.apiKeyUse,
   }
   const limiter = config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined
   const cors = { origins: config.corsOrigins }

@@ -35,14 +35,18 @@ async function writeUser(ctx: HandlerContext<unknown, UserReplace | UserPatch>, 
   checkEchoedId(ctx.body, ctx.params.id!)
   const { password } = ctx.body
   const passwordHash = password === undefined || password === null ? password : await hashPassword(password)
+  let roleChanged = false
   const row = await ctx.deps.sql.begin(async (tx) => {
     const current = await lockForWrite<UserRow>(tx, 'users', ctx.params.id!, ctx.headers['if-match'])
     const changes = changedMembers(current, next(current, passwordHash))
     // Checked against the stored row, so echoing one's own role back in a PUT is fine.
     if (changes.role !== undefined) assertMaySetRole(ctx.principal)
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
+    roleChanged = changes.role !== undefined
     return Object.keys(changes).length ? updateUser(tx, current.id, changes) : current
   })
+  // A new role changes what the user's API keys may do: answer once this instance has heard it (src/api-keys/key-changes.ts).
+  if (roleChanged) await ctx.deps.keyChanges.caughtUp()
   return userReply(200, row)
 }
 
@@ -138,6 +142,8 @@ export const userRoutes = [
         if (current.role === 'admin') await ensureAnotherAdmin(tx, current.id)
         await deleteUser(tx, current.id)
       })
+      // Its API keys are revoked: answer once this instance has heard it (src/api-keys/key-changes.ts).
+      await deps.keyChanges.caughtUp()
       return { status: 204 }
     },
   }),
