@@ -23,6 +23,8 @@ export interface CredentialSettings {
 /** What authentication uses: the database, the JWT settings, and the caches of one application instance. */
 export interface CredentialDeps {
   sql: Sql
+  /** Runs database work under the pipeline's bound on waiting for the database (src/db/admission.ts). */
+  bounded: <T>(work: () => Promise<T>) => Promise<T>
   settings: CredentialSettings
   jwtCache: JwtCache
   apiKeyCache: ApiKeyCache
@@ -75,16 +77,16 @@ export async function authenticate(headers: IncomingHttpHeaders, deps: Credentia
 
   const kind = kindOf(secret)
   if (kind === 'apiKey') {
-    const principal = await apiKeyPrincipal(deps.sql, secret, deps.apiKeyCache, deps.apiKeyUse)
+    const principal = await deps.bounded(() => apiKeyPrincipal(deps.sql, secret, deps.apiKeyCache, deps.apiKeyUse))
     if (!principal) throw invalidToken()
     return principal
   }
   if (kind !== 'access') throw invalidToken()
   // Opaque tokens see the user's current role, revocation and deletion at once.
-  const [row] = await deps.sql<CredentialRow[]>`
+  const [row] = await deps.bounded(() => deps.sql<CredentialRow[]>`
     SELECT u.id AS user_id, u.role, s.scopes, t.expires_at, s.id AS session_id
     FROM access_tokens t JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = s.user_id
-    WHERE t.token_hash = ${hashSecret(secret)} AND t.expires_at > now() AND s.revoked_at IS NULL`
+    WHERE t.token_hash = ${hashSecret(secret)} AND t.expires_at > now() AND s.revoked_at IS NULL`)
   if (!row) throw invalidToken()
   return {
     kind: 'user', userId: String(row.user_id), role: row.role,

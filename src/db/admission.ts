@@ -8,17 +8,17 @@ import { HttpError } from '../http/problem.js'
 // answering (a frozen host, a cut network) waits until TCP gives up, which can
 // be never. Either turns a slow or silent database into a pile of requests
 // that grows until memory runs out. So the pipeline runs the database stage
-// of each request to the protected API (authentication and handler; not the
-// reading of its body) through `run`:
+// of each request to the protected API (the credential check when it reads
+// the database, and the handler; not the reading of its body) through `run`:
 // - at most `limit` of them (DATABASE_POOL_MAX × 10) at once; the next one is
 //   answered 503 database_unavailable at once, with Retry-After, without
 //   queueing anything;
 // - one not finished after `deadlineMs` (STATEMENT_TIMEOUT + 5 s: the longest
 //   a statement may run, plus the connect time-out; looked for every 100 ms)
-//   is answered 503. Its work
-//   is abandoned, not cancelled (it may still complete, as a request whose
-//   answer was lost would), and keeps its place in `limit` until it settles,
-//   so abandoned work still counts against the bound.
+//   is answered 503. Its work is abandoned, not cancelled (it may still
+//   complete, as a request whose answer was lost would), and keeps its place
+//   in `limit` until it settles, so abandoned work still counts against the
+//   bound.
 // Public routes are outside: /healthz and /openapi.json do not use the
 // database, a probe must never be refused for load, and /auth/login has a
 // bound of its own (2 password hashes at a time, 64 waiting) whose waits are

@@ -29,8 +29,12 @@ const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 export function createRequestHandler(router: Router, deps: AppDeps) {
   const { config, log, lifecycle } = deps
   const prefix = config.apiPrefix
+  // Bounds the requests waiting for the database and how long they wait (src/db/admission.ts).
+  const dbWork = databaseWork(deps)
   const credentialDeps = {
     sql: deps.sql,
+    // Only credentials read from the database wait under the bound; a JWT is checked in memory.
+    bounded: <T>(work: () => Promise<T>) => dbWork.run(work),
     settings: { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience },
     jwtCache: deps.jwtCache,
     apiKeyCache: deps.apiKeyCache,
@@ -38,8 +42,6 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
   }
   const limiter = config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined
   const cors = { origins: config.corsOrigins }
-  // Bounds the requests waiting for the database and how long they wait (src/db/admission.ts).
-  const dbWork = databaseWork(deps)
 
   return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = process.hrtime.bigint()
@@ -80,7 +82,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
         // Public routes never look at a credential (no database read for /healthz).
         if (route.access.kind !== 'public') {
           try {
-            principal = (await dbWork.run(() => authenticate(req.headers, credentialDeps))) ?? anonymous
+            principal = (await authenticate(req.headers, credentialDeps)) ?? anonymous
           } catch (err) {
             // Failed credentials count against the address, so that guessing tokens is limited too.
             if (limiter && !route.unlimited) rate = enforce(limiter, addressBucket(clientAddress(req, config.trustProxy)))
