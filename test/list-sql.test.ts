@@ -246,6 +246,12 @@ test('defineCollection refuses a name that is not a plain SQL identifier', () =>
   }
 })
 
+test('defineCollection refuses a filterable member that is not part of the representation (rows are sent as selected)', () => {
+  const base = { table: 'products' as const, path: '/x', members: { id: { type: 'integer' as const, minimum: 1, maximum: 10 } }, searchColumns: ['name'], outputMembers: ['id'] }
+  assert.throws(() => defineCollection({ ...base, members: { ...base.members, secret: { type: 'text' } } }), /member "secret" is not one of outputMembers/)
+  assert.doesNotThrow(() => defineCollection(base))
+})
+
 /** A collection of its own (so a cache of its own) and more distinct shapes of request than the bound. */
 function manyShapes() {
   const collection = defineCollection({

@@ -9,7 +9,7 @@ import { defineRoute } from '../http/route.js'
 import { compileValidator } from '../http/validate.js'
 import { NameSchema } from '../resources/common.js'
 import { apiKeysCollection } from './collection.js'
-import { deleteApiKey, findApiKey, insertApiKey, presentApiKey, type ApiKeyRow } from './queries.js'
+import { deleteApiKey, findApiKey, insertApiKey, presentApiKey } from './queries.js'
 
 const ApiKeyCreate = Type.Object(
   {
@@ -51,7 +51,6 @@ export const apiKeyRoutes = [
       }
       return listCollection(apiKeysCollection, query, {
         deps,
-        present: (row) => presentApiKey(row as unknown as ApiKeyRow),
         fixedFilters: isAdmin(principal) ? {} : { user_id: userIdOf(principal) },
       })
     },

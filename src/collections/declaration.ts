@@ -51,8 +51,6 @@ export interface Collection extends CollectionDeclaration {
   queryValidator: Validator<Record<string, string>>
   /** Every filter parameter name, built once: a request looks up only the names it has. */
   filterParameters: ReadonlyMap<string, FilterParameter>
-  /** The columns a list selects: the output members, then members that are not output (sort keys a cursor needs). */
-  selectColumns: readonly string[]
 }
 
 const MAX_VALUE_LENGTH = 1000
@@ -90,12 +88,16 @@ export function defineCollection(declaration: CollectionDeclaration): Collection
     }
   }
   checkIdentifiers(declaration)
+  // Rows are sent as selected (list-query.ts), so what can be filtered and
+  // sorted must be part of the representation.
+  for (const member of Object.keys(declaration.members)) {
+    if (!declaration.outputMembers.includes(member)) throw new Error(`collection ${declaration.path}: member "${member}" is not one of outputMembers`)
+  }
   const schema = Type.Object(properties, { additionalProperties: false })
   return {
     ...declaration,
     queryValidator: compileValidator(schema) as Validator<Record<string, string>>,
     filterParameters,
-    selectColumns: [...new Set([...declaration.outputMembers, ...Object.keys(declaration.members)])],
   }
 }
 

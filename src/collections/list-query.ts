@@ -18,8 +18,6 @@ const BIGINT_MAX = 9223372036854775807n
 
 export interface ListContext {
   deps: Pick<AppDeps, 'sql' | 'cursorKeys' | 'config'>
-  /** Turns a row into its public representation. */
-  present(row: Record<string, unknown>): Record<string, unknown>
   /**
    * Equality filters the caller cannot lift (a user sees only its own API
    * keys). Applied on top of the client's filters, and not part of the cursor:
@@ -69,10 +67,8 @@ export async function listCollection(collection: Collection, query: Record<strin
     const cursor = encodeCursor({ sort: sortText, filter: filterDigest, after: sort.map((k) => cursorValue(last[k.member])) }, cursorKeys[0]!)
     headers.link = `<${nextUrl(`${config.apiPrefix}${collection.path}`, query, cursor)}>; rel="next"`
   }
-  const body = rows.map((row) => {
-    const full = ctx.present(row)
-    return fields ? Object.fromEntries(fields.map((f) => [f, full[f]])) : full
-  })
+  // A row is the representation already: the SELECT list is outputMembers, in order.
+  const body = fields ? rows.map((row) => Object.fromEntries(fields.map((f) => [f, row[f]]))) : rows
   return { status: 200, headers, body }
 }
 

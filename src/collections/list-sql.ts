@@ -123,7 +123,7 @@ function compile(collection: Collection, r: ListRequest): Compiled {
     conditions.push(keysetCondition(r.sort, n))
     n += r.sort.length
   }
-  const columns = collection.selectColumns.map(quote).join(', ')
+  const columns = collection.outputMembers.map(quote).join(', ')
   const order = r.sort.map((k) => `${quote(k.member)} ${k.descending ? 'DESC' : 'ASC'}`).join(', ')
   const page = `SELECT ${columns} FROM ${table}${where(conditions)} ORDER BY ${order} LIMIT $${++n}${r.offset ? ` OFFSET $${++n}` : ''}`
   return { page, count }

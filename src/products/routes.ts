@@ -49,7 +49,6 @@ export const productRoutes = [
     handle: ({ query, deps }) =>
       listCollection(productsCollection, query, {
         deps,
-        present: (row) => presentProduct(row as unknown as ProductRow),
       }),
   }),
 

@@ -61,7 +61,6 @@ export const userRoutes = [
     handle: ({ query, deps }) =>
       listCollection(usersCollection, query, {
         deps,
-        present: (row) => presentUser(row as unknown as UserRow),
       }),
   }),
 
