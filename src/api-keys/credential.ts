@@ -19,17 +19,25 @@ interface KeyRow {
   api_key_id: number
 }
 
-export async function apiKeyPrincipal(sql: Sql, key: string, cache: ApiKeyCache, lastUsed: LastUsedWrites): Promise<CachedApiKey['principal'] | undefined> {
+/** What it needs; `bounded` runs database work under the pipeline's bound (src/db/admission.ts). */
+export interface ApiKeyDeps {
+  sql: Sql
+  bounded: <T>(work: () => Promise<T>) => Promise<T>
+  apiKeyCache: ApiKeyCache
+  apiKeyUse: LastUsedWrites
+}
+
+export async function apiKeyPrincipal(key: string, { sql, bounded, apiKeyCache: cache, apiKeyUse: lastUsed }: ApiKeyDeps): Promise<CachedApiKey['principal'] | undefined> {
   const hash = hashSecret(key)
   const cacheKey = hash.toString('base64')
   let entry = cache.lookup(cacheKey, Date.now())
   if (entry === 'expired') return undefined
   if (!entry) {
     const generation = cache.generation
-    const [row] = await sql<KeyRow[]>`
+    const [row] = await bounded(() => sql<KeyRow[]>`
       SELECT u.id AS user_id, u.role, k.scopes, k.expires_at, k.id AS api_key_id
       FROM api_keys k JOIN users u ON u.id = k.user_id
-      WHERE k.key_hash = ${hash} AND (k.expires_at IS NULL OR k.expires_at > now())`
+      WHERE k.key_hash = ${hash} AND (k.expires_at IS NULL OR k.expires_at > now())`)
     if (!row) return undefined
     entry = {
       principal: {
@@ -46,7 +54,7 @@ export async function apiKeyPrincipal(sql: Sql, key: string, cache: ApiKeyCache,
   if (lastUsed.claim(entry.apiKeyId, Date.now())) {
     try {
       // The SQL guard stays: other instances write it too.
-      await sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${entry.apiKeyId} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`
+      await bounded(() => sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${entry.apiKeyId} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`)
     } catch (err) {
       lastUsed.failed(entry.apiKeyId)
       throw err
