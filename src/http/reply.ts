@@ -9,15 +9,15 @@ export function writeReply(res: ServerResponse, reply: Reply, opts: { requestId:
   // Kept as a string: Node writes it to the socket as it is, where a Buffer
   // would be one more copy of every body, allocated outside the V8 heap.
   const payload = reply.text ? reply.text.content : reply.body === undefined ? undefined : JSON.stringify(reply.body)
-  res.statusCode = reply.status
-  res.setHeader('x-request-id', opts.requestId)
-  res.setHeader('x-content-type-options', 'nosniff')
-  for (const [name, value] of Object.entries(reply.headers ?? {})) res.setHeader(name, value)
+  // One writeHead with a flat [name, value, …] list: Node then validates and
+  // serializes the headers once, without keeping a header map per response.
+  const headers: Array<string | number> = ['x-request-id', opts.requestId, 'x-content-type-options', 'nosniff']
+  for (const name in reply.headers) headers.push(name, reply.headers[name]!)
   if (payload !== undefined) {
-    res.setHeader('content-type', reply.text?.contentType ?? (opts.problem ? PROBLEM_TYPE : JSON_TYPE))
-    res.setHeader('content-length', Buffer.byteLength(payload))
+    headers.push('content-type', reply.text?.contentType ?? (opts.problem ? PROBLEM_TYPE : JSON_TYPE), 'content-length', Buffer.byteLength(payload))
   } else if (reply.status !== 204 && reply.status !== 304) {
-    res.setHeader('content-length', 0)
+    headers.push('content-length', 0)
   }
+  res.writeHead(reply.status, headers)
   res.end(opts.head ? undefined : payload)
 }
