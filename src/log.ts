@@ -24,17 +24,18 @@ export function createLogger(level: LogLevel, write: (line: string) => void = (l
 }
 
 /**
- * A sink for stdout that writes the lines of one turn of the event loop
- * together: a write(2) per request line was a measurable part of what a
- * cheap request costs. At most 64 KiB wait, and never past the current turn;
- * `flush` writes what waits at once (the entry point calls it on exit, so
- * the last lines, a fatal error's included, are not lost).
+ * A sink for stdout that writes what was logged within `delayMs` together,
+ * rather than one write(2) per request line. At most
+ * 64 KiB wait; `flush` writes what waits at once (the entry point calls it on
+ * exit, so the last lines, a fatal error's included, are not lost; a SIGKILL
+ * loses at most `delayMs` of them).
  */
-export function batchedWriter(write: (text: string) => void): { write(line: string): void; flush(): void } {
+export function batchedWriter(write: (text: string) => void, delayMs = 20): { write(line: string): void; flush(): void } {
   let pending = ''
-  let scheduled = false
+  let timer: NodeJS.Timeout | undefined
   const flush = () => {
-    scheduled = false
+    clearTimeout(timer)
+    timer = undefined
     if (pending === '') return
     const text = pending
     pending = ''
@@ -44,10 +45,7 @@ export function batchedWriter(write: (text: string) => void): { write(line: stri
     write(line) {
       pending += line
       if (pending.length >= 65536) flush()
-      else if (!scheduled) {
-        scheduled = true
-        setImmediate(flush)
-      }
+      else timer ??= setTimeout(flush, delayMs).unref()
     },
     flush,
   }

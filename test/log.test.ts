@@ -1,28 +1,32 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { setImmediate as nextTurn } from 'node:timers/promises'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { batchedWriter, createLogger } from '../src/log.js'
 
-test('lines logged in one turn of the event loop reach the sink in one write, in order, at the end of that turn', async () => {
+test('lines logged within the delay reach the sink in one write, in order, once the delay has passed', async () => {
   const writes: string[] = []
-  const out = batchedWriter((text) => void writes.push(text))
+  const out = batchedWriter((text) => void writes.push(text), 20)
   const log = createLogger('info', out.write)
   log.info('first', { n: 1 })
   log.debug('below the level')
+  await sleep(5)
   log.warn('second')
   assert.equal(writes.length, 0)
-  await nextTurn()
+  await sleep(40)
   assert.equal(writes.length, 1)
   const lines = writes[0]!.split('\n')
   assert.equal(lines.pop(), '')
   assert.deepEqual(lines.map((l) => JSON.parse(l).msg), ['first', 'second'])
-  await nextTurn()
+  await sleep(40)
   assert.equal(writes.length, 1, 'nothing is written when nothing waits')
+  log.info('third')
+  await sleep(40)
+  assert.equal(writes.length, 2, 'a later line starts a new delay')
 })
 
-test('64 KiB waiting are written at once; flush() writes what waits without waiting for the turn', () => {
+test('64 KiB waiting are written at once; flush() writes what waits without waiting for the delay', () => {
   const writes: string[] = []
-  const out = batchedWriter((text) => void writes.push(text))
+  const out = batchedWriter((text) => void writes.push(text), 1000)
   const line = `${'x'.repeat(1023)}\n`
   for (let i = 0; i < 64; i++) out.write(line)
   assert.equal(writes.length, 1)
