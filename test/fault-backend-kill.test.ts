@@ -4,7 +4,7 @@ import { roleScopes } from '../src/auth/scopes.js'
 import { openSession } from '../src/auth/sessions.js'
 import { hashSecret } from '../src/auth/tokens.js'
 import { connect } from '../src/db/connect.js'
-import { call, startLoad, summarize, waitFor } from './fault-kit.js'
+import { call, holdRowLock, startLoad, summarize, waitFor } from './fault-kit.js'
 import { startServer } from './helpers/server.js'
 
 // A backend killed (pg_terminate_backend) in the middle of a transaction that
@@ -37,16 +37,7 @@ test('a backend killed between the two writes of a refresh-token rotation, under
       const { refresh_token: refresh } = await openSession(api.sql, api.deps.config, { id: user.id, role: 'user' }, [...roleScopes.user], 'jwt')
       const [{ session_id: sessionId }] = await admin<[{ session_id: number }]>`SELECT session_id FROM refresh_tokens WHERE token_hash = ${hashSecret(refresh)}`
 
-      let release!: () => void
-      const released = new Promise<void>((resolve) => (release = resolve))
-      let locked!: () => void
-      const isLocked = new Promise<void>((resolve) => (locked = resolve))
-      const lock = admin.begin(async (tx) => {
-        await tx`SELECT 1 FROM sessions WHERE id = ${sessionId} FOR UPDATE`
-        locked()
-        await released
-      })
-      await isLocked
+      const lock = await holdRowLock(admin, 'sessions', sessionId)
       try {
         const rotation = call(api.url, 'POST', '/auth/refresh', { body: { refresh_token: refresh }, what: 'refresh' })
         // The rotation's first write is done (it has a transaction id) and its second waits for the lock.
@@ -66,8 +57,8 @@ test('a backend killed between the two writes of a refresh-token rotation, under
         assert.equal(answer.code, 'database_unavailable')
         assert.ok(answer.retryAfter)
       } finally {
-        release()
-        await lock
+        lock.release()
+        await lock.done
       }
       // Nothing of the killed transaction is there: the token is unused, no successor was issued.
       const tokens = await admin<Array<{ used: boolean }>>`SELECT used_at IS NOT NULL AS used FROM refresh_tokens WHERE session_id = ${sessionId}`

@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import v8 from 'node:v8'
 import vm from 'node:vm'
+import type { Sql } from 'postgres'
 import { signJwt } from '../src/auth/jwt.js'
 import { connect } from '../src/db/connect.js'
 import { migrate } from '../src/db/migrate.js'
@@ -126,6 +127,27 @@ export class OwnCluster {
     await this.stop('immediate').catch(() => {})
     rmSync(this.root, { recursive: true, force: true })
   }
+}
+
+/**
+ * Holds `FOR UPDATE` on one row, in a transaction of `sql`'s, from the moment
+ * this resolves until `release()`; `done` settles when that transaction has
+ * ended. Requests that write the row wait on it: the tests' way to keep work
+ * in flight, or a transaction between two of its writes, for as long as they
+ * need. The table comes from this list, never from a caller's text.
+ */
+export async function holdRowLock(sql: Sql, table: 'users' | 'sessions', id: number): Promise<{ release(): void; done: Promise<unknown> }> {
+  let release!: () => void
+  const released = new Promise<void>((resolve) => (release = resolve))
+  let locked!: () => void
+  const isLocked = new Promise<void>((resolve) => (locked = resolve))
+  const done = sql.begin(async (tx) => {
+    await tx`SELECT 1 FROM ${tx(table)} WHERE id = ${id} FOR UPDATE`
+    locked()
+    await released
+  })
+  await Promise.race([isLocked, done])
+  return { release, done }
 }
 
 /** An admin JWT as the service issues it (no database read is needed to check it). */

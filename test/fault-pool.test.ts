@@ -3,7 +3,7 @@ import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { databaseWork, POOL_FACTOR } from '../src/db/admission.js'
 import { connect } from '../src/db/connect.js'
-import { call, percentile, settledHeap, startLoad, summarize, type Outcome } from './fault-kit.js'
+import { call, holdRowLock, percentile, settledHeap, startLoad, summarize, type Outcome } from './fault-kit.js'
 import { startServer } from './helpers/server.js'
 
 // The pool exhausted by slow statements (writers queued on a row lock this
@@ -30,16 +30,7 @@ describe('pool exhausted by slow statements', () => {
     const limit = POOL * POOL_FACTOR
     assert.equal(work.limit, limit)
 
-    let release!: () => void
-    const released = new Promise<void>((resolve) => (release = resolve))
-    let locked!: () => void
-    const isLocked = new Promise<void>((resolve) => (locked = resolve))
-    const lock = locker.begin(async (tx) => {
-      await tx`SELECT 1 FROM users WHERE id = ${held.id} FOR UPDATE`
-      locked()
-      await released
-    })
-    await isLocked
+    const lock = await holdRowLock(locker, 'users', held.id)
 
     // Slow statements: writers wait on the lock until STATEMENT_TIMEOUT cancels them, again and again.
     const writers = startLoad(4, (client, seq) => call(api.url, 'PATCH', `/users/${held.id}`, { token, client, seq, what: 'slow write', body: { name: `w${client}.${seq}` } }))
@@ -76,8 +67,8 @@ describe('pool exhausted by slow statements', () => {
       outcomes = await flood(4000, true)
       after = await settledHeap()
     } finally {
-      release()
-      await lock
+      lock.release()
+      await lock.done
       slow = await writers.stop()
     }
     const flooded = outcomes

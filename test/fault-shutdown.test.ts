@@ -4,7 +4,7 @@ import { after, before, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import { connect } from '../src/db/connect.js'
-import { adminToken, call, OwnCluster, RawClient, spawnService, startLoad, summarize, waitFor, type Outcome } from './fault-kit.js'
+import { adminToken, call, holdRowLock, OwnCluster, RawClient, spawnService, startLoad, summarize, waitFor, type Outcome } from './fault-kit.js'
 
 // SIGTERM to the real process (`node --import tsx src/main.ts`), with
 // requests in flight (held on a row lock this test owns), keep-alive clients
@@ -37,21 +37,6 @@ const ms = (x: number) => `${Math.round(x)} ms`
 async function newUser(tag: string): Promise<number> {
   const [row] = await db<[{ id: number }]>`INSERT INTO users (name, email) VALUES (${tag}, ${`${tag}.${Date.now()}.${Math.random()}@example.com`}) RETURNING id`
   return row.id
-}
-
-/** Holds `FOR UPDATE` on a user row from this test's own connection until `release()`. */
-async function lockRow(id: number): Promise<{ release(): void; done: Promise<unknown> }> {
-  let release!: () => void
-  const released = new Promise<void>((resolve) => (release = resolve))
-  let locked!: () => void
-  const isLocked = new Promise<void>((resolve) => (locked = resolve))
-  const done = db.begin(async (tx) => {
-    await tx`SELECT 1 FROM users WHERE id = ${id} FOR UPDATE`
-    locked()
-    await released
-  })
-  await isLocked
-  return { release, done }
 }
 
 const waitingOnLocks = async () => (await db<[{ n: number }]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)[0].n
@@ -99,7 +84,7 @@ test('SIGTERM with requests in flight and keep-alive clients: in-flight requests
   const port = service.port
   const held = await newUser('held')
   const other = await newUser('other')
-  const lock = await lockRow(held)
+  const lock = await holdRowLock(db, 'users', held)
   try {
     // Three requests in flight, each on its own connection, waiting on the row lock.
     const inFlight = await Promise.all([0, 1, 2].map(async (i) => {
@@ -203,7 +188,7 @@ test('a request still running at SHUTDOWN_TIMEOUT is cut: the process exits 0 at
   const SHUTDOWN_TIMEOUT = 2
   const service = await spawnService({ DATABASE_URL: url, LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT: String(SHUTDOWN_TIMEOUT), STATEMENT_TIMEOUT: '30' })
   const held = await newUser('held-forever')
-  const lock = await lockRow(held)
+  const lock = await holdRowLock(db, 'users', held)
   try {
     const stuck = await new RawClient(service.port).open()
     stuck.write(patchRequest(held, 'never stored', 'cut'))
