@@ -100,8 +100,9 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
           checkContentType(req, route.body.kind)
           body = route.body.validator.parseBody(await readJsonBody(req, config.bodyLimit))
         }
-        const ctx = { params, query, body, principal, headers: req.headers, requestId, deps }
-        const handle = () => (route.idempotent ? handleIdempotently(route, ctx, path, clientAddress(req, config.trustProxy)) : route.handle(ctx))
+        const client = clientAddress(req, config.trustProxy)
+        const ctx = { params, query, body, principal, headers: req.headers, requestId, client, deps }
+        const handle = () => (route.idempotent ? handleIdempotently(route, ctx, path, client) : route.handle(ctx))
         reply = route.access.kind === 'public' ? await handle() : await dbWork.run(handle)
         if (reply.status === 200 && (method === 'GET' || method === 'HEAD') && etagMatches(req.headers['if-none-match'], reply.headers?.etag)) {
           // RFC 9110 §15.4.5: a 304 repeats the validator, and nothing else of the body.

@@ -25,6 +25,8 @@ export interface HandlerContext<Query, Body> {
   principal: Principal
   headers: IncomingHttpHeaders
   requestId: string
+  /** The client's address, as TRUST_PROXY allows it to be known (src/http/client-address.ts). */
+  client: string
   deps: AppDeps
 }
 
