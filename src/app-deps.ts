@@ -1,8 +1,9 @@
 import type { Sql } from 'postgres'
 import { ApiKeyCache } from './api-keys/key-cache.js'
-import { listenForKeyChanges, type KeyChanges } from './api-keys/key-changes.js'
 import { LastUsedWrites } from './api-keys/last-used.js'
+import { listenForCredentialChanges, type CredentialChanges } from './auth/credential-changes.js'
 import { JwtCache } from './auth/jwt-cache.js'
+import { RevocationList } from './auth/revocations.js'
 import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
 import type { Logger } from './log.js'
@@ -24,8 +25,10 @@ export interface AppDeps {
   apiKeyCache: ApiKeyCache
   /** When this process last wrote each key's last_used_at (src/api-keys/last-used.ts). */
   apiKeyUse: LastUsedWrites
-  /** The listener that keeps apiKeyCache right; a request that revokes waits on `caughtUp` (src/api-keys/key-changes.ts). */
-  keyChanges: KeyChanges
+  /** What this instance knows was revoked: sessions, and users' credential epochs (src/auth/revocations.ts). */
+  revocations: RevocationList
+  /** The listener that keeps apiKeyCache and revocations right, and says whether they may be trusted; a request that revokes waits on `caughtUp` (src/auth/credential-changes.ts). */
+  credentialChanges: CredentialChanges
 }
 
 /** Entries each credential cache holds at most; the oldest leaves first. */
@@ -33,17 +36,20 @@ export const CREDENTIAL_CACHE_SIZE = 10_000
 
 /**
  * The dependencies of one application instance; `config.jwtSecrets` must be
- * resolved already. Starts listening for API key changes on a connection of
- * its own (src/api-keys/key-changes.ts), which `sql.end()` closes.
+ * resolved already. Starts listening for credential changes on a connection
+ * of its own (src/auth/credential-changes.ts), which `sql.end()` closes, and
+ * its heartbeat, which `credentialChanges.stop()` ends.
  */
 export function createDeps(sql: Sql, config: Config, log: Logger, metrics = new Metrics({ max: config.poolMax }), cacheSize = CREDENTIAL_CACHE_SIZE): AppDeps {
   const lifecycle = { shuttingDown: false }
   const apiKeyCache = new ApiKeyCache(cacheSize)
+  const revocations = new RevocationList()
   return {
     sql, config, log, lifecycle, cursorKeys: cursorKeysFrom(config.jwtSecrets), metrics,
     jwtCache: new JwtCache(cacheSize),
     apiKeyCache,
     apiKeyUse: new LastUsedWrites(cacheSize),
-    keyChanges: listenForKeyChanges(sql, apiKeyCache, log, { lifecycle }),
+    revocations,
+    credentialChanges: listenForCredentialChanges(sql, apiKeyCache, revocations, log, { lifecycle }),
   }
 }

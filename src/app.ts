@@ -10,6 +10,7 @@ import { openApiRoute } from './openapi/routes.js'
 import type { AnyRoute } from './http/route.js'
 import { apiKeyRoutes } from './api-keys/routes.js'
 import { authRoutes } from './auth/routes.js'
+import { sessionRoutes } from './auth/session-routes.js'
 import { healthRoutes } from './health/routes.js'
 import { createRequestHandler } from './http/pipeline.js'
 import { HttpError, problemBody } from './http/problem.js'
@@ -17,7 +18,7 @@ import { createRouter } from './http/router.js'
 import { productRoutes } from './products/routes.js'
 import { userRoutes } from './users/routes.js'
 
-const apiRoutes = [...healthRoutes, ...authRoutes, ...userRoutes, ...productRoutes, ...apiKeyRoutes, ...metricsRoutes]
+const apiRoutes = [...healthRoutes, ...authRoutes, ...sessionRoutes, ...userRoutes, ...productRoutes, ...apiKeyRoutes, ...metricsRoutes]
 
 // The version in the OpenAPI document is the package's (same path from src/ and dist/).
 const packageVersion = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version

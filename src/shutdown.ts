@@ -13,9 +13,10 @@ import { describeError } from './log.js'
  * - the pool ends within what is left of SHUTDOWN_TIMEOUT: postgres.js waits
  *   for running statements, and without a time-out could wait forever for a
  *   database that stopped answering (porsager/postgres#1097). It also
- *   closes the connection listening for API key changes
- *   (src/api-keys/key-changes.ts): postgres.js ends that one with no
- *   time-out, and does not open it again.
+ *   closes the connection listening for credential changes
+ *   (src/auth/credential-changes.ts): postgres.js ends that one with no
+ *   time-out, and does not open it again; the heartbeat's own connection
+ *   ends alongside.
  * Never rejects: the caller exits 0 when it returns, database down or not.
  */
 export async function shutdown(server: Server, deps: AppDeps): Promise<void> {
@@ -37,7 +38,7 @@ export async function shutdown(server: Server, deps: AppDeps): Promise<void> {
   const left = Math.max(0, deadline - performance.now())
   try {
     // end() destroys the connections once `timeout` passes; the race is for an end() that would not even do that.
-    await Promise.race([deps.sql.end({ timeout: left / 1000 }), sleep(left + 500)])
+    await Promise.race([Promise.all([deps.sql.end({ timeout: left / 1000 }), deps.credentialChanges.stop(left / 1000)]), sleep(left + 500)])
   } catch (err) {
     log.warn('closing the database pool failed', describeError(err))
   }

@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import { ApiKeyCache, type CachedApiKey } from '../src/api-keys/key-cache.js'
-import { applyKeyChange, CATCH_UP_TIMEOUT_MS, KEY_CHANGES_CHANNEL } from '../src/api-keys/key-changes.js'
+import { applyKeyChange, CATCH_UP_TIMEOUT_MS, CHANGES_CHANNEL as KEY_CHANGES_CHANNEL } from '../src/auth/credential-changes.js'
 import { LastUsedWrites } from '../src/api-keys/last-used.js'
 import { createApp } from '../src/app.js'
 import { createDeps } from '../src/app-deps.js'
@@ -58,9 +58,13 @@ function assertInvalidToken(res: TestResponse): void {
   assert.equal(res.headers.get('www-authenticate'), `${REALM}, error="invalid_token"`)
 }
 
-/** db_queries_total of an instance, scraped with its admin JWT (a cached JWT: no statement). */
+/**
+ * db_queries_total of an instance, scraped with A's admin JWT (a cached JWT:
+ * no statement). A's admin stays admin throughout; B's is demoted below,
+ * which ends its JWT.
+ */
 async function statements(server: TestServer): Promise<number> {
-  const res = await server.request('GET', '/metrics')
+  const res = await server.request('GET', '/metrics', { auth: A.admin.token })
   assert.equal(res.status, 200)
   const m = /^db_queries_total ([0-9]+)$/m.exec(res.text)
   assert.ok(m, 'db_queries_total is exposed')
@@ -79,9 +83,9 @@ async function statementsDuring(server: TestServer, fn: () => Promise<void>): Pr
  * call. A notification reaches each instance a moment after the commit; the
  * instance that made a change waits for it before answering, another instance
  * gets it at the same moment, but not in lockstep with a client
- * (src/api-keys/key-changes.ts).
+ * (src/auth/credential-changes.ts).
  */
-const heard = (server: TestServer) => server.deps.keyChanges.caughtUp()
+const heard = (server: TestServer) => server.deps.credentialChanges.caughtUp()
 
 const me = (server: TestServer, key: string) => server.request('GET', '/auth/me', { headers: { 'x-api-key': key } })
 
@@ -305,7 +309,8 @@ describe('the listener', () => {
       assert.equal((await A.request('DELETE', `/api-keys/${revoked.id}`)).status, 204)
       assertInvalidToken(await me(B, revoked.key))
       const read = await statementsDuring(B, async () => void assert.equal((await me(B, kept.key)).status, 200))
-      assert.equal(read, 2, 'the kept key is read from the database (and /auth/me\'s query)')
+      // Nothing remembered is trusted while nobody listens: the JWT that scrapes /metrics is checked in the database too.
+      assert.equal(read, 3, 'the kept key is read from the database (and /auth/me\'s query, and the scraping JWT\'s revocation check)')
       assert.equal(B.deps.apiKeyCache.size, 0, 'nothing is cached while away')
     } finally {
       await server`ALTER DATABASE ${server(db)} ALLOW_CONNECTIONS true`
@@ -317,15 +322,15 @@ describe('the listener', () => {
     assertInvalidToken(await me(A, revoked.key))
     await cacheOnBoth(kept.key)
     for (const server of [A, B]) {
-      assert.ok(server.logs.some((l) => l.level === 'warn' && /not listening for API key changes/.test(String(l.msg))))
-      assert.ok(server.logs.some((l) => l.level === 'info' && /listening for API key changes again/.test(String(l.msg))))
+      assert.ok(server.logs.some((l) => l.level === 'warn' && /not listening for credential changes/.test(String(l.msg))))
+      assert.ok(server.logs.some((l) => l.level === 'info' && /credential changes heard again/.test(String(l.msg))))
     }
   })
 
   test('a listener backend killed and back at once: the cache is emptied, and a key deleted in between is refused', async () => {
     const { key, id } = await createKey()
     await cacheOnBoth(key)
-    const reconnects = () => B.logs.filter((l) => /listening for API key changes again/.test(String(l.msg))).length
+    const reconnects = () => B.logs.filter((l) => /credential changes heard again/.test(String(l.msg))).length
     const before = reconnects()
     // Killed and the key deleted in one transaction: its notification is sent at commit, after the listener is gone.
     await sql.begin(async (tx) => {
@@ -383,7 +388,7 @@ describe('the listener', () => {
       process.kill(pid, 'SIGCONT')
     }
     await until('C caught up', () => C.deps.apiKeyCache.active)
-    assert.ok(C.logs.some((l) => l.level === 'info' && /caught up/.test(String(l.msg))))
+    assert.ok(C.logs.some((l) => l.level === 'info' && /heard again/.test(String(l.msg))))
     assertInvalidToken(await me(C, key))
   })
 
@@ -432,8 +437,9 @@ describe('what the triggers announce', () => {
     seen.length = 0
     await change()
     await caughtUp()
-    // Leaves out the markers of the instances' caughtUp (see 'a request that revokes answers only once…').
-    return seen.filter((s) => !s.startsWith('sentinel ') && !s.startsWith('sync '))
+    // Leaves out the markers of the instances' caughtUp and heartbeats (see 'a request that revokes answers only once…'),
+    // and the revocations of sessions and JWTs, which test/revocation.test.ts follows.
+    return seen.filter((s) => !s.startsWith('sentinel ') && !s.startsWith('sync ') && !s.startsWith('sessions ') && !s.startsWith('epochs '))
   }
 
   before(async () => {

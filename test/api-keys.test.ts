@@ -235,7 +235,7 @@ describe('using a key', () => {
     assert.equal((await me({ 'x-api-key': key })).status, 200)
     await sql`UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = ${id}`
     // A change made in SQL, not through the API, reaches the instance's key cache by a notification, a moment after the commit.
-    await api.deps.keyChanges.caughtUp()
+    await api.deps.credentialChanges.caughtUp()
     assertInvalidToken(await me({ 'x-api-key': key }))
     assertInvalidToken(await me({ authorization: `Bearer ${key}` }))
   })

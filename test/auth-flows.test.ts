@@ -158,7 +158,7 @@ function forge(header: unknown, payload: unknown, { secret = SIGNING_KEY.secret,
 function adminClaims(over: Record<string, unknown> = {}): Record<string, unknown> {
   const now = Math.floor(Date.now() / 1000)
   const scope = 'api_keys:read api_keys:write products:read products:write users:read users:write'
-  return { sub: String(api.admin.id), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + 900, role: 'admin', scope, ...over }
+  return { sub: String(api.admin.id), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + 900, role: 'admin', scope, sid: String(2 ** 53), gen: 0, ...over }
 }
 
 function jwtAttacks(): Array<[string, string]> {
@@ -603,11 +603,22 @@ describe('POST /auth/logout', () => {
     assert.equal((await me(other.access_token)).status, 200)
   })
 
-  test('with a JWT and no body, or with nothing at all: 400 invalid_request', async () => {
+  test('with a JWT and no body: its session ends, the JWT and its refresh token stop at once', async () => {
     const pair = await loggedIn(refreshUser)
-    assertProblem(await call('POST', '/auth/logout', { auth: pair.access_token }), 400, 'invalid_request')
+    assert.equal((await me(pair.access_token)).status, 200)
+    assert.equal((await call('POST', '/auth/logout', { auth: pair.access_token })).status, 204)
+    assert.notEqual((await refreshRow(pair.refresh_token)).revoked_at, null)
+    assertInvalidToken(await me(pair.access_token))
+    assertInvalidToken(await refresh(pair.refresh_token))
+  })
+
+  test('with nothing at all, or with an API key: 400 invalid_request, no session ended', async () => {
+    const pair = await loggedIn(refreshUser)
     assertProblem(await call('POST', '/auth/logout'), 400, 'invalid_request')
+    const key = (await call('POST', '/api-keys', { auth: pair.access_token, body: { name: 'logout key', scopes: ['users:read'] } })).body.key
+    assertProblem(await call('POST', '/auth/logout', { auth: key }), 400, 'invalid_request')
     assert.equal((await refreshRow(pair.refresh_token)).revoked_at, null)
+    assert.equal((await me(pair.access_token)).status, 200)
   })
 
   test('an unknown refresh token: 401; a bad credential beside a good refresh token: 401 and the session stays', async () => {
@@ -671,8 +682,8 @@ describe('GET /auth/me', () => {
 // ---------------------------------------------------------------------------
 // Live credentials and changes to their user
 
-describe('opaque tokens and API keys see role changes and deletion at once', () => {
-  test('demoted: the opaque token and the API key lose admin powers at once; a JWT issued before keeps its role', async () => {
+describe('every credential sees role changes and deletion at once', () => {
+  test('demoted: the opaque token and the API key lose admin powers at once; a JWT issued before is refused', async () => {
     const carol = await userWithPassword('admin')
     const opaque = await loggedIn(carol, { token_format: 'opaque' })
     const jwt = await loggedIn(carol)
@@ -690,8 +701,8 @@ describe('opaque tokens and API keys see role changes and deletion at once', () 
     const now = await me(opaque.access_token)
     assert.equal(now.body.user.role, 'user')
     assert.ok(!now.body.credential.scopes.includes('products:write'))
-    // The JWT says admin until it expires: the documented price of not reading the database.
-    assert.equal((await call('GET', '/users', { auth: jwt.access_token })).status, 200)
+    // The JWT says admin, but a role change voids every JWT issued before it.
+    assertInvalidToken(await call('GET', '/users', { auth: jwt.access_token }))
     // A refresh issues what the role allows now.
     const refreshed = await refresh(jwt.refresh_token)
     assert.equal(refreshed.status, 200, refreshed.text)

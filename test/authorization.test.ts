@@ -470,7 +470,7 @@ describe('effective scopes: the role allows, the credential narrows', () => {
     }
     await api.sql`UPDATE users SET role = 'user' WHERE id = ${former.id}`
     // Changed in SQL, not through the API: the key cache hears of it by a notification, a moment after the commit.
-    await api.deps.keyChanges.caughtUp()
+    await api.deps.credentialChanges.caughtUp()
     for (const headers of [{ authorization: `Bearer ${token}` }, { 'x-api-key': key }] as Array<Record<string, string>>) {
       assertRefused(await api.request('GET', '/users', { headers, auth: null }), 403, 'forbidden')
     }

@@ -157,6 +157,8 @@ export function adminToken(adminId: number): string {
     {
       sub: String(adminId), iss: 'users-products-api', aud: 'users-products-api', iat: now, exp: now + 3600, role: 'admin',
       scope: 'api_keys:read api_keys:write products:read products:write users:read users:write',
+      // No session has this id; the epoch of a user never changed: revoked only with its user.
+      sid: String(2 ** 53), gen: 0,
     },
     { kid: 'fault', secret: Buffer.from(JWT_SECRET) },
   )

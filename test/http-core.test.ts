@@ -369,7 +369,7 @@ describe('routing', () => {
     assert.equal(health.headers.get('cache-control'), 'no-store')
     const ready = await api.request('GET', '/readyz')
     assert.equal(ready.status, 200)
-    assert.deepEqual(ready.body, { status: 'ready' })
+    assert.deepEqual(ready.body, { status: 'ready', credentials: 'remembered' })
     assert.equal(ready.headers.get('cache-control'), 'no-store')
   })
 })

@@ -25,13 +25,14 @@ const { sql } = api
 
 // A second instance of the application on the same database.
 const sql2 = connect(api.databaseUrl, { max: 5, statementTimeoutMs: api.deps.config.statementTimeoutMs })
-const second = createApp(createDeps(sql2, api.deps.config, createLogger('error', () => {})))
+const secondDeps = createDeps(sql2, api.deps.config, createLogger('error', () => {}))
+const second = createApp(secondDeps)
 await new Promise<void>((resolve) => second.listen(0, '127.0.0.1', resolve))
 const secondUrl = `http://127.0.0.1:${(second.address() as AddressInfo).port}`
 after(async () => {
   second.closeAllConnections()
   await new Promise((resolve) => second.close(resolve))
-  await sql2.end({ timeout: 5 })
+  await Promise.all([sql2.end({ timeout: 5 }), secondDeps.credentialChanges.stop()])
 })
 
 // ---------------------------------------------------------------------------

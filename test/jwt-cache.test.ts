@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { JwtCache } from '../src/auth/jwt-cache.js'
-import type { Principal } from '../src/auth/principal.js'
+import type { UserPrincipal } from '../src/auth/principal.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // The cache of verified JWTs (src/auth/jwt-cache.ts): a token is verified in
@@ -115,7 +115,7 @@ describe('through the server', () => {
 })
 
 describe('JwtCache', () => {
-  const principal = (userId: string): Principal => ({ kind: 'user', userId, role: 'user', scopes: new Set(), credential: { type: 'jwt', expiresAt: new Date(0) } })
+  const principal = (userId: string): UserPrincipal => ({ kind: 'user', userId, role: 'user', scopes: new Set(), credential: { type: 'jwt', expiresAt: new Date(0), sessionId: 1, epoch: 0 } })
 
   test('keeps at most max entries, dropping the oldest first', () => {
     const cache = new JwtCache(3)

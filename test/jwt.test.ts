@@ -16,7 +16,7 @@ const OTHER: SigningKey = { kid: 'k2', secret: Buffer.from('another-unit-test-se
 const OPTIONS: VerifyOptions = { keys: [KEY], issuer: 'test-issuer', audience: 'test-audience', now: NOW }
 
 const claims = (over: Record<string, unknown> = {}): JwtClaims =>
-  ({ sub: '42', iss: 'test-issuer', aud: 'test-audience', iat: NOW, exp: NOW + 900, role: 'user', scope: 'products:read', ...over }) as JwtClaims
+  ({ sub: '42', iss: 'test-issuer', aud: 'test-audience', iat: NOW, exp: NOW + 900, role: 'user', scope: 'products:read', sid: '7', gen: 0, ...over }) as JwtClaims
 
 const b64 = (value: unknown) => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url')
 const hmac = (bits: 256 | 384 | 512, secret: Buffer, input: string) => createHmac(`sha${bits}`, secret).update(input).digest('base64url')
@@ -131,6 +131,14 @@ describe('verifyJwt refuses every forged or broken token', () => {
     { name: 'sub 0', token: signJwt(claims({ sub: '0' }), KEY), reason: 'bad subject' },
     { name: 'role missing', token: forge(HS256, { ...claims(), role: undefined }), reason: 'missing role or scope' },
     { name: 'scope as an array', token: signJwt(claims({ scope: ['products:read'] }), KEY), reason: 'missing role or scope' },
+    // Without a session and an epoch a token could not be revoked: refused.
+    { name: 'sid missing', token: forge(HS256, { ...claims(), sid: undefined }), reason: 'bad session' },
+    { name: 'sid as a number', token: signJwt(claims({ sid: 7 }), KEY), reason: 'bad session' },
+    { name: 'sid not an id', token: signJwt(claims({ sid: '0' }), KEY), reason: 'bad session' },
+    { name: 'gen missing', token: forge(HS256, { ...claims(), gen: undefined }), reason: 'bad epoch' },
+    { name: 'gen negative', token: signJwt(claims({ gen: -1 }), KEY), reason: 'bad epoch' },
+    { name: 'gen fractional', token: signJwt(claims({ gen: 0.5 }), KEY), reason: 'bad epoch' },
+    { name: 'gen as a string', token: signJwt(claims({ gen: '0' }), KEY), reason: 'bad epoch' },
     // Shape.
     { name: 'four segments', token: `${valid}.${validSignature}`, reason: 'not a JWS compact serialization' },
     { name: 'one segment', token: validPayload, reason: 'not a JWS compact serialization' },
@@ -247,8 +255,8 @@ describe('interoperability', () => {
     assertRefused(RFC_TOKEN, 'bad signature', { ...OPTIONS, now: Date.now() / 1000 })
   })
 
-  test('a token minted by jose (HS256, kid, iss, aud, sub, exp, role, scope) verifies', async () => {
-    const token = await new SignJWT({ role: 'admin', scope: 'users:read products:read' })
+  test('a token minted by jose (HS256, kid, iss, aud, sub, exp, role, scope, sid, gen) verifies', async () => {
+    const token = await new SignJWT({ role: 'admin', scope: 'users:read products:read', sid: '99', gen: 3 })
       .setProtectedHeader({ alg: 'HS256', kid: KEY.kid })
       .setIssuer('test-issuer')
       .setAudience('test-audience')
@@ -257,7 +265,7 @@ describe('interoperability', () => {
       .setExpirationTime(NOW + 600)
       .sign(new Uint8Array(KEY.secret))
     const verified = verifyJwt(token, OPTIONS)
-    assert.deepEqual(verified, { role: 'admin', scope: 'users:read products:read', iss: 'test-issuer', aud: 'test-audience', sub: '1234', iat: NOW, exp: NOW + 600 })
+    assert.deepEqual(verified, { role: 'admin', scope: 'users:read products:read', sid: '99', gen: 3, iss: 'test-issuer', aud: 'test-audience', sub: '1234', iat: NOW, exp: NOW + 600 })
   })
 
   test('a token minted by jose with another key is refused', async () => {

@@ -321,7 +321,8 @@ describe('PUT /users/{id}', () => {
     assert.deepEqual(after.created_at, before.created_at)
     assert.ok(after.updated_at > before.updated_at, 'updated_at moves on')
     assert.notEqual(res.headers.get('etag'), `"v${before.version}"`)
-    await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
+    // The file's admin stays: demoting it would end its JWT, which every test here uses.
+    await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin' AND id <> ${api.admin.id}`
   })
 
   test('a given role is set', async () => {
@@ -889,101 +890,108 @@ describe('concurrency', () => {
 // The last admin
 
 describe('the last admin', () => {
-  // Each test arranges exactly the admins it needs: none but its own.
+  // Each test arranges exactly the admins it needs: none but its own. They act
+  // themselves (an admin may delete or change itself): demoting the file's
+  // admin ends its JWT (a role change revokes), as it should.
   beforeEach(async () => {
     await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
   })
 
-  async function onlyAdmin(): Promise<number> {
-    const { id } = await createUser({ role: 'admin', name: 'Sole Admin' })
-    assert.deepEqual(await adminIds(), [id], 'exactly one admin before the test')
-    return id
+  /** An admin inserted directly (the file's admin may be demoted by now) and its JWT. */
+  const directAdmin = (name: string) => api.createUser({ role: 'admin', name })
+  const as = (admin: { token: string }) => ({ auth: admin.token })
+
+  async function onlyAdmin(): Promise<{ id: number; token: string }> {
+    const admin = await directAdmin('Sole Admin')
+    assert.deepEqual(await adminIds(), [admin.id], 'exactly one admin before the test')
+    return admin
   }
 
-  async function twoAdmins(): Promise<[number, number]> {
-    const a = await createUser({ role: 'admin', name: 'Admin A' })
-    const b = await createUser({ role: 'admin', name: 'Admin B' })
+  async function twoAdmins(): Promise<[{ id: number; token: string }, { id: number; token: string }]> {
+    const a = await directAdmin('Admin A')
+    const b = await directAdmin('Admin B')
     assert.deepEqual(await adminIds(), [a.id, b.id], 'exactly two admins before the test')
-    return [a.id, b.id]
+    return [a, b]
   }
 
   test('deleting the last admin answers 409 last_admin and changes nothing', async () => {
-    const id = await onlyAdmin()
-    const before = await mustRow(id)
+    const admin = await onlyAdmin()
+    const before = await mustRow(admin.id)
     const count = await userCount()
-    assertProblem(await api.request('DELETE', `/users/${id}`), 409, 'last_admin')
-    assert.deepEqual(await mustRow(id), before)
+    assertProblem(await api.request('DELETE', `/users/${admin.id}`, as(admin)), 409, 'last_admin')
+    assert.deepEqual(await mustRow(admin.id), before)
     assert.equal(await userCount(), count)
   })
 
   test('demoting the last admin with PATCH role user answers 409 last_admin and changes nothing', async () => {
-    const id = await onlyAdmin()
-    const before = await mustRow(id)
-    assertProblem(await api.request('PATCH', `/users/${id}`, { body: { role: 'user' } }), 409, 'last_admin')
-    assertProblem(await api.request('PATCH', `/users/${id}`, { body: { role: 'user', name: 'Also Renamed' } }), 409, 'last_admin')
-    assert.deepEqual(await mustRow(id), before, 'not even the name changed')
+    const admin = await onlyAdmin()
+    const before = await mustRow(admin.id)
+    assertProblem(await api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { role: 'user' } }), 409, 'last_admin')
+    assertProblem(await api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { role: 'user', name: 'Also Renamed' } }), 409, 'last_admin')
+    assert.deepEqual(await mustRow(admin.id), before, 'not even the name changed')
   })
 
   test('demoting the last admin with PUT role user answers 409 last_admin and changes nothing', async () => {
-    const id = await onlyAdmin()
-    const before = await mustRow(id)
-    const res = await api.request('PUT', `/users/${id}`, { body: { name: 'Put Demoted', email: uniqueEmail(), role: 'user' } })
+    const admin = await onlyAdmin()
+    const before = await mustRow(admin.id)
+    const res = await api.request('PUT', `/users/${admin.id}`, { ...as(admin), body: { name: 'Put Demoted', email: before.email, role: 'user' } })
     assertProblem(res, 409, 'last_admin')
-    assert.deepEqual(await mustRow(id), before)
+    assert.deepEqual(await mustRow(admin.id), before)
   })
 
   test('the last admin may still be edited in other ways, and PUT without role keeps it admin', async () => {
-    const id = await onlyAdmin()
-    assert.equal((await api.request('PATCH', `/users/${id}`, { body: { name: 'Still Admin', role: 'admin' } })).status, 200)
-    assert.equal((await api.request('PUT', `/users/${id}`, { body: { name: 'Still Admin 2', email: uniqueEmail() } })).status, 200)
-    assert.deepEqual(await adminIds(), [id])
+    const admin = await onlyAdmin()
+    const { email } = await mustRow(admin.id)
+    assert.equal((await api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { name: 'Still Admin', role: 'admin' } })).status, 200)
+    assert.equal((await api.request('PUT', `/users/${admin.id}`, { ...as(admin), body: { name: 'Still Admin 2', email } })).status, 200)
+    assert.deepEqual(await adminIds(), [admin.id])
   })
 
   test('with two admins one may be demoted; then the other is the last', async () => {
     const [a, b] = await twoAdmins()
-    const res = await api.request('PATCH', `/users/${a}`, { body: { role: 'user' } })
+    const res = await api.request('PATCH', `/users/${a.id}`, { ...as(b), body: { role: 'user' } })
     assert.equal(res.status, 200, res.text)
     assert.equal(res.body.role, 'user')
-    assert.deepEqual(await adminIds(), [b])
-    const before = await mustRow(b)
-    assertProblem(await api.request('PATCH', `/users/${b}`, { body: { role: 'user' } }), 409, 'last_admin')
-    assert.deepEqual(await mustRow(b), before)
+    assert.deepEqual(await adminIds(), [b.id])
+    const before = await mustRow(b.id)
+    assertProblem(await api.request('PATCH', `/users/${b.id}`, { ...as(b), body: { role: 'user' } }), 409, 'last_admin')
+    assert.deepEqual(await mustRow(b.id), before)
   })
 
   test('with two admins one may be deleted; then the other cannot be', async () => {
     const [a, b] = await twoAdmins()
-    assert.equal((await api.request('DELETE', `/users/${a}`)).status, 204)
-    assert.deepEqual(await adminIds(), [b])
-    assertProblem(await api.request('DELETE', `/users/${b}`), 409, 'last_admin')
-    assert.ok(await dbRow(b))
+    assert.equal((await api.request('DELETE', `/users/${a.id}`, as(b))).status, 204)
+    assert.deepEqual(await adminIds(), [b.id])
+    assertProblem(await api.request('DELETE', `/users/${b.id}`, as(b)), 409, 'last_admin')
+    assert.ok(await dbRow(b.id))
   })
 
   test('a user who is not an admin can be deleted or patched to role user while one admin exists', async () => {
     const admin = await onlyAdmin()
-    const { id } = await createUser()
-    assert.equal((await api.request('PATCH', `/users/${id}`, { body: { role: 'user' } })).status, 200)
-    assert.equal((await api.request('DELETE', `/users/${id}`)).status, 204)
-    assert.deepEqual(await adminIds(), [admin])
+    const { id } = await api.createUser()
+    assert.equal((await api.request('PATCH', `/users/${id}`, { ...as(admin), body: { role: 'user' } })).status, 200)
+    assert.equal((await api.request('DELETE', `/users/${id}`, as(admin))).status, 204)
+    assert.deepEqual(await adminIds(), [admin.id])
   })
 
-  test('two concurrent demotions of the only two admins: exactly one succeeds, one 409 last_admin, one admin remains', async () => {
+  test('two concurrent demotions of the only two admins (each of itself): exactly one succeeds, one 409 last_admin, one admin remains', async () => {
     for (let round = 0; round < 5; round++) {
       await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
-      const [a, b] = await twoAdmins()
-      const results = await Promise.all([a, b].map((id) => api.request('PATCH', `/users/${id}`, { body: { role: 'user' } })))
+      const admins = await twoAdmins()
+      const results = await Promise.all(admins.map((admin) => api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { role: 'user' } })))
       assert.deepEqual(results.map((r) => r.status).sort(), [200, 409], `round ${round}`)
       assert.equal(results.find((r) => r.status === 409)!.body.code, 'last_admin')
-      const loser = [a, b][results.findIndex((r) => r.status === 409)]!
+      const loser = admins[results.findIndex((r) => r.status === 409)]!.id
       assert.deepEqual(await adminIds(), [loser], 'the refused one is still admin')
       assert.equal((await mustRow(loser)).version, 1, 'the refused one is unchanged')
     }
   })
 
-  test('two concurrent deletions of the only two admins: exactly one 204, one 409 last_admin', async () => {
+  test('two concurrent deletions of the only two admins (each of itself): exactly one 204, one 409 last_admin', async () => {
     for (let round = 0; round < 3; round++) {
       await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
-      const [a, b] = await twoAdmins()
-      const results = await Promise.all([a, b].map((id) => api.request('DELETE', `/users/${id}`)))
+      const admins = await twoAdmins()
+      const results = await Promise.all(admins.map((admin) => api.request('DELETE', `/users/${admin.id}`, as(admin))))
       assert.deepEqual(results.map((r) => r.status).sort(), [204, 409], `round ${round}`)
       assert.equal((await adminIds()).length, 1)
     }
@@ -993,7 +1001,7 @@ describe('the last admin', () => {
     for (let round = 0; round < 3; round++) {
       await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
       const [a, b] = await twoAdmins()
-      const results = await Promise.all([api.request('DELETE', `/users/${a}`), api.request('PATCH', `/users/${b}`, { body: { role: 'user' } })])
+      const results = await Promise.all([api.request('DELETE', `/users/${a.id}`, as(a)), api.request('PATCH', `/users/${b.id}`, { ...as(b), body: { role: 'user' } })])
       const [deleted, demoted] = results.map((r) => r.status)
       assert.ok((deleted === 204 && demoted === 409) || (deleted === 409 && demoted === 200), `round ${round}: DELETE ${deleted}, PATCH ${demoted}`)
       assert.equal(results.find((r) => r.status === 409)!.body.code, 'last_admin')

@@ -116,8 +116,8 @@ export const apiKeyRoutes = [
       const row = await findApiKey(deps.sql, params.id!, isAdmin(principal) ? undefined : userIdOf(principal))
       if (!row) throw notFound()
       await deleteApiKey(deps.sql, row.id)
-      // Answer once this instance has heard the revocation: it never serves the key to a client told it is gone (src/api-keys/key-changes.ts).
-      await deps.keyChanges.caughtUp()
+      // Answer once this instance has heard the revocation: it never serves the key to a client told it is gone (src/auth/credential-changes.ts).
+      await deps.credentialChanges.caughtUp()
       return { status: 204 }
     },
   }),

@@ -5,8 +5,10 @@ import type { ApiKeyCache } from '../api-keys/key-cache.js'
 import type { LastUsedWrites } from '../api-keys/last-used.js'
 import { HttpError } from '../http/problem.js'
 import { InvalidTokenError, looksLikeJwt, verifyJwt, type SigningKey } from './jwt.js'
+import type { CredentialChanges } from './credential-changes.js'
 import type { JwtCache } from './jwt-cache.js'
-import type { Principal, Role } from './principal.js'
+import type { Principal, Role, UserPrincipal } from './principal.js'
+import type { RevocationList } from './revocations.js'
 import { effectiveScopes } from './scopes.js'
 import { hashSecret, kindOf } from './tokens.js'
 
@@ -29,6 +31,9 @@ export interface CredentialDeps {
   jwtCache: JwtCache
   apiKeyCache: ApiKeyCache
   apiKeyUse: LastUsedWrites
+  revocations: RevocationList
+  /** Whether `revocations` (and the API key cache) may be trusted now. */
+  credentialChanges: Pick<CredentialChanges, 'trusted'>
 }
 
 const REALM = 'Bearer realm="api"'
@@ -96,19 +101,35 @@ export async function authenticate(headers: IncomingHttpHeaders, deps: Credentia
   }
 }
 
-/** A JWT verified once per instance (src/auth/jwt-cache.ts); exp is checked on every request. */
-function jwtPrincipal(token: string, { settings, jwtCache }: CredentialDeps): Principal {
+/**
+ * A JWT verified once per instance (src/auth/jwt-cache.ts); exp and
+ * revocation are checked on every request. Revocation comes from memory
+ * while this instance provably hears every change, else from the database.
+ */
+async function jwtPrincipal(token: string, deps: CredentialDeps): Promise<Principal> {
+  const principal = verifiedJwt(token, deps)
+  const { credential } = principal
+  if (credential.type !== 'jwt') throw new Error('unreachable: a JWT principal')
+  const userId = Number(principal.userId)
+  const revoked = deps.credentialChanges.trusted
+    ? deps.revocations.revokes(userId, credential.sessionId, credential.epoch)
+    : await revokedInDatabase(deps, userId, credential.sessionId, credential.epoch)
+  if (revoked) throw invalidToken()
+  return principal
+}
+
+function verifiedJwt(token: string, { settings, jwtCache }: CredentialDeps): UserPrincipal {
   const now = Date.now() / 1000
   const cached = jwtCache.get(token, now)
   if (cached) return cached
   try {
     const claims = verifyJwt(token, { ...settings, now, leewaySeconds: jwtCache.leewaySeconds })
-    // A JWT's role and scopes hold until it expires: that is the price of not reading the database.
+    // The role and scopes of the token hold until it expires or is revoked: a role change raises the epoch (sql/005).
     const role: Role = claims.role === 'admin' ? 'admin' : 'user'
-    const principal: Principal = {
+    const principal: UserPrincipal = {
       kind: 'user', userId: claims.sub, role,
       scopes: effectiveScopes(role, claims.scope.split(' ')),
-      credential: { type: 'jwt', expiresAt: new Date(claims.exp * 1000) },
+      credential: { type: 'jwt', expiresAt: new Date(claims.exp * 1000), sessionId: Number(claims.sid), epoch: claims.gen },
     }
     jwtCache.set(token, principal, claims.exp)
     return principal
@@ -116,4 +137,16 @@ function jwtPrincipal(token: string, { settings, jwtCache }: CredentialDeps): Pr
     if (err instanceof InvalidTokenError) throw invalidToken()
     throw err
   }
+}
+
+/**
+ * The same rule as RevocationList.revokes, from the tables themselves: the
+ * user exists at that epoch and the session was not ended. A session that
+ * does not exist is not a revoked one: sessions go only with their user.
+ */
+async function revokedInDatabase({ sql, bounded }: CredentialDeps, userId: number, sessionId: number, epoch: number): Promise<boolean> {
+  const [live] = await bounded(() => sql`
+    SELECT 1 FROM users u WHERE u.id = ${userId} AND u.credential_epoch = ${epoch}
+      AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = ${sessionId} AND s.revoked_at IS NOT NULL)`)
+  return !live
 }

@@ -1,5 +1,5 @@
 import { DEFAULT_LEEWAY_SECONDS } from './jwt.js'
-import type { Principal } from './principal.js'
+import type { UserPrincipal } from './principal.js'
 
 // Verifying a JWT (two base64url decodes, JSON.parse, the claim checks, an
 // HMAC) and building its Principal cost 14–27 µs per request, spent again and
@@ -9,9 +9,10 @@ import type { Principal } from './principal.js'
 // - Only a token that passed verifyJwt in full is put in (the caller's job:
 //   `set` after verifying). A token that differs by one character is another
 //   key and is verified on its own; a refused token is never remembered.
-// - Time is the one thing that can make a verified token invalid, through
-//   `exp`: checked again on every hit, with the same leeway rule as
-//   verifyJwt (refused from exp + leeway on). `nbf` and `iat` only become
+// - Time can make a verified token invalid, through `exp`: checked again on
+//   every hit, with the same leeway rule as verifyJwt (refused from exp +
+//   leeway on). Revocation can too: the caller checks it on every request,
+//   hit or not (src/auth/credentials.ts). `nbf` and `iat` only become
 //   more valid as time passes. The keys (JWT_SECRETS), issuer and audience
 //   are fixed for the life of an instance.
 // - Bounded: inserting beyond `max` drops the oldest entry (a Map iterates in
@@ -20,7 +21,7 @@ import type { Principal } from './principal.js'
 //   junk; pushing an entry out costs its owner one verification, no more.
 
 interface Entry {
-  principal: Principal
+  principal: UserPrincipal
   /** The token's exp claim, seconds since the epoch. */
   exp: number
 }
@@ -44,7 +45,7 @@ export class JwtCache {
    * undefined otherwise (then verify it: verifyJwt says why it fails). `now`
    * in seconds since the epoch, as verifyJwt takes it.
    */
-  get(token: string, now: number): Principal | undefined {
+  get(token: string, now: number): UserPrincipal | undefined {
     const entry = this.entries.get(token)
     if (!entry) return undefined
     if (now >= entry.exp + this.leewaySeconds) {
@@ -55,7 +56,7 @@ export class JwtCache {
   }
 
   /** Remembers a token that verifyJwt has just accepted, with its exp claim. */
-  set(token: string, principal: Principal, exp: number): void {
+  set(token: string, principal: UserPrincipal, exp: number): void {
     if (!this.entries.has(token)) {
       while (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value!)
     }

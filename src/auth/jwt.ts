@@ -22,6 +22,10 @@ export interface JwtClaims {
   nbf?: number
   role: string
   scope: string
+  /** The session the token belongs to: ending the session voids it. */
+  sid: string
+  /** The user's credential epoch when the token was issued: raising the epoch voids it. */
+  gen: number
 }
 
 export interface VerifyOptions {
@@ -104,5 +108,8 @@ export function verifyJwt(token: string, options: VerifyOptions): JwtClaims {
   if (!(aud === options.audience || (Array.isArray(aud) && aud.includes(options.audience)))) throw new InvalidTokenError('wrong audience')
   if (typeof claims.sub !== 'string' || !/^[1-9][0-9]{0,18}$/.test(claims.sub)) throw new InvalidTokenError('bad subject')
   if (typeof claims.role !== 'string' || typeof claims.scope !== 'string') throw new InvalidTokenError('missing role or scope')
+  // A token that cannot be revoked is not accepted: every one names its session and epoch.
+  if (typeof claims.sid !== 'string' || !/^[1-9][0-9]{0,18}$/.test(claims.sid)) throw new InvalidTokenError('bad session')
+  if (!Number.isSafeInteger(claims.gen) || (claims.gen as number) < 0) throw new InvalidTokenError('bad epoch')
   return claims as unknown as JwtClaims
 }

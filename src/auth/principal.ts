@@ -6,13 +6,15 @@ import type { Scope } from './scopes.js'
 export type Role = 'admin' | 'user'
 
 export type Credential =
-  | { type: 'jwt'; expiresAt: Date }
+  | { type: 'jwt'; expiresAt: Date; sessionId: number; epoch: number }
   | { type: 'token'; expiresAt: Date | null; sessionId: number }
   | { type: 'api_key'; expiresAt: Date | null; apiKeyId: number }
 
 export type Principal =
   | { kind: 'anonymous' }
   | { kind: 'user'; userId: string; role: Role; scopes: ReadonlySet<Scope>; credential: Credential }
+
+export type UserPrincipal = Principal & { kind: 'user' }
 
 export const anonymous: Principal = { kind: 'anonymous' }
 

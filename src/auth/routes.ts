@@ -54,7 +54,7 @@ export const authRoutes = [
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(LoginBody) },
-    async handle({ body, deps }) {
+    async handle({ body, headers, client, deps }) {
       const { sql, config } = deps
       // Counted before the password is checked, so concurrent guesses cannot outrun the lock.
       await countAttempt(sql, body.email)
@@ -68,7 +68,9 @@ export const authRoutes = [
       if (refused.length || requested.length === 0) {
         throw new HttpError(403, 'insufficient_scope', `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`)
       }
-      const tokens = await openSession(sql, config, user, requested, body.token_format ?? 'jwt')
+      const tokens = await openSession(sql, config, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client })
+      // The password or role changed while this login was checked: its tokens would be void already.
+      if (!tokens) throw invalidCredentials()
       return { status: 200, body: tokens }
     },
   }),
@@ -82,17 +84,19 @@ export const authRoutes = [
     body: { kind: 'json', validator: compileValidator(RefreshBody) },
     async handle({ body, deps }) {
       const tokens = await rotate(deps.sql, deps.config, body.refresh_token)
-      if (!tokens) throw invalidRefresh()
+      // A retired token presented again ended its session: its JWTs stop here before the answer.
+      if (tokens === 'reused') await deps.credentialChanges.caughtUp()
+      if (tokens === undefined || tokens === 'reused') throw invalidRefresh()
       return { status: 200, body: tokens }
     },
   }),
 
-  // Ends the session of the refresh token in the body, or of the opaque
-  // access token that authenticates the call. A JWT cannot be revoked; it expires.
+  // Ends the session of the refresh token in the body, or of the credential
+  // that authenticates the call (an opaque access token or a JWT).
   defineRoute({
     method: 'POST',
     path: '/auth/logout',
-    summary: 'End the session of a refresh token, or of the opaque access token used',
+    summary: 'End the session of a refresh token, or of the access token used',
     responses: { 204: { description: 'Session ended' } },
     access: { kind: 'optional' },
     body: { kind: 'json', validator: compileValidator(LogoutBody), optional: true },
@@ -101,12 +105,13 @@ export const authRoutes = [
       if (body?.refresh_token) {
         sessionId = await sessionOfRefreshToken(deps.sql, body.refresh_token)
         if (sessionId === undefined) throw invalidRefresh()
-      } else if (principal.kind === 'user' && principal.credential.type === 'token') {
+      } else if (principal.kind === 'user' && principal.credential.type !== 'api_key') {
         sessionId = principal.credential.sessionId
       } else {
-        throw new HttpError(400, 'invalid_request', 'Send {"refresh_token": …}, or call with the opaque access token of the session to end.')
+        throw new HttpError(400, 'invalid_request', 'Send {"refresh_token": …}, or call with an access token of the session to end.')
       }
       await revokeSession(deps.sql, sessionId)
+      await deps.credentialChanges.caughtUp()
       return { status: 204 }
     },
   }),

@@ -23,8 +23,16 @@ interface SessionUser {
   session_id: number
   user_id: number
   role: Role
+  /** The user's credential epoch, carried by its JWTs (`gen`): raising it voids them (sql/005). */
+  credential_epoch: number
   scopes: string[]
   token_format: TokenFormat
+}
+
+/** Who opens a session, as GET /auth/sessions shows it. */
+export interface SessionClient {
+  userAgent: string | undefined
+  address: string
 }
 
 async function issuePair(tx: TransactionSql, config: Config, s: SessionUser): Promise<TokenResponse> {
@@ -36,7 +44,10 @@ async function issuePair(tx: TransactionSql, config: Config, s: SessionUser): Pr
   if (s.token_format === 'jwt') {
     const now = Math.floor(Date.now() / 1000)
     access = signJwt(
-      { sub: String(s.user_id), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + ttl, role: s.role, scope: scopes.join(' ') },
+      {
+        sub: String(s.user_id), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + ttl, role: s.role, scope: scopes.join(' '),
+        sid: String(s.session_id), gen: s.credential_epoch,
+      },
       config.jwtSecrets[0]!,
     )
   } else {
@@ -46,22 +57,32 @@ async function issuePair(tx: TransactionSql, config: Config, s: SessionUser): Pr
   return { access_token: access, token_type: 'Bearer', expires_in: ttl, refresh_token: refresh, scope: scopes.join(' ') }
 }
 
-export async function openSession(sql: Sql, config: Config, user: { id: number; role: Role }, scopes: string[], format: TokenFormat): Promise<TokenResponse> {
+/**
+ * A new session and its first pair, or undefined when the user's credentials
+ * changed since `user` was read (a password or role change raced the login):
+ * tokens of an older epoch would be void at once, so none are issued.
+ */
+export async function openSession(
+  sql: Sql, config: Config, user: { id: number; role: Role; credential_epoch: number }, scopes: string[], format: TokenFormat, client: SessionClient,
+): Promise<TokenResponse | undefined> {
   return sql.begin(async (tx) => {
     const [session] = await tx<Array<{ id: number }>>`
-      INSERT INTO sessions (user_id, scopes, token_format, expires_at)
-      VALUES (${user.id}, ${scopes}, ${format}, now() + ${config.refreshTokenTtl} * interval '1 second')
+      INSERT INTO sessions (user_id, scopes, token_format, expires_at, last_used_at, user_agent, client_address)
+      SELECT id, ${scopes}, ${format}, now() + ${config.refreshTokenTtl} * interval '1 second', now(),
+        ${client.userAgent?.slice(0, 256) ?? null}, ${client.address.slice(0, 64)}
+      FROM users WHERE id = ${user.id} AND credential_epoch = ${user.credential_epoch} FOR KEY SHARE
       RETURNING id`
-    return issuePair(tx, config, { session_id: session!.id, user_id: user.id, role: user.role, scopes, token_format: format })
+    if (!session) return undefined
+    return issuePair(tx, config, { session_id: session.id, user_id: user.id, role: user.role, credential_epoch: user.credential_epoch, scopes, token_format: format })
   })
 }
 
 /**
- * Retires the refresh token and issues the next pair, or returns undefined
- * (the caller answers 401). The conditional UPDATE makes rotation atomic: of
+ * Retires the refresh token and issues the next pair; undefined or 'reused'
+ * otherwise (the caller answers 401; 'reused' ended the session first). The conditional UPDATE makes rotation atomic: of
  * two refreshes racing with one token, exactly one finds it unused.
  */
-export async function rotate(sql: Sql, config: Config, refreshToken: string): Promise<TokenResponse | undefined> {
+export async function rotate(sql: Sql, config: Config, refreshToken: string): Promise<TokenResponse | 'reused' | undefined> {
   const hash = hashSecret(refreshToken)
   return sql.begin(async (tx) => {
     const [live] = await tx<SessionUser[]>`
@@ -69,18 +90,43 @@ export async function rotate(sql: Sql, config: Config, refreshToken: string): Pr
       FROM sessions s JOIN users u ON u.id = s.user_id
       WHERE r.token_hash = ${hash} AND r.used_at IS NULL AND s.id = r.session_id
         AND s.revoked_at IS NULL AND s.expires_at > now()
-      RETURNING s.id AS session_id, u.id AS user_id, u.role, s.scopes, s.token_format`
-    if (live) return issuePair(tx, config, live)
+      RETURNING s.id AS session_id, u.id AS user_id, u.role, u.credential_epoch, s.scopes, s.token_format`
+    if (live) {
+      await tx`UPDATE sessions SET last_used_at = now() WHERE id = ${live.session_id}`
+      return issuePair(tx, config, live)
+    }
     // Known but already used: the token was copied. End the session for everyone holding it.
     const [reused] = await tx<Array<{ session_id: number }>>`SELECT session_id FROM refresh_tokens WHERE token_hash = ${hash} AND used_at IS NOT NULL`
-    if (reused) await revokeSession(tx, reused.session_id)
-    return undefined
+    if (!reused) return undefined
+    await revokeSession(tx, reused.session_id)
+    return 'reused'
   })
 }
 
+/**
+ * Ends a session: its refresh token and opaque access tokens stop at once
+ * (they are read from the database), and its JWTs through the revocation the
+ * trigger records and announces (sql/005). The caller waits for its instance
+ * to hear it (credentialChanges.caughtUp) before answering.
+ */
 export async function revokeSession(db: Sql | TransactionSql, sessionId: number): Promise<void> {
   await db`UPDATE sessions SET revoked_at = coalesce(revoked_at, now()) WHERE id = ${sessionId}`
   await db`DELETE FROM access_tokens WHERE session_id = ${sessionId}`
+}
+
+/** Ends every live session of a user but `except` (the caller's own, on a password change). */
+export async function revokeSessionsOf(db: Sql | TransactionSql, userId: number, except?: number): Promise<void> {
+  await db`
+    WITH ended AS (
+      UPDATE sessions SET revoked_at = now()
+      WHERE user_id = ${userId} AND revoked_at IS NULL ${except === undefined ? db`` : db`AND id <> ${except}`}
+      RETURNING id)
+    DELETE FROM access_tokens WHERE session_id IN (SELECT id FROM ended)`
+}
+
+/** Voids every JWT of the user issued so far, whatever its session (the trigger announces it, sql/005). */
+export async function raiseCredentialEpoch(db: Sql | TransactionSql, userId: number): Promise<void> {
+  await db`UPDATE users SET credential_epoch = credential_epoch + 1 WHERE id = ${userId}`
 }
 
 /** The session of a refresh token (used or not), for logout. */

@@ -16,12 +16,23 @@ export const healthRoutes = [
     handle: async () => ({ status: 200, headers: { 'cache-control': 'no-store' }, body: { status: 'ok' } }),
   }),
 
-  // Readiness: send traffic here only if the database answers and we are not draining.
+  // Readiness: send traffic here only if the database answers and we are not
+  // draining. An instance that cannot prove it hears credential changes is
+  // still ready (it reads credentials from the database instead of memory,
+  // slower but right), and says so: `credentials` names the reason.
   defineRoute({
     method: 'GET',
     path: '/readyz',
     summary: 'Readiness: the database answers and the service is not draining',
-    responses: { 200: { description: 'Ready', schema: Type.Object({ status: Type.Literal('ready') }) } },
+    responses: {
+      200: {
+        description: 'Ready',
+        schema: Type.Object({
+          status: Type.Literal('ready'),
+          credentials: Type.String({ description: '"remembered": revocations are heard and credentials checked in memory; otherwise why they are read from the database' }),
+        }),
+      },
+    },
     access: publicAccess,
     unlimited: true,
     async handle({ deps }) {
@@ -29,7 +40,9 @@ export const healthRoutes = [
         throw new HttpError(503, 'shutting_down', 'The service is shutting down.', { headers: { 'retry-after': '1' } })
       }
       await deps.sql`SELECT 1`
-      return { status: 200, headers: { 'cache-control': 'no-store' }, body: { status: 'ready' } }
+      const distrust = deps.credentialChanges.distrustReason
+      const credentials = distrust === undefined ? 'remembered' : `read from the database: ${distrust}`
+      return { status: 200, headers: { 'cache-control': 'no-store' }, body: { status: 'ready', credentials } }
     },
   }),
 ]

@@ -39,6 +39,8 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     jwtCache: deps.jwtCache,
     apiKeyCache: deps.apiKeyCache,
     apiKeyUse: deps.apiKeyUse,
+    revocations: deps.revocations,
+    credentialChanges: deps.credentialChanges,
   }
   const limiter = config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined
   const cors = { origins: config.corsOrigins }

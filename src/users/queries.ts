@@ -11,6 +11,8 @@ export interface UserRow {
   email: string
   role: Role
   password_hash: string | null
+  /** Raised by a role or password change and by "log out everywhere"; JWTs of an older epoch are void (sql/005). */
+  credential_epoch: number
   version: number
   created_at: Date
   updated_at: Date

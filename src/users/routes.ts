@@ -1,8 +1,9 @@
-import { hashPassword } from '../auth/password.js'
+import { hashPassword, verifyPassword } from '../auth/password.js'
+import { revokeSessionsOf } from '../auth/sessions.js'
 import { listCollection } from '../collections/list-query.js'
 import { etagFor } from '../http/conditional.js'
 import { HttpError, notFound } from '../http/problem.js'
-import { isAdmin, type Principal } from '../auth/principal.js'
+import { isAdmin, type Principal, type UserPrincipal } from '../auth/principal.js'
 import { defineRoute, type HandlerContext, type Reply } from '../http/route.js'
 import { compileValidator } from '../http/validate.js'
 import { changedMembers, checkEchoedId, lockForWrite } from '../resources/common.js'
@@ -25,28 +26,65 @@ const userReply = (status: number, row: UserRow, extra: Record<string, string> =
   body: presentUser(row),
 })
 
+const currentPasswordRequired = (detail: string) => new HttpError(403, 'current_password_required', detail)
+
+/**
+ * Changing one's own e-mail or password needs the current password, so that
+ * a stolen access token cannot take the account over (or lock its owner out
+ * with `password: null`). Checked before the transaction (scrypt is slow and
+ * a row lock must not wait on it); returns the hash the password matched,
+ * which the transaction compares with the locked row.
+ */
+async function proveCurrentPassword(caller: UserPrincipal, currentPassword: string | undefined, deps: HandlerContext<unknown, unknown>['deps']): Promise<string | undefined> {
+  if (currentPassword === undefined) return undefined
+  const user = await findUser(deps.sql, caller.userId)
+  if (!user?.password_hash || !(await verifyPassword(currentPassword, user.password_hash))) {
+    throw currentPasswordRequired('current_password is wrong.')
+  }
+  return user.password_hash
+}
+
+function assertMayChangeOwnCredentials(caller: UserPrincipal, provenHash: string | undefined, current: UserRow): void {
+  // A key is for a program; taking over its owner's account must not be one of the things it can do.
+  if (caller.credential.type === 'api_key') throw new HttpError(403, 'forbidden', 'An API key cannot change its owner\'s e-mail or password; log in to do this.')
+  if (provenHash === undefined) throw currentPasswordRequired('Changing your own e-mail or password needs current_password.')
+  // The password changed since it was checked: the proof is for a password that no longer is.
+  if (provenHash !== current.password_hash) throw currentPasswordRequired('current_password is wrong.')
+}
+
 /**
  * PUT and PATCH: the new state is computed from the locked current row, so
  * concurrent writes serialize and If-Match is checked against what is written.
  * A new password is hashed before the transaction: scrypt is slow, and a row
- * lock must not wait on it.
+ * lock must not wait on it. A new password ends the user's other sessions
+ * (all of them when an admin sets another user's); with a role change, the
+ * trigger of sql/005 voids the user's JWTs, and the answer waits until this
+ * instance has heard it.
  */
 async function writeUser(ctx: HandlerContext<unknown, UserReplace | UserPatch>, next: (current: UserRow, passwordHash: string | null | undefined) => Partial<UserWrite>): Promise<Reply> {
   checkEchoedId(ctx.body, ctx.params.id!)
+  const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
+  const self = caller?.userId === ctx.params.id ? caller : undefined
+  const provenHash = self && (await proveCurrentPassword(self, ctx.body.current_password, ctx.deps))
   const { password } = ctx.body
   const passwordHash = password === undefined || password === null ? password : await hashPassword(password)
-  let roleChanged = false
+  let credentialsChanged = false
   const row = await ctx.deps.sql.begin(async (tx) => {
     const current = await lockForWrite<UserRow>(tx, 'users', ctx.params.id!, ctx.headers['if-match'])
     const changes = changedMembers(current, next(current, passwordHash))
     // Checked against the stored row, so echoing one's own role back in a PUT is fine.
     if (changes.role !== undefined) assertMaySetRole(ctx.principal)
+    if (self && (changes.email !== undefined || changes.password_hash !== undefined)) assertMayChangeOwnCredentials(self, provenHash, current)
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
-    roleChanged = changes.role !== undefined
-    return Object.keys(changes).length ? updateUser(tx, current.id, changes) : current
+    credentialsChanged = changes.role !== undefined || changes.password_hash !== undefined
+    const updated = Object.keys(changes).length ? await updateUser(tx, current.id, changes) : current
+    if (changes.password_hash !== undefined) {
+      const keep = self && self.credential.type !== 'api_key' ? self.credential.sessionId : undefined
+      await revokeSessionsOf(tx, current.id, keep)
+    }
+    return updated
   })
-  // A new role changes what the user's API keys may do: answer once this instance has heard it (src/api-keys/key-changes.ts).
-  if (roleChanged) await ctx.deps.keyChanges.caughtUp()
+  if (credentialsChanged) await ctx.deps.credentialChanges.caughtUp()
   return userReply(200, row)
 }
 
@@ -141,8 +179,8 @@ export const userRoutes = [
         if (current.role === 'admin') await ensureAnotherAdmin(tx, current.id)
         await deleteUser(tx, current.id)
       })
-      // Its API keys are revoked: answer once this instance has heard it (src/api-keys/key-changes.ts).
-      await deps.keyChanges.caughtUp()
+      // Its sessions, JWTs and API keys are revoked: answer once this instance has heard it (src/auth/credential-changes.ts).
+      await deps.credentialChanges.caughtUp()
       return { status: 204 }
     },
   }),

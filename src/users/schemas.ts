@@ -9,6 +9,8 @@ const Email = Type.String({
 })
 const Role = Type.Union([Type.Literal('admin'), Type.Literal('user')])
 const Password = Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' })
+/** Not a member of the user: the proof a user gives when changing its own e-mail or password. */
+const CurrentPassword = Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'the current password; required to change one\'s own e-mail or password' }))
 
 export const UserCreate = Type.Object(
   { name: NameSchema, email: Email, role: Type.Optional(Role), password: Type.Optional(Password) },
@@ -18,7 +20,7 @@ export type UserCreate = Static<typeof UserCreate>
 
 /** PUT: name and email are replaced; role and password, access attributes, stay unless given. */
 export const UserReplace = Type.Object(
-  { name: NameSchema, email: Email, role: Type.Optional(Role), password: Type.Optional(Password), ...readOnlyEcho },
+  { name: NameSchema, email: Email, role: Type.Optional(Role), password: Type.Optional(Password), current_password: CurrentPassword, ...readOnlyEcho },
   { additionalProperties: false },
 )
 export type UserReplace = Static<typeof UserReplace>
@@ -30,6 +32,7 @@ export const UserPatch = Type.Object(
     email: Type.Optional(Email),
     role: Type.Optional(Role),
     password: Type.Optional(Type.Union([Password, Type.Null()])),
+    current_password: CurrentPassword,
     ...readOnlyEcho,
   },
   { additionalProperties: false },

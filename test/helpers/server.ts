@@ -98,13 +98,14 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   after(async () => {
     server.closeAllConnections()
     await new Promise((resolve) => server.close(resolve))
-    await sql.end({ timeout: 5 })
+    await Promise.all([sql.end({ timeout: 5 }), deps.credentialChanges.stop()])
   })
 
   const jwtFor = (userId: number, role: 'admin' | 'user', scopes?: string[], claims: Record<string, unknown> = {}) => {
     const now = Math.floor(Date.now() / 1000)
     const scope = (scopes ?? [...roleScopes[role]]).join(' ')
-    return signJwt({ sub: String(userId), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + 900, role, scope, ...claims } as JwtClaims, config.jwtSecrets[0]!)
+    // A session id no session has (sessions are numbered from 1) and the epoch of a new user: revoked only with its user.
+    return signJwt({ sub: String(userId), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + 900, role, scope, sid: String(2 ** 53), gen: 0, ...claims } as JwtClaims, config.jwtSecrets[0]!)
   }
   let userCounter = 0
   const createUser = async (fields: { role?: 'admin' | 'user'; email?: string; name?: string; password?: string } = {}) => {
@@ -116,6 +117,8 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     return { id: row!.id, email, token: jwtFor(row!.id, role) }
   }
   const adminUser = await createUser({ role: 'admin', name: 'Test Admin' })
+  // Tests start from the steady state: revocations loaded and a heartbeat heard (src/auth/credential-changes.ts).
+  for (const deadline = Date.now() + 10_000; !deps.credentialChanges.trusted && Date.now() < deadline;) await new Promise((r) => setTimeout(r, 10))
   let document: Parameters<typeof checkAgainstDocument>[0] | undefined
 
   return {
