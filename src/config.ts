@@ -28,6 +28,7 @@ const EnvSchema = Type.Object({
   ALLOW_SIGNUP: Type.Optional(Bool),
   REQUIRE_IF_MATCH: Type.Optional(Bool),
   RATE_LIMIT: Type.Optional(Integer(0, 1000000)),
+  MAX_API_KEYS_PER_USER: Type.Optional(Integer(1, 100000)),
   TRUST_PROXY: Type.Optional(Type.String({
     pattern: '^([0-9]{1,2}|[0-9A-Fa-f:.]+(,[0-9A-Fa-f:.]+)*)$',
     description: 'a number of proxy hops (0 to 99) or a comma-separated list of proxy addresses',
@@ -68,6 +69,8 @@ export interface Config {
   requireIfMatch: boolean
   /** Requests per minute per credential or client address; 0 is off. */
   rateLimit: number
+  /** Live (unexpired) API keys one user may hold. */
+  maxApiKeysPerUser: number
   /** Proxy hops, or proxy addresses, whose X-Forwarded-For entries are believed. */
   trustProxy: number | ReadonlySet<string>
   corsOrigins: ReadonlySet<string>
@@ -134,6 +137,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     allowSignup: e.ALLOW_SIGNUP === 'true',
     requireIfMatch: e.REQUIRE_IF_MATCH === 'true',
     rateLimit: int('RATE_LIMIT', 1200),
+    maxApiKeysPerUser: int('MAX_API_KEYS_PER_USER', 100),
     trustProxy: parseTrustProxy(e.TRUST_PROXY),
     corsOrigins: new Set(e.CORS_ORIGINS ? e.CORS_ORIGINS.split(',') : []),
     jwtIssuer: e.JWT_ISSUER ?? 'users-products-api',

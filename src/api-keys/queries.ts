@@ -17,17 +17,28 @@ export function presentApiKey(row: ApiKeyRow) {
 }
 
 /**
- * The new key, or undefined when its user no longer exists. A JWT outlives
- * its user; inserting for it anyway hit the foreign key and answered 500.
- * FOR KEY SHARE: a deletion of the user running at the same time waits for
- * this insert (and then takes the key with it) instead of failing it.
+ * The new key; 'gone' when its user no longer exists (a JWT may outlive its
+ * user by a moment), 'limit' when the user already holds `max` live keys.
+ * The user's row is locked (FOR NO KEY UPDATE: it does not block the foreign
+ * key checks of other writes) so that concurrent creations count one after
+ * another and cannot together pass the limit; a deletion of the user waits
+ * for this insert and then takes the key with it.
  */
-export async function insertApiKey(sql: Sql, key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null }): Promise<ApiKeyRow | undefined> {
-  const [row] = await sql<ApiKeyRow[]>`
-    INSERT INTO api_keys (user_id, name, prefix, key_hash, scopes, expires_at)
-    SELECT id, ${key.name}, ${key.prefix}, ${key.key_hash}, ${key.scopes}, ${key.expires_at} FROM users WHERE id = ${key.user_id} FOR KEY SHARE
-    RETURNING id, user_id, name, prefix, scopes, created_at, expires_at, last_used_at`
-  return row
+export async function insertApiKey(
+  sql: Sql, key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null }, max: number,
+): Promise<ApiKeyRow | 'gone' | 'limit'> {
+  return sql.begin(async (tx) => {
+    const [user] = await tx`SELECT 1 FROM users WHERE id = ${key.user_id} FOR NO KEY UPDATE`
+    if (!user) return 'gone'
+    const [{ live }] = await tx<[{ live: number }]>`
+      SELECT count(*)::int AS live FROM api_keys WHERE user_id = ${key.user_id} AND (expires_at IS NULL OR expires_at > now())`
+    if (live >= max) return 'limit'
+    const [row] = await tx<ApiKeyRow[]>`
+      INSERT INTO api_keys (user_id, name, prefix, key_hash, scopes, expires_at)
+      VALUES (${key.user_id}, ${key.name}, ${key.prefix}, ${key.key_hash}, ${key.scopes}, ${key.expires_at})
+      RETURNING id, user_id, name, prefix, scopes, created_at, expires_at, last_used_at`
+    return row!
+  })
 }
 
 /** The key, if it exists and `ownerId` (undefined for an admin) owns it. */

@@ -82,9 +82,12 @@ export const apiKeyRoutes = [
       const key = newSecret('apiKey')
       const row = await insertApiKey(deps.sql, {
         user_id: Number(principal.userId), name: body.name, prefix: displayPrefix(key), key_hash: hashSecret(key), scopes: body.scopes, expires_at: expiresAt,
-      })
-      // A JWT may outlive its user (as on /auth/me): the credential is good for nothing now.
-      if (!row) throw new HttpError(401, 'invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+      }, deps.config.maxApiKeysPerUser)
+      // The user was deleted while this request ran: the credential is good for nothing now.
+      if (row === 'gone') throw new HttpError(401, 'invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+      if (row === 'limit') {
+        throw new HttpError(409, 'api_key_limit', `This user already holds ${deps.config.maxApiKeysPerUser} live API keys (MAX_API_KEYS_PER_USER); delete one first.`)
+      }
       return {
         status: 201,
         headers: { location: `${deps.config.apiPrefix}/api-keys/${row.id}`, 'cache-control': 'no-store' },

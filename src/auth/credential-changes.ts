@@ -54,7 +54,7 @@ export const CATCH_UP_TIMEOUT_MS = 2000
 /** How often a marker is sent when nothing else sends one. */
 export const HEARTBEAT_MS = 1000
 /** Expired rows of the revocations table are deleted every this many heartbeats, a batch at a time. */
-const PURGE_EVERY_BEATS = 60
+const PURGE_EVERY_BEATS = 10
 const PURGE_BATCH = 1000
 
 const KEY_CHANGE = /^(keys|users) ([0-9]{1,19}(?:,[0-9]{1,19})*)$/

@@ -3,12 +3,13 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AppDeps } from '../app-deps.js'
 import { authorize } from '../auth/access.js'
 import { authenticate } from '../auth/credentials.js'
+import { looksLikeJwt } from '../auth/jwt.js'
 import { anonymous, type Principal } from '../auth/principal.js'
 import { databaseWork } from '../db/admission.js'
 import { mapDatabaseError } from '../db/errors.js'
 import { describeError } from '../log.js'
 import { checkContentType, readJsonBody } from './body.js'
-import { addressBucket, clientAddress, type TrustProxy } from './client-address.js'
+import { addressBucket, clientAddress } from './client-address.js'
 import { corsHeaders } from './cors.js'
 import { handleIdempotently } from './idempotency.js'
 import { RateLimiter, type RateDecision } from './rate-limit.js'
@@ -83,15 +84,18 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
         const { route, params } = match
         // Public routes never look at a credential (no database read for /healthz).
         if (route.access.kind !== 'public') {
+          const address = () => addressBucket(clientAddress(req, config.trustProxy))
+          // An address that has spent its window on anonymous requests and bad credentials is refused before a credential costs a database read.
+          if (limiter && !route.unlimited && needsDatabaseRead(req) && limiter.exhausted(address())) rate = enforce(limiter, address())
           try {
             principal = (await authenticate(req.headers, credentialDeps)) ?? anonymous
           } catch (err) {
             // Failed credentials count against the address, so that guessing tokens is limited too.
-            if (limiter && !route.unlimited) rate = enforce(limiter, addressBucket(clientAddress(req, config.trustProxy)))
+            if (limiter && !route.unlimited) rate = enforce(limiter, address())
             throw err
           }
         }
-        if (limiter && !route.unlimited) rate = enforce(limiter, rateKey(principal, req, config.trustProxy))
+        if (limiter && !route.unlimited) rate = enforceFor(limiter, principal, req, config)
         authorize(route.access, principal, params, config.allowSignup)
         if (config.requireIfMatch && route.requiresIfMatch && req.headers['if-match'] === undefined) {
           throw new HttpError(428, 'precondition_required', 'This server requires If-Match on writes: GET the resource and send its ETag.')
@@ -147,15 +151,31 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
   }
 }
 
-/** Who a request counts against: its credential, or its client address when anonymous. */
-function rateKey(principal: Principal, req: IncomingMessage, trust: TrustProxy): string {
-  if (principal.kind === 'anonymous') return addressBucket(clientAddress(req, trust))
+/** A user may spend this many credentials' worth of RATE_LIMIT in all: N keys do not give N times the limit. */
+const USER_LIMIT_FACTOR = 3
+
+/**
+ * Counts the request against its credential's bucket and its user's (or its
+ * client address when anonymous); the answer shows the credential's figures
+ * unless the user's bucket is the one that refuses.
+ */
+function enforceFor(limiter: RateLimiter, principal: Principal, req: IncomingMessage, config: AppDeps['config']): RateDecision {
+  if (principal.kind === 'anonymous') return enforce(limiter, addressBucket(clientAddress(req, config.trustProxy)))
   const c = principal.credential
-  return c.type === 'api_key' ? `key ${c.apiKeyId}` : c.type === 'token' ? `session ${c.sessionId}` : `jwt ${principal.userId}`
+  // A session is its user's: JWTs and opaque tokens of one login share a bucket.
+  const credential = c.type === 'api_key' ? `key ${c.apiKeyId}` : `session ${principal.userId}:${c.sessionId}`
+  enforce(limiter, `user ${principal.userId}`, config.rateLimit * USER_LIMIT_FACTOR)
+  return enforce(limiter, credential)
 }
 
-function enforce(limiter: RateLimiter, key: string): RateDecision {
-  const decision = limiter.hit(key)
+/** Opaque tokens and API keys may cost a database read; a JWT is checked in memory. */
+function needsDatabaseRead(req: IncomingMessage): boolean {
+  const authorization = req.headers.authorization
+  return req.headers['x-api-key'] !== undefined || (authorization !== undefined && !looksLikeJwt(authorization.replace(/^Bearer +/i, '').trim()))
+}
+
+function enforce(limiter: RateLimiter, key: string, limit?: number): RateDecision {
+  const decision = limiter.hit(key, limit)
   if (!decision.allowed) {
     throw new HttpError(429, 'rate_limited', `Rate limit of ${decision.limit} requests per minute reached.`, {
       headers: { 'retry-after': String(decision.resetSeconds), ...rateHeaders(decision) },

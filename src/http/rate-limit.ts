@@ -1,5 +1,5 @@
-// A fixed one-minute window per key (a credential, or a client address when
-// anonymous), kept in memory, so the limit is per instance (see README for a
+// A fixed one-minute window per key (a credential and its user, or a client
+// address when anonymous), kept in memory, so the limit is per instance (see README for a
 // global limit at the proxy). Memory is bounded: keys live in a Map in the
 // order their window started, expired windows are dropped from the front as
 // requests arrive, and past `maxKeys` the oldest window is dropped, so a flood
@@ -28,7 +28,8 @@ export class RateLimiter {
     return this.windows.size
   }
 
-  hit(key: string): RateDecision {
+  /** Counts a request against `key`'s window; `limit` for a bucket with a ceiling of its own (a user's, across its credentials). */
+  hit(key: string, limit = this.limit): RateDecision {
     const now = this.now()
     this.dropExpired(now)
     let window = this.windows.get(key)
@@ -39,11 +40,17 @@ export class RateLimiter {
     }
     window.count++
     return {
-      allowed: window.count <= this.limit,
-      limit: this.limit,
-      remaining: Math.max(0, this.limit - window.count),
+      allowed: window.count <= limit,
+      limit,
+      remaining: Math.max(0, limit - window.count),
       resetSeconds: Math.max(1, Math.ceil((window.start + WINDOW_MS - now) / 1000)),
     }
+  }
+
+  /** Whether `key` has used up its window, without counting a request. */
+  exhausted(key: string): boolean {
+    const window = this.windows.get(key)
+    return window !== undefined && window.start + WINDOW_MS > this.now() && window.count >= this.limit
   }
 
   private dropExpired(now: number): void {

@@ -46,9 +46,9 @@ const json = (schema: TSchema): unknown => JSON.parse(JSON.stringify(schema))
 const errorDescriptions: Record<number, string> = {
   400: 'Malformed request: bad JSON, unknown or invalid query parameter, two credentials.',
   401: 'No credential, or a bad, expired or revoked one.',
-  403: 'Authenticated but not allowed, or a missing scope.',
+  403: 'Authenticated but not allowed, a missing scope, or current_password missing or wrong.',
   404: 'No such resource.',
-  409: 'Conflict: e-mail or SKU taken, last admin, Idempotency-Key in use.',
+  409: 'Conflict: e-mail or SKU taken, last admin, Idempotency-Key in use, API key limit reached.',
   412: 'If-Match does not match the current ETag; nothing was changed.',
   413: 'Body larger than BODY_LIMIT.',
   415: 'Unsupported Content-Type.',
