@@ -258,6 +258,25 @@ describe('rate limit per credential (RATE_LIMIT=5)', () => {
     assert.equal(rateFigures(jwt).remaining, LIMIT - 2, 'the JWT bucket only holds the creation and this request')
   })
 
+  test('a user\'s credentials together get at most 3 × RATE_LIMIT: N keys do not give N times the limit', async () => {
+    const owner = await limited.createUser()
+    const keys: string[] = []
+    for (let i = 0; i < 3; i++) {
+      const created = await limited.request('POST', '/api-keys', { auth: owner.token, body: { name: `key ${i}`, scopes: ['products:read'] } })
+      assert.equal(created.status, 201, created.text)
+      keys.push(created.body.key)
+    }
+    const withKey = (key: string) => limited.request('GET', '/products', { auth: null, headers: { 'x-api-key': key } })
+    // The user has spent 3 (the creations); each key's own window holds 5.
+    for (const key of keys.slice(0, 2)) for (let i = 0; i < LIMIT; i++) assert.equal((await withKey(key)).status, 200)
+    for (let i = 0; i < 2; i++) assert.equal((await withKey(keys[2]!)).status, 200)
+    // 15 spent by the user: the third key, with 3 left in its own window, is refused by the user's bucket.
+    const refused = await withKey(keys[2]!)
+    assertProblem(refused, 429, 'rate_limited')
+    assert.equal(rateFigures(refused).limit, 3 * LIMIT)
+    assert.equal(rateFigures(refused).remaining, 0)
+  })
+
   test('a credential’s requests do not count against its client address', async () => {
     const from = freshAddress()
     const user = await limited.createUser()
@@ -310,6 +329,18 @@ describe('rate limit per client address when anonymous (RATE_LIMIT=5, TRUST_PROX
       assertRateLimited(await send(limited.url, 'GET', '/products', { from }))
     })
   }
+
+  test('an address that has spent its window is refused before its credential costs a database read', async () => {
+    const from = freshAddress()
+    await spendWindow(() => send(limited.url, 'GET', '/products', { from }), 401)
+    const statements = async () => Number(/^db_queries_total ([0-9]+)$/m.exec((await limited.request('GET', '/metrics')).text)![1])
+    const before = await statements()
+    const credentials: Array<Record<string, string>> = [{ 'x-api-key': `upa_ak_${'B'.repeat(43)}` }, { authorization: `Bearer upa_at_${'C'.repeat(43)}` }]
+    for (const headers of credentials) {
+      assertRateLimited(await send(limited.url, 'GET', '/products', { from, headers }))
+    }
+    assert.equal((await statements()) - before, 0, 'no statement looked the credentials up')
+  })
 
   test('/healthz and /readyz are exempt: admitted from a limited address, without RateLimit fields', async () => {
     const from = freshAddress()
