@@ -79,6 +79,16 @@ END $$;
 CREATE TRIGGER users_deleted_revoke AFTER DELETE ON users
   REFERENCING OLD TABLE AS old_users FOR EACH STATEMENT EXECUTE FUNCTION users_deleted_revoke();
 
+-- TRUNCATE has no transition table; before it runs, the rows are still there.
+CREATE FUNCTION users_truncated_revoke() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO revocations (kind, user_id) SELECT 'deleted', id FROM users;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER users_truncated_revoke BEFORE TRUNCATE ON users
+  FOR EACH STATEMENT EXECUTE FUNCTION users_truncated_revoke();
+
 -- One notification per statement on the channel of sql/004: 'sessions <id>,…'
 -- and 'epochs <user>:<epoch>,…' ('<user>:deleted' for a deleted user), or
 -- 'revocations' when the list would not fit in a payload: the listener then

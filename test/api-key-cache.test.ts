@@ -4,7 +4,7 @@ import { readFile } from 'node:fs/promises'
 import { after, before, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
-import { ApiKeyCache, type CachedApiKey } from '../src/api-keys/key-cache.js'
+import { ApiKeyCache, MAX_AGE_MS, type CachedApiKey } from '../src/api-keys/key-cache.js'
 import { applyKeyChange, CATCH_UP_TIMEOUT_MS, CHANGES_CHANNEL as KEY_CHANGES_CHANNEL } from '../src/auth/credential-changes.js'
 import { LastUsedWrites } from '../src/api-keys/last-used.js'
 import { createApp } from '../src/app.js'
@@ -540,6 +540,18 @@ describe('ApiKeyCache', () => {
     cache.resume()
     return cache
   }
+
+  test('an entry is served for MAX_AGE_MS, then read again', () => {
+    let now = 1_000_000
+    const cache = new ApiKeyCache(10, () => now)
+    cache.resume()
+    cache.remember('h', entry(1, 1), cache.generation)
+    now += MAX_AGE_MS - 1
+    assert.ok(typeof cache.lookup('h', now) === 'object')
+    now += 1
+    assert.equal(cache.lookup('h', now), undefined)
+    assert.equal(cache.size, 0)
+  })
 
   test('serves nothing and keeps nothing until resumed, and again once suspended', () => {
     const cache = new ApiKeyCache(10)

@@ -441,8 +441,7 @@ describe('deleting a user', async () => {
   const passwordHash = await hashPassword(password)
 
   async function userWithCredentials(role: 'admin' | 'user') {
-    const user = await api.createUser({ role })
-    await sql`UPDATE users SET password_hash = ${passwordHash} WHERE id = ${user.id}`
+    const user = await api.createUser({ role, passwordHash })
     const logins = []
     for (const token_format of ['jwt', 'opaque']) {
       const res = await api.request('POST', '/auth/login', { auth: null, body: { email: user.email, password, token_format } })
@@ -491,6 +490,8 @@ describe('deleting a user', async () => {
       assert.equal((await me({ 'x-api-key': admin.key.key })).status, 200)
     } finally {
       await sql`UPDATE users SET role = 'admin' WHERE id = ${api.admin.id}`
+      // Its role changed twice: the JWTs issued before are void.
+      await api.renewAdminToken()
     }
   })
 

@@ -35,8 +35,7 @@ interface Actor {
 }
 
 async function newActor(server: TestServer, role: Role): Promise<Actor> {
-  const { id, email } = await server.createUser({ role, name: `Actor ${role}` })
-  await server.sql`UPDATE users SET password_hash = ${passwordHash} WHERE id = ${id}`
+  const { id, email } = await server.createUser({ role, name: `Actor ${role}`, passwordHash })
   return { id, role, email }
 }
 

@@ -16,8 +16,13 @@ import { startServer, type TestResponse } from './helpers/server.js'
 
 const api = await startServer()
 // The data set below is the whole users table: remove the admin the helper
-// created. Its JWT still authorizes (a JWT's role holds until it expires).
-await api.sql`DELETE FROM users WHERE id = ${api.admin.id}`
+// created, with triggers off (session_replication_role = replica), so that no
+// revocation is recorded and its JWT, checked in memory, still authorizes:
+// as if the token were of a user that was never in the table.
+await api.sql.begin(async (tx) => {
+  await tx`SET LOCAL session_replication_role = replica`
+  await tx`DELETE FROM users WHERE id = ${api.admin.id}`
+})
 const { sql } = api
 const prefix = api.deps.config.apiPrefix
 

@@ -44,6 +44,7 @@ describe('defaults', () => {
       bootstrapAdmin: undefined,
       requireIfMatch: false,
       rateLimit: 1200,
+      maxApiKeysPerUser: 100,
       trustProxy: 0,
       corsOrigins: new Set(),
     })
@@ -89,6 +90,7 @@ describe('values', () => {
       ADMIN_PASSWORD: 'long enough',
       REQUIRE_IF_MATCH: 'true',
       RATE_LIMIT: '0',
+      MAX_API_KEYS_PER_USER: '7',
       TRUST_PROXY: '10.0.0.1,10.0.0.2',
       CORS_ORIGINS: 'https://app.example.com,http://localhost:5173',
     })
@@ -115,6 +117,7 @@ describe('values', () => {
       bootstrapAdmin: { email: 'root@example.com', password: 'long enough' },
       requireIfMatch: true,
       rateLimit: 0,
+      maxApiKeysPerUser: 7,
       trustProxy: new Set(['10.0.0.1', '10.0.0.2']),
       corsOrigins: new Set(['https://app.example.com', 'http://localhost:5173']),
     })
@@ -164,6 +167,9 @@ describe('refused values', () => {
     ['API_PREFIX', '/'],
     ['API_PREFIX', '/v 1'],
     ['DATABASE_URL', 'mysql://u@h/db'],
+    ['MAX_API_KEYS_PER_USER', '0'],
+    ['MAX_API_KEYS_PER_USER', '-1'],
+    ['MAX_API_KEYS_PER_USER', 'many'],
   ]
   for (const [name, value] of refused) {
     test(`refuses ${name}=${JSON.stringify(value)} with a ConfigError naming ${name}`, () => {

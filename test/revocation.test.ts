@@ -315,6 +315,20 @@ describe('password and e-mail changes', () => {
 })
 
 describe('what each instance remembers, and when it stops trusting it', () => {
+  test('TRUNCATE users: every JWT of those users is refused', async () => {
+    // On a database of its own: emptying the users table of A and B would end their admins.
+    const D = await startServer()
+    const user = await D.createUser()
+    const products = (auth: string) => D.request('GET', '/products?limit=1', { auth })
+    assert.equal((await products(user.token)).status, 200)
+    await D.sql`TRUNCATE users CASCADE`
+    // TRUNCATE is announced as `all`: the instance reloads, then trusts its memory again, which must hold the truncated users.
+    await D.deps.credentialChanges.caughtUp()
+    await until('D trusts again', () => D.deps.credentialChanges.trusted)
+    assertInvalidToken(await products(user.token))
+    assertInvalidToken(await products(D.admin.token))
+  })
+
   test('an instance started after the revocations loads them: a JWT revoked before it started is refused, with no statement for it', async () => {
     const user = await account()
     const pair = await login(user)

@@ -19,7 +19,9 @@ import type { Principal } from '../auth/principal.js'
 //
 // `expiresAt` is checked on every hit (an expired key stays in, refused
 // without a database read, until it is evicted). Bounded: beyond `max`
-// entries the oldest is dropped.
+// entries the oldest is dropped; and an entry is read again from the
+// database once it is MAX_AGE_MS old, so that even a change no notification
+// announced (a bug, a hand-made edit with triggers off) holds within a bound.
 
 export interface CachedApiKey {
   /** The Principal every request with this key gets: shared, never changed. */
@@ -30,14 +32,21 @@ export interface CachedApiKey {
   expiresAt: number | null
 }
 
+/** How long a key is served from memory before it is read again. */
+export const MAX_AGE_MS = 60_000
+
 export class ApiKeyCache {
   private readonly byHash = new Map<string, CachedApiKey>()
+  private readonly rememberedAt = new Map<string, number>()
   private readonly byKeyId = new Map<number, string>()
   private readonly byUserId = new Map<number, Set<string>>()
   private serving = false
   private generationCount = 0
 
-  constructor(readonly max: number) {
+  constructor(
+    readonly max: number,
+    private readonly clock: () => number = Date.now,
+  ) {
     if (!Number.isInteger(max) || max < 1) throw new RangeError(`ApiKeyCache: max must be a positive integer, not ${max}`)
   }
 
@@ -63,7 +72,12 @@ export class ApiKeyCache {
   lookup(hash: string, now: number): CachedApiKey | 'expired' | undefined {
     if (!this.serving) return undefined
     const entry = this.byHash.get(hash)
-    if (entry && entry.expiresAt !== null && entry.expiresAt <= now) return 'expired'
+    if (!entry) return undefined
+    if (now - this.rememberedAt.get(hash)! >= MAX_AGE_MS) {
+      this.remove(hash)
+      return undefined
+    }
+    if (entry.expiresAt !== null && entry.expiresAt <= now) return 'expired'
     return entry
   }
 
@@ -73,6 +87,7 @@ export class ApiKeyCache {
     this.remove(hash)
     while (this.byHash.size >= this.max) this.remove(this.byHash.keys().next().value!)
     this.byHash.set(hash, entry)
+    this.rememberedAt.set(hash, this.clock())
     this.byKeyId.set(entry.apiKeyId, hash)
     let hashes = this.byUserId.get(entry.userId)
     if (!hashes) this.byUserId.set(entry.userId, (hashes = new Set()))
@@ -100,6 +115,7 @@ export class ApiKeyCache {
   clear(): void {
     this.generationCount++
     this.byHash.clear()
+    this.rememberedAt.clear()
     this.byKeyId.clear()
     this.byUserId.clear()
   }
@@ -120,6 +136,7 @@ export class ApiKeyCache {
     const entry = this.byHash.get(hash)
     if (!entry) return
     this.byHash.delete(hash)
+    this.rememberedAt.delete(hash)
     if (this.byKeyId.get(entry.apiKeyId) === hash) this.byKeyId.delete(entry.apiKeyId)
     const hashes = this.byUserId.get(entry.userId)
     hashes?.delete(hash)

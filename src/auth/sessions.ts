@@ -92,8 +92,9 @@ export async function rotate(sql: Sql, config: Config, refreshToken: string): Pr
         AND s.revoked_at IS NULL AND s.expires_at > now()
       RETURNING s.id AS session_id, u.id AS user_id, u.role, u.credential_epoch, s.scopes, s.token_format`
     if (live) {
+      const tokens = await issuePair(tx, config, live)
       await tx`UPDATE sessions SET last_used_at = now() WHERE id = ${live.session_id}`
-      return issuePair(tx, config, live)
+      return tokens
     }
     // Known but already used: the token was copied. End the session for everyone holding it.
     const [reused] = await tx<Array<{ session_id: number }>>`SELECT session_id FROM refresh_tokens WHERE token_hash = ${hash} AND used_at IS NOT NULL`

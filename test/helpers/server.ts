@@ -49,10 +49,20 @@ export interface TestServer {
   databaseUrl: string
   /** The admin every request acts as by default (created in the database at start). */
   admin: { id: number; token: string }
+  /**
+   * Signs a new JWT for the file's admin at its current credential epoch and
+   * makes it the default: for a test that changed the admin's role or
+   * password, which voids the JWTs issued before.
+   */
+  renewAdminToken(): Promise<void>
   /** A JWT for a user id, as login would issue it (without the cost of scrypt). */
   jwtFor(userId: number, role: 'admin' | 'user', scopes?: string[], claims?: Record<string, unknown>): string
-  /** Inserts a user directly (no password unless given, which costs a scrypt hash); its id and a JWT. */
-  createUser(fields?: { role?: 'admin' | 'user'; email?: string; name?: string; password?: string }): Promise<{ id: number; email: string; token: string }>
+  /**
+   * Inserts a user directly (no password unless given, which costs a scrypt
+   * hash, or a ready `passwordHash`); its id and a JWT. Set the password
+   * here, not with a later UPDATE: a password change voids the user's JWTs.
+   */
+  createUser(fields?: NewTestUser): Promise<{ id: number; email: string; token: string }>
 }
 
 /** A fresh database copied from the run's template; its URL. */
@@ -70,6 +80,14 @@ export async function createTestDatabase(): Promise<string> {
   const url = new URL(serverUrl)
   url.pathname = `/${name}`
   return url.toString()
+}
+
+export interface NewTestUser {
+  role?: 'admin' | 'user'
+  email?: string
+  name?: string
+  password?: string
+  passwordHash?: string
 }
 
 export interface StartOptions {
@@ -108,15 +126,16 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     return signJwt({ sub: String(userId), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + 900, role, scope, sid: String(2 ** 53), gen: 0, ...claims } as JwtClaims, config.jwtSecrets[0]!)
   }
   let userCounter = 0
-  const createUser = async (fields: { role?: 'admin' | 'user'; email?: string; name?: string; password?: string } = {}) => {
+  const createUser = async (fields: NewTestUser = {}) => {
     const email = fields.email ?? `user-${randomBytes(4).toString('hex')}-${++userCounter}@example.com`
     const role = fields.role ?? 'user'
-    const password_hash = fields.password === undefined ? null : await hashPassword(fields.password)
+    const password_hash = fields.passwordHash ?? (fields.password === undefined ? null : await hashPassword(fields.password))
     const [row] = await sql<Array<{ id: number }>>`
       INSERT INTO users (name, email, role, password_hash) VALUES (${fields.name ?? 'Test User'}, ${email}, ${role}, ${password_hash}) RETURNING id`
     return { id: row!.id, email, token: jwtFor(row!.id, role) }
   }
   const adminUser = await createUser({ role: 'admin', name: 'Test Admin' })
+  const admin = { id: adminUser.id, token: adminUser.token }
   // Tests start from the steady state: revocations loaded and a heartbeat heard (src/auth/credential-changes.ts).
   for (const deadline = Date.now() + 10_000; !deps.credentialChanges.trusted && Date.now() < deadline;) await new Promise((r) => setTimeout(r, 10))
   let document: Parameters<typeof checkAgainstDocument>[0] | undefined
@@ -127,7 +146,11 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     deps,
     logs,
     databaseUrl,
-    admin: { id: adminUser.id, token: adminUser.token },
+    admin,
+    async renewAdminToken() {
+      const [{ epoch }] = await sql<[{ epoch: number }]>`SELECT credential_epoch AS epoch FROM users WHERE id = ${admin.id}`
+      admin.token = adminUser.token = jwtFor(admin.id, 'admin', undefined, { gen: epoch })
+    },
     jwtFor,
     createUser,
     async request(method, path, options = {}) {
