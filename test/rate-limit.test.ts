@@ -195,7 +195,19 @@ describe('clientAddress', () => {
     ['TRUST_PROXY=1: entries are trimmed and IPv4-mapped ones normalized', 1, '10.0.0.1', ' 198.51.100.1 ,  ::ffff:203.0.113.7 ', '203.0.113.7'],
     ['TRUST_PROXY=1: repeated X-Forwarded-For fields are one list', 1, '10.0.0.1', ['198.51.100.1', '203.0.113.7'], '203.0.113.7'],
     ['TRUST_PROXY=2: the second entry from the right', 2, '10.0.0.2', 'forged, 203.0.113.7, 10.0.0.1', '203.0.113.7'],
-    ['TRUST_PROXY=5 with only two entries: the left-most', 5, '10.0.0.2', '203.0.113.7, 10.0.0.1', '203.0.113.7'],
+    // Fewer entries than trusted hops: the request bypassed a proxy, and the left-most entry may be the client's own.
+    ['TRUST_PROXY=5 with only two entries: the peer, not a client-chosen entry', 5, '10.0.0.2', '203.0.113.7, 10.0.0.1', '10.0.0.2'],
+    ['TRUST_PROXY=2 with one entry: the peer', 2, '10.0.0.2', '203.0.113.7', '10.0.0.2'],
+    ['TRUST_PROXY=1: a port is not part of the address', 1, '10.0.0.1', '203.0.113.7:5678', '203.0.113.7'],
+    ['TRUST_PROXY=1: a bracketed IPv6 address with a port', 1, '10.0.0.1', '[2001:DB8::7]:443', '2001:db8::7'],
+    ['TRUST_PROXY=1: an IPv6 address with a zone id', 1, '10.0.0.1', 'fe80::1%eth0', 'fe80::1'],
+    ['TRUST_PROXY=1: nine IPv6 groups (not an address): the peer', 1, '10.0.0.1', '1:2:3:4:5:6:7:8::9', '10.0.0.1'],
+    ['TRUST_PROXY=1: garbage: the peer', 1, '10.0.0.1', 'not an address', '10.0.0.1'],
+    ['TRUST_PROXY=1: a NUL byte: the peer', 1, '10.0.0.1', '203.0.113.7\u0000', '10.0.0.1'],
+    ['TRUST_PROXY=1: 999.1.1.1: the peer', 1, '10.0.0.1', '999.1.1.1', '10.0.0.1'],
+    ['TRUST_PROXY=2: an invalid entry in the trusted part: the peer', 2, '10.0.0.2', '203.0.113.7, bogus', '10.0.0.2'],
+    ['TRUST_PROXY=1: an invalid entry left of the trusted part is never read', 1, '10.0.0.1', '1:2:3:4:5:6:7:8::9, 203.0.113.7', '203.0.113.7'],
+    ['proxy list: an invalid entry stops at the proxy right of it', proxies, '10.0.0.1', '203.0.113.7, bogus, 10.0.0.2', '10.0.0.2'],
     ['proxy list: the right-most address that is not a listed proxy', proxies, '10.0.0.1', 'forged, 203.0.113.7, 10.0.0.2', '203.0.113.7'],
     ['proxy list: a peer that is not a listed proxy is the client, its header ignored', proxies, '192.0.2.50', '203.0.113.7', '192.0.2.50'],
     ['proxy list: a listed IPv4 proxy matches on a dual-stack socket (::ffff:)', proxies, '::ffff:10.0.0.1', '203.0.113.7', '203.0.113.7'],
@@ -390,6 +402,35 @@ describe('X-Forwarded-For behind trusted proxies', () => {
     const from = freshAddress()
     await spendWindow((i) => send(behindListedProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': `198.51.100.${100 + i}` } }), 401)
     assertRateLimited(await send(behindListedProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': '198.51.100.200' } }))
+  })
+})
+
+describe('hostile X-Forwarded-For through the server (TRUST_PROXY=1)', () => {
+  const hostile = [
+    '1:2:3:4:5:6:7:8::9',
+    '::::::::::',
+    'not an address',
+    '203.0.113.7\t, , ,',
+    Array.from({ length: 1000 }, (_, i) => `198.51.100.${i % 250}`).join(','),
+    '[::1',
+    '1.2.3.4:99999',
+  ]
+  for (const xff of hostile) {
+    test(`X-Forwarded-For ${JSON.stringify(xff.slice(0, 40))}: an ordinary answer on every kind of endpoint, nothing logged as an error`, async () => {
+      for (const [method, path] of [['GET', '/users'], ['GET', '/healthz'], ['POST', '/auth/login'], ['GET', '/nowhere']]) {
+        const res = await send(behindOneProxy.url, method!, path!, { headers: { 'x-forwarded-for': xff } })
+        assert.ok(res.status < 500, `${method} ${path}: ${res.status} ${res.text}`)
+      }
+      assert.deepEqual(behindOneProxy.logs.filter((l) => l.level === 'error'), [])
+    })
+  }
+
+  test('a malformed X-Forwarded-For counts against the peer: rotating garbage does not escape the limit', async () => {
+    const from = freshAddress()
+    await spendWindow((i) => send(behindOneProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': `garbage-${i}` } }), 401)
+    assertRateLimited(await send(behindOneProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': '1:2:3:4:5:6:7:8::9' } }))
+    const logged = behindOneProxy.logs.filter((l) => l.msg === 'request').at(-1)!
+    assert.equal(logged.client, from)
   })
 })
 

@@ -1,41 +1,60 @@
 import type { IncomingMessage } from 'node:http'
+import { isIP } from 'node:net'
 
 // The client's address. X-Forwarded-For is written by every proxy on the way
 // and by the client itself, so only the entries added by proxies we trust can
-// be believed: with TRUST_PROXY=n the address is the n-th from the right
-// (counting the peer of the socket as the last hop); with a list of proxy
-// addresses, the right-most address that is not one of them. A client that
-// rotates the header only changes entries we never read.
+// be believed. Walking from the socket's peer leftwards:
+// - TRUST_PROXY=n: the n-th address from the right, the peer counting as the
+//   last hop. When the header has fewer addresses than that, or one of them is
+//   not an IP address, the request did not come through the proxies as
+//   configured and entries further left may be the client's own writing: the
+//   peer is used;
+// - a list of proxy addresses: the right-most address that is not a listed
+//   proxy. An entry that is not an IP address stops the walk at the proxy
+//   right of it; a chain of proxies only gives the left-most.
+// A client that rotates the header only changes entries we never read.
 
 export type TrustProxy = number | ReadonlySet<string>
 
 export function clientAddress(req: IncomingMessage, trust: TrustProxy): string {
-  const peer = normalize(req.socket.remoteAddress ?? '')
+  const peer = normalize(req.socket.remoteAddress ?? '') ?? ''
   if (trust === 0) return peer
   const header = req.headers['x-forwarded-for']
-  const forwarded = (Array.isArray(header) ? header.join(',') : header ?? '').split(',').map((a) => normalize(a.trim())).filter(Boolean)
-  const chain = [...forwarded, peer]
-  if (typeof trust === 'number') return chain[Math.max(0, chain.length - 1 - trust)]!
-  // The listed proxies are compared in the form given to addresses here: as
-  // written (TRUST_PROXY=::ffff:10.0.0.1, or FD00::1) they never matched, and
-  // every client then counted as the proxy's address.
+  const forwarded = (Array.isArray(header) ? header.join(',') : header ?? '').split(',')
+  if (typeof trust === 'number') {
+    const entry = forwarded.length - trust
+    return (entry >= 0 && forwarded.slice(entry).every((e) => normalize(e) !== undefined) && normalize(forwarded[entry]!)) || peer
+  }
   const proxies = normalizedList(trust)
-  for (let i = chain.length - 1; i >= 0; i--) if (!proxies.has(chain[i]!)) return chain[i]!
-  return chain[0]!
+  let address = peer
+  for (let i = forwarded.length - 1; i >= 0 && proxies.has(address); i--) {
+    const next = normalize(forwarded[i]!)
+    if (next === undefined) return address
+    address = next
+  }
+  return address
 }
 
-// ::ffff:1.2.3.4 (IPv4 on a dual-stack socket) and 1.2.3.4 are the same client;
-// IPv6 hex digits in either case are the same address.
-const normalize = (address: string) => {
-  const lower = address.toLowerCase()
-  return lower.startsWith('::ffff:') ? lower.slice(7) : lower
+/**
+ * One spelling per address, or undefined when `text` is not one: ports go
+ * (`1.2.3.4:5678`, `[::1]:80`), as do IPv6 zone ids; `::ffff:1.2.3.4` (IPv4
+ * on a dual-stack socket) is `1.2.3.4`; hex digits are lower case.
+ */
+function normalize(text: string): string | undefined {
+  let address = text.trim().toLowerCase()
+  const bracketed = /^\[([^\]]+)\](?::[0-9]{1,5})?$/.exec(address)
+  if (bracketed) address = bracketed[1]!
+  else if (/^[0-9.]+:[0-9]{1,5}$/.test(address)) address = address.slice(0, address.indexOf(':'))
+  address = address.replace(/%[0-9a-z._-]+$/, '')
+  if (address.startsWith('::ffff:') && isIP(address.slice(7)) === 4) address = address.slice(7)
+  return isIP(address) ? address : undefined
 }
 
 // The configured list is one Set for the life of the process: normalized once.
 const normalizedLists = new WeakMap<ReadonlySet<string>, ReadonlySet<string>>()
 function normalizedList(list: ReadonlySet<string>): ReadonlySet<string> {
   let normalized = normalizedLists.get(list)
-  if (!normalized) normalizedLists.set(list, (normalized = new Set([...list].map(normalize))))
+  if (!normalized) normalizedLists.set(list, (normalized = new Set([...list].map((a) => normalize(a) ?? a))))
   return normalized
 }
 
