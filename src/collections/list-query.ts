@@ -120,12 +120,13 @@ function parseFilters(collection: Collection, query: Record<string, string>): Fi
 function typedValue(param: string, member: MemberType, raw: string): Value {
   switch (member.type) {
     case 'integer': {
+      // A filter compares: `id[gt]=0` or `stock[lt]=-1` are fair questions even
+      // though no row holds such a value, so the operand may be anything the
+      // column's type holds (the member's own range is for what is written).
       // Compared as BigInt: as a Number, 9223372036854775807 rounds up to 2^63,
-      // passed the bound and reached PostgreSQL out of bigint range (a 500), and
-      // ids beyond 2^53 silently named a neighbour. The bound is capped at the
-      // bigint range of the columns; values beyond 2^53 go to SQL as exact text.
-      const min = BigInt(member.minimum)
-      const max = BigInt(member.maximum) > BIGINT_MAX ? BIGINT_MAX : BigInt(member.maximum)
+      // passed the bound and reached PostgreSQL out of range (a 500), and ids
+      // beyond 2^53 silently named a neighbour; those go to SQL as exact text.
+      const [min, max] = columnRange(member)
       const value = /^-?[0-9]+$/.test(raw) ? BigInt(raw) : undefined
       if (value === undefined || value < min || value > max) throw invalidParameter(param, `must be an integer from ${min} to ${max}`)
       return Number.isSafeInteger(Number(value)) ? Number(value) : value.toString()
@@ -141,6 +142,13 @@ function typedValue(param: string, member: MemberType, raw: string): Value {
     default:
       return raw
   }
+}
+
+const INT4_MAX = 2_147_483_647n
+
+/** What the member's column can hold: integer (int4) when its values fit there, else bigint. */
+function columnRange(member: { maximum: number }): [bigint, bigint] {
+  return BigInt(member.maximum) <= INT4_MAX ? [-INT4_MAX - 1n, INT4_MAX] : [-BIGINT_MAX - 1n, BIGINT_MAX]
 }
 
 /**
