@@ -3,6 +3,7 @@ import { ApiKeyCache } from './api-keys/key-cache.js'
 import { LastUsedWrites } from './api-keys/last-used.js'
 import { listenForCredentialChanges, type CredentialChanges } from './auth/credential-changes.js'
 import { JwtCache } from './auth/jwt-cache.js'
+import { LoginGuard } from './auth/login-throttle.js'
 import { RevocationList } from './auth/revocations.js'
 import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
@@ -25,6 +26,8 @@ export interface AppDeps {
   apiKeyCache: ApiKeyCache
   /** When this process last wrote each key's last_used_at (src/api-keys/last-used.ts). */
   apiKeyUse: LastUsedWrites
+  /** Login attempts per address on this instance, and the purge of old failure counts (src/auth/login-throttle.ts). */
+  logins: LoginGuard
   /** What this instance knows was revoked: sessions, and users' credential epochs (src/auth/revocations.ts). */
   revocations: RevocationList
   /** The listener that keeps apiKeyCache and revocations right, and says whether they may be trusted; a request that revokes waits on `caughtUp` (src/auth/credential-changes.ts). */
@@ -49,6 +52,7 @@ export function createDeps(sql: Sql, config: Config, log: Logger, metrics = new 
     jwtCache: new JwtCache(cacheSize),
     apiKeyCache,
     apiKeyUse: new LastUsedWrites(cacheSize),
+    logins: new LoginGuard(config.rateLimit > 0, log),
     revocations,
     credentialChanges: listenForCredentialChanges(sql, apiKeyCache, revocations, log, { lifecycle }),
   }

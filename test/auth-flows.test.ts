@@ -136,7 +136,7 @@ const accessTokensOf = (sessionId: number) => count(sql`SELECT count(*)::int AS 
 
 async function failuresOf(email: string): Promise<{ failures: number; locked: boolean } | undefined> {
   const [row] = await sql<Array<{ failures: number; locked: boolean }>>`
-    SELECT failures, coalesce(locked_until > now(), false) AS locked FROM login_failures WHERE email = ${email.toLowerCase()}`
+    SELECT failures, coalesce(locked_until > now(), false) AS locked FROM login_failures WHERE email = ${email.toLowerCase()} AND address <> '*'`
   return row
 }
 

@@ -11,46 +11,110 @@ const PARAMS = { N: 2 ** 15, r: 8, p: 3 }
 const KEY_BYTES = 32
 const SALT_BYTES = 16
 
-// Hashing runs on libuv's thread pool (4 threads by default). Bounding it keeps
-// threads free for DNS and file work, and a bounded queue turns a flood of
-// logins into quick 503s instead of a backlog that starves every endpoint.
-const MAX_RUNNING = 2
-const MAX_WAITING = 64
-let running = 0
-const waiting: Array<() => void> = []
+interface Waiter {
+  admit: () => void
+  turnAway: (err: HttpError) => void
+}
 
-async function withHashSlot<T>(work: () => Promise<T>): Promise<T> {
-  if (running >= MAX_RUNNING) {
-    if (waiting.length >= MAX_WAITING) {
-      throw new HttpError(429, 'rate_limited', 'Too many password operations in progress; retry shortly.', { headers: { 'retry-after': '1' } })
-    }
-    await new Promise<void>((resolve) => waiting.push(resolve))
-  } else {
-    running++
+const busy = () => new HttpError(429, 'rate_limited', 'Too many password operations in progress; retry shortly.', { headers: { 'retry-after': '1' } })
+
+/**
+ * Hashing runs on libuv's thread pool (4 threads by default). At most
+ * `maxRunning` hashes run at once, keeping threads free for DNS and file
+ * work, and at most `maxWaiting` wait, so a flood of logins turns into quick
+ * 429s instead of a backlog that starves every endpoint.
+ *
+ * Waiting is fair between owners (client addresses, for logins): the next
+ * free slot goes to the owners in turn, and when the queue is full a
+ * newcomer takes the place of the newest waiter of the owner with the most,
+ * so one address flooding logins can fill the queue only while nobody else
+ * needs it, and never keeps another address waiting behind its backlog.
+ */
+export class PasswordHasher {
+  private running = 0
+  private waitingCount = 0
+  /** Waiters by owner; owners with waiters in the order they are served. */
+  private readonly waiting = new Map<string, Waiter[]>()
+
+  constructor(
+    private readonly maxRunning = 2,
+    private readonly maxWaiting = 64,
+  ) {}
+
+  async hash(password: string): Promise<string> {
+    const salt = randomBytes(SALT_BYTES)
+    const key = await this.withSlot('', () => derive(password, salt, PARAMS))
+    return `scrypt$${PARAMS.N}$${PARAMS.r}$${PARAMS.p}$${salt.toString('base64')}$${key.toString('base64')}`
   }
-  try {
-    return await work()
-  } finally {
-    const next = waiting.shift()
-    if (next) next() // hand the slot over directly
-    else running--
+
+  verify(password: string, stored: string): Promise<boolean> {
+    return this.withSlot('', () => verifyInSlot(password, stored))
+  }
+
+  /**
+   * Runs `work` holding a slot, waiting in `owner`'s turn; 429 when turned
+   * away. `work` is given the verification to run inside the slot, so that
+   * what must happen only once a slot is held (counting a login attempt)
+   * happens there.
+   */
+  async withSlot<T>(owner: string, work: () => Promise<T>): Promise<T> {
+    if (this.running >= this.maxRunning) await this.wait(owner)
+    else this.running++
+    try {
+      return await work()
+    } finally {
+      this.handOver()
+    }
+  }
+
+  private wait(owner: string): Promise<void> {
+    if (this.waitingCount >= this.maxWaiting && !this.turnAwayNewestOfLargest(owner)) return Promise.reject(busy())
+    return new Promise<void>((admit, turnAway) => {
+      let queue = this.waiting.get(owner)
+      if (!queue) this.waiting.set(owner, (queue = []))
+      queue.push({ admit, turnAway })
+      this.waitingCount++
+    })
+  }
+
+  /** Makes room for `newcomer`; false when `newcomer` itself is the owner with the most waiting. */
+  private turnAwayNewestOfLargest(newcomer: string): boolean {
+    let largest: string | undefined
+    let most = this.waiting.get(newcomer)?.length ?? 0
+    for (const [owner, queue] of this.waiting) {
+      if (queue.length > most) [largest, most] = [owner, queue.length]
+    }
+    if (largest === undefined) return false
+    const queue = this.waiting.get(largest)!
+    queue.pop()!.turnAway(busy())
+    if (queue.length === 0) this.waiting.delete(largest)
+    this.waitingCount--
+    return true
+  }
+
+  /** The slot goes straight to the next owner in turn (a Map iterates in insertion order: re-inserting moves an owner last). */
+  private handOver(): void {
+    const next = this.waiting.entries().next().value
+    if (!next) {
+      this.running--
+      return
+    }
+    const [owner, queue] = next
+    const waiter = queue.shift()!
+    this.waiting.delete(owner)
+    if (queue.length) this.waiting.set(owner, queue)
+    this.waitingCount--
+    waiter.admit()
   }
 }
 
 function derive(password: string, salt: Buffer, params: { N: number; r: number; p: number }): Promise<Buffer> {
   const options: ScryptOptions = { ...params, maxmem: 256 * params.N * params.r }
-  return withHashSlot(
-    () => new Promise((resolve, reject) => scrypt(password.normalize('NFC'), salt, KEY_BYTES, options, (err, key) => (err ? reject(err) : resolve(key)))),
-  )
+  return new Promise((resolve, reject) => scrypt(password.normalize('NFC'), salt, KEY_BYTES, options, (err, key) => (err ? reject(err) : resolve(key))))
 }
 
-export async function hashPassword(password: string): Promise<string> {
-  const salt = randomBytes(SALT_BYTES)
-  const key = await derive(password, salt, PARAMS)
-  return `scrypt$${PARAMS.N}$${PARAMS.r}$${PARAMS.p}$${salt.toString('base64')}$${key.toString('base64')}`
-}
-
-export async function verifyPassword(password: string, stored: string): Promise<boolean> {
+/** Compares `password` with a stored hash; call only while holding a slot (PasswordHasher.withSlot). */
+export async function verifyInSlot(password: string, stored: string): Promise<boolean> {
   const parts = stored.split('$')
   if (parts.length !== 6 || parts[0] !== 'scrypt') return false
   const [N, r, p] = parts.slice(1, 4).map(Number) as [number, number, number]
@@ -58,3 +122,9 @@ export async function verifyPassword(password: string, stored: string): Promise<
   const key = await derive(password, Buffer.from(parts[4]!, 'base64'), { N, r, p })
   return key.length === expected.length && timingSafeEqual(key, expected)
 }
+
+/** The process's hasher: the thread pool it protects is the process's too. */
+export const passwords = new PasswordHasher()
+
+export const hashPassword = (password: string) => passwords.hash(password)
+export const verifyPassword = (password: string, stored: string) => passwords.verify(password, stored)

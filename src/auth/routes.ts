@@ -5,8 +5,9 @@ import { compileValidator } from '../http/validate.js'
 import { presentUser, findUserByEmail, findUser } from '../users/queries.js'
 import { User } from '../users/schemas.js'
 import { challenge } from './credentials.js'
-import { clearFailures, countAttempt } from './login-throttle.js'
-import { hashPassword, verifyPassword } from './password.js'
+import { addressBucket } from '../http/client-address.js'
+import { clearFailures, countAttempt, normalizeEmail } from './login-throttle.js'
+import { hashPassword, passwords, verifyInSlot } from './password.js'
 import { publicAccess } from './access.js'
 import { isScope, roleScopes } from './scopes.js'
 import { openSession, revokeSession, rotate, sessionOfRefreshToken } from './sessions.js'
@@ -55,13 +56,20 @@ export const authRoutes = [
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(LoginBody) },
     async handle({ body, headers, client, deps }) {
-      const { sql, config } = deps
-      // Counted before the password is checked, so concurrent guesses cannot outrun the lock.
-      await countAttempt(sql, body.email)
-      const user = await findUserByEmail(sql, body.email)
-      const ok = await verifyPassword(body.password, user?.password_hash ?? (await dummyHash))
+      const { sql, config, logins } = deps
+      const address = addressBucket(client)
+      logins.admit(address)
+      logins.purgeNow(sql)
+      const email = normalizeEmail(body.email)
+      const fallback = await dummyHash
+      // Counted once a hash slot is held (an attempt turned away is no failure), and before the password is checked, so concurrent guesses cannot outrun the lock.
+      const { user, ok } = await passwords.withSlot(address, async () => {
+        await countAttempt(sql, email, address)
+        const user = await findUserByEmail(sql, email)
+        return { user, ok: await verifyInSlot(body.password, user?.password_hash ?? fallback) }
+      })
       if (!user || !user.password_hash || !ok) throw invalidCredentials()
-      await clearFailures(sql, body.email)
+      await clearFailures(sql, email, address)
       const allowed = roleScopes[user.role]
       const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
       const refused = requested.filter((s) => !isScope(s) || !allowed.includes(s))

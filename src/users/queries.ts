@@ -29,9 +29,9 @@ export async function findUser(db: Sql | TransactionSql, id: string): Promise<Us
   return row
 }
 
-/** Case-insensitive, through the unique lower(email) index. */
-export async function findUserByEmail(db: Sql | TransactionSql, email: string): Promise<UserRow | undefined> {
-  const [row] = await db<UserRow[]>`SELECT * FROM users WHERE lower(email) = lower(${email})`
+/** By an address already normalized (normalizeEmail: ASCII letters lower-cased), through the unique lower(email) index. */
+export async function findUserByEmail(db: Sql | TransactionSql, normalizedEmail: string): Promise<UserRow | undefined> {
+  const [row] = await db<UserRow[]>`SELECT * FROM users WHERE lower(email) = ${normalizedEmail}`
   return row
 }
 

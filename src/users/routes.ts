@@ -1,4 +1,6 @@
-import { hashPassword, verifyPassword } from '../auth/password.js'
+import { clearFailures, countAttempt, normalizeEmail } from '../auth/login-throttle.js'
+import { hashPassword, passwords, verifyInSlot } from '../auth/password.js'
+import { addressBucket } from '../http/client-address.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { listCollection } from '../collections/list-query.js'
 import { etagFor } from '../http/conditional.js'
@@ -31,16 +33,24 @@ const currentPasswordRequired = (detail: string) => new HttpError(403, 'current_
 /**
  * Changing one's own e-mail or password needs the current password, so that
  * a stolen access token cannot take the account over (or lock its owner out
- * with `password: null`). Checked before the transaction (scrypt is slow and
- * a row lock must not wait on it); returns the hash the password matched,
- * which the transaction compares with the locked row.
+ * with `password: null`). Guesses are throttled like logins, against the
+ * account and the client address. Checked before the transaction (scrypt is
+ * slow and a row lock must not wait on it); returns the hash the password
+ * matched, which the transaction compares with the locked row.
  */
-async function proveCurrentPassword(caller: UserPrincipal, currentPassword: string | undefined, deps: HandlerContext<unknown, unknown>['deps']): Promise<string | undefined> {
+async function proveCurrentPassword(caller: UserPrincipal, currentPassword: string | undefined, ctx: HandlerContext<unknown, unknown>): Promise<string | undefined> {
   if (currentPassword === undefined) return undefined
-  const user = await findUser(deps.sql, caller.userId)
-  if (!user?.password_hash || !(await verifyPassword(currentPassword, user.password_hash))) {
-    throw currentPasswordRequired('current_password is wrong.')
-  }
+  const { sql } = ctx.deps
+  const user = await findUser(sql, caller.userId)
+  if (!user?.password_hash) throw currentPasswordRequired('current_password is wrong.')
+  const email = normalizeEmail(user.email)
+  const address = addressBucket(ctx.client)
+  const ok = await passwords.withSlot(address, async () => {
+    await countAttempt(sql, email, address)
+    return verifyInSlot(currentPassword, user.password_hash!)
+  })
+  if (!ok) throw currentPasswordRequired('current_password is wrong.')
+  await clearFailures(sql, email, address)
   return user.password_hash
 }
 
@@ -65,7 +75,7 @@ async function writeUser(ctx: HandlerContext<unknown, UserReplace | UserPatch>, 
   checkEchoedId(ctx.body, ctx.params.id!)
   const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
   const self = caller?.userId === ctx.params.id ? caller : undefined
-  const provenHash = self && (await proveCurrentPassword(self, ctx.body.current_password, ctx.deps))
+  const provenHash = self && (await proveCurrentPassword(self, ctx.body.current_password, ctx))
   const { password } = ctx.body
   const passwordHash = password === undefined || password === null ? password : await hashPassword(password)
   let credentialsChanged = false

@@ -1,0 +1,177 @@
+import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+import { describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { LOGINS_PER_MINUTE, purgeLoginFailures } from '../src/auth/login-throttle.js'
+import { hashPassword } from '../src/auth/password.js'
+import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
+
+// Logins under attack, from the addresses a proxy reports (TRUST_PROXY=1):
+// one address flooding /auth/login can neither keep other addresses from
+// logging in (the hash queue serves addresses in turn) nor lock the account
+// for its owner elsewhere (failures count per account and address, with a
+// much higher ceiling per account alone); attempts the queue turned away are
+// not failures; each address has a login rate of its own; e-mail case has one
+// spelling; old counts are purged; guessing current_password is throttled
+// like logging in.
+
+const PASSWORD = `right-${randomBytes(6).toString('hex')}`
+const passwordHash = await hashPassword(PASSWORD)
+// RATE_LIMIT=0: nothing but the hash queue stands between the flood and the owner.
+const open = await startServer({ TRUST_PROXY: '1' })
+// A general limit far away, so that only the per-address login rate shows.
+const limited = await startServer({ TRUST_PROXY: '1', RATE_LIMIT: '100000' })
+
+let sequence = 0
+const unique = () => `${process.pid}-${++sequence}-${randomBytes(3).toString('hex')}`
+let octet = 0
+const freshAddress = () => `198.51.${100 + Math.floor(++octet / 250)}.${octet % 250}`
+
+function login(server: TestServer, email: string, password: string, from: string): Promise<TestResponse> {
+  return server.request('POST', '/auth/login', { auth: null, headers: { 'x-forwarded-for': from }, body: { email, password } })
+}
+
+async function account(server: TestServer): Promise<{ id: number; email: string; token: string }> {
+  return server.createUser({ email: `owner-${unique()}@example.com`, passwordHash })
+}
+
+async function rowsOf(server: TestServer, email: string): Promise<Map<string, { failures: number; locked: boolean }>> {
+  const rows = await server.sql<Array<{ address: string; failures: number; locked: boolean }>>`
+    SELECT address, failures, coalesce(locked_until > now(), false) AS locked FROM login_failures WHERE email = ${email}`
+  return new Map(rows.map((r) => [r.address, { failures: r.failures, locked: r.locked }]))
+}
+
+const bucket = (address: string) => `address ${address}`
+
+describe('one address flooding logins', () => {
+  test('a wrong-password flood against an account from one address: its owner logs in from another within seconds; only checked attempts count, and only against the flooding address', async () => {
+    const owner = await account(open)
+    const attacker = freshAddress()
+    const flood = Promise.all(Array.from({ length: 150 }, () => login(open, owner.email, `guess-${unique()}`, attacker)))
+    await sleep(50)
+    const started = performance.now()
+    const own = await login(open, owner.email.toUpperCase(), PASSWORD, freshAddress())
+    const took = performance.now() - started
+    assert.equal(own.status, 200, own.text)
+    assert.ok(took < 3000, `the owner waited ${Math.round(took)} ms`)
+    const answers = await flood
+    const checked = answers.filter((r) => r.status === 401)
+    const locked = answers.filter((r) => r.status === 429 && r.body.code === 'too_many_login_attempts')
+    const turnedAway = answers.filter((r) => r.status === 429 && r.body.code === 'rate_limited')
+    assert.equal(checked.length + locked.length + turnedAway.length, 150, `statuses: ${[...new Set(answers.map((r) => r.status))].join(' ')}`)
+    assert.equal(checked.length, 5, 'five guesses, then the pair is locked')
+    const rows = await rowsOf(open, owner.email)
+    assert.deepEqual(rows.get(bucket(attacker)), { failures: 5, locked: true }, 'attempts turned away by the queue or the lock are not failures')
+    assert.equal(rows.get('*')?.locked, false, 'the account itself is not locked')
+    // And again, now that the pair is locked: the owner elsewhere is not.
+    assert.equal((await login(open, owner.email, PASSWORD, freshAddress())).status, 200)
+  })
+
+  test('a flood of logins for random accounts fills the hash queue: another address is served next, within seconds', async () => {
+    const owner = await account(open)
+    const attacker = freshAddress()
+    const flood = Promise.all(Array.from({ length: 120 }, () => login(open, `nobody-${unique()}@example.com`, 'whatever-1', attacker)))
+    await sleep(50)
+    const started = performance.now()
+    const own = await login(open, owner.email, PASSWORD, freshAddress())
+    const took = performance.now() - started
+    assert.equal(own.status, 200, own.text)
+    const answers = await flood
+    const checked = answers.filter((r) => r.status === 401).length
+    assert.ok(took < 3000, `the owner waited ${Math.round(took)} ms behind ${checked} checked flood logins`)
+    assert.ok(answers.every((r) => r.status === 401 || (r.status === 429 && r.body.code === 'rate_limited')))
+    // Every failure counted is one that was checked.
+    const [{ n }] = await open.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM login_failures WHERE address = ${bucket(attacker)}`
+    assert.equal(n, checked)
+  })
+})
+
+describe('the per-address login rate (RATE_LIMIT on)', () => {
+  test(`${LOGINS_PER_MINUTE} attempts a minute from one address, then 429 rate_limited with Retry-After; another address is not affected`, async () => {
+    const from = freshAddress()
+    const answers = await Promise.all(Array.from({ length: LOGINS_PER_MINUTE + 1 }, () => login(limited, `nobody-${unique()}@example.com`, 'whatever-1', from)))
+    const refused = answers.filter((r) => r.status === 429)
+    assert.equal(refused.length, 1, `statuses ${answers.map((r) => r.status).join(' ')}`)
+    assert.equal(refused[0]!.body.code, 'rate_limited')
+    assert.match(refused[0]!.headers.get('retry-after') ?? '', /^[0-9]+$/)
+    assert.equal(answers.filter((r) => r.status === 401).length, LOGINS_PER_MINUTE)
+    const owner = await account(limited)
+    assert.equal((await login(limited, owner.email, PASSWORD, freshAddress())).status, 200)
+  })
+})
+
+describe('the account ceiling', () => {
+  test('failures spread over many addresses lock the account itself once past its ceiling, for every address', async () => {
+    const owner = await account(open)
+    // 99 failures from elsewhere already in the window; the 100th locks the account.
+    await open.sql`INSERT INTO login_failures (email, address, failures, last_failure) VALUES (${owner.email}, '*', 99, now())`
+    assert.equal((await login(open, owner.email, 'wrong-guess', freshAddress())).status, 401)
+    const res = await login(open, owner.email, PASSWORD, freshAddress())
+    assert.equal(res.status, 429, res.text)
+    assert.equal(res.body.code, 'too_many_login_attempts')
+    assert.ok(Number(res.headers.get('retry-after')) >= 1)
+    assert.equal((await rowsOf(open, owner.email)).get('*')?.locked, true)
+  })
+})
+
+describe('e-mail case', () => {
+  test('one account has one spelling: ASCII case folds to one row; U+0130 is another address, not another key of this account', async () => {
+    const email = `admin-${unique()}@example.com`
+    await open.createUser({ email, passwordHash })
+    const from = freshAddress()
+    for (const spelling of [email.toUpperCase(), email, email.replace('admin', 'ADMIN')]) {
+      assert.equal((await login(open, spelling, 'wrong-guess', from)).status, 401)
+    }
+    assert.deepEqual((await rowsOf(open, email)).get(bucket(from)), { failures: 3, locked: false })
+    const dotted = email.replace('admin', 'ADM\u0130N')
+    assert.equal((await login(open, dotted, PASSWORD, from)).status, 401, 'U+0130 does not name this account')
+    const [{ keys }] = await open.sql<[{ keys: number }]>`SELECT count(DISTINCT email)::int AS keys FROM login_failures WHERE lower(email) = ${email}`
+    assert.equal(keys, 1)
+    assert.equal((await login(open, email.toUpperCase(), PASSWORD, from)).status, 200)
+  })
+})
+
+describe('old failure counts', () => {
+  test('are purged in batches once their window has passed; locked and recent ones stay', async () => {
+    const tag = unique()
+    await open.sql`
+      INSERT INTO login_failures (email, address, failures, last_failure)
+      SELECT ${'stale-' + tag + '-'} || g || '@example.com', 'address 192.0.2.1', 3, now() - interval '1 hour' FROM generate_series(1, 2500) g`
+    await open.sql`INSERT INTO login_failures (email, address, failures, last_failure, locked_until) VALUES (${'locked-' + tag}, 'x', 9, now() - interval '1 hour', now() + interval '5 minutes')`
+    await open.sql`INSERT INTO login_failures (email, address, failures, last_failure) VALUES (${'recent-' + tag}, 'x', 1, now())`
+    assert.ok((await purgeLoginFailures(open.sql)) >= 2500)
+    const left = await open.sql<Array<{ email: string }>>`SELECT email FROM login_failures WHERE email LIKE ${'%' + tag + '%'} ORDER BY email`
+    assert.deepEqual(left.map((r) => r.email), [`locked-${tag}`, `recent-${tag}`])
+  })
+
+  test('a login purges them on an instance that has not for a minute', async () => {
+    const fresh = await startServer({ TRUST_PROXY: '1' }, {}, { databaseUrl: open.databaseUrl })
+    await fresh.sql`INSERT INTO login_failures (email, address, failures, last_failure) VALUES (${'stale-' + unique()}, 'x', 3, now() - interval '1 hour')`
+    await login(fresh, `nobody-${unique()}@example.com`, 'whatever-1', freshAddress())
+    for (let i = 0; ; i++) {
+      const [{ n }] = await fresh.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM login_failures WHERE last_failure < now() - interval '30 minutes' AND locked_until IS NULL`
+      if (n === 0) break
+      assert.ok(i < 100, 'purged within a second')
+      await sleep(10)
+    }
+  })
+})
+
+describe('current_password', () => {
+  test('guesses with a stolen token are throttled like logins: after 5 wrong, 429 even with the right one from that address', async () => {
+    const owner = await account(open)
+    const from = freshAddress()
+    const change = (current: string) =>
+      open.request('PATCH', `/users/${owner.id}`, { auth: owner.token, headers: { 'x-forwarded-for': from }, body: { password: 'stolen-account-1', current_password: current } })
+    for (let i = 0; i < 5; i++) {
+      const res = await change(`guess-${i}`)
+      assert.equal(res.status, 403, res.text)
+      assert.equal(res.body.code, 'current_password_required')
+    }
+    const locked = await change(PASSWORD)
+    assert.equal(locked.status, 429, locked.text)
+    assert.equal(locked.body.code, 'too_many_login_attempts')
+    const [{ password_hash }] = await open.sql<[{ password_hash: string }]>`SELECT password_hash FROM users WHERE id = ${owner.id}`
+    assert.equal(password_hash, passwordHash, 'nothing changed')
+  })
+})
