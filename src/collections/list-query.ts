@@ -14,6 +14,8 @@ const DEFAULT_LIMIT = 50
 const MAX_LIMIT = 200
 const MAX_OFFSET = 100_000
 const MAX_IN_VALUES = 100
+/** Filter parameters one request may combine: each combination is a statement shape of its own (list-sql.ts). */
+export const MAX_FILTERS = 10
 const BIGINT_MAX = 9223372036854775807n
 
 export interface ListContext {
@@ -55,8 +57,9 @@ export async function listCollection(collection: Collection, query: Record<strin
   // 100 bytes in a Map; the fix belongs in src/db/postgres-patch.mjs (no
   // caching for untagged queries).
   const statements = listStatements(collection, { filters, q: query.q, sort, after, limit, offset })
-  const pageQuery = sql.unsafe(statements.page.text, statements.page.values, { prepare: true })
-  const countQuery = query.count === 'true' ? sql.unsafe<[{ total: number }]>(statements.count.text, statements.count.values, { prepare: true }) : undefined
+  const { prepare } = statements
+  const pageQuery = sql.unsafe(statements.page.text, statements.page.values, { prepare })
+  const countQuery = query.count === 'true' ? sql.unsafe<[{ total: number }]>(statements.count.text, statements.count.values, { prepare }) : undefined
   const [rows, counted] = await Promise.all([pageQuery, countQuery])
 
   const headers: Record<string, string> = {}
@@ -108,6 +111,7 @@ function parseFilters(collection: Collection, query: Record<string, string>): Fi
     if (meaning) found.push([param, meaning])
   }
   if (found.length > 1) found.sort((a, b) => a[1].rank - b[1].rank)
+  if (found.length > MAX_FILTERS) throw invalidParameter(found[MAX_FILTERS]![0], `at most ${MAX_FILTERS} filter parameters may be combined in one request`)
   return found.map(([param, { member, op }]) => {
     const raw = query[param]!
     const parts = op === 'in' ? raw.split(',') : [raw]

@@ -30,13 +30,15 @@ export interface ListRequest {
   offset?: number | undefined
 }
 
-/** Text and values for postgres.js's `sql.unsafe(text, values, { prepare: true })`. */
+/** Text and values for postgres.js's `sql.unsafe(text, values, { prepare })`. */
 export interface Statement { text: string; values: Array<string | number | Date | Array<string | number>> }
 
 export interface ListStatements {
   page: Statement
   /** `SELECT count(*)` of the same selection: what `count=true` answers. */
   count: Statement
+  /** Whether to run them as named prepared statements (see `compiledFor`). */
+  prepare: boolean
 }
 
 /**
@@ -45,7 +47,7 @@ export interface ListStatements {
  * values, the limit, the offset. The count statement uses the first part only.
  */
 export function listStatements(collection: Collection, request: ListRequest): ListStatements {
-  const { page, count } = compiledFor(collection, request)
+  const { page, count, prepare } = compiledFor(collection, request)
   const values: Statement['values'] = []
   for (const f of request.filters) values.push(filterValue(collection, f))
   if (request.q !== undefined) values.push(searchPattern(request.q))
@@ -53,12 +55,12 @@ export function listStatements(collection: Collection, request: ListRequest): Li
   if (request.after) values.push(...request.after)
   values.push(request.limit + 1)
   if (request.offset) values.push(request.offset)
-  return { page: { text: page, values }, count: { text: count, values: countValues } }
+  return { page: { text: page, values }, count: { text: count, values: countValues }, prepare }
 }
 
 // ------------------------------------------------------------ compiled texts
 
-interface Compiled { page: string; count: string }
+interface Compiled { page: string; count: string; uses: number; prepare: boolean }
 
 /**
  * Compiled texts per collection, by shape. The declaration allows far more
@@ -66,28 +68,45 @@ interface Compiled { page: string; count: string }
  * times every sort), and a client chooses them, so the cache is bounded: the
  * least recently used shape goes first. An IN list is one array parameter,
  * so its length is not part of the shape.
+ *
+ * A prepared statement lives on every database connection that ran it until
+ * the connection closes, and this cache forgetting a shape does not remove
+ * it there. So only a shape used PREPARE_AFTER_USES times is prepared, and
+ * at most MAX_PREPARED_SHAPES shapes per collection ever are, for the life
+ * of the instance: the server memory they hold is bounded whatever shapes
+ * clients send. Other shapes run unprepared (parsed and planned each time).
  */
 export const MAX_SHAPES_PER_COLLECTION = 500
-const cache = new WeakMap<Collection, Map<string, Compiled>>()
+export const PREPARE_AFTER_USES = 3
+export const MAX_PREPARED_SHAPES = 200
+const cache = new WeakMap<Collection, { shapes: Map<string, Compiled>; prepared: Set<string> }>()
 
 function compiledFor(collection: Collection, request: ListRequest): Compiled {
-  let shapes = cache.get(collection)
-  if (!shapes) cache.set(collection, (shapes = new Map()))
+  let entry = cache.get(collection)
+  if (!entry) cache.set(collection, (entry = { shapes: new Map(), prepared: new Set() }))
+  const { shapes, prepared } = entry
   const key = shapeKey(request)
   let compiled = shapes.get(key)
   if (compiled) {
     shapes.delete(key) // a Map iterates in insertion order: re-inserting makes it the most recent
   } else {
-    compiled = compile(collection, request)
+    compiled = { ...compile(collection, request), uses: 0, prepare: prepared.has(key) }
     if (shapes.size >= MAX_SHAPES_PER_COLLECTION) shapes.delete(shapes.keys().next().value!)
+  }
+  if (++compiled.uses >= PREPARE_AFTER_USES && !compiled.prepare && prepared.size < MAX_PREPARED_SHAPES) {
+    prepared.add(key)
+    compiled.prepare = true
   }
   shapes.set(key, compiled)
   return compiled
 }
 
+/** How many shapes of the collection are run as prepared statements (for tests). */
+export const preparedShapeCount = (collection: Collection) => cache.get(collection)?.prepared.size ?? 0
+
 /** The shapes of the collection that are compiled, least recently used first (for tests). */
 export function compiledShapes(collection: Collection): string[] {
-  return [...(cache.get(collection)?.keys() ?? [])]
+  return [...(cache.get(collection)?.shapes.keys() ?? [])]
 }
 
 /** Everything the text depends on, and nothing else (members are identifiers, so the separators are unambiguous). */
@@ -103,7 +122,7 @@ const COMPARISON: Record<Exclude<FilterOperator, 'in'>, string> = { eq: '=', ne:
 /** The element type of an IN list's array parameter. Integers as int8 also suit an int4 column (stock): int4 = int8 is in the same btree operator family, so the (member, id) index still serves it. */
 const ARRAY_TYPE: Record<MemberType['type'], string> = { integer: 'int8[]', text: 'text[]', email: 'text[]', enum: 'text[]', timestamp: 'timestamptz[]' }
 
-function compile(collection: Collection, r: ListRequest): Compiled {
+function compile(collection: Collection, r: ListRequest): { page: string; count: string } {
   let n = 0
   const conditions: string[] = []
   for (const f of r.filters) {
