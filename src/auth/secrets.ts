@@ -22,4 +22,4 @@ export function resolveSecrets(config: Config, dataDir: string): Secrets {
 }
 
 /** Cursor MAC keys, derived so that a cursor can never double as a token signature. First signs, all verify. */
-export const cursorKeysFrom = (secrets: Secrets): Buffer[] => secrets.map((s) => createHmac('sha256', s.secret).update('collection-cursor-v1').digest())
+export const cursorKeysFrom = (secrets: Secrets): Buffer[] => secrets.map((s) => createHmac('sha256', s.secret).update('collection-cursor-v2').digest())

@@ -1,9 +1,18 @@
-import { createHmac, timingSafeEqual } from 'node:crypto'
+import { createCipheriv, createDecipheriv, createHmac, timingSafeEqual } from 'node:crypto'
 
-// A cursor is `base64url(JSON payload).base64url(HMAC-SHA256)`: opaque to
-// clients (they must not build one) and tamper-evident (an edited cursor fails
-// the MAC, compared in constant time). The payload names the sort and a
-// digest of the filter it was made for, so it cannot be replayed elsewhere.
+// A cursor is base64url(nonce ‖ AES-256-GCM ciphertext ‖ tag) of a JSON
+// payload: opaque to clients (they must not build one), tamper-evident (an
+// edited cursor fails the tag) and unreadable. It carries the last row's sort
+// values, an e-mail address when sorting by e-mail, and URLs land in access
+// logs and browser histories, so the values must not be readable there. The
+// payload names the sort and a digest of the filter it was made for, so it
+// cannot be replayed elsewhere.
+//
+// The nonce is synthetic (SIV-style): an HMAC of the payload under a key of
+// its own. The same payload gives the same cursor, and no two payloads share
+// a nonce short of a 96-bit collision, which random nonces would make likely
+// after 2^32 cursors under one key; a nonce repeated with another payload is
+// what breaks GCM.
 
 export interface CursorPayload {
   /** The normalized sort, e.g. `-price,id`. */
@@ -14,28 +23,64 @@ export interface CursorPayload {
   after: Array<string | number>
 }
 
-const MAC_BYTES = 16 // 128 bits: forging one is out of reach, and URLs stay short
+const NONCE_BYTES = 12
+const TAG_BYTES = 16
+/** Nonce and tag in base64url: no cursor is shorter. */
+const MIN_LENGTH = Math.ceil(((NONCE_BYTES + TAG_BYTES) * 4) / 3)
+const MAX_LENGTH = 6000
 
-const mac = (key: Buffer, data: string) => createHmac('sha256', key).update(data).digest().subarray(0, MAC_BYTES)
+interface CursorKeys { encryption: Buffer; nonce: Buffer }
 
-export function encodeCursor(payload: CursorPayload, key: Buffer): string {
-  const data = Buffer.from(JSON.stringify([payload.sort, payload.filter, payload.after])).toString('base64url')
-  return `${data}.${mac(key, data).toString('base64url')}`
+/** Two keys of one: the same key must not both encrypt and make nonces. */
+const subkeys = (key: Buffer): CursorKeys => ({
+  encryption: createHmac('sha256', key).update('cursor encryption').digest(),
+  nonce: createHmac('sha256', key).update('cursor nonce').digest(),
+})
+const nonceOf = (keys: CursorKeys, plaintext: Buffer) => createHmac('sha256', keys.nonce).update(plaintext).digest().subarray(0, NONCE_BYTES)
+
+/** Seals any plaintext as a cursor (for tests of what decodeCursor does with well-sealed nonsense). */
+export function sealCursor(plaintext: Buffer, key: Buffer): string {
+  const keys = subkeys(key)
+  const nonce = nonceOf(keys, plaintext)
+  const cipher = createCipheriv('aes-256-gcm', keys.encryption, nonce)
+  const sealed = Buffer.concat([cipher.update(plaintext), cipher.final()])
+  return Buffer.concat([nonce, sealed, cipher.getAuthTag()]).toString('base64url')
 }
 
-/** The payload, or undefined when the cursor is malformed or its MAC fails under every key. */
+export function encodeCursor(payload: CursorPayload, key: Buffer): string {
+  return sealCursor(Buffer.from(JSON.stringify([payload.sort, payload.filter, payload.after])), key)
+}
+
+/** The payload, or undefined when the cursor is malformed or does not open under any key. */
 export function decodeCursor(cursor: string, keys: readonly Buffer[]): CursorPayload | undefined {
-  const m = /^([A-Za-z0-9_-]{1,4096})\.([A-Za-z0-9_-]{22})$/.exec(cursor)
-  if (!m) return undefined
-  const [, data, tag] = m as unknown as [string, string, string]
-  const given = Buffer.from(tag, 'base64url')
-  // 22 base64url characters carry 132 bits for a 128-bit tag: the last one has
-  // 4 spare bits that decoding ignores, so without this check 16 spellings of
-  // the same tag would verify. Only the canonical spelling is accepted.
-  if (given.toString('base64url') !== tag) return undefined
-  if (!keys.some((key) => timingSafeEqual(mac(key, data), given))) return undefined
+  if (cursor.length < MIN_LENGTH || cursor.length > MAX_LENGTH || !/^[A-Za-z0-9_-]+$/.test(cursor)) return undefined
+  const bytes = Buffer.from(cursor, 'base64url')
+  // Spare bits of the last character are ignored by decoding: only the canonical spelling is accepted.
+  if (bytes.toString('base64url') !== cursor || bytes.length < NONCE_BYTES + TAG_BYTES) return undefined
+  for (const key of keys) {
+    const plaintext = open(bytes, subkeys(key))
+    if (plaintext) return parse(plaintext)
+  }
+  return undefined
+}
+
+function open(bytes: Buffer, keys: CursorKeys): Buffer | undefined {
+  const nonce = bytes.subarray(0, NONCE_BYTES)
+  const decipher = createDecipheriv('aes-256-gcm', keys.encryption, nonce)
+  decipher.setAuthTag(bytes.subarray(bytes.length - TAG_BYTES))
+  let plaintext: Buffer
   try {
-    const [sort, filter, after] = JSON.parse(Buffer.from(data, 'base64url').toString('utf8')) as unknown[]
+    plaintext = Buffer.concat([decipher.update(bytes.subarray(NONCE_BYTES, bytes.length - TAG_BYTES)), decipher.final()])
+  } catch {
+    return undefined
+  }
+  // One cursor per payload: the nonce must be the one this payload makes.
+  return timingSafeEqual(nonceOf(keys, plaintext), nonce) ? plaintext : undefined
+}
+
+function parse(plaintext: Buffer): CursorPayload | undefined {
+  try {
+    const [sort, filter, after] = JSON.parse(plaintext.toString('utf8')) as unknown[]
     if (typeof sort !== 'string' || typeof filter !== 'string' || !Array.isArray(after)) return undefined
     if (!after.every((v) => typeof v === 'string' || typeof v === 'number')) return undefined
     return { sort, filter, after }
