@@ -17,10 +17,13 @@ run: node_modules/.installed
 migrate: node_modules/.installed
 	$(TSX) src/main.ts migrate
 
-# Creates an admin, or resets an existing user to admin: make admin EMAIL=you@example.com [PASSWORD=…]
-# Prints the password (a generated one unless PASSWORD is given).
+# Creates an admin, or gives an existing admin a new password (ending its sessions):
+#   make admin EMAIL=you@example.com
+# The password comes from ADMIN_PASSWORD or standard input (never the command
+# line, where ps shows it); without either a generated one is printed. An
+# existing account that is not an admin is not promoted.
 admin: node_modules/.installed
-	@$(TSX) src/main.ts admin "$(EMAIL)" "$(PASSWORD)"
+	@$(TSX) src/main.ts admin "$(EMAIL)"
 
 typecheck: node_modules/.installed
 	$(NODE_BIN)/tsc --noEmit -p test/tsconfig.json

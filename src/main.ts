@@ -9,13 +9,15 @@ import { dataRoot, LocalClusterError, localDevelopmentUrl } from './db/local-clu
 import { migrate, MigrationError } from './db/migrate.js'
 import { batchedWriter, createLogger, describeError } from './log.js'
 import { shutdown } from './shutdown.js'
-import { bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
+import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
 // The process: configuration, database, signals, the listening socket.
 // `node dist/main.js` serves; `node dist/main.js migrate` only migrates.
 
 async function main(): Promise<void> {
-  const config = loadConfig(process.env)
+  const command = process.argv[2]
+  // For `admin`, ADMIN_EMAIL and ADMIN_PASSWORD name the admin to make, not the one to create at start-up.
+  const config = loadConfig(command === 'admin' ? { ...process.env, ADMIN_EMAIL: undefined, ADMIN_PASSWORD: undefined } : process.env)
   const stdout = batchedWriter((text) => process.stdout.write(text))
   process.on('exit', stdout.flush)
   const log = createLogger(config.logLevel, stdout.write)
@@ -38,15 +40,16 @@ async function main(): Promise<void> {
 
   const applied = await migrate(sql)
   if (applied.length) log.info('migrations applied', { migrations: applied })
-  if (process.argv[2] === 'migrate') {
+  if (command === 'migrate') {
     log.info('database is up to date')
     await sql.end({ timeout: 5 })
     return
   }
-  if (process.argv[2] === 'admin') {
-    // `make admin EMAIL=… [PASSWORD=…]`
-    const email = process.argv[3] || 'admin@example.com'
-    const admin = await createOrResetAdmin(sql, email, process.argv[4] || undefined)
+  if (command === 'admin') {
+    // `make admin EMAIL=…`, the password from ADMIN_PASSWORD or standard input, never from argv (it would show in `ps`).
+    if (process.argv.length > 4) throw new ConfigError('admin takes the e-mail only; give the password in ADMIN_PASSWORD or on standard input, not on the command line (it would show in ps).')
+    const email = process.argv[3] || process.env.ADMIN_EMAIL || 'admin@example.com'
+    const admin = await createOrResetAdmin(sql, email, await adminPasswordFrom(process.env, process.stdin))
     process.stdout.write(`${admin.created ? 'Created' : 'Reset'} admin ${email} (id ${admin.id}). Password: ${admin.password}\n`)
     await sql.end({ timeout: 5 })
     return

@@ -35,12 +35,13 @@ interface Exit {
 }
 
 /** The entry point with exactly this environment (nothing inherited but PATH and HOME). */
-function spawnMain(args: string[], env: Record<string, string>): { child: ChildProcess; exited: Promise<Exit>; stdout(): string } {
+function spawnMain(args: string[], env: Record<string, string>, input?: string): { child: ChildProcess; exited: Promise<Exit>; stdout(): string } {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', LOG_LEVEL: 'error', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
   })
+  if (input !== undefined) child.stdin!.end(input)
   let stdout = ''
   let stderr = ''
   child.stdout!.on('data', (d: Buffer) => (stdout += d))
@@ -55,7 +56,7 @@ function spawnMain(args: string[], env: Record<string, string>): { child: ChildP
   return { child, exited, stdout: () => stdout }
 }
 
-const runMain = (args: string[], env: Record<string, string>) => spawnMain(args, env).exited
+const runMain = (args: string[], env: Record<string, string>, input?: string) => spawnMain(args, env, input).exited
 
 async function freePort(): Promise<number> {
   const server = createServer()
@@ -107,13 +108,14 @@ async function database(): Promise<Database> {
   const url = await createTestDatabase()
   const config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS }), databaseUrl: url }
   const sql = connect(url, { max: 2, statementTimeoutMs: 10_000 })
-  const server = createApp(createDeps(sql, config, createLogger('error', () => {})))
+  const deps = createDeps(sql, config, createLogger('error', () => {}))
+  const server = createApp(deps)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const appUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
   after(async () => {
     server.closeAllConnections()
     await new Promise((resolve) => server.close(resolve))
-    await sql.end({ timeout: 5 })
+    await Promise.all([sql.end({ timeout: 5 }), deps.credentialChanges.stop()])
   })
   return { url, sql, login: (email, password) => loginAt(appUrl, email, password) }
 }
@@ -145,8 +147,8 @@ function parseAdminOutput(exit: Exit): { verb: string; email: string; id: number
 // ---------------------------------------------------------------------------
 // make admin
 
-describe('src/main.ts admin <email> [password]', () => {
-  test('without a password creates the admin and prints a generated password that logs in; again, it resets it', async () => {
+describe('src/main.ts admin <email> (password from ADMIN_PASSWORD or standard input)', () => {
+  test('without a password creates the admin and prints a generated password that logs in; again, it resets it and ends its sessions', async () => {
     const db = await database()
     const email = 'first.admin@example.com'
 
@@ -160,7 +162,7 @@ describe('src/main.ts admin <email> [password]', () => {
     assert.ok(!row!.password_hash!.includes(first.password), 'the password is stored in clear')
     assert.equal(await db.login(email, first.password), 200)
 
-    // Again for the same e-mail: a new password, the old one no longer works, still one row.
+    // Again for the same e-mail: a new password, the old one no longer works, still one row, its sessions ended.
     const second = parseAdminOutput(await runMain(['admin', email], { DATABASE_URL: db.url, JWT_SECRETS }))
     assert.equal(second.verb, 'Reset')
     assert.equal(second.id, first.id)
@@ -169,50 +171,64 @@ describe('src/main.ts admin <email> [password]', () => {
     assert.equal(rows.length, 1)
     assert.equal(rows[0]!.role, 'admin')
     assert.equal(rows[0]!.version, row!.version + 1)
+    const [{ live }] = await db.sql<[{ live: number }]>`SELECT count(*)::int AS live FROM sessions WHERE user_id = ${first.id} AND revoked_at IS NULL`
+    assert.equal(live, 0, 'the session of the first login was ended')
     assert.equal(await db.login(email, first.password), 401)
     assert.equal(await db.login(email, second.password), 200)
   })
 
-  test('with a password sets exactly that one; the e-mail matches without regard to case', async () => {
+  test('the password from ADMIN_PASSWORD, or the first line of standard input; the e-mail matches without regard to case', async () => {
     const db = await database()
-    const created = parseAdminOutput(await runMain(['admin', 'Case.Admin@Example.com', 'first chosen password'], { DATABASE_URL: db.url, JWT_SECRETS }))
+    const created = parseAdminOutput(await runMain(['admin', 'Case.Admin@Example.com'], { DATABASE_URL: db.url, JWT_SECRETS, ADMIN_PASSWORD: 'first chosen password' }))
     assert.equal(created.password, 'first chosen password')
-    const reset = parseAdminOutput(await runMain(['admin', 'case.admin@example.COM', 'second chosen password'], { DATABASE_URL: db.url, JWT_SECRETS }))
+    const reset = parseAdminOutput(await runMain(['admin', 'case.admin@example.COM'], { DATABASE_URL: db.url, JWT_SECRETS }, 'second chosen password\nignored\n'))
     assert.equal(reset.verb, 'Reset')
     assert.equal(reset.id, created.id)
+    assert.equal(reset.password, 'second chosen password')
     const rows = await usersIn(db.sql)
     assert.deepEqual(rows.map((r) => [r.email, r.role]), [['Case.Admin@Example.com', 'admin']], 'one row, the e-mail as first stored')
     assert.equal(await db.login('case.admin@example.com', 'first chosen password'), 401)
     assert.equal(await db.login('Case.Admin@Example.com', 'second chosen password'), 200)
   })
 
-  test('for an existing plain user makes it admin with the new password, in the same row', async () => {
+  test('an existing account that is not an admin is not promoted: exit 1 with the way to do it, nothing changed', async () => {
     const db = await database()
-    const [user] = await db.sql<Array<{ id: number }>>`INSERT INTO users (name, email) VALUES ('Plain Person', 'plain@example.com') RETURNING id`
-    const out = parseAdminOutput(await runMain(['admin', 'plain@example.com', 'promoted password'], { DATABASE_URL: db.url, JWT_SECRETS }))
-    assert.equal(out.verb, 'Reset')
-    assert.equal(out.id, user!.id)
-    const rows = await usersIn(db.sql)
-    assert.deepEqual(rows.map((r) => [r.id, r.role, r.name]), [[user!.id, 'admin', 'Plain Person']])
-    assert.equal(await db.login('plain@example.com', 'promoted password'), 200)
+    await db.sql`INSERT INTO users (name, email) VALUES ('Plain Person', 'plain@example.com')`
+    const before = await usersIn(db.sql)
+    const exit = await runMain(['admin', 'PLAIN@example.com'], { DATABASE_URL: db.url, JWT_SECRETS, ADMIN_PASSWORD: 'promoted password' })
+    assert.equal(exit.code, 1, exit.stdout)
+    assert.match(exit.stderr, /not an admin/)
+    assert.doesNotMatch(exit.stderr, STACK_LINE)
+    assert.ok(!exit.stderr.includes('promoted password'))
+    assert.deepEqual([...(await usersIn(db.sql))], [...before])
+    assert.equal(await db.login('plain@example.com', 'promoted password'), 401)
   })
 
-  const refused: Array<[string, string[], RegExp]> = [
-    ['an e-mail without a domain', ['admin', 'not-an-email'], /email/],
-    ['an e-mail without a dot in the domain', ['admin', 'root@localhost'], /email/],
-    ['a password under 8 characters', ['admin', 'short.password@example.com', 'seven77'], /password/],
+  test('a password on the command line is refused (ps would show it), and not echoed', async () => {
+    const db = await database()
+    const exit = await runMain(['admin', 'argv.admin@example.com', 'visible in ps'], { DATABASE_URL: db.url, JWT_SECRETS })
+    assert.equal(exit.code, 1)
+    assert.match(exit.stderr, /ADMIN_PASSWORD or on standard input/)
+    assert.ok(!exit.stderr.includes('visible in ps') && !exit.stdout.includes('visible in ps'))
+    assert.equal((await usersIn(db.sql)).length, 0)
+  })
+
+  const refused: Array<[string, string[], Record<string, string>, RegExp]> = [
+    ['an e-mail without a domain', ['admin', 'not-an-email'], {}, /email/],
+    ['an e-mail without a dot in the domain', ['admin', 'root@localhost'], {}, /email/],
+    ['a password under 8 characters', ['admin', 'short.password@example.com'], { ADMIN_PASSWORD: 'seven77' }, /password/],
   ]
   test('refuses invalid input: exits non-zero, says why without a stack trace, creates nothing', async () => {
     const db = await database()
-    const exits = await Promise.all(refused.map(([, args]) => runMain(args, { DATABASE_URL: db.url, JWT_SECRETS })))
+    const exits = await Promise.all(refused.map(([, args, env]) => runMain(args, { DATABASE_URL: db.url, JWT_SECRETS, ...env })))
     for (const [i, exit] of exits.entries()) {
-      const [label, args, message] = refused[i]!
+      const [label, , env, message] = refused[i]!
       assert.notEqual(exit.code, 0, `${label}: exit code`)
       assert.notEqual(exit.code, null, `${label}: killed, not exited`)
       assert.match(exit.stderr, message, label)
       assert.doesNotMatch(exit.stderr, STACK_LINE, `${label}: a stack trace`)
       assert.equal(exit.stdout, '', `${label}: printed ${exit.stdout}`)
-      if (args[2]) assert.ok(!exit.stderr.includes(args[2]), `${label}: the password is echoed`)
+      if (env.ADMIN_PASSWORD) assert.ok(!exit.stderr.includes(env.ADMIN_PASSWORD), `${label}: the password is echoed`)
     }
     assert.equal((await usersIn(db.sql)).length, 0, 'a user was created')
   })
@@ -237,9 +253,19 @@ describe('ADMIN_EMAIL and ADMIN_PASSWORD at start-up', () => {
     assert.equal(exit.code, 0, exit.stderr)
   })
 
+  test('ADMIN_EMAIL naming an existing account that is not an admin: start-up refused, nothing promoted', async () => {
+    const db = await database()
+    await db.sql`INSERT INTO users (name, email) VALUES ('Self Registered', 'early@example.com')`
+    const exit = await runMain([], { DATABASE_URL: db.url, JWT_SECRETS, ADMIN_EMAIL: 'early@example.com', ADMIN_PASSWORD: 'takeover password' })
+    assert.equal(exit.code, 1)
+    assert.match(exit.stderr, /not an admin/)
+    assert.ok(!exit.stderr.includes('takeover password'))
+    assert.deepEqual((await usersIn(db.sql)).map((r) => [r.email, r.role]), [['early@example.com', 'user']])
+  })
+
   test('do nothing when an admin exists: no new admin, and no password reset of an existing one', async () => {
     const db = await database()
-    const out = parseAdminOutput(await runMain(['admin', 'sitting@example.com', 'the sitting password'], { DATABASE_URL: db.url, JWT_SECRETS }))
+    const out = parseAdminOutput(await runMain(['admin', 'sitting@example.com'], { DATABASE_URL: db.url, JWT_SECRETS, ADMIN_PASSWORD: 'the sitting password' }))
     const before = await usersIn(db.sql)
 
     const [newcomer, sameEmail] = await Promise.all([

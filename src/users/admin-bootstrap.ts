@@ -1,31 +1,51 @@
 import { randomBytes } from 'node:crypto'
 import type { Sql } from 'postgres'
+import { normalizeEmail } from '../auth/login-throttle.js'
 import { hashPassword } from '../auth/password.js'
+import { revokeSessionsOf } from '../auth/sessions.js'
 import { ConfigError } from '../config.js'
 import { compileValidator } from '../http/validate.js'
 import { UserCreate } from './schemas.js'
 
-// The first admin. `make admin` creates one, or resets an existing user to
-// admin with a new password; ADMIN_EMAIL + ADMIN_PASSWORD do the same at
-// start-up, but only while no admin exists (so a later restart never resets
-// a password somebody changed).
+// The first admin. `make admin` creates one, or gives an existing admin a
+// new password (ending all its sessions, as any password change does);
+// ADMIN_EMAIL + ADMIN_PASSWORD create one at start-up, but only while no
+// admin exists (so a later restart never resets a password somebody changed).
+// Neither ever promotes an existing account that is not an admin: it may be
+// anybody's (a self-registered one, say), and making it admin would hand its
+// sessions and keys admin rights. Promote through the API, as an admin.
 
 const checkUser = compileValidator(UserCreate)
 
-/** Creates or resets the admin; returns the password (generated when none is given). */
-export async function createOrResetAdmin(sql: Sql, email: string, password?: string): Promise<{ id: number; password: string; created: boolean }> {
+export interface AdminResult {
+  id: number
+  password: string
+  created: boolean
+}
+
+/** Creates the admin, or resets an existing admin's password; returns the password (generated when none is given). */
+export async function createOrResetAdmin(sql: Sql, email: string, password?: string): Promise<AdminResult> {
   const secret = password ?? randomBytes(18).toString('base64url')
   const errors = checkUser.errors({ name: 'Administrator', email, password: secret })
   // A ConfigError: bad input from the operator (the command line, ADMIN_EMAIL) gets
   // its message on stderr, not the JSON-and-stack-trace main.ts prints for a crash.
   if (errors.length) throw new ConfigError(`Cannot create the admin: ${errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; ')}`)
   const passwordHash = await hashPassword(secret)
-  const [row] = await sql<Array<{ id: number; created: boolean }>>`
-    INSERT INTO users (name, email, role, password_hash) VALUES ('Administrator', ${email}, 'admin', ${passwordHash})
-    ON CONFLICT ((lower(email))) DO UPDATE SET role = 'admin', password_hash = EXCLUDED.password_hash,
-      version = users.version + 1, updated_at = now()
-    RETURNING id, (xmax = 0) AS created`
-  return { id: row!.id, password: secret, created: row!.created }
+  return sql.begin(async (tx) => {
+    const [existing] = await tx<Array<{ id: number; role: string }>>`SELECT id, role FROM users WHERE lower(email) = ${normalizeEmail(email)} FOR UPDATE`
+    if (existing && existing.role !== 'admin') {
+      throw new ConfigError(`${email} belongs to an account that is not an admin; it is not promoted from here. Promote it through the API as an admin (PATCH /users/${existing.id} {"role":"admin"}), or choose another e-mail.`)
+    }
+    if (existing) {
+      // A new password: the trigger of sql/005 voids the JWTs issued before; the sessions end here.
+      await tx`UPDATE users SET password_hash = ${passwordHash}, version = version + 1, updated_at = now() WHERE id = ${existing.id}`
+      await revokeSessionsOf(tx, existing.id)
+      return { id: existing.id, password: secret, created: false }
+    }
+    const [row] = await tx<Array<{ id: number }>>`
+      INSERT INTO users (name, email, role, password_hash) VALUES ('Administrator', ${email}, 'admin', ${passwordHash}) RETURNING id`
+    return { id: row!.id, password: secret, created: true }
+  })
 }
 
 export async function bootstrapAdminIfNone(sql: Sql, admin: { email: string; password: string }): Promise<boolean> {
@@ -33,4 +53,21 @@ export async function bootstrapAdminIfNone(sql: Sql, admin: { email: string; pas
   if (any) return false
   await createOrResetAdmin(sql, admin.email, admin.password)
   return true
+}
+
+/**
+ * The password for `make admin`: ADMIN_PASSWORD, else the first line of
+ * standard input when it is not a terminal (`… | make admin`), else none (a
+ * generated one is printed). Never a command-line argument: those show in `ps`.
+ */
+export async function adminPasswordFrom(env: NodeJS.ProcessEnv, stdin: NodeJS.ReadStream): Promise<string | undefined> {
+  if (env.ADMIN_PASSWORD) return env.ADMIN_PASSWORD
+  if (stdin.isTTY) return undefined
+  let text = ''
+  for await (const chunk of stdin) {
+    text += String(chunk)
+    if (text.includes('\n') || text.length > 1024) break
+  }
+  const line = text.split(/\r?\n/)[0]
+  return line || undefined
 }
