@@ -6,8 +6,9 @@ TSX := node --import tsx
 
 .PHONY: run test build migrate admin typecheck db-start db-stop clean bench
 
-# Installs exactly what package-lock.json says; re-runs when it changes.
-node_modules/.installed: package.json package-lock.json
+# Installs exactly what package-lock.json says, and patches postgres.js (postinstall);
+# re-runs when either changes, or the patch does.
+node_modules/.installed: package.json package-lock.json src/db/postgres-patch.mjs
 	npm ci --no-audit --no-fund
 	@touch $@
 

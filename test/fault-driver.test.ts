@@ -1,14 +1,15 @@
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
+import { pathToFileURL } from 'node:url'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import type { Sql } from 'postgres'
-import { connect, PATCHED_FILES } from '../src/db/connect.js'
-import { edits, MARKER } from '../src/db/postgres-patch.mjs'
+import { connect, driverPatchProblem, expectedPatchDigest, PATCHED_FILES } from '../src/db/connect.js'
+import { edits, MARKER, PATCH_DIGEST, STAMP_PREFIX } from '../src/db/postgres-patch.mjs'
 import { projectRoot, settledHeap, waitFor } from './fault-kit.js'
 import { createTestDatabase } from './helpers/server.js'
 
@@ -256,7 +257,7 @@ describe('the install-time patch (src/db/postgres-patch.mjs)', () => {
     for (const folder of folders) {
       for (const [file, find, replace] of patchEdits) {
         const path = join(dir, folder, file)
-        writeFileSync(path, readFileSync(path, 'utf8').replace(replace, find))
+        writeFileSync(path, readFileSync(path, 'utf8').replace(replace, find).replace(/\n\/\/ users-products-api patch: edit list [0-9a-f]{16}\n$/, '\n'))
       }
       for (const file of patchedFiles) assert.ok(!readFileSync(join(dir, folder, file), 'utf8').includes(MARKER))
     }
@@ -274,6 +275,36 @@ describe('the install-time patch (src/db/postgres-patch.mjs)', () => {
       const second = await run(process.execPath, [patchScript, dir])
       assert.match(second.stdout, /already patched/)
       assert.deepEqual(snapshot(dir), snapshot(installed))
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('start-up accepts only a copy stamped by this patch file: an unpatched one or one patched by another edit list is refused, saying what to run', () => {
+    assert.equal(driverPatchProblem(pathToFileURL(join(installed, 'src') + '/'), expectedPatchDigest()), undefined)
+    const dir = pristineCopy()
+    try {
+      const source = pathToFileURL(join(dir, 'src') + '/')
+      assert.match(driverPatchProblem(source, expectedPatchDigest()) ?? '', /is not patched .*npm ci/)
+      cpSync(installed, dir, { recursive: true })
+      const path = join(dir, 'src', 'query.js')
+      writeFileSync(path, readFileSync(path, 'utf8').replace(/edit list [0-9a-f]{16}\n$/, 'edit list 0123456789abcdef\n'))
+      assert.match(driverPatchProblem(source, expectedPatchDigest()) ?? '', /another version of src\/db\/postgres-patch\.mjs \(query\.js\).*npm ci/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('it writes each file whole: to a temporary file renamed over the original (a new inode), leaving no temporary file', async () => {
+    const dir = pristineCopy()
+    try {
+      const path = join(dir, 'src', 'connection.js')
+      const before = statSync(path).ino
+      await run(process.execPath, [patchScript, dir])
+      assert.notEqual(statSync(path).ino, before, 'the file was replaced, not written in place')
+      assert.deepEqual(readdirSync(join(dir, 'src')).filter((f) => f.endsWith('.tmp')), [])
+      assert.ok(readFileSync(path, 'utf8').endsWith(`${STAMP_PREFIX}${PATCH_DIGEST}\n`))
+      assert.equal(PATCH_DIGEST, expectedPatchDigest(), 'start-up computes the digest the patch stamps')
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }

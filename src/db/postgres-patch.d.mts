@@ -1,5 +1,8 @@
 // Types of postgres-patch.mjs (plain JavaScript: it runs at install time, without tsx).
 export declare const MARKER: string
+/** The digest of the patch file, stamped at the end of every patched file after STAMP_PREFIX. */
+export declare const PATCH_DIGEST: string
+export declare const STAMP_PREFIX: string
 /** [file inside the package's source folder, text to find, its replacement] */
 export declare const edits: Array<[file: string, find: string, replace: string]>
 export declare class PatchError extends Error {}

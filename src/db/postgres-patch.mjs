@@ -44,7 +44,13 @@
 // Twelve textual replacements in src/connection.js, src/index.js,
 // src/queue.js and src/query.js, and the
 // same in the CommonJS copy (cjs/src/), each marked in the patched file with
-// "users-products-api patch". Idempotent. If a text to replace is not found
+// "users-products-api patch", and each patched file ends with a stamp naming
+// the digest of this file (`STAMP_PREFIX` + PATCH_DIGEST): src/db/connect.ts
+// refuses to start on a copy patched by another version of the edits (an
+// `npm install` that kept an old node_modules), and the Makefile installs
+// again when this file changes. Files are written to a temporary file and
+// renamed over the original, so a crash never leaves a truncated driver.
+// Idempotent. If a text to replace is not found
 // (postgres.js was upgraded and its code changed), it fails loudly and
 // `npm ci` fails with it: check whether the new version fixes the issues
 // above, then adapt or delete this file (src/db/connect.ts refuses to start
@@ -52,11 +58,17 @@
 //
 // Usage: node src/db/postgres-patch.mjs [folder of the postgres package]
 
-import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { createHash } from 'node:crypto'
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 export const MARKER = 'users-products-api patch'
+
+/** The digest of this file, edits and all: what a patched file is stamped with. */
+export const PATCH_DIGEST = createHash('sha256').update(readFileSync(fileURLToPath(import.meta.url))).digest('hex').slice(0, 16)
+export const STAMP_PREFIX = `// ${MARKER}: edit list `
+const STAMP = /\n\/\/ users-products-api patch: edit list [0-9a-f]{16}\n$/
 
 /** [file inside the package's source folder, text to find, its replacement] */
 export const edits = [
@@ -291,7 +303,7 @@ export function patchPostgres(packageDir) {
     for (const [file, find, replace] of edits) {
       const path = join(packageDir, folder, file)
       if (!existsSync(path)) throw new PatchError(`postgres.js ${version}: ${path} does not exist`)
-      let text = pending.get(path) ?? readFileSync(path, 'utf8')
+      let text = pending.get(path) ?? readFileSync(path, 'utf8').replace(STAMP, '\n')
       if (text.includes(replace)) {
         report.push(`${join(folder, file)}: already patched`)
         continue
@@ -309,7 +321,20 @@ export function patchPostgres(packageDir) {
       report.push(`${join(folder, file)}: patched`)
     }
   }
-  for (const [path, text] of pending) writeFileSync(path, text)
+  for (const folder of sourceFolders) {
+    for (const file of new Set(edits.map(([f]) => f))) {
+      const path = join(packageDir, folder, file)
+      const stamped = `${(pending.get(path) ?? readFileSync(path, 'utf8').replace(STAMP, '\n')).replace(/\n$/, '')}\n${STAMP_PREFIX}${PATCH_DIGEST}\n`
+      if (stamped !== readFileSync(path, 'utf8')) pending.set(path, stamped)
+      else pending.delete(path)
+    }
+  }
+  for (const [path, text] of pending) {
+    // Written beside it, then renamed over it: a crash leaves the old file or the new one, never half of one.
+    const temporary = `${path}.${process.pid}.tmp`
+    writeFileSync(temporary, text)
+    renameSync(temporary, path)
+  }
   return { version, report }
 }
 
