@@ -36,7 +36,7 @@ const PAIRS = PARAMETERS.flatMap((a, i) => PARAMETERS.slice(i + 1).map((b) => [a
 /** The n-th distinct shape: two filter parameters (an unordered pair: the order of a query string is not part of a shape) and a sort. */
 function shape(n: number): Record<string, string> {
   const [a, b] = PAIRS[n % PAIRS.length]!
-  return { [a[0]]: a[1], [b[0]]: b[1], sort: SORTS[Math.floor(n / PAIRS.length) % SORTS.length]!, count: 'true' }
+  return { [a[0]]: a[1], [b[0]]: b[1], sort: SORTS[Math.floor(n / PAIRS.length) % SORTS.length]!, ...(n % 2 ? { count: 'true' } : {}) }
 }
 
 async function preparedPerBackend(): Promise<number[]> {
@@ -71,13 +71,15 @@ describe('list shapes', () => {
     assert.ok(first.body.length > 0)
   })
 
-  test(`10,000 distinct shapes, each sent ${PREPARE_AFTER_USES} times: every backend holds a bounded number of prepared statements`, async () => {
+  test(`10,000 distinct shapes, 2,000 of them sent ${PREPARE_AFTER_USES} times: every backend holds a bounded number of prepared statements`, async () => {
     const deps = api.deps
     const shapes = Array.from({ length: 10_000 }, (_, n) => shape(n))
-    assert.equal(new Set(shapes.map((q) => JSON.stringify(Object.keys(q).sort()) + q.sort)).size, 10_000, 'the shapes are distinct')
+    assert.equal(new Set(shapes.map((q) => JSON.stringify(Object.keys(q).filter((k) => k !== 'count').sort()) + q.sort)).size, 10_000, 'the shapes are distinct')
+    // Listed straight through the list code, with the server's own pool: 16,000 requests over HTTP would take minutes here.
     for (let start = 0; start < shapes.length; start += 100) {
-      await Promise.all(shapes.slice(start, start + 100).map(async (query) => {
-        for (let i = 0; i < PREPARE_AFTER_USES; i++) assert.equal((await listCollection(productsCollection, query, { deps })).status, 200)
+      await Promise.all(shapes.slice(start, start + 100).map(async (query, i) => {
+        const uses = start + i < 2_000 ? PREPARE_AFTER_USES : 1
+        for (let use = 0; use < uses; use++) assert.equal((await listCollection(productsCollection, query, { deps })).status, 200)
       }))
     }
     assert.equal(preparedShapeCount(productsCollection), MAX_PREPARED_SHAPES)

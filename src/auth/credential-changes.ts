@@ -246,7 +246,8 @@ export function listenForCredentialChanges(
           noteStall()
         }
         revocations.sweep()
-        if (++beats % PURGE_EVERY_BEATS === 0) await own()`DELETE FROM revocations WHERE id IN (SELECT id FROM revocations WHERE expires_at < now() LIMIT ${PURGE_BATCH})`
+        // The first heartbeat purges too: an instance that starts cleans up what stopped ones left.
+        if (beats++ % PURGE_EVERY_BEATS === 0) await own()`DELETE FROM revocations WHERE id IN (SELECT id FROM revocations WHERE expires_at < now() LIMIT ${PURGE_BATCH})`
       } catch (err) {
         // The database is unreachable: the heartbeat tries again; requests fail closed meanwhile.
         if (!lifecycle.shuttingDown) log.debug('credential changes heartbeat failed', describeError(err))
