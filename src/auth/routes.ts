@@ -10,7 +10,8 @@ import { clearFailures, countAttempt, normalizeEmail } from './login-throttle.js
 import { hashPassword, passwords, verifyInSlot } from './password.js'
 import { publicAccess } from './access.js'
 import { isScope, roleScopes } from './scopes.js'
-import { openSession, revokeSession, rotate, sessionOfRefreshToken } from './sessions.js'
+import { endSession } from './session-routes.js'
+import { openSession, rotate, sessionOfRefreshToken } from './sessions.js'
 
 const LoginBody = Type.Object(
   {
@@ -118,9 +119,7 @@ export const authRoutes = [
       } else {
         throw new HttpError(400, 'invalid_request', 'Send {"refresh_token": …}, or call with an access token of the session to end.')
       }
-      await revokeSession(deps.sql, sessionId)
-      await deps.credentialChanges.caughtUp()
-      return { status: 204 }
+      return endSession(deps, sessionId)
     },
   }),
 

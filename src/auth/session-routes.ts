@@ -1,6 +1,7 @@
 import Type from 'typebox'
+import type { AppDeps } from '../app-deps.js'
 import { HttpError, notFound } from '../http/problem.js'
-import { defineRoute } from '../http/route.js'
+import { defineRoute, type Reply } from '../http/route.js'
 import type { Principal, UserPrincipal } from './principal.js'
 import { raiseCredentialEpoch, revokeSession, revokeSessionsOf } from './sessions.js'
 
@@ -39,6 +40,13 @@ function asUser(principal: Principal): UserPrincipal {
   return principal
 }
 
+/** Ends a session and answers 204 once this instance refuses its credentials (logout, DELETE /auth/sessions/{id}). */
+export async function endSession(deps: AppDeps, sessionId: number): Promise<Reply> {
+  await revokeSession(deps.sql, sessionId)
+  await deps.credentialChanges.caughtUp()
+  return { status: 204 }
+}
+
 export const sessionRoutes = [
   defineRoute({
     method: 'GET',
@@ -68,9 +76,7 @@ export const sessionRoutes = [
       // Another user's session is a 404 like one that does not exist: ids of other users' sessions do not leak.
       const [owned] = await deps.sql`SELECT 1 FROM sessions WHERE id = ${params.id!} AND user_id = ${caller.userId} AND revoked_at IS NULL`
       if (!owned) throw notFound()
-      await revokeSession(deps.sql, Number(params.id))
-      await deps.credentialChanges.caughtUp()
-      return { status: 204 }
+      return endSession(deps, Number(params.id))
     },
   }),
 
