@@ -33,7 +33,7 @@ export function allRoutes(apiPrefix: string): AnyRoute[] {
 
 /**
  * The HTTP server as a function of its dependencies; it does not listen.
- * Time-outs are set deliberately (see README, "Time-outs"):
+ * Time-outs are set deliberately (docs/operations.md, "Time-outs"):
  * - headersTimeout: a client has this long to send its headers (slowloris);
  * - requestTimeout: and this long for the whole request, body included;
  * - keepAliveTimeout: an idle connection stays open longer than a typical

@@ -555,7 +555,7 @@ describe('POST /auth/refresh', () => {
     assertInvalidToken(answers.find((r) => r.status === 401)!)
     // One rotation only: the login's refresh token and one successor.
     assert.equal(await count(sql`SELECT count(*)::int AS n FROM refresh_tokens WHERE session_id = ${session_id}`), 2)
-    // The loser was a reuse of a retired token: strict reuse detection ends the session (README, deviations).
+    // The loser was a reuse of a retired token: strict reuse detection ends the session (README, "Deviations from the contract").
     assert.ok((await refreshRow(pair.refresh_token)).revoked_at instanceof Date)
   })
 

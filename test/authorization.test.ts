@@ -7,7 +7,7 @@ import { displayPrefix, hashSecret, newSecret } from '../src/auth/tokens.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // Who may call what: every endpoint × every kind of credential × every kind
-// of caller, against the contract (README, "Authorization"), with the database
+// of caller, against the contract (docs/auth.md, "Who may call what"), with the database
 // compared before and after each call so that a refused request is seen to
 // change nothing, and an allowed write to change something. Then the rules a
 // route declaration cannot express: a non-admin and other users' ids, a

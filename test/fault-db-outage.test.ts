@@ -17,7 +17,7 @@ import { adminToken, call, OwnCluster, percentile, spawnService, startLoad, summ
 // /healthz at 200 and /readyz at 503 while the database is down, commit every
 // write it acknowledged and no part of one it did not, and serve again by
 // itself once the database is back. The figures measured are printed
-// (t.diagnostic) for the README.
+// (t.diagnostic) for docs/operations.md.
 
 const STATEMENT_TIMEOUT = 1
 /** src/db/admission.ts: a request to the API whose database stage has not finished by then gets a 503. */

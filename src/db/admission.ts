@@ -1,7 +1,7 @@
 import type { AppDeps } from '../app-deps.js'
 import { HttpError } from '../http/problem.js'
 
-// The bound on waiting for the database (README, "Faults").
+// The bound on waiting for the database (docs/operations.md, "Faults").
 //
 // postgres.js never refuses work: when every connection is busy it queues
 // statements without limit, and a statement sent to a server that stopped

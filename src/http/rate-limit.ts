@@ -1,5 +1,5 @@
 // A fixed one-minute window per key (a credential and its user, or a client
-// address when anonymous), kept in memory, so the limit is per instance (see README for a
+// address when anonymous), kept in memory, so the limit is per instance (see docs/api.md for a
 // global limit at the proxy). Memory is bounded: keys live in a Map in the
 // order their window started, expired windows are dropped from the front as
 // requests arrive, and past `maxKeys` the oldest window is dropped, so a flood
