@@ -73,10 +73,14 @@ export function createApp(deps: AppDeps): Server {
  */
 function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, deps: AppDeps): void {
   if (!socket.writable || err.code === 'ECONNRESET') return void socket.destroy()
-  const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
+  const problem = new HttpError(
+    err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'invalid_request',
+    'The request could not be read.',
+  )
+  const { status } = problem
   const requestId = randomUUID()
   const reason = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' }[status]
-  const body = JSON.stringify(problemBody(new HttpError(status, 'invalid_request', `The request could not be read (${reason}).`), '', requestId))
+  const body = JSON.stringify(problemBody(problem, '', requestId))
   deps.log.info('request', { request_id: requestId, method: null, route: null, status, error: err.code ?? 'client_error' })
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +

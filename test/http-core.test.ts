@@ -757,12 +757,13 @@ describe('unexpected errors', () => {
 })
 
 describe('requests Node refuses before the pipeline', () => {
-  const cases: Array<[string, string, number]> = [
-    ['Content-Length together with Transfer-Encoding', 'POST /users HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n', 400],
-    ['two different Content-Length headers', 'POST /users HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}', 400],
-    ['headers over 16 KiB', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431],
+  // Each code has one status: a 431 has a code of its own.
+  const cases: Array<[string, string, number, string]> = [
+    ['Content-Length together with Transfer-Encoding', 'POST /users HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n', 400, 'invalid_request'],
+    ['two different Content-Length headers', 'POST /users HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}', 400, 'invalid_request'],
+    ['headers over 16 KiB', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'headers_too_large'],
   ]
-  for (const [name, request, status] of cases) {
+  for (const [name, request, status, code] of cases) {
     test(`${name} gets ${status} as a problem with a request id, and the connection closes`, async () => {
       const res = await raw(api, [request])
       assert.equal(res.status, status)
@@ -770,7 +771,8 @@ describe('requests Node refuses before the pipeline', () => {
       assert.equal(res.headers['x-content-type-options'], 'nosniff')
       assert.equal(res.headers.connection, 'close')
       const body = JSON.parse(res.body)
-      assert.equal(body.code, 'invalid_request')
+      assert.equal(body.code, code)
+      assert.equal(body.status, status)
       assert.equal(body.request_id, res.headers['x-request-id'])
     })
   }

@@ -47,7 +47,7 @@ export const apiKeyRoutes = [
     handle({ query, principal, deps }) {
       // Everyone lists their own keys; an admin lists anyone's, or one user's with ?user_id=.
       if (!isAdmin(principal) && query.user_id !== undefined && query.user_id !== userIdOf(principal)) {
-        throw new HttpError(403, 'forbidden', 'Only an admin may list the keys of another user.')
+        throw new HttpError('forbidden', 'Only an admin may list the keys of another user.')
       }
       return listCollection(apiKeysCollection, query, {
         deps,
@@ -73,7 +73,7 @@ export const apiKeyRoutes = [
       const beyond = body.scopes.filter((s) => !principal.scopes.has(s as never))
       // With the challenge every other insufficient_scope answer carries (RFC 6750 §3.1), naming what is missing.
       if (beyond.length) {
-        throw new HttpError(403, 'insufficient_scope', `A key cannot have scopes its creator lacks: ${beyond.join(' ')}.`, {
+        throw new HttpError('insufficient_scope', `A key cannot have scopes its creator lacks: ${beyond.join(' ')}.`, {
           headers: { 'www-authenticate': challenge.scope(beyond.join(' ')) },
         })
       }
@@ -84,9 +84,9 @@ export const apiKeyRoutes = [
         user_id: Number(principal.userId), name: body.name, prefix: displayPrefix(key), key_hash: hashSecret(key), scopes: body.scopes, expires_at: expiresAt,
       }, deps.config.maxApiKeysPerUser)
       // The user was deleted while this request ran: the credential is good for nothing now.
-      if (row === 'gone') throw new HttpError(401, 'invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+      if (row === 'gone') throw new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
       if (row === 'limit') {
-        throw new HttpError(409, 'api_key_limit', `This user already holds ${deps.config.maxApiKeysPerUser} live API keys (MAX_API_KEYS_PER_USER); delete one first.`)
+        throw new HttpError('api_key_limit', `This user already holds ${deps.config.maxApiKeysPerUser} live API keys (MAX_API_KEYS_PER_USER); delete one first.`)
       }
       return {
         status: 201,

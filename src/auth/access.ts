@@ -31,12 +31,12 @@ export function authorize(access: Access, principal: Principal, params: Record<s
     throw unauthorized()
   }
   if (access.scope && !principal.scopes.has(access.scope)) {
-    throw new HttpError(403, 'insufficient_scope', `This credential lacks the scope ${access.scope}.`, {
+    throw new HttpError('insufficient_scope', `This credential lacks the scope ${access.scope}.`, {
       headers: { 'www-authenticate': challenge.scope(access.scope) },
     })
   }
   // Checked before the resource is read: a non-admin asking for another
   // user's id gets 403 whether or not that id exists, so existence does not leak.
   const allowed = principal.role === 'admin' || access.who === 'any' || (access.who === 'admin-or-self' && params.id === principal.userId)
-  if (!allowed) throw new HttpError(403, 'forbidden', 'This credential may not do this.')
+  if (!allowed) throw new HttpError('forbidden', 'This credential may not do this.')
 }

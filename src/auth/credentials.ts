@@ -44,16 +44,16 @@ export const challenge = {
 }
 
 export const unauthorized = () =>
-  new HttpError(401, 'unauthorized', 'This endpoint needs a credential: Authorization: Bearer <token> or X-API-Key.', { headers: { 'www-authenticate': challenge.missing } })
+  new HttpError('unauthorized', 'This endpoint needs a credential: Authorization: Bearer <token> or X-API-Key.', { headers: { 'www-authenticate': challenge.missing } })
 const invalidToken = () =>
-  new HttpError(401, 'invalid_token', 'The credential is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
+  new HttpError('invalid_token', 'The credential is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
 
 /** The presented secret, or undefined when there is none. Two credentials are a 400. */
 export function presentedCredential(headers: IncomingHttpHeaders): string | undefined {
   const authorization = headers.authorization
   const apiKey = headers['x-api-key']
   if (authorization !== undefined && apiKey !== undefined) {
-    throw new HttpError(400, 'invalid_request', 'Send one credential, not both Authorization and X-API-Key.')
+    throw new HttpError('invalid_request', 'Send one credential, not both Authorization and X-API-Key.')
   }
   if (typeof apiKey === 'string') {
     // X-API-Key carries API keys only: a token sent there is a client bug worth surfacing.

@@ -29,7 +29,7 @@ const PURGE_BATCH = 1000
 const PURGE_MAX_BATCHES = 10
 
 const tooMany = (seconds: number) =>
-  new HttpError(429, 'too_many_login_attempts', 'Too many failed logins for this account; retry later.', {
+  new HttpError('too_many_login_attempts', 'Too many failed logins for this account; retry later.', {
     headers: { 'retry-after': String(Math.max(1, Math.ceil(seconds))) },
   })
 
@@ -107,7 +107,7 @@ export class LoginGuard {
   admit(addressBucket: string): void {
     const decision = this.perAddress?.hit(addressBucket)
     if (decision && !decision.allowed) {
-      throw new HttpError(429, 'rate_limited', `At most ${decision.limit} login attempts per minute from one address.`, {
+      throw new HttpError('rate_limited', `At most ${decision.limit} login attempts per minute from one address.`, {
         headers: { 'retry-after': String(decision.resetSeconds) },
       })
     }

@@ -16,7 +16,7 @@ interface Waiter {
   turnAway: (err: HttpError) => void
 }
 
-const busy = () => new HttpError(429, 'rate_limited', 'Too many password operations in progress; retry shortly.', { headers: { 'retry-after': '1' } })
+const busy = () => new HttpError('rate_limited', 'Too many password operations in progress; retry shortly.', { headers: { 'retry-after': '1' } })
 
 /**
  * Hashing runs on libuv's thread pool (4 threads by default). At most

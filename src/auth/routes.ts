@@ -45,8 +45,8 @@ const LogoutBody = Type.Object({ refresh_token: Type.Optional(Type.String({ minL
 const dummyHash = hashPassword('not a real password, only here for timing')
 
 // RFC 9110 §15.5.2: every 401 carries a challenge.
-const invalidCredentials = () => new HttpError(401, 'invalid_credentials', 'The e-mail address or the password is wrong.', { headers: { 'www-authenticate': challenge.missing } })
-const invalidRefresh = () => new HttpError(401, 'invalid_token', 'The refresh token is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
+const invalidCredentials = () => new HttpError('invalid_credentials', 'The e-mail address or the password is wrong.', { headers: { 'www-authenticate': challenge.missing } })
+const invalidRefresh = () => new HttpError('invalid_token', 'The refresh token is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
 
 export const authRoutes = [
   defineRoute({
@@ -75,7 +75,7 @@ export const authRoutes = [
       const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
       const refused = requested.filter((s) => !isScope(s) || !allowed.includes(s))
       if (refused.length || requested.length === 0) {
-        throw new HttpError(403, 'insufficient_scope', `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`)
+        throw new HttpError('insufficient_scope', `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`)
       }
       const tokens = await openSession(sql, config, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client })
       // The password or role changed while this login was checked: its tokens would be void already.
@@ -117,7 +117,7 @@ export const authRoutes = [
       } else if (principal.kind === 'user' && principal.credential.type !== 'api_key') {
         sessionId = principal.credential.sessionId
       } else {
-        throw new HttpError(400, 'invalid_request', 'Send {"refresh_token": …}, or call with an access token of the session to end.')
+        throw new HttpError('invalid_request', 'Send {"refresh_token": …}, or call with an access token of the session to end.')
       }
       return endSession(deps, sessionId)
     },
@@ -133,7 +133,7 @@ export const authRoutes = [
       if (principal.kind !== 'user') throw new Error('unreachable: /auth/me is protected')
       const user = await findUser(deps.sql, principal.userId)
       // A JWT may outlive its user; the token is then no longer good for anything.
-      if (!user) throw new HttpError(401, 'invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+      if (!user) throw new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
       const { type, expiresAt } = principal.credential
       return {
         status: 200,

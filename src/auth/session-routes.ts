@@ -89,7 +89,7 @@ export const sessionRoutes = [
     async handle({ principal, deps }) {
       const caller = asUser(principal)
       // A key is for a program: it must not be able to log its owner out everywhere (and it has no session to keep).
-      if (caller.credential.type === 'api_key') throw new HttpError(403, 'forbidden', 'An API key cannot end sessions; log in to do this.')
+      if (caller.credential.type === 'api_key') throw new HttpError('forbidden', 'An API key cannot end sessions; log in to do this.')
       await deps.sql.begin(async (tx) => {
         await revokeSessionsOf(tx, Number(caller.userId))
         await raiseCredentialEpoch(tx, Number(caller.userId))

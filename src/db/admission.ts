@@ -28,7 +28,7 @@ export const POOL_FACTOR = 10
 export const DEADLINE_GRACE_MS = 5000
 
 const unavailable = (detail: string, retryAfter: string) =>
-  new HttpError(503, 'database_unavailable', detail, { headers: { 'retry-after': retryAfter } })
+  new HttpError('database_unavailable', detail, { headers: { 'retry-after': retryAfter } })
 
 /** How often overdue work is looked for: a deadline fires up to this late. */
 export const SWEEP_MS = 100

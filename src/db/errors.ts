@@ -7,8 +7,8 @@ import { HttpError } from '../http/problem.js'
 
 /** Unique constraints a client can run into, by name (see sql/), and what they mean. */
 const uniqueViolations: Record<string, () => HttpError> = {
-  users_email_key: () => new HttpError(409, 'email_taken', 'A user with this e-mail address already exists.'),
-  products_sku_key: () => new HttpError(409, 'sku_taken', 'A product with this SKU already exists.'),
+  users_email_key: () => new HttpError('email_taken', 'A user with this e-mail address already exists.'),
+  products_sku_key: () => new HttpError('sku_taken', 'A product with this SKU already exists.'),
 }
 
 // ENOENT: the Unix socket file is gone (the server stopped). CONNECTION_CLOSED
@@ -32,7 +32,7 @@ export function mapDatabaseError(err: unknown): HttpError | undefined {
   // (too many connections, disk full, out of memory); 25P03: the server ended
   // a transaction left idle too long (idle_in_transaction_session_timeout).
   if (connectionCodes.has(code) || code.startsWith('08') || code.startsWith('53') || /^57P0[1-3]$/.test(code) || code === '57014' || code === '25P03') {
-    return new HttpError(503, 'database_unavailable', 'The database is unavailable; retry shortly.', { headers: { 'retry-after': '5' } })
+    return new HttpError('database_unavailable', 'The database is unavailable; retry shortly.', { headers: { 'retry-after': '5' } })
   }
   return undefined
 }

@@ -37,7 +37,7 @@ export const healthRoutes = [
     unlimited: true,
     async handle({ deps }) {
       if (deps.lifecycle.shuttingDown) {
-        throw new HttpError(503, 'shutting_down', 'The service is shutting down.', { headers: { 'retry-after': '1' } })
+        throw new HttpError('shutting_down', 'The service is shutting down.', { headers: { 'retry-after': '1' } })
       }
       await deps.sql`SELECT 1`
       const distrust = deps.credentialChanges.distrustReason

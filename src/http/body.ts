@@ -20,7 +20,7 @@ export function checkContentType(req: IncomingMessage, kind: BodyKind): void {
   const charset = params.map((p) => p.trim().toLowerCase()).find((p) => p.startsWith('charset='))
   const accepted = acceptedTypes[kind]
   if (!accepted.includes(type) || (charset && !/^charset="?utf-8"?$/.test(charset))) {
-    throw new HttpError(415, 'unsupported_media_type', `Content-Type must be ${accepted.join(' or ')} (UTF-8).`)
+    throw new HttpError('unsupported_media_type', `Content-Type must be ${accepted.join(' or ')} (UTF-8).`)
   }
 }
 
@@ -31,7 +31,7 @@ export function checkContentType(req: IncomingMessage, kind: BodyKind): void {
  * buffered: the reply carries `Connection: close` and the socket is closed.
  */
 export async function readJsonBody(req: IncomingMessage, limit: number): Promise<unknown> {
-  const tooLarge = () => new HttpError(413, 'payload_too_large', `The body must not exceed ${limit} bytes.`, { headers: { connection: 'close' } })
+  const tooLarge = () => new HttpError('payload_too_large', `The body must not exceed ${limit} bytes.`, { headers: { connection: 'close' } })
   const declared = req.headers['content-length']
   if (declared !== undefined && Number(declared) > limit) throw tooLarge()
 
@@ -48,7 +48,7 @@ export async function readJsonBody(req: IncomingMessage, limit: number): Promise
     }
     const onEnd = () => (cleanup(), resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)))
     // An aborted upload: nobody is left to read an answer, but the pipeline still logs one.
-    const onError = () => (cleanup(), reject(new HttpError(400, 'invalid_request', 'The request body could not be read.', { headers: { connection: 'close' } })))
+    const onError = () => (cleanup(), reject(new HttpError('invalid_request', 'The request body could not be read.', { headers: { connection: 'close' } })))
     const cleanup = () => {
       req.off('data', onData)
       req.off('end', onEnd)
@@ -63,13 +63,13 @@ export async function readJsonBody(req: IncomingMessage, limit: number): Promise
   try {
     text = utf8.decode(body)
   } catch {
-    throw new HttpError(400, 'malformed_json', 'The body is not valid UTF-8.')
+    throw new HttpError('malformed_json', 'The body is not valid UTF-8.')
   }
-  if (text.length === 0) throw new HttpError(400, 'malformed_json', 'The body is empty; a JSON object is required.')
+  if (text.length === 0) throw new HttpError('malformed_json', 'The body is empty; a JSON object is required.')
   try {
     return parseStrictJson(text)
   } catch (err) {
-    if (err instanceof JsonSyntaxError) throw new HttpError(400, 'malformed_json', `The body is not valid JSON: ${err.message}.`)
+    if (err instanceof JsonSyntaxError) throw new HttpError('malformed_json', `The body is not valid JSON: ${err.message}.`)
     throw err
   }
 }

@@ -24,5 +24,5 @@ export function checkIfMatch(ifMatch: string | undefined, currentVersion: number
   if (ifMatch === undefined) return
   const current = etagFor(currentVersion)
   if (listTags(ifMatch).some((tag) => tag === '*' || tag === current)) return
-  throw new HttpError(412, 'precondition_failed', 'The resource has changed since it was read (If-Match does not match its ETag).', { headers: { etag: current } })
+  throw new HttpError('precondition_failed', 'The resource has changed since it was read (If-Match does not match its ETag).', { headers: { etag: current } })
 }

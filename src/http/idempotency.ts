@@ -38,7 +38,7 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   const header = ctx.headers['idempotency-key']
   if (header === undefined) return route.handle(ctx)
   if (typeof header !== 'string' || !KEY.test(header)) {
-    throw new HttpError(400, 'invalid_request', 'Idempotency-Key must be 1 to 255 printable ASCII characters.')
+    throw new HttpError('invalid_request', 'Idempotency-Key must be 1 to 255 printable ASCII characters.')
   }
   const { sql } = ctx.deps
   const caller = callerOf(ctx.principal, address)
@@ -78,10 +78,10 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
       continue
     }
     if (stored.fingerprint !== fingerprint) {
-      throw new HttpError(422, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request.')
+      throw new HttpError('idempotency_key_reused', 'This Idempotency-Key was used with a different request.')
     }
     if (stored.status === null) {
-      throw new HttpError(409, 'idempotency_key_in_use', 'A request with this Idempotency-Key is still being processed; retry shortly.', { headers: { 'retry-after': '1' } })
+      throw new HttpError('idempotency_key_in_use', 'A request with this Idempotency-Key is still being processed; retry shortly.', { headers: { 'retry-after': '1' } })
     }
     return {
       status: stored.status,

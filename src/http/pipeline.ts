@@ -76,10 +76,10 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
       if (match.kind === 'options') {
         reply = { status: 204, headers: { allow: match.allow } }
       } else if (match.kind === 'method_not_allowed') {
-        throw new HttpError(405, 'method_not_allowed', `${method} is not supported here; use ${match.allow}.`, { headers: { allow: match.allow } })
+        throw new HttpError('method_not_allowed', `${method} is not supported here; use ${match.allow}.`, { headers: { allow: match.allow } })
       } else {
         if (lifecycle.shuttingDown && match.route.access.kind !== 'public') {
-          throw new HttpError(503, 'shutting_down', 'The service is shutting down; retry on another instance.', { headers: { 'retry-after': '1', connection: 'close' } })
+          throw new HttpError('shutting_down', 'The service is shutting down; retry on another instance.', { headers: { 'retry-after': '1', connection: 'close' } })
         }
         const { route, params } = match
         // Public routes never look at a credential (no database read for /healthz).
@@ -98,7 +98,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
         if (limiter && !route.unlimited) rate = enforceFor(limiter, principal, req, config)
         authorize(route.access, principal, params, config.allowSignup)
         if (config.requireIfMatch && route.requiresIfMatch && req.headers['if-match'] === undefined) {
-          throw new HttpError(428, 'precondition_required', 'This server requires If-Match on writes: GET the resource and send its ETag.')
+          throw new HttpError('precondition_required', 'This server requires If-Match on writes: GET the resource and send its ETag.')
         }
         const query = checkQuery(route.query, parseQueryString(queryAt === -1 ? '' : rawUrl.slice(queryAt + 1)))
         let body: unknown
@@ -177,7 +177,7 @@ function needsDatabaseRead(req: IncomingMessage): boolean {
 function enforce(limiter: RateLimiter, key: string, limit?: number): RateDecision {
   const decision = limiter.hit(key, limit)
   if (!decision.allowed) {
-    throw new HttpError(429, 'rate_limited', `Rate limit of ${decision.limit} requests per minute reached.`, {
+    throw new HttpError('rate_limited', `Rate limit of ${decision.limit} requests per minute reached.`, {
       headers: { 'retry-after': String(decision.resetSeconds), ...rateHeaders(decision) },
     })
   }
@@ -195,7 +195,7 @@ function problemReply(err: unknown, instance: string, requestId: string, deps: A
   let http = err instanceof HttpError ? err : mapDatabaseError(err)
   if (!http) {
     deps.log.error('unhandled error', { request_id: requestId, route: template ?? null, ...describeError(err) })
-    http = new HttpError(500, 'internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
+    http = new HttpError('internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
   } else if (http.status === 503 && http.code === 'database_unavailable' && !(err instanceof HttpError)) {
     // A database error. (The bound on waiting, src/db/admission.ts, answers 503 itself: no error of the database's.)
     deps.metrics.queryErrors++

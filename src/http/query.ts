@@ -29,7 +29,7 @@ function decode(text: string, what: string): string {
   } catch {
     // fall through
   }
-  throw new HttpError(400, 'invalid_parameter', `${what}: is not valid percent-encoded UTF-8`, { errors: [{ path: what, message: 'is not valid percent-encoded UTF-8' }] })
+  throw new HttpError('invalid_parameter', `${what}: is not valid percent-encoded UTF-8`, { errors: [{ path: what, message: 'is not valid percent-encoded UTF-8' }] })
 }
 
 /** Applies a route's query schema; body-style field errors become 400s naming the parameter. */

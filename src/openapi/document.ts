@@ -1,7 +1,7 @@
 import Type, { type TSchema } from 'typebox'
 import type { Access } from '../auth/access.js'
 import type { AnyRoute, ResponseHeader } from '../http/route.js'
-import { problemTitles } from '../http/problem.js'
+import { problems } from '../http/problem.js'
 
 // The OpenAPI 3.1 document, built once at start-up from the route table: the
 // request schemas are the very objects that validate requests, and the
@@ -12,7 +12,7 @@ const Problem = Type.Object({
   type: Type.String(),
   title: Type.String(),
   status: Type.Integer(),
-  code: Type.Union(Object.keys(problemTitles).map((c) => Type.Literal(c))),
+  code: Type.Union(Object.keys(problems).map((c) => Type.Literal(c))),
   detail: Type.String(),
   instance: Type.String(),
   request_id: Type.String(),

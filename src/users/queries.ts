@@ -61,5 +61,5 @@ const LAST_ADMIN_LOCK = 4_711_000_001
 export async function ensureAnotherAdmin(tx: TransactionSql, leavingId: number): Promise<void> {
   await tx`SELECT pg_advisory_xact_lock(${LAST_ADMIN_LOCK})`
   const [other] = await tx`SELECT 1 FROM users WHERE role = 'admin' AND id <> ${leavingId} LIMIT 1`
-  if (!other) throw new HttpError(409, 'last_admin', 'This is the last admin; make another user admin first.')
+  if (!other) throw new HttpError('last_admin', 'This is the last admin; make another user admin first.')
 }

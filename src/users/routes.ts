@@ -19,7 +19,7 @@ const patchBody = { kind: 'merge-patch' as const, validator: compileValidator(Us
 
 /** Only an admin may set or change a role (403; stops `"role": "admin"` mass assignment). */
 function assertMaySetRole(principal: Principal): void {
-  if (!isAdmin(principal)) throw new HttpError(403, 'forbidden', 'Only an admin may set or change a role.')
+  if (!isAdmin(principal)) throw new HttpError('forbidden', 'Only an admin may set or change a role.')
 }
 
 const userReply = (status: number, row: UserRow, extra: Record<string, string> = {}): Reply => ({
@@ -28,7 +28,7 @@ const userReply = (status: number, row: UserRow, extra: Record<string, string> =
   body: presentUser(row),
 })
 
-const currentPasswordRequired = (detail: string) => new HttpError(403, 'current_password_required', detail)
+const currentPasswordRequired = (detail: string) => new HttpError('current_password_required', detail)
 
 /**
  * Changing one's own e-mail or password needs the current password, so that
@@ -56,7 +56,7 @@ async function proveCurrentPassword(caller: UserPrincipal, currentPassword: stri
 
 function assertMayChangeOwnCredentials(caller: UserPrincipal, provenHash: string | undefined, current: UserRow): void {
   // A key is for a program; taking over its owner's account must not be one of the things it can do.
-  if (caller.credential.type === 'api_key') throw new HttpError(403, 'forbidden', 'An API key cannot change its owner\'s e-mail or password; log in to do this.')
+  if (caller.credential.type === 'api_key') throw new HttpError('forbidden', 'An API key cannot change its owner\'s e-mail or password; log in to do this.')
   if (provenHash === undefined) throw currentPasswordRequired('Changing your own e-mail or password needs current_password.')
   // The password changed since it was checked: the proof is for a password that no longer is.
   if (provenHash !== current.password_hash) throw currentPasswordRequired('current_password is wrong.')
