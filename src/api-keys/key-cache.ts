@@ -1,4 +1,5 @@
 import type { Principal } from '../auth/principal.js'
+import { BoundedMap } from '../lib/bounded-map.js'
 
 // API keys this instance has read, by the SHA-256 of the key, so that a
 // request with a known key costs no database read (deps.apiKeyCache).
@@ -36,7 +37,7 @@ export interface CachedApiKey {
 export const MAX_AGE_MS = 60_000
 
 export class ApiKeyCache {
-  private readonly byHash = new Map<string, CachedApiKey>()
+  private readonly byHash: BoundedMap<string, CachedApiKey>
   private readonly rememberedAt = new Map<string, number>()
   private readonly byKeyId = new Map<number, string>()
   private readonly byUserId = new Map<number, Set<string>>()
@@ -47,7 +48,7 @@ export class ApiKeyCache {
     readonly max: number,
     private readonly clock: () => number = Date.now,
   ) {
-    if (!Number.isInteger(max) || max < 1) throw new RangeError(`ApiKeyCache: max must be a positive integer, not ${max}`)
+    this.byHash = new BoundedMap(max, (hash, entry) => this.forgetIndexes(hash, entry))
   }
 
   get size(): number {
@@ -85,7 +86,6 @@ export class ApiKeyCache {
   remember(hash: string, entry: CachedApiKey, generation: number): void {
     if (!this.serving || generation !== this.generationCount) return
     this.remove(hash)
-    while (this.byHash.size >= this.max) this.remove(this.byHash.keys().next().value!)
     this.byHash.set(hash, entry)
     this.rememberedAt.set(hash, this.clock())
     this.byKeyId.set(entry.apiKeyId, hash)
@@ -136,6 +136,10 @@ export class ApiKeyCache {
     const entry = this.byHash.get(hash)
     if (!entry) return
     this.byHash.delete(hash)
+    this.forgetIndexes(hash, entry)
+  }
+
+  private forgetIndexes(hash: string, entry: CachedApiKey): void {
     this.rememberedAt.delete(hash)
     if (this.byKeyId.get(entry.apiKeyId) === hash) this.byKeyId.delete(entry.apiKeyId)
     const hashes = this.byUserId.get(entry.userId)

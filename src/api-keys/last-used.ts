@@ -9,14 +9,16 @@
 // forgotten (it is written again at its next use, which the SQL guard makes
 // harmless).
 
+import { BoundedMap } from '../lib/bounded-map.js'
+
 export class LastUsedWrites {
-  private readonly writtenAt = new Map<number, number>()
+  private readonly writtenAt: BoundedMap<number, number>
 
   constructor(
     readonly max: number,
     readonly intervalMs = 60_000,
   ) {
-    if (!Number.isInteger(max) || max < 1) throw new RangeError(`LastUsedWrites: max must be a positive integer, not ${max}`)
+    this.writtenAt = new BoundedMap(max)
   }
 
   get size(): number {
@@ -31,9 +33,8 @@ export class LastUsedWrites {
   claim(apiKeyId: number, now: number): boolean {
     const last = this.writtenAt.get(apiKeyId)
     if (last !== undefined && now - last < this.intervalMs) return false
-    // Deleted and set again: the Map's order stays the order of the writes, oldest first.
+    // Deleted and set again: the order stays the order of the writes, oldest first.
     this.writtenAt.delete(apiKeyId)
-    while (this.writtenAt.size >= this.max) this.writtenAt.delete(this.writtenAt.keys().next().value!)
     this.writtenAt.set(apiKeyId, now)
     return true
   }

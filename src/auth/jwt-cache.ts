@@ -1,3 +1,4 @@
+import { BoundedMap } from '../lib/bounded-map.js'
 import { DEFAULT_LEEWAY_SECONDS } from './jwt.js'
 import type { UserPrincipal } from './principal.js'
 
@@ -27,13 +28,13 @@ interface Entry {
 }
 
 export class JwtCache {
-  private readonly entries = new Map<string, Entry>()
+  private readonly entries: BoundedMap<string, Entry>
 
   constructor(
     readonly max: number,
     readonly leewaySeconds: number = DEFAULT_LEEWAY_SECONDS,
   ) {
-    if (!Number.isInteger(max) || max < 1) throw new RangeError(`JwtCache: max must be a positive integer, not ${max}`)
+    this.entries = new BoundedMap(max)
   }
 
   get size(): number {
@@ -57,9 +58,6 @@ export class JwtCache {
 
   /** Remembers a token that verifyJwt has just accepted, with its exp claim. */
   set(token: string, principal: UserPrincipal, exp: number): void {
-    if (!this.entries.has(token)) {
-      while (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value!)
-    }
     this.entries.set(token, { principal, exp })
   }
 }

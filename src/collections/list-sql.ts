@@ -1,3 +1,4 @@
+import { BoundedMap } from '../lib/bounded-map.js'
 import type { Collection, FilterOperator, MemberType } from './declaration.js'
 
 // The SQL of a list request. Its text depends only on the request's shape
@@ -79,19 +80,18 @@ interface Compiled { page: string; count: string; uses: number; prepare: boolean
 export const MAX_SHAPES_PER_COLLECTION = 500
 export const PREPARE_AFTER_USES = 3
 export const MAX_PREPARED_SHAPES = 200
-const cache = new WeakMap<Collection, { shapes: Map<string, Compiled>; prepared: Set<string> }>()
+const cache = new WeakMap<Collection, { shapes: BoundedMap<string, Compiled>; prepared: Set<string> }>()
 
 function compiledFor(collection: Collection, request: ListRequest): Compiled {
   let entry = cache.get(collection)
-  if (!entry) cache.set(collection, (entry = { shapes: new Map(), prepared: new Set() }))
+  if (!entry) cache.set(collection, (entry = { shapes: new BoundedMap(MAX_SHAPES_PER_COLLECTION), prepared: new Set() }))
   const { shapes, prepared } = entry
   const key = shapeKey(request)
   let compiled = shapes.get(key)
   if (compiled) {
-    shapes.delete(key) // a Map iterates in insertion order: re-inserting makes it the most recent
+    shapes.refresh(key)
   } else {
     compiled = { ...compile(collection, request), uses: 0, prepare: prepared.has(key) }
-    if (shapes.size >= MAX_SHAPES_PER_COLLECTION) shapes.delete(shapes.keys().next().value!)
   }
   if (++compiled.uses >= PREPARE_AFTER_USES && !compiled.prepare && prepared.size < MAX_PREPARED_SHAPES) {
     prepared.add(key)

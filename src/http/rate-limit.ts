@@ -5,6 +5,8 @@
 // requests arrive, and past `maxKeys` the oldest window is dropped, so a flood
 // of distinct clients costs at most maxKeys small entries.
 
+import { BoundedMap } from '../lib/bounded-map.js'
+
 const WINDOW_MS = 60_000
 
 export interface RateDecision {
@@ -16,13 +18,15 @@ export interface RateDecision {
 }
 
 export class RateLimiter {
-  private readonly windows = new Map<string, { start: number; count: number }>()
+  private readonly windows: BoundedMap<string, { start: number; count: number }>
 
   constructor(
     private readonly limit: number,
-    private readonly maxKeys = 100_000,
+    maxKeys = 100_000,
     private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    this.windows = new BoundedMap(maxKeys)
+  }
 
   get size(): number {
     return this.windows.size
@@ -34,7 +38,6 @@ export class RateLimiter {
     this.dropExpired(now)
     let window = this.windows.get(key)
     if (!window) {
-      if (this.windows.size >= this.maxKeys) this.windows.delete(this.windows.keys().next().value!)
       window = { start: now, count: 0 }
       this.windows.set(key, window)
     }
