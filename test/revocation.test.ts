@@ -379,7 +379,7 @@ describe('what each instance remembers, and when it stops trusting it', () => {
     assert.ok(C.logs.some((l) => l.level === 'warn' && /not trusting remembered credentials/.test(String(l.msg))))
   })
 
-  test('the listener\'s backend terminated: distrusted at once, trusted again after reloading; a revocation made in between holds', async () => {
+  test('the listener\'s backend terminated and a session ended before it is back: refused on both within a second, and still after reloading', async () => {
     const user = await account()
     const pair = await login(user)
     const mine = async () => (await sql<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'listen %'`).map((r) => r.pid)
@@ -387,7 +387,8 @@ describe('what each instance remembers, and when it stops trusting it', () => {
       await tx`SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = ANY(${await mine()})`
       await tx`UPDATE sessions SET revoked_at = now() WHERE user_id = ${user.id}`
     })
-    for (const server of both) assertInvalidToken(await me(server, pair.access_token))
+    // The notification is lost with the connection; an instance may serve from memory for the moment it takes to notice the drop, then reads the database, then reloads.
+    await refusedEverywhere(pair.access_token)
     for (const server of both) await until('trusted again', () => server.deps.credentialChanges.trusted)
     for (const server of both) assertInvalidToken(await me(server, pair.access_token))
   })
