@@ -127,7 +127,7 @@ export function listenForCredentialChanges(
   // The way postgres.js opens its own listening connection: the pool's parsed options, one connection, no statement counter.
   const own = () => (background ??= postgres({ ...(sql.options as object), max: 1, onquery: undefined } as never))
 
-  const setTrusted = (reason: string | undefined, level: 'info' | 'warn' | 'debug' = 'warn') => {
+  const setTrusted = (reason: string | undefined) => {
     if (reason === distrust) return
     const was = distrust
     distrust = reason
@@ -137,7 +137,7 @@ export function listenForCredentialChanges(
       log[was === 'not listening yet' ? 'debug' : 'info']('credential changes heard again; remembered credentials trusted (API key cache emptied and on)')
     } else {
       keys.suspend()
-      if (was === undefined && !lifecycle.shuttingDown) log[level](`not trusting remembered credentials: ${reason}; they are read from the database until this is resolved`)
+      if (was === undefined && !lifecycle.shuttingDown) log.warn(`not trusting remembered credentials: ${reason}; they are read from the database until this is resolved`)
     }
   }
   const mayTrust = () => listening && !blind && loadedFor === connection && !stalled
