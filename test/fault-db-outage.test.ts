@@ -260,6 +260,16 @@ test('PostgreSQL frozen (SIGSTOP: connections accepted, nothing answered): the A
     await sleep(50)
     return o
   })
+  // The public routes that touch the database wait under the same bound: login (its statements; it also waits for a hash slot), refresh, /readyz.
+  const publicLoad = startLoad(3, async (client, seq) => {
+    const o = { client, seq, timeoutMs: 20_000 }
+    const outcome =
+      client === 0 ? await call(service.url, 'POST', '/auth/login', { ...o, what: 'login', body: { email: `nobody.${seq}@example.com`, password: 'not the password' } })
+      : client === 1 ? await call(service.url, 'POST', '/auth/refresh', { ...o, what: 'refresh', body: { refresh_token: `upa_rt_${'A'.repeat(43)}` } })
+      : await call(service.url, 'GET', '/readyz', { ...o, what: 'readyz' })
+    await sleep(50)
+    return outcome
+  })
   let frozenAt = 0, thawedAt = 0, recoveredIn = Infinity
   try {
     await sleep(1000)
@@ -278,9 +288,22 @@ test('PostgreSQL frozen (SIGSTOP: connections accepted, nothing answered): the A
   } finally {
     await load.stop()
     await probe.stop()
+    await publicLoad.stop()
   }
   const outcomes = load.outcomes
   const probed = probe.outcomes
+  // Sent while frozen: a login sent before may have done its statements already and answer 401 meanwhile.
+  const publicDuring = publicLoad.outcomes.filter((o) => o.started >= frozenAt && o.ended <= thawedAt)
+  for (const what of ['login', 'refresh', 'readyz']) {
+    const answered = publicDuring.filter((o) => o.what.endsWith(what))
+    assert.ok(answered.length >= 1, `${what} answered while frozen: ${JSON.stringify(summarize(publicLoad.outcomes))}`)
+    for (const o of answered) {
+      assert.ok(isUnavailable(o), `${o.what} while frozen: ${o.error ?? `${o.status} ${o.code}`}`)
+      assert.ok(o.ended - o.started <= DEADLINE_MS + 1500, `${o.what} took ${ms(o.ended - o.started)}`)
+    }
+  }
+  const publicBroken = publicLoad.outcomes.filter((o) => o.error !== undefined || !(o.status === 401 || o.status === 200 || isUnavailable(o)))
+  assert.deepEqual(publicBroken.map((o) => `${o.what}: ${o.error ?? o.status}`), [], 'login and refresh answer 401 (bad credentials) or 503, /readyz 200 or 503')
   // Answered while frozen: the requests in flight when it froze, and those sent since.
   const during = outcomes.filter((o) => o.ended > frozenAt + 100 && o.ended <= thawedAt)
   const latencies = during.map((o) => o.ended - o.started)

@@ -56,7 +56,9 @@ export const authRoutes = [
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(LoginBody) },
-    async handle({ body, headers, client, deps }) {
+    // It waits for a password-hash slot too, which must not hold a place under the database bound.
+    database: 'statements',
+    async handle({ body, headers, client, bounded, deps }) {
       const { sql, config, logins } = deps
       const address = addressBucket(client)
       logins.admit(address)
@@ -65,19 +67,21 @@ export const authRoutes = [
       const fallback = await dummyHash
       // Counted once a hash slot is held (an attempt turned away is no failure), and before the password is checked, so concurrent guesses cannot outrun the lock.
       const { user, ok } = await passwords.withSlot(address, async () => {
-        await countAttempt(sql, email, address)
-        const user = await findUserByEmail(sql, email)
+        const user = await bounded(async () => {
+          await countAttempt(sql, email, address)
+          return findUserByEmail(sql, email)
+        })
         return { user, ok: await verifyInSlot(body.password, user?.password_hash ?? fallback) }
       })
       if (!user || !user.password_hash || !ok) throw invalidCredentials()
-      await clearFailures(sql, email, address)
+      await bounded(() => clearFailures(sql, email, address))
       const allowed = roleScopes[user.role]
       const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
       const refused = requested.filter((s) => !isScope(s) || !allowed.includes(s))
       if (refused.length || requested.length === 0) {
         throw new HttpError('insufficient_scope', `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`)
       }
-      const tokens = await openSession(sql, config, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client })
+      const tokens = await bounded(() => openSession(sql, config, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client }))
       // The password or role changed while this login was checked: its tokens would be void already.
       if (!tokens) throw invalidCredentials()
       return { status: 200, body: tokens }

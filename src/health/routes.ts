@@ -13,6 +13,7 @@ export const healthRoutes = [
     responses: { 200: { description: 'Alive', schema: Type.Object({ status: Type.Literal('ok') }) } },
     access: publicAccess,
     unlimited: true,
+    database: 'none',
     handle: async () => ({ status: 200, headers: { 'cache-control': 'no-store' }, body: { status: 'ok' } }),
   }),
 

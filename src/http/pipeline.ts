@@ -43,6 +43,8 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     revocations: deps.revocations,
     credentialChanges: deps.credentialChanges,
   }
+  const runBounded = <T>(work: () => Promise<T>) => dbWork.run(work)
+  const runAsIs = <T>(work: () => Promise<T>) => work()
   const limiter = config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined
   const cors = { origins: config.corsOrigins }
 
@@ -107,9 +109,11 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
           body = route.body.validator.parseBody(await readJsonBody(req, config.bodyLimit))
         }
         const client = clientAddress(req, config.trustProxy)
-        const ctx = { params, query, body, principal, headers: req.headers, requestId, client, deps }
+        const database = route.database ?? 'handler'
+        const bounded = database === 'statements' ? runBounded : runAsIs
+        const ctx = { params, query, body, principal, headers: req.headers, requestId, client, bounded, deps }
         const handle = () => (route.idempotent ? handleIdempotently(route, ctx, path, client) : route.handle(ctx))
-        reply = route.access.kind === 'public' ? await handle() : await dbWork.run(handle)
+        reply = database === 'handler' ? await dbWork.run(handle) : await handle()
         if (reply.status === 200 && (method === 'GET' || method === 'HEAD') && etagMatches(req.headers['if-none-match'], reply.headers?.etag)) {
           // RFC 9110 §15.4.5: a 304 repeats the validator, and nothing else of the body.
           reply = { status: 304, headers: { etag: reply.headers!.etag! } }

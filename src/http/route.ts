@@ -27,8 +27,23 @@ export interface HandlerContext<Query, Body> {
   requestId: string
   /** The client's address, as TRUST_PROXY allows it to be known (src/http/client-address.ts). */
   client: string
+  /**
+   * Runs database work under the bound on waiting for the database
+   * (src/db/admission.ts), for a route whose `database` is 'statements';
+   * elsewhere it runs the work as it is (the whole handler is bounded, or
+   * touches no database).
+   */
+  bounded: <T>(work: () => Promise<T>) => Promise<T>
   deps: AppDeps
 }
+
+/**
+ * How a route's work waits for the database: 'handler' (the default): the
+ * whole handler runs under the bound on waiting for it; 'statements': the
+ * handler waits on something else too (a password-hash slot) and bounds its
+ * statements itself with `ctx.bounded`; 'none': it never touches the database.
+ */
+export type DatabaseUse = 'handler' | 'statements' | 'none'
 
 /**
  * A route is data: who may call it and what it accepts are declared here, and
@@ -51,6 +66,8 @@ export interface Route<Query = Record<string, never>, Body = undefined> {
   requiresIfMatch?: boolean
   /** Exempt from the rate limit (health probes). */
   unlimited?: boolean
+  /** Default 'handler': everything that touches the database waits under the bound, unless it says why not. */
+  database?: DatabaseUse
   /** For the OpenAPI document: what the operation does. */
   summary?: string
   /**

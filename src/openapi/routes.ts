@@ -8,6 +8,7 @@ export function openApiRoute(document: () => unknown): AnyRoute {
     method: 'GET',
     path: '/openapi.json',
     access: publicAccess,
+    database: 'none',
     summary: 'This API described as OpenAPI 3.1',
     responses: { 200: { description: 'The OpenAPI document', schema: Type.Object({ openapi: Type.Literal('3.1.0') }) } },
     handle: async () => ({ status: 200, headers: { 'cache-control': 'public, max-age=300' }, body: document() }),
