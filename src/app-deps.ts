@@ -4,11 +4,13 @@ import { LastUsedWrites } from './api-keys/last-used.js'
 import { listenForCredentialChanges, type CredentialChanges } from './auth/credential-changes.js'
 import { JwtCache } from './auth/jwt-cache.js'
 import { LoginGuard } from './auth/login-throttle.js'
+import { PasswordHasher } from './auth/password.js'
 import { RevocationList } from './auth/revocations.js'
 import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
 import type { Logger } from './log.js'
 import { Metrics } from './metrics/metrics.js'
+import { ListShapes } from './collections/list-sql.js'
 
 /** Everything a handler may use, built by the entry point (or a test) and passed down. */
 export interface AppDeps {
@@ -20,6 +22,10 @@ export interface AppDeps {
   /** HMAC key for collection cursors, derived from the JWT signing secrets. */
   cursorKeys: Buffer[]
   metrics: Metrics
+  /** Password hashing with this instance's bound on hashes at a time (src/auth/password.ts). */
+  passwords: PasswordHasher
+  /** The list statements compiled for this instance, by collection and shape (src/collections/list-sql.ts). */
+  listShapes: ListShapes
   /** JWTs this instance has verified (src/auth/jwt-cache.ts). */
   jwtCache: JwtCache
   /** API keys this instance has read, kept right by notifications from PostgreSQL (src/api-keys/key-cache.ts). */
@@ -48,7 +54,7 @@ export function createDeps(sql: Sql, config: Config, log: Logger, metrics = new 
   const apiKeyCache = new ApiKeyCache(cacheSize)
   const revocations = new RevocationList()
   return {
-    sql, config, log, lifecycle, cursorKeys: cursorKeysFrom(config.jwtSecrets), metrics,
+    sql, config, log, lifecycle, cursorKeys: cursorKeysFrom(config.jwtSecrets), metrics, listShapes: new ListShapes(), passwords: new PasswordHasher(),
     jwtCache: new JwtCache(cacheSize),
     apiKeyCache,
     apiKeyUse: new LastUsedWrites(cacheSize),

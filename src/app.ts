@@ -8,15 +8,15 @@ import { metricsRoutes } from './metrics/routes.js'
 import { buildOpenApiDocument } from './openapi/document.js'
 import { openApiRoute } from './openapi/routes.js'
 import type { AnyRoute } from './http/route.js'
-import { apiKeyRoutes } from './api-keys/routes.js'
+import { apiKeyRoutes } from './api-keys/resource.js'
 import { authRoutes } from './auth/routes.js'
 import { sessionRoutes } from './auth/session-routes.js'
 import { healthRoutes } from './health/routes.js'
 import { createRequestHandler } from './http/pipeline.js'
 import { HttpError, problemBody } from './http/problem.js'
 import { createRouter } from './http/router.js'
-import { productRoutes } from './products/routes.js'
-import { userRoutes } from './users/routes.js'
+import { productRoutes } from './products/resource.js'
+import { userRoutes } from './users/resource.js'
 
 const apiRoutes = [...healthRoutes, ...authRoutes, ...sessionRoutes, ...userRoutes, ...productRoutes, ...apiKeyRoutes, ...metricsRoutes]
 

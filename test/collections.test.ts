@@ -3,8 +3,9 @@ import { before, test } from 'node:test'
 import type { Row } from 'postgres'
 import { decodeCursor, encodeCursor } from '../src/collections/cursor.js'
 import { listStatements, type ListRequest } from '../src/collections/list-sql.js'
-import { productsCollection } from '../src/products/collection.js'
-import { usersCollection } from '../src/users/collection.js'
+import { products as productsResource } from '../src/products/resource.js'
+import { users as usersResource } from '../src/users/resource.js'
+import { ListShapes } from '../src/collections/list-sql.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // The one list mechanism, through GET /users and GET /products: filters,
@@ -752,14 +753,14 @@ test('of two wrong filter values, the one named is the first in declaration orde
 
 test('the compiled statements are index scans: first page, cursor page, sort=-price, e-mail IN (lower(email))', async () => {
   const id = { member: 'id', descending: false }
-  const cases: Array<{ collection: typeof usersCollection; request: ListRequest; index: string }> = [
-    { collection: usersCollection, request: { filters: [], sort: [id], limit: 50 }, index: 'users_pkey' },
-    { collection: usersCollection, request: { filters: [], sort: [id], after: [users[2000]!.id], limit: 50 }, index: 'users_pkey' },
-    { collection: productsCollection, request: { filters: [], sort: [{ member: 'price', descending: true }, { member: 'id', descending: true }], limit: 50 }, index: 'products_price_id_idx' },
-    { collection: usersCollection, request: { filters: [{ member: 'email', op: 'in', values: ['PCT@example.com', 'x@y.z'] }], sort: [id], limit: 50 }, index: 'users_email_key' },
+  const cases: Array<{ collection: typeof usersResource.collection; request: ListRequest; index: string }> = [
+    { collection: usersResource.collection, request: { filters: [], sort: [id], limit: 50 }, index: 'users_pkey' },
+    { collection: usersResource.collection, request: { filters: [], sort: [id], after: [users[2000]!.id], limit: 50 }, index: 'users_pkey' },
+    { collection: productsResource.collection, request: { filters: [], sort: [{ member: 'price', descending: true }, { member: 'id', descending: true }], limit: 50 }, index: 'products_price_id_idx' },
+    { collection: usersResource.collection, request: { filters: [{ member: 'email', op: 'in', values: ['PCT@example.com', 'x@y.z'] }], sort: [id], limit: 50 }, index: 'users_email_key' },
   ]
   for (const c of cases) {
-    const { text, values } = listStatements(c.collection, c.request).page
+    const { text, values } = listStatements(c.collection, c.request, new ListShapes()).page
     const plan = JSON.stringify(await sql.unsafe(`EXPLAIN (FORMAT JSON) ${text}`, values))
     assert.match(plan, new RegExp(`"Index Name":"${c.index}"`), `${text}: ${plan}`)
     assert.doesNotMatch(plan, /"Node Type":"Seq Scan"/, `${text}: ${plan}`)

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { listCollection, MAX_FILTERS } from '../src/collections/list-query.js'
-import { MAX_PREPARED_SHAPES, PREPARE_AFTER_USES, preparedShapeCount } from '../src/collections/list-sql.js'
-import { productsCollection } from '../src/products/collection.js'
+import { MAX_PREPARED_SHAPES, PREPARE_AFTER_USES } from '../src/collections/list-sql.js'
+import { products } from '../src/products/resource.js'
 import { startServer } from './helpers/server.js'
 
 // What a client choosing list shapes can cost the database. Every filter set
@@ -61,10 +61,10 @@ describe('list shapes', () => {
 
   test('a shape runs unprepared until used often, then prepared, with the same answer', async () => {
     const query = { 'price[gte]': '100', currency: 'USD', sort: '-stock' }
-    const before = preparedShapeCount(productsCollection)
+    const before = api.deps.listShapes.preparedCount(products.collection)
     const first = await api.request('GET', `/products?${new URLSearchParams(query)}`)
     for (let i = 1; i < PREPARE_AFTER_USES; i++) await api.request('GET', `/products?${new URLSearchParams(query)}`)
-    assert.equal(preparedShapeCount(productsCollection), before + 1)
+    assert.equal(api.deps.listShapes.preparedCount(products.collection), before + 1)
     const prepared = await api.request('GET', `/products?${new URLSearchParams(query)}`)
     assert.equal(first.status, 200)
     assert.deepEqual(prepared.body, first.body)
@@ -79,10 +79,10 @@ describe('list shapes', () => {
     for (let start = 0; start < shapes.length; start += 100) {
       await Promise.all(shapes.slice(start, start + 100).map(async (query, i) => {
         const uses = start + i < 2_000 ? PREPARE_AFTER_USES : 1
-        for (let use = 0; use < uses; use++) assert.equal((await listCollection(productsCollection, query, { deps })).status, 200)
+        for (let use = 0; use < uses; use++) assert.equal((await listCollection(products.collection, checkedQuery(query), { deps })).status, 200)
       }))
     }
-    assert.equal(preparedShapeCount(productsCollection), MAX_PREPARED_SHAPES)
+    assert.equal(api.deps.listShapes.preparedCount(products.collection), MAX_PREPARED_SHAPES)
     const perBackend = await preparedPerBackend()
     // A shape is two statements (the page and its count); the service's own tagged statements are a few dozen more.
     for (const n of perBackend) assert.ok(n <= 2 * MAX_PREPARED_SHAPES + 100, `a backend holds ${n} prepared statements`)
@@ -93,3 +93,10 @@ describe('list shapes', () => {
     assert.equal(Number(late.headers.get('x-total-count')), n)
   })
 })
+
+/** A query as the pipeline hands it to the list code: read from text and checked. */
+function checkedQuery(query: Record<string, string>) {
+  const { value, errors } = products.collection.queryValidator.check(query)
+  assert.deepEqual(errors, [])
+  return value
+}

@@ -1,10 +1,18 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { defineCollection } from '../src/collections/declaration.js'
-import { compiledShapes, listStatements, MAX_SHAPES_PER_COLLECTION, type ListRequest } from '../src/collections/list-sql.js'
-import { apiKeysCollection } from '../src/api-keys/collection.js'
-import { productsCollection } from '../src/products/collection.js'
-import { usersCollection } from '../src/users/collection.js'
+import { ListShapes, listStatements as compileWith, MAX_SHAPES_PER_COLLECTION, type ListRequest } from '../src/collections/list-sql.js'
+import { apiKeys } from '../src/api-keys/resource.js'
+import { products } from '../src/products/resource.js'
+import { users } from '../src/users/resource.js'
+
+const usersCollection = users.collection
+const productsCollection = products.collection
+const apiKeysCollection = apiKeys.collection
+/** One instance's compiled shapes; the bound tests below make their own. */
+let shapes = new ListShapes()
+const listStatements = (collection: Parameters<typeof compileWith>[0], request: ListRequest) => compileWith(collection, request, shapes)
+const compiledShapes = (collection: Parameters<typeof compileWith>[0]) => shapes.compiledShapes(collection)
 
 // Unit tests of the list SQL: the text compiled for each shape of request,
 // the values in parameter order, and the bound on compiled shapes. No server,
@@ -150,9 +158,9 @@ const cases: Case[] = [
     name: 'q with a cursor: the pattern comes before the cursor values',
     collection: productsCollection,
     request: { filters: [], q: 'widget', sort: [asc('name'), desc('id')], after: ['Widget', 9], limit: 5 },
-    page: `${PRODUCTS} WHERE ("name" ILIKE $1 OR "sku" ILIKE $1 OR "description" ILIKE $1) AND ("name" > $2 OR ("name" = $2 AND "id" < $3)) ORDER BY "name" ASC, "id" DESC LIMIT $4`,
+    page: `${PRODUCTS} WHERE ("sku" ILIKE $1 OR "name" ILIKE $1 OR "description" ILIKE $1) AND ("name" > $2 OR ("name" = $2 AND "id" < $3)) ORDER BY "name" ASC, "id" DESC LIMIT $4`,
     pageValues: ['%widget%', 'Widget', 9, 6],
-    count: 'SELECT count(*)::int8 AS total FROM "products" WHERE ("name" ILIKE $1 OR "sku" ILIKE $1 OR "description" ILIKE $1)',
+    count: 'SELECT count(*)::int8 AS total FROM "products" WHERE ("sku" ILIKE $1 OR "name" ILIKE $1 OR "description" ILIKE $1)',
     countValues: ['%widget%'],
   },
   {
@@ -254,6 +262,7 @@ test('defineCollection refuses a filterable member that is not part of the repre
 
 /** A collection of its own (so a cache of its own) and more distinct shapes of request than the bound. */
 function manyShapes() {
+  shapes = new ListShapes()
   const collection = defineCollection({
     table: 'products',
     path: '/bounded',

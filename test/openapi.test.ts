@@ -62,7 +62,9 @@ test('writes document If-Match and creates document Idempotency-Key, with their 
 })
 
 test('request bodies are the validating schemas: strict, with the contract bounds', () => {
-  const schema = doc.paths['/users'].post.requestBody.content['application/json'].schema
+  const { $ref } = doc.paths['/users'].post.requestBody.content['application/json'].schema
+  assert.equal($ref, '#/components/schemas/UserCreate')
+  const schema = doc.components.schemas.UserCreate
   assert.equal(schema.additionalProperties, false)
   assert.deepEqual(schema.required.sort(), ['email', 'name'])
   assert.equal(schema.properties.name.maxLength, 200)

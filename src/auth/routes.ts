@@ -2,8 +2,8 @@ import Type from 'typebox'
 import { HttpError } from '../http/problem.js'
 import { defineRoute } from '../http/route.js'
 import { compileValidator } from '../http/validate.js'
-import { presentUser, findUserByEmail, findUser } from '../users/queries.js'
-import { User } from '../users/schemas.js'
+import { findUserByEmail, findUser } from '../users/queries.js'
+import { users } from '../users/resource.js'
 import { challenge } from './credentials.js'
 import { addressBucket } from '../http/client-address.js'
 import { clearFailures, countAttempt, normalizeEmail } from './login-throttle.js'
@@ -30,7 +30,7 @@ const Tokens = Type.Object({
   scope: Type.String({ description: 'space-separated scopes' }),
 }, { additionalProperties: false })
 const Me = Type.Object({
-  user: User,
+  user: users.schemas.representation,
   credential: Type.Object({
     type: Type.Union([Type.Literal('jwt'), Type.Literal('token'), Type.Literal('api_key')]),
     scopes: Type.Array(Type.String()),
@@ -52,6 +52,7 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/login',
+    errorStatuses: [401, 403, 429],
     summary: 'Log in with e-mail and password; returns an access and a refresh token',
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
@@ -91,6 +92,7 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/refresh',
+    errorStatuses: [401],
     summary: 'Trade a refresh token for a new pair (the old one is retired)',
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
@@ -141,7 +143,7 @@ export const authRoutes = [
       const { type, expiresAt } = principal.credential
       return {
         status: 200,
-        body: { user: presentUser(user), credential: { type, scopes: [...principal.scopes].sort(), expires_at: expiresAt } },
+        body: { user: users.present(user), credential: { type, scopes: [...principal.scopes].sort(), expires_at: expiresAt } },
       }
     },
   }),

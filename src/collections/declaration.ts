@@ -2,8 +2,10 @@ import Type, { type TSchema } from 'typebox'
 import { compileValidator, type Validator } from '../http/validate.js'
 
 // What a resource says about its collection: which members can be filtered
-// and sorted, and how their values are typed. Everything else (query schema,
-// SQL, cursors, links) is derived from this by the one list mechanism.
+// and sorted, and how their values are typed. From it comes the query
+// schema, which parses and checks every parameter once (TypeBox, with the
+// typed operand of each filter); the SQL, cursors and links follow from the
+// checked values (list-query.ts, list-sql.ts).
 
 export type MemberType =
   | { type: 'integer'; minimum: number; maximum: number }
@@ -15,7 +17,7 @@ export type MemberType =
 
 export interface CollectionDeclaration {
   /** The table. */
-  table: 'users' | 'products' | 'api_keys'
+  table: string
   /** The collection's path (without API prefix), for Link headers. */
   path: string
   /** Members that can be filtered and sorted; each has an index (member, id). */
@@ -33,6 +35,22 @@ export interface CollectionDeclaration {
 export const filterOperators = ['ne', 'gt', 'gte', 'lt', 'lte', 'in'] as const
 export type FilterOperator = 'eq' | (typeof filterOperators)[number]
 
+/** A filter operand as checked: integers as BigInt (ids reach 2^63 - 1), timestamps as their RFC 3339 text. */
+export type Operand = string | bigint
+
+/** The query of a list request, checked and typed. */
+export interface ListQuery {
+  q?: string
+  sort?: string
+  limit?: number
+  offset?: number
+  cursor?: string
+  count?: boolean
+  fields?: string
+  /** Filters: `price`, `price[gte]` (one operand), `price[in]` (a list). */
+  [filter: string]: Operand | Operand[] | number | boolean | undefined
+}
+
 /** What a filter parameter of the query string (`price`, `price[gte]`) stands for. */
 export interface FilterParameter {
   member: string
@@ -47,58 +65,113 @@ export interface FilterParameter {
 }
 
 export interface Collection extends CollectionDeclaration {
-  /** Validates parameter names and shapes; typed conversion follows in list-query. */
-  queryValidator: Validator<Record<string, string>>
+  /** Parses and checks the whole query string: names, shapes, ranges. */
+  queryValidator: Validator<ListQuery>
   /** Every filter parameter name, built once: a request looks up only the names it has. */
   filterParameters: ReadonlyMap<string, FilterParameter>
 }
 
+export const MAX_LIMIT = 200
+export const MAX_OFFSET = 100_000
+export const MAX_IN_VALUES = 100
 const MAX_VALUE_LENGTH = 1000
+const INT4_MAX = 2_147_483_647
+const INT8_MAX = 9223372036854775807n
 
-function valueSchema(member: MemberType, list: boolean): TSchema {
-  const one = {
-    integer: { pattern: '-?[0-9]{1,19}', description: 'an integer' },
-    text: { pattern: '', description: 'a string' },
-    email: { pattern: '', description: 'a string' },
-    enum: { pattern: member.type === 'enum' ? `(${member.values.join('|')})` : '', description: member.type === 'enum' ? `one of ${member.values.join(', ')}` : '' },
-    timestamp: { pattern: '[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})', description: 'an RFC 3339 timestamp' },
-  }[member.type]
-  const description = list ? `a comma-separated list of ${one.description.replace(/^an? /, '')} values` : one.description
-  if (!one.pattern) return Type.Optional(Type.String({ maxLength: MAX_VALUE_LENGTH, description }))
-  const pattern = list ? `^${one.pattern}(,${one.pattern})*$` : `^${one.pattern}$`
-  return Type.Optional(Type.String({ maxLength: MAX_VALUE_LENGTH, pattern, description }))
+/**
+ * The operand of a filter on a member. A filter compares: `id[gt]=0` or
+ * `stock[lt]=-1` are fair questions though no row holds such a value, so an
+ * integer operand may be anything the column's type holds (int4 when the
+ * member's values fit there, else int8); the member's own range is for writes.
+ */
+function operandSchema(member: MemberType): TSchema {
+  switch (member.type) {
+    case 'integer': {
+      const max = member.maximum <= INT4_MAX ? BigInt(INT4_MAX) : INT8_MAX
+      return Type.BigInt({ minimum: -max - 1n, maximum: max, description: `an integer from ${-max - 1n} to ${max}` })
+    }
+    case 'timestamp':
+      // The format checks the calendar (no 2024-02-30); the pattern keeps to the one spelling Date parses.
+      return Type.String({
+        format: 'date-time',
+        pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$',
+        description: 'an RFC 3339 timestamp',
+      })
+    case 'enum':
+      return Type.Union(member.values.map((v) => Type.Literal(v)))
+    default:
+      return Type.String({ maxLength: MAX_VALUE_LENGTH })
+  }
 }
 
 export function defineCollection(declaration: CollectionDeclaration): Collection {
+  checkIdentifiers(declaration)
   const properties: Record<string, TSchema> = {
     q: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'a search text of 1 to 200 characters' })),
     sort: Type.Optional(Type.String({ maxLength: 500, description: 'comma-separated members, each optionally prefixed by - for descending' })),
-    limit: Type.Optional(Type.String({ pattern: '^[0-9]{1,3}$', description: 'an integer from 1 to 200' })),
-    offset: Type.Optional(Type.String({ pattern: '^[0-9]{1,6}$', description: 'an integer from 0 to 100000' })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_LIMIT, description: `an integer from 1 to ${MAX_LIMIT}` })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_OFFSET, description: `an integer from 0 to ${MAX_OFFSET}` })),
     cursor: Type.Optional(Type.String({ maxLength: 8192, description: 'a cursor from a Link header' })),
-    count: Type.Optional(Type.String({ pattern: '^(true|false)$', description: 'true or false' })),
+    count: Type.Optional(Type.Boolean({ description: 'true or false' })),
     fields: Type.Optional(Type.String({ maxLength: 500, description: 'comma-separated members to return' })),
   }
   const filterParameters = new Map<string, FilterParameter>()
   for (const [name, member] of Object.entries(declaration.members)) {
     for (const op of ['eq', ...filterOperators] as const) {
       const param = op === 'eq' ? name : `${name}[${op}]`
-      properties[param] = valueSchema(member, op === 'in')
+      const operand = operandSchema(member)
+      properties[param] = Type.Optional(op === 'in' ? Type.Array(operand, { minItems: 1, maxItems: MAX_IN_VALUES, description: `at most ${MAX_IN_VALUES} comma-separated values` }) : operand)
       filterParameters.set(param, { member: name, op, rank: filterParameters.size })
     }
   }
-  checkIdentifiers(declaration)
   // Rows are sent as selected (list-query.ts), so what can be filtered and
   // sorted must be part of the representation.
   for (const member of Object.keys(declaration.members)) {
     if (!declaration.outputMembers.includes(member)) throw new Error(`collection ${declaration.path}: member "${member}" is not one of outputMembers`)
   }
   const schema = Type.Object(properties, { additionalProperties: false })
+  const wireForms = wireDecoders(properties)
   return {
     ...declaration,
-    queryValidator: compileValidator(schema) as Validator<Record<string, string>>,
+    queryValidator: compileValidator(schema, { fromWire: (query) => fromWire(query as Record<string, string>, wireForms) }) as Validator<ListQuery>,
     filterParameters,
   }
+}
+
+type Decoder = (raw: string) => unknown
+
+/**
+ * Query values arrive as text; each parameter's schema says what the text
+ * stands for: a list is split at commas, and integers, BigInts and booleans
+ * are read as such. Text that does not read as its type is left as it is,
+ * for the schema check to refuse with a message naming the parameter.
+ */
+function wireDecoders(properties: Record<string, TSchema>): Map<string, Decoder> {
+  const scalar = (schema: TSchema): Decoder => {
+    if (Type.IsBigInt(schema)) return (raw) => (/^-?[0-9]{1,20}$/.test(raw) ? BigInt(raw) : raw)
+    if (Type.IsInteger(schema)) return (raw) => (/^[0-9]{1,7}$/.test(raw) ? Number(raw) : raw)
+    if (Type.IsBoolean(schema)) return (raw) => (raw === 'true' ? true : raw === 'false' ? false : raw)
+    return (raw) => raw
+  }
+  const decoders = new Map<string, Decoder>()
+  for (const [name, schema] of Object.entries(properties)) {
+    if (Type.IsArray(schema)) {
+      const item = scalar(schema.items as TSchema)
+      decoders.set(name, (raw) => raw.split(',').map(item))
+    } else {
+      decoders.set(name, scalar(schema))
+    }
+  }
+  return decoders
+}
+
+function fromWire(query: Record<string, string>, decoders: ReadonlyMap<string, Decoder>): Record<string, unknown> {
+  const typed: Record<string, unknown> = {}
+  for (const name in query) {
+    const decode = decoders.get(name)
+    typed[name] = decode ? decode(query[name]!) : query[name]
+  }
+  return typed
 }
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/

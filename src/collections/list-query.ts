@@ -3,7 +3,7 @@ import { invalidParameter } from '../http/problem.js'
 import type { AppDeps } from '../app-deps.js'
 import type { Reply } from '../http/route.js'
 import { decodeCursor, encodeCursor } from './cursor.js'
-import type { Collection, FilterParameter, MemberType } from './declaration.js'
+import type { Collection, FilterParameter, ListQuery, MemberType, Operand } from './declaration.js'
 import { listStatements, type Filter, type SortKey, type Value } from './list-sql.js'
 
 // The one list mechanism: turns a collection's checked query parameters into
@@ -11,15 +11,11 @@ import { listStatements, type Filter, type SortKey, type Value } from './list-sq
 // with the page, `Link: rel="next"` and, on request, `X-Total-Count`.
 
 const DEFAULT_LIMIT = 50
-const MAX_LIMIT = 200
-const MAX_OFFSET = 100_000
-const MAX_IN_VALUES = 100
 /** Filter parameters one request may combine: each combination is a statement shape of its own (list-sql.ts). */
 export const MAX_FILTERS = 10
-const BIGINT_MAX = 9223372036854775807n
 
 export interface ListContext {
-  deps: Pick<AppDeps, 'sql' | 'cursorKeys' | 'config'>
+  deps: Pick<AppDeps, 'sql' | 'cursorKeys' | 'config' | 'listShapes'>
   /**
    * Equality filters the caller cannot lift (a user sees only its own API
    * keys). Applied on top of the client's filters, and not part of the cursor:
@@ -28,18 +24,20 @@ export interface ListContext {
   fixedFilters?: Record<string, string>
 }
 
-export async function listCollection(collection: Collection, query: Record<string, string>, ctx: ListContext): Promise<Reply> {
-  const { sql, cursorKeys, config } = ctx.deps
+/** Answers a list request whose query the collection's queryValidator has checked and typed. */
+export async function listCollection(collection: Collection, query: ListQuery, ctx: ListContext): Promise<Reply> {
+  const { sql, cursorKeys, config, listShapes } = ctx.deps
   const filters = parseFilters(collection, query)
   for (const [member, value] of Object.entries(ctx.fixedFilters ?? {})) filters.push({ member, op: 'eq', values: [value] })
   const sort = parseSort(collection, query.sort)
-  const limit = parseBoundedInt('limit', query.limit, 1, MAX_LIMIT) ?? DEFAULT_LIMIT
-  const offset = parseBoundedInt('offset', query.offset, 0, MAX_OFFSET)
+  const limit = query.limit ?? DEFAULT_LIMIT
+  const { offset } = query
   const fields = parseFields(collection, query.fields)
   if (offset !== undefined && query.cursor !== undefined) throw invalidParameter('offset', 'cannot be combined with cursor')
 
   const sortText = sort.map((k) => (k.descending ? '-' : '') + k.member).join(',')
-  const filterDigest = digestFilters(collection, query)
+  const wire = toWire(query)
+  const filterDigest = digestFilters(collection, wire)
   let after: Value[] | undefined
   if (query.cursor !== undefined) {
     const cursor = decodeCursor(query.cursor, cursorKeys)
@@ -52,14 +50,10 @@ export async function listCollection(collection: Collection, query: Record<strin
   // The texts are compiled from the declaration only; every client value is
   // among the parameters (list-sql.ts). An unfiltered count has none, and
   // postgres.js sends a text without parameters as a simple query, unprepared.
-  // Trap: postgres.js 3.4.9 caches Query.origin by the query's strings array,
-  // which is new for every unsafe query, so each one that fails leaves about
-  // 100 bytes in a Map; the fix belongs in src/db/postgres-patch.mjs (no
-  // caching for untagged queries).
-  const statements = listStatements(collection, { filters, q: query.q, sort, after, limit, offset })
+  const statements = listStatements(collection, { filters, q: query.q, sort, after, limit, offset }, listShapes)
   const { prepare } = statements
   const pageQuery = sql.unsafe(statements.page.text, statements.page.values, { prepare })
-  const countQuery = query.count === 'true' ? sql.unsafe<[{ total: number }]>(statements.count.text, statements.count.values, { prepare }) : undefined
+  const countQuery = query.count ? sql.unsafe<[{ total: number }]>(statements.count.text, statements.count.values, { prepare }) : undefined
   const [rows, counted] = await Promise.all([pageQuery, countQuery])
 
   const headers: Record<string, string> = {}
@@ -68,18 +62,11 @@ export async function listCollection(collection: Collection, query: Record<strin
     rows.pop()
     const last = rows[rows.length - 1]!
     const cursor = encodeCursor({ sort: sortText, filter: filterDigest, after: sort.map((k) => cursorValue(last[k.member])) }, cursorKeys[0]!)
-    headers.link = `<${nextUrl(`${config.apiPrefix}${collection.path}`, query, cursor)}>; rel="next"`
+    headers.link = `<${nextUrl(`${config.apiPrefix}${collection.path}`, wire, cursor)}>; rel="next"`
   }
   // A row is the representation already: the SELECT list is outputMembers, in order.
   const body = fields ? rows.map((row) => Object.fromEntries(fields.map((f) => [f, row[f]]))) : rows
   return { status: 200, headers, body }
-}
-
-function parseBoundedInt(name: string, raw: string | undefined, min: number, max: number): number | undefined {
-  if (raw === undefined) return undefined
-  const value = Number(raw)
-  if (!Number.isInteger(value) || value < min || value > max) throw invalidParameter(name, `must be an integer from ${min} to ${max}`)
-  return value
 }
 
 function parseSort(collection: Collection, raw: string | undefined): SortKey[] {
@@ -104,7 +91,7 @@ function parseFields(collection: Collection, raw: string | undefined): string[] 
   return collection.outputMembers.filter((m) => wanted.has(m))
 }
 
-function parseFilters(collection: Collection, query: Record<string, string>): Filter[] {
+function parseFilters(collection: Collection, query: ListQuery): Filter[] {
   const found: Array<[string, FilterParameter]> = []
   for (const param of Object.keys(query)) {
     const meaning = collection.filterParameters.get(param)
@@ -113,58 +100,29 @@ function parseFilters(collection: Collection, query: Record<string, string>): Fi
   if (found.length > 1) found.sort((a, b) => a[1].rank - b[1].rank)
   if (found.length > MAX_FILTERS) throw invalidParameter(found[MAX_FILTERS]![0], `at most ${MAX_FILTERS} filter parameters may be combined in one request`)
   return found.map(([param, { member, op }]) => {
-    const raw = query[param]!
-    const parts = op === 'in' ? raw.split(',') : [raw]
-    if (parts.length > MAX_IN_VALUES) throw invalidParameter(param, `must list at most ${MAX_IN_VALUES} values`)
+    const operand = query[param] as Operand | Operand[]
     const type = collection.members[member]!
-    return { member, op, values: parts.map((p) => typedValue(param, type, p)) }
+    return { member, op, values: (Array.isArray(operand) ? operand : [operand]).map((v) => sqlValue(type, v)) }
   })
 }
 
-function typedValue(param: string, member: MemberType, raw: string): Value {
-  switch (member.type) {
-    case 'integer': {
-      // A filter compares: `id[gt]=0` or `stock[lt]=-1` are fair questions even
-      // though no row holds such a value, so the operand may be anything the
-      // column's type holds (the member's own range is for what is written).
-      // Compared as BigInt: as a Number, 9223372036854775807 rounds up to 2^63,
-      // passed the bound and reached PostgreSQL out of range (a 500), and ids
-      // beyond 2^53 silently named a neighbour; those go to SQL as exact text.
-      const [min, max] = columnRange(member)
-      const value = /^-?[0-9]+$/.test(raw) ? BigInt(raw) : undefined
-      if (value === undefined || value < min || value > max) throw invalidParameter(param, `must be an integer from ${min} to ${max}`)
-      return Number.isSafeInteger(Number(value)) ? Number(value) : value.toString()
-    }
-    case 'timestamp': {
-      const value = new Date(raw)
-      if (Number.isNaN(value.getTime()) || !/^\d{4}-\d{2}-\d{2}T/.test(raw) || !isCalendarDate(raw)) throw invalidParameter(param, 'must be an RFC 3339 timestamp')
-      return value
-    }
-    case 'enum':
-      if (!member.values.includes(raw)) throw invalidParameter(param, `must be one of ${member.values.join(', ')}`)
-      return raw
-    default:
-      return raw
-  }
-}
-
-const INT4_MAX = 2_147_483_647n
-
-/** What the member's column can hold: integer (int4) when its values fit there, else bigint. */
-function columnRange(member: { maximum: number }): [bigint, bigint] {
-  return BigInt(member.maximum) <= INT4_MAX ? [-INT4_MAX - 1n, INT4_MAX] : [-BIGINT_MAX - 1n, BIGINT_MAX]
-}
-
 /**
- * Date.parse rolls a day past the end of its month over (2024-02-30 is read
- * as 2024-03-01), so a filter on an impossible date would silently select
- * from another day: the date part must name a real day.
+ * A checked operand as a statement parameter. Integers beyond 2^53 go to
+ * SQL as exact text: as a Number they would silently name a neighbour.
  */
-function isCalendarDate(raw: string): boolean {
-  const [y, m, d] = raw.slice(0, 10).split('-').map(Number) as [number, number, number]
-  const day = new Date(0)
-  day.setUTCFullYear(y, m - 1, d) // not Date.UTC, which reads years 0-99 as 1900-1999
-  return day.getUTCFullYear() === y && day.getUTCMonth() === m - 1 && day.getUTCDate() === d
+function sqlValue(member: MemberType, operand: Operand): Value {
+  if (typeof operand === 'bigint') return Number.isSafeInteger(Number(operand)) ? Number(operand) : operand.toString()
+  return member.type === 'timestamp' ? new Date(operand) : operand
+}
+
+/** The query as text again, for the cursor's digest and the next link (the same for the same selection, however it was spelled). */
+function toWire(query: ListQuery): Record<string, string> {
+  const wire: Record<string, string> = {}
+  for (const name in query) {
+    const value = query[name]
+    if (value !== undefined) wire[name] = Array.isArray(value) ? value.join(',') : String(value)
+  }
+  return wire
 }
 
 const cursorValue = (v: unknown): string | number => (v instanceof Date ? v.toISOString() : (v as string | number))

@@ -5,9 +5,8 @@ import type { Collection, FilterOperator, MemberType } from './declaration.js'
 // (which filters and operators, whether there is a search, the sort keys and
 // directions, whether there is a cursor or an offset) and every value is a $n
 // parameter, so the text is compiled once per shape and kept, and postgres.js
-// prepares it once per connection. Built from a dozen postgres.js fragments on
-// every request instead, it was most of listCollection's 79 to 191 µs
-// (bench/README.md, finding 2).
+// prepares it once per connection (building it from postgres.js fragments on
+// every request costs more than the rest of a list request; bench/README.md).
 //
 // The text is made only of fixed keywords and the declaration's names, which
 // defineCollection has checked to be plain identifiers; nothing a client sent
@@ -47,8 +46,8 @@ export interface ListStatements {
  * one per filter (an IN list is one array), the search pattern, the cursor's
  * values, the limit, the offset. The count statement uses the first part only.
  */
-export function listStatements(collection: Collection, request: ListRequest): ListStatements {
-  const { page, count, prepare } = compiledFor(collection, request)
+export function listStatements(collection: Collection, request: ListRequest, shapes: ListShapes): ListStatements {
+  const { page, count, prepare } = shapes.compiledFor(collection, request)
   const values: Statement['values'] = []
   for (const f of request.filters) values.push(filterValue(collection, f))
   if (request.q !== undefined) values.push(searchPattern(request.q))
@@ -80,33 +79,43 @@ interface Compiled { page: string; count: string; uses: number; prepare: boolean
 export const MAX_SHAPES_PER_COLLECTION = 500
 export const PREPARE_AFTER_USES = 3
 export const MAX_PREPARED_SHAPES = 200
-const cache = new WeakMap<Collection, { shapes: BoundedMap<string, Compiled>; prepared: Set<string> }>()
 
-function compiledFor(collection: Collection, request: ListRequest): Compiled {
-  let entry = cache.get(collection)
-  if (!entry) cache.set(collection, (entry = { shapes: new BoundedMap(MAX_SHAPES_PER_COLLECTION), prepared: new Set() }))
-  const { shapes, prepared } = entry
-  const key = shapeKey(request)
-  let compiled = shapes.get(key)
-  if (compiled) {
-    shapes.refresh(key)
-  } else {
-    compiled = { ...compile(collection, request), uses: 0, prepare: prepared.has(key) }
+/** The compiled shapes of one service instance, per collection (deps.listShapes). */
+export class ListShapes {
+  private readonly byTable = new Map<string, { shapes: BoundedMap<string, Compiled>; prepared: Set<string> }>()
+
+  compiledFor(collection: Collection, request: ListRequest): Compiled {
+    const { shapes, prepared } = this.entry(collection)
+    const key = shapeKey(request)
+    let compiled = shapes.get(key)
+    if (compiled) {
+      shapes.refresh(key)
+    } else {
+      compiled = { ...compile(collection, request), uses: 0, prepare: prepared.has(key) }
+    }
+    if (++compiled.uses >= PREPARE_AFTER_USES && !compiled.prepare && prepared.size < MAX_PREPARED_SHAPES) {
+      prepared.add(key)
+      compiled.prepare = true
+    }
+    shapes.set(key, compiled)
+    return compiled
   }
-  if (++compiled.uses >= PREPARE_AFTER_USES && !compiled.prepare && prepared.size < MAX_PREPARED_SHAPES) {
-    prepared.add(key)
-    compiled.prepare = true
+
+  /** How many shapes of the collection are run as prepared statements. */
+  preparedCount(collection: Collection): number {
+    return this.byTable.get(collection.table)?.prepared.size ?? 0
   }
-  shapes.set(key, compiled)
-  return compiled
-}
 
-/** How many shapes of the collection are run as prepared statements (for tests). */
-export const preparedShapeCount = (collection: Collection) => cache.get(collection)?.prepared.size ?? 0
+  /** The shapes of the collection that are compiled, least recently used first. */
+  compiledShapes(collection: Collection): string[] {
+    return [...(this.byTable.get(collection.table)?.shapes.keys() ?? [])]
+  }
 
-/** The shapes of the collection that are compiled, least recently used first (for tests). */
-export function compiledShapes(collection: Collection): string[] {
-  return [...(cache.get(collection)?.shapes.keys() ?? [])]
+  private entry(collection: Collection) {
+    let entry = this.byTable.get(collection.table)
+    if (!entry) this.byTable.set(collection.table, (entry = { shapes: new BoundedMap(MAX_SHAPES_PER_COLLECTION), prepared: new Set() }))
+    return entry
+  }
 }
 
 /** Everything the text depends on, and nothing else (members are identifiers, so the separators are unambiguous). */

@@ -1,15 +1,10 @@
 import { HttpError } from '../http/problem.js'
 
-// Database failures are turned into HTTP answers here and nowhere else.
-// postgres.js puts the SQLSTATE in `code` and, for constraint violations, the
-// constraint's name in `constraint_name`; connection trouble has codes of its
+// Database failures that mean "unavailable" are turned into 503s here.
+// postgres.js puts the SQLSTATE in `code`; connection trouble has codes of its
 // own (CONNECT_TIMEOUT, CONNECTION_CLOSED, ...) or Node's (ECONNREFUSED, ...).
-
-/** Unique constraints a client can run into, by name (see sql/), and what they mean. */
-const uniqueViolations: Record<string, () => HttpError> = {
-  users_email_key: () => new HttpError('email_taken', 'A user with this e-mail address already exists.'),
-  products_sku_key: () => new HttpError('sku_taken', 'A product with this SKU already exists.'),
-}
+// A duplicate of a unique member is the resource's to answer
+// (src/resources/store.ts, conflictOf), from its declaration.
 
 // ENOENT: the Unix socket file is gone (the server stopped). CONNECTION_CLOSED
 // is also what the patched postgres.js gives a statement of a transaction
@@ -22,9 +17,8 @@ const connectionCodes = new Set([
 
 export function mapDatabaseError(err: unknown): HttpError | undefined {
   if (!(err instanceof Error)) return undefined
-  const { code, constraint_name: constraint } = err as Error & { code?: string; constraint_name?: string }
+  const { code } = err as Error & { code?: string }
   if (code === undefined) return undefined
-  if (code === '23505' && constraint && uniqueViolations[constraint]) return uniqueViolations[constraint]()
   // Class 08: connection exception; 57P01-03: admin shutdown (also
   // pg_terminate_backend), crash shutdown, cannot connect now (starting up,
   // shutting down, in recovery); 57014: statement_timeout fired (the pool is

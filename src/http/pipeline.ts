@@ -61,6 +61,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     let reply: Reply
     let rate: RateDecision | undefined
     let corsExtra: Record<string, string> = {}
+    let noStore = false
     deps.metrics.inFlight++
 
     let problem = false
@@ -84,6 +85,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
           throw new HttpError('shutting_down', 'The service is shutting down; retry on another instance.', { headers: { 'retry-after': '1', connection: 'close' } })
         }
         const { route, params } = match
+        noStore = route.noStore === true
         // Public routes never look at a credential (no database read for /healthz).
         if (route.access.kind !== 'public') {
           const address = () => addressBucket(clientAddress(req, config.trustProxy))
@@ -145,7 +147,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     // While draining, every answer asks the client to take its next request elsewhere.
     if (lifecycle.shuttingDown) reply.headers = { ...reply.headers, connection: 'close' }
     // Answers about credentials must not be stored by any cache (RFC 6749 §5.1), errors included.
-    if (fullPath.startsWith(`${prefix}/auth/`)) reply.headers = { ...reply.headers, 'cache-control': 'no-store' }
+    if (noStore || fullPath.startsWith(`${prefix}/auth/`)) reply.headers = { ...reply.headers, 'cache-control': 'no-store' }
     reply.headers = { ...reply.headers, ...corsExtra, ...(rate ? rateHeaders(rate) : {}) }
     writeReply(res, reply, { requestId, head: method === 'HEAD', problem })
     if (reply.headers?.connection === 'close') res.once('finish', () => req.socket.destroySoon())

@@ -39,9 +39,10 @@ export function checkQuery<Q>(validator: Validator<Q> | undefined, query: Record
     if (first !== undefined) throw invalidParameter(first, 'is not a parameter of this endpoint', 'unknown_parameter')
     return {} as Q
   }
-  const [first] = validator.errors(query)
-  if (!first) return query as Q
-  const name = first.path.slice(1).replaceAll('~1', '/').replaceAll('~0', '~')
+  const { value, errors: [first] } = validator.check(query)
+  if (!first) return value
+  // The parameter is the first step of the pointer; an item of a list (`id[in]/3`) is reported as its list.
+  const name = first.path.slice(1).split('/')[0]!.replaceAll('~1', '/').replaceAll('~0', '~')
   if (first.message === UNKNOWN_MEMBER) throw invalidParameter(name, 'is not a parameter of this endpoint', 'unknown_parameter')
   throw invalidParameter(name, first.message)
 }

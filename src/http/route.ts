@@ -68,13 +68,21 @@ export interface Route<Query = Record<string, never>, Body = undefined> {
   unlimited?: boolean
   /** Default 'handler': everything that touches the database waits under the bound, unless it says why not. */
   database?: DatabaseUse
+  /** Answers must not be stored by any cache (credentials: RFC 6749 §5.1), error answers included. */
+  noStore?: boolean | undefined
+  /** For the OpenAPI document: the operation's name in generated clients (default: method and path, e.g. postAuthLogin). */
+  operationId?: string
   /** For the OpenAPI document: what the operation does. */
   summary?: string
   /**
    * The success answers, for the OpenAPI document (error answers are derived
    * from the route's other declarations). `schema` undefined: no body.
    */
-  responses?: Record<number, { description: string; schema?: TSchema; headers?: ResponseHeader[] }>
+  responses?: Record<number, { description: string; schema?: TSchema; headers?: ResponseHeader[]; contentType?: string }>
+  /** For the OpenAPI document: schemas of this route to document once by name (components.schemas), by their name. */
+  components?: Record<string, TSchema>
+  /** For the OpenAPI document: error statuses the handler answers beyond those its other declarations imply. */
+  errorStatuses?: readonly number[]
 }
 
 /** Headers a success answer carries beyond the ones every answer has. */

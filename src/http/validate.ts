@@ -12,9 +12,19 @@ export interface Validator<T> {
   errors(value: unknown): FieldError[]
   /** The value typed, or a 422 `validation_failed`. */
   parseBody(value: unknown): T
+  /** The value read from its wire form (`fromWire`) and checked: typed, or its field errors. */
+  check(value: unknown): { value: T; errors: FieldError[] }
 }
 
-export function compileValidator<S extends TSchema>(schema: S): Validator<Static<S>> {
+export interface ValidatorOptions {
+  /**
+   * Reads a value from the form it travels in (query parameters are text)
+   * into the form the schema describes, before the one check.
+   */
+  fromWire?: (value: unknown) => unknown
+}
+
+export function compileValidator<S extends TSchema>(schema: S, options: ValidatorOptions = {}): Validator<Static<S>> {
   const compiled = Compile(schema)
   const errors = (value: unknown): FieldError[] => {
     const unsafe = findUnstorableStrings(value)
@@ -22,6 +32,7 @@ export function compileValidator<S extends TSchema>(schema: S): Validator<Static
     if (compiled.Check(value)) return []
     return describeErrors(schema, compiled.Errors(value))
   }
+  const { fromWire } = options
   return {
     schema,
     errors,
@@ -29,6 +40,10 @@ export function compileValidator<S extends TSchema>(schema: S): Validator<Static
       const found = errors(value)
       if (found.length) throw validationFailed(found)
       return value as Static<S>
+    },
+    check(value) {
+      const typed = fromWire ? fromWire(value) : value
+      return { value: typed as Static<S>, errors: errors(typed) }
     },
   }
 }
@@ -65,8 +80,13 @@ function describeErrors(root: TSchema, raw: readonly TypeBoxError[]): FieldError
         add(e.instancePath, options?.every((o) => o !== undefined) ? `must be one of ${options.map((o) => JSON.stringify(o)).join(', ')}` : 'has an invalid value')
         break
       }
-      case 'type':
-        add(e.instancePath, `must be ${article(String(e.params.type))}`)
+      case 'type': {
+        // Query operands read as BigInt or boolean: their description says it in a client's words.
+        const description = (at as { description?: string } | undefined)?.description
+        const type = String(e.params.type)
+        add(e.instancePath, description && (type === 'bigint' || type === 'boolean') ? `must be ${description}` : `must be ${article(type)}`)
+        break
+      }
         break
       case 'minLength':
         add(e.instancePath, `must be at least ${e.params.limit} characters`)
@@ -75,9 +95,11 @@ function describeErrors(root: TSchema, raw: readonly TypeBoxError[]): FieldError
         add(e.instancePath, `must be at most ${e.params.limit} characters`)
         break
       case 'minimum':
-      case 'maximum':
-        add(e.instancePath, `must be ${e.keyword === 'minimum' ? 'at least' : 'at most'} ${e.params.limit}`)
+      case 'maximum': {
+        const description = (at as { description?: string } | undefined)?.description
+        add(e.instancePath, description?.startsWith('an integer from') ? `must be ${description}` : `must be ${e.keyword === 'minimum' ? 'at least' : 'at most'} ${e.params.limit}`)
         break
+      }
       case 'minItems':
       case 'maxItems':
         add(e.instancePath, `must have ${e.keyword === 'minItems' ? 'at least' : 'at most'} ${e.params.limit} items`)

@@ -40,8 +40,45 @@ const successHeaderNames: Record<ResponseHeader, string> = {
 const headerRefs = (names: string[]) => Object.fromEntries(names.map((n) => [n, { $ref: `#/components/headers/${n}` }]))
 const rateHeaders = ['RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset']
 
-/** Plain JSON: TypeBox schemas are JSON Schema already; this drops anything that is not. */
+/** Plain JSON: TypeBox schemas are JSON Schema already; this drops anything that is not (member traits ride on a symbol). */
 const json = (schema: TSchema): unknown => JSON.parse(JSON.stringify(schema))
+
+/** Schemas with a name in components.schemas, by identity: a route declares the very object, the document refers to it by name. */
+interface Named {
+  names: ReadonlyMap<TSchema, string>
+  /** The names some operation refers to: only those go into components. */
+  used: Set<string>
+}
+const schemaOf = (schema: TSchema, named: Named): unknown => {
+  const name = named.names.get(schema)
+  if (!name) return json(schema)
+  named.used.add(name)
+  return { $ref: `#/components/schemas/${name}` }
+}
+
+/**
+ * A query parameter as it travels: a list is comma-separated (form style, not
+ * exploded), and an operand read as a BigInt is an integer on the wire (int64
+ * bounds are not exact JSON numbers, so the format says them).
+ */
+function queryParameter(name: string, schema: TSchema) {
+  const wire = (s: TSchema): Record<string, unknown> => {
+    if (!Type.IsBigInt(s)) return json(s) as Record<string, unknown>
+    const { maximum, description } = s as unknown as { maximum: bigint; description: string }
+    return { type: 'integer', format: maximum > 2_147_483_647n ? 'int64' : 'int32', description }
+  }
+  if (!Type.IsArray(schema)) {
+    const { description, ...rest } = wire(schema)
+    return { name, in: 'query', required: false, description, schema: rest }
+  }
+  const { description: itemDescription, ...items } = wire(schema.items as TSchema)
+  const { minItems, maxItems, description } = schema as unknown as { minItems: number; maxItems: number; description: string }
+  return {
+    name, in: 'query', required: false, style: 'form', explode: false,
+    description: itemDescription ? `${description}, each ${itemDescription}` : description,
+    schema: { type: 'array', minItems, maxItems, items },
+  }
+}
 
 const errorDescriptions: Record<number, string> = {
   400: 'Malformed request: bad JSON, unknown or invalid query parameter, two credentials.',
@@ -69,8 +106,7 @@ function errorStatuses(route: AnyRoute): number[] {
   if (route.method !== 'GET' && route.access.kind === 'protected') s.add(409)
   if (route.idempotent) s.add(409).add(422)
   if (route.requiresIfMatch) s.add(412).add(428)
-  if (route.path.startsWith('/auth/')) s.add(401)
-  if (route.path === '/auth/login') s.add(403).add(429)
+  for (const status of route.errorStatuses ?? []) s.add(status)
   return [...s].sort()
 }
 
@@ -82,19 +118,17 @@ function security(access: Access): Array<Record<string, string[]>> | undefined {
 }
 
 const operationId = (route: AnyRoute) =>
+  route.operationId ??
   route.method.toLowerCase() +
   route.path.split('/').filter(Boolean).map((s) => (s === '{id}' ? 'ById' : s.replace(/(^|[-.])([a-z])/g, (_, __, c: string) => c.toUpperCase()))).join('')
 
-function operation(route: AnyRoute) {
+function operation(route: AnyRoute, named: Named) {
   const parameters: unknown[] = []
   if (route.path.includes('{id}')) {
     parameters.push({ name: 'id', in: 'path', required: true, schema: { type: 'integer', format: 'int64', minimum: 1 } })
   }
   const queryProps = (route.query?.schema as { properties?: Record<string, TSchema> } | undefined)?.properties ?? {}
-  for (const [name, schema] of Object.entries(queryProps)) {
-    const { description, ...rest } = json(schema) as { description?: string }
-    parameters.push({ name, in: 'query', required: false, description, schema: rest })
-  }
+  for (const [name, schema] of Object.entries(queryProps)) parameters.push(queryParameter(name, schema))
   if (route.requiresIfMatch) parameters.push({ name: 'If-Match', in: 'header', required: false, description: 'The ETag the change is based on; a mismatch is 412.', schema: { type: 'string' } })
   if (route.method === 'GET' && route.path.includes('{id}')) parameters.push({ name: 'If-None-Match', in: 'header', required: false, schema: { type: 'string' } })
   if (route.idempotent) parameters.push({ name: 'Idempotency-Key', in: 'header', required: false, description: '1 to 255 printable ASCII characters; retries with the same key and body get the first answer for 24 hours.', schema: { type: 'string', minLength: 1, maxLength: 255 } })
@@ -106,7 +140,7 @@ function operation(route: AnyRoute) {
     responses[status] = {
       description: r.description,
       headers: headerRefs([...new Set(headers)]),
-      ...(r.schema ? { content: { [route.path === '/metrics' ? 'text/plain' : 'application/json']: { schema: json(r.schema) } } } : {}),
+      ...(r.schema ? { content: { [r.contentType ?? 'application/json']: { schema: schemaOf(r.schema, named) } } } : {}),
     }
   }
   if (route.method === 'GET' && route.path.includes('{id}')) {
@@ -126,7 +160,7 @@ function operation(route: AnyRoute) {
         requestBody: {
           required: !route.body.optional,
           content: Object.fromEntries(
-            (route.body.kind === 'merge-patch' ? ['application/merge-patch+json', 'application/json'] : ['application/json']).map((t) => [t, { schema: json(route.body!.validator.schema) }]),
+            (route.body.kind === 'merge-patch' ? ['application/merge-patch+json', 'application/json'] : ['application/json']).map((t) => [t, { schema: schemaOf(route.body!.validator.schema, named) }]),
           ),
         },
       }
@@ -143,10 +177,13 @@ function operation(route: AnyRoute) {
 }
 
 export function buildOpenApiDocument(routes: readonly AnyRoute[], info: { version: string; apiPrefix: string }) {
+  // Schemas routes name (a resource's representation, page and bodies) are documented once, and referred to.
+  const components: Record<string, TSchema> = Object.assign({}, ...routes.map((r) => r.components ?? {}))
+  const named: Named = { names: new Map(Object.entries(components).map(([name, schema]) => [schema, name])), used: new Set() }
   const paths: Record<string, Record<string, unknown>> = {}
   for (const route of routes) {
     paths[route.path] ??= {}
-    paths[route.path]![route.method.toLowerCase()] = operation(route)
+    paths[route.path]![route.method.toLowerCase()] = operation(route, named)
   }
   return {
     openapi: '3.1.0',
@@ -158,7 +195,7 @@ export function buildOpenApiDocument(routes: readonly AnyRoute[], info: { versio
     servers: [{ url: info.apiPrefix || '/' }],
     paths,
     components: {
-      schemas: { Problem: json(Problem) },
+      schemas: { Problem: json(Problem), ...Object.fromEntries(Object.entries(components).filter(([name]) => named.used.has(name)).map(([name, schema]) => [name, json(schema)])) },
       headers: Object.fromEntries(Object.entries(headerDocs).map(([name, h]) => [name, { description: h.description, schema: json(h.schema) }])),
       securitySchemes: {
         bearerAuth: { type: 'http', scheme: 'bearer', description: 'A JWT or an opaque access token from /auth/login, or an API key (upa_ak_…).' },

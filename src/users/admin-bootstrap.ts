@@ -4,8 +4,7 @@ import { normalizeEmail } from '../auth/login-throttle.js'
 import { hashPassword } from '../auth/password.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { ConfigError } from '../config.js'
-import { compileValidator } from '../http/validate.js'
-import { UserCreate } from './schemas.js'
+import { users } from './resource.js'
 
 // The first admin. `make admin` creates one, or gives an existing admin a
 // new password (ending all its sessions, as any password change does);
@@ -14,8 +13,6 @@ import { UserCreate } from './schemas.js'
 // Neither ever promotes an existing account that is not an admin: it may be
 // anybody's (a self-registered one, say), and making it admin would hand its
 // sessions and keys admin rights. Promote through the API, as an admin.
-
-const checkUser = compileValidator(UserCreate)
 
 export interface AdminResult {
   id: number
@@ -26,7 +23,7 @@ export interface AdminResult {
 /** Creates the admin, or resets an existing admin's password; returns the password (generated when none is given). */
 export async function createOrResetAdmin(sql: Sql, email: string, password?: string): Promise<AdminResult> {
   const secret = password ?? randomBytes(18).toString('base64url')
-  const errors = checkUser.errors({ name: 'Administrator', email, password: secret })
+  const errors = users.bodies.create.errors({ name: 'Administrator', email, password: secret })
   // A ConfigError: bad input from the operator (the command line, ADMIN_EMAIL) gets
   // its message on stderr, not the JSON-and-stack-trace main.ts prints for a crash.
   if (errors.length) throw new ConfigError(`Cannot create the admin: ${errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; ')}`)

@@ -1,27 +1,18 @@
 import type { Sql, TransactionSql } from 'postgres'
 import { HttpError } from '../http/problem.js'
-import type { Role } from '../auth/principal.js'
+import type { Row } from '../resources/resource.js'
+import type { users } from './resource.js'
 
 // SQL for users. Functions take the database handle first, so the same
 // function runs on the pool or inside a caller's transaction.
 
-export interface UserRow {
-  id: number
-  name: string
-  email: string
-  role: Role
+/** A user's row: the declared members, and the columns only the service reads (src/users/resource.ts). */
+export type UserRow = Omit<Row<typeof users.members>, 'password' | 'created_at' | 'updated_at'> & {
+  created_at: Date
+  updated_at: Date
   password_hash: string | null
   /** Raised by a role or password change and by "log out everywhere"; JWTs of an older epoch are void (sql/005). */
   credential_epoch: number
-  version: number
-  created_at: Date
-  updated_at: Date
-}
-
-export type UserWrite = Pick<UserRow, 'name' | 'email' | 'role' | 'password_hash'>
-
-export function presentUser(row: UserRow) {
-  return { id: row.id, name: row.name, email: row.email, role: row.role, created_at: row.created_at, updated_at: row.updated_at }
 }
 
 export async function findUser(db: Sql | TransactionSql, id: string): Promise<UserRow | undefined> {
@@ -33,24 +24,6 @@ export async function findUser(db: Sql | TransactionSql, id: string): Promise<Us
 export async function findUserByEmail(db: Sql | TransactionSql, normalizedEmail: string): Promise<UserRow | undefined> {
   const [row] = await db<UserRow[]>`SELECT * FROM users WHERE lower(email) = ${normalizedEmail}`
   return row
-}
-
-export async function insertUser(db: Sql | TransactionSql, user: UserWrite): Promise<UserRow> {
-  const [row] = await db<UserRow[]>`INSERT INTO users ${db(user)} RETURNING *`
-  return row!
-}
-
-export async function updateUser(db: TransactionSql, id: number, changes: Partial<UserWrite>): Promise<UserRow> {
-  const [row] = await db<UserRow[]>`
-    UPDATE users SET ${db(changes, Object.keys(changes) as Array<keyof UserWrite>)}, version = version + 1,
-        -- now() is the start of the transaction, which may predate the previous write if we waited on its lock.
-        updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')
-    WHERE id = ${id} RETURNING *`
-  return row!
-}
-
-export async function deleteUser(db: TransactionSql, id: number): Promise<void> {
-  await db`DELETE FROM users WHERE id = ${id}`
 }
 
 // Held while an admin is demoted or deleted, so that two such changes cannot

@@ -1,0 +1,120 @@
+import type { Sql } from 'postgres'
+import Type from 'typebox'
+import { challenge } from '../auth/credentials.js'
+import { isAdmin, type Principal } from '../auth/principal.js'
+import { isScope } from '../auth/scopes.js'
+import { displayPrefix, hashSecret, newSecret } from '../auth/tokens.js'
+import { HttpError, validationFailed } from '../http/problem.js'
+import { idMember, nameSchema, timestampMember } from '../resources/common.js'
+import { member } from '../resources/member.js'
+import { defineResource } from '../resources/resource.js'
+import { resourceRoutes, type ResourceHooks } from '../resources/routes.js'
+import type { StoredRow } from '../resources/store.js'
+
+// An API key is listed, read and deleted like any resource, by its owner (or
+// an admin). It is never changed, and its creation is its own: the secret is
+// made here, shown once, and only its hash is stored.
+
+const nullableTimestamp = () => Type.Union([Type.String({ format: 'date-time', description: 'an RFC 3339 timestamp in the future' }), Type.Null()])
+
+export const apiKeys = defineResource({
+  name: 'ApiKey',
+  path: '/api-keys',
+  table: 'api_keys',
+  versioned: false,
+  members: {
+    id: idMember(),
+    name: member(nameSchema(), { write: 'create', sort: true, search: true }),
+    prefix: member(Type.String(), { write: 'server' }),
+    scopes: member(Type.Array(Type.String({ maxLength: 64 }), { minItems: 1, maxItems: 6, uniqueItems: true }), { write: 'create' }),
+    created_at: timestampMember(),
+    expires_at: member(nullableTimestamp(), { write: 'create', optional: true }),
+    last_used_at: member(nullableTimestamp(), { write: 'server' }),
+    user_id: member(Type.Integer({ minimum: 1, maximum: 9223372036854775807 }), { write: 'server', sort: true }),
+  },
+})
+
+/** The answer to its creation, the one time the secret `key` is shown. */
+const ApiKeyCreated = Type.Object({ ...apiKeys.schemas.representation.properties, key: Type.String() }, { additionalProperties: false })
+
+const userIdOf = (p: Principal) => (p.kind === 'user' ? p.userId : '')
+
+/**
+ * The new key; 'gone' when its user no longer exists (a JWT may outlive its
+ * user by a moment), 'limit' when the user already holds `max` live keys.
+ * The user's row is locked (FOR NO KEY UPDATE: it does not block the foreign
+ * key checks of other writes) so that concurrent creations count one after
+ * another and cannot together pass the limit; a deletion of the user waits
+ * for this insert and then takes the key with it.
+ */
+async function insertApiKey(
+  sql: Sql, key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null }, max: number,
+): Promise<StoredRow | 'gone' | 'limit'> {
+  return sql.begin(async (tx) => {
+    const [user] = await tx`SELECT 1 FROM users WHERE id = ${key.user_id} FOR NO KEY UPDATE`
+    if (!user) return 'gone'
+    const [{ live }] = await tx<[{ live: number }]>`
+      SELECT count(*)::int AS live FROM api_keys WHERE user_id = ${key.user_id} AND (expires_at IS NULL OR expires_at > now())`
+    if (live >= max) return 'limit'
+    const [row] = await tx<StoredRow[]>`INSERT INTO api_keys ${tx(key)} RETURNING *`
+    return row!
+  })
+}
+
+const hooks: ResourceHooks = {
+  // Everyone sees their own keys; an admin sees anyone's.
+  scope: (principal) => (isAdmin(principal) ? undefined : { user_id: userIdOf(principal) }),
+  checkList(query, principal) {
+    if (!isAdmin(principal) && query.user_id !== undefined && String(query.user_id) !== userIdOf(principal)) {
+      throw new HttpError('forbidden', 'Only an admin may list the keys of another user.')
+    }
+  },
+  async insert({ principal, deps }, values) {
+    if (principal.kind !== 'user') throw new Error('unreachable: protected route')
+    const scopes = values.scopes as string[]
+    const unknown = scopes.findIndex((s) => !isScope(s))
+    if (unknown !== -1) throw validationFailed([{ path: `/scopes/${unknown}`, message: 'is not a scope' }])
+    // A key can never do more than the credential that created it.
+    const beyond = scopes.filter((s) => !principal.scopes.has(s as never))
+    // With the challenge every other insufficient_scope answer carries (RFC 6750 §3.1), naming what is missing.
+    if (beyond.length) {
+      throw new HttpError('insufficient_scope', `A key cannot have scopes its creator lacks: ${beyond.join(' ')}.`, {
+        headers: { 'www-authenticate': challenge.scope(beyond.join(' ')) },
+      })
+    }
+    const expiresAt = values.expires_at ? new Date(values.expires_at as string) : null
+    if (expiresAt && expiresAt.getTime() <= Date.now()) throw validationFailed([{ path: '/expires_at', message: 'must be in the future' }])
+    const key = newSecret('apiKey')
+    const { maxApiKeysPerUser } = deps.config
+    const row = await insertApiKey(deps.sql, {
+      user_id: Number(principal.userId), name: values.name as string, prefix: displayPrefix(key), key_hash: hashSecret(key), scopes, expires_at: expiresAt,
+    }, maxApiKeysPerUser)
+    // The user was deleted while this request ran: the credential is good for nothing now.
+    if (row === 'gone') throw new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+    if (row === 'limit') throw new HttpError('api_key_limit', `This user already holds ${maxApiKeysPerUser} live API keys (MAX_API_KEYS_PER_USER); delete one first.`)
+    return { row, body: { key } }
+  },
+  // Answer once this instance has heard the revocation: it never serves the key to a client told it is gone (src/auth/credential-changes.ts).
+  afterDelete: (ctx) => ctx.deps.credentialChanges.caughtUp(),
+}
+
+export const apiKeyRoutes = resourceRoutes(apiKeys, {
+  operations: ['list', 'create', 'read', 'delete'],
+  access: {
+    list: { kind: 'protected', scope: 'api_keys:read', who: 'any' },
+    read: { kind: 'protected', scope: 'api_keys:read', who: 'any' },
+    create: { kind: 'protected', scope: 'api_keys:write', who: 'any' },
+    write: { kind: 'protected', scope: 'api_keys:write', who: 'any' },
+  },
+  hooks,
+  summaries: {
+    list: 'List API keys: one\'s own, or anyone\'s for an admin',
+    create: 'Create an API key; the secret is in this answer only',
+    read: 'Read an API key (without its secret)',
+    delete: 'Revoke an API key at once',
+  },
+  // Not idempotent: a replay would have to store the secret, and only its hash may be stored.
+  idempotentCreate: false,
+  created: { name: 'ApiKeyCreated', schema: ApiKeyCreated },
+  noStore: ['create'],
+})

@@ -1,0 +1,167 @@
+import Type, { type Static, type TObject, type TSchema } from 'typebox'
+import { defineCollection, type Collection, type MemberType } from '../collections/declaration.js'
+import { compileValidator, type Validator } from '../http/validate.js'
+import { traitsOf, type MemberTraits } from './member.js'
+
+// One declaration per resource is the source of truth: from its members come
+// the create, replace and patch body schemas, the representation and its
+// response schema, the collection (filters, sorts, search, the list SQL), the
+// columns a write may set and the OpenAPI components. A new member is one
+// line here plus its migration.
+
+export type Members = Record<string, TSchema>
+
+export interface ResourceDeclaration<M extends Members> {
+  /** Singular and PascalCase: the OpenAPI components (`User`, `UserCreate`, …) and operation ids (`getUser`, `listUsers`). */
+  name: string
+  /** The collection's path, without API prefix. */
+  path: string
+  /** A plain lower-case identifier (checked): the list SQL is built from it. */
+  table: string
+  members: M
+  /**
+   * Body members that are not members of the resource (a user's
+   * `current_password`), accepted in replace and patch bodies for a hook.
+   */
+  writeExtras?: Members
+  /** Rows carry a `version` column: ETags, If-Match, 304. Default true. */
+  versioned?: boolean
+}
+
+/** A row as read from the table: the members (timestamps as Dates), and `version` when versioned. */
+export type Row<M extends Members> = { [K in keyof M]: Static<M[K]> } & { version: number }
+
+export interface Resource<M extends Members = Members> {
+  readonly name: string
+  readonly path: string
+  readonly table: string
+  readonly members: M
+  readonly versioned: boolean
+  readonly traits: Readonly<Record<string, MemberTraits>>
+  /** What GET answers, in output order: the non-secret stored members. */
+  readonly outputMembers: readonly string[]
+  /** Named schemas, for the OpenAPI components: the representation, a page, and the three bodies. */
+  readonly schemas: { representation: TObject; page: TSchema; create: TSchema; replace: TSchema; patch: TSchema }
+  readonly bodies: { create: Validator<Record<string, unknown>>; replace: Validator<Record<string, unknown>>; patch: Validator<Record<string, unknown>> }
+  readonly collection: Collection
+  /** The unique constraints on its members, by constraint name: the problem code and the words of its detail. */
+  readonly uniqueCodes: ReadonlyMap<string, { code: 'email_taken' | 'sku_taken'; label: string; member: string }>
+  /** The representation of a row: output members only, in order. */
+  present(row: Record<string, unknown>): Record<string, unknown>
+  /** Its schemas by OpenAPI component name: `User`, `UserPage`, `UserCreate`, `UserReplace`, `UserPatch`. */
+  components(): Record<string, TSchema>
+}
+
+export function defineResource<M extends Members>(declaration: ResourceDeclaration<M>): Resource<M> {
+  const { name, members } = declaration
+  const traits: Record<string, MemberTraits> = {}
+  for (const [member, schema] of Object.entries(members)) traits[member] = { write: 'client', ...traitsOf(schema) }
+  const entries = Object.entries(members)
+  const stored = (m: string) => !traits[m]!.virtual
+  const outputMembers = entries.map(([m]) => m).filter((m) => stored(m) && !traits[m]!.secret)
+  const writable = (m: string, op: 'create' | 'update') => traits[m]!.write === 'client' || (op === 'create' && traits[m]!.write === 'create')
+
+  const create: Record<string, TSchema> = {}
+  const replace: Record<string, TSchema> = {}
+  const patch: Record<string, TSchema> = {}
+  for (const [member, schema] of entries) {
+    const t = traits[member]!
+    if (writable(member, 'create')) create[member] = t.default !== undefined || t.optional ? Type.Optional(schema) : schema
+    if (!writable(member, 'update')) continue
+    replace[member] = t.default !== undefined || t.optional || t.keepOnReplace ? Type.Optional(schema) : schema
+    patch[member] = Type.Optional(t.nullable ? Type.Union([schema, Type.Null()]) : schema)
+  }
+  // PUT and PATCH bodies may echo read-only members (a GET-modify-PUT round trip); they are ignored, but an echoed id must be the one in the path.
+  const echo = readOnlyEcho(entries.filter(([m]) => traits[m]!.write !== 'client' && outputMembers.includes(m)))
+  const extras = declaration.writeExtras ?? {}
+  const strict = { additionalProperties: false }
+  const representation = Type.Object(Object.fromEntries(outputMembers.map((m) => [m, responseSchema(members[m]!)])), strict)
+  const schemas = {
+    representation,
+    /** `fields` may leave members out of a page's items. */
+    page: Type.Array(Type.Partial(representation)),
+    create: Type.Object(create, strict),
+    replace: Type.Object({ ...replace, ...extras, ...echo }, strict),
+    patch: Type.Object({ ...patch, ...extras, ...echo }, strict),
+  }
+
+  const collection = defineCollection({
+    table: declaration.table,
+    path: declaration.path,
+    members: Object.fromEntries(entries.filter(([m]) => traits[m]!.sort).map(([m, s]) => [m, memberType(name, m, s, traits[m]!)])),
+    searchColumns: entries.filter(([m]) => traits[m]!.search).map(([m]) => m),
+    outputMembers,
+  })
+  const label = name.replace(/[A-Z]/g, (c, at: number) => (at ? ' ' : '') + c.toLowerCase())
+  const uniqueCodes = new Map(entries.flatMap(([m]) => {
+    const unique = traits[m]!.unique
+    return unique ? [[unique.constraint, { code: unique.code, label, member: m.replaceAll('_', ' ') }] as const] : []
+  }))
+
+  return {
+    name,
+    path: declaration.path,
+    table: declaration.table,
+    members,
+    versioned: declaration.versioned ?? true,
+    traits,
+    outputMembers,
+    schemas,
+    bodies: { create: compileValidator(schemas.create), replace: compileValidator(schemas.replace), patch: compileValidator(schemas.patch) },
+    collection,
+    uniqueCodes,
+    components: () => ({
+      [name]: schemas.representation,
+      [`${name}Page`]: schemas.page,
+      [`${name}Create`]: schemas.create,
+      [`${name}Replace`]: schemas.replace,
+      [`${name}Patch`]: schemas.patch,
+    }),
+    present(row) {
+      const out: Record<string, unknown> = {}
+      for (const m of outputMembers) out[m] = row[m]
+      return out
+    },
+  }
+}
+
+function readOnlyEcho(entries: Array<[string, TSchema]>): Record<string, TSchema> {
+  const echo: Record<string, TSchema> = {}
+  for (const [member, schema] of entries) {
+    echo[member] = member === 'id'
+      ? Type.Optional(Type.Integer({ minimum: 1, description: 'read-only; must equal the id in the path' }))
+      : Type.Optional(isTimestamp(schema) ? Type.String({ maxLength: 64, description: 'read-only; ignored' }) : schema)
+  }
+  return echo
+}
+
+/**
+ * What a client receives: the member's type without the rules for what it
+ * may send (a pattern, a length): a row written before a rule was tightened
+ * is still shown. Timestamps keep their format.
+ */
+function responseSchema(schema: TSchema): TSchema {
+  const s = schema as Record<string, unknown>
+  if (Type.IsUnion(schema)) return s.anyOf && (schema.anyOf as TSchema[]).every((o) => Type.IsLiteral(o)) ? schema : Type.Union((schema.anyOf as TSchema[]).map(responseSchema))
+  if (Type.IsArray(schema)) return Type.Array(responseSchema(schema.items as TSchema))
+  if (Type.IsInteger(schema)) return Type.Integer(typeof s.minimum === 'number' && s.minimum >= 0 ? { minimum: s.minimum } : {})
+  if (Type.IsString(schema)) return isTimestamp(schema) ? Type.String({ format: 'date-time' }) : Type.String()
+  return schema
+}
+
+const isTimestamp = (schema: TSchema) => Type.IsString(schema) && (schema as { format?: string }).format === 'date-time'
+
+/** How a sortable member is compared and filtered, from its schema. */
+function memberType(resource: string, member: string, schema: TSchema, traits: MemberTraits): MemberType {
+  if (Type.IsInteger(schema)) {
+    const { minimum, maximum } = schema as { minimum?: number; maximum?: number }
+    if (minimum === undefined || maximum === undefined) throw new Error(`${resource}.${member}: a sortable integer needs a minimum and a maximum`)
+    return { type: 'integer', minimum, maximum }
+  }
+  if (isTimestamp(schema)) return { type: 'timestamp' }
+  if (Type.IsString(schema)) return traits.caseless ? { type: 'email' } : { type: 'text' }
+  if (Type.IsUnion(schema) && (schema.anyOf as TSchema[]).every((o) => Type.IsLiteral(o))) {
+    return { type: 'enum', values: (schema.anyOf as Array<{ const: string }>).map((o) => o.const) }
+  }
+  throw new Error(`${resource}.${member}: only integers, strings, timestamps and enums can be sorted and filtered`)
+}

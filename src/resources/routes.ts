@@ -1,0 +1,238 @@
+import type { TransactionSql } from 'postgres'
+import type { TSchema } from 'typebox'
+import type { Access } from '../auth/access.js'
+import type { Principal } from '../auth/principal.js'
+import { listCollection } from '../collections/list-query.js'
+import type { ListQuery } from '../collections/declaration.js'
+import { etagFor } from '../http/conditional.js'
+import { notFound, validationFailed } from '../http/problem.js'
+import { defineRoute, type AnyRoute, type HandlerContext, type Reply } from '../http/route.js'
+import type { Resource } from './resource.js'
+import { conflictOf, deleteRow, findRow, insertRow, lockRow, updateRow, type Scope, type StoredRow } from './store.js'
+
+// The six operations of a declared resource (list, create, read, replace,
+// update by merge patch, delete) as routes. What is particular to a resource
+// (a password stored as its hash, the last-admin rule, a key's secret) is a
+// hook; everything else is the same code for every resource.
+
+export type Operation = 'list' | 'create' | 'read' | 'replace' | 'update' | 'delete'
+type Body = Record<string, unknown>
+export type ResourceContext = HandlerContext<unknown, Body>
+
+/** A create, replace or patch on its way to the database. */
+export interface Write {
+  op: 'create' | 'replace' | 'update'
+  ctx: ResourceContext
+  /** Column values set by a hook beyond the body's stored members (a password's hash). */
+  columns: Record<string, unknown>
+}
+
+/** A replace or patch in its transaction: the locked row and what the write changes. */
+export interface LockedWrite extends Write {
+  current: StoredRow
+  changes: Record<string, unknown>
+}
+
+export interface ResourceHooks<State = undefined> {
+  /** Equality filters the caller cannot lift, on list, read and delete (a user sees only its own API keys). */
+  scope?(principal: Principal): Scope | undefined
+  /** Checks of a list request that depend on the caller. */
+  checkList?(query: ListQuery, principal: Principal): void
+  /**
+   * Before the transaction of a create, replace or patch: checks of the
+   * caller and values for `write.columns`. Slow work (hashing a password)
+   * belongs here: a row lock must not wait on it.
+   */
+  prepare?(write: Write): Promise<State>
+  /** In the transaction of a replace or patch, the row locked and the changes known; throwing rolls it back. */
+  inTransaction?(tx: TransactionSql, write: LockedWrite, state: State): Promise<void>
+  /** After a replace or patch committed (waiting until this instance has heard what it revoked). */
+  afterCommit?(write: LockedWrite): Promise<void>
+  /** Replaces the INSERT of a create (an API key's secret and limit): the row, and what its answer adds. */
+  insert?(ctx: ResourceContext, values: Body): Promise<{ row: StoredRow; body?: Body; headers?: Record<string, string> }>
+  /** In the transaction of a delete, the row locked; throwing keeps the row. */
+  beforeDelete?(tx: TransactionSql, current: StoredRow): Promise<void>
+  afterDelete?(ctx: Pick<ResourceContext, 'deps' | 'principal'>): Promise<void>
+}
+
+export interface ResourceRouteOptions<State> {
+  /** Who may call each operation; replace, update and delete share `write`. */
+  access: { list: Access; create: Access; read: Access; write: Access }
+  /** Default: all six. */
+  operations?: readonly Operation[]
+  hooks?: ResourceHooks<State>
+  /** Where an operation needs more words than the default summary. */
+  summaries?: Partial<Record<Operation, string>>
+  /** Creating POSTs honour Idempotency-Key, unless their answer must not be stored (a secret). Default true. */
+  idempotentCreate?: boolean
+  /** The schema of a create's answer when a hook adds to it; its OpenAPI name. */
+  created?: { name: string; schema: TSchema }
+  /** Answers of these operations must not be stored by any cache. */
+  noStore?: readonly Operation[]
+}
+
+export function resourceRoutes<State = undefined>(resource: Resource, options: ResourceRouteOptions<State>): AnyRoute[] {
+  const { name, path, schemas, bodies, versioned } = resource
+  const hooks: ResourceHooks<State> = options.hooks ?? {}
+  const label = name.replace(/[A-Z]/g, (c, at: number) => (at ? ' ' : '') + c.toLowerCase())
+  const plural = `${name}s`
+  const item = `${path}/{id}`
+  const etag = versioned ? (['etag'] as const) : []
+  const summaries: Record<Operation, string> = {
+    list: `List ${label}s: filter, sort, page, select`,
+    create: `Create a ${label}`,
+    read: `Read a ${label}`,
+    replace: `Replace a ${label}`,
+    update: `Change a ${label} (JSON merge patch)`,
+    delete: `Delete a ${label}`,
+    ...options.summaries,
+  }
+  const scopeOf = (principal: Principal) => hooks.scope?.(principal)
+  const reply = (status: number, row: StoredRow, extra?: { body?: Body; headers?: Record<string, string> }): Reply => ({
+    status,
+    headers: { ...(versioned ? { etag: etagFor(row.version) } : {}), ...extra?.headers },
+    body: extra?.body ? { ...resource.present(row), ...extra.body } : resource.present(row),
+  })
+
+  /** PUT: every stored member from the body; left out, its default, its stored value (keepOnReplace) or NULL (optional). */
+  const replaced = (body: Body, current: StoredRow): Body => {
+    const next: Body = {}
+    for (const [member, t] of Object.entries(resource.traits)) {
+      if (t.write !== 'client' || t.virtual) continue
+      next[member] = body[member] !== undefined ? body[member] : t.keepOnReplace ? current[member] : t.default !== undefined ? t.default : null
+    }
+    return next
+  }
+  /** PATCH (RFC 7396): members present are set; null removes a member, which for one with a default is the default. */
+  const patched = (body: Body): Body => {
+    const next: Body = {}
+    for (const [member, t] of Object.entries(resource.traits)) {
+      if (t.write !== 'client' || t.virtual || body[member] === undefined) continue
+      next[member] = body[member] === null ? (t.default ?? null) : body[member]
+    }
+    return next
+  }
+
+  /** PUT and PATCH: the new state is computed from the locked row, so concurrent writes serialize and If-Match is checked against what is written. */
+  async function write(ctx: ResourceContext, op: 'replace' | 'update'): Promise<Reply> {
+    const body = ctx.body
+    if (body.id !== undefined && String(body.id) !== ctx.params.id) throw validationFailed([{ path: '/id', message: 'must equal the id in the path' }])
+    const pending: Write = { op, ctx, columns: {} }
+    const state = (await hooks.prepare?.(pending)) as State
+    let locked: LockedWrite | undefined
+    const row = await ctx.deps.sql.begin(async (tx) => {
+      const current = await lockRow(tx, resource, ctx.params.id!, ctx.headers['if-match'])
+      const next = { ...(op === 'replace' ? replaced(body, current) : patched(body)), ...pending.columns }
+      locked = { ...pending, current, changes: changedMembers(current, next) }
+      await hooks.inTransaction?.(tx, locked, state)
+      return Object.keys(locked.changes).length ? updateRow(tx, resource, current.id, locked.changes) : current
+    }).catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
+    await hooks.afterCommit?.(locked!)
+    return reply(200, row)
+  }
+
+  const routes: Record<Operation, () => AnyRoute> = {
+    list: () => defineRoute<ListQuery, undefined>({
+      method: 'GET', path, operationId: `list${plural}`, summary: summaries.list,
+      responses: { 200: { description: `A page of ${label}s`, schema: schemas.page, headers: ['link', 'x-total-count'] } },
+      access: options.access.list,
+      query: resource.collection.queryValidator,
+      noStore: options.noStore?.includes('list'),
+      handle: ({ query, principal, deps }) => {
+        hooks.checkList?.(query, principal)
+        return listCollection(resource.collection, query, { deps, fixedFilters: scopeOf(principal) })
+      },
+    }),
+
+    create: () => defineRoute<Record<string, never>, Body>({
+      method: 'POST', path, operationId: `create${name}`, summary: summaries.create,
+      responses: { 201: { description: `The created ${label}`, schema: options.created?.schema ?? schemas.representation, headers: [...etag, 'location'] } },
+      access: options.access.create,
+      idempotent: options.idempotentCreate ?? true,
+      noStore: options.noStore?.includes('create'),
+      body: { kind: 'json', validator: bodies.create },
+      async handle(ctx) {
+        const pending: Write = { op: 'create', ctx, columns: {} }
+        await hooks.prepare?.(pending)
+        const values: Body = {}
+        for (const [member, t] of Object.entries(resource.traits)) {
+          if (t.write === 'server' || t.virtual) continue
+          const given = ctx.body[member]
+          if (given !== undefined) values[member] = given
+          else if (t.default !== undefined) values[member] = t.default
+        }
+        Object.assign(values, pending.columns)
+        const created = hooks.insert
+          ? await hooks.insert(ctx, values)
+          : { row: await insertRow(ctx.deps.sql, resource, values).catch((err: unknown) => Promise.reject(conflictOf(resource, err))) }
+        return reply(201, created.row, { body: created.body, headers: { location: `${ctx.deps.config.apiPrefix}${path}/${created.row.id}`, ...created.headers } })
+      },
+    }),
+
+    read: () => defineRoute({
+      method: 'GET', path: item, operationId: `get${name}`, summary: summaries.read,
+      responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
+      access: options.access.read,
+      noStore: options.noStore?.includes('read'),
+      async handle({ params, principal, deps }) {
+        const row = await findRow(deps.sql, resource, params.id!, scopeOf(principal))
+        if (!row) throw notFound()
+        return reply(200, row)
+      },
+    }),
+
+    replace: () => defineRoute<Record<string, never>, Body>({
+      method: 'PUT', path: item, operationId: `replace${name}`, summary: summaries.replace,
+      responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
+      access: options.access.write,
+      requiresIfMatch: versioned,
+      body: { kind: 'json', validator: bodies.replace },
+      handle: (ctx) => write(ctx, 'replace'),
+    }),
+
+    update: () => defineRoute<Record<string, never>, Body>({
+      method: 'PATCH', path: item, operationId: `update${name}`, summary: summaries.update,
+      responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
+      access: options.access.write,
+      requiresIfMatch: versioned,
+      body: { kind: 'merge-patch', validator: bodies.patch },
+      handle: (ctx) => write(ctx, 'update'),
+    }),
+
+    delete: () => defineRoute({
+      method: 'DELETE', path: item, operationId: `delete${name}`, summary: summaries.delete,
+      responses: { 204: { description: 'Deleted' } },
+      access: options.access.write,
+      requiresIfMatch: versioned,
+      async handle(ctx) {
+        const { params, principal, headers, deps } = ctx
+        if (versioned) {
+          await deps.sql.begin(async (tx) => {
+            const current = await lockRow(tx, resource, params.id!, headers['if-match'])
+            await hooks.beforeDelete?.(tx, current)
+            await deleteRow(tx, resource, current.id)
+          })
+        } else if (!(await deleteRow(deps.sql, resource, params.id!, scopeOf(principal)))) {
+          throw notFound()
+        }
+        await hooks.afterDelete?.(ctx)
+        return { status: 204 }
+      },
+    }),
+  }
+  const components = { ...resource.components(), ...(options.created ? { [options.created.name]: options.created.schema } : {}) }
+  return (options.operations ?? (Object.keys(routes) as Operation[])).map((op) => ({ ...routes[op](), components }))
+}
+
+/**
+ * The members a write would change, as the SET list of an UPDATE. PATCH with
+ * `{}`, or a PUT of the same content, changes nothing: no new version, no new
+ * updated_at, the same ETag.
+ */
+function changedMembers(current: StoredRow, next: Body): Body {
+  const changes: Body = {}
+  for (const key of Object.keys(next)) {
+    if (next[key] !== undefined && next[key] !== current[key]) changes[key] = next[key]
+  }
+  return changes
+}
