@@ -76,7 +76,6 @@ export const MAX_OFFSET = 100_000
 export const MAX_IN_VALUES = 100
 const MAX_VALUE_LENGTH = 1000
 const INT4_MAX = 2_147_483_647
-const INT8_MAX = 9223372036854775807n
 
 /**
  * The operand of a filter on a member. A filter compares: `id[gt]=0` or
@@ -87,8 +86,10 @@ const INT8_MAX = 9223372036854775807n
 function operandSchema(member: MemberType): TSchema {
   switch (member.type) {
     case 'integer': {
-      const max = member.maximum <= INT4_MAX ? BigInt(INT4_MAX) : INT8_MAX
-      return Type.BigInt({ minimum: -max - 1n, maximum: max, description: `an integer from ${-max - 1n} to ${max}` })
+      // Bounds as powers of two: TypeBox's compiled check writes them as
+      // number literals, and 2^63 - 1 would round up to 2^63 and let it through.
+      const bound = member.maximum <= INT4_MAX ? 2n ** 31n : 2n ** 63n
+      return Type.BigInt({ minimum: -bound, exclusiveMaximum: bound, description: `an integer from ${-bound} to ${bound - 1n}` })
     }
     case 'timestamp':
       // The format checks the calendar (no 2024-02-30); the pattern keeps to the one spelling Date parses.

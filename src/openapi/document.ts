@@ -64,8 +64,8 @@ const schemaOf = (schema: TSchema, named: Named): unknown => {
 function queryParameter(name: string, schema: TSchema) {
   const wire = (s: TSchema): Record<string, unknown> => {
     if (!Type.IsBigInt(s)) return json(s) as Record<string, unknown>
-    const { maximum, description } = s as unknown as { maximum: bigint; description: string }
-    return { type: 'integer', format: maximum > 2_147_483_647n ? 'int64' : 'int32', description }
+    const { exclusiveMaximum, description } = s as unknown as { exclusiveMaximum: bigint; description: string }
+    return { type: 'integer', format: exclusiveMaximum > 2n ** 31n ? 'int64' : 'int32', description }
   }
   if (!Type.IsArray(schema)) {
     const { description, ...rest } = wire(schema)
