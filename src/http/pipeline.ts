@@ -5,14 +5,13 @@ import { authorize } from '../auth/access.js'
 import { authenticate } from '../auth/credentials.js'
 import { looksLikeJwt } from '../auth/jwt.js'
 import { anonymous, type Principal } from '../auth/principal.js'
-import { databaseWork } from '../db/admission.js'
 import { mapDatabaseError } from '../db/errors.js'
 import { describeError } from '../log.js'
 import { checkContentType, readJsonBody } from './body.js'
 import { addressBucket, clientAddress } from './client-address.js'
 import { corsHeaders } from './cors.js'
 import { handleIdempotently } from './idempotency.js'
-import { RateLimiter, type RateDecision } from './rate-limit.js'
+import type { RateDecision, RateLimiter } from './rate-limit.js'
 import { etagMatches } from './conditional.js'
 import { HttpError, notFound, problemBody } from './problem.js'
 import { checkQuery, parseQueryString } from './query.js'
@@ -31,7 +30,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
   const { config, log, lifecycle } = deps
   const prefix = config.apiPrefix
   // Bounds the requests waiting for the database and how long they wait (src/db/admission.ts).
-  const dbWork = databaseWork(deps)
+  const dbWork = deps.databaseWork
   const credentialDeps = {
     sql: deps.sql,
     // Only credentials read from the database wait under the bound; a JWT is checked in memory.
@@ -45,7 +44,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
   }
   const runBounded = <T>(work: () => Promise<T>) => dbWork.run(work)
   const runAsIs = <T>(work: () => Promise<T>) => work()
-  const limiter = config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined
+  const limiter = deps.rateLimiter
   const cors = { origins: config.corsOrigins }
 
   return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {

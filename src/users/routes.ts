@@ -1,5 +1,5 @@
 import { clearFailures, countAttempt, normalizeEmail } from '../auth/login-throttle.js'
-import { hashPassword, passwords, verifyInSlot } from '../auth/password.js'
+import { verifyInSlot } from '../auth/password.js'
 import { addressBucket } from '../http/client-address.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { listCollection } from '../collections/list-query.js'
@@ -45,7 +45,7 @@ async function proveCurrentPassword(caller: UserPrincipal, currentPassword: stri
   if (!user?.password_hash) throw currentPasswordRequired('current_password is wrong.')
   const email = normalizeEmail(user.email)
   const address = addressBucket(ctx.client)
-  const ok = await passwords.withSlot(address, async () => {
+  const ok = await ctx.deps.passwords.withSlot(address, async () => {
     await countAttempt(sql, email, address)
     return verifyInSlot(currentPassword, user.password_hash!)
   })
@@ -77,7 +77,7 @@ async function writeUser(ctx: HandlerContext<unknown, UserReplace | UserPatch>, 
   const self = caller?.userId === ctx.params.id ? caller : undefined
   const provenHash = self && (await proveCurrentPassword(self, ctx.body.current_password, ctx))
   const { password } = ctx.body
-  const passwordHash = password === undefined || password === null ? password : await hashPassword(password)
+  const passwordHash = password === undefined || password === null ? password : await ctx.deps.passwords.hash(password)
   let credentialsChanged = false
   const row = await ctx.deps.sql.begin(async (tx) => {
     const current = await lockForWrite<UserRow>(tx, 'users', ctx.params.id!, ctx.headers['if-match'])
@@ -123,7 +123,7 @@ export const userRoutes = [
     async handle({ body, principal, deps }) {
       // Self sign-up (ALLOW_SIGNUP) creates plain users only.
       if (body.role !== undefined && body.role !== 'user') assertMaySetRole(principal)
-      const passwordHash = body.password === undefined ? null : await hashPassword(body.password)
+      const passwordHash = body.password === undefined ? null : await deps.passwords.hash(body.password)
       const row = await insertUser(deps.sql, { name: body.name, email: body.email, role: body.role ?? 'user', password_hash: passwordHash })
       return userReply(201, row, { location: `${deps.config.apiPrefix}/users/${row.id}` })
     },
