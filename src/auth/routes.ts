@@ -48,6 +48,7 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/login',
+    noStore: true,
     summary: 'Log in with e-mail and password; returns an access and a refresh token',
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
@@ -87,6 +88,7 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/refresh',
+    noStore: true,
     summary: 'Trade a refresh token for a new pair (the old one is retired)',
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
@@ -105,6 +107,7 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/logout',
+    noStore: true,
     summary: 'End the session of a refresh token, or of the access token used',
     responses: { 204: { description: 'Session ended' } },
     access: { kind: 'optional' },
@@ -126,6 +129,7 @@ export const authRoutes = [
   defineRoute({
     method: 'GET',
     path: '/auth/me',
+    noStore: true,
     summary: 'The caller and its credential',
     responses: { 200: { description: 'The caller', schema: Me } },
     access: { kind: 'protected', scope: null, who: 'any' },
