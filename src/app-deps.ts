@@ -1,18 +1,20 @@
 import type { Sql } from 'postgres'
-import { ApiKeyCache } from './api-keys/key-cache.js'
-import { LastUsedWrites } from './api-keys/last-used.js'
-import { listenForCredentialChanges, type CredentialChanges } from './auth/credential-changes.js'
-import { JwtCache } from './auth/jwt-cache.js'
-import { LoginGuard } from './auth/login-throttle.js'
-import { PasswordHasher } from './auth/password.js'
-import { RevocationList } from './auth/revocations.js'
-import { cursorKeysFrom } from './auth/secrets.js'
+import type { ApiKeyCache } from './api-keys/key-cache.js'
+import type { LastUsedWrites } from './api-keys/last-used.js'
+import type { CredentialChanges } from './auth/credential-changes.js'
+import type { JwtCache } from './auth/jwt-cache.js'
+import type { LoginGuard } from './auth/login-throttle.js'
+import type { PasswordHasher } from './auth/password.js'
+import type { RevocationList } from './auth/revocations.js'
 import type { Config } from './config.js'
+import type { DatabaseWork } from './db/admission.js'
+import type { IdempotencyCleanup } from './http/idempotency.js'
+import type { RateLimiter } from './http/rate-limit.js'
 import type { Logger } from './log.js'
-import { Metrics } from './metrics/metrics.js'
-import { ListShapes } from './collections/list-sql.js'
+import type { Metrics } from './metrics/metrics.js'
+import type { ListShapes } from './collections/list-sql.js'
 
-/** Everything a handler may use, built by the entry point (or a test) and passed down. */
+/** Everything one service instance holds, built by `createService` (src/service.ts) and passed down; handlers get it as `ctx.deps`. */
 export interface AppDeps {
   sql: Sql
   config: Config
@@ -22,8 +24,6 @@ export interface AppDeps {
   /** HMAC key for collection cursors, derived from the JWT signing secrets. */
   cursorKeys: Buffer[]
   metrics: Metrics
-  /** Password hashing with this instance's bound on hashes at a time (src/auth/password.ts). */
-  passwords: PasswordHasher
   /** The list statements compiled for this instance, by collection and shape (src/collections/list-sql.ts). */
   listShapes: ListShapes
   /** JWTs this instance has verified (src/auth/jwt-cache.ts). */
@@ -38,28 +38,15 @@ export interface AppDeps {
   revocations: RevocationList
   /** The listener that keeps apiKeyCache and revocations right, and says whether they may be trusted; a request that revokes waits on `caughtUp` (src/auth/credential-changes.ts). */
   credentialChanges: CredentialChanges
+  /** The bound on waiting for the database: how many requests wait, and how long (src/db/admission.ts). */
+  databaseWork: DatabaseWork
+  /** Requests per window per credential, user or address; undefined when RATE_LIMIT=0 (src/http/rate-limit.ts). */
+  rateLimiter: RateLimiter | undefined
+  /** Password hashing with this instance's slots on the thread pool (src/auth/password.ts). */
+  passwords: PasswordHasher
+  /** When a stored idempotent answer also deletes expired records (src/http/idempotency.ts). */
+  idempotencyCleanup: IdempotencyCleanup
 }
 
 /** Entries each credential cache holds at most; the oldest leaves first. */
 export const CREDENTIAL_CACHE_SIZE = 10_000
-
-/**
- * The dependencies of one application instance; `config.jwtSecrets` must be
- * resolved already. Starts listening for credential changes on a connection
- * of its own (src/auth/credential-changes.ts), which `sql.end()` closes, and
- * its heartbeat, which `credentialChanges.stop()` ends.
- */
-export function createDeps(sql: Sql, config: Config, log: Logger, metrics = new Metrics({ max: config.poolMax }), cacheSize = CREDENTIAL_CACHE_SIZE): AppDeps {
-  const lifecycle = { shuttingDown: false }
-  const apiKeyCache = new ApiKeyCache(cacheSize)
-  const revocations = new RevocationList()
-  return {
-    sql, config, log, lifecycle, cursorKeys: cursorKeysFrom(config.jwtSecrets), metrics, listShapes: new ListShapes(), passwords: new PasswordHasher(),
-    jwtCache: new JwtCache(cacheSize),
-    apiKeyCache,
-    apiKeyUse: new LastUsedWrites(cacheSize),
-    logins: new LoginGuard(config.rateLimit > 0, log),
-    revocations,
-    credentialChanges: listenForCredentialChanges(sql, apiKeyCache, revocations, log, { lifecycle }),
-  }
-}

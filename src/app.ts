@@ -23,16 +23,17 @@ const apiRoutes = [...healthRoutes, ...authRoutes, ...sessionRoutes, ...userRout
 // The version in the OpenAPI document is the package's (same path from src/ and dist/).
 const packageVersion = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version
 
-/** Every route of the service, /openapi.json (which describes them all) included. */
-export function allRoutes(apiPrefix: string): AnyRoute[] {
+/** Every route of the service, `extra` ones appended, and /openapi.json, which describes them all. */
+export function allRoutes(apiPrefix: string, extra: readonly AnyRoute[] = []): AnyRoute[] {
   let document: unknown
-  const routes = [...apiRoutes, openApiRoute(() => document)]
+  const routes = [...apiRoutes, ...extra, openApiRoute(() => document)]
   document = buildOpenApiDocument(routes, { version: packageVersion, apiPrefix })
   return routes
 }
 
 /**
- * The HTTP server as a function of its dependencies; it does not listen.
+ * The HTTP server as a function of its dependencies and its routes; it does
+ * not listen (src/service.ts owns it).
  * Time-outs are set deliberately (docs/operations.md, "Time-outs"):
  * - headersTimeout: a client has this long to send its headers (slowloris);
  * - requestTimeout: and this long for the whole request, body included;
@@ -40,8 +41,8 @@ export function allRoutes(apiPrefix: string): AnyRoute[] {
  *   proxy's 60 s idle time, so the proxy, not us, closes it and never sends a
  *   request on a socket we are closing.
  */
-export function createApp(deps: AppDeps): Server {
-  const handle = createRequestHandler(createRouter(allRoutes(deps.config.apiPrefix)), deps)
+export function createApp(deps: AppDeps, routes: readonly AnyRoute[]): Server {
+  const handle = createRequestHandler(createRouter(routes), deps)
   const { config } = deps
   const server = createServer(
     {

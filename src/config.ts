@@ -1,5 +1,6 @@
 import Type, { type Static } from 'typebox'
 import { Compile } from 'typebox/compile'
+import { trustedProxies, type TrustProxy } from './http/client-address.js'
 
 // Every setting the service reads, with its default. Values arrive as strings
 // from the environment; `loadConfig` turns them into this typed record or
@@ -72,7 +73,7 @@ export interface Config {
   /** Live (unexpired) API keys one user may hold. */
   maxApiKeysPerUser: number
   /** Proxy hops, or proxy addresses, whose X-Forwarded-For entries are believed. */
-  trustProxy: number | ReadonlySet<string>
+  trustProxy: TrustProxy
   corsOrigins: ReadonlySet<string>
   jwtIssuer: string
   jwtAudience: string
@@ -163,7 +164,7 @@ export function parseJwtSecrets(raw: string): Array<{ kid: string; secret: Buffe
   })
 }
 
-function parseTrustProxy(raw: string | undefined): number | ReadonlySet<string> {
+function parseTrustProxy(raw: string | undefined): TrustProxy {
   if (raw === undefined) return 0
-  return /^[0-9]+$/.test(raw) ? Number(raw) : new Set(raw.split(','))
+  return /^[0-9]+$/.test(raw) ? Number(raw) : trustedProxies(raw.split(','))
 }

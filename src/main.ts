@@ -1,14 +1,12 @@
-import type { AddressInfo } from 'node:net'
-import { createApp } from './app.js'
-import { createDeps } from './app-deps.js'
+import type { Sql } from 'postgres'
+import { PasswordHasher } from './auth/password.js'
 import { resolveSecrets } from './auth/secrets.js'
-import { Metrics } from './metrics/metrics.js'
-import { ConfigError, loadConfig } from './config.js'
+import { ConfigError, loadConfig, type Config } from './config.js'
 import { connect, DriverPatchError } from './db/connect.js'
 import { dataRoot, LocalClusterError, localDevelopmentUrl } from './db/local-cluster.js'
 import { migrate, MigrationError } from './db/migrate.js'
-import { batchedWriter, createLogger, describeError } from './log.js'
-import { shutdown } from './shutdown.js'
+import { batchedWriter, createLogger, describeError, type Logger } from './log.js'
+import { createService } from './service.js'
 import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
 // The process: configuration, database, signals, the listening socket.
@@ -35,36 +33,35 @@ async function main(): Promise<void> {
   process.on('unhandledRejection', fatal('unhandled promise rejection'))
 
   const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
-  const metrics = new Metrics({ max: config.poolMax })
-  const sql = connect(databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs, onQuery: () => void metrics.queries++ })
+  // Migrations and the commands run on a short connection of their own; the service opens its pool after them.
+  const setup = connect(databaseUrl, { max: 1, statementTimeoutMs: config.statementTimeoutMs })
+  try {
+    const applied = await migrate(setup)
+    if (applied.length) log.info('migrations applied', { migrations: applied })
+    if (command === 'migrate') return log.info('database is up to date')
+    if (command === 'admin') return await adminCommand(setup)
+  } finally {
+    await setup.end({ timeout: 5 })
+  }
+  await serve({ ...config, databaseUrl, jwtSecrets: resolveSecrets(config, dataRoot) }, log)
+}
 
-  const applied = await migrate(sql)
-  if (applied.length) log.info('migrations applied', { migrations: applied })
-  if (command === 'migrate') {
-    log.info('database is up to date')
-    await sql.end({ timeout: 5 })
-    return
-  }
-  if (command === 'admin') {
-    // `make admin EMAIL=…`, the password from ADMIN_PASSWORD or standard input, never from argv (it would show in `ps`).
-    if (process.argv.length > 4) throw new ConfigError('admin takes the e-mail only; give the password in ADMIN_PASSWORD or on standard input, not on the command line (it would show in ps).')
-    const email = process.argv[3] || process.env.ADMIN_EMAIL || 'admin@example.com'
-    const admin = await createOrResetAdmin(sql, email, await adminPasswordFrom(process.env, process.stdin))
-    process.stdout.write(`${admin.created ? 'Created' : 'Reset'} admin ${email} (id ${admin.id}). Password: ${admin.password}\n`)
-    await sql.end({ timeout: 5 })
-    return
-  }
-  if (config.bootstrapAdmin && (await bootstrapAdminIfNone(sql, config.bootstrapAdmin))) {
+/** `make admin EMAIL=…`, the password from ADMIN_PASSWORD or standard input, never from argv (it would show in `ps`). */
+async function adminCommand(sql: Sql): Promise<void> {
+  if (process.argv.length > 4) throw new ConfigError('admin takes the e-mail only; give the password in ADMIN_PASSWORD or on standard input, not on the command line (it would show in ps).')
+  const email = process.argv[3] || process.env.ADMIN_EMAIL || 'admin@example.com'
+  const admin = await createOrResetAdmin(sql, new PasswordHasher(), email, await adminPasswordFrom(process.env, process.stdin))
+  process.stdout.write(`${admin.created ? 'Created' : 'Reset'} admin ${email} (id ${admin.id}). Password: ${admin.password}\n`)
+}
+
+async function serve(config: Config, log: Logger): Promise<void> {
+  const service = createService(config, { log })
+  const { deps } = service
+  if (config.bootstrapAdmin && (await bootstrapAdminIfNone(deps.sql, deps.passwords, config.bootstrapAdmin))) {
     log.info('created the first admin from ADMIN_EMAIL', { email: config.bootstrapAdmin.email })
   }
-
-  const secrets = resolveSecrets(config, dataRoot)
-  const deps = createDeps(sql, { ...config, jwtSecrets: secrets }, log, metrics)
-  const server = createApp(deps)
-  server.listen(config.port, config.host, () => {
-    const { address, port } = server.address() as AddressInfo
-    log.info('listening', { address, port, prefix: config.apiPrefix || null })
-  })
+  const { address, port } = await service.listen(config.port, config.host)
+  log.info('listening', { address, port, prefix: config.apiPrefix || null })
 
   let stopping = false
   const onSignal = (signal: NodeJS.Signals) => {
@@ -72,7 +69,7 @@ async function main(): Promise<void> {
     stopping = true
     log.info('shutting down', { signal })
     // shutdown() never rejects and is bounded by SHUTDOWN_TIMEOUT, also with the database down.
-    void shutdown(server, deps).then(() => process.exit(0))
+    void service.shutdown().then(() => process.exit(0))
   }
   process.on('SIGTERM', onSignal)
   process.on('SIGINT', onSignal)

@@ -6,11 +6,9 @@ import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import type { Sql } from 'postgres'
-import { createApp } from '../src/app.js'
-import { createDeps } from '../src/app-deps.js'
 import { loadConfig } from '../src/config.js'
-import { connect } from '../src/db/connect.js'
 import { createLogger } from '../src/log.js'
+import { createService } from '../src/service.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 
 // The first admin: `node src/main.ts admin <email> [password]` (make admin),
@@ -103,20 +101,14 @@ interface Database {
   login(email: string, password: string): Promise<number>
 }
 
-/** A fresh migrated database, with the application (createApp) on it for logins. */
+/** A fresh migrated database, with the service (createService) on it for logins. */
 async function database(): Promise<Database> {
   const url = await createTestDatabase()
   const config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS }), databaseUrl: url }
-  const sql = connect(url, { max: 2, statementTimeoutMs: 10_000 })
-  const deps = createDeps(sql, config, createLogger('error', () => {}))
-  const server = createApp(deps)
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const appUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-  after(async () => {
-    server.closeAllConnections()
-    await new Promise((resolve) => server.close(resolve))
-    await Promise.all([sql.end({ timeout: 5 }), deps.credentialChanges.stop()])
-  })
+  const service = createService({ ...config, poolMax: 2, statementTimeoutMs: 10_000 }, { log: createLogger('error', () => {}) })
+  after(() => service.close())
+  const appUrl = `http://127.0.0.1:${(await service.listen(0, '127.0.0.1')).port}`
+  const { sql } = service.deps
   return { url, sql, login: (email, password) => loginAt(appUrl, email, password) }
 }
 

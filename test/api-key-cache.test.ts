@@ -7,11 +7,10 @@ import type { Sql } from 'postgres'
 import { ApiKeyCache, MAX_AGE_MS, type CachedApiKey } from '../src/api-keys/key-cache.js'
 import { applyKeyChange, CATCH_UP_TIMEOUT_MS, CHANGES_CHANNEL as KEY_CHANGES_CHANNEL } from '../src/auth/credential-changes.js'
 import { LastUsedWrites } from '../src/api-keys/last-used.js'
-import { createApp } from '../src/app.js'
-import { createDeps } from '../src/app-deps.js'
+import { PasswordHasher } from '../src/auth/password.js'
 import { connect } from '../src/db/connect.js'
 import { createLogger } from '../src/log.js'
-import { shutdown } from '../src/shutdown.js'
+import { createService } from '../src/service.js'
 import { createOrResetAdmin } from '../src/users/admin-bootstrap.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
@@ -222,7 +221,7 @@ describe('revocation through one instance holds at once on both', () => {
     const { key } = await createKey({}, user.token)
     await cacheOnBoth(key)
     assert.equal((await B.request('GET', '/users?limit=1', { headers: { 'x-api-key': key } })).status, 403)
-    await assert.rejects(createOrResetAdmin(sql, user.email, 'a-new-password-for-the-admin'), /not an admin/)
+    await assert.rejects(createOrResetAdmin(sql, new PasswordHasher(), user.email, 'a-new-password-for-the-admin'), /not an admin/)
     await heard(B)
     for (const server of [A, B]) assert.equal((await server.request('GET', '/users?limit=1', { headers: { 'x-api-key': key } })).status, 403)
   })
@@ -345,14 +344,15 @@ describe('the listener', () => {
   test('shutdown ends the listener with the pool, within its bound, without a warning', async () => {
     const before = await listeners()
     const logs: Array<Record<string, unknown>> = []
-    const pool = connect(A.databaseUrl, { max: 2, statementTimeoutMs: 10_000 })
-    const deps = createDeps(pool, { ...A.deps.config, shutdownTimeoutMs: 3000 }, createLogger('debug', (line) => void logs.push(JSON.parse(line))))
-    const server = createApp(deps)
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-    await until('the new instance listens', () => deps.apiKeyCache.active)
+    const service = createService(
+      { ...A.deps.config, poolMax: 2, statementTimeoutMs: 10_000, shutdownTimeoutMs: 3000 },
+      { log: createLogger('debug', (line) => void logs.push(JSON.parse(line))) },
+    )
+    await service.listen(0, '127.0.0.1')
+    await until('the new instance listens', () => service.deps.apiKeyCache.active)
     assert.equal((await listeners(before)).length, 1)
     const started = performance.now()
-    await shutdown(server, deps)
+    await service.shutdown()
     assert.ok(performance.now() - started < 3000, 'within SHUTDOWN_TIMEOUT')
     await until('its listener backend is gone', async () => (await listeners(before)).length === 0)
     assert.deepEqual(logs.filter((l) => l.level === 'warn' || l.level === 'error'), [])
@@ -400,13 +400,15 @@ describe('the listener', () => {
     try {
       const logs: Array<Record<string, unknown>> = []
       // Port 1: nothing listens there; every connection attempt is refused.
-      const pool = connect('postgres://postgres@127.0.0.1:1/none', { max: 1, statementTimeoutMs: 1000 })
-      const deps = createDeps(pool, A.deps.config, createLogger('debug', (line) => void logs.push(JSON.parse(line))))
+      const { deps } = createService(
+        { ...A.deps.config, databaseUrl: 'postgres://postgres@127.0.0.1:1/none', poolMax: 1, statementTimeoutMs: 1000 },
+        { log: createLogger('debug', (line) => void logs.push(JSON.parse(line))) },
+      )
       await sleep(1500) // several attempts (postgres.js retries every 50 to 250 ms with this pool's backoff)
       assert.equal(deps.apiKeyCache.active, false)
       assert.equal(logs.filter((l) => l.level === 'warn').length, 1, JSON.stringify(logs))
       assert.equal(logs.filter((l) => l.level === 'error').length, 0)
-      await Promise.race([pool.end({ timeout: 1 }), sleep(3000).then(() => assert.fail('end() hung'))])
+      await Promise.race([deps.sql.end({ timeout: 1 }), sleep(3000).then(() => assert.fail('end() hung'))])
       await sleep(500)
     } finally {
       process.off('unhandledRejection', onProblem)
@@ -474,9 +476,9 @@ describe('what the triggers announce', () => {
     assert.deepEqual(await announced(() => sql`UPDATE users SET name = 'Renamed' WHERE id = ${user.id}`), [])
     assert.deepEqual(await announced(() => sql`UPDATE users SET role = 'admin' WHERE id = ${user.id}`), [`users ${user.id}`])
     assert.deepEqual(await announced(() => sql`UPDATE users SET role = 'admin' WHERE id = ${user.id}`), [])
-    assert.deepEqual(await announced(() => createOrResetAdmin(sql, user.email, 'yet-another-password')), [], 'already an admin')
+    assert.deepEqual(await announced(() => createOrResetAdmin(sql, new PasswordHasher(), user.email, 'yet-another-password')), [], 'already an admin')
     await sql`UPDATE users SET role = 'user' WHERE id = ${user.id}`
-    assert.deepEqual(await announced(() => assert.rejects(createOrResetAdmin(sql, user.email, 'yet-another-password'), /not an admin/)), [], 'a plain user is not promoted')
+    assert.deepEqual(await announced(() => assert.rejects(createOrResetAdmin(sql, new PasswordHasher(), user.email, 'yet-another-password'), /not an admin/)), [], 'a plain user is not promoted')
   })
 
   test('a user deleted through the API: its keys and the user', async () => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { describe, test } from 'node:test'
-import { hashPassword } from '../src/auth/password.js'
+import { PasswordHasher } from '../src/auth/password.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // API keys: creation (what is returned, what is stored), use (both headers,
@@ -438,7 +438,7 @@ describe('hostile bodies are refused with no row', () => {
 
 describe('deleting a user', async () => {
   const password = 'api-keys-test-password'
-  const passwordHash = await hashPassword(password)
+  const passwordHash = await new PasswordHasher().hash(password)
 
   async function userWithCredentials(role: 'admin' | 'user') {
     const user = await api.createUser({ role, passwordHash })

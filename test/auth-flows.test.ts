@@ -1,13 +1,10 @@
 import assert from 'node:assert/strict'
 import { createHash, createHmac, randomBytes } from 'node:crypto'
-import type { AddressInfo } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createApp } from '../src/app.js'
-import { createDeps } from '../src/app-deps.js'
 import { verifyJwt } from '../src/auth/jwt.js'
-import { connect } from '../src/db/connect.js'
 import { createLogger } from '../src/log.js'
+import { createService } from '../src/service.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // Authentication through the real server: how credentials are sent and
@@ -28,15 +25,9 @@ const second = await startSecondInstance()
 
 async function startSecondInstance(): Promise<{ url: string; logs: Array<Record<string, unknown>> }> {
   const logs: Array<Record<string, unknown>> = []
-  const sqlB = connect(api.databaseUrl, { max: 4, statementTimeoutMs: config.statementTimeoutMs })
-  const server = createApp(createDeps(sqlB, config, createLogger('debug', (line) => void logs.push(JSON.parse(line)))))
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  after(async () => {
-    server.closeAllConnections()
-    await new Promise((resolve) => server.close(resolve))
-    await sqlB.end({ timeout: 5 })
-  })
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, logs }
+  const service = createService({ ...config, poolMax: 4 }, { log: createLogger('debug', (line) => void logs.push(JSON.parse(line))) })
+  after(() => service.close())
+  return { url: `http://127.0.0.1:${(await service.listen(0, '127.0.0.1')).port}`, logs }
 }
 
 // ---------------------------------------------------------------------------

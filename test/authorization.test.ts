@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { hashPassword } from '../src/auth/password.js'
+import { PasswordHasher } from '../src/auth/password.js'
 import type { Role } from '../src/auth/principal.js'
 import { roleScopes, type Scope } from '../src/auth/scopes.js'
 import { displayPrefix, hashSecret, newSecret } from '../src/auth/tokens.js'
@@ -23,7 +23,7 @@ const api = await startServer()
 
 /** One real scrypt hash for every user of this file that logs in (hashing costs ~100 ms each). */
 const PASSWORD = 'authorization-test-password'
-const passwordHash = await hashPassword(PASSWORD)
+const passwordHash = await new PasswordHasher().hash(PASSWORD)
 
 let sequence = 0
 const unique = (tag: string) => `${tag}-${process.pid}-${++sequence}`

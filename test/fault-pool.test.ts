@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { databaseWork, POOL_FACTOR } from '../src/db/admission.js'
+import { POOL_FACTOR } from '../src/db/admission.js'
 import { connect } from '../src/db/connect.js'
 import { call, holdRowLock, percentile, settledHeap, startLoad, summarize, type Outcome } from './fault-kit.js'
 import { startServer } from './helpers/server.js'
@@ -26,7 +26,7 @@ describe('pool exhausted by slow statements', () => {
     const token = api.admin.token
     const held = await api.createUser({ name: 'Held' })
     const readable = await api.createUser({ name: 'Readable' })
-    const work = databaseWork(api.deps)
+    const work = api.deps.databaseWork
     const limit = POOL * POOL_FACTOR
     assert.equal(work.limit, limit)
 

@@ -1,11 +1,8 @@
 import assert from 'node:assert/strict'
 import { createHash, randomBytes, randomUUID } from 'node:crypto'
-import type { AddressInfo } from 'node:net'
 import { after, describe, test } from 'node:test'
-import { createApp } from '../src/app.js'
-import { createDeps } from '../src/app-deps.js'
-import { connect } from '../src/db/connect.js'
 import { createLogger } from '../src/log.js'
+import { createService } from '../src/service.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // Idempotency-Key on the creating POSTs (/users, /products): the first
@@ -24,16 +21,9 @@ const api = await startServer()
 const { sql } = api
 
 // A second instance of the application on the same database.
-const sql2 = connect(api.databaseUrl, { max: 5, statementTimeoutMs: api.deps.config.statementTimeoutMs })
-const secondDeps = createDeps(sql2, api.deps.config, createLogger('error', () => {}))
-const second = createApp(secondDeps)
-await new Promise<void>((resolve) => second.listen(0, '127.0.0.1', resolve))
-const secondUrl = `http://127.0.0.1:${(second.address() as AddressInfo).port}`
-after(async () => {
-  second.closeAllConnections()
-  await new Promise((resolve) => second.close(resolve))
-  await Promise.all([sql2.end({ timeout: 5 }), secondDeps.credentialChanges.stop()])
-})
+const second = createService({ ...api.deps.config, poolMax: 5 }, { log: createLogger('error', () => {}) })
+after(() => second.close())
+const secondUrl = `http://127.0.0.1:${(await second.listen(0, '127.0.0.1')).port}`
 
 // ---------------------------------------------------------------------------
 // Helpers

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { LOGINS_PER_MINUTE, purgeLoginFailures } from '../src/auth/login-throttle.js'
-import { hashPassword } from '../src/auth/password.js'
+import { PasswordHasher } from '../src/auth/password.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // Logins under attack, from the addresses a proxy reports (TRUST_PROXY=1):
@@ -16,7 +16,7 @@ import { startServer, type TestResponse, type TestServer } from './helpers/serve
 // like logging in.
 
 const PASSWORD = `right-${randomBytes(6).toString('hex')}`
-const passwordHash = await hashPassword(PASSWORD)
+const passwordHash = await new PasswordHasher().hash(PASSWORD)
 // RATE_LIMIT=0: nothing but the hash queue stands between the flood and the owner.
 const open = await startServer({ TRUST_PROXY: '1' })
 // A general limit far away, so that only the per-address login rate shows.

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { request as httpRequest, type IncomingMessage } from 'node:http'
 import { describe, test } from 'node:test'
-import { addressBucket, clientAddress, type TrustProxy } from '../src/http/client-address.js'
+import { addressBucket, clientAddress, trustedProxies, type TrustProxy } from '../src/http/client-address.js'
 import { RateLimiter } from '../src/http/rate-limit.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
@@ -184,7 +184,7 @@ describe('RateLimiter', () => {
 // clientAddress on its own
 
 describe('clientAddress', () => {
-  const proxies = new Set(['10.0.0.1', '10.0.0.2'])
+  const proxies = trustedProxies(['10.0.0.1', '10.0.0.2'])
   const cases: Array<[name: string, trust: TrustProxy, peer: string | undefined, xff: string | string[] | undefined, expected: string]> = [
     ['TRUST_PROXY=0: the peer, whatever X-Forwarded-For says', 0, '203.0.113.9', '198.51.100.1', '203.0.113.9'],
     ['TRUST_PROXY=0: an IPv4-mapped IPv6 peer is its IPv4 address', 0, '::ffff:203.0.113.9', undefined, '203.0.113.9'],
@@ -212,8 +212,8 @@ describe('clientAddress', () => {
     ['proxy list: a peer that is not a listed proxy is the client, its header ignored', proxies, '192.0.2.50', '203.0.113.7', '192.0.2.50'],
     ['proxy list: a listed IPv4 proxy matches on a dual-stack socket (::ffff:)', proxies, '::ffff:10.0.0.1', '203.0.113.7', '203.0.113.7'],
     ['proxy list: every address a proxy, the left-most', proxies, '10.0.0.1', '10.0.0.2', '10.0.0.2'],
-    ['proxy list written as ::ffff:a.b.c.d matches the peer it names', new Set(['::ffff:10.0.0.1']), '::ffff:10.0.0.1', '203.0.113.7', '203.0.113.7'],
-    ['proxy list in upper case matches the lower-case IPv6 peer', new Set(['FD00::1']), 'fd00::1', '203.0.113.7', '203.0.113.7'],
+    ['proxy list written as ::ffff:a.b.c.d matches the peer it names', trustedProxies(['::ffff:10.0.0.1']), '::ffff:10.0.0.1', '203.0.113.7', '203.0.113.7'],
+    ['proxy list in upper case matches the lower-case IPv6 peer', trustedProxies(['FD00::1']), 'fd00::1', '203.0.113.7', '203.0.113.7'],
   ]
   for (const [name, trust, peer, xff, expected] of cases) {
     test(name, () => assert.equal(clientAddress(fakeRequest(peer, xff), trust), expected))

@@ -12,11 +12,11 @@ await api.sql.unsafe(widgetsMigration)
 
 resourceConformance(api, {
   name: 'Widget', path: '/widgets', table: 'widgets',
-  create: (n) => ({ label: `Widget ${n}`, size: n % 1000 || 1, colour: 'blue' }),
+  create: (n) => ({ label: `Widget ${n}`, size: n, colour: 'blue' }),
   replace: (n) => ({ label: `Replaced ${n}`, size: 7, colour: 'green' }),
   patch: ['label', 'Patched'],
   resettable: ['colour', 'red'],
-  numeric: 'id',
+  numeric: 'size',
 })
 
 resourceConformance(api, {

@@ -169,3 +169,29 @@ describe('matching', () => {
     assert.equal(router.match('PROPFIND', '/things').kind, 'method_not_allowed')
   })
 })
+
+describe('noStore', () => {
+  const secret = defineRoute({ method: 'POST', path: '/secret', access: publicAccess, noStore: true, handle: async () => ({ status: 204 }) })
+  const plain = defineRoute({ method: 'GET', path: '/secret', access: publicAccess, handle: async () => ({ status: 204 }) })
+  const withSecret = createRouter([...table, secret, plain])
+  const noStoreOf = (m: Match) => (m.kind === 'not_found' ? undefined : m.noStore)
+
+  test('a found route carries its own declaration', () => {
+    assert.equal(noStoreOf(withSecret.match('POST', '/secret')), true)
+    assert.equal(noStoreOf(withSecret.match('GET', '/secret')), false)
+    assert.equal(noStoreOf(withSecret.match('GET', '/things')), false)
+  })
+
+  test('OPTIONS and 405 on a path where any route declares it carry it too', () => {
+    assert.equal(noStoreOf(withSecret.match('OPTIONS', '/secret')), true)
+    assert.equal(noStoreOf(withSecret.match('DELETE', '/secret')), true)
+    assert.equal(noStoreOf(withSecret.match('OPTIONS', '/things')), false)
+    assert.equal(noStoreOf(withSecret.match('DELETE', '/things')), false)
+  })
+
+  test('every route of the service under /auth/ declares it', () => {
+    const auth = appRoutes.filter((r) => r.path.startsWith('/auth/'))
+    assert.ok(auth.length > 0)
+    assert.deepEqual(auth.filter((r) => !r.noStore).map((r) => `${r.method} ${r.path}`), [])
+  })
+})

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict'
 import { beforeEach, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { verifyPassword } from '../src/auth/password.js'
 import type { UserRow } from '../src/users/queries.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
@@ -415,7 +414,7 @@ describe('PUT /users/{id}', () => {
     const row = await mustRow(id)
     assert.match(row.password_hash ?? '', SCRYPT_HASH)
     assert.notEqual(row.password_hash, PLANTED_HASH)
-    assert.equal(await verifyPassword(pw, row.password_hash!), true)
+    assert.equal(await api.deps.passwords.verify(pw, row.password_hash!), true)
   })
 })
 
@@ -497,8 +496,8 @@ describe('PATCH /users/{id}', () => {
     const [, N, r, p, salt] = SCRYPT_HASH.exec(row.password_hash ?? '') ?? assert.fail(`not a scrypt hash: ${row.password_hash}`)
     assert.ok(Number(N) >= 2 ** 14 && Number(r) >= 8 && Number(p) >= 1, `scrypt parameters ${N}/${r}/${p}`)
     assert.ok(Buffer.from(salt!, 'base64').length >= 16, 'a salt of at least 16 bytes')
-    assert.equal(await verifyPassword(pw, row.password_hash!), true)
-    assert.equal(await verifyPassword(pw + 'x', row.password_hash!), false)
+    assert.equal(await api.deps.passwords.verify(pw, row.password_hash!), true)
+    assert.equal(await api.deps.passwords.verify(pw + 'x', row.password_hash!), false)
   })
 
   test('password: null removes the password (password_hash becomes NULL) and is a change', async () => {
@@ -798,7 +797,7 @@ describe('passwords', () => {
     const row = await mustRow(res.body.id)
     assert.match(row.password_hash ?? '', SCRYPT_HASH)
     assert.ok(!row.password_hash!.includes(pw), 'not stored in clear')
-    assert.equal(await verifyPassword(pw, row.password_hash!), true)
+    assert.equal(await api.deps.passwords.verify(pw, row.password_hash!), true)
 
     const got = await api.request('GET', `/users/${res.body.id}`)
     assert.ok(!got.text.includes('password'))
@@ -815,8 +814,8 @@ describe('passwords', () => {
   test('boundaries: passwords of 8 and of 256 characters are accepted', async () => {
     const [short, long] = [password('b8', 8), password('b256', 256)]
     const users = await Promise.all([createUser({ password: short }), createUser({ password: long })])
-    assert.equal(await verifyPassword(short, (await mustRow(users[0].id)).password_hash!), true)
-    assert.equal(await verifyPassword(long, (await mustRow(users[1].id)).password_hash!), true)
+    assert.equal(await api.deps.passwords.verify(short, (await mustRow(users[0].id)).password_hash!), true)
+    assert.equal(await api.deps.passwords.verify(long, (await mustRow(users[1].id)).password_hash!), true)
   })
 
   test('no password sent by this file appears in any log line', async () => {

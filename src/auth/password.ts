@@ -19,6 +19,10 @@ interface Waiter {
 const busy = () => new HttpError('rate_limited', 'Too many password operations in progress; retry shortly.', { headers: { 'retry-after': '1' } })
 
 /**
+ * One per service (AppDeps.passwords): the slots bound the hashes one
+ * service runs at once, and two services in one process (tests) do not
+ * wait for each other.
+ *
  * Hashing runs on libuv's thread pool (4 threads by default). At most
  * `maxRunning` hashes run at once, keeping threads free for DNS and file
  * work, and at most `maxWaiting` wait, so a flood of logins turns into quick
@@ -35,6 +39,7 @@ export class PasswordHasher {
   private waitingCount = 0
   /** Waiters by owner; owners with waiters in the order they are served. */
   private readonly waiting = new Map<string, Waiter[]>()
+  private decoyHash: Promise<string> | undefined
 
   constructor(
     private readonly maxRunning = 2,
@@ -49,6 +54,15 @@ export class PasswordHasher {
 
   verify(password: string, stored: string): Promise<boolean> {
     return this.withSlot('', () => verifyInSlot(password, stored))
+  }
+
+  /**
+   * A hash to verify against when the account is unknown, so that a wrong
+   * e-mail costs the same scrypt time as a wrong password and the two cannot
+   * be told apart. Made once per hasher, on first use.
+   */
+  decoy(): Promise<string> {
+    return (this.decoyHash ??= this.hash('not a real password, only here for timing'))
   }
 
   /**
@@ -122,9 +136,3 @@ export async function verifyInSlot(password: string, stored: string): Promise<bo
   const key = await derive(password, Buffer.from(parts[4]!, 'base64'), { N, r, p })
   return key.length === expected.length && timingSafeEqual(key, expected)
 }
-
-/** The process's hasher: the thread pool it protects is the process's too. */
-export const passwords = new PasswordHasher()
-
-export const hashPassword = (password: string) => passwords.hash(password)
-export const verifyPassword = (password: string, stored: string) => passwords.verify(password, stored)

@@ -7,7 +7,7 @@ import { users } from '../users/resource.js'
 import { challenge } from './credentials.js'
 import { addressBucket } from '../http/client-address.js'
 import { clearFailures, countAttempt, normalizeEmail } from './login-throttle.js'
-import { hashPassword, passwords, verifyInSlot } from './password.js'
+import { verifyInSlot } from './password.js'
 import { publicAccess } from './access.js'
 import { isScope, roleScopes } from './scopes.js'
 import { endSession } from './session-routes.js'
@@ -40,10 +40,6 @@ const Me = Type.Object({
 const RefreshBody = Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false })
 const LogoutBody = Type.Object({ refresh_token: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })) }, { additionalProperties: false })
 
-// Verified against when the e-mail is unknown, so that a wrong e-mail costs
-// the same scrypt time as a wrong password and the two cannot be told apart.
-const dummyHash = hashPassword('not a real password, only here for timing')
-
 // RFC 9110 §15.5.2: every 401 carries a challenge.
 const invalidCredentials = () => new HttpError('invalid_credentials', 'The e-mail address or the password is wrong.', { headers: { 'www-authenticate': challenge.missing } })
 const invalidRefresh = () => new HttpError('invalid_token', 'The refresh token is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
@@ -53,6 +49,7 @@ export const authRoutes = [
     method: 'POST',
     path: '/auth/login',
     errorStatuses: [401, 403, 429],
+    noStore: true,
     summary: 'Log in with e-mail and password; returns an access and a refresh token',
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
@@ -60,12 +57,12 @@ export const authRoutes = [
     // It waits for a password-hash slot too, which must not hold a place under the database bound.
     database: 'statements',
     async handle({ body, headers, client, bounded, deps }) {
-      const { sql, config, logins } = deps
+      const { sql, config, logins, passwords } = deps
       const address = addressBucket(client)
       logins.admit(address)
       logins.purgeNow(sql)
       const email = normalizeEmail(body.email)
-      const fallback = await dummyHash
+      const fallback = await passwords.decoy()
       // Counted once a hash slot is held (an attempt turned away is no failure), and before the password is checked, so concurrent guesses cannot outrun the lock.
       const { user, ok } = await passwords.withSlot(address, async () => {
         const user = await bounded(async () => {
@@ -93,6 +90,7 @@ export const authRoutes = [
     method: 'POST',
     path: '/auth/refresh',
     errorStatuses: [401],
+    noStore: true,
     summary: 'Trade a refresh token for a new pair (the old one is retired)',
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
@@ -111,6 +109,7 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/logout',
+    noStore: true,
     summary: 'End the session of a refresh token, or of the access token used',
     responses: { 204: { description: 'Session ended' } },
     access: { kind: 'optional' },
@@ -132,6 +131,7 @@ export const authRoutes = [
   defineRoute({
     method: 'GET',
     path: '/auth/me',
+    noStore: true,
     summary: 'The caller and its credential',
     responses: { 200: { description: 'The caller', schema: Me } },
     access: { kind: 'protected', scope: null, who: 'any' },

@@ -1,5 +1,5 @@
-import type { AppDeps } from '../app-deps.js'
 import { HttpError } from '../http/problem.js'
+import type { Logger } from '../log.js'
 
 // The bound on waiting for the database (docs/operations.md, "Faults").
 //
@@ -97,15 +97,9 @@ export class DatabaseWork {
   }
 }
 
-const instances = new WeakMap<AppDeps, DatabaseWork>()
-
-/** The bound of one application instance (tests read its figures). */
-export function databaseWork(deps: AppDeps): DatabaseWork {
-  let work = instances.get(deps)
-  if (!work) {
-    const deadlineMs = deps.config.statementTimeoutMs + DEADLINE_GRACE_MS
-    const onOverdue = () => deps.log.warn('database not answering: a request passed its deadline', { deadline_ms: deadlineMs })
-    instances.set(deps, (work = new DatabaseWork(deps.config.poolMax * POOL_FACTOR, deadlineMs, onOverdue)))
-  }
-  return work
+/** The bound for a pool of `poolMax` connections whose statements may run `statementTimeoutMs`. */
+export function databaseBound(poolMax: number, statementTimeoutMs: number, log: Logger): DatabaseWork {
+  const deadlineMs = statementTimeoutMs + DEADLINE_GRACE_MS
+  const onOverdue = () => log.warn('database not answering: a request passed its deadline', { deadline_ms: deadlineMs })
+  return new DatabaseWork(poolMax * POOL_FACTOR, deadlineMs, onOverdue)
 }

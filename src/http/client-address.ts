@@ -14,7 +14,15 @@ import { isIP } from 'node:net'
 //   right of it; a chain of proxies only gives the left-most.
 // A client that rotates the header only changes entries we never read.
 
-export type TrustProxy = number | ReadonlySet<string>
+/** Proxy addresses in the one spelling `clientAddress` compares (made by `trustedProxies`). */
+export type ProxyList = ReadonlySet<string> & { readonly [normalizedBrand]: true }
+declare const normalizedBrand: unique symbol
+export type TrustProxy = number | ProxyList
+
+/** The configured proxy addresses, normalized once when the configuration is read rather than per request. */
+export function trustedProxies(addresses: Iterable<string>): ProxyList {
+  return new Set([...addresses].map((a) => normalize(a) ?? a)) as ReadonlySet<string> as ProxyList
+}
 
 export function clientAddress(req: IncomingMessage, trust: TrustProxy): string {
   const peer = normalize(req.socket.remoteAddress ?? '') ?? ''
@@ -25,9 +33,8 @@ export function clientAddress(req: IncomingMessage, trust: TrustProxy): string {
     const entry = forwarded.length - trust
     return (entry >= 0 && forwarded.slice(entry).every((e) => normalize(e) !== undefined) && normalize(forwarded[entry]!)) || peer
   }
-  const proxies = normalizedList(trust)
   let address = peer
-  for (let i = forwarded.length - 1; i >= 0 && proxies.has(address); i--) {
+  for (let i = forwarded.length - 1; i >= 0 && trust.has(address); i--) {
     const next = normalize(forwarded[i]!)
     if (next === undefined) return address
     address = next
@@ -48,14 +55,6 @@ function normalize(text: string): string | undefined {
   address = address.replace(/%[0-9a-z._-]+$/, '')
   if (address.startsWith('::ffff:') && isIP(address.slice(7)) === 4) address = address.slice(7)
   return isIP(address) ? address : undefined
-}
-
-// The configured list is one Set for the life of the process: normalized once.
-const normalizedLists = new WeakMap<ReadonlySet<string>, ReadonlySet<string>>()
-function normalizedList(list: ReadonlySet<string>): ReadonlySet<string> {
-  let normalized = normalizedLists.get(list)
-  if (!normalized) normalizedLists.set(list, (normalized = new Set([...list].map((a) => normalize(a) ?? a))))
-  return normalized
 }
 
 /**

@@ -20,7 +20,20 @@ const ABANDONED = '1 minute'
 const REPLAYED_HEADERS = ['location', 'etag']
 const CLEANUP_EVERY = 50
 
-let insertsSinceCleanup = 0
+/**
+ * Expired records go as new ones arrive, no separate job to schedule: every
+ * CLEANUP_EVERY-th answer stored by an instance also deletes them.
+ */
+export class IdempotencyCleanup {
+  private storedSinceCleanup = 0
+
+  /** Counts an answer stored; true when this one should clean up. */
+  due(): boolean {
+    if (++this.storedSinceCleanup < CLEANUP_EVERY) return false
+    this.storedSinceCleanup = 0
+    return true
+  }
+}
 
 interface StoredAnswer {
   fingerprint: string
@@ -101,9 +114,7 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   await sql`
     UPDATE idempotency_keys SET status = ${reply.status}, headers = ${sql.json(headers)}, body = ${reply.body === undefined ? null : JSON.stringify(reply.body)}
     WHERE caller = ${caller} AND key = ${header} AND created_at = ${mine}`
-  // Expired records go as new ones arrive: no separate job to schedule.
-  if (++insertsSinceCleanup >= CLEANUP_EVERY) {
-    insertsSinceCleanup = 0
+  if (ctx.deps.idempotencyCleanup.due()) {
     await sql`DELETE FROM idempotency_keys WHERE created_at < now() - ${RETENTION}::interval`
   }
   return reply

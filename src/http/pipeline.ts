@@ -2,160 +2,289 @@ import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AppDeps } from '../app-deps.js'
 import { authorize } from '../auth/access.js'
-import { authenticate } from '../auth/credentials.js'
+import { authenticate, type CredentialDeps } from '../auth/credentials.js'
 import { looksLikeJwt } from '../auth/jwt.js'
 import { anonymous, type Principal } from '../auth/principal.js'
-import { databaseWork } from '../db/admission.js'
 import { mapDatabaseError } from '../db/errors.js'
 import { describeError } from '../log.js'
-import { checkContentType, readJsonBody } from './body.js'
+import { checkContentType, readJsonBody, type BodyKind } from './body.js'
 import { addressBucket, clientAddress } from './client-address.js'
-import { corsHeaders } from './cors.js'
+import { corsHeaders, type CorsPolicy } from './cors.js'
 import { handleIdempotently } from './idempotency.js'
-import { RateLimiter, type RateDecision } from './rate-limit.js'
+import type { RateDecision, RateLimiter } from './rate-limit.js'
 import { etagMatches } from './conditional.js'
 import { HttpError, notFound, problemBody } from './problem.js'
 import { checkQuery, parseQueryString } from './query.js'
 import { writeReply } from './reply.js'
-import type { Reply } from './route.js'
-import type { Router } from './router.js'
+import type { AnyRoute, HandlerContext, Reply } from './route.js'
+import type { Match, Router } from './router.js'
 
-// The whole life of a request, top to bottom: identify it, match a route,
-// authenticate, count it against the rate limit, authorize, read and check
-// the query and the body, run the handler (through the idempotency record for
-// creating POSTs), answer, log. One `catch` turns any failure into a problem.
+// The whole life of a request, as named stages read top to bottom in
+// `handleRequest`: identify, match, admit, authenticate, rate-limit,
+// authorize, precondition, read the query and the body, handle, conditional
+// GET, reply, log. One `catch` turns any failure into a problem answer. This
+// is the hot path: the stages are plain functions sharing one object per
+// request (`Exchange`), so a request allocates no closures but the two that
+// outlive it (the log on 'close', the bounded handler).
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
+const NO_HEADERS: Record<string, string> = Object.freeze({})
+const UNANSWERED: Reply = Object.freeze({ status: 500 })
+
+/** What every stage may use, made once per service. */
+interface Pipeline {
+  router: Router
+  deps: AppDeps
+  config: AppDeps['config']
+  prefix: string
+  cors: CorsPolicy
+  credentials: CredentialDeps
+  runBounded: <T>(work: () => Promise<T>) => Promise<T>
+  runAsIs: <T>(work: () => Promise<T>) => Promise<T>
+}
+
+/** One request as the stages learn about it. */
+class Exchange {
+  readonly started = process.hrtime.bigint()
+  /** The path below the API prefix. */
+  path = ''
+  template: string | undefined = undefined
+  principal: Principal = anonymous
+  rate: RateDecision | undefined = undefined
+  cors: Record<string, string> = NO_HEADERS
+  /** The answer must not be stored by any cache (Route.noStore). */
+  noStore = false
+  problem = false
+  /** Always replaced before it is read: by the handler's answer, or by a problem. */
+  reply: Reply = UNANSWERED
+  /** The client's address, read once (clientOf). */
+  client: string | undefined = undefined
+
+  constructor(
+    readonly req: IncomingMessage,
+    readonly requestId: string,
+    readonly method: string,
+    readonly url: string,
+    readonly queryAt: number,
+    readonly fullPath: string,
+  ) {}
+}
+
 export function createRequestHandler(router: Router, deps: AppDeps) {
-  const { config, log, lifecycle } = deps
-  const prefix = config.apiPrefix
-  // Bounds the requests waiting for the database and how long they wait (src/db/admission.ts).
-  const dbWork = databaseWork(deps)
-  const credentialDeps = {
-    sql: deps.sql,
-    // Only credentials read from the database wait under the bound; a JWT is checked in memory.
-    bounded: <T>(work: () => Promise<T>) => dbWork.run(work),
-    settings: { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience },
-    jwtCache: deps.jwtCache,
-    apiKeyCache: deps.apiKeyCache,
-    apiKeyUse: deps.apiKeyUse,
-    revocations: deps.revocations,
-    credentialChanges: deps.credentialChanges,
+  const { config, databaseWork } = deps
+  const runBounded = <T>(work: () => Promise<T>) => databaseWork.run(work)
+  const pipeline: Pipeline = {
+    router,
+    deps,
+    config,
+    prefix: config.apiPrefix,
+    cors: { origins: config.corsOrigins },
+    credentials: {
+      sql: deps.sql,
+      // Only credentials read from the database wait under the bound; a JWT is checked in memory.
+      bounded: runBounded,
+      settings: { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience },
+      jwtCache: deps.jwtCache,
+      apiKeyCache: deps.apiKeyCache,
+      apiKeyUse: deps.apiKeyUse,
+      revocations: deps.revocations,
+      credentialChanges: deps.credentialChanges,
+    },
+    runBounded,
+    runAsIs: <T>(work: () => Promise<T>) => work(),
   }
-  const runBounded = <T>(work: () => Promise<T>) => dbWork.run(work)
-  const runAsIs = <T>(work: () => Promise<T>) => work()
-  const limiter = config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined
-  const cors = { origins: config.corsOrigins }
+  return (req: IncomingMessage, res: ServerResponse): Promise<void> => handleRequest(pipeline, req, res)
+}
 
-  return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const started = process.hrtime.bigint()
-    const clientId = req.headers['x-request-id']
-    const requestId = typeof clientId === 'string' && CLIENT_REQUEST_ID.test(clientId) ? clientId : randomUUID()
-    const rawUrl = req.url ?? '/'
-    const queryAt = rawUrl.indexOf('?')
-    const fullPath = queryAt === -1 ? rawUrl : rawUrl.slice(0, queryAt)
-    const method = req.method ?? 'GET'
-    let template: string | undefined
-    let principal: Principal = anonymous
-    let reply: Reply
-    let rate: RateDecision | undefined
-    let corsExtra: Record<string, string> = {}
-    let noStore = false
-    deps.metrics.inFlight++
-
-    let problem = false
-    try {
-      // Computed before anything can fail, so that a 404 reaches a browser page as a 404, not as a CORS error.
-      corsExtra = corsHeaders(cors, req.headers.origin)
-      if (prefix && !(fullPath === prefix || fullPath.startsWith(prefix + '/'))) throw notFound()
-      const path = fullPath.slice(prefix.length)
-      const match = router.match(method, path)
-      if (match.kind === 'not_found') throw notFound()
-      template = match.template
-      if (match.kind === 'options' && req.headers['access-control-request-method'] !== undefined) {
-        corsExtra = corsHeaders(cors, req.headers.origin, match.allow)
-      }
-      if (match.kind === 'options') {
-        reply = { status: 204, headers: { allow: match.allow } }
-      } else if (match.kind === 'method_not_allowed') {
-        throw new HttpError('method_not_allowed', `${method} is not supported here; use ${match.allow}.`, { headers: { allow: match.allow } })
-      } else {
-        if (lifecycle.shuttingDown && match.route.access.kind !== 'public') {
-          throw new HttpError('shutting_down', 'The service is shutting down; retry on another instance.', { headers: { 'retry-after': '1', connection: 'close' } })
-        }
-        const { route, params } = match
-        noStore = route.noStore === true
-        // Public routes never look at a credential (no database read for /healthz).
-        if (route.access.kind !== 'public') {
-          const address = () => addressBucket(clientAddress(req, config.trustProxy))
-          // An address that has spent its window on anonymous requests and bad credentials is refused before a credential costs a database read.
-          if (limiter && !route.unlimited && needsDatabaseRead(req) && limiter.exhausted(address())) rate = enforce(limiter, address())
-          try {
-            principal = (await authenticate(req.headers, credentialDeps)) ?? anonymous
-          } catch (err) {
-            // Failed credentials count against the address, so that guessing tokens is limited too.
-            if (limiter && !route.unlimited) rate = enforce(limiter, address())
-            throw err
-          }
-        }
-        if (limiter && !route.unlimited) rate = enforceFor(limiter, principal, req, config)
-        authorize(route.access, principal, params, config.allowSignup)
-        if (config.requireIfMatch && route.requiresIfMatch && req.headers['if-match'] === undefined) {
-          throw new HttpError('precondition_required', 'This server requires If-Match on writes: GET the resource and send its ETag.')
-        }
-        const query = checkQuery(route.query, parseQueryString(queryAt === -1 ? '' : rawUrl.slice(queryAt + 1)))
-        let body: unknown
-        if (route.body && !(route.body.optional && hasNoBody(req))) {
-          checkContentType(req, route.body.kind)
-          body = route.body.validator.parseBody(await readJsonBody(req, config.bodyLimit))
-        }
-        const client = clientAddress(req, config.trustProxy)
-        const database = route.database ?? 'handler'
-        const bounded = database === 'statements' ? runBounded : runAsIs
-        const ctx = { params, query, body, principal, headers: req.headers, requestId, client, bounded, deps }
-        const handle = () => (route.idempotent ? handleIdempotently(route, ctx, path, client) : route.handle(ctx))
-        reply = database === 'handler' ? await dbWork.run(handle) : await handle()
-        if (reply.status === 200 && (method === 'GET' || method === 'HEAD') && etagMatches(req.headers['if-none-match'], reply.headers?.etag)) {
-          // RFC 9110 §15.4.5: a 304 repeats the validator, and nothing else of the body.
-          reply = { status: 304, headers: { etag: reply.headers!.etag! } }
+async function handleRequest(p: Pipeline, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const x = identify(req)
+  p.deps.metrics.inFlight++
+  try {
+    const match = matchRoute(p, x)
+    if (match.kind === 'options') {
+      x.reply = preflight(p, x, match.allow)
+    } else {
+      const { route, params } = match
+      admit(p, route)
+      // Public routes never look at a credential (no database read for /healthz).
+      if (route.access.kind !== 'public') {
+        refuseSpentAddress(p, x, route)
+        try {
+          x.principal = (await authenticate(req.headers, p.credentials)) ?? anonymous
+        } catch (err) {
+          countFailedCredential(p, x, route)
+          throw err
         }
       }
-    } catch (err) {
-      problem = true
-      reply = problemReply(err, fullPath, requestId, deps, template)
+      rateLimit(p, x, route)
+      authorize(route.access, x.principal, params, p.config.allowSignup)
+      requirePrecondition(p, x, route)
+      const query = readQuery(x, route)
+      const body = route.body && !(route.body.optional && hasNoBody(req)) ? route.body.validator.parseBody(await readBody(p, x, route.body.kind)) : undefined
+      x.reply = conditionalGet(x, await handle(p, x, route, params, query, body))
     }
+  } catch (err) {
+    x.problem = true
+    x.reply = problemReply(err, x.fullPath, x.requestId, p.deps, x.template)
+  }
+  reply(p, x, res)
+}
 
-    const logRequest = () => {
-      const seconds = Number(process.hrtime.bigint() - started) / 1e9
-      deps.metrics.inFlight--
-      deps.metrics.observe(method, template ?? null, reply.status, seconds)
-      log.info('request', {
-        request_id: requestId,
-        method,
-        route: template ?? null,
-        status: reply.status,
-        duration_ms: seconds * 1000,
-        user_id: principal.kind === 'user' ? principal.userId : null,
-        client: clientAddress(req, config.trustProxy),
-      })
-    }
-    // The client went away (an aborted upload, a disconnect while the handler
-    // ran): nothing can be written, but the request is still logged. Returning
-    // without a log line left such requests invisible.
-    if (res.headersSent || res.destroyed) return logRequest()
-    // While draining, every answer asks the client to take its next request elsewhere.
-    if (lifecycle.shuttingDown) reply.headers = { ...reply.headers, connection: 'close' }
-    // Answers about credentials must not be stored by any cache (RFC 6749 §5.1), errors included.
-    if (noStore || fullPath.startsWith(`${prefix}/auth/`)) reply.headers = { ...reply.headers, 'cache-control': 'no-store' }
-    reply.headers = { ...reply.headers, ...corsExtra, ...(rate ? rateHeaders(rate) : {}) }
-    writeReply(res, reply, { requestId, head: method === 'HEAD', problem })
-    if (reply.headers?.connection === 'close') res.once('finish', () => req.socket.destroySoon())
+/** The request id (the client's, when it is a sane one), the method and the path. */
+function identify(req: IncomingMessage): Exchange {
+  const clientId = req.headers['x-request-id']
+  const requestId = typeof clientId === 'string' && CLIENT_REQUEST_ID.test(clientId) ? clientId : randomUUID()
+  const url = req.url ?? '/'
+  const queryAt = url.indexOf('?')
+  return new Exchange(req, requestId, req.method ?? 'GET', url, queryAt, queryAt === -1 ? url : url.slice(0, queryAt))
+}
 
-    // 'close' rather than 'finish': it also fires when the client leaves before the answer is flushed.
-    res.once('close', logRequest)
+/** The route and its params, or an OPTIONS answer to give; 404 and 405 are thrown. */
+function matchRoute(p: Pipeline, x: Exchange): Extract<Match, { kind: 'found' | 'options' }> {
+  // Computed before anything can fail, so that a 404 reaches a browser page as a 404, not as a CORS error.
+  x.cors = corsHeaders(p.cors, x.req.headers.origin)
+  const { prefix } = p
+  const { fullPath } = x
+  if (prefix && !(fullPath === prefix || fullPath.startsWith(prefix + '/'))) return unmatched(x)
+  x.path = fullPath.slice(prefix.length)
+  const match = p.router.match(x.method, x.path)
+  if (match.kind === 'not_found') return unmatched(x)
+  x.template = match.template
+  x.noStore = match.noStore
+  if (match.kind === 'method_not_allowed') {
+    throw new HttpError('method_not_allowed', `${x.method} is not supported here; use ${match.allow}.`, { headers: { allow: match.allow } })
+  }
+  return match
+}
+
+/**
+ * 404: no route answers, so none declares how its answer may be stored. A
+ * 404 is cacheable by default (RFC 9111 §4.2.2), and a shared cache that kept
+ * one would go on answering it for a path under a credential route's folder
+ * (a client's typo of /auth/login) or for a route deployed later; so every
+ * 404 of the router says no-store.
+ */
+function unmatched(x: Exchange): never {
+  x.noStore = true
+  throw notFound()
+}
+
+/** A CORS preflight gets the methods the path allows; any other OPTIONS only the Allow list. */
+function preflight(p: Pipeline, x: Exchange, allow: string): Reply {
+  if (x.req.headers['access-control-request-method'] !== undefined) x.cors = corsHeaders(p.cors, x.req.headers.origin, allow)
+  return { status: 204, headers: { allow } }
+}
+
+/** While draining, only public routes (the probes) are still served. */
+function admit(p: Pipeline, route: AnyRoute): void {
+  if (p.deps.lifecycle.shuttingDown && route.access.kind !== 'public') {
+    throw new HttpError('shutting_down', 'The service is shutting down; retry on another instance.', { headers: { 'retry-after': '1', connection: 'close' } })
   }
 }
+
+/** An address that has spent its window on anonymous requests and bad credentials is refused before a credential costs a database read. */
+function refuseSpentAddress(p: Pipeline, x: Exchange, route: AnyRoute): void {
+  const limiter = p.deps.rateLimiter
+  if (!limiter || route.unlimited || !needsDatabaseRead(x.req)) return
+  const bucket = addressBucket(clientOf(p, x))
+  if (limiter.exhausted(bucket)) x.rate = enforce(limiter, bucket)
+}
+
+/** Failed credentials count against the address, so that guessing tokens is limited too. */
+function countFailedCredential(p: Pipeline, x: Exchange, route: AnyRoute): void {
+  const limiter = p.deps.rateLimiter
+  if (limiter && !route.unlimited) x.rate = enforce(limiter, addressBucket(clientOf(p, x)))
+}
+
+function rateLimit(p: Pipeline, x: Exchange, route: AnyRoute): void {
+  const limiter = p.deps.rateLimiter
+  if (limiter && !route.unlimited) x.rate = enforceFor(limiter, p, x)
+}
+
+function requirePrecondition(p: Pipeline, x: Exchange, route: AnyRoute): void {
+  if (p.config.requireIfMatch && route.requiresIfMatch && x.req.headers['if-match'] === undefined) {
+    throw new HttpError('precondition_required', 'This server requires If-Match on writes: GET the resource and send its ETag.')
+  }
+}
+
+function readQuery(x: Exchange, route: AnyRoute): unknown {
+  return checkQuery(route.query, parseQueryString(x.queryAt === -1 ? '' : x.url.slice(x.queryAt + 1)))
+}
+
+/** The body as JSON, once its Content-Type is the route's; the route's validator checks it. */
+function readBody(p: Pipeline, x: Exchange, kind: BodyKind): Promise<unknown> {
+  checkContentType(x.req, kind)
+  return readJsonBody(x.req, p.config.bodyLimit)
+}
+
+/**
+ * Runs the handler, through the idempotency record for a creating POST,
+ * under the bound on waiting for the database as the route's `database`
+ * says: the whole handler, only the statements it runs through
+ * `ctx.bounded`, or nothing.
+ */
+function handle(p: Pipeline, x: Exchange, route: AnyRoute, params: Record<string, string>, query: unknown, body: unknown): Promise<Reply> {
+  const database = route.database ?? 'handler'
+  const bounded = database === 'statements' ? p.runBounded : p.runAsIs
+  const ctx: HandlerContext<unknown, unknown> = { params, query, body, principal: x.principal, headers: x.req.headers, requestId: x.requestId, client: clientOf(p, x), bounded, deps: p.deps }
+  if (database === 'handler') return p.deps.databaseWork.run(() => invoke(route, ctx, x.path))
+  return invoke(route, ctx, x.path)
+}
+
+const invoke = (route: AnyRoute, ctx: HandlerContext<unknown, unknown>, path: string): Promise<Reply> =>
+  route.idempotent ? handleIdempotently(route, ctx, path, ctx.client) : route.handle(ctx)
+
+/** RFC 9110 §15.4.5: a 304 repeats the validator, and nothing else of the body. */
+function conditionalGet(x: Exchange, reply: Reply): Reply {
+  if (reply.status === 200 && (x.method === 'GET' || x.method === 'HEAD') && etagMatches(x.req.headers['if-none-match'], reply.headers?.etag)) {
+    return { status: 304, headers: { etag: reply.headers!.etag! } }
+  }
+  return reply
+}
+
+function reply(p: Pipeline, x: Exchange, res: ServerResponse): void {
+  // The client went away (an aborted upload, a disconnect while the handler
+  // ran): nothing can be written, but the request is still logged.
+  if (res.headersSent || res.destroyed) return logRequest(p, x)
+  const headers = answerHeaders(p, x)
+  x.reply.headers = headers
+  writeReply(res, x.reply, { requestId: x.requestId, head: x.method === 'HEAD', problem: x.problem })
+  if (headers.connection === 'close') res.once('finish', () => x.req.socket.destroySoon())
+  // 'close' rather than 'finish': it also fires when the client leaves before the answer is flushed.
+  res.once('close', () => logRequest(p, x))
+}
+
+/** The answer's own headers, and what the pipeline adds to every answer. */
+function answerHeaders(p: Pipeline, x: Exchange): Record<string, string> {
+  const headers = { ...x.reply.headers }
+  // While draining, every answer asks the client to take its next request elsewhere.
+  if (p.deps.lifecycle.shuttingDown) headers.connection = 'close'
+  // Answers about credentials must not be stored by any cache (RFC 6749 §5.1), errors included.
+  if (x.noStore) headers['cache-control'] = 'no-store'
+  Object.assign(headers, x.cors)
+  if (x.rate) setRateHeaders(headers, x.rate)
+  return headers
+}
+
+function logRequest(p: Pipeline, x: Exchange): void {
+  const seconds = Number(process.hrtime.bigint() - x.started) / 1e9
+  const { metrics, log } = p.deps
+  metrics.inFlight--
+  metrics.observe(x.method, x.template ?? null, x.reply.status, seconds)
+  log.info('request', {
+    request_id: x.requestId,
+    method: x.method,
+    route: x.template ?? null,
+    status: x.reply.status,
+    duration_ms: seconds * 1000,
+    user_id: x.principal.kind === 'user' ? x.principal.userId : null,
+    client: clientOf(p, x),
+  })
+}
+
+/** The client's address as TRUST_PROXY allows it to be known, read once per request. */
+const clientOf = (p: Pipeline, x: Exchange): string => (x.client ??= clientAddress(x.req, p.config.trustProxy))
 
 /** A user may spend this many credentials' worth of RATE_LIMIT in all: N keys do not give N times the limit. */
 const USER_LIMIT_FACTOR = 3
@@ -165,12 +294,13 @@ const USER_LIMIT_FACTOR = 3
  * client address when anonymous); the answer shows the credential's figures
  * unless the user's bucket is the one that refuses.
  */
-function enforceFor(limiter: RateLimiter, principal: Principal, req: IncomingMessage, config: AppDeps['config']): RateDecision {
-  if (principal.kind === 'anonymous') return enforce(limiter, addressBucket(clientAddress(req, config.trustProxy)))
+function enforceFor(limiter: RateLimiter, p: Pipeline, x: Exchange): RateDecision {
+  const { principal } = x
+  if (principal.kind === 'anonymous') return enforce(limiter, addressBucket(clientOf(p, x)))
   const c = principal.credential
   // A session is its user's: JWTs and opaque tokens of one login share a bucket.
   const credential = c.type === 'api_key' ? `key ${c.apiKeyId}` : `session ${principal.userId}:${c.sessionId}`
-  enforce(limiter, `user ${principal.userId}`, config.rateLimit * USER_LIMIT_FACTOR)
+  enforce(limiter, `user ${principal.userId}`, p.config.rateLimit * USER_LIMIT_FACTOR)
   return enforce(limiter, credential)
 }
 
@@ -183,19 +313,19 @@ function needsDatabaseRead(req: IncomingMessage): boolean {
 function enforce(limiter: RateLimiter, key: string, limit?: number): RateDecision {
   const decision = limiter.hit(key, limit)
   if (!decision.allowed) {
-    throw new HttpError('rate_limited', `Rate limit of ${decision.limit} requests per minute reached.`, {
-      headers: { 'retry-after': String(decision.resetSeconds), ...rateHeaders(decision) },
-    })
+    const headers: Record<string, string> = { 'retry-after': String(decision.resetSeconds) }
+    setRateHeaders(headers, decision)
+    throw new HttpError('rate_limited', `Rate limit of ${decision.limit} requests per minute reached.`, { headers })
   }
   return decision
 }
 
 // IETF draft-ietf-httpapi-ratelimit-headers field names.
-const rateHeaders = (d: RateDecision) => ({
-  'ratelimit-limit': String(d.limit),
-  'ratelimit-remaining': String(d.remaining),
-  'ratelimit-reset': String(d.resetSeconds),
-})
+function setRateHeaders(headers: Record<string, string>, d: RateDecision): void {
+  headers['ratelimit-limit'] = String(d.limit)
+  headers['ratelimit-remaining'] = String(d.remaining)
+  headers['ratelimit-reset'] = String(d.resetSeconds)
+}
 
 function problemReply(err: unknown, instance: string, requestId: string, deps: AppDeps, template: string | undefined): Reply {
   let http = err instanceof HttpError ? err : mapDatabaseError(err)

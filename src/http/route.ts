@@ -66,10 +66,14 @@ export interface Route<Query = Record<string, never>, Body = undefined> {
   requiresIfMatch?: boolean
   /** Exempt from the rate limit (health probes). */
   unlimited?: boolean
+  /**
+   * Every answer, errors included, carries `Cache-Control: no-store`: answers
+   * about credentials must not be stored by any cache (RFC 6749 §5.1). OPTIONS
+   * and 405 answers on the route's path carry it too (src/http/router.ts).
+   */
+  noStore?: true
   /** Default 'handler': everything that touches the database waits under the bound, unless it says why not. */
   database?: DatabaseUse
-  /** Answers must not be stored by any cache (credentials: RFC 6749 §5.1), error answers included. */
-  noStore?: boolean | undefined
   /** For the OpenAPI document: the operation's name in generated clients (default: method and path, e.g. postAuthLogin). */
   operationId?: string
   /** For the OpenAPI document: what the operation does. */

@@ -4,10 +4,13 @@ import type { AnyRoute, Method } from './route.js'
 // request's path is split once and compared segment by segment. A malformed
 // or duplicate route throws here, so it fails start-up rather than a request.
 
+// `noStore`: the answer must not be stored by a cache. A route declares it
+// for itself; an OPTIONS or 405 answer is about the path, so it is no-store
+// when any route of the path is (every answer under /auth/ is, errors included).
 export type Match =
-  | { kind: 'found'; route: AnyRoute; params: Record<string, string>; template: string }
-  | { kind: 'options'; allow: string; template: string }
-  | { kind: 'method_not_allowed'; allow: string; template: string }
+  | { kind: 'found'; route: AnyRoute; params: Record<string, string>; template: string; noStore: boolean }
+  | { kind: 'options'; allow: string; template: string; noStore: boolean }
+  | { kind: 'method_not_allowed'; allow: string; template: string; noStore: boolean }
   | { kind: 'not_found' }
 
 // The only parameter kind the API has: a positive integer that fits bigint.
@@ -23,6 +26,8 @@ interface CompiledPath {
   segments: Array<{ literal: string } | { param: string }>
   methods: Map<Method, AnyRoute>
   allow: string
+  /** Some route of the path declares noStore. */
+  noStore: boolean
 }
 
 export interface Router {
@@ -42,11 +47,12 @@ export function createRouter(routes: readonly AnyRoute[]): Router {
         if (param !== 'id') throw new Error(`Route ${route.method} ${route.path}: unknown parameter {${param}}`)
         return { param }
       })
-      compiled = { template: route.path, segments, methods: new Map(), allow: '' }
+      compiled = { template: route.path, segments, methods: new Map(), allow: '', noStore: false }
       byTemplate.set(route.path, compiled)
     }
     if (compiled.methods.has(route.method)) throw new Error(`Route ${route.method} ${route.path} is defined twice`)
     compiled.methods.set(route.method, route)
+    if (route.noStore) compiled.noStore = true
   }
   for (const compiled of byTemplate.values()) {
     const methods = [...compiled.methods.keys()]
@@ -64,10 +70,10 @@ export function createRouter(routes: readonly AnyRoute[]): Router {
       for (const candidate of paths) {
         const params = matchSegments(candidate, parts)
         if (!params) continue
-        if (method === 'OPTIONS') return { kind: 'options', allow: candidate.allow, template: candidate.template }
+        if (method === 'OPTIONS') return { kind: 'options', allow: candidate.allow, template: candidate.template, noStore: candidate.noStore }
         const route = candidate.methods.get((method === 'HEAD' ? 'GET' : method) as Method)
-        if (!route) return { kind: 'method_not_allowed', allow: candidate.allow, template: candidate.template }
-        return { kind: 'found', route, params, template: candidate.template }
+        if (!route) return { kind: 'method_not_allowed', allow: candidate.allow, template: candidate.template, noStore: candidate.noStore }
+        return { kind: 'found', route, params, template: candidate.template, noStore: route.noStore === true }
       }
       return { kind: 'not_found' }
     },

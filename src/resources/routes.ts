@@ -88,6 +88,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
     ...options.summaries,
   }
   const scopeOf = (principal: Principal) => hooks.scope?.(principal)
+  const noStoreFor = (op: Operation) => (options.noStore?.includes(op) ? { noStore: true as const } : {})
   const reply = (status: number, row: StoredRow, extra?: { body?: Body; headers?: Record<string, string> }): Reply => ({
     status,
     headers: { ...(versioned ? { etag: etagFor(row.version) } : {}), ...extra?.headers },
@@ -137,7 +138,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
       responses: { 200: { description: `A page of ${label}s`, schema: schemas.page, headers: ['link', 'x-total-count'] } },
       access: options.access.list,
       query: resource.collection.queryValidator,
-      noStore: options.noStore?.includes('list'),
+      ...noStoreFor('list'),
       handle: ({ query, principal, deps }) => {
         hooks.checkList?.(query, principal)
         return listCollection(resource.collection, query, { deps, fixedFilters: scopeOf(principal) })
@@ -149,7 +150,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
       responses: { 201: { description: `The created ${label}`, schema: options.created?.schema ?? schemas.representation, headers: [...etag, 'location'] } },
       access: options.access.create,
       idempotent: options.idempotentCreate ?? true,
-      noStore: options.noStore?.includes('create'),
+      ...noStoreFor('create'),
       body: { kind: 'json', validator: bodies.create },
       async handle(ctx) {
         const pending: Write = { op: 'create', ctx, columns: {} }
@@ -173,7 +174,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
       method: 'GET', path: item, operationId: `get${name}`, summary: summaries.read,
       responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
       access: options.access.read,
-      noStore: options.noStore?.includes('read'),
+      ...noStoreFor('read'),
       async handle({ params, principal, deps }) {
         const row = await findRow(deps.sql, resource, params.id!, scopeOf(principal))
         if (!row) throw notFound()

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { Sql } from 'postgres'
 import { normalizeEmail } from '../auth/login-throttle.js'
-import { hashPassword } from '../auth/password.js'
+import type { PasswordHasher } from '../auth/password.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { ConfigError } from '../config.js'
 import { users } from './resource.js'
@@ -21,13 +21,13 @@ export interface AdminResult {
 }
 
 /** Creates the admin, or resets an existing admin's password; returns the password (generated when none is given). */
-export async function createOrResetAdmin(sql: Sql, email: string, password?: string): Promise<AdminResult> {
+export async function createOrResetAdmin(sql: Sql, passwords: PasswordHasher, email: string, password?: string): Promise<AdminResult> {
   const secret = password ?? randomBytes(18).toString('base64url')
   const errors = users.bodies.create.errors({ name: 'Administrator', email, password: secret })
   // A ConfigError: bad input from the operator (the command line, ADMIN_EMAIL) gets
   // its message on stderr, not the JSON-and-stack-trace main.ts prints for a crash.
   if (errors.length) throw new ConfigError(`Cannot create the admin: ${errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; ')}`)
-  const passwordHash = await hashPassword(secret)
+  const passwordHash = await passwords.hash(secret)
   return sql.begin(async (tx) => {
     const [existing] = await tx<Array<{ id: number; role: string }>>`SELECT id, role FROM users WHERE lower(email) = ${normalizeEmail(email)} FOR UPDATE`
     if (existing && existing.role !== 'admin') {
@@ -45,10 +45,10 @@ export async function createOrResetAdmin(sql: Sql, email: string, password?: str
   })
 }
 
-export async function bootstrapAdminIfNone(sql: Sql, admin: { email: string; password: string }): Promise<boolean> {
+export async function bootstrapAdminIfNone(sql: Sql, passwords: PasswordHasher, admin: { email: string; password: string }): Promise<boolean> {
   const [any] = await sql`SELECT 1 FROM users WHERE role = 'admin' LIMIT 1`
   if (any) return false
-  await createOrResetAdmin(sql, admin.email, admin.password)
+  await createOrResetAdmin(sql, passwords, admin.email, admin.password)
   return true
 }
 

@@ -1,5 +1,6 @@
 import { Compile } from 'typebox/compile'
-import { createRouter } from '../../src/http/router.js'
+import type { AnyRoute } from '../../src/http/route.js'
+import { createRouter, type Router } from '../../src/http/router.js'
 import { allRoutes } from '../../src/app.js'
 
 // Every answer the suite receives is checked against what /openapi.json
@@ -12,7 +13,10 @@ type Doc = {
   components: { schemas: Record<string, unknown> }
 }
 
-const router = createRouter(allRoutes(''))
+const serviceRouter = createRouter(allRoutes(''))
+
+/** The routes a server answers, to find the operation of each answer: the service's, and a test's own. */
+export const contractRouter = (extra?: readonly AnyRoute[]): Router => (extra?.length ? createRouter(allRoutes('', extra)) : serviceRouter)
 const validators = new Map<string, { Check(v: unknown): boolean; Errors(v: unknown): unknown[] }>()
 
 /** Inlines `#/components/schemas/…` references, the only kind the document uses. */
@@ -24,7 +28,7 @@ function resolve(schema: unknown, doc: Doc): unknown {
   return Object.fromEntries(Object.entries(schema).map(([k, v]) => [k, resolve(v, doc)]))
 }
 
-export function checkAgainstDocument(doc: Doc, method: string, pathWithPrefix: string, prefix: string, status: number, contentType: string, body: unknown): void {
+export function checkAgainstDocument(doc: Doc, router: Router, method: string, pathWithPrefix: string, prefix: string, status: number, contentType: string, body: unknown): void {
   const fullPath = pathWithPrefix.split('?')[0]!
   if (!fullPath.startsWith(prefix)) return
   const path = fullPath.slice(prefix.length)

@@ -1,16 +1,14 @@
 import { randomBytes } from 'node:crypto'
-import type { AddressInfo } from 'node:net'
 import { after } from 'node:test'
 import type { Sql } from 'postgres'
-import { createApp } from '../../src/app.js'
-import { createDeps, type AppDeps } from '../../src/app-deps.js'
-import { Metrics } from '../../src/metrics/metrics.js'
+import type { AppDeps } from '../../src/app-deps.js'
 import { loadConfig, type Config } from '../../src/config.js'
 import { connect } from '../../src/db/connect.js'
+import type { AnyRoute } from '../../src/http/route.js'
 import { createLogger } from '../../src/log.js'
-import { checkAgainstDocument } from './contract-check.js'
+import { createService } from '../../src/service.js'
+import { checkAgainstDocument, contractRouter } from './contract-check.js'
 import { signJwt, type JwtClaims } from '../../src/auth/jwt.js'
-import { hashPassword } from '../../src/auth/password.js'
 import { roleScopes } from '../../src/auth/scopes.js'
 
 // Starts the real application on a random port against a database of this
@@ -93,8 +91,10 @@ export interface NewTestUser {
 export interface StartOptions {
   /** Another instance on this database (e.g. another TestServer's databaseUrl), as a load balancer would have; default: a fresh database. */
   databaseUrl?: string
-  /** Entries per credential cache (createDeps). */
+  /** Entries per credential cache (createService). */
   cacheSize?: number
+  /** Routes appended to the service's own (createService); their answers are checked against /openapi.json too. */
+  routes?: readonly AnyRoute[]
 }
 
 export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}, options: StartOptions = {}): Promise<TestServer> {
@@ -106,18 +106,12 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   }
   const logs: Array<Record<string, unknown>> = []
   const log = createLogger(config.logLevel, (line) => void logs.push(JSON.parse(line)))
-  const metrics = new Metrics({ max: config.poolMax })
-  const sql = connect(databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs, onQuery: () => void metrics.queries++ })
-  const deps: AppDeps = createDeps(sql, config, log, metrics, options.cacheSize)
-  const server = createApp(deps)
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-
-  after(async () => {
-    server.closeAllConnections()
-    await new Promise((resolve) => server.close(resolve))
-    await Promise.all([sql.end({ timeout: 5 }), deps.credentialChanges.stop()])
-  })
+  const service = createService(config, { log, cacheSize: options.cacheSize, routes: options.routes })
+  const { deps } = service
+  const { sql } = deps
+  after(() => service.close())
+  const url = `http://127.0.0.1:${(await service.listen(0, '127.0.0.1')).port}`
+  const router = contractRouter(options.routes)
 
   const jwtFor = (userId: number, role: 'admin' | 'user', scopes?: string[], claims: Record<string, unknown> = {}) => {
     const now = Math.floor(Date.now() / 1000)
@@ -129,7 +123,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   const createUser = async (fields: NewTestUser = {}) => {
     const email = fields.email ?? `user-${randomBytes(4).toString('hex')}-${++userCounter}@example.com`
     const role = fields.role ?? 'user'
-    const password_hash = fields.passwordHash ?? (fields.password === undefined ? null : await hashPassword(fields.password))
+    const password_hash = fields.passwordHash ?? (fields.password === undefined ? null : await deps.passwords.hash(fields.password))
     const [row] = await sql<Array<{ id: number }>>`
       INSERT INTO users (name, email, role, password_hash) VALUES (${fields.name ?? 'Test User'}, ${email}, ${role}, ${password_hash}) RETURNING id`
     return { id: row!.id, email, token: jwtFor(row!.id, role) }
@@ -169,7 +163,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
       const type = res.headers.get('content-type') ?? ''
       const parsed = /json/.test(type) && text ? JSON.parse(text) : undefined
       document ??= (await (await fetch(`${url}${config.apiPrefix}/openapi.json`)).json()) as never
-      checkAgainstDocument(document!, method, path, config.apiPrefix, res.status, type, /json/.test(type) ? parsed : text || undefined)
+      checkAgainstDocument(document!, router, method, path, config.apiPrefix, res.status, type, /json/.test(type) ? parsed : text || undefined)
       return { status: res.status, headers: res.headers, text, body: parsed }
     },
   }

@@ -15,7 +15,7 @@ export const widgets = defineResource({
   members: {
     id: idMember(),
     label: member(nameSchema(), { sort: true, search: true }),
-    size: member(Type.Integer({ minimum: 1, maximum: 1000 }), { sort: true }),
+    size: member(Type.Integer({ minimum: 1, maximum: 2_000_000_000 }), { sort: true }),
     colour: member(Type.Union([Type.Literal('red'), Type.Literal('green'), Type.Literal('blue')]), { sort: true, default: 'red', nullable: true }),
     created_at: timestampMember(),
     updated_at: timestampMember(),
@@ -35,7 +35,7 @@ export const widgetsMigration = `
   CREATE TABLE widgets (
     id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     label      text NOT NULL CHECK (char_length(label) BETWEEN 1 AND 200),
-    size       integer NOT NULL CHECK (size BETWEEN 1 AND 1000),
+    size       integer NOT NULL CHECK (size BETWEEN 1 AND 2000000000),
     colour     text NOT NULL DEFAULT 'red' CHECK (colour IN ('red', 'green', 'blue')),
     version    integer NOT NULL DEFAULT 1,
     created_at timestamptz(3) NOT NULL DEFAULT now(),

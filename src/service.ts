@@ -1,0 +1,105 @@
+import type { Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { ApiKeyCache } from './api-keys/key-cache.js'
+import { LastUsedWrites } from './api-keys/last-used.js'
+import { allRoutes, createApp } from './app.js'
+import { CREDENTIAL_CACHE_SIZE, type AppDeps } from './app-deps.js'
+import { listenForCredentialChanges } from './auth/credential-changes.js'
+import { JwtCache } from './auth/jwt-cache.js'
+import { LoginGuard } from './auth/login-throttle.js'
+import { PasswordHasher } from './auth/password.js'
+import { RevocationList } from './auth/revocations.js'
+import { cursorKeysFrom } from './auth/secrets.js'
+import type { Config } from './config.js'
+import { databaseBound } from './db/admission.js'
+import { connect } from './db/connect.js'
+import { IdempotencyCleanup } from './http/idempotency.js'
+import { RateLimiter } from './http/rate-limit.js'
+import type { AnyRoute } from './http/route.js'
+import type { Logger } from './log.js'
+import { Metrics } from './metrics/metrics.js'
+import { ListShapes } from './collections/list-sql.js'
+import { shutdown } from './shutdown.js'
+
+// One service instance owns all of its state: the pool, the caches, the
+// limits, the credential listener, the server. Nothing of it lives in a
+// module, so two services in one process (tests run several) share nothing.
+
+export interface ServiceOptions {
+  log: Logger
+  /** Entries per credential cache (JWTs, API keys, last_used_at writes); default CREDENTIAL_CACHE_SIZE. */
+  cacheSize?: number
+  /** Routes appended to the service's own (a test's resource, say); /openapi.json describes them too. */
+  routes?: readonly AnyRoute[]
+}
+
+export interface Service {
+  readonly deps: AppDeps
+  readonly server: Server
+  /** Starts listening; resolves to the address bound (port 0 picks a free port). */
+  listen(port: number, host: string): Promise<AddressInfo>
+  /** The stop on a signal (src/shutdown.ts): drains requests in flight, bounded by SHUTDOWN_TIMEOUT; never rejects. */
+  shutdown(): Promise<void>
+  /** Stops at once: the server and every connection on it, the credential listener and its heartbeat, the pool. */
+  close(): Promise<void>
+}
+
+/**
+ * A service on `config.databaseUrl` (migrated already), with
+ * `config.jwtSecrets` resolved. It opens its pool and starts listening for
+ * credential changes now; `listen` opens the port.
+ */
+export function createService(config: Config, options: ServiceOptions): Service {
+  const deps = createDeps(config, options)
+  const server = createApp(deps, allRoutes(config.apiPrefix, options.routes))
+  return {
+    deps,
+    server,
+    async listen(port, host) {
+      // Ready before the first login: its timing must not depend on whether the decoy exists yet.
+      await deps.passwords.decoy()
+      return new Promise<AddressInfo>((resolve, reject) => {
+        server.once('error', reject)
+        server.listen(port, host, () => {
+          server.off('error', reject)
+          resolve(server.address() as AddressInfo)
+        })
+      })
+    },
+    shutdown: () => shutdown(server, deps),
+    async close() {
+      server.closeAllConnections()
+      // Its error, when the server never listened, is of no interest here.
+      await new Promise<unknown>((resolve) => server.close(resolve))
+      await Promise.all([deps.sql.end({ timeout: 5 }), deps.credentialChanges.stop()])
+    },
+  }
+}
+
+function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE }: ServiceOptions): AppDeps {
+  if (config.databaseUrl === undefined) throw new Error('createService: config.databaseUrl is not set')
+  const metrics = new Metrics({ max: config.poolMax })
+  const sql = connect(config.databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs, onQuery: () => void metrics.queries++ })
+  const lifecycle = { shuttingDown: false }
+  const apiKeyCache = new ApiKeyCache(cacheSize)
+  const revocations = new RevocationList()
+  return {
+    sql,
+    config,
+    log,
+    lifecycle,
+    cursorKeys: cursorKeysFrom(config.jwtSecrets),
+    metrics,
+    jwtCache: new JwtCache(cacheSize),
+    apiKeyCache,
+    apiKeyUse: new LastUsedWrites(cacheSize),
+    logins: new LoginGuard(config.rateLimit > 0, log),
+    revocations,
+    credentialChanges: listenForCredentialChanges(sql, apiKeyCache, revocations, log, { lifecycle }),
+    databaseWork: databaseBound(config.poolMax, config.statementTimeoutMs, log),
+    rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined,
+    passwords: new PasswordHasher(),
+    listShapes: new ListShapes(),
+    idempotencyCleanup: new IdempotencyCleanup(),
+  }
+}
