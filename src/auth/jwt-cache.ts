@@ -3,8 +3,8 @@ import { DEFAULT_LEEWAY_SECONDS } from './jwt.js'
 import type { UserPrincipal } from './principal.js'
 
 // Verifying a JWT (two base64url decodes, JSON.parse, the claim checks, an
-// HMAC) and building its Principal cost 14–27 µs per request, spent again and
-// again on the same few tokens. This remembers the outcome per exact token
+// HMAC) and building its Principal is work spent again and again on the same
+// few tokens (bench/README.md has the figures). This remembers the outcome per exact token
 // text, for one application instance (deps.jwtCache).
 //
 // - Only a token that passed verifyJwt in full is put in (the caller's job:
