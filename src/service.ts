@@ -36,7 +36,7 @@ export interface ServiceOptions {
 export interface Service {
   readonly deps: AppDeps
   readonly server: Server
-  /** Starts listening; resolves to the address bound (port 0 picks a free port). */
+  /** Opens the pool's first connection, then the port; resolves to the address bound (port 0 picks a free port). */
   listen(port: number, host: string): Promise<AddressInfo>
   /** The stop on a signal (src/shutdown.ts): drains requests in flight, bounded by SHUTDOWN_TIMEOUT; never rejects. */
   shutdown(): Promise<void>
@@ -56,8 +56,11 @@ export function createService(config: Config, options: ServiceOptions): Service 
     deps,
     server,
     async listen(port, host) {
-      // Ready before the first login: its timing must not depend on whether the decoy exists yet.
-      await deps.passwords.decoy()
+      // Ready before the first request: a login's timing must not depend on
+      // whether the decoy hash exists yet, and the pool's first connection is
+      // open (the first request does not pay for connecting; a database that
+      // cannot be reached fails start-up, not a request).
+      await Promise.all([deps.passwords.decoy(), deps.sql`SELECT 1`])
       return new Promise<AddressInfo>((resolve, reject) => {
         server.once('error', reject)
         server.listen(port, host, () => {

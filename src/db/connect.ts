@@ -17,6 +17,7 @@ export const PATCHED_FILES = ['connection.js', 'index.js', 'queue.js', 'query.js
 const STAMP_PREFIX = '// users-products-api patch: edit list '
 // The patch file itself, beside this one in src/ (and from dist/ too: both are two levels under the project).
 const PATCH_FILE = new URL('../../src/db/postgres-patch.mjs', import.meta.url)
+// The installed postgres.js is the process's, not a service's: checked once per process.
 let patchChecked = false
 
 /** The digest a copy patched by the patch file in this tree carries (as postgres-patch.mjs computes it). */
