@@ -76,3 +76,19 @@ test('security: bearer and API key schemes, with the scope each operation needs'
   assert.deepEqual(doc.paths['/healthz'].get.security, [])
   assert.deepEqual(doc.paths['/auth/login'].post.security, [])
 })
+
+test('operations have the names generated clients will use, and resources named component schemas', () => {
+  const id = (path: string, method: string) => doc.paths[path][method].operationId
+  assert.deepEqual(
+    [id('/users', 'get'), id('/users', 'post'), id('/users/{id}', 'get'), id('/users/{id}', 'put'), id('/users/{id}', 'patch'), id('/users/{id}', 'delete')],
+    ['listUsers', 'createUser', 'getUser', 'replaceUser', 'updateUser', 'deleteUser'],
+  )
+  assert.deepEqual([id('/auth/login', 'post'), id('/auth/refresh', 'post'), id('/api-keys', 'post'), id('/healthz', 'get')], ['login', 'refreshTokens', 'createApiKey', 'getHealth'])
+  for (const name of ['User', 'UserPage', 'UserCreate', 'UserReplace', 'UserPatch', 'Product', 'ProductPage', 'ApiKey', 'ApiKeyCreate', 'ApiKeyCreated']) assert.ok(doc.components.schemas[name], name)
+  // API keys are never replaced or patched: no body schemas for operations that do not exist.
+  assert.equal(doc.components.schemas.ApiKeyPatch, undefined)
+  assert.equal(doc.paths['/api-keys'].post.responses['201'].content['application/json'].schema.$ref, '#/components/schemas/ApiKeyCreated')
+  // A secret member is never part of a representation.
+  assert.equal(doc.components.schemas.User.properties.password, undefined)
+  assert.ok(doc.components.schemas.UserCreate.properties.password)
+})

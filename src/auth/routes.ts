@@ -48,6 +48,7 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/login',
+    operationId: 'login',
     errorStatuses: [401, 403, 429],
     noStore: true,
     summary: 'Log in with e-mail and password; returns an access and a refresh token',
@@ -89,6 +90,7 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/refresh',
+    operationId: 'refreshTokens',
     errorStatuses: [401],
     noStore: true,
     summary: 'Trade a refresh token for a new pair (the old one is retired)',
@@ -109,6 +111,7 @@ export const authRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/logout',
+    operationId: 'logout',
     noStore: true,
     summary: 'End the session of a refresh token, or of the access token used',
     responses: { 204: { description: 'Session ended' } },
@@ -131,6 +134,7 @@ export const authRoutes = [
   defineRoute({
     method: 'GET',
     path: '/auth/me',
+    operationId: 'getMe',
     noStore: true,
     summary: 'The caller and its credential',
     responses: { 200: { description: 'The caller', schema: Me } },

@@ -51,6 +51,7 @@ export const sessionRoutes = [
   defineRoute({
     method: 'GET',
     path: '/auth/sessions',
+    operationId: 'listSessions',
     noStore: true,
     summary: 'List the caller\'s live sessions, newest first',
     responses: { 200: { description: `The caller's live sessions (at most ${MAX_LISTED}, newest first)`, schema: Type.Array(Session) } },
@@ -69,6 +70,7 @@ export const sessionRoutes = [
   defineRoute({
     method: 'DELETE',
     path: '/auth/sessions/{id}',
+    operationId: 'endSession',
     noStore: true,
     summary: 'End one of the caller\'s sessions: its refresh token, access tokens and JWTs stop at once',
     responses: { 204: { description: 'Ended' } },
@@ -85,6 +87,7 @@ export const sessionRoutes = [
   defineRoute({
     method: 'POST',
     path: '/auth/logout-all',
+    operationId: 'logoutAll',
     noStore: true,
     summary: 'End every session of the caller and every JWT issued to it so far',
     responses: { 204: { description: 'Every session ended' } },

@@ -9,6 +9,7 @@ export const healthRoutes = [
   defineRoute({
     method: 'GET',
     path: '/healthz',
+    operationId: 'getHealth',
     summary: 'Liveness: the process answers (no database access)',
     responses: { 200: { description: 'Alive', schema: Type.Object({ status: Type.Literal('ok') }) } },
     access: publicAccess,
@@ -24,6 +25,7 @@ export const healthRoutes = [
   defineRoute({
     method: 'GET',
     path: '/readyz',
+    operationId: 'getReadiness',
     summary: 'Readiness: the database answers and the service is not draining',
     responses: {
       200: {

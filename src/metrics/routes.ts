@@ -6,6 +6,7 @@ export const metricsRoutes = [
   defineRoute({
     method: 'GET',
     path: '/metrics',
+    operationId: 'getMetrics',
     access: { kind: 'protected', scope: null, who: 'admin' },
     summary: 'Request, database and process figures in Prometheus text format',
     responses: { 200: { description: 'Prometheus text format 0.0.4', schema: Type.String(), contentType: 'text/plain' } },

@@ -7,6 +7,7 @@ export function openApiRoute(document: () => unknown): AnyRoute {
   return defineRoute({
     method: 'GET',
     path: '/openapi.json',
+    operationId: 'getOpenApiDocument',
     access: publicAccess,
     database: 'none',
     summary: 'This API described as OpenAPI 3.1',
