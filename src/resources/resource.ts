@@ -28,7 +28,7 @@ export interface ResourceDeclaration<M extends Members> {
   versioned?: boolean
 }
 
-/** A row as read from the table: the members (timestamps as Dates), and `version` when versioned. */
+/** A row as read from the table: the members as their schemas type them (the driver gives timestamps as Dates), and `version`. */
 export type Row<M extends Members> = { [K in keyof M]: Static<M[K]> } & { version: number }
 
 export interface Resource<M extends Members = Members> {
@@ -141,14 +141,18 @@ function readOnlyEcho(entries: Array<[string, TSchema]>): Record<string, TSchema
  * is still shown. Timestamps keep their format.
  */
 function responseSchema(schema: TSchema): TSchema {
-  const s = schema as Record<string, unknown>
-  if (Type.IsUnion(schema)) return s.anyOf && (schema.anyOf as TSchema[]).every((o) => Type.IsLiteral(o)) ? schema : Type.Union((schema.anyOf as TSchema[]).map(responseSchema))
+  if (isEnum(schema)) return schema
+  if (Type.IsUnion(schema)) return Type.Union((schema.anyOf as TSchema[]).map(responseSchema))
   if (Type.IsArray(schema)) return Type.Array(responseSchema(schema.items as TSchema))
-  if (Type.IsInteger(schema)) return Type.Integer(typeof s.minimum === 'number' && s.minimum >= 0 ? { minimum: s.minimum } : {})
+  if (Type.IsInteger(schema)) {
+    const { minimum } = schema as { minimum?: number }
+    return Type.Integer(minimum !== undefined && minimum >= 0 ? { minimum } : {})
+  }
   if (Type.IsString(schema)) return isTimestamp(schema) ? Type.String({ format: 'date-time' }) : Type.String()
   return schema
 }
 
+const isEnum = (schema: TSchema) => Type.IsUnion(schema) && (schema.anyOf as TSchema[]).every((o) => Type.IsLiteral(o))
 const isTimestamp = (schema: TSchema) => Type.IsString(schema) && (schema as { format?: string }).format === 'date-time'
 
 /** How a sortable member is compared and filtered, from its schema. */
@@ -160,8 +164,8 @@ function memberType(resource: string, member: string, schema: TSchema, traits: M
   }
   if (isTimestamp(schema)) return { type: 'timestamp' }
   if (Type.IsString(schema)) return traits.caseless ? { type: 'email' } : { type: 'text' }
-  if (Type.IsUnion(schema) && (schema.anyOf as TSchema[]).every((o) => Type.IsLiteral(o))) {
-    return { type: 'enum', values: (schema.anyOf as Array<{ const: string }>).map((o) => o.const) }
+  if (isEnum(schema)) {
+    return { type: 'enum', values: (schema as unknown as { anyOf: Array<{ const: string }> }).anyOf.map((o) => o.const) }
   }
   throw new Error(`${resource}.${member}: only integers, strings, timestamps and enums can be sorted and filtered`)
 }
