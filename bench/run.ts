@@ -8,6 +8,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Sql } from 'postgres'
 import ts from 'typescript'
+import { MAX_OFFSET } from '../src/collections/declaration.js'
 import { connect } from '../src/db/connect.js'
 import { startLocalCluster } from '../src/db/local-cluster.js'
 import { cpuBetween, cpuMicros, cpuOf, sampleRss, statusKb } from './proc.js'
@@ -74,7 +75,6 @@ function startScriptNodeArgs(): string[] {
   return words.slice(1, -1)
 }
 
-const MAX_OFFSET = 100_000 // the service's cap on `offset` (src/collections/list-query.ts)
 const log = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`)
 
 // ---- credentials -------------------------------------------------------------

@@ -71,9 +71,9 @@ export interface Collection extends CollectionDeclaration {
   filterParameters: ReadonlyMap<string, FilterParameter>
 }
 
-export const MAX_LIMIT = 200
+const MAX_LIMIT = 200
 export const MAX_OFFSET = 100_000
-export const MAX_IN_VALUES = 100
+const MAX_IN_VALUES = 100
 const MAX_VALUE_LENGTH = 1000
 const INT4_MAX = 2_147_483_647
 
@@ -109,12 +109,12 @@ export function defineCollection(declaration: CollectionDeclaration): Collection
   checkIdentifiers(declaration)
   const properties: Record<string, TSchema> = {
     q: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'a search text of 1 to 200 characters' })),
-    sort: Type.Optional(Type.String({ maxLength: 500, description: 'comma-separated members, each optionally prefixed by - for descending' })),
+    sort: Type.Optional(Type.String({ maxLength: 500, description: 'at most 500 characters: comma-separated members, each optionally prefixed by - for descending' })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_LIMIT, description: `an integer from 1 to ${MAX_LIMIT}` })),
     offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_OFFSET, description: `an integer from 0 to ${MAX_OFFSET}` })),
     cursor: Type.Optional(Type.String({ maxLength: 8192, description: 'a cursor from a Link header' })),
     count: Type.Optional(Type.Boolean({ description: 'true or false' })),
-    fields: Type.Optional(Type.String({ maxLength: 500, description: 'comma-separated members to return' })),
+    fields: Type.Optional(Type.String({ maxLength: 500, description: 'at most 500 characters: comma-separated members to return' })),
   }
   const filterParameters = new Map<string, FilterParameter>()
   for (const [name, member] of Object.entries(declaration.members)) {

@@ -17,8 +17,6 @@ export const PATCHED_FILES = ['connection.js', 'index.js', 'queue.js', 'query.js
 const STAMP_PREFIX = '// users-products-api patch: edit list '
 // The patch file itself, beside this one in src/ (and from dist/ too: both are two levels under the project).
 const PATCH_FILE = new URL('../../src/db/postgres-patch.mjs', import.meta.url)
-// The installed postgres.js is the process's, not a service's: checked once per process.
-let patchChecked = false
 
 /** The digest a copy patched by the patch file in this tree carries (as postgres-patch.mjs computes it). */
 export const expectedPatchDigest = () => createHash('sha256').update(readFileSync(PATCH_FILE)).digest('hex').slice(0, 16)
@@ -48,10 +46,8 @@ export function driverPatchProblem(sourceDir: URL, digest: string): string | und
  * start-up here instead of failing at the first database outage.
  */
 export function assertDriverPatched(): void {
-  if (patchChecked) return
   const problem = driverPatchProblem(new URL('.', import.meta.resolve('postgres')), expectedPatchDigest())
   if (problem) throw new DriverPatchError(problem)
-  patchChecked = true
 }
 
 /**

@@ -32,7 +32,12 @@ function decode(text: string, what: string): string {
   throw new HttpError('invalid_parameter', `${what}: is not valid percent-encoded UTF-8`, { errors: [{ path: what, message: 'is not valid percent-encoded UTF-8' }] })
 }
 
-/** Applies a route's query schema; body-style field errors become 400s naming the parameter. */
+/**
+ * Applies a route's query schema; body-style field errors become 400s naming
+ * the parameter. A parameter (or a list's item) whose schema describes itself
+ * is answered with that description, which names the whole rule in a
+ * client's words ("an integer from 1 to 200"), whichever part of it failed.
+ */
 export function checkQuery<Q>(validator: Validator<Q> | undefined, query: Record<string, string>): Q {
   if (!validator) {
     const first = Object.keys(query)[0]
@@ -42,7 +47,10 @@ export function checkQuery<Q>(validator: Validator<Q> | undefined, query: Record
   const { value, errors: [first] } = validator.check(query)
   if (!first) return value
   // The parameter is the first step of the pointer; an item of a list (`id[in]/3`) is reported as its list.
-  const name = first.path.slice(1).split('/')[0]!.replaceAll('~1', '/').replaceAll('~0', '~')
+  const [param = '', item] = first.path.slice(1).split('/')
+  const name = param.replaceAll('~1', '/').replaceAll('~0', '~')
   if (first.message === UNKNOWN_MEMBER) throw invalidParameter(name, 'is not a parameter of this endpoint', 'unknown_parameter')
-  throw invalidParameter(name, first.message)
+  const schema = (validator.schema as { properties?: Record<string, { items?: unknown; description?: string }> }).properties?.[name]
+  const { description } = ((item === undefined ? schema : schema?.items) ?? {}) as { description?: string }
+  throw invalidParameter(name, description ? `must be ${description}` : first.message)
 }

@@ -80,13 +80,9 @@ function describeErrors(root: TSchema, raw: readonly TypeBoxError[]): FieldError
         add(e.instancePath, options?.every((o) => o !== undefined) ? `must be one of ${options.map((o) => JSON.stringify(o)).join(', ')}` : 'has an invalid value')
         break
       }
-      case 'type': {
-        // Query operands read as BigInt or boolean: their description says it in a client's words.
-        const description = (at as { description?: string } | undefined)?.description
-        const type = String(e.params.type)
-        add(e.instancePath, description && (type === 'bigint' || type === 'boolean') ? `must be ${description}` : `must be ${article(type)}`)
+      case 'type':
+        add(e.instancePath, `must be ${article(String(e.params.type))}`)
         break
-      }
         break
       case 'minLength':
         add(e.instancePath, `must be at least ${e.params.limit} characters`)
@@ -95,11 +91,9 @@ function describeErrors(root: TSchema, raw: readonly TypeBoxError[]): FieldError
         add(e.instancePath, `must be at most ${e.params.limit} characters`)
         break
       case 'minimum':
-      case 'maximum': {
-        const description = (at as { description?: string } | undefined)?.description
-        add(e.instancePath, description?.startsWith('an integer from') ? `must be ${description}` : `must be ${e.keyword === 'minimum' ? 'at least' : 'at most'} ${e.params.limit}`)
+      case 'maximum':
+        add(e.instancePath, `must be ${e.keyword === 'minimum' ? 'at least' : 'at most'} ${e.params.limit}`)
         break
-      }
       case 'minItems':
       case 'maxItems':
         add(e.instancePath, `must have ${e.keyword === 'minItems' ? 'at least' : 'at most'} ${e.params.limit} items`)

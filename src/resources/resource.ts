@@ -33,6 +33,8 @@ export type Row<M extends Members> = { [K in keyof M]: Static<M[K]> } & { versio
 
 export interface Resource<M extends Members = Members> {
   readonly name: string
+  /** The name in a sentence: `ApiKey` is "api key". */
+  readonly label: string
   readonly path: string
   readonly table: string
   readonly members: M
@@ -44,8 +46,8 @@ export interface Resource<M extends Members = Members> {
   readonly schemas: { representation: TObject; page: TSchema; create: TSchema; replace: TSchema; patch: TSchema }
   readonly bodies: { create: Validator<Record<string, unknown>>; replace: Validator<Record<string, unknown>>; patch: Validator<Record<string, unknown>> }
   readonly collection: Collection
-  /** The unique constraints on its members, by constraint name: the problem code and the words of its detail. */
-  readonly uniqueCodes: ReadonlyMap<string, { code: 'email_taken' | 'sku_taken'; label: string; member: string }>
+  /** The unique constraints on its members, by constraint name: the problem code and the member it guards. */
+  readonly uniqueCodes: ReadonlyMap<string, { code: 'email_taken' | 'sku_taken'; member: string }>
   /** The representation of a row: output members only, in order. */
   present(row: Record<string, unknown>): Record<string, unknown>
   /** Its schemas by OpenAPI component name: `User`, `UserPage`, `UserCreate`, `UserReplace`, `UserPatch`. */
@@ -95,11 +97,12 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
   const label = name.replace(/[A-Z]/g, (c, at: number) => (at ? ' ' : '') + c.toLowerCase())
   const uniqueCodes = new Map(entries.flatMap(([m]) => {
     const unique = traits[m]!.unique
-    return unique ? [[unique.constraint, { code: unique.code, label, member: m.replaceAll('_', ' ') }] as const] : []
+    return unique ? [[unique.constraint, { code: unique.code, member: m.replaceAll('_', ' ') }] as const] : []
   }))
 
   return {
     name,
+    label,
     path: declaration.path,
     table: declaration.table,
     members,

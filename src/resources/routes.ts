@@ -72,9 +72,8 @@ export interface ResourceRouteOptions<State> {
 }
 
 export function resourceRoutes<State = undefined>(resource: Resource, options: ResourceRouteOptions<State>): AnyRoute[] {
-  const { name, path, schemas, bodies, versioned } = resource
+  const { name, label, path, schemas, bodies, versioned } = resource
   const hooks: ResourceHooks<State> = options.hooks ?? {}
-  const label = name.replace(/[A-Z]/g, (c, at: number) => (at ? ' ' : '') + c.toLowerCase())
   const plural = `${name}s`
   const item = `${path}/{id}`
   const etag = versioned ? (['etag'] as const) : []
@@ -132,6 +131,16 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
     return reply(200, row)
   }
 
+  /** PUT and PATCH differ only in their method, body and how the next state is computed (`write`). */
+  const writeRoute = (op: 'replace' | 'update') => defineRoute<Record<string, never>, Body>({
+    method: op === 'replace' ? 'PUT' : 'PATCH', path: item, operationId: `${op}${name}`, summary: summaries[op],
+    responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
+    access: options.access.write,
+    requiresIfMatch: versioned,
+    body: op === 'replace' ? { kind: 'json', validator: bodies.replace } : { kind: 'merge-patch', validator: bodies.patch },
+    handle: (ctx) => write(ctx, op),
+  })
+
   const routes: Record<Operation, () => AnyRoute> = {
     list: () => defineRoute<ListQuery, undefined>({
       method: 'GET', path, operationId: `list${plural}`, summary: summaries.list,
@@ -182,23 +191,8 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
       },
     }),
 
-    replace: () => defineRoute<Record<string, never>, Body>({
-      method: 'PUT', path: item, operationId: `replace${name}`, summary: summaries.replace,
-      responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
-      access: options.access.write,
-      requiresIfMatch: versioned,
-      body: { kind: 'json', validator: bodies.replace },
-      handle: (ctx) => write(ctx, 'replace'),
-    }),
-
-    update: () => defineRoute<Record<string, never>, Body>({
-      method: 'PATCH', path: item, operationId: `update${name}`, summary: summaries.update,
-      responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
-      access: options.access.write,
-      requiresIfMatch: versioned,
-      body: { kind: 'merge-patch', validator: bodies.patch },
-      handle: (ctx) => write(ctx, 'update'),
-    }),
+    replace: () => writeRoute('replace'),
+    update: () => writeRoute('update'),
 
     delete: () => defineRoute({
       method: 'DELETE', path: item, operationId: `delete${name}`, summary: summaries.delete,

@@ -61,5 +61,5 @@ export async function deleteRow(db: Db, resource: Resource, id: number | string,
 export function conflictOf(resource: Resource, err: unknown): unknown {
   const { code, constraint_name: constraint } = err as { code?: string; constraint_name?: string }
   const problem = code === '23505' && constraint ? resource.uniqueCodes.get(constraint) : undefined
-  return problem ? new HttpError(problem.code, `A ${problem.label} with this ${problem.member} already exists.`) : err
+  return problem ? new HttpError(problem.code, `A ${resource.label} with this ${problem.member} already exists.`) : err
 }

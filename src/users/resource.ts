@@ -12,7 +12,7 @@ import { resourceRoutes, type ResourceContext, type ResourceHooks, type Write } 
 import type { StoredRow } from '../resources/store.js'
 import { ensureAnotherAdmin, findUser } from './queries.js'
 
-export const emailSchema = () => Type.String({
+const emailSchema = () => Type.String({
   maxLength: 254,
   // local@domain with a dot in the domain; ASCII only (no internationalized addresses).
   pattern: "^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$",
