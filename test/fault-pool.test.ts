@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { POOL_FACTOR } from '../src/db/admission.js'
+import { WAIT_TARGET_MS } from '../src/db/admission.js'
 import { connect } from '../src/db/connect.js'
 import { call, holdRowLock, percentile, settledHeap, startLoad, summarize, type Outcome } from './fault-kit.js'
 import { startServer } from './helpers/server.js'
@@ -22,22 +22,21 @@ const ms = (x: number) => `${Math.round(x)} ms`
 const MB = (x: number) => `${(x / 1048576).toFixed(1)} MB`
 
 describe('pool exhausted by slow statements', () => {
-  test(`an open-loop flood of reads while every connection is held: at most ${POOL} × ${POOL_FACTOR} requests wait, the rest get 503 at once, every wait is bounded, memory stays flat`, async (t) => {
+  test(`an open-loop flood of reads while every connection is held: once requests have waited ${WAIT_TARGET_MS} ms on a database that is not keeping up, the rest get 503 at once; every wait is bounded, memory stays flat`, async (t) => {
     const token = api.admin.token
     const held = await api.createUser({ name: 'Held' })
     const readable = await api.createUser({ name: 'Readable' })
     const work = api.deps.databaseWork
-    const limit = POOL * POOL_FACTOR
-    assert.equal(work.limit, limit)
+    assert.equal(work.targetMs, WAIT_TARGET_MS)
 
     const lock = await holdRowLock(locker, 'users', held.id)
 
     // Slow statements: writers wait on the lock until STATEMENT_TIMEOUT cancels them, again and again.
     const writers = startLoad(4, (client, seq) => call(api.url, 'PATCH', `/users/${held.id}`, { token, client, seq, what: 'slow write', body: { name: `w${client}.${seq}` } }))
-    // The flood: 2 reads every 5 ms, each sent without waiting for any answer.
+    // The flood: 4 reads every 5 ms, each sent without waiting for any answer.
     // Only a compact record of each answer is kept, so that the heap figures
     // are the service's, not this client's.
-    const compact = (o: Outcome): Outcome => ({ ...o, body: o.body?.detail ? { detail: /at its limit/.test(o.body.detail) ? 'at its limit' : '' } : undefined })
+    const compact = (o: Outcome): Outcome => ({ ...o, body: o.body?.detail ? { detail: /not keeping up/.test(o.body.detail) ? 'not keeping up' : '' } : undefined })
     let pending = 0
     let maxPending = 0
     const heap: number[] = []
@@ -46,7 +45,7 @@ describe('pool exhausted by slow statements', () => {
       const started = performance.now()
       let seq = 0
       while (performance.now() - started < durationMs) {
-        for (let i = 0; i < 2; i++) {
+        for (let i = 0; i < 4; i++) {
           pending++
           maxPending = Math.max(maxPending, pending)
           reads.push(call(api.url, 'GET', `/users/${readable.id}`, { token, seq: seq++, what: 'read', timeoutMs: 20_000 }).then(compact).finally(() => void pending--))
@@ -73,8 +72,11 @@ describe('pool exhausted by slow statements', () => {
     }
     const flooded = outcomes
 
-    const refusedAtOnce = flooded.filter((o) => o.status === 503 && /at its limit/.test(o.body?.detail ?? ''))
+    const refusedAtOnce = flooded.filter((o) => o.status === 503 && /not keeping up/.test(o.body?.detail ?? ''))
     const served = flooded.filter((o) => o.status === 200)
+    // What may wait at once: what arrives before the oldest has waited the target, plus what the database finishes meanwhile.
+    const arrivalsPerS = flooded.length / 4
+    const limit = Math.ceil(arrivalsPerS * (WAIT_TARGET_MS / 1000) * 1.5) + 50
     const refusedMs = refusedAtOnce.map((o) => o.ended - o.started)
     const servedMs = served.map((o) => o.ended - o.started)
     t.diagnostic(
@@ -90,12 +92,12 @@ describe('pool exhausted by slow statements', () => {
     }
     // The bound held and was reached; past it, the answer came at once.
     assert.ok(work.peak <= limit, `peak ${work.peak} > ${limit}`)
-    assert.ok(refusedAtOnce.length > 100, `${refusedAtOnce.length} refused at once`)
+    assert.ok(refusedAtOnce.length > 20, `${refusedAtOnce.length} refused at once`)
     assert.ok(served.length > 10, `${served.length} served`)
     assert.ok(percentile(refusedMs, 99) < 250, `refusals p99 ${ms(percentile(refusedMs, 99))}`)
-    // A served read waited at most for the statements ahead of it on its connection, each cancelled after STATEMENT_TIMEOUT.
-    assert.ok(Math.max(...servedMs) < 4000, `a read waited ${ms(Math.max(...servedMs))}`)
-    assert.ok(maxPending < limit + 100, `${maxPending} answers outstanding at once`)
+    // A served read was admitted before the oldest had waited the target, and then waited at most for the statement ahead of it (cancelled after STATEMENT_TIMEOUT).
+    assert.ok(Math.max(...servedMs) < WAIT_TARGET_MS + 2000, `a read waited ${ms(Math.max(...servedMs))}`)
+    assert.ok(maxPending < limit + 50, `${maxPending} answers outstanding at once`)
     // The slow writes were cancelled by the statement time-out (503), none waited past a few seconds.
     assert.ok(slow.some((o) => o.status === 503))
     assert.ok(Math.max(...slow.map((o) => o.ended - o.started)) < 4000)

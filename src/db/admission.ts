@@ -9,63 +9,101 @@ import type { Logger } from '../log.js'
 // be never. Either turns a slow or silent database into a pile of requests
 // that grows until memory runs out. So the pipeline runs the database stage
 // of each request to the protected API (the credential check when it reads
-// the database, and the handler; not the reading of its body) through `run`:
-// - at most `limit` of them (DATABASE_POOL_MAX × 10) at once; the next one is
-//   answered 503 database_unavailable at once, with Retry-After, without
-//   queueing anything;
+// the database, and the handler; not the reading of its body) through `run`.
+//
+// Concurrency alone is no reason to refuse: a thousand clients on ten
+// connections queue, and a healthy database works the queue off. What is a
+// reason is waiting that the database is not working off, so the bound is on
+// time, as CoDel's is, not on a count:
+// - a request is refused at once (503 database_unavailable, Retry-After: 1,
+//   nothing queued) only when waiting has become the problem: the oldest
+//   request in its database stage has waited longer than `targetMs`, and more
+//   requests are in their database stage than the database finished in the
+//   last `targetMs` (so a newcomer would wait longer than that too). A frozen
+//   or stalled database finishes nothing, and is refused at once after
+//   `targetMs`; one slow statement among fast ones does not refuse anybody;
+// - while fewer requests than the pool has connections are in their database
+//   stage, none is refused: none of them waits for another;
 // - one not finished after `deadlineMs` (STATEMENT_TIMEOUT + 5 s: the longest
 //   a statement may run, plus the connect time-out; looked for every 100 ms)
 //   is answered 503. Its work is abandoned, not cancelled (it may still
-//   complete, as a request whose answer was lost would), and keeps its place
-//   in `limit` until it settles, so abandoned work still counts against the
-//   bound.
+//   complete, as a request whose answer was lost would), and still counts as
+//   in its database stage until it settles.
 // Public routes are outside: /healthz and /openapi.json do not use the
 // database, a probe must never be refused for load, and /auth/login has a
 // bound of its own (2 password hashes at a time, 64 waiting) whose waits are
 // not the database's.
 
-export const POOL_FACTOR = 10
+/** How long requests may wait on a database that is not keeping up before newcomers are refused. */
+export const WAIT_TARGET_MS = 2000
 export const DEADLINE_GRACE_MS = 5000
+/** How often overdue work is looked for and the finished count sampled: a deadline fires up to this late. */
+export const SWEEP_MS = 100
 
 const unavailable = (detail: string, retryAfter: string) =>
   new HttpError('database_unavailable', detail, { headers: { 'retry-after': retryAfter } })
 
-/** How often overdue work is looked for: a deadline fires up to this late. */
-export const SWEEP_MS = 100
-
 interface Waiting {
-  due: number
+  started: number
   reject: (err: HttpError) => void
+  /** Answered 503 at its deadline; still unsettled, so still the oldest work if it is. */
+  abandoned: boolean
+}
+
+export interface DatabaseWorkOptions {
+  /** Requests never refused for waiting: the pool's connections. */
+  floor: number
+  targetMs: number
+  deadlineMs: number
+  onOverdue?: () => void
 }
 
 export class DatabaseWork {
   /** Requests in their database stage now, and the most there ever were. */
   active = 0
   peak = 0
-  /** Answered 503 at once (bound reached), and after the deadline. */
+  /** Requests whose database stage ended; answered 503 at once; answered 503 after the deadline. */
+  finished = 0
   refused = 0
   overdue = 0
-  // One shared sweep rather than a timer per request: a setTimeout and a
-  // Promise.race per call were a measurable part of a cheap request's cost.
+  readonly floor: number
+  readonly targetMs: number
+  readonly deadlineMs: number
+  private readonly onOverdue: () => void
+  // Unsettled work (abandoned included) in start order (a Set iterates in
+  // insertion order), so the first is the oldest. One shared sweep rather than a timer per request: a setTimeout and
+  // a Promise.race per call were a measurable part of a cheap request's cost.
   private readonly waiting = new Set<Waiting>()
   private sweeper: NodeJS.Timeout | undefined
+  // `finished` as it was at each of the last sweeps, the oldest at `sampleAt`,
+  // taken at least `targetMs` ago: what the database finished in (a little more
+  // than) the last `targetMs` is `finished` minus that one.
+  private readonly samples: number[]
+  private sampleAt = 0
 
-  constructor(readonly limit: number, readonly deadlineMs: number, private readonly onOverdue: () => void = () => {}) {}
+  constructor(options: DatabaseWorkOptions) {
+    this.floor = options.floor
+    this.targetMs = options.targetMs
+    this.deadlineMs = options.deadlineMs
+    this.onOverdue = options.onOverdue ?? (() => {})
+    this.samples = new Array<number>(Math.ceil(this.targetMs / SWEEP_MS) + 1).fill(0)
+  }
 
   run<T>(work: () => Promise<T>): Promise<T> {
-    if (this.active >= this.limit) {
+    if (this.active >= this.floor && this.waitingTooLong()) {
       this.refused++
-      return Promise.reject(unavailable('The service is at its limit of requests waiting for the database; retry shortly.', '1'))
+      return Promise.reject(unavailable('The database is not keeping up with the requests waiting for it; retry shortly.', '1'))
     }
     this.active++
     if (this.active > this.peak) this.peak = this.active
+    if (this.sweeper === undefined) this.startSweeping()
     return new Promise<T>((resolve, reject) => {
-      const entry: Waiting = { due: performance.now() + this.deadlineMs, reject }
+      const entry: Waiting = { started: performance.now(), reject, abandoned: false }
       this.waiting.add(entry)
-      this.sweeper ??= setInterval(() => this.sweep(), SWEEP_MS)
       const settle = () => {
         this.active--
-        this.forget(entry)
+        this.finished++
+        this.waiting.delete(entry)
       }
       // Abandoned work settles later; resolve/reject after the deadline's reject are no-ops.
       Promise.resolve()
@@ -77,20 +115,33 @@ export class DatabaseWork {
     })
   }
 
+  /** The oldest request has waited past the target, and more wait than the database finished meanwhile. */
+  private waitingTooLong(): boolean {
+    const oldest = this.waiting.values().next().value
+    if (oldest === undefined || performance.now() - oldest.started < this.targetMs) return false
+    return this.active > this.finished - this.samples[this.sampleAt]!
+  }
+
+  private startSweeping(): void {
+    // Before the first sweeps, what was finished before counts as finished in
+    // the window; the oldest request cannot have waited past the target by then.
+    this.samples.fill(this.finished)
+    this.sweeper = setInterval(() => this.sweep(), SWEEP_MS)
+  }
+
   private sweep(): void {
+    this.samples[this.sampleAt] = this.finished
+    this.sampleAt = (this.sampleAt + 1) % this.samples.length
     const now = performance.now()
     for (const entry of this.waiting) {
-      if (entry.due > now) continue
-      this.forget(entry)
+      if (now - entry.started < this.deadlineMs) break
+      if (entry.abandoned) continue
+      entry.abandoned = true
       this.overdue++
       this.onOverdue()
       entry.reject(unavailable(`The request could not be completed within ${this.deadlineMs / 1000} s: the database is not answering; retry shortly.`, '5'))
     }
-  }
-
-  private forget(entry: Waiting): void {
-    this.waiting.delete(entry)
-    if (this.waiting.size === 0 && this.sweeper) {
+    if (this.active === 0) {
       clearInterval(this.sweeper)
       this.sweeper = undefined
     }
@@ -101,5 +152,5 @@ export class DatabaseWork {
 export function databaseBound(poolMax: number, statementTimeoutMs: number, log: Logger): DatabaseWork {
   const deadlineMs = statementTimeoutMs + DEADLINE_GRACE_MS
   const onOverdue = () => log.warn('database not answering: a request passed its deadline', { deadline_ms: deadlineMs })
-  return new DatabaseWork(poolMax * POOL_FACTOR, deadlineMs, onOverdue)
+  return new DatabaseWork({ floor: poolMax, targetMs: WAIT_TARGET_MS, deadlineMs, onOverdue })
 }
