@@ -115,7 +115,7 @@ describe('through the server', () => {
 })
 
 describe('JwtCache', () => {
-  const principal = (userId: string): UserPrincipal => ({ kind: 'user', userId, role: 'user', scopes: new Set(), credential: { type: 'jwt', expiresAt: new Date(0), sessionId: 1, epoch: 0 } })
+  const principal = (userId: string): UserPrincipal => ({ kind: 'user', userId, role: 'user', scopes: new Set(), credential: { type: 'jwt', expiresAt: new Date(0).toISOString(), sessionId: 1, epoch: 0 } })
 
   test('keeps at most max entries, dropping the oldest first', () => {
     const cache = new JwtCache(3)

@@ -247,7 +247,7 @@ test('filter parameters are looked up in a table built once: member and operator
 })
 
 test('defineCollection refuses a name that is not a plain SQL identifier', () => {
-  const base = { table: 'products' as const, path: '/x', members: { id: { type: 'integer' as const, minimum: 1, maximum: 10 } }, searchColumns: ['name'], outputMembers: ['id'] }
+  const base = { table: 'products' as const, path: '/x', members: { id: { type: 'integer' as const, minimum: 1, maximum: 10 } }, searchColumns: ['name'], outputMembers: ['id'], serializePage: () => '[]' }
   for (const bad of ['Name', 'na"me', 'name; --', 'a b', '1a', '']) {
     assert.throws(() => defineCollection({ ...base, outputMembers: ['id', bad] }), /is not a plain SQL identifier/, bad)
     assert.throws(() => defineCollection({ ...base, members: { ...base.members, [bad]: { type: 'text' } } }), /is not a plain SQL identifier/, bad)
@@ -255,7 +255,7 @@ test('defineCollection refuses a name that is not a plain SQL identifier', () =>
 })
 
 test('defineCollection refuses a filterable member that is not part of the representation (rows are sent as selected)', () => {
-  const base = { table: 'products' as const, path: '/x', members: { id: { type: 'integer' as const, minimum: 1, maximum: 10 } }, searchColumns: ['name'], outputMembers: ['id'] }
+  const base = { table: 'products' as const, path: '/x', members: { id: { type: 'integer' as const, minimum: 1, maximum: 10 } }, searchColumns: ['name'], outputMembers: ['id'], serializePage: () => '[]' }
   assert.throws(() => defineCollection({ ...base, members: { ...base.members, secret: { type: 'text' } } }), /member "secret" is not one of outputMembers/)
   assert.doesNotThrow(() => defineCollection(base))
 })
@@ -268,6 +268,7 @@ function manyShapes() {
     path: '/bounded',
     members: { id: { type: 'integer', minimum: 1, maximum: 1e9 }, name: { type: 'text' }, price: { type: 'integer', minimum: 0, maximum: 1e9 }, stock: { type: 'integer', minimum: 0, maximum: 1e9 } },
     searchColumns: ['name'],
+    serializePage: () => '[]',
     outputMembers: ['id', 'name', 'price', 'stock'],
   })
   const members = Object.keys(collection.members)

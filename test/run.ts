@@ -9,6 +9,8 @@ import { migrate } from '../src/db/migrate.js'
 // test file with `node --test` (each file copies the template into a database
 // of its own), and drops all of them afterwards, pass or fail.
 
+const FILE_TIMEOUT_MS = 180_000
+
 const serverUrl = process.env.DATABASE_URL ?? startLocalCluster()
 const template = `upa_test_${Date.now().toString(36)}_${process.pid}`
 const admin = connect(serverUrl, { max: 1, statementTimeoutMs: 60_000 })
@@ -23,7 +25,8 @@ async function withTemplate(): Promise<number> {
 
   const only = process.argv.slice(2)
   const files = only.length ? only : readdirSync('test').filter((f) => f.endsWith('.test.ts')).sort().map((f) => `test/${f}`)
-  const result = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...files], {
+  // A file that has not finished in FILE_TIMEOUT_MS fails (its process killed) instead of holding the run until CI gives up.
+  const result = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', `--test-timeout=${FILE_TIMEOUT_MS}`, ...files], {
     stdio: 'inherit',
     env: { ...process.env, TEST_SERVER_URL: serverUrl, TEST_TEMPLATE_DB: template },
   })

@@ -15,7 +15,7 @@ interface KeyRow {
   user_id: number
   role: Role
   scopes: string[]
-  expires_at: Date | null
+  expires_at: string | null
   api_key_id: number
 }
 
@@ -47,7 +47,7 @@ export async function apiKeyPrincipal(key: string, { sql, bounded, apiKeyCache: 
       },
       userId: row.user_id,
       apiKeyId: row.api_key_id,
-      expiresAt: row.expires_at?.getTime() ?? null,
+      expiresAt: row.expires_at === null ? null : Date.parse(row.expires_at),
     }
     cache.remember(cacheKey, entry, generation)
   }

@@ -70,7 +70,7 @@ interface CredentialRow {
   user_id: number
   role: Role
   scopes: string[]
-  expires_at: Date | null
+  expires_at: string | null
   session_id: number
 }
 
@@ -129,7 +129,7 @@ function verifiedJwt(token: string, { settings, jwtCache }: CredentialDeps): Use
     const principal: UserPrincipal = {
       kind: 'user', userId: claims.sub, role,
       scopes: effectiveScopes(role, claims.scope.split(' ')),
-      credential: { type: 'jwt', expiresAt: new Date(claims.exp * 1000), sessionId: Number(claims.sid), epoch: claims.gen },
+      credential: { type: 'jwt', expiresAt: new Date(claims.exp * 1000).toISOString(), sessionId: Number(claims.sid), epoch: claims.gen },
     }
     jwtCache.set(token, principal, claims.exp)
     return principal

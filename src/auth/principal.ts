@@ -6,9 +6,9 @@ import type { Scope } from './scopes.js'
 export type Role = 'admin' | 'user'
 
 export type Credential =
-  | { type: 'jwt'; expiresAt: Date; sessionId: number; epoch: number }
-  | { type: 'token'; expiresAt: Date | null; sessionId: number }
-  | { type: 'api_key'; expiresAt: Date | null; apiKeyId: number }
+  | { type: 'jwt'; expiresAt: string; sessionId: number; epoch: number }
+  | { type: 'token'; expiresAt: string | null; sessionId: number }
+  | { type: 'api_key'; expiresAt: string | null; apiKeyId: number }
 
 export type Principal =
   | { kind: 'anonymous' }

@@ -25,9 +25,9 @@ const Session = Type.Object({
 
 interface SessionRow {
   id: number
-  created_at: Date
-  last_used_at: Date | null
-  expires_at: Date
+  created_at: string
+  last_used_at: string | null
+  expires_at: string
   user_agent: string | null
   client_address: string | null
 }

@@ -30,6 +30,8 @@ export interface CollectionDeclaration {
    * a column left out here (a password hash, a key hash) is never read.
    */
   outputMembers: readonly string[]
+  /** Writes a page of rows as JSON: every output member, or only `fields`. */
+  serializePage(rows: readonly Record<string, unknown>[], fields?: readonly string[]): string
 }
 
 export const filterOperators = ['ne', 'gt', 'gte', 'lt', 'lte', 'in'] as const

@@ -64,9 +64,9 @@ export async function listCollection(collection: Collection, query: ListQuery, c
     const cursor = encodeCursor({ sort: sortText, filter: filterDigest, after: sort.map((k) => cursorValue(last[k.member])) }, cursorKeys[0]!)
     headers.link = `<${nextUrl(`${config.apiPrefix}${collection.path}`, wire, cursor)}>; rel="next"`
   }
-  // A row is the representation already: the SELECT list is outputMembers, in order.
-  const body = fields ? rows.map((row) => Object.fromEntries(fields.map((f) => [f, row[f]]))) : rows
-  return { status: 200, headers, body }
+  // A row is the representation already (the SELECT list is outputMembers, in
+  // order); the collection's serializer writes the members `fields` chose.
+  return { status: 200, headers, body: rows, serialize: (page: typeof rows) => collection.serializePage(page, fields) }
 }
 
 function parseSort(collection: Collection, raw: string | undefined): SortKey[] {

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import postgres, { type Sql } from 'postgres'
+import { isoTimestamp, timestampParameter } from './timestamps.js'
 
 export interface PoolOptions {
   max: number
@@ -87,11 +88,15 @@ export function connect(databaseUrl: string, options: PoolOptions): Sql {
     ...(options.onQuery ? ({ onquery: options.onQuery } as object) : {}),
     connection: {
       application_name: 'users-products-api',
+      // Timestamps as text in one form (timestamps.ts); the instant is the same in any zone.
+      TimeZone: 'UTC',
+      DateStyle: 'ISO, MDY',
       statement_timeout: options.statementTimeoutMs,
       idle_in_transaction_session_timeout: options.statementTimeoutMs,
     },
     types: {
       int8: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) },
+      timestamptz: { to: 1184, from: [1184], serialize: timestampParameter, parse: isoTimestamp },
     },
   })
 }

@@ -66,9 +66,9 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
 
   // Our own record is the one with our created_at: after a takeover (below) the
   // key may hold another request's record, which we must not finish or remove.
-  let mine: Date
+  let mine: string
   for (;;) {
-    const [inserted] = await sql<Array<{ created_at: Date }>>`
+    const [inserted] = await sql<Array<{ created_at: string }>>`
       INSERT INTO idempotency_keys (caller, key, fingerprint) VALUES (${caller}, ${header}, ${fingerprint})
       ON CONFLICT (caller, key) DO NOTHING RETURNING created_at`
     if (inserted) {

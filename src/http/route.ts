@@ -14,6 +14,12 @@ export interface Reply {
   headers?: Record<string, string>
   /** Sent as JSON, unless `text` is given. */
   body?: unknown
+  /**
+   * Writes `body` as JSON in place of JSON.stringify: a representation's
+   * compiled serializer (src/resources/serializer.ts). It may write only some
+   * of the body's members (a page's `fields=`).
+   */
+  serialize?: (body: any) => string
   /** A non-JSON body (Prometheus text) with its Content-Type. */
   text?: { contentType: string; content: string }
 }

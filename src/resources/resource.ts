@@ -2,6 +2,7 @@ import Type, { type Static, type TObject, type TSchema } from 'typebox'
 import { defineCollection, type Collection, type MemberType } from '../collections/declaration.js'
 import { compileValidator, type Validator } from '../http/validate.js'
 import { traitsOf, type MemberTraits } from './member.js'
+import { compileSerializer, type Serializer } from './serializer.js'
 
 // One declaration per resource is the source of truth: from its members come
 // the create, replace and patch body schemas, the representation and its
@@ -48,6 +49,8 @@ export interface Resource<M extends Members = Members> {
   readonly collection: Collection
   /** The unique constraints on its members, by constraint name: the problem code and the member it guards. */
   readonly uniqueCodes: ReadonlyMap<string, { code: 'email_taken' | 'sku_taken'; member: string }>
+  /** Writes representations as JSON, compiled from the representation's schema. */
+  readonly serializer: Serializer
   /** The representation of a row: output members only, in order. */
   present(row: Record<string, unknown>): Record<string, unknown>
   /** Its schemas by OpenAPI component name: `User`, `UserPage`, `UserCreate`, `UserReplace`, `UserPatch`. */
@@ -87,12 +90,14 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     patch: Type.Object({ ...patch, ...extras, ...echo }, strict),
   }
 
+  const serializer = compileSerializer(representation)
   const collection = defineCollection({
     table: declaration.table,
     path: declaration.path,
     members: Object.fromEntries(entries.filter(([m]) => traits[m]!.sort).map(([m, s]) => [m, memberType(name, m, s, traits[m]!)])),
     searchColumns: entries.filter(([m]) => traits[m]!.search).map(([m]) => m),
     outputMembers,
+    serializePage: (rows, fields) => serializer.page(rows, fields),
   })
   const label = name.replace(/[A-Z]/g, (c, at: number) => (at ? ' ' : '') + c.toLowerCase())
   const uniqueCodes = new Map(entries.flatMap(([m]) => {
@@ -120,6 +125,7 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
       [`${name}Replace`]: schemas.replace,
       [`${name}Patch`]: schemas.patch,
     }),
+    serializer,
     present(row) {
       const out: Record<string, unknown> = {}
       for (const m of outputMembers) out[m] = row[m]

@@ -91,7 +91,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
   const reply = (status: number, row: StoredRow, extra?: { body?: Body; headers?: Record<string, string> }): Reply => ({
     status,
     headers: { ...(versioned ? { etag: etagFor(row.version) } : {}), ...extra?.headers },
-    body: extra?.body ? { ...resource.present(row), ...extra.body } : resource.present(row),
+    ...(extra?.body ? { body: { ...resource.present(row), ...extra.body } } : { body: resource.present(row), serialize: resource.serializer.one }),
   })
 
   /** PUT: every stored member from the body; left out, its default, its stored value (keepOnReplace) or NULL (optional). */

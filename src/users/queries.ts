@@ -8,8 +8,8 @@ import type { users } from './resource.js'
 
 /** A user's row: the declared members, and the columns only the service reads (src/users/resource.ts). */
 export type UserRow = Omit<Row<typeof users.members>, 'password' | 'created_at' | 'updated_at'> & {
-  created_at: Date
-  updated_at: Date
+  created_at: string
+  updated_at: string
   password_hash: string | null
   /** Raised by a role or password change and by "log out everywhere"; JWTs of an older epoch are void (sql/005). */
   credential_epoch: number

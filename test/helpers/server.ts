@@ -11,6 +11,8 @@ import { checkAgainstDocument, contractRouter } from './contract-check.js'
 import { signJwt, type JwtClaims } from '../../src/auth/jwt.js'
 import { roleScopes } from '../../src/auth/scopes.js'
 
+const REQUEST_TIMEOUT_MS = 30_000
+
 // Starts the real application on a random port against a database of this
 // test file's own (a copy of the run's migrated template), and stops both
 // when the file's tests are done.
@@ -158,7 +160,8 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
       if (body !== undefined && !Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) {
         headers['content-type'] = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
       }
-      const res = await fetch(url + path, { method, headers, body })
+      // Bounded, so a request the server never answers fails its test instead of holding the file (and a frozen backend) forever.
+      const res = await fetch(url + path, { method, headers, body, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) })
       const text = await res.text()
       const type = res.headers.get('content-type') ?? ''
       const parsed = /json/.test(type) && text ? JSON.parse(text) : undefined
