@@ -83,8 +83,23 @@ export async function removeCreatedUsers(url: string, rows: number): Promise<num
   const db = connect(url, { max: 1, statementTimeoutMs: 10 * 60_000 })
   try {
     const deleted = await db`DELETE FROM users WHERE id > ${rows}`
-    await db`VACUUM ANALYZE users`
+    if (deleted.count) await db`VACUUM ANALYZE users`
     return deleted.count
+  } finally {
+    await db.end({ timeout: 5 })
+  }
+}
+
+/**
+ * Sets every product's version back to 1, as seeded, before a run of
+ * PATCH /products/{id}: bench/wrk.lua sends If-Match tags counted from 1.
+ */
+export async function resetProductVersions(url: string): Promise<number> {
+  const db = connect(url, { max: 1, statementTimeoutMs: 10 * 60_000 })
+  try {
+    const reset = await db`UPDATE products SET version = 1 WHERE version <> 1`
+    if (reset.count) await db`VACUUM ANALYZE products`
+    return reset.count
   } finally {
     await db.end({ timeout: 5 })
   }
