@@ -4,7 +4,7 @@
 NODE_BIN := node_modules/.bin
 TSX := node --import tsx
 
-.PHONY: run test build migrate admin typecheck db-start db-stop clean bench
+.PHONY: run test build migrate admin typecheck db-start db-stop clean bench bench-wrk
 
 # Installs exactly what package-lock.json says, and patches postgres.js (postinstall);
 # re-runs when either changes, or the patch does.
@@ -38,11 +38,24 @@ build: node_modules/.installed
 	rm -rf dist
 	$(NODE_BIN)/tsc -p tsconfig.json
 
-# The service (production build) against a bare baseline, on a benchmark database of its own
-# (upa_bench_<rows>, dropped afterwards). Options: BENCH_ROWS=1000000, BENCH_GROWTH=full|off,
-# BENCH_DURATION, BENCH_ROUNDS; see bench/README.md.
-bench: build
-	$(TSX) bench/run.ts
+# The service (production build) against two independent peers, an idiomatic Fastify server
+# (bench/fastify) and a bare node:http one (bench/bare), on a benchmark database of its own
+# (upa_bench_<rows>, dropped afterwards), with wrk as the load generator. Options: BENCH_ROWS=1000000,
+# BENCH_GROWTH=full|off, BENCH_DURATION, BENCH_ROUNDS, BENCH_CONCURRENCY; see bench/README.md.
+# The open-file limit is raised for the 1,000-connection runs (Node lifts its soft limit to the hard one).
+bench: build bench-wrk bench/fastify/node_modules/.installed bench/bare/node_modules/.installed
+	ulimit -n 65536 2>/dev/null || true; $(TSX) bench/run.ts
+
+# Each peer has its own package.json and lock (the published postgres.js, not the root's patched copy).
+bench/%/node_modules/.installed: bench/%/package.json bench/%/package-lock.json
+	cd bench/$* && npm ci --no-audit --no-fund
+	@touch $@
+
+# wrk, the load generator (Debian package `wrk`): installed when missing, as root with apt-get.
+bench-wrk:
+	@command -v wrk >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then apt-get update && apt-get install -y wrk; \
+	  else echo "make bench needs wrk, the load generator: apt-get install wrk (Debian, Ubuntu), dnf install wrk (Fedora), brew install wrk (macOS)" >&2; exit 1; fi; }
 
 db-start: node_modules/.installed
 	$(TSX) src/db/local-cluster.ts start

@@ -1,70 +1,67 @@
-import autocannon from 'autocannon'
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { spawnSync } from 'node:child_process'
 import { createHmac, randomBytes } from 'node:crypto'
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Sql } from 'postgres'
-import ts from 'typescript'
-import { MAX_OFFSET } from '../src/collections/declaration.js'
 import { connect } from '../src/db/connect.js'
 import { startLocalCluster } from '../src/db/local-cluster.js'
 import { cpuBetween, cpuMicros, cpuOf, sampleRss, statusKb } from './proc.js'
+import { checkSameBodies, standardRequests, type CheckRequest } from './peers-check.js'
 import { formatComparison, formatSummary, summarize, type Summary } from './profile.js'
-import { createBenchDatabase, dropBenchDatabase, removeCreatedUsers, type Seeded } from './seed.js'
+import {
+  concurrencyKey, concurrencyTable, concurrencyTargets, failed, growthTable, growthTargets, LABEL, mainTable, mainTargets, ratioTable,
+  type GrowthSize, type Measurement, type Series,
+} from './report.js'
+import { createBenchDatabase, dropBenchDatabase, removeCreatedUsers, resetProductVersions, type Seeded } from './seed.js'
+import { KINDS, logFileOf, running, startAll, startServer, stopAll, stopServer, type Kind, type RunningServer, type ServerOptions, type Servers } from './servers.js'
+import { assertWrk, runWrk, type WrkRequests } from './wrk.js'
 
-// `make bench`: the service (production build, logging on) side by side with
-// the bare baseline in bench/baseline.ts, on a benchmark database of its own,
-// in alternating rounds; then the growth series. See bench/README.md.
+// `make bench`: the service (production build, request log on) against two
+// independent peers, an idiomatic Fastify server and a bare node:http one,
+// on a benchmark database of its own, in rounds that alternate the servers'
+// order; then the same at 128 to 1,000 connections, then the growth series.
+// See bench/README.md.
 //
 //   node --import tsx bench/run.ts              the benchmark (what `make bench` runs after `make build`)
 //   node --import tsx bench/run.ts --profile [endpoint ...]
-//                                               CPU profiles of both servers per endpoint, summarized
+//                                               CPU profiles of the three servers per endpoint, summarized
 
 const root = fileURLToPath(new URL('../', import.meta.url))
 const outDir = join(root, 'bench', '.out')
 const env = process.env
 
+// ---- settings ----------------------------------------------------------------
+
+function fail(message: string): never {
+  console.error(message)
+  process.exit(2)
+}
+
 function intSetting(name: string, fallback: number, min = 1): number {
   const raw = env[name]
   if (raw === undefined || raw === '') return fallback
   const value = Number(raw)
-  if (!Number.isInteger(value) || value < min) {
-    console.error(`${name}: must be an integer of at least ${min} (got ${JSON.stringify(raw)})`)
-    process.exit(2)
-  }
+  if (!Number.isInteger(value) || value < min) fail(`${name}: must be an integer of at least ${min} (got ${JSON.stringify(raw)})`)
   return value
 }
 
 function oneOf<T extends string>(name: string, values: readonly T[], fallback: T): T {
   const raw = env[name]
   if (raw === undefined || raw === '') return fallback
-  if (!(values as readonly string[]).includes(raw)) {
-    console.error(`${name}: must be one of ${values.join(', ')} (got ${JSON.stringify(raw)})`)
-    process.exit(2)
-  }
+  if (!(values as readonly string[]).includes(raw)) fail(`${name}: must be one of ${values.join(', ')} (got ${JSON.stringify(raw)})`)
   return raw as T
 }
 
-const settings = {
-  rows: intSetting('BENCH_ROWS', 100_000, 1000),
-  duration: intSetting('BENCH_DURATION', 5),
-  rounds: intSetting('BENCH_ROUNDS', 3),
-  warmup: intSetting('BENCH_WARMUP', 1, 0),
-  connections: intSetting('BENCH_CONNECTIONS', 32),
-  pool: intSetting('BENCH_POOL', 10),
-  growth: oneOf('BENCH_GROWTH', ['on', 'off', 'full'], 'on'),
-  growthDuration: intSetting('BENCH_GROWTH_DURATION', 2),
-  growthRounds: intSetting('BENCH_GROWTH_ROUNDS', 2),
-  only: env.BENCH_ONLY ? env.BENCH_ONLY.split(',') : undefined,
-  keepDb: env.BENCH_KEEP_DB === '1',
-  /** Another build of the service to measure (a copy of dist/ with a fix applied), instead of dist/main.js. */
-  serviceMain: env.BENCH_SERVICE_MAIN || undefined,
-  logLevel: env.BENCH_LOG_LEVEL || 'info',
-  /** Node's options for the service: those of `npm start` (package.json), so that it runs as in production. */
-  serviceNodeArgs: env.BENCH_SERVICE_NODE_ARGS !== undefined ? env.BENCH_SERVICE_NODE_ARGS.split(' ').filter(Boolean) : startScriptNodeArgs(),
+/** A comma-separated list of connection counts, or `off`. */
+function levelsSetting(name: string, fallback: number[]): number[] {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return fallback
+  if (raw === 'off') return []
+  const levels = raw.split(',').map(Number)
+  if (!levels.every((n) => Number.isInteger(n) && n >= 1)) fail(`${name}: comma-separated connection counts, or off (got ${JSON.stringify(raw)})`)
+  return levels
 }
 
 /** The options between `node` and the entry point in package.json's start script. */
@@ -75,273 +72,133 @@ function startScriptNodeArgs(): string[] {
   return words.slice(1, -1)
 }
 
+const settings = {
+  rows: intSetting('BENCH_ROWS', 100_000, 1000),
+  duration: intSetting('BENCH_DURATION', 4),
+  rounds: intSetting('BENCH_ROUNDS', 3),
+  warmup: intSetting('BENCH_WARMUP', 1, 0),
+  connections: intSetting('BENCH_CONNECTIONS', 32),
+  pool: intSetting('BENCH_POOL', 10),
+  /** wrk's threads: one keeps the load generator's CPU to a core of the two. */
+  threads: intSetting('BENCH_THREADS', 1),
+  /** wrk's --timeout: a slower answer counts as a time-out, not as latency. */
+  timeout: intSetting('BENCH_TIMEOUT', 10),
+  concurrency: levelsSetting('BENCH_CONCURRENCY', [128, 256, 1000]),
+  concurrencyDuration: intSetting('BENCH_CONCURRENCY_DURATION', 15),
+  concurrencyRounds: intSetting('BENCH_CONCURRENCY_ROUNDS', 1),
+  growth: oneOf('BENCH_GROWTH', ['on', 'off', 'full'], 'on'),
+  growthDuration: intSetting('BENCH_GROWTH_DURATION', 2),
+  growthRounds: intSetting('BENCH_GROWTH_ROUNDS', 2),
+  only: env.BENCH_ONLY ? env.BENCH_ONLY.split(',') : undefined,
+  keepDb: env.BENCH_KEEP_DB === '1',
+  /** Another build of the service to measure (a copy of dist/ with a fix applied), instead of dist/main.js. */
+  serviceMain: env.BENCH_SERVICE_MAIN || join(root, 'dist', 'main.js'),
+  logLevel: env.BENCH_LOG_LEVEL || 'info',
+  /** Node's options for the service: those of `npm start` (package.json), so that it runs as in production. */
+  serviceNodeArgs: env.BENCH_SERVICE_NODE_ARGS !== undefined ? env.BENCH_SERVICE_NODE_ARGS.split(' ').filter(Boolean) : startScriptNodeArgs(),
+}
+
+/** The growth series compares the service with the bare peer only: its flatness is the service's target, the peer shows the database's share. */
+const GROWTH_KINDS: readonly Kind[] = ['service', 'bare']
+
 const log = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`)
 
 // ---- credentials -------------------------------------------------------------
 
-const jwtKid = 'bench'
-const jwtSecret = randomBytes(36).toString('base64url') // 48 characters: the service wants at least 32 bytes
-const issuer = 'users-products-api'
+const jwt = { kid: 'bench', secret: randomBytes(36).toString('base64url'), issuer: 'users-products-api' } // 48 characters: the service wants 32 bytes or more
 
 function signJwt(claims: Record<string, unknown>): string {
   const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url')
-  const input = `${b64({ alg: 'HS256', typ: 'JWT', kid: jwtKid })}.${b64(claims)}`
-  return `${input}.${createHmac('sha256', jwtSecret).update(input).digest('base64url')}`
+  const input = `${b64({ alg: 'HS256', typ: 'JWT', kid: jwt.kid })}.${b64(claims)}`
+  return `${input}.${createHmac('sha256', jwt.secret).update(input).digest('base64url')}`
 }
 
 const now = Math.floor(Date.now() / 1000)
 // Admin user 1, every scope, valid for a day: what a login would issue, signed with the same secret.
 const token = signJwt({
-  sub: '1', iss: issuer, aud: issuer, iat: now, exp: now + 86_400, role: 'admin',
+  sub: '1', iss: jwt.issuer, aud: jwt.issuer, iat: now, exp: now + 86_400, role: 'admin',
   scope: 'api_keys:read api_keys:write products:read products:write users:read users:write',
   // A session no row has and the epoch of a user whose role and password never changed: checked in memory like any JWT.
   sid: String(2 ** 53), gen: 0,
 })
-const bearer = { authorization: `Bearer ${token}` }
-
-// ---- servers -----------------------------------------------------------------
-
-type Kind = 'service' | 'baseline'
-
-interface RunningServer {
-  kind: Kind
-  child: ChildProcess
-  pid: number
-  origin: string
-  /** application_name of its PostgreSQL connections, to find its backends. */
-  appName: string
-  stderr: string[]
-  exited: boolean
-  logFile?: string
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer()
-    probe.once('error', reject)
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address() as { port: number }
-      probe.close(() => resolve(port))
-    })
-  })
-}
-
-const running = new Set<RunningServer>()
-const autocannonVersion = (JSON.parse(readFileSync(join(root, 'node_modules', 'autocannon', 'package.json'), 'utf8')) as { version: string }).version
-
-function baselineScript(): string {
-  mkdirSync(outDir, { recursive: true })
-  // Compiled, not run under tsx: the loader's worker thread would add its memory to the baseline's RSS.
-  const source = readFileSync(join(root, 'bench', 'baseline.ts'), 'utf8')
-  const { outputText } = ts.transpileModule(source, {
-    fileName: 'baseline.ts',
-    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
-  })
-  const file = join(outDir, 'baseline.js')
-  writeFileSync(file, outputText)
-  return file
-}
-
-async function startServer(kind: Kind, db: Seeded, nodeArgs: string[] = []): Promise<RunningServer> {
-  const port = await freePort()
-  const common = { PATH: env.PATH ?? '/usr/bin:/bin', PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: db.url, DATABASE_POOL_MAX: String(settings.pool) }
-  let child: ChildProcess
-  let logFile: string | undefined
-  if (kind === 'service') {
-    const main = settings.serviceMain ?? join(root, 'dist', 'main.js')
-    if (!existsSync(main)) throw new Error(`${main} is missing: run \`make build\` first (\`make bench\` does)`)
-    // The log goes to a file, as to a log shipper: every request is still serialized and written.
-    logFile = join(outDir, `service-${db.rows}.log`)
-    const fd = openSync(logFile, 'a')
-    child = spawn(process.execPath, [...settings.serviceNodeArgs, ...nodeArgs, main], {
-      cwd: root,
-      env: { ...common, NODE_ENV: 'production', JWT_SECRETS: `${jwtKid}:${jwtSecret}`, LOG_LEVEL: settings.logLevel, RATE_LIMIT: '0' },
-      stdio: ['ignore', fd, 'pipe'],
-    })
-    closeSync(fd)
-  } else {
-    child = spawn(process.execPath, [...nodeArgs, baselinePath], {
-      cwd: root,
-      env: { ...common, BENCH_JWT_SECRET: jwtSecret, BENCH_JWT_KID: jwtKid },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    })
-  }
-  const server: RunningServer = {
-    kind, child, pid: child.pid!, origin: `http://127.0.0.1:${port}`,
-    appName: kind === 'service' ? 'users-products-api' : 'upa-bench-baseline',
-    stderr: [], exited: false, ...(logFile ? { logFile } : {}),
-  }
-  running.add(server)
-  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => server.stderr.push(chunk))
-  child.once('exit', () => {
-    server.exited = true
-    running.delete(server)
-  })
-  const readyPath = kind === 'service' ? '/readyz' : '/healthz'
-  const deadline = Date.now() + 30_000
-  for (;;) {
-    if (server.exited) throw new Error(`the ${kind} exited at start-up:\n${server.stderr.join('')}`)
-    try {
-      const res = await fetch(server.origin + readyPath)
-      if (res.ok) break
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) throw new Error(`the ${kind} did not become ready within 30 s:\n${server.stderr.join('')}`)
-    await new Promise((r) => setTimeout(r, 100))
-  }
-  return server
-}
-
-async function stopServer(server: RunningServer): Promise<void> {
-  if (server.exited) return
-  const exited = new Promise<void>((resolve) => server.child.once('exit', () => resolve()))
-  server.child.kill('SIGTERM')
-  const timer = setTimeout(() => server.child.kill('SIGKILL'), 15_000)
-  await exited
-  clearTimeout(timer)
-}
+const bearer = { Authorization: `Bearer ${token}` }
 
 // ---- endpoints ---------------------------------------------------------------
-
-interface RequestSpec {
-  method?: string
-  path?: string
-  headers?: Record<string, string>
-  setupRequest?: (req: { path: string }) => Record<string, unknown>
-}
 
 interface Endpoint {
   key: string
   label: string
-  expect: number
-  request(kind: Kind): RequestSpec
-  /** Deterministic: both servers must answer with the same body (checked once before measuring). */
-  compare?: boolean
-  /** Puts the database back after a run (POST /users). */
-  after?: () => Promise<void>
+  /** What wrk sends (bench/wrk.lua), the same to every server. */
+  load: WrkRequests
+  /** A deterministic request of the same shape: every server must answer it with the same bytes before anything is measured. */
+  sample?: string
+  /** Puts the table back as seeded; run before and after every load of this endpoint. */
+  reset?: () => Promise<unknown>
 }
 
-interface DeepPage {
-  servicePath: string
-  baselinePath: string
-  afterId: number
-}
-
-const randomId = (rows: number) => 1 + Math.floor(Math.random() * rows)
-const runTag = Date.now().toString(36)
-let created = 0
-
-function endpoints(db: Seeded, deep: DeepPage): Endpoint[] {
-  const rows = db.rows
-  const offset = Math.min(Math.floor(rows * 0.9), MAX_OFFSET)
-  const get = (path: string, headers: Record<string, string> = bearer): RequestSpec => ({ method: 'GET', path, headers })
-  const randomPath = (prefix: string, headers: Record<string, string> = bearer): RequestSpec => ({
-    method: 'GET', path: `${prefix}/1`, headers,
-    setupRequest: (req) => ({ ...req, path: `${prefix}/${randomId(rows)}` }),
-  })
+function endpoints(db: Seeded): Endpoint[] {
+  const n = db.rows
+  const deep = Math.floor(n * 0.9)
+  const get = (mode: WrkRequests['mode'], path: string, headers: Record<string, string> = bearer): WrkRequests => ({ mode, path, headers })
   return [
-    { key: 'user', label: 'GET /users/{id}', expect: 200, request: () => randomPath('/users') },
-    { key: 'users-first', label: 'GET /users?limit=50', expect: 200, compare: true, request: () => get('/users?limit=50') },
+    { key: 'user', label: 'GET /users/{id}', load: get('id', '/users/'), sample: `/users/${Math.ceil(n / 3)}` },
+    { key: 'users-first', label: 'GET /users?limit=50', load: get('static', '/users?limit=50'), sample: '/users?limit=50' },
+    { key: 'users-keyset', label: 'GET /users?limit=50&id[gt]=N', load: get('after', '/users?limit=50&id[gt]='), sample: `/users?limit=50&id[gt]=${Math.floor(n / 2)}` },
+    // Growth only: a keyset page at 90 % of the table, whatever its size.
+    { key: 'users-deep', label: 'GET /users?limit=50&id[gt]=(90 %)', load: get('static', `/users?limit=50&id[gt]=${deep}`), sample: `/users?limit=50&id[gt]=${deep}` },
+    { key: 'product-jwt', label: 'GET /products/{id} (JWT)', load: get('id', '/products/'), sample: `/products/${Math.ceil(n / 3)}` },
     {
-      key: 'users-deep', label: `GET /users?limit=50&cursor=… (id > ${deep.afterId.toLocaleString('en')})`, expect: 200, compare: true,
-      request: (kind) => get(kind === 'service' ? deep.servicePath : deep.baselinePath),
+      key: 'product-apikey', label: 'GET /products/{id} (X-API-Key)', load: get('id', '/products/', { 'X-API-Key': db.apiKey }),
+      sample: `/products/${Math.ceil(n / 4)}`,
+    },
+    { key: 'products-first', label: 'GET /products?limit=50', load: get('static', '/products?limit=50'), sample: '/products?limit=50' },
+    { key: 'products-keyset', label: 'GET /products?limit=50&id[gt]=N', load: get('after', '/products?limit=50&id[gt]='), sample: `/products?limit=50&id[gt]=${Math.floor(n / 2)}` },
+    {
+      key: 'products-fields', label: 'GET /products?limit=50&fields=id,sku,price', load: get('static', '/products?limit=50&fields=id,sku,price'),
+      sample: '/products?limit=50&fields=id,sku,price',
     },
     {
-      key: 'users-offset', label: `GET /users?limit=50&offset=${offset.toLocaleString('en')}`, expect: 200, compare: true,
-      request: () => get(`/users?limit=50&offset=${offset}`),
-    },
-    { key: 'products-price', label: 'GET /products?limit=50&sort=-price', expect: 200, compare: true, request: () => get('/products?limit=50&sort=-price') },
-    {
-      key: 'post-user', label: 'POST /users', expect: 201,
-      request: () => ({
-        method: 'POST', path: '/users', headers: { ...bearer, 'content-type': 'application/json' },
-        setupRequest: (req) => ({ ...req, body: JSON.stringify({ name: 'Bench New User', email: `new-${runTag}-${++created}@bench.example.com` }) }),
-      }),
-      after: async () => void (await removeCreatedUsers(db.url, rows)),
+      key: 'post-user', label: 'POST /users', load: get('post', '/users', { ...bearer, 'Content-Type': 'application/json' }),
+      reset: () => removeCreatedUsers(db.url, n),
     },
     {
-      key: 'patch-product', label: 'PATCH /products/{id}', expect: 200,
-      request: () => ({
-        method: 'PATCH', path: '/products/1', headers: { ...bearer, 'content-type': 'application/merge-patch+json' },
-        setupRequest: (req) => ({ ...req, path: `/products/${randomId(rows)}`, body: JSON.stringify({ stock: Math.floor(Math.random() * 1_000_000) }) }),
-      }),
+      key: 'patch-product', label: 'PATCH /products/{id} (If-Match)', load: get('patch', '/products/', { ...bearer, 'Content-Type': 'application/merge-patch+json' }),
+      reset: () => resetProductVersions(db.url),
     },
-    { key: 'product-jwt', label: 'GET /products/{id} (JWT)', expect: 200, request: () => randomPath('/products') },
-    { key: 'product-apikey', label: 'GET /products/{id} (X-API-Key)', expect: 200, request: () => randomPath('/products', { 'x-api-key': db.apiKey }) },
   ]
 }
 
-const ALL_ENDPOINTS = ['user', 'users-first', 'users-deep', 'users-offset', 'products-price', 'post-user', 'patch-product', 'product-jwt', 'product-apikey']
-const MAIN_ENDPOINTS = ['user', 'users-first', 'users-deep', 'products-price', 'post-user', 'patch-product', 'product-jwt', 'product-apikey']
-const GROWTH_ENDPOINTS = ['user', 'users-first', 'users-deep', 'users-offset']
+const MAIN_ENDPOINTS = ['user', 'users-first', 'users-keyset', 'product-jwt', 'product-apikey', 'products-first', 'products-keyset', 'products-fields', 'post-user', 'patch-product']
+const CONCURRENCY_ENDPOINTS = ['products-first', 'user']
+const GROWTH_ENDPOINTS = ['user', 'users-first', 'users-deep']
+const ALL_ENDPOINTS = [...new Set([...MAIN_ENDPOINTS, ...GROWTH_ENDPOINTS])]
+
+const selected = (keys: string[]) => keys.filter((k) => !settings.only || settings.only.includes(k))
+
+// ---- byte identity -----------------------------------------------------------
 
 /**
- * A real cursor deep in the table, as a client gets it: an `offset` page's
- * Link (offset is capped at 100,000), then cursor pages of 200 until the
- * last row is at 90 % of the table; the measured request asks for 50 rows.
+ * Before anything is measured, every server must answer the benchmark's
+ * deterministic requests (bench/peers-check.ts: pages, fields, keyset pages,
+ * a POST and a PATCH normalized, refusals by status; and each measured
+ * endpoint's own sample) with the service's status and bytes: otherwise the
+ * comparison would compare different work.
  */
-async function findDeepPage(service: RunningServer, rows: number): Promise<DeepPage> {
-  const target = Math.floor(rows * 0.9)
-  let next = `/users?limit=${Math.min(200, target)}&offset=${Math.max(0, Math.min(target, MAX_OFFSET) - Math.min(200, target))}`
-  let reached = 0
-  let pages = 0
-  for (;;) {
-    const res = await fetch(service.origin + next, { headers: bearer })
-    if (!res.ok) throw new Error(`walking /users for a deep cursor: ${res.status} ${await res.text()}`)
-    const page = (await res.json()) as Array<{ id: number }>
-    reached = page[page.length - 1]!.id
-    pages++
-    const link = /^<([^>]+)>; rel="next"$/.exec(res.headers.get('link') ?? '')
-    if (!link) throw new Error('walking /users for a deep cursor: no next link')
-    const url = new URL(link[1]!, service.origin)
-    if (reached >= target) {
-      url.searchParams.set('limit', '50')
-      log(`deep cursor: after id ${reached.toLocaleString('en')}, reached in ${pages} request(s)`)
-      return { servicePath: url.pathname + url.search, baselinePath: `/users?limit=50&after=${reached}`, afterId: reached }
-    }
-    url.searchParams.set('limit', String(Math.min(200, target - reached)))
-    next = url.pathname + url.search
-  }
-}
-
-/** Both servers must give the same answer to the deterministic requests: the baseline does the same work. */
-async function checkEquivalence(pair: Pair, list: Endpoint[]): Promise<void> {
-  for (const e of list) {
-    const answer = async (server: RunningServer) => {
-      const spec = e.request(server.kind)
-      const built = (spec.setupRequest?.({ path: spec.path! }) ?? spec) as { path?: string; body?: string }
-      const res = await fetch(server.origin + (built.path ?? spec.path), {
-        method: spec.method ?? 'GET',
-        headers: spec.headers ?? {},
-        ...(built.body ? { body: built.body } : {}),
-      })
-      return { status: res.status, body: await res.text() }
-    }
-    const s = await answer(pair.service)
-    const b = await answer(pair.baseline)
-    if (s.status !== e.expect || b.status !== e.expect) {
-      throw new Error(`${e.label}: expected ${e.expect}, got service ${s.status} ${s.body.slice(0, 300)}, baseline ${b.status} ${b.body.slice(0, 300)}`)
-    }
-    if (e.compare && s.body !== b.body) throw new Error(`${e.label}: the baseline's answer differs from the service's`)
-    await e.after?.()
+async function checkIdentity(servers: Partial<Servers>, db: Seeded, list: Endpoint[]): Promise<number> {
+  const urls = Object.fromEntries(KINDS.map((k) => [k, servers[k]!.origin])) // the service first: the reference
+  const conn = connect(db.url, { max: 1, statementTimeoutMs: 60_000 })
+  try {
+    const samples: CheckRequest[] = list.flatMap((e) => (e.sample ? [{ label: e.label, path: e.sample, headers: e.load.headers, expect: 200 }] : []))
+    const requests = [...standardRequests({ rows: db.rows, authorization: bearer.Authorization, apiKey: db.apiKey, db: conn, tag: runTag, jwt }), ...samples]
+    return await checkSameBodies(urls, requests)
+  } finally {
+    await conn.end({ timeout: 5 })
+    // The check's POST created users: back to the seeded table.
+    await removeCreatedUsers(db.url, db.rows)
   }
 }
 
 // ---- measuring ---------------------------------------------------------------
-
-interface Measurement {
-  requests: number
-  rps: number
-  p50: number
-  p99: number
-  cpuPerRequest: number
-  /** CPU of the PostgreSQL backends of this server's pool per request; undefined when not readable (remote server). */
-  dbCpuPerRequest: number | undefined
-  peakRssMb: number
-  errors: number
-  statuses: Record<string, number>
-}
 
 let admin: Sql
 
@@ -351,211 +208,102 @@ async function backendCpu(db: Seeded, appName: string): Promise<Map<number, numb
   return rows.length && !cpu.size ? undefined : cpu
 }
 
-function percentile(sorted: Float64Array, p: number): number {
-  if (!sorted.length) return NaN
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!
-}
+const runTag = Date.now().toString(36)
+let loads = 0
 
-async function measure(server: RunningServer, db: Seeded, e: Endpoint, duration: number): Promise<Measurement> {
-  if (server.exited) throw new Error(`the ${server.kind} has exited:\n${server.stderr.join('')}`)
-  const spec = e.request(server.kind)
-  const latencies: number[] = []
+/** One wrk run against one server, with the server's CPU, its backends' CPU and its peak RSS over the run. */
+async function measure(server: RunningServer, db: Seeded, e: Endpoint, seconds: number, connections: number, seed: number): Promise<Measurement> {
+  if (server.exited) throw new Error(`the ${server.kind} server has exited:\n${server.stderr.join('')}`)
+  await e.reset?.()
   const dbBefore = await backendCpu(db, server.appName)
   const rss = sampleRss(server.pid)
   const cpuBefore = cpuMicros(server.pid)!
-  const instance = autocannon({ url: server.origin, connections: settings.connections, duration, requests: [spec as never] })
-  instance.on('response', (_client, _status, _bytes, responseTime) => void latencies.push(responseTime))
-  const result = await instance
+  const run = ++loads
+  const r = await runWrk({
+    ...e.load, origin: server.origin, rows: db.rows, connections, threads: Math.min(settings.threads, connections), seconds,
+    timeoutSeconds: settings.timeout, seed, tag: `${runTag}-${run}`,
+  })
   const cpuAfter = cpuMicros(server.pid)
   const peakRssMb = rss.stop()
   const dbAfter = await backendCpu(db, server.appName)
-  if (cpuAfter === undefined) throw new Error(`the ${server.kind} exited during ${e.label}:\n${server.stderr.join('')}`)
-  const sorted = Float64Array.from(latencies).sort()
-  const statuses = Object.fromEntries(Object.entries(result.statusCodeStats).map(([code, { count }]) => [code, Number(count)]))
-  const unexpected = Object.entries(statuses).filter(([code]) => Number(code) !== e.expect).reduce((n, [, c]) => n + c, 0)
-  const n = result.requests.total
-  const m: Measurement = {
-    requests: n,
-    rps: n / result.duration,
-    p50: percentile(sorted, 50),
-    p99: percentile(sorted, 99),
-    cpuPerRequest: n ? (cpuAfter - cpuBefore) / n : NaN,
-    dbCpuPerRequest: dbBefore && dbAfter && n ? cpuBetween(dbBefore, dbAfter) / n : undefined,
+  if (cpuAfter === undefined) throw new Error(`the ${server.kind} server exited during ${e.label}:\n${server.stderr.join('')}`)
+  await e.reset?.()
+  // Throughput and costs count successful responses only: a server that sheds load with quick 503s does not look faster or cheaper for it.
+  const ok = r.requests - r.errors.status
+  return {
+    requests: r.requests,
+    rps: ok / r.seconds,
+    p50: r.latencyMs.p50,
+    p99: r.latencyMs.p99,
+    cpuPerRequest: ok ? (cpuAfter - cpuBefore) / ok : NaN,
+    dbCpuPerRequest: dbBefore && dbAfter && ok ? cpuBetween(dbBefore, dbAfter) / ok : undefined,
     peakRssMb,
-    errors: unexpected + result.errors + result.timeouts,
-    statuses,
+    statusErrors: r.errors.status,
+    socketErrors: r.errors.connect + r.errors.read + r.errors.write,
+    timeouts: r.errors.timeout,
   }
-  await e.after?.()
-  return m
 }
 
-interface Pair {
-  service: RunningServer
-  baseline: RunningServer
-}
-
-async function startPair(db: Seeded): Promise<Pair> {
-  const [service, baseline] = await Promise.all([startServer('service', db), startServer('baseline', db)])
-  return { service, baseline }
-}
-
-async function stopPair(pair: Pair): Promise<void> {
-  await Promise.all([stopServer(pair.service), stopServer(pair.baseline)])
-}
-
-type Series = Record<string, Record<Kind, Measurement[]>>
-
-/** A table size under test: its database, its deep cursor, its endpoints (checked against both servers). */
+/** A table size under test: its database and endpoints. */
 interface Subject {
   db: Seeded
-  deep: DeepPage
   endpoints: Endpoint[]
 }
 
-async function prepare(serverUrl: string, rows: number): Promise<Subject> {
-  const db = await seed(serverUrl, rows)
-  writeFileSync(join(outDir, `service-${rows}.log`), '')
-  const pair = await startPair(db)
-  try {
-    const deep = await findDeepPage(pair.service, rows)
-    const list = endpoints(db, deep)
-    await checkEquivalence(pair, list)
-    return { db, deep, endpoints: list }
-  } finally {
-    await stopPair(pair)
-  }
-}
+const serverOptions = (db: Seeded): ServerOptions => ({
+  root, outDir, databaseUrl: db.url, rows: db.rows, pool: settings.pool, jwt,
+  serviceMain: settings.serviceMain, serviceNodeArgs: settings.serviceNodeArgs, logLevel: settings.logLevel,
+})
 
-const peakHwmMb: Record<Kind, number> = { service: 0, baseline: 0 }
+/** Round r's order of the servers: rotated by one each round, so no server is always first (or last) after the warm-up. */
+const rotate = <T>(xs: readonly T[], r: number): T[] => xs.map((_, i) => xs[(i + r) % xs.length]!)
+
+const peakHwmMb: Record<Kind, number> = { service: 0, fastify: 0, bare: 0 }
+let cells = 0
+
+interface Cell {
+  subject: Subject
+  endpoint: Endpoint
+  round: number
+  seconds: number
+  connections: number
+  kinds: readonly Kind[]
+  /** Where the measurements go: series[key][kind][round]. */
+  series: Series
+  key: string
+  label: string
+}
 
 /**
- * One measurement of one endpoint on both servers: fresh processes, warm-up,
- * then the two back to back, the first of the two alternating by round.
- * Fresh processes because postgres.js 3.4.9 slows down with every statement a
- * saturated pool has run (see bench/README.md, "Findings"): a process that has
- * served the endpoints before would pay for them here.
+ * One endpoint on every server: fresh processes, warm-up, then the servers
+ * back to back in the round's order. Fresh processes because the peers run
+ * the published postgres.js 3.4.9, which gets slower with every statement a
+ * saturated pool runs (bench/README.md): a process that had served the
+ * endpoints before would pay for them here.
  */
-async function measureCell(subject: Subject, e: Endpoint, round: number, duration: number, label: string, series: Series): Promise<void> {
-  const pair = await startPair(subject.db)
+async function measureCell(c: Cell): Promise<void> {
+  const servers = await startAll(serverOptions(c.subject.db), c.kinds)
   try {
-    const order: Kind[] = round % 2 === 0 ? ['service', 'baseline'] : ['baseline', 'service']
-    if (settings.warmup) for (const kind of order) await measure(pair[kind], subject.db, e, settings.warmup)
-    series[e.key] ??= { service: [], baseline: [] }
+    const order = rotate(c.kinds, c.round)
+    // Every server of the cell gets the same sequence of ids; the warm-up another one.
+    const seed = ++cells
+    if (settings.warmup) for (const kind of order) await measure(servers[kind]!, c.subject.db, c.endpoint, settings.warmup, c.connections, seed + 100_000)
+    const row = (c.series[c.key] ??= {})
     for (const kind of order) {
-      const m = await measure(pair[kind], subject.db, e, duration)
-      series[e.key]![kind].push(m)
-      log(`${label} ${e.label.padEnd(44)} ${kind.padEnd(8)} ${m.rps.toFixed(0).padStart(6)} req/s  p50 ${m.p50.toFixed(2).padStart(6)} ms  p99 ${m.p99.toFixed(2).padStart(6)} ms  ${m.cpuPerRequest.toFixed(0).padStart(5)} µs CPU/req${m.errors ? `  ${m.errors} errors ${JSON.stringify(m.statuses)}` : ''}`)
+      const m = await measure(servers[kind]!, c.subject.db, c.endpoint, c.seconds, c.connections, seed)
+      ;(row[kind] ??= []).push(m)
+      const errors = failed(m) ? `  failed ${failed(m)} (non-2xx ${m.statusErrors}, socket ${m.socketErrors}, time-outs ${m.timeouts})` : ''
+      log(`${c.label} ${c.endpoint.label.padEnd(42)} ${LABEL[kind].padEnd(7)} ${m.rps.toFixed(0).padStart(6)} req/s  p50 ${m.p50.toFixed(2).padStart(7)} ms  ` +
+        `p99 ${m.p99.toFixed(2).padStart(7)} ms  ${m.cpuPerRequest.toFixed(0).padStart(5)} µs CPU/req${errors}`)
     }
-    for (const kind of order) peakHwmMb[kind] = Math.max(peakHwmMb[kind], (statusKb(pair[kind].pid, 'VmHWM') ?? 0) / 1024)
+    for (const kind of order) peakHwmMb[kind] = Math.max(peakHwmMb[kind], (statusKb(servers[kind]!.pid, 'VmHWM') ?? 0) / 1024)
   } finally {
-    await stopPair(pair)
+    await stopAll(servers)
   }
-}
-
-// ---- reporting ---------------------------------------------------------------
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b)
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
-}
-
-function cell(xs: Array<number | undefined>, digits: number): string {
-  const v = xs.filter((x): x is number => x !== undefined && Number.isFinite(x))
-  if (!v.length) return 'n/a'
-  const f = (x: number) => x.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
-  if (v.length === 1) return f(v[0]!)
-  return `${f(median(v))} (${f(Math.min(...v))}–${f(Math.max(...v))})`
-}
-
-const ratios = (s: Record<Kind, Measurement[]>, pick: (m: Measurement) => number | undefined) =>
-  s.service.map((m, i) => {
-    const a = pick(m)
-    const b = pick(s.baseline[i]!)
-    return a === undefined || b === undefined || !b ? undefined : a / b
-  })
-
-function mainTables(list: Endpoint[], series: Series): string {
-  const out: string[] = []
-  out.push('| endpoint | server | req/s | p50 ms | p99 ms | CPU µs/req | DB CPU µs/req | peak RSS MB | errors |')
-  out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|')
-  for (const e of list) {
-    for (const kind of ['service', 'baseline'] as const) {
-      const ms = series[e.key]![kind]
-      out.push(`| ${kind === 'service' ? e.label : ''} | ${kind} | ${cell(ms.map((m) => m.rps), 0)} | ${cell(ms.map((m) => m.p50), 2)} | ${cell(ms.map((m) => m.p99), 2)} | ${cell(ms.map((m) => m.cpuPerRequest), 0)} | ${cell(ms.map((m) => m.dbCpuPerRequest), 0)} | ${cell(ms.map((m) => m.peakRssMb), 0)} | ${ms.reduce((n, m) => n + m.errors, 0)} |`)
-    }
-  }
-  out.push('', 'Service ÷ baseline, in the same round (median, min–max):', '')
-  out.push('| endpoint | CPU µs/req | p99 | req/s | DB CPU µs/req |')
-  out.push('|---|--:|--:|--:|--:|')
-  for (const e of list) {
-    const s = series[e.key]!
-    out.push(`| ${e.label} | ${cell(ratios(s, (m) => m.cpuPerRequest), 2)} | ${cell(ratios(s, (m) => m.p99), 2)} | ${cell(ratios(s, (m) => m.rps), 2)} | ${cell(ratios(s, (m) => m.dbCpuPerRequest), 2)} |`)
-  }
-  return out.join('\n')
-}
-
-function targets(list: Endpoint[], series: Series): string {
-  const out: string[] = []
-  const check = (ok: boolean | undefined, text: string) => out.push(`- ${ok === undefined ? 'n/a ' : ok ? 'PASS' : 'FAIL'} ${text}`)
-  const labels: Record<string, string> = {
-    user: 'GET /users/{id}', 'users-first': 'first page', 'users-deep': 'deep cursor page', 'products-price': 'products by -price',
-  }
-  for (const key of Object.keys(labels)) {
-    const s = series[key]
-    if (!s) continue
-    const cpu = median(ratios(s, (m) => m.cpuPerRequest).filter((x): x is number => x !== undefined))
-    check(cpu <= 1.15, `CPU per request ≤ 1.15 × baseline, ${labels[key]}: ${cpu.toFixed(2)} ×`)
-  }
-  for (const e of list) {
-    const s = series[e.key]
-    if (!s) continue
-    const p99 = median(ratios(s, (m) => m.p99).filter((x): x is number => x !== undefined))
-    check(p99 <= 1.2, `p99 ≤ 1.2 × baseline, ${e.label}: ${p99.toFixed(2)} ×`)
-  }
-  const rss = Math.max(...Object.values(series).flatMap((s) => s.service.map((m) => m.peakRssMb)))
-  check(rss < 120, `service RSS under load < 120 MB: peak ${rss.toFixed(0)} MB`)
-  const jwt = series['product-jwt']?.service
-  const key = series['product-apikey']?.service
-  if (jwt && key) {
-    const cpu = median(key.map((m, i) => m.cpuPerRequest / jwt[i]!.cpuPerRequest))
-    const p50 = median(key.map((m, i) => m.p50 / jwt[i]!.p50))
-    const db = median(key.map((m, i) => (m.dbCpuPerRequest ?? NaN) / (jwt[i]!.dbCpuPerRequest ?? NaN)))
-    check(cpu <= 1.15 && p50 <= 1.2, `API key no slower than a JWT (GET /products/{id}): service CPU ${cpu.toFixed(2)} ×, p50 ${p50.toFixed(2)} ×, DB CPU ${Number.isFinite(db) ? db.toFixed(2) : 'n/a'} ×`)
-  }
-  return out.join('\n')
-}
-
-function growthTable(list: Endpoint[], sizes: number[], bySize: Map<number, { series: Series; labels: Record<string, string> }>): string {
-  const out: string[] = []
-  out.push(`| request | server | ${sizes.map((n) => `${n.toLocaleString('en')} rows`).join(' | ')} |`)
-  out.push(`|---|---|${sizes.map(() => '--:').join('|')}|`)
-  for (const e of list) {
-    for (const kind of ['service', 'baseline'] as const) {
-      const cells = sizes.map((n) => {
-        const entry = bySize.get(n)
-        const ms = entry?.series[e.key]?.[kind]
-        if (!ms?.length) return 'n/a'
-        const med = (f: (m: Measurement) => number | undefined) => {
-          const v = ms.map(f).filter((x): x is number => x !== undefined)
-          return v.length ? median(v) : NaN
-        }
-        const lbl = e.key === 'users-deep' || e.key === 'users-offset' ? ` ${entry!.labels[e.key]}` : ''
-        return `${med((m) => m.rps).toFixed(0)} req/s, p50 ${med((m) => m.p50).toFixed(2)} ms, CPU ${med((m) => m.cpuPerRequest).toFixed(0)} µs, DB ${Number.isFinite(med((m) => m.dbCpuPerRequest)) ? med((m) => m.dbCpuPerRequest).toFixed(0) : 'n/a'} µs${lbl}`
-      })
-      out.push(`| ${kind === 'service' ? e.label.replace(/ \(id > .*\)$/, '').replace(/offset=[0-9,]+/, 'offset=90 %') : ''} | ${kind} | ${cells.join(' | ')} |`)
-    }
-  }
-  return out.join('\n')
-}
-
-function machine(pgVersion: string): string {
-  const cpu = cpus()[0]?.model ?? 'unknown CPU'
-  return `${cpus().length} × ${cpu}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB; Node ${process.version}; ${pgVersion}`
 }
 
 // ---- the run -----------------------------------------------------------------
 
-let baselinePath = ''
 const databases = new Set<string>()
 
 async function cleanup(): Promise<void> {
@@ -584,100 +332,220 @@ async function seed(serverUrl: string, rows: number): Promise<Seeded> {
   return db
 }
 
-function errorLines(file: string | undefined): number {
-  if (!file || !existsSync(file)) return 0
+/** Seeds a table size, then checks that every server answers its sample requests with the same bytes. */
+async function prepare(serverUrl: string, rows: number): Promise<Subject> {
+  const db = await seed(serverUrl, rows)
+  for (const kind of KINDS) writeFileSync(logFileOf(outDir, kind, rows), '')
+  const list = endpoints(db)
+  const servers = await startAll(serverOptions(db))
+  try {
+    const n = await checkIdentity(servers, db, list)
+    log(`byte identity: the three servers answer ${n} requests alike at ${rows.toLocaleString('en')} rows`)
+  } finally {
+    await stopAll(servers)
+  }
+  return { db, endpoints: list }
+}
+
+function errorLines(file: string): number {
+  if (!existsSync(file)) return 0
   const r = spawnSync('grep', ['-c', '"level":"error"', file], { encoding: 'utf8' })
   return Number(r.stdout.trim()) || 0
 }
 
-async function benchmark(serverUrl: string, pgVersion: string): Promise<void> {
-  const started = Date.now()
-  const main = await prepare(serverUrl, settings.rows)
-  const selected = (keys: string[], list: Endpoint[]) => list.filter((e) => keys.includes(e.key) && (!settings.only || settings.only.includes(e.key)))
-  const mainList = selected(MAIN_ENDPOINTS, main.endpoints)
-  const series: Series = {}
-  for (let r = 0; r < settings.rounds; r++) {
-    for (const e of mainList) await measureCell(main, e, r, settings.duration, `main ${r + 1}/${settings.rounds}`, series)
-  }
+/** The soft limit on open files: 1,000 connections need as many descriptors in wrk and in each server. */
+function checkOpenFiles(): void {
+  const needed = Math.max(settings.connections, ...settings.concurrency) + 100
+  const limits = readFileSync('/proc/self/limits', 'utf8')
+  const soft = Number(/^Max open files\s+(\d+|unlimited)/m.exec(limits)?.[1] ?? Infinity)
+  if (soft < needed) fail(`open files are limited to ${soft}, ${needed} are needed for ${needed - 100} connections: raise the limit (\`ulimit -n ${Math.max(needed, 4096)}\`; \`make bench\` tries to)`)
+}
 
-  // Growth: the same id lookups and pages at several table sizes, interleaved by size within each round.
-  const sizes = settings.growth === 'off' ? [] : [...new Set([10_000, 100_000, ...(settings.growth === 'full' ? [1_000_000] : [])])].sort((a, b) => a - b)
-  const subjects = new Map<number, Subject>()
-  for (const n of sizes) subjects.set(n, n === main.db.rows ? main : await prepare(serverUrl, n))
-  const bySize = new Map<number, { series: Series; labels: Record<string, string> }>()
-  for (const [n, subject] of subjects) {
-    bySize.set(n, { series: {}, labels: { 'users-deep': `(id > ${subject.deep.afterId.toLocaleString('en')})`, 'users-offset': `(offset ${Math.min(Math.floor(n * 0.9), MAX_OFFSET).toLocaleString('en')})` } })
+/** Seconds the run should take with these settings, for the log: measured on the 2-core machine, about 1 s to start the servers and 0.3 s around each wrk run. */
+function expectedSeconds(): number {
+  const cell = (kinds: number, seconds: number) => 1 + kinds * (settings.warmup + seconds + 0.3)
+  const main = settings.rounds * selected(MAIN_ENDPOINTS).length * cell(KINDS.length, settings.duration)
+  const conc = settings.concurrencyRounds * selected(CONCURRENCY_ENDPOINTS).length * settings.concurrency.length * cell(KINDS.length, settings.concurrencyDuration)
+  const sizes = growthSizes()
+  const growth = settings.growthRounds * selected(GROWTH_ENDPOINTS).length * sizes.length * cell(GROWTH_KINDS.length, settings.growthDuration)
+  // Seeding (about 2 s per 100,000 rows) and the byte-identity check of each size.
+  const prepare = [settings.rows, ...sizes.filter((n) => n !== settings.rows)].reduce((t, n) => t + 3 + n / 50_000, 0)
+  return main + conc + growth + prepare
+}
+
+function growthSizes(): number[] {
+  if (settings.growth === 'off') return []
+  return [10_000, 100_000, ...(settings.growth === 'full' ? [1_000_000] : [])]
+}
+
+function versions(): string {
+  const version = (dir: string, pkg: string) => {
+    try {
+      return (JSON.parse(readFileSync(join(dir, 'node_modules', pkg, 'package.json'), 'utf8')) as { version: string }).version
+    } catch {
+      return '?'
+    }
   }
-  for (let r = 0; r < settings.growthRounds; r++) {
-    for (const key of GROWTH_ENDPOINTS) {
-      if (settings.only && !settings.only.includes(key)) continue
-      for (const [n, subject] of subjects) {
-        const e = subject.endpoints.find((x) => x.key === key)!
-        await measureCell(subject, e, r, settings.growthDuration, `growth ${n.toLocaleString('en')} ${r + 1}/${settings.growthRounds}`, bySize.get(n)!.series)
+  const fastify = join(root, 'bench', 'fastify')
+  const bare = join(root, 'bench', 'bare')
+  return `service: postgres.js ${version(root, 'postgres')} (patched, src/db/postgres-patch.mjs); ` +
+    `Fastify peer: fastify ${version(fastify, 'fastify')}, postgres.js ${version(fastify, 'postgres')}; bare peer: postgres.js ${version(bare, 'postgres')} (published, unpatched)`
+}
+
+function machine(pgVersion: string): string {
+  const cpu = cpus()[0]?.model ?? 'unknown CPU'
+  return `${cpus().length} × ${cpu}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB; Node ${process.version}; ${pgVersion}`
+}
+
+const byKey = (subject: Subject, key: string) => subject.endpoints.find((e) => e.key === key)!
+
+/** Every endpoint on the three servers, round after round, at BENCH_CONNECTIONS. */
+async function mainSeries(main: Subject): Promise<Series> {
+  const series: Series = {}
+  for (let round = 0; round < settings.rounds; round++) {
+    for (const key of selected(MAIN_ENDPOINTS)) {
+      await measureCell({
+        subject: main, endpoint: byKey(main, key), round, seconds: settings.duration, connections: settings.connections, kinds: KINDS,
+        series, key, label: `main ${round + 1}/${settings.rounds}`,
+      })
+    }
+  }
+  return series
+}
+
+/** The same servers with many more connections than their pools have. */
+async function concurrencySeries(main: Subject): Promise<Series> {
+  const series: Series = {}
+  for (let round = 0; round < settings.concurrencyRounds; round++) {
+    for (const key of selected(CONCURRENCY_ENDPOINTS)) {
+      for (const connections of settings.concurrency) {
+        await measureCell({
+          subject: main, endpoint: byKey(main, key), round, seconds: settings.concurrencyDuration, connections, kinds: KINDS,
+          series, key: concurrencyKey(key, connections), label: `c=${connections} ${round + 1}/${settings.concurrencyRounds}`,
+        })
       }
     }
   }
-  const growthList = selected(GROWTH_ENDPOINTS, main.endpoints)
-  const serviceErrors = errorLines(join(outDir, `service-${main.db.rows}.log`)) + sizes.filter((n) => n !== main.db.rows).reduce((k, n) => k + errorLines(join(outDir, `service-${n}.log`)), 0)
+  return series
+}
 
-  const minutes = ((Date.now() - started) / 60_000).toFixed(1)
-  const report: string[] = []
-  report.push(`## Benchmark, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`, '')
-  report.push(`Machine: ${machine(pgVersion)}. Load generator autocannon ${autocannonVersion} (same machine), ${settings.connections} connections; pool of ${settings.pool}; ` +
-    `${settings.rows.toLocaleString('en')} users and products; ${settings.rounds} rounds of ${settings.duration} s per endpoint and server, ` +
-    `each on fresh processes after ${settings.warmup} s of warm-up, the servers' order alternating by round. Service: \`${['node', ...settings.serviceNodeArgs, 'dist/main.js'].join(' ')}\` (as \`npm start\`), NODE_ENV=production, LOG_LEVEL=info (log to a file), RATE_LIMIT=0. ` +
-    `Figures: median (min–max) over the rounds. CPU µs/req: utime + stime of the server process over the run ÷ responses; DB CPU: the same for the PostgreSQL backends of its pool. ` +
-    `Run time ${minutes} min (\`make bench\`).`, '')
-  report.push(mainTables(mainList, series), '')
-  report.push('Targets (medians):', '', targets(mainList, series), '')
-  report.push(`Peak RSS over every run (VmHWM): service ${peakHwmMb.service.toFixed(0)} MB, baseline ${peakHwmMb.baseline.toFixed(0)} MB; error lines in the service's log: ${serviceErrors}.`, '')
-  if (sizes.length) {
-    report.push(`### Growth (${settings.growthRounds} round(s) of ${settings.growthDuration} s; medians)`, '')
-    report.push(growthTable(growthList, sizes, bySize), '')
-    report.push('Id lookups, the first page and a keyset (cursor) page deep in the table cost the same at every size: each is an index range scan of 51 rows. ' +
-      `An \`offset\` page is the exception: PostgreSQL reads and discards every skipped row, so its cost grows with the offset (capped at ${MAX_OFFSET.toLocaleString('en')}); use the cursor from \`Link\` to page.`, '')
+/** Id lookups and pages at several table sizes, the sizes interleaved within each round. */
+async function growthSeries(serverUrl: string, main: Subject): Promise<GrowthSize[]> {
+  const keys = selected(GROWTH_ENDPOINTS)
+  if (!keys.length) return []
+  const subjects: Subject[] = []
+  for (const n of growthSizes()) subjects.push(n === main.db.rows ? main : await prepare(serverUrl, n))
+  const sizes = subjects.map((s): GrowthSize => ({ rows: s.db.rows, series: {}, notes: { 'users-deep': `(N = ${Math.floor(s.db.rows * 0.9).toLocaleString('en')})` } }))
+  for (let round = 0; round < settings.growthRounds; round++) {
+    for (const key of keys) {
+      for (const [i, subject] of subjects.entries()) {
+        await measureCell({
+          subject, endpoint: byKey(subject, key), round, seconds: settings.growthDuration, connections: settings.connections, kinds: GROWTH_KINDS,
+          series: sizes[i]!.series, key, label: `growth ${subject.db.rows.toLocaleString('en')} ${round + 1}/${settings.growthRounds}`,
+        })
+      }
+    }
   }
-  const text = report.join('\n')
+  return sizes
+}
+
+interface Results {
+  main: Subject
+  series: Series
+  concurrency: Series
+  sizes: GrowthSize[]
+  minutes: string
+  pgVersion: string
+  wrkVersion: string
+}
+
+function settingsText(r: Results): string {
+  return `Machine: ${machine(r.pgVersion)}. Load generator wrk ${r.wrkVersion} (same machine, ${settings.threads} thread(s), --timeout ${settings.timeout}s), ` +
+    `${settings.connections} connections; a pool of ${settings.pool} in every server; ${settings.rows.toLocaleString('en')} users and products; ` +
+    `${settings.rounds} rounds of ${settings.duration} s per endpoint and server, each on fresh processes after ${settings.warmup} s of warm-up, the servers' order rotating by round. ` +
+    `Service: \`${['node', ...settings.serviceNodeArgs, 'dist/main.js'].join(' ')}\` (as \`npm start\`), NODE_ENV=production, LOG_LEVEL=${settings.logLevel} (log to a file), RATE_LIMIT=0. ` +
+    `Peers: \`node bench/fastify/server.js\`, \`node bench/bare/server.js\`, logs to files too. ${versions()}. ` +
+    `Figures: median (min–max) over the rounds. req/s and CPU µs/req count successful responses (status below 400). CPU µs/req: utime + stime of the server process over the run ÷ those responses; DB CPU: the same for the PostgreSQL backends of its pool. ` +
+    `Errors: responses above 399, socket errors and time-outs. Run time ${r.minutes} min.`
+}
+
+/** The report (Markdown) and the targets, PASS or FAIL. */
+function report(r: Results): { text: string; targets: string[] } {
+  const rowsOf = (keys: string[]) => keys.map((k) => ({ key: k, label: byKey(r.main, k).label }))
+  const main = rowsOf(selected(MAIN_ENDPOINTS))
+  const conc = rowsOf(selected(CONCURRENCY_ENDPOINTS))
+  const growth = rowsOf(selected(GROWTH_ENDPOINTS))
+  const out: string[] = []
+  out.push(`## Benchmark, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`, '', settingsText(r), '')
+  out.push(mainTable(main, r.series), '')
+  out.push('The service ÷ each peer, in the same round (median, min–max):', '', ratioTable(main, r.series), '')
+  if (conc.length && settings.concurrency.length) {
+    out.push(`### Concurrency (${settings.concurrencyRounds} round(s) of ${settings.concurrencyDuration} s, wrk --timeout ${settings.timeout}s)`, '')
+    out.push(concurrencyTable(conc, settings.concurrency, r.concurrency), '')
+  }
+  if (r.sizes.length) {
+    out.push(`### Growth (${settings.growthRounds} round(s) of ${settings.growthDuration} s; medians)`, '', growthTable(growth, r.sizes, GROWTH_KINDS), '')
+  }
+  const logs = [...new Set([r.main.db.rows, ...r.sizes.map((z) => z.rows)])].reduce((k, n) => k + errorLines(logFileOf(outDir, 'service', n)), 0)
+  out.push(`Peak RSS over every run (VmHWM): ${KINDS.map((k) => `${LABEL[k]} ${peakHwmMb[k].toFixed(0)} MB`).join(', ')}; error lines in the service's log: ${logs}.`, '')
+  const targets: string[] = []
+  mainTargets(main, r.series, targets)
+  concurrencyTargets(conc, settings.concurrency, r.concurrency, targets)
+  growthTargets(growth, r.sizes, targets)
+  out.push('### Targets (medians of this run)', '', ...targets, '')
+  return { text: out.join('\n'), targets }
+}
+
+async function benchmark(serverUrl: string, pgVersion: string, wrkVersion: string): Promise<void> {
+  const started = Date.now()
+  log(`expected run time: about ${Math.round(expectedSeconds() / 60)} min`)
+  const main = await prepare(serverUrl, settings.rows)
+  const series = await mainSeries(main)
+  const concurrency = await concurrencySeries(main)
+  const sizes = await growthSeries(serverUrl, main)
+  const results: Results = { main, series, concurrency, sizes, minutes: ((Date.now() - started) / 60_000).toFixed(1), pgVersion, wrkVersion }
+  const { text, targets } = report(results)
   process.stdout.write('\n' + text + '\n')
   const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19)
   writeFileSync(join(outDir, `bench-${stamp}.md`), text + '\n')
-  writeFileSync(join(outDir, `bench-${stamp}.json`), JSON.stringify({ settings, machine: machine(pgVersion), series, growth: Object.fromEntries(bySize), peakHwmMb }, null, 1))
-  log(`report written to bench/.out/bench-${stamp}.md (raw figures: .json)`)
+  writeFileSync(join(outDir, `bench-${stamp}.json`), JSON.stringify({ settings, machine: machine(pgVersion), wrk: wrkVersion, series, concurrency, growth: sizes, peakHwmMb }, null, 1))
+  log(`report written to bench/.out/bench-${stamp}.md (raw figures: .json); ${targets.filter((t) => t.startsWith('- FAIL')).length} of ${targets.length} targets failed`)
 }
 
 /**
- * --profile: each endpoint against a fresh service and a fresh baseline run
- * with --cpu-prof; the load window of each profile summarized per request.
- * The .cpuprofile files stay in bench/.out/profiles (ignored by git).
+ * --profile: each endpoint against a fresh process of each server run with
+ * --cpu-prof; the load window of each profile summarized per request, and
+ * the service compared with each peer. The .cpuprofile files stay in
+ * bench/.out/profiles (ignored by git).
  */
 async function profile(serverUrl: string, keys: string[]): Promise<void> {
   const db = await seed(serverUrl, settings.rows)
-  writeFileSync(join(outDir, `service-${db.rows}.log`), '')
+  for (const kind of KINDS) writeFileSync(logFileOf(outDir, kind, db.rows), '')
   const profiles = join(outDir, 'profiles')
   mkdirSync(profiles, { recursive: true })
-  const helper = await startServer('service', db)
-  const deep = await findDeepPage(helper, db.rows)
-  await stopServer(helper)
-  const list = endpoints(db, deep).filter((e) => (keys.length ? keys : MAIN_ENDPOINTS).includes(e.key))
+  const list = endpoints(db).filter((e) => (keys.length ? keys : MAIN_ENDPOINTS).includes(e.key))
   const duration = intSetting('BENCH_PROFILE_DURATION', 10)
   for (const e of list) {
     const summaries: Partial<Record<Kind, [Summary, number]>> = {}
-    for (const kind of ['service', 'baseline'] as const) {
+    for (const kind of KINDS) {
       const name = `${kind}-${e.key}.cpuprofile`
       rmSync(join(profiles, name), { force: true })
-      const server = await startServer(kind, db, ['--cpu-prof', `--cpu-prof-dir=${profiles}`, `--cpu-prof-name=${name}`])
-      await measure(server, db, e, 2)
+      const server = await startServer(kind, serverOptions(db), ['--cpu-prof', `--cpu-prof-dir=${profiles}`, `--cpu-prof-name=${name}`])
+      await measure(server, db, e, 2, settings.connections, 1)
       const from = Number(process.hrtime.bigint() / 1000n)
-      const m = await measure(server, db, e, duration)
+      const m = await measure(server, db, e, duration, settings.connections, 2)
       const to = Number(process.hrtime.bigint() / 1000n)
       await stopServer(server)
       const summary = summarize(join(profiles, name), [from, to])
-      process.stdout.write(`\n=== ${kind}: ${e.label}: ${m.rps.toFixed(0)} req/s, ${m.cpuPerRequest.toFixed(0)} µs CPU/req (process, all threads), p99 ${m.p99.toFixed(2)} ms\n`)
+      process.stdout.write(`\n=== ${LABEL[kind]}: ${e.label}: ${m.rps.toFixed(0)} req/s, ${m.cpuPerRequest.toFixed(0)} µs CPU/req (process, all threads), p99 ${m.p99.toFixed(2)} ms\n`)
       process.stdout.write(formatSummary(summary, m.requests, Number(env.BENCH_PROFILE_TOP ?? 30)) + '\n')
       summaries[kind] = [summary, m.requests]
     }
-    const [s, b] = [summaries.service!, summaries.baseline!]
-    process.stdout.write(`\n--- ${e.label}: service against baseline\n${formatComparison(s[0], s[1], b[0], b[1], ['service', 'baseline'])}\n`)
+    const [s, sn] = summaries.service!
+    for (const peer of ['fastify', 'bare'] as const) {
+      const [p, pn] = summaries[peer]!
+      process.stdout.write(`\n--- ${e.label}: service against ${LABEL[peer]}\n${formatComparison(s, sn, p, pn, ['service', LABEL[peer]])}\n`)
+    }
   }
   log(`profiles in bench/.out/profiles/ (summarize again: node --import tsx bench/profile.ts <file> --requests N)`)
 }
@@ -686,16 +554,17 @@ async function main(): Promise<void> {
   const args = process.argv.slice(2)
   const unknown = [...(settings.only ?? []), ...(args[0] === '--profile' ? args.slice(1) : [])].filter((k) => !ALL_ENDPOINTS.includes(k))
   if (unknown.length) throw new Error(`unknown endpoint ${unknown.join(', ')}; the endpoints are ${ALL_ENDPOINTS.join(', ')}`)
+  const wrkVersion = assertWrk()
+  checkOpenFiles()
+  mkdirSync(outDir, { recursive: true })
   const serverUrl = env.DATABASE_URL ?? startLocalCluster()
   admin = connect(serverUrl, { max: 1, statementTimeoutMs: 30 * 60_000 })
   const [{ version }] = (await admin<Array<{ version: string }>>`SELECT version()`) as unknown as [{ version: string }]
   const pgVersion = version.replace(/ on .*/, '').replace(/ \(.*$/, '')
-  if (settings.rounds < 3 && !args.includes('--profile')) log(`BENCH_ROUNDS=${settings.rounds}: fewer than 3 rounds, min and max mean little`)
-  mkdirSync(outDir, { recursive: true })
-  baselinePath = baselineScript()
+  if (settings.rounds < 3 && args[0] !== '--profile') log(`BENCH_ROUNDS=${settings.rounds}: fewer than 3 rounds, min and max mean little`)
   try {
     if (args[0] === '--profile') await profile(serverUrl, args.slice(1))
-    else await benchmark(serverUrl, pgVersion)
+    else await benchmark(serverUrl, pgVersion, wrkVersion)
   } finally {
     if (!interrupted) await cleanup()
   }

@@ -77,14 +77,37 @@ export async function createBenchDatabase(admin: Sql, serverUrl: string, rows: n
 
 /**
  * Puts the tables back to `rows` rows after a run of POST /users, so that
- * every round (and the growth series) sees the same table.
+ * every round (and the growth series) sees the same table. Deleting a user
+ * records a revocation (sql/005_revocations.sql) that every instance loads
+ * at start-up: those go too, or each round's fresh services would start with
+ * tens of thousands more in memory than the round before.
  */
 export async function removeCreatedUsers(url: string, rows: number): Promise<number> {
   const db = connect(url, { max: 1, statementTimeoutMs: 10 * 60_000 })
   try {
-    const deleted = await db`DELETE FROM users WHERE id > ${rows}`
-    await db`VACUUM ANALYZE users`
-    return deleted.count
+    // One transaction: a running server reloads its revocations when the deletion is announced (at commit), and must find none.
+    const deleted = await db.begin(async (tx) => {
+      const users = await tx`DELETE FROM users WHERE id > ${rows}`
+      await tx`DELETE FROM revocations WHERE user_id > ${rows}`
+      return users.count
+    })
+    if (deleted) await db`VACUUM ANALYZE users, revocations`
+    return deleted
+  } finally {
+    await db.end({ timeout: 5 })
+  }
+}
+
+/**
+ * Sets every product's version back to 1, as seeded, before a run of
+ * PATCH /products/{id}: bench/wrk.lua sends If-Match tags counted from 1.
+ */
+export async function resetProductVersions(url: string): Promise<number> {
+  const db = connect(url, { max: 1, statementTimeoutMs: 10 * 60_000 })
+  try {
+    const reset = await db`UPDATE products SET version = 1 WHERE version <> 1`
+    if (reset.count) await db`VACUUM ANALYZE products`
+    return reset.count
   } finally {
     await db.end({ timeout: 5 })
   }

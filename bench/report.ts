@@ -1,0 +1,237 @@
+import { KINDS, type Kind } from './servers.js'
+
+// The report of `make bench`: tables of medians (min–max) over rounds, the
+// service's ratios to each peer in the same round, and the targets.
+
+export interface Measurement {
+  /** Responses received, any status. */
+  requests: number
+  /** Successful responses (status below 400) per second. */
+  rps: number
+  p50: number
+  p99: number
+  /** utime + stime of the server process over the run ÷ successful responses. */
+  cpuPerRequest: number
+  /** The same for the PostgreSQL backends of its pool; undefined when not readable (a remote server). */
+  dbCpuPerRequest: number | undefined
+  peakRssMb: number
+  /** Responses with a status above 399 (wrk's status errors). */
+  statusErrors: number
+  /** Connect, read and write errors. */
+  socketErrors: number
+  /** Requests without an answer within wrk's --timeout. */
+  timeouts: number
+}
+
+export const failed = (m: Measurement) => m.statusErrors + m.socketErrors + m.timeouts
+
+/** Per endpoint key (or `key@connections`), per server, one measurement per round. */
+export type Series = Record<string, Partial<Record<Kind, Measurement[]>>>
+
+export const LABEL: Record<Kind, string> = { service: 'service', fastify: 'Fastify', bare: 'bare' }
+
+export const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b)
+  if (!s.length) return NaN
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
+}
+
+const finite = (xs: Array<number | undefined>) => xs.filter((x): x is number => x !== undefined && Number.isFinite(x))
+
+/** `median (min–max)`, or the one value, or n/a. */
+export function cell(xs: Array<number | undefined>, digits: number): string {
+  const v = finite(xs)
+  if (!v.length) return 'n/a'
+  const f = (x: number) => x.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+  if (v.length === 1) return f(v[0]!)
+  return `${f(median(v))} (${f(Math.min(...v))}–${f(Math.max(...v))})`
+}
+
+/** The service's figure ÷ the peer's, round by round (the same round: the same minute of the machine). */
+export function ratios(s: Series[string], peer: Kind, pick: (m: Measurement) => number | undefined): number[] {
+  const own = s.service ?? []
+  const other = s[peer] ?? []
+  return finite(own.map((m, i) => {
+    const a = pick(m)
+    const b = other[i] === undefined ? undefined : pick(other[i]!)
+    return a === undefined || b === undefined || !b ? undefined : a / b
+  }))
+}
+
+const medianRatio = (s: Series[string], peer: Kind, pick: (m: Measurement) => number | undefined) => median(ratios(s, peer, pick))
+
+export interface Row {
+  key: string
+  label: string
+}
+
+const pick = {
+  rps: (m: Measurement) => m.rps,
+  p50: (m: Measurement) => m.p50,
+  p99: (m: Measurement) => m.p99,
+  cpu: (m: Measurement) => m.cpuPerRequest,
+  db: (m: Measurement) => m.dbCpuPerRequest,
+  rss: (m: Measurement) => m.peakRssMb,
+}
+
+export function mainTable(rows: Row[], series: Series): string {
+  const out = [
+    '| endpoint | server | req/s | p50 ms | p99 ms | CPU µs/req | DB CPU µs/req | peak RSS MB | errors |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|',
+  ]
+  for (const r of rows) {
+    for (const kind of KINDS) {
+      const ms = series[r.key]?.[kind]
+      if (!ms?.length) continue
+      out.push(`| ${kind === 'service' ? r.label : ''} | ${LABEL[kind]} | ${cell(ms.map(pick.rps), 0)} | ${cell(ms.map(pick.p50), 2)} | ${cell(ms.map(pick.p99), 2)} | ` +
+        `${cell(ms.map(pick.cpu), 0)} | ${cell(ms.map(pick.db), 0)} | ${cell(ms.map(pick.rss), 0)} | ${ms.reduce((n, m) => n + failed(m), 0)} |`)
+    }
+  }
+  return out.join('\n')
+}
+
+export function ratioTable(rows: Row[], series: Series): string {
+  const out = [
+    '| endpoint | CPU ÷ Fastify | CPU ÷ bare | p99 ÷ Fastify | p99 ÷ bare | req/s ÷ Fastify | req/s ÷ bare | peak RSS ÷ Fastify |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|',
+  ]
+  for (const r of rows) {
+    const s = series[r.key]
+    if (!s) continue
+    const c = (peer: Kind, f: (m: Measurement) => number | undefined) => cell(ratios(s, peer, f), 2)
+    out.push(`| ${r.label} | ${c('fastify', pick.cpu)} | ${c('bare', pick.cpu)} | ${c('fastify', pick.p99)} | ${c('bare', pick.p99)} | ` +
+      `${c('fastify', pick.rps)} | ${c('bare', pick.rps)} | ${c('fastify', pick.rss)} |`)
+  }
+  return out.join('\n')
+}
+
+export const concurrencyKey = (key: string, connections: number) => `${key}@${connections}`
+
+export function concurrencyTable(rows: Row[], levels: number[], series: Series): string {
+  const out = [
+    '| endpoint | connections | server | req/s | p50 ms | p99 ms | non-2xx | socket errors | time-outs | CPU µs/req | peak RSS MB |',
+    '|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|',
+  ]
+  for (const r of rows) {
+    for (const c of levels) {
+      const s = series[concurrencyKey(r.key, c)]
+      if (!s) continue
+      for (const kind of KINDS) {
+        const ms = s[kind]
+        if (!ms?.length) continue
+        const sum = (f: (m: Measurement) => number) => ms.reduce((n, m) => n + f(m), 0).toLocaleString('en')
+        out.push(`| ${kind === 'service' ? r.label : ''} | ${kind === 'service' ? c.toLocaleString('en') : ''} | ${LABEL[kind]} | ` +
+          `${cell(ms.map(pick.rps), 0)} | ${cell(ms.map(pick.p50), 2)} | ${cell(ms.map(pick.p99), 2)} | ` +
+          `${sum((m) => m.statusErrors)} | ${sum((m) => m.socketErrors)} | ${sum((m) => m.timeouts)} | ${cell(ms.map(pick.cpu), 0)} | ${cell(ms.map(pick.rss), 0)} |`)
+      }
+    }
+  }
+  return out.join('\n')
+}
+
+export interface GrowthSize {
+  rows: number
+  series: Series
+  /** Per endpoint key, what differs with the size (e.g. the N of id[gt]=N). */
+  notes: Record<string, string>
+}
+
+/** Cost of a request: the server's CPU plus its PostgreSQL backends' (the part that could grow with the table). */
+const costPerRequest = (m: Measurement) => (m.dbCpuPerRequest === undefined ? undefined : m.cpuPerRequest + m.dbCpuPerRequest)
+
+export function growthTable(rows: Row[], sizes: GrowthSize[], kinds: readonly Kind[]): string {
+  const out = [
+    `| request | server | ${sizes.map((z) => `${z.rows.toLocaleString('en')} rows`).join(' | ')} |`,
+    `|---|---|${sizes.map(() => '--:').join('|')}|`,
+  ]
+  for (const r of rows) {
+    for (const kind of kinds) {
+      const cells = sizes.map((z) => {
+        const ms = z.series[r.key]?.[kind]
+        if (!ms?.length) return 'n/a'
+        const med = (f: (m: Measurement) => number | undefined) => median(finite(ms.map(f)))
+        const db = med(pick.db)
+        return `${med(pick.rps).toFixed(0)} req/s, p50 ${med(pick.p50).toFixed(2)} ms, CPU ${med(pick.cpu).toFixed(0)} µs, ` +
+          `DB ${Number.isFinite(db) ? db.toFixed(0) : 'n/a'} µs${z.notes[r.key] ? ` ${z.notes[r.key]}` : ''}`
+      })
+      out.push(`| ${kind === 'service' ? r.label : ''} | ${LABEL[kind]} | ${cells.join(' | ')} |`)
+    }
+  }
+  return out.join('\n')
+}
+
+// ---- targets -----------------------------------------------------------------
+
+type Check = (ok: boolean | undefined, text: string) => void
+
+function checker(out: string[]): Check {
+  return (ok, text) => void out.push(`- ${ok === undefined ? 'n/a ' : ok ? 'PASS' : 'FAIL'} ${text}`)
+}
+
+const x = (v: number) => (Number.isFinite(v) ? `${v.toFixed(2)} ×` : 'n/a')
+const within = (v: number, limit: number) => (Number.isFinite(v) ? v <= limit : undefined)
+
+/** Per endpoint: CPU ≤ 0.9 × Fastify and ≤ 1.1 × bare; p99 ≤ Fastify; peak RSS ≤ Fastify. */
+export function mainTargets(rows: Row[], series: Series, out: string[]): void {
+  const check = checker(out)
+  const targets: Array<[string, Kind, (m: Measurement) => number | undefined, number]> = [
+    ['CPU per request ≤ 0.9 × Fastify', 'fastify', pick.cpu, 0.9],
+    ['CPU per request ≤ 1.1 × bare', 'bare', pick.cpu, 1.1],
+    ['p99 ≤ Fastify', 'fastify', pick.p99, 1],
+    ['peak RSS ≤ Fastify', 'fastify', pick.rss, 1],
+  ]
+  for (const [text, peer, f, limit] of targets) {
+    for (const r of rows) {
+      const s = series[r.key]
+      if (!s) continue
+      const v = medianRatio(s, peer, f)
+      check(within(v, limit), `${text}, ${r.label}: ${x(v)}`)
+    }
+  }
+}
+
+/** Per endpoint and number of connections: no failed request for the service; p99 ≤ 1.2 × Fastify. */
+export function concurrencyTargets(rows: Row[], levels: number[], series: Series, out: string[]): void {
+  const check = checker(out)
+  for (const r of rows) {
+    for (const c of levels) {
+      const s = series[concurrencyKey(r.key, c)]
+      if (!s?.service?.length) continue
+      const own = s.service
+      const n = own.reduce((k, m) => k + failed(m), 0)
+      const detail = n ? ` (non-2xx ${own.reduce((k, m) => k + m.statusErrors, 0)}, socket ${own.reduce((k, m) => k + m.socketErrors, 0)}, time-outs ${own.reduce((k, m) => k + m.timeouts, 0)})` : ''
+      check(n === 0, `0 failed requests, ${r.label} at ${c.toLocaleString('en')} connections: ${n.toLocaleString('en')}${detail}`)
+      const v = medianRatio(s, 'fastify', pick.p99)
+      const what = `p99 ≤ 1.2 × Fastify, ${r.label} at ${c.toLocaleString('en')} connections: ${x(v)}`
+      // wrk's percentiles cover every answer: quick refusals would make a p99 that says nothing about the requests served.
+      if (n) check(undefined, `${what}, over answers that include the failed requests: not comparable`)
+      else check(within(v, 1.2), what)
+    }
+  }
+}
+
+/**
+ * Growth: the service's cost per request (its CPU plus its PostgreSQL
+ * backends') at the largest size within 1.2 × of the smallest; req/s when the
+ * backends cannot be read.
+ */
+export function growthTargets(rows: Row[], sizes: GrowthSize[], out: string[]): void {
+  const check = checker(out)
+  if (sizes.length < 2) return
+  const first = sizes[0]!
+  const last = sizes[sizes.length - 1]!
+  const span = `${first.rows.toLocaleString('en')} → ${last.rows.toLocaleString('en')} rows`
+  for (const r of rows) {
+    const a = first.series[r.key]?.service
+    const b = last.series[r.key]?.service
+    if (!a?.length || !b?.length) continue
+    const cost = (ms: Measurement[]) => median(finite(ms.map(costPerRequest)))
+    let v = cost(b) / cost(a)
+    let what = 'CPU + DB CPU per request'
+    if (!Number.isFinite(v)) {
+      v = median(a.map(pick.rps)) / median(b.map(pick.rps))
+      what = 'inverse of req/s'
+    }
+    check(within(v, 1.2), `flat within 1.2 × (${what}), ${r.label}, ${span}: ${x(v)}`)
+  }
+}
