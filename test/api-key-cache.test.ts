@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { readFile } from 'node:fs/promises'
 import { after, before, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
@@ -12,6 +11,7 @@ import { connect } from '../src/db/connect.js'
 import { createLogger } from '../src/log.js'
 import { createService } from '../src/service.js'
 import { createOrResetAdmin } from '../src/users/admin-bootstrap.js'
+import { freezeBackend } from './helpers/freeze.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // API keys without a database read per request, revocation across instances:
@@ -364,16 +364,9 @@ describe('the listener', () => {
     await until('C listens', () => C.deps.apiKeyCache.active)
     const [pid] = await listeners(before)
     assert.ok(pid)
-    // Only a backend of a server on this machine, and only if it is one (not a process that reused the number).
-    const [{ local }] = await sql<[{ local: boolean }]>`SELECT inet_server_addr() IS NULL OR inet_server_addr() = '127.0.0.1' AS local`
-    const command = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')
-    if (!local || !command.startsWith('postgres')) return t.skip('the database server is not a process of this machine')
-    try {
-      process.kill(pid, 'SIGSTOP')
-    } catch {
-      return t.skip('cannot signal the database server\'s processes')
-    }
     const { key, id } = await createKey()
+    const thaw = await freezeBackend(sql, pid)
+    if (!thaw) return t.skip('the database server is not a process of this machine')
     try {
       assert.equal((await me(C, key)).status, 200)
       assert.equal((await me(C, key)).status, 200)
@@ -385,7 +378,7 @@ describe('the listener', () => {
       assertInvalidToken(await me(C, key))
       assert.ok(C.logs.some((l) => l.level === 'warn' && /did not hear this instance/.test(String(l.msg))))
     } finally {
-      process.kill(pid, 'SIGCONT')
+      thaw()
     }
     await until('C caught up', () => C.deps.apiKeyCache.active)
     assert.ok(C.logs.some((l) => l.level === 'info' && /heard again/.test(String(l.msg))))

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { readFile } from 'node:fs/promises'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { CATCH_UP_TIMEOUT_MS, HEARTBEAT_MS } from '../src/auth/credential-changes.js'
 import { applyRevocation, ENTRY_LIFETIME_MS, RevocationList } from '../src/auth/revocations.js'
+import { freezeBackend } from './helpers/freeze.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // Withdrawn access stops at once, for every credential, on every instance:
@@ -348,14 +348,11 @@ describe('what each instance remembers, and when it stops trusting it', () => {
     const C = await startServer({}, {}, { databaseUrl: A.databaseUrl })
     const [pid] = (await listeners()).filter((p) => !before.includes(p))
     assert.ok(pid, 'C listens on a backend of its own')
-    const [{ local }] = await sql<[{ local: boolean }]>`SELECT inet_server_addr() IS NULL OR inet_server_addr() = '127.0.0.1' AS local`
-    const command = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')
-    if (!local || !command.startsWith('postgres')) return t.skip('the database server is not a process of this machine')
-
     const user = await account()
     const pair = await login(user)
     assert.equal((await me(C, pair.access_token)).status, 200)
-    process.kill(pid, 'SIGSTOP')
+    const thaw = await freezeBackend(sql, pid)
+    if (!thaw) return t.skip('the database server is not a process of this machine')
     try {
       const took = await until('C distrusts', () => !C.deps.credentialChanges.trusted, HEARTBEAT_MS + CATCH_UP_TIMEOUT_MS + 1500)
       t.diagnostic(`C stopped trusting its memory ${Math.round(took)} ms after its listener froze`)
@@ -371,7 +368,7 @@ describe('what each instance remembers, and when it stops trusting it', () => {
       assert.equal((await me(C, fresh.access_token)).status, 200)
       assert.ok((await statements(C)) - spent >= 2, 'the JWT was checked in the database')
     } finally {
-      process.kill(pid, 'SIGCONT')
+      thaw()
     }
     await until('C trusts again', () => C.deps.credentialChanges.trusted)
     assert.equal((await C.request('GET', '/readyz', { auth: null })).body.credentials, 'remembered')

@@ -1,0 +1,35 @@
+import { readFile } from 'node:fs/promises'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Sql } from 'postgres'
+
+/**
+ * Freezes (SIGSTOP) one PostgreSQL backend, as a server that stops answering
+ * one connection, and gives back the function that thaws it; undefined when
+ * the server is not a process of this machine or cannot be signalled.
+ *
+ * A backend is only left frozen while it waits for its client (wait event
+ * ClientRead). Stopped anywhere else it may hold a lock the whole cluster
+ * needs (a listener reading the notification queue holds NotifyQueueLock,
+ * which every committing NOTIFY waits for, uninterruptibly): every other test
+ * using the cluster would hang until it thaws.
+ */
+export async function freezeBackend(sql: Sql, pid: number): Promise<(() => void) | undefined> {
+  const [{ local }] = await sql<[{ local: boolean }]>`SELECT inet_server_addr() IS NULL OR inet_server_addr() = '127.0.0.1' AS local`
+  // Only a backend of a server on this machine, and only if it is one (not a process that reused the number).
+  const command = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')
+  if (!local || !command.startsWith('postgres')) return undefined
+  const thaw = () => void process.kill(pid, 'SIGCONT')
+  for (let attempt = 0; attempt < 200; attempt++) {
+    try {
+      process.kill(pid, 'SIGSTOP')
+    } catch {
+      return undefined
+    }
+    // Its activity entry is frozen with it: what it shows is where it stopped.
+    const [state] = await sql<Array<{ waiting: boolean }>>`SELECT wait_event = 'ClientRead' AS waiting FROM pg_stat_activity WHERE pid = ${pid}`.catch(() => [])
+    if (state?.waiting) return thaw
+    thaw()
+    await sleep(5)
+  }
+  throw new Error(`backend ${pid} was never caught waiting for its client`)
+}
