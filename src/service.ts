@@ -21,6 +21,8 @@ import { Metrics } from './metrics/metrics.js'
 import { ListShapes } from './collections/list-sql.js'
 import { shutdown } from './shutdown.js'
 
+const LISTEN_BACKLOG = 4096
+
 // One service instance owns all of its state: the pool, the caches, the
 // limits, the credential listener, the server. Nothing of it lives in a
 // module, so two services in one process (tests run several) share nothing.
@@ -63,7 +65,10 @@ export function createService(config: Config, options: ServiceOptions): Service 
       await Promise.all([deps.passwords.decoy(), deps.sql`SELECT 1`])
       return new Promise<AddressInfo>((resolve, reject) => {
         server.once('error', reject)
-        server.listen(port, host, () => {
+        // Node's default backlog (511) drops connection attempts when a thousand clients connect at
+        // once, and each dropped one waits 1 s, then 3 s, for its SYN to be sent again; the kernel
+        // caps this at net.core.somaxconn.
+        server.listen({ port, host, backlog: LISTEN_BACKLOG }, () => {
           server.off('error', reject)
           resolve(server.address() as AddressInfo)
         })

@@ -1,4 +1,5 @@
 import { BoundedMap } from '../lib/bounded-map.js'
+import { quoteIdentifier as quote } from '../db/identifier.js'
 import type { Collection, FilterOperator, MemberType } from './declaration.js'
 
 // The SQL of a list request. Its text depends only on the request's shape
@@ -179,8 +180,6 @@ function keysetCondition(sort: readonly SortKey[], first: number): string {
 
 const where = (conditions: string[]) => (conditions.length ? ` WHERE ${conditions.join(' AND ')}` : '')
 
-/** Quoted although defineCollection admits only plain identifiers: the quoting does not rely on that check. */
-const quote = (name: string) => `"${name.replaceAll('"', '""')}"`
 
 // -------------------------------------------------------------------- values
 

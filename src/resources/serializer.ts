@@ -29,6 +29,8 @@ type WriterName = keyof typeof writers
 function writerOf(schema: TSchema): WriterName {
   if (Type.IsInteger(schema)) return 'integer'
   if (Type.IsString(schema)) return (schema as { format?: string }).format === 'date-time' ? 'timestamp' : 'string'
+  // An enumeration of strings (a role): written as any string.
+  if (Type.IsUnion(schema) && schema.anyOf.every((s) => Type.IsString(s) || (Type.IsLiteral(s) && typeof s.const === 'string'))) return 'string'
   return 'any'
 }
 

@@ -1,6 +1,7 @@
 import type { Sql, TransactionSql } from 'postgres'
 import { checkIfMatch } from '../http/conditional.js'
 import { HttpError, notFound } from '../http/problem.js'
+import { quoteIdentifier } from '../db/identifier.js'
 import type { Resource } from './resource.js'
 
 // The SQL of single-row reads and writes, for any declared resource. Table
@@ -15,11 +16,31 @@ export type StoredRow = Record<string, unknown> & { id: number; version: number 
 /** Equality conditions a caller cannot lift (a user's own API keys), ANDed to the id. */
 export type Scope = Record<string, string>
 
-const scoped = (db: Db, scope: Scope | undefined) =>
-  Object.entries(scope ?? {}).reduce((conditions, [column, value]) => db`${conditions} AND ${db(column)} = ${value}`, db``)
+// Reads and deletes by id (the commonest statements) have their text made
+// once per table and set of scope columns (names from declarations, never
+// from a request) and run as prepared statements. Built from fragments and
+// an identifier per request, they cost a fifth of a GET by id.
+const byIdTexts = new Map<string, string>()
+/** Each statement's text before and after its conditions (`id = $1`, then the scope's). */
+const byIdStatements = {
+  select: { head: (table: string) => `SELECT * FROM ${quoteIdentifier(table)}`, tail: '' },
+  delete: { head: (table: string) => `DELETE FROM ${quoteIdentifier(table)}`, tail: ' RETURNING id' },
+}
+
+function byId(db: Db, kind: keyof typeof byIdStatements, table: string, id: number | string, scope: Scope | undefined) {
+  const columns = scope ? Object.keys(scope) : []
+  const key = [kind, table, ...columns].join(' ')
+  let text = byIdTexts.get(key)
+  if (text === undefined) {
+    const { head, tail } = byIdStatements[kind]
+    text = `${head(table)} WHERE id = $1${columns.map((c, i) => ` AND ${quoteIdentifier(c)} = $${i + 2}`).join('')}${tail}`
+    byIdTexts.set(key, text)
+  }
+  return db.unsafe<StoredRow[]>(text, [id, ...columns.map((c) => scope![c]!)], { prepare: true })
+}
 
 export async function findRow(db: Db, resource: Resource, id: string, scope?: Scope): Promise<StoredRow | undefined> {
-  const [row] = await db<StoredRow[]>`SELECT * FROM ${db(resource.table)} WHERE id = ${id} ${scoped(db, scope)}`
+  const [row] = await byId(db, 'select', resource.table, id, scope)
   return row
 }
 
@@ -53,7 +74,7 @@ export async function updateRow(tx: TransactionSql, resource: Resource, id: numb
 
 /** Deletes the row; whether there was one. */
 export async function deleteRow(db: Db, resource: Resource, id: number | string, scope?: Scope): Promise<boolean> {
-  const rows = await db`DELETE FROM ${db(resource.table)} WHERE id = ${id} ${scoped(db, scope)} RETURNING id`
+  const rows = await byId(db, 'delete', resource.table, id, scope)
   return rows.length > 0
 }
 
