@@ -338,7 +338,8 @@ interface Running {
   logFile: string
 }
 
-async function freePort(): Promise<number> {
+/** A port nothing listens on now, for a server about to start. */
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const probe = createServer()
     probe.once('error', reject)

@@ -1,8 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { closeSync, existsSync, openSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { join } from 'node:path'
-import { peerServers } from './peers-check.js'
+import { freePort, peerServers } from './peers-check.js'
 
 // The three servers `make bench` compares, each started as a fresh process:
 //   service  the production build, as `npm start` runs it (dist/main.js)
@@ -55,17 +54,6 @@ export interface RunningServer {
 export const running = new Set<RunningServer>()
 
 export const logFileOf = (outDir: string, kind: Kind, rows: number) => join(outDir, `${kind}-${rows}.log`)
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer()
-    probe.once('error', reject)
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address() as { port: number }
-      probe.close(() => resolve(port))
-    })
-  })
-}
 
 /** The command line and environment of a server; `extraNodeArgs` adds e.g. --cpu-prof. */
 function command(kind: Kind, o: ServerOptions, port: number, extraNodeArgs: string[]): { args: string[]; cwd: string; env: NodeJS.ProcessEnv } {
