@@ -97,6 +97,9 @@ async function createKey(body: Record<string, unknown> = {}, auth?: string): Pro
 
 /** Uses the key on A and B, so that both have it cached; checks that a second use costs no statement for the key. */
 async function cacheOnBoth(key: string): Promise<void> {
+  // Changes announced by earlier steps (a deletion, a TRUNCATE) reach each instance asynchronously;
+  // one arriving between the two uses below would empty the cache and make the second a read.
+  await Promise.all([heard(A), heard(B)])
   for (const server of [A, B]) {
     assert.equal((await me(server, key)).status, 200)
     const handlerOnly = await statementsDuring(server, async () => void assert.equal((await me(server, key)).status, 200))
