@@ -1,6 +1,7 @@
 import { createHmac } from 'node:crypto'
 import type { Principal } from '../auth/principal.js'
 import { HttpError } from './problem.js'
+import { jsonBody } from './reply.js'
 import type { AnyRoute, HandlerContext, Reply } from './route.js'
 
 // Idempotency-Key on creating POSTs. The key is scoped to the caller (the
@@ -112,7 +113,7 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   }
   const headers = Object.fromEntries(REPLAYED_HEADERS.filter((h) => reply.headers?.[h] !== undefined).map((h) => [h, reply.headers![h]!]))
   await sql`
-    UPDATE idempotency_keys SET status = ${reply.status}, headers = ${sql.json(headers)}, body = ${reply.body === undefined ? null : JSON.stringify(reply.body)}
+    UPDATE idempotency_keys SET status = ${reply.status}, headers = ${sql.json(headers)}, body = ${jsonBody(reply) ?? null}
     WHERE caller = ${caller} AND key = ${header} AND created_at = ${mine}`
   if (ctx.deps.idempotencyCleanup.due()) {
     await sql`DELETE FROM idempotency_keys WHERE created_at < now() - ${RETENTION}::interval`

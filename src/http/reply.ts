@@ -8,7 +8,7 @@ const PROBLEM_TYPE = 'application/problem+json; charset=utf-8'
 export function writeReply(res: ServerResponse, reply: Reply, opts: { requestId: string; head: boolean; problem?: boolean }): void {
   // Kept as a string: Node writes it to the socket as it is, where a Buffer
   // would be one more copy of every body, allocated outside the V8 heap.
-  const payload = reply.text ? reply.text.content : reply.body === undefined ? undefined : reply.serialize ? reply.serialize(reply.body) : JSON.stringify(reply.body)
+  const payload = reply.text ? reply.text.content : jsonBody(reply)
   // One writeHead with a flat [name, value, …] list: Node then validates and
   // serializes the headers once, without keeping a header map per response.
   const headers: Array<string | number> = ['x-request-id', opts.requestId, 'x-content-type-options', 'nosniff']
@@ -20,4 +20,10 @@ export function writeReply(res: ServerResponse, reply: Reply, opts: { requestId:
   }
   res.writeHead(reply.status, headers)
   res.end(opts.head ? undefined : payload)
+}
+
+/** A reply's JSON body as it goes out (and as an idempotent replay stores it): through its serializer when it has one. */
+export function jsonBody(reply: Reply): string | undefined {
+  if (reply.body === undefined) return undefined
+  return reply.serialize ? reply.serialize(reply.body) : JSON.stringify(reply.body)
 }

@@ -97,7 +97,7 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     members: Object.fromEntries(entries.filter(([m]) => traits[m]!.sort).map(([m, s]) => [m, memberType(name, m, s, traits[m]!)])),
     searchColumns: entries.filter(([m]) => traits[m]!.search).map(([m]) => m),
     outputMembers,
-    serializePage: (rows, fields) => serializer.page(rows, fields),
+    serializePage: serializer.page,
   })
   const label = name.replace(/[A-Z]/g, (c, at: number) => (at ? ' ' : '') + c.toLowerCase())
   const uniqueCodes = new Map(entries.flatMap(([m]) => {
