@@ -34,7 +34,7 @@ test('a backend killed between the two writes of a refresh-token rotation, under
   const figures: string[] = []
   try {
     for (let round = 0; round < 3; round++) {
-      const opened = await openSession(api.sql, api.deps.config, { id: user.id, role: 'user', credential_epoch: 0 }, [...roleScopes.user], 'jwt', { userAgent: undefined, address: '127.0.0.1' })
+      const opened = await openSession(api.sql, api.deps.config, { id: user.id, role: 'user', credential_epoch: 0 }, [...roleScopes.user], 'jwt', { userAgent: undefined, address: '127.0.0.1' }, 'test-request')
       const { refresh_token: refresh } = opened!
       const [{ session_id: sessionId }] = await admin<[{ session_id: number }]>`SELECT session_id FROM refresh_tokens WHERE token_hash = ${hashSecret(refresh)}`
 

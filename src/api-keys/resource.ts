@@ -9,7 +9,9 @@ import { idMember, nameSchema, timestampMember } from '../resources/common.js'
 import { member } from '../resources/member.js'
 import { defineResource } from '../resources/resource.js'
 import { resourceRoutes, type ResourceHooks } from '../resources/routes.js'
-import type { StoredRow } from '../resources/store.js'
+import { eventOf, type StoredRow } from '../resources/store.js'
+import { originOf, type EventOrigin } from '../events/origin.js'
+import { recordEvents } from '../events/record.js'
 
 // An API key is listed, read and deleted like any resource, by its owner (or
 // an admin). It is never changed, and its creation is its own: the secret is
@@ -22,6 +24,7 @@ export const apiKeys = defineResource({
   path: '/api-keys',
   table: 'api_keys',
   versioned: false,
+  deletedVerb: 'revoked',
   members: {
     id: idMember(),
     name: member(nameSchema(), { write: 'create', sort: true, search: true }),
@@ -48,7 +51,7 @@ const userIdOf = (p: Principal) => (p.kind === 'user' ? p.userId : '')
  * for this insert and then takes the key with it.
  */
 async function insertApiKey(
-  sql: Sql, key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null }, max: number,
+  sql: Sql, key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null }, max: number, origin: EventOrigin,
 ): Promise<StoredRow | 'gone' | 'limit'> {
   return sql.begin(async (tx) => {
     const [user] = await tx`SELECT 1 FROM users WHERE id = ${key.user_id} FOR NO KEY UPDATE`
@@ -57,6 +60,7 @@ async function insertApiKey(
       SELECT count(*)::int AS live FROM api_keys WHERE user_id = ${key.user_id} AND (expires_at IS NULL OR expires_at > now())`
     if (live >= max) return 'limit'
     const [row] = await tx<StoredRow[]>`INSERT INTO api_keys ${tx(key)} RETURNING *`
+    await recordEvents(tx, [eventOf(apiKeys, apiKeys.events.created, row!)], origin)
     return row!
   })
 }
@@ -69,7 +73,7 @@ const hooks: ResourceHooks = {
       throw new HttpError('forbidden', 'Only an admin may list the keys of another user.')
     }
   },
-  async insert({ principal, deps }, values) {
+  async insert({ principal, requestId, deps }, values) {
     if (principal.kind !== 'user') throw new Error('unreachable: protected route')
     const scopes = values.scopes as string[]
     const unknown = scopes.findIndex((s) => !isScope(s))
@@ -88,7 +92,7 @@ const hooks: ResourceHooks = {
     const { maxApiKeysPerUser } = deps.config
     const row = await insertApiKey(deps.sql, {
       user_id: Number(principal.userId), name: values.name as string, prefix: displayPrefix(key), key_hash: hashSecret(key), scopes, expires_at: expiresAt,
-    }, maxApiKeysPerUser)
+    }, maxApiKeysPerUser, originOf(principal, requestId))
     // The user was deleted while this request ran: the credential is good for nothing now.
     if (row === 'gone') throw new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
     if (row === 'limit') throw new HttpError('api_key_limit', `This user already holds ${maxApiKeysPerUser} live API keys (MAX_API_KEYS_PER_USER); delete one first.`)

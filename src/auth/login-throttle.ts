@@ -1,3 +1,5 @@
+import { recordEvents } from '../events/record.js'
+import type { EventOrigin } from '../events/origin.js'
 import type { Sql } from 'postgres'
 import { HttpError } from '../http/problem.js'
 import { RateLimiter } from '../http/rate-limit.js'
@@ -41,6 +43,20 @@ const tooMany = (seconds: number) =>
  * for U+0130 say) can make two keys of one account.
  */
 export const normalizeEmail = (email: string) => email.replace(/[A-Z]+/g, (letters) => letters.toLowerCase())
+
+/**
+ * The event of a password that did not match (a login, or the
+ * current_password of a change to one's own account). Recorded on its own
+ * once the check failed: the attempt was counted before the check, so that
+ * concurrent guesses cannot outrun the lock.
+ */
+export async function recordFailedLogin(sql: Sql, attempt: { email: string; userId: number | undefined; client: string }, origin: EventOrigin): Promise<void> {
+  await recordEvents(sql, [{
+    type: 'login.failed',
+    subject: { type: 'user', id: attempt.userId ?? null },
+    data: { email: attempt.email, client_address: attempt.client.slice(0, 64) },
+  }], origin)
+}
 
 /**
  * Counts a login attempt before its password is checked, or refuses it (429)

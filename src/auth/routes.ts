@@ -6,8 +6,9 @@ import { findUserByEmail, findUser } from '../users/queries.js'
 import { users } from '../users/resource.js'
 import { challenge } from './credentials.js'
 import { addressBucket } from '../http/client-address.js'
-import { clearFailures, countAttempt, normalizeEmail } from './login-throttle.js'
+import { clearFailures, countAttempt, normalizeEmail, recordFailedLogin } from './login-throttle.js'
 import { verifyInSlot } from './password.js'
+import { originOf } from '../events/origin.js'
 import { publicAccess } from './access.js'
 import { isScope, roleScopes } from './scopes.js'
 import { endSession } from './session-routes.js'
@@ -57,7 +58,7 @@ export const authRoutes = [
     body: { kind: 'json', validator: compileValidator(LoginBody) },
     // It waits for a password-hash slot too, which must not hold a place under the database bound.
     database: 'statements',
-    async handle({ body, headers, client, bounded, deps }) {
+    async handle({ body, headers, client, requestId, bounded, deps }) {
       const { sql, config, logins, passwords } = deps
       const address = addressBucket(client)
       logins.admit(address)
@@ -72,7 +73,10 @@ export const authRoutes = [
         })
         return { user, ok: await verifyInSlot(body.password, user?.password_hash ?? fallback) }
       })
-      if (!user || !user.password_hash || !ok) throw invalidCredentials()
+      if (!user || !user.password_hash || !ok) {
+        await bounded(() => recordFailedLogin(sql, { email, userId: user?.id, client }, { actorId: null, credential: null, requestId }))
+        throw invalidCredentials()
+      }
       await bounded(() => clearFailures(sql, email, address))
       const allowed = roleScopes[user.role]
       const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
@@ -80,7 +84,7 @@ export const authRoutes = [
       if (refused.length || requested.length === 0) {
         throw new HttpError('insufficient_scope', `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`)
       }
-      const tokens = await bounded(() => openSession(sql, config, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client }))
+      const tokens = await bounded(() => openSession(sql, config, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client }, requestId))
       // The password or role changed while this login was checked: its tokens would be void already.
       if (!tokens) throw invalidCredentials()
       return { status: 200, body: tokens }
@@ -97,8 +101,8 @@ export const authRoutes = [
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(RefreshBody) },
-    async handle({ body, deps }) {
-      const tokens = await rotate(deps.sql, deps.config, body.refresh_token)
+    async handle({ body, requestId, deps }) {
+      const tokens = await rotate(deps.sql, deps.config, body.refresh_token, requestId)
       // A retired token presented again ended its session: its JWTs stop here before the answer.
       if (tokens === 'reused') await deps.credentialChanges.caughtUp()
       if (tokens === undefined || tokens === 'reused') throw invalidRefresh()
@@ -117,17 +121,16 @@ export const authRoutes = [
     responses: { 204: { description: 'Session ended' } },
     access: { kind: 'optional' },
     body: { kind: 'json', validator: compileValidator(LogoutBody), optional: true },
-    async handle({ body, principal, deps }) {
-      let sessionId: number | undefined
+    async handle({ body, principal, requestId, deps }) {
       if (body?.refresh_token) {
-        sessionId = await sessionOfRefreshToken(deps.sql, body.refresh_token)
-        if (sessionId === undefined) throw invalidRefresh()
-      } else if (principal.kind === 'user' && principal.credential.type !== 'api_key') {
-        sessionId = principal.credential.sessionId
-      } else {
-        throw new HttpError('invalid_request', 'Send {"refresh_token": …}, or call with an access token of the session to end.')
+        const owner = await sessionOfRefreshToken(deps.sql, body.refresh_token)
+        if (owner === undefined) throw invalidRefresh()
+        return endSession(deps, owner.sessionId, { actorId: owner.userId, credential: 'refresh_token', requestId })
       }
-      return endSession(deps, sessionId)
+      if (principal.kind === 'user' && principal.credential.type !== 'api_key') {
+        return endSession(deps, principal.credential.sessionId, originOf(principal, requestId))
+      }
+      throw new HttpError('invalid_request', 'Send {"refresh_token": …}, or call with an access token of the session to end.')
     },
   }),
 

@@ -2,6 +2,7 @@ import Type from 'typebox'
 import type { AppDeps } from '../app-deps.js'
 import { HttpError, notFound } from '../http/problem.js'
 import { defineRoute, type Reply } from '../http/route.js'
+import { originOf, type EventOrigin } from '../events/origin.js'
 import type { Principal, UserPrincipal } from './principal.js'
 import { raiseCredentialEpoch, revokeSession, revokeSessionsOf } from './sessions.js'
 
@@ -41,8 +42,8 @@ function asUser(principal: Principal): UserPrincipal {
 }
 
 /** Ends a session and answers 204 once this instance refuses its credentials (logout, DELETE /auth/sessions/{id}). */
-export async function endSession(deps: AppDeps, sessionId: number): Promise<Reply> {
-  await revokeSession(deps.sql, sessionId)
+export async function endSession(deps: AppDeps, sessionId: number, origin: EventOrigin): Promise<Reply> {
+  await revokeSession(deps.sql, sessionId, origin)
   await deps.credentialChanges.caughtUp()
   return { status: 204 }
 }
@@ -75,12 +76,12 @@ export const sessionRoutes = [
     summary: 'End one of the caller\'s sessions: its refresh token, access tokens and JWTs stop at once',
     responses: { 204: { description: 'Ended' } },
     access: { kind: 'protected', scope: null, who: 'any' },
-    async handle({ params, principal, deps }) {
+    async handle({ params, principal, requestId, deps }) {
       const caller = asUser(principal)
       // Another user's session is a 404 like one that does not exist: ids of other users' sessions do not leak.
       const [owned] = await deps.sql`SELECT 1 FROM sessions WHERE id = ${params.id!} AND user_id = ${caller.userId} AND revoked_at IS NULL`
       if (!owned) throw notFound()
-      return endSession(deps, Number(params.id))
+      return endSession(deps, Number(params.id), originOf(principal, requestId))
     },
   }),
 
@@ -92,12 +93,12 @@ export const sessionRoutes = [
     summary: 'End every session of the caller and every JWT issued to it so far',
     responses: { 204: { description: 'Every session ended' } },
     access: { kind: 'protected', scope: null, who: 'any' },
-    async handle({ principal, deps }) {
+    async handle({ principal, requestId, deps }) {
       const caller = asUser(principal)
       // A key is for a program: it must not be able to log its owner out everywhere (and it has no session to keep).
       if (caller.credential.type === 'api_key') throw new HttpError('forbidden', 'An API key cannot end sessions; log in to do this.')
       await deps.sql.begin(async (tx) => {
-        await revokeSessionsOf(tx, Number(caller.userId))
+        await revokeSessionsOf(tx, Number(caller.userId), originOf(principal, requestId))
         await raiseCredentialEpoch(tx, Number(caller.userId))
       })
       await deps.credentialChanges.caughtUp()

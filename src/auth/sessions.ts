@@ -1,5 +1,6 @@
 import type { Sql, TransactionSql } from 'postgres'
 import type { Config } from '../config.js'
+import { originValues, type EventOrigin } from '../events/origin.js'
 import { signJwt } from './jwt.js'
 import type { Role } from './principal.js'
 import { effectiveScopes } from './scopes.js'
@@ -63,15 +64,21 @@ async function issuePair(tx: TransactionSql, config: Config, s: SessionUser): Pr
  * tokens of an older epoch would be void at once, so none are issued.
  */
 export async function openSession(
-  sql: Sql, config: Config, user: { id: number; role: Role; credential_epoch: number }, scopes: string[], format: TokenFormat, client: SessionClient,
+  sql: Sql, config: Config, user: { id: number; role: Role; credential_epoch: number }, scopes: string[], format: TokenFormat, client: SessionClient, requestId: string,
 ): Promise<TokenResponse | undefined> {
+  const [actorId, credential, request] = originValues({ actorId: user.id, credential: 'password', requestId })
   return sql.begin(async (tx) => {
     const [session] = await tx<Array<{ id: number }>>`
-      INSERT INTO sessions (user_id, scopes, token_format, expires_at, last_used_at, user_agent, client_address)
-      SELECT id, ${scopes}, ${format}, now() + ${config.refreshTokenTtl} * interval '1 second', now(),
-        ${client.userAgent?.slice(0, 256) ?? null}, ${client.address.slice(0, 64)}
-      FROM users WHERE id = ${user.id} AND credential_epoch = ${user.credential_epoch} FOR KEY SHARE
-      RETURNING id`
+      WITH opened AS (
+        INSERT INTO sessions (user_id, scopes, token_format, expires_at, last_used_at, user_agent, client_address)
+        SELECT id, ${scopes}, ${format}, now() + ${config.refreshTokenTtl} * interval '1 second', now(),
+          ${client.userAgent?.slice(0, 256) ?? null}, ${client.address.slice(0, 64)}
+        FROM users WHERE id = ${user.id} AND credential_epoch = ${user.credential_epoch} FOR KEY SHARE
+        RETURNING *),
+      event AS (
+        INSERT INTO events (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
+        SELECT 'session.created', 'session', o.id, ${actorId}::bigint, ${credential}::text, ${request}::text, session_data(o) FROM opened o)
+      SELECT id FROM opened`
     if (!session) return undefined
     return issuePair(tx, config, { session_id: session.id, user_id: user.id, role: user.role, credential_epoch: user.credential_epoch, scopes, token_format: format })
   })
@@ -82,7 +89,7 @@ export async function openSession(
  * otherwise (the caller answers 401; 'reused' ended the session first). The conditional UPDATE makes rotation atomic: of
  * two refreshes racing with one token, exactly one finds it unused.
  */
-export async function rotate(sql: Sql, config: Config, refreshToken: string): Promise<TokenResponse | 'reused' | undefined> {
+export async function rotate(sql: Sql, config: Config, refreshToken: string, requestId: string): Promise<TokenResponse | 'reused' | undefined> {
   const hash = hashSecret(refreshToken)
   return sql.begin(async (tx) => {
     const [live] = await tx<SessionUser[]>`
@@ -99,7 +106,8 @@ export async function rotate(sql: Sql, config: Config, refreshToken: string): Pr
     // Known but already used: the token was copied. End the session for everyone holding it.
     const [reused] = await tx<Array<{ session_id: number }>>`SELECT session_id FROM refresh_tokens WHERE token_hash = ${hash} AND used_at IS NOT NULL`
     if (!reused) return undefined
-    await revokeSession(tx, reused.session_id)
+    // Whoever presented it is unknown: the copy may be the thief's or the owner's.
+    await revokeSession(tx, reused.session_id, { actorId: null, credential: 'refresh_token', requestId })
     return 'reused'
   })
 }
@@ -108,21 +116,30 @@ export async function rotate(sql: Sql, config: Config, refreshToken: string): Pr
  * Ends a session: its refresh token and opaque access tokens stop at once
  * (they are read from the database), and its JWTs through the revocation the
  * trigger records and announces (sql/005). The caller waits for its instance
- * to hear it (credentialChanges.caughtUp) before answering.
+ * to hear it (credentialChanges.caughtUp) before answering. Its event
+ * (session.revoked) is written in the same statement; a session ended already
+ * is left as it is, with no second event.
  */
-export async function revokeSession(db: Sql | TransactionSql, sessionId: number): Promise<void> {
-  await db`UPDATE sessions SET revoked_at = coalesce(revoked_at, now()) WHERE id = ${sessionId}`
-  await db`DELETE FROM access_tokens WHERE session_id = ${sessionId}`
+export async function revokeSession(db: Sql | TransactionSql, sessionId: number, origin: EventOrigin): Promise<void> {
+  await endSessions(db, db`id = ${sessionId}`, origin)
 }
 
 /** Ends every live session of a user but `except` (the caller's own, on a password change). */
-export async function revokeSessionsOf(db: Sql | TransactionSql, userId: number, except?: number): Promise<void> {
+export async function revokeSessionsOf(db: Sql | TransactionSql, userId: number, origin: EventOrigin, except?: number): Promise<void> {
+  await endSessions(db, db`user_id = ${userId} ${except === undefined ? db`` : db`AND id <> ${except}`}`, origin)
+}
+
+async function endSessions(db: Sql | TransactionSql, which: ReturnType<Sql>, origin: EventOrigin): Promise<void> {
+  const [actorId, credential, requestId] = originValues(origin)
   await db`
     WITH ended AS (
-      UPDATE sessions SET revoked_at = now()
-      WHERE user_id = ${userId} AND revoked_at IS NULL ${except === undefined ? db`` : db`AND id <> ${except}`}
-      RETURNING id)
-    DELETE FROM access_tokens WHERE session_id IN (SELECT id FROM ended)`
+      UPDATE sessions SET revoked_at = now() WHERE ${which} AND revoked_at IS NULL
+      RETURNING *),
+    tokens AS (DELETE FROM access_tokens WHERE session_id IN (SELECT id FROM ended)),
+    event AS (
+      INSERT INTO events (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
+      SELECT 'session.revoked', 'session', e.id, ${actorId}::bigint, ${credential}::text, ${requestId}::text, session_data(e) FROM ended e ORDER BY e.id)
+    SELECT count(*) FROM ended`
 }
 
 /** Voids every JWT of the user issued so far, whatever its session (the trigger announces it, sql/005). */
@@ -130,8 +147,9 @@ export async function raiseCredentialEpoch(db: Sql | TransactionSql, userId: num
   await db`UPDATE users SET credential_epoch = credential_epoch + 1 WHERE id = ${userId}`
 }
 
-/** The session of a refresh token (used or not), for logout. */
-export async function sessionOfRefreshToken(db: Sql, refreshToken: string): Promise<number | undefined> {
-  const [row] = await db<Array<{ session_id: number }>>`SELECT session_id FROM refresh_tokens WHERE token_hash = ${hashSecret(refreshToken)}`
-  return row?.session_id
+/** The session of a refresh token (used or not) and its user, for logout. */
+export async function sessionOfRefreshToken(db: Sql, refreshToken: string): Promise<{ sessionId: number; userId: number } | undefined> {
+  const [row] = await db<Array<{ session_id: number; user_id: number }>>`
+    SELECT r.session_id, s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id WHERE r.token_hash = ${hashSecret(refreshToken)}`
+  return row && { sessionId: row.session_id, userId: row.user_id }
 }

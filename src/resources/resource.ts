@@ -27,6 +27,8 @@ export interface ResourceDeclaration<M extends Members> {
   writeExtras?: Members
   /** Rows carry a `version` column: ETags, If-Match, 304. Default true. */
   versioned?: boolean
+  /** The verb of the event a deletion writes (`api_key.revoked`). Default `deleted`. */
+  deletedVerb?: string
 }
 
 /** A row as read from the table: the members as their schemas type them (the driver gives timestamps as Dates), and `version`. */
@@ -53,6 +55,10 @@ export interface Resource<M extends Members = Members> {
   readonly serializer: Serializer
   /** The representation of a row: output members only, in order. */
   present(row: Record<string, unknown>): Record<string, unknown>
+  /** Output members that are timestamps (written as the API's timestamp text). */
+  readonly timestampMembers: ReadonlySet<string>
+  /** The events its writes record (sql/007): the subject type (`api_key`) and the type of each write. */
+  readonly events: { subject: string; created: string; updated: string; deleted: string }
   /** Its schemas by OpenAPI component name: `User`, `UserPage`, `UserCreate`, `UserReplace`, `UserPatch`. */
   components(): Record<string, TSchema>
 }
@@ -100,6 +106,7 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     serializePage: serializer.page,
   })
   const label = name.replace(/[A-Z]/g, (c, at: number) => (at ? ' ' : '') + c.toLowerCase())
+  const subject = label.replaceAll(' ', '_')
   const uniqueCodes = new Map(entries.flatMap(([m]) => {
     const unique = traits[m]!.unique
     return unique ? [[unique.constraint, { code: unique.code, member: m.replaceAll('_', ' ') }] as const] : []
@@ -118,6 +125,8 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     bodies: { create: compileValidator(schemas.create), replace: compileValidator(schemas.replace), patch: compileValidator(schemas.patch) },
     collection,
     uniqueCodes,
+    timestampMembers: new Set(outputMembers.filter((m) => isTimestamp(members[m]!))),
+    events: { subject, created: `${subject}.created`, updated: `${subject}.updated`, deleted: `${subject}.${declaration.deletedVerb ?? 'deleted'}` },
     components: () => ({
       [name]: schemas.representation,
       [`${name}Page`]: schemas.page,

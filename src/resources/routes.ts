@@ -7,6 +7,7 @@ import type { ListQuery } from '../collections/declaration.js'
 import { etagFor } from '../http/conditional.js'
 import { notFound, validationFailed } from '../http/problem.js'
 import { defineRoute, type AnyRoute, type HandlerContext, type Reply } from '../http/route.js'
+import { originOf } from '../events/origin.js'
 import type { Resource } from './resource.js'
 import { conflictOf, deleteRow, findRow, insertRow, lockRow, updateRow, type Scope, type StoredRow } from './store.js'
 
@@ -125,7 +126,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
       const next = { ...(op === 'replace' ? replaced(body, current) : patched(body)), ...pending.columns }
       locked = { ...pending, current, changes: changedMembers(current, next) }
       await hooks.inTransaction?.(tx, locked, state)
-      return Object.keys(locked.changes).length ? updateRow(tx, resource, current.id, locked.changes) : current
+      return Object.keys(locked.changes).length ? updateRow(tx, resource, current.id, locked.changes, originOf(ctx.principal, ctx.requestId)) : current
     }).catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
     await hooks.afterCommit?.(locked!)
     return reply(200, row)
@@ -174,7 +175,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
         Object.assign(values, pending.columns)
         const created = hooks.insert
           ? await hooks.insert(ctx, values)
-          : { row: await insertRow(ctx.deps.sql, resource, values).catch((err: unknown) => Promise.reject(conflictOf(resource, err))) }
+          : { row: await insertRow(ctx.deps.sql, resource, values, originOf(ctx.principal, ctx.requestId)).catch((err: unknown) => Promise.reject(conflictOf(resource, err))) }
         return reply(201, created.row, { body: created.body, headers: { location: `${ctx.deps.config.apiPrefix}${path}/${created.row.id}`, ...created.headers } })
       },
     }),
@@ -201,13 +202,14 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
       requiresIfMatch: versioned,
       async handle(ctx) {
         const { params, principal, headers, deps } = ctx
+        const origin = originOf(principal, ctx.requestId)
         if (versioned) {
           await deps.sql.begin(async (tx) => {
             const current = await lockRow(tx, resource, params.id!, headers['if-match'])
             await hooks.beforeDelete?.(tx, current)
-            await deleteRow(tx, resource, current.id)
+            await deleteRow(tx, resource, current.id, origin)
           })
-        } else if (!(await deleteRow(deps.sql, resource, params.id!, scopeOf(principal)))) {
+        } else if (!(await deleteRow(deps.sql, resource, params.id!, origin, scopeOf(principal)))) {
           throw notFound()
         }
         await hooks.afterDelete?.(ctx)

@@ -1,14 +1,24 @@
 import type { Sql, TransactionSql } from 'postgres'
 import { checkIfMatch } from '../http/conditional.js'
 import { HttpError, notFound } from '../http/problem.js'
-import { quoteIdentifier } from '../db/identifier.js'
+import { quoteIdentifier as quote } from '../db/identifier.js'
+import { originValues, type EventOrigin } from '../events/origin.js'
+import type { EventRecord } from '../events/record.js'
+import { representationSql } from '../events/representation.js'
+import { BoundedMap } from '../lib/bounded-map.js'
 import type { Resource } from './resource.js'
 
-// The SQL of single-row reads and writes, for any declared resource. Table
-// and column names come from the declaration (checked to be plain
-// identifiers) and go through postgres.js identifier escaping; every value is
-// a parameter. Functions take the database handle first, so the same
-// function runs on the pool or inside a caller's transaction.
+// The SQL of single-row reads and writes, for any declared resource. Every
+// write records its event in the same statement (a data-modifying WITH), so
+// a change and its event commit together or not at all, with no extra round
+// trip (sql/007 explains how events get their commit-ordered ids).
+//
+// Texts are made once per table and set of columns (names from declarations,
+// checked to be plain identifiers and quoted; never from a request) and run
+// as prepared statements: every value is a parameter. Built from fragments
+// per request, a read by id cost a fifth of a GET. Functions take the
+// database handle first, so the same function runs on the pool or inside a
+// caller's transaction.
 
 type Db = Sql | TransactionSql
 export type StoredRow = Record<string, unknown> & { id: number; version: number }
@@ -16,36 +26,44 @@ export type StoredRow = Record<string, unknown> & { id: number; version: number 
 /** Equality conditions a caller cannot lift (a user's own API keys), ANDed to the id. */
 export type Scope = Record<string, string>
 
-// Reads and deletes by id (the commonest statements) have their text made
-// once per table and set of scope columns (names from declarations, never
-// from a request) and run as prepared statements. Built from fragments and
-// an identifier per request, they cost a fifth of a GET by id.
-const byIdTexts = new Map<string, string>()
-/** Each statement's text before and after its conditions (`id = $1`, then the scope's). */
-const byIdStatements = {
-  select: { head: (table: string) => `SELECT * FROM ${quoteIdentifier(table)}`, tail: '' },
-  delete: { head: (table: string) => `DELETE FROM ${quoteIdentifier(table)}`, tail: ' RETURNING id' },
+/** Column sets come from declarations, so there are few; the bound is a guard, not a working limit. */
+const texts = new BoundedMap<string, string>(2000)
+
+function statement(key: string, build: () => string): string {
+  let text = texts.get(key)
+  if (text === undefined) texts.set(key, (text = build()))
+  return text
 }
 
-function byId(db: Db, kind: keyof typeof byIdStatements, table: string, id: number | string, scope: Scope | undefined) {
-  const columns = scope ? Object.keys(scope) : []
-  const key = [kind, table, ...columns].join(' ')
-  let text = byIdTexts.get(key)
-  if (text === undefined) {
-    const { head, tail } = byIdStatements[kind]
-    text = `${head(table)} WHERE id = $1${columns.map((c, i) => ` AND ${quoteIdentifier(c)} = $${i + 2}`).join('')}${tail}`
-    byIdTexts.set(key, text)
-  }
-  return db.unsafe<StoredRow[]>(text, [id, ...columns.map((c) => scope![c]!)], { prepare: true })
+const run = (db: Db, text: string, values: unknown[]) => db.unsafe<StoredRow[]>(text, values as never[], { prepare: true })
+
+/** `WITH row AS (<change> RETURNING *)`, its event from parameters $first…$first+2, and the row. */
+function withEvent(resource: Resource, change: string, type: string, first: number, select = '*'): string {
+  if (!/^[a-z_]+\.[a-z_]+$/.test(type)) throw new Error(`${resource.name}: "${type}" is not an event type`)
+  return `WITH row AS (${change} RETURNING *), event AS (
+    INSERT INTO events (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
+    SELECT '${type}', '${resource.events.subject}', row.id, $${first}::bigint, $${first + 1}::text, $${first + 2}::text, ${representationSql(resource)} FROM row)
+  SELECT ${select} FROM row`
 }
+
+const scopeConditions = (columns: readonly string[], first: number) => columns.map((c, i) => ` AND ${quote(c)} = $${first + i}`).join('')
 
 export async function findRow(db: Db, resource: Resource, id: string, scope?: Scope): Promise<StoredRow | undefined> {
-  const [row] = await byId(db, 'select', resource.table, id, scope)
+  const columns = scope ? Object.keys(scope) : []
+  const text = statement(`select ${resource.table} ${columns.join(' ')}`, () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`)
+  const [row] = await run(db, text, [id, ...columns.map((c) => scope![c])])
   return row
 }
 
-export async function insertRow(db: Db, resource: Resource, values: Record<string, unknown>): Promise<StoredRow> {
-  const [row] = await db<StoredRow[]>`INSERT INTO ${db(resource.table)} ${db(values)} RETURNING *`
+export async function insertRow(db: Db, resource: Resource, values: Record<string, unknown>, origin: EventOrigin): Promise<StoredRow> {
+  const columns = Object.keys(values)
+  const text = statement(`insert ${resource.table} ${columns.join(' ')}`, () => withEvent(
+    resource,
+    `INSERT INTO ${quote(resource.table)} (${columns.map(quote).join(', ')}) VALUES (${columns.map((_, i) => `$${i + 1}`).join(', ')})`,
+    resource.events.created,
+    columns.length + 1,
+  ))
+  const [row] = await run(db, text, [...columns.map((c) => values[c]), ...originValues(origin)])
   return row!
 }
 
@@ -55,28 +73,44 @@ export async function insertRow(db: Db, resource: Resource, values: Record<strin
  * the lock, and the second sees the first's new version: one 200, one 412.
  */
 export async function lockRow(tx: TransactionSql, resource: Resource, id: string, ifMatch: string | undefined): Promise<StoredRow> {
-  const [row] = await tx<StoredRow[]>`SELECT * FROM ${tx(resource.table)} WHERE id = ${id} FOR UPDATE`
+  const text = statement(`lock ${resource.table}`, () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1 FOR UPDATE`)
+  const [row] = await run(tx, text, [id])
   if (!row) throw notFound()
   if (resource.versioned) checkIfMatch(ifMatch, row.version)
   return row
 }
 
-export async function updateRow(tx: TransactionSql, resource: Resource, id: number, changes: Record<string, unknown>): Promise<StoredRow> {
-  const stamp = 'updated_at' in resource.members
+export async function updateRow(tx: TransactionSql, resource: Resource, id: number, changes: Record<string, unknown>, origin: EventOrigin): Promise<StoredRow> {
+  const columns = Object.keys(changes)
+  const text = statement(`update ${resource.table} ${columns.join(' ')}`, () => {
+    const set = columns.map((c, i) => `${quote(c)} = $${i + 1}`)
+    if (resource.versioned) set.push('version = version + 1')
     // now() is the start of the transaction, which may predate the previous write if we waited on its lock.
-    ? tx`, updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')`
-    : tx``
-  const version = resource.versioned ? tx`, version = version + 1` : tx``
-  const [row] = await tx<StoredRow[]>`
-    UPDATE ${tx(resource.table)} SET ${tx(changes as Record<string, string>, Object.keys(changes))} ${version} ${stamp} WHERE id = ${id} RETURNING *`
+    if ('updated_at' in resource.members) set.push(`updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')`)
+    const idAt = columns.length + 1
+    return withEvent(resource, `UPDATE ${quote(resource.table)} SET ${set.join(', ')} WHERE id = $${idAt}`, resource.events.updated, idAt + 1)
+  })
+  const [row] = await run(tx, text, [...columns.map((c) => changes[c]), id, ...originValues(origin)])
   return row!
 }
 
-/** Deletes the row; whether there was one. */
-export async function deleteRow(db: Db, resource: Resource, id: number | string, scope?: Scope): Promise<boolean> {
-  const rows = await byId(db, 'delete', resource.table, id, scope)
+/** Deletes the row (within the scope); whether there was one. */
+export async function deleteRow(db: Db, resource: Resource, id: number | string, origin: EventOrigin, scope?: Scope): Promise<boolean> {
+  const columns = scope ? Object.keys(scope) : []
+  const text = statement(`delete ${resource.table} ${columns.join(' ')}`, () => withEvent(
+    resource,
+    `DELETE FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`,
+    resource.events.deleted,
+    columns.length + 2,
+    'row.id',
+  ))
+  const rows = await run(db, text, [id, ...columns.map((c) => scope![c]), ...originValues(origin)])
   return rows.length > 0
 }
+
+/** The event of a write a hook makes itself (an API key's insert), for recordEvents in the write's transaction. */
+export const eventOf = (resource: Resource, type: string, row: StoredRow): EventRecord =>
+  ({ type, subject: { type: resource.events.subject, id: row.id }, data: resource.present(row) })
 
 /** A duplicate of a unique member is the client's conflict (409 with the member's code); anything else is rethrown. */
 export function conflictOf(resource: Resource, err: unknown): unknown {

@@ -4,6 +4,8 @@ import { normalizeEmail } from '../auth/login-throttle.js'
 import type { PasswordHasher } from '../auth/password.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { ConfigError } from '../config.js'
+import { systemOrigin } from '../events/origin.js'
+import { insertRow, updateRow } from '../resources/store.js'
 import { users } from './resource.js'
 
 // The first admin. `make admin` creates one, or gives an existing admin a
@@ -35,13 +37,12 @@ export async function createOrResetAdmin(sql: Sql, passwords: PasswordHasher, em
     }
     if (existing) {
       // A new password: the trigger of sql/005 voids the JWTs issued before; the sessions end here.
-      await tx`UPDATE users SET password_hash = ${passwordHash}, version = version + 1, updated_at = now() WHERE id = ${existing.id}`
-      await revokeSessionsOf(tx, existing.id)
+      await updateRow(tx, users, existing.id, { password_hash: passwordHash }, systemOrigin)
+      await revokeSessionsOf(tx, existing.id, systemOrigin)
       return { id: existing.id, password: secret, created: false }
     }
-    const [row] = await tx<Array<{ id: number }>>`
-      INSERT INTO users (name, email, role, password_hash) VALUES ('Administrator', ${email}, 'admin', ${passwordHash}) RETURNING id`
-    return { id: row!.id, password: secret, created: true }
+    const row = await insertRow(tx, users, { name: 'Administrator', email, role: 'admin', password_hash: passwordHash }, systemOrigin)
+    return { id: row.id, password: secret, created: true }
   })
 }
 

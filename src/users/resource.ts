@@ -1,8 +1,9 @@
 import Type from 'typebox'
-import { clearFailures, countAttempt, normalizeEmail } from '../auth/login-throttle.js'
+import { clearFailures, countAttempt, normalizeEmail, recordFailedLogin } from '../auth/login-throttle.js'
 import { verifyInSlot } from '../auth/password.js'
 import { isAdmin, type Principal, type UserPrincipal } from '../auth/principal.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
+import { originOf } from '../events/origin.js'
 import { addressBucket } from '../http/client-address.js'
 import { HttpError } from '../http/problem.js'
 import { idMember, nameSchema, timestampMember } from '../resources/common.js'
@@ -68,7 +69,10 @@ async function proveCurrentPassword(caller: UserPrincipal, currentPassword: stri
     await countAttempt(sql, email, address)
     return verifyInSlot(currentPassword, user.password_hash!)
   })
-  if (!ok) throw currentPasswordRequired('current_password is wrong.')
+  if (!ok) {
+    await recordFailedLogin(sql, { email, userId: user.id, client: ctx.client }, originOf(caller, ctx.requestId))
+    throw currentPasswordRequired('current_password is wrong.')
+  }
   await clearFailures(sql, email, address)
   return user.password_hash
 }
@@ -107,7 +111,7 @@ const hooks: ResourceHooks<UserWriteState> = {
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
     // A new password ends the user's other sessions (all of them when an admin sets another user's); the trigger of sql/005 voids its JWTs.
     if (changes.password_hash !== undefined) {
-      await revokeSessionsOf(tx, current.id, self && self.credential.type !== 'api_key' ? self.credential.sessionId : undefined)
+      await revokeSessionsOf(tx, current.id, originOf(ctx.principal, ctx.requestId), self && self.credential.type !== 'api_key' ? self.credential.sessionId : undefined)
     }
   },
   // A role or password change revoked JWTs: answer once this instance has heard it (src/auth/credential-changes.ts).

@@ -1,0 +1,130 @@
+-- Events: every change of state, written in the transaction of the change
+-- (a transactional outbox), read as the audit log and change feed
+-- (GET /events), followed live (GET /events/stream) and delivered to webhooks.
+--
+-- Commit order. A sequence value taken when a row is inserted does not follow
+-- commit order: a transaction that took 7 may commit after the one that took
+-- 8, and a reader that saw 8 and moved its cursor past it would never see 7.
+-- So an event gets its public id only at commit: it is inserted with a
+-- provisional negative id, and a deferred trigger, which PostgreSQL runs as
+-- the transaction commits, takes a transaction-level advisory lock, draws the
+-- next id and writes it. The lock is held from there to the end of the
+-- commit, so ids are drawn in commit order: when an event is visible, every
+-- event with a smaller id that will ever exist is visible too. The lock is
+-- taken after every statement of the transaction has run, so it is held for
+-- microseconds, never across a round trip to the client, and a transaction
+-- holding it waits for nothing else (no deadlock with row locks).
+
+CREATE SEQUENCE events_id_seq;
+CREATE SEQUENCE events_provisional_id_seq;
+
+CREATE TABLE events (
+  id                bigint PRIMARY KEY DEFAULT -nextval('events_provisional_id_seq'),
+  -- `subject.verb`; the types a build writes are listed in src/events/types.ts
+  -- (a resource declared later brings its own).
+  type              text NOT NULL CHECK (type ~ '^[a-z_]{1,40}\.[a-z_]{1,40}$'),
+  occurred_at       timestamptz(3) NOT NULL DEFAULT clock_timestamp(),
+  subject_type      text NOT NULL CHECK (subject_type ~ '^[a-z_]{1,40}$'),
+  subject_id        bigint,
+  -- Who did it: a user and the kind of credential used; none for a change
+  -- made by the service itself (the first admin) or by an anonymous caller.
+  actor_id          bigint,
+  actor_credential  text CHECK (actor_credential IN ('jwt', 'token', 'api_key', 'password', 'refresh_token', 'system')),
+  request_id        text CHECK (char_length(request_id) <= 128),
+  -- The subject after the change (before it, for a deletion), as the API
+  -- shows it: never a password hash, a key or a token.
+  data              json NOT NULL
+);
+-- The feed's filters, each in commit order.
+CREATE INDEX events_subject_idx ON events (subject_type, subject_id, id);
+CREATE INDEX events_actor_idx ON events (actor_id, id) WHERE actor_id IS NOT NULL;
+CREATE INDEX events_type_idx ON events (type, id);
+-- occurred_at grows with the id: a block-range index serves time filters and
+-- retention for almost nothing per insert.
+CREATE INDEX events_occurred_at_idx ON events USING brin (occurred_at);
+
+-- The API's timestamp text ("2026-11-22T10:15:30.120Z"), for event data
+-- built in SQL in the statement of the change (src/events/representation.ts).
+CREATE FUNCTION api_time(t timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
+
+-- A session as its events show it (session.created, session.revoked): who,
+-- from where, until when; never a token.
+CREATE FUNCTION session_data(s sessions) RETURNS json
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN json_build_object(
+  'id', s.id, 'user_id', s.user_id, 'scopes', s.scopes, 'token_format', s.token_format,
+  'created_at', api_time(s.created_at), 'expires_at', api_time(s.expires_at), 'revoked_at', api_time(s.revoked_at),
+  'user_agent', s.user_agent, 'client_address', s.client_address);
+
+-- Webhook subscriptions. The signing secret must be read to sign, so it
+-- cannot be stored as a hash: it is stored sealed (AES-256-GCM under a key
+-- derived from a JWT secret, src/webhooks/secret.ts), so a copy of the
+-- database alone does not reveal it.
+CREATE TABLE webhooks (
+  id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  url             text NOT NULL CHECK (char_length(url) BETWEEN 1 AND 2048),
+  event_types     text[] NOT NULL CHECK (cardinality(event_types) BETWEEN 1 AND 50),
+  description     text CHECK (char_length(description) <= 500),
+  -- active: delivered; paused: by an admin, deliveries wait; disabled: by the
+  -- service after failing for a day (last_error says why).
+  status          text NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'paused', 'disabled')),
+  secret_sealed   text NOT NULL,
+  failing_since   timestamptz(3),
+  last_error      text,
+  created_by      bigint,
+  created_at      timestamptz(3) NOT NULL DEFAULT now(),
+  updated_at      timestamptz(3) NOT NULL DEFAULT now(),
+  version         integer NOT NULL DEFAULT 1
+);
+
+-- One per event and subscription that wants it, made in the event's commit.
+CREATE TABLE webhook_deliveries (
+  id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  webhook_id       bigint NOT NULL REFERENCES webhooks (id) ON DELETE CASCADE,
+  event_id         bigint NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+  -- pending: due at next_attempt_at (a claim moves it forward by the lease,
+  -- so a worker that dies mid-send hands it on); succeeded; failed: retries
+  -- exhausted or the subscription disabled.
+  status           text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'succeeded', 'failed')),
+  attempts         integer NOT NULL DEFAULT 0,
+  next_attempt_at  timestamptz(3) NOT NULL DEFAULT now(),
+  created_at       timestamptz(3) NOT NULL DEFAULT now(),
+  last_attempt_at  timestamptz(3),
+  last_status      integer,
+  last_error       text
+);
+CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+CREATE INDEX webhook_deliveries_webhook_idx ON webhook_deliveries (webhook_id, id);
+CREATE INDEX webhook_deliveries_event_idx ON webhook_deliveries (event_id);
+
+-- Every attempt: what the receiver answered (or why there was no answer).
+CREATE TABLE webhook_attempts (
+  id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  delivery_id     bigint NOT NULL REFERENCES webhook_deliveries (id) ON DELETE CASCADE,
+  attempted_at    timestamptz(3) NOT NULL DEFAULT now(),
+  status          integer,
+  duration_ms     integer NOT NULL,
+  error           text
+);
+CREATE INDEX webhook_attempts_delivery_idx ON webhook_attempts (delivery_id, id);
+
+-- An arbitrary constant of this service, like the migrations' lock.
+CREATE FUNCTION events_commit() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  committed_id bigint;
+BEGIN
+  PERFORM pg_advisory_xact_lock(4711000007);
+  committed_id := nextval('events_id_seq');
+  UPDATE events SET id = committed_id WHERE id = NEW.id;
+  INSERT INTO webhook_deliveries (webhook_id, event_id)
+  SELECT w.id, committed_id FROM webhooks w WHERE w.status <> 'disabled' AND NEW.type = ANY (w.event_types);
+  -- A wake-up for streams and webhook workers on every instance; the table
+  -- is the truth. One per transaction: PostgreSQL folds equal notifications.
+  PERFORM pg_notify('events', '');
+  RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER events_commit AFTER INSERT ON events
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION events_commit();

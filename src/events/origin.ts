@@ -1,0 +1,26 @@
+import type { Principal } from '../auth/principal.js'
+
+// Who made a change, as its event records it: a user and the kind of
+// credential it used, and the request. A change the service makes by itself
+// (the first admin at start-up) has the actor `system`; one made anonymously
+// (a self sign-up, a failed login) has no user.
+
+export type ActorCredential = 'jwt' | 'token' | 'api_key' | 'password' | 'refresh_token' | 'system'
+
+export interface EventOrigin {
+  actorId: number | null
+  credential: ActorCredential | null
+  requestId: string | null
+}
+
+/** The origin of a change made by an authenticated request, or an anonymous one. */
+export function originOf(principal: Principal, requestId: string): EventOrigin {
+  if (principal.kind !== 'user') return { actorId: null, credential: null, requestId }
+  return { actorId: Number(principal.userId), credential: principal.credential.type, requestId }
+}
+
+/** A change the service makes by itself, not for a request. */
+export const systemOrigin: EventOrigin = Object.freeze({ actorId: null, credential: 'system', requestId: null })
+
+/** The three statement parameters every event insert takes after its own, in this order. */
+export const originValues = (o: EventOrigin): [number | null, string | null, string | null] => [o.actorId, o.credential, o.requestId]
