@@ -43,6 +43,15 @@ CREATE INDEX events_type_idx ON events (type, id);
 -- retention for almost nothing per insert.
 CREATE INDEX events_occurred_at_idx ON events USING brin (occurred_at);
 
+-- GET /events reads this: subject and actor as the objects the API shows,
+-- and the columns its filters use.
+CREATE VIEW event_feed AS
+SELECT id, type, occurred_at,
+  json_build_object('type', subject_type, 'id', subject_id) AS subject,
+  json_build_object('user_id', actor_id, 'credential', actor_credential) AS actor,
+  request_id, data, subject_type, subject_id, actor_id
+FROM events;
+
 -- The API's timestamp text ("2026-11-22T10:15:30.120Z"), for event data
 -- built in SQL in the statement of the change (src/events/representation.ts).
 CREATE FUNCTION api_time(t timestamptz) RETURNS text

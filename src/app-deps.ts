@@ -12,6 +12,9 @@ import type { IdempotencyCleanup } from './http/idempotency.js'
 import type { RateLimiter } from './http/rate-limit.js'
 import type { Logger } from './log.js'
 import type { Metrics } from './metrics/metrics.js'
+import type { EventHub } from './events/hub.js'
+import type { EventRetention } from './events/retention.js'
+import type { WebhookWorker } from './webhooks/worker.js'
 import type { ListShapes } from './collections/list-sql.js'
 
 /** Everything one service instance holds, built by `createService` (src/service.ts) and passed down; handlers get it as `ctx.deps`. */
@@ -46,6 +49,12 @@ export interface AppDeps {
   passwords: PasswordHasher
   /** When a stored idempotent answer also deletes expired records (src/http/idempotency.ts). */
   idempotencyCleanup: IdempotencyCleanup
+  /** The reader of new events that feeds this instance's GET /events/stream clients (src/events/hub.ts). */
+  eventHub: EventHub
+  /** This instance's share of webhook deliveries (src/webhooks/worker.ts). */
+  webhooks: WebhookWorker
+  /** Deletes events and deliveries older than EVENTS_RETENTION_DAYS, a batch at a time (src/events/retention.ts). */
+  retention: EventRetention
 }
 
 /** Entries each credential cache holds at most; the oldest leaves first. */

@@ -11,6 +11,9 @@ import type { AnyRoute } from './http/route.js'
 import { apiKeyRoutes } from './api-keys/resource.js'
 import { authRoutes } from './auth/routes.js'
 import { sessionRoutes } from './auth/session-routes.js'
+import { eventRoutes } from './events/feed.js'
+import { eventStreamRoutes } from './events/stream-routes.js'
+import { webhookRoutes } from './webhooks/routes.js'
 import { healthRoutes } from './health/routes.js'
 import { createRequestHandler } from './http/pipeline.js'
 import { HttpError, problemBody } from './http/problem.js'
@@ -18,7 +21,7 @@ import { createRouter } from './http/router.js'
 import { productRoutes } from './products/resource.js'
 import { userRoutes } from './users/resource.js'
 
-const apiRoutes = [...healthRoutes, ...authRoutes, ...sessionRoutes, ...userRoutes, ...productRoutes, ...apiKeyRoutes, ...metricsRoutes]
+const apiRoutes = [...healthRoutes, ...authRoutes, ...sessionRoutes, ...userRoutes, ...productRoutes, ...apiKeyRoutes, ...eventRoutes, ...eventStreamRoutes, ...webhookRoutes, ...metricsRoutes]
 
 // The version in the OpenAPI document is the package's (same path from src/ and dist/).
 const packageVersion = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version

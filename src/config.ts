@@ -44,6 +44,8 @@ const EnvSchema = Type.Object({
   REFRESH_TOKEN_TTL: Type.Optional(Integer(60, 31536000)),
   ADMIN_EMAIL: Type.Optional(Type.String({ minLength: 3, maxLength: 254 })),
   ADMIN_PASSWORD: Type.Optional(Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' })),
+  EVENTS_RETENTION_DAYS: Type.Optional(Integer(1, 3650)),
+  WEBHOOK_ALLOW_PRIVATE: Type.Optional(Bool),
 })
 const checkEnv = Compile(EnvSchema)
 
@@ -83,6 +85,10 @@ export interface Config {
   refreshTokenTtl: number
   /** The first admin, created at start-up when no admin exists. */
   bootstrapAdmin: { email: string; password: string } | undefined
+  /** Events and webhook deliveries older than this many days are deleted (src/events/retention.ts). */
+  eventsRetentionDays: number
+  /** Webhook URLs may be http and point at loopback, link-local and private addresses (tests, closed networks). */
+  webhookAllowPrivate: boolean
 }
 
 export class ConfigError extends Error {}
@@ -146,6 +152,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     accessTokenTtl: int('ACCESS_TOKEN_TTL', 900),
     refreshTokenTtl: int('REFRESH_TOKEN_TTL', 1209600),
     bootstrapAdmin: e.ADMIN_EMAIL && e.ADMIN_PASSWORD ? { email: e.ADMIN_EMAIL, password: e.ADMIN_PASSWORD } : undefined,
+    eventsRetentionDays: int('EVENTS_RETENTION_DAYS', 30),
+    webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
   }
 }
 

@@ -20,6 +20,9 @@ import type { Logger } from './log.js'
 import { Metrics } from './metrics/metrics.js'
 import { ListShapes } from './collections/list-sql.js'
 import { shutdown } from './shutdown.js'
+import { defaultStreamSettings, EventHub, type StreamSettings } from './events/hub.js'
+import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
+import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './webhooks/worker.js'
 
 const LISTEN_BACKLOG = 4096
 
@@ -33,6 +36,10 @@ export interface ServiceOptions {
   cacheSize?: number
   /** Routes appended to the service's own (a test's resource, say); /openapi.json describes them too. */
   routes?: readonly AnyRoute[]
+  /** Tuning of the event stream, webhook deliveries and retention (tests shorten the times); defaults in each module. */
+  streams?: Partial<StreamSettings>
+  webhooks?: Partial<WebhookSettings>
+  retention?: Partial<RetentionSettings>
 }
 
 export interface Service {
@@ -63,6 +70,9 @@ export function createService(config: Config, options: ServiceOptions): Service 
       // open (the first request does not pay for connecting; a database that
       // cannot be reached fails start-up, not a request).
       await Promise.all([deps.passwords.decoy(), deps.sql`SELECT 1`])
+      deps.eventHub.start()
+      deps.webhooks.start()
+      deps.retention.start()
       return new Promise<AddressInfo>((resolve, reject) => {
         server.once('error', reject)
         // Node's default backlog (511) drops connection attempts when a thousand clients connect at
@@ -79,12 +89,13 @@ export function createService(config: Config, options: ServiceOptions): Service 
       server.closeAllConnections()
       // Its error, when the server never listened, is of no interest here.
       await new Promise<unknown>((resolve) => server.close(resolve))
+      await Promise.all([deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
       await Promise.all([deps.sql.end({ timeout: 5 }), deps.credentialChanges.stop()])
     },
   }
 }
 
-function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE }: ServiceOptions): AppDeps {
+function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ...tuning }: ServiceOptions): AppDeps {
   if (config.databaseUrl === undefined) throw new Error('createService: config.databaseUrl is not set')
   const metrics = new Metrics({ max: config.poolMax })
   const sql = connect(config.databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs, onQuery: () => void metrics.queries++ })
@@ -109,5 +120,8 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE }: 
     passwords: new PasswordHasher(),
     listShapes: new ListShapes(),
     idempotencyCleanup: new IdempotencyCleanup(),
+    eventHub: new EventHub(sql, log, { ...defaultStreamSettings, ...tuning.streams }),
+    webhooks: new WebhookWorker(sql, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }),
+    retention: new EventRetention(sql, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
 }

@@ -24,6 +24,8 @@ export async function shutdown(server: Server, deps: AppDeps): Promise<void> {
   const started = performance.now()
   const deadline = started + config.shutdownTimeoutMs
   deps.lifecycle.shuttingDown = true
+  // Streams never finish by themselves: they end now, cleanly, and their clients resume on another instance.
+  deps.eventHub.closeAll()
   const closed = new Promise<void>((resolve) => server.close(() => resolve()))
   server.closeIdleConnections()
   let cut = false
@@ -38,7 +40,11 @@ export async function shutdown(server: Server, deps: AppDeps): Promise<void> {
   const left = Math.max(0, deadline - performance.now())
   try {
     // end() destroys the connections once `timeout` passes; the race is for an end() that would not even do that.
-    await Promise.race([Promise.all([deps.sql.end({ timeout: left / 1000 }), deps.credentialChanges.stop(left / 1000)]), sleep(left + 500)])
+    await Promise.race([
+      Promise.all([deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
+        .then(() => Promise.all([deps.sql.end({ timeout: left / 1000 }), deps.credentialChanges.stop(left / 1000)])),
+      sleep(left + 500),
+    ])
   } catch (err) {
     log.warn('closing the database pool failed', describeError(err))
   }

@@ -1,12 +1,14 @@
 import type { Role } from './principal.js'
 
-export const allScopes = ['users:read', 'users:write', 'products:read', 'products:write', 'api_keys:read', 'api_keys:write'] as const
+export const allScopes = [
+  'users:read', 'users:write', 'products:read', 'products:write', 'api_keys:read', 'api_keys:write', 'events:read', 'webhooks:read', 'webhooks:write',
+] as const
 export type Scope = (typeof allScopes)[number]
 
 /** What each role may do at most; a credential's scopes narrow this further. */
 export const roleScopes: Record<Role, readonly Scope[]> = {
   admin: allScopes,
-  // A user manages itself and its keys, and reads the catalogue.
+  // A user manages itself and its keys, and reads the catalogue; events and webhooks are an admin's.
   user: ['users:read', 'users:write', 'products:read', 'api_keys:read', 'api_keys:write'],
 }
 

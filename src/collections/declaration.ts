@@ -22,7 +22,13 @@ export interface CollectionDeclaration {
   path: string
   /** Members that can be filtered and sorted; each has an index (member, id). */
   members: Record<string, MemberType>
-  /** Columns `q` searches as a case-insensitive substring. */
+  /**
+   * Columns that can be filtered but not sorted, and need not be output
+   * members (an event's subject_type, shown inside its `subject`): a cursor
+   * holds sort keys only, so these need not be read.
+   */
+  filterOnly?: Record<string, MemberType>
+  /** Columns `q` searches as a case-insensitive substring; none: no `q`. */
   searchColumns: readonly string[]
   /**
    * Members a client may see, in output order; `fields` picks among them. Each
@@ -67,6 +73,8 @@ export interface FilterParameter {
 }
 
 export interface Collection extends CollectionDeclaration {
+  /** Every filterable column and its type: `members` and `filterOnly`. */
+  filterable: Readonly<Record<string, MemberType>>
   /** Parses and checks the whole query string: names, shapes, ranges. */
   queryValidator: Validator<ListQuery>
   /** Every filter parameter name, built once: a request looks up only the names it has. */
@@ -110,7 +118,7 @@ function operandSchema(member: MemberType): TSchema {
 export function defineCollection(declaration: CollectionDeclaration): Collection {
   checkIdentifiers(declaration)
   const properties: Record<string, TSchema> = {
-    q: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'a search text of 1 to 200 characters' })),
+    ...(declaration.searchColumns.length ? { q: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'a search text of 1 to 200 characters' })) } : {}),
     sort: Type.Optional(Type.String({ maxLength: 500, description: 'at most 500 characters: comma-separated members, each optionally prefixed by - for descending' })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_LIMIT, description: `an integer from 1 to ${MAX_LIMIT}` })),
     offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_OFFSET, description: `an integer from 0 to ${MAX_OFFSET}` })),
@@ -119,7 +127,8 @@ export function defineCollection(declaration: CollectionDeclaration): Collection
     fields: Type.Optional(Type.String({ maxLength: 500, description: 'at most 500 characters: comma-separated members to return' })),
   }
   const filterParameters = new Map<string, FilterParameter>()
-  for (const [name, member] of Object.entries(declaration.members)) {
+  const filterable = { ...declaration.members, ...declaration.filterOnly }
+  for (const [name, member] of Object.entries(filterable)) {
     for (const op of ['eq', ...filterOperators] as const) {
       const param = op === 'eq' ? name : `${name}[${op}]`
       const operand = operandSchema(member)
@@ -136,6 +145,7 @@ export function defineCollection(declaration: CollectionDeclaration): Collection
   const wireForms = wireDecoders(properties)
   return {
     ...declaration,
+    filterable,
     queryValidator: compileValidator(schema, { fromWire: (query) => fromWire(query as Record<string, string>, wireForms) }) as Validator<ListQuery>,
     filterParameters,
   }
@@ -185,7 +195,7 @@ const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
  * needs care to quote is a mistake in a declaration, not something to support.
  */
 function checkIdentifiers(declaration: CollectionDeclaration): void {
-  const names = [declaration.table, ...Object.keys(declaration.members), ...declaration.searchColumns, ...declaration.outputMembers]
+  const names = [declaration.table, ...Object.keys(declaration.members), ...Object.keys(declaration.filterOnly ?? {}), ...declaration.searchColumns, ...declaration.outputMembers]
   for (const name of names) {
     if (!IDENTIFIER.test(name)) throw new Error(`collection ${declaration.path}: "${name}" is not a plain SQL identifier`)
   }

@@ -101,7 +101,7 @@ function parseFilters(collection: Collection, query: ListQuery): Filter[] {
   if (found.length > MAX_FILTERS) throw invalidParameter(found[MAX_FILTERS]![0], `at most ${MAX_FILTERS} filter parameters may be combined in one request`)
   return found.map(([param, { member, op }]) => {
     const operand = query[param] as Operand | Operand[]
-    const type = collection.members[member]!
+    const type = collection.filterable[member]!
     return { member, op, values: (Array.isArray(operand) ? operand : [operand]).map((v) => sqlValue(type, v)) }
   })
 }

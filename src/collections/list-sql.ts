@@ -136,7 +136,7 @@ function compile(collection: Collection, r: ListRequest): { page: string; count:
   let n = 0
   const conditions: string[] = []
   for (const f of r.filters) {
-    const member = collection.members[f.member]!
+    const member = collection.filterable[f.member]!
     const column = isCaseless(member, f.op) ? `lower(${quote(f.member)})` : quote(f.member)
     // PostgreSQL itself turns `IN (a, b, c)` into `= ANY('{a,b,c}')`.
     conditions.push(f.op === 'in' ? `${column} = ANY($${++n}::${ARRAY_TYPE[member.type]})` : `${column} ${COMPARISON[f.op]} $${++n}`)
@@ -187,7 +187,7 @@ const where = (conditions: string[]) => (conditions.length ? ` WHERE ${condition
 const isCaseless = (member: MemberType, op: FilterOperator) => member.type === 'email' && (op === 'eq' || op === 'ne' || op === 'in')
 
 function filterValue(collection: Collection, f: Filter): Statement['values'][number] {
-  const caseless = isCaseless(collection.members[f.member]!, f.op)
+  const caseless = isCaseless(collection.filterable[f.member]!, f.op)
   if (f.op === 'in') {
     // One array parameter. postgres.js types an array by its first element and
     // would declare an array of Dates a single timestamptz: timestamps go as

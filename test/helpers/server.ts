@@ -6,7 +6,7 @@ import { loadConfig, type Config } from '../../src/config.js'
 import { connect } from '../../src/db/connect.js'
 import type { AnyRoute } from '../../src/http/route.js'
 import { createLogger } from '../../src/log.js'
-import { createService } from '../../src/service.js'
+import { createService, type ServiceOptions } from '../../src/service.js'
 import { checkAgainstDocument, contractRouter } from './contract-check.js'
 import { signJwt, type JwtClaims } from '../../src/auth/jwt.js'
 import { roleScopes } from '../../src/auth/scopes.js'
@@ -97,6 +97,8 @@ export interface StartOptions {
   cacheSize?: number
   /** Routes appended to the service's own (createService); their answers are checked against /openapi.json too. */
   routes?: readonly AnyRoute[]
+  /** Tuning of streams, webhook deliveries and retention (createService). */
+  tuning?: Pick<ServiceOptions, 'streams' | 'webhooks' | 'retention'>
 }
 
 export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}, options: StartOptions = {}): Promise<TestServer> {
@@ -108,7 +110,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   }
   const logs: Array<Record<string, unknown>> = []
   const log = createLogger(config.logLevel, (line) => void logs.push(JSON.parse(line)))
-  const service = createService(config, { log, cacheSize: options.cacheSize, routes: options.routes })
+  const service = createService(config, { log, cacheSize: options.cacheSize, routes: options.routes, ...options.tuning })
   const { deps } = service
   const { sql } = deps
   after(() => service.close())
