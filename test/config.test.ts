@@ -47,6 +47,8 @@ describe('defaults', () => {
       maxApiKeysPerUser: 100,
       trustProxy: 0,
       corsOrigins: new Set(),
+      eventsRetentionDays: 30,
+      webhookAllowPrivate: false,
     })
   })
 
@@ -93,6 +95,8 @@ describe('values', () => {
       MAX_API_KEYS_PER_USER: '7',
       TRUST_PROXY: '10.0.0.1,10.0.0.2',
       CORS_ORIGINS: 'https://app.example.com,http://localhost:5173',
+      EVENTS_RETENTION_DAYS: '7',
+      WEBHOOK_ALLOW_PRIVATE: 'true',
     })
     assert.deepEqual(config, {
       production: false,
@@ -120,6 +124,8 @@ describe('values', () => {
       maxApiKeysPerUser: 7,
       trustProxy: new Set(['10.0.0.1', '10.0.0.2']),
       corsOrigins: new Set(['https://app.example.com', 'http://localhost:5173']),
+      eventsRetentionDays: 7,
+      webhookAllowPrivate: true,
     })
   })
 
@@ -158,6 +164,11 @@ describe('refused values', () => {
     ['SHUTDOWN_TIMEOUT', '3601'],
     ['HEADERS_TIMEOUT', '0'],
     ['LOG_LEVEL', 'verbose'],
+    ['EVENTS_RETENTION_DAYS', '0'],
+    ['EVENTS_RETENTION_DAYS', '3651'],
+    ['EVENTS_RETENTION_DAYS', '1.5'],
+    ['WEBHOOK_ALLOW_PRIVATE', 'yes'],
+    ['WEBHOOK_ALLOW_PRIVATE', 'TRUE'],
     ['LOG_LEVEL', 'INFO'],
     ['ALLOW_SIGNUP', 'yes'],
     ['ALLOW_SIGNUP', 'TRUE'],
