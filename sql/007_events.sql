@@ -67,26 +67,34 @@ RETURN json_build_object(
   'created_at', api_time(s.created_at), 'expires_at', api_time(s.expires_at), 'revoked_at', api_time(s.revoked_at),
   'user_agent', s.user_agent, 'client_address', s.client_address);
 
--- Webhook subscriptions. The signing secret must be read to sign, so it
--- cannot be stored as a hash: it is stored sealed (AES-256-GCM under a key
--- derived from a JWT secret, src/webhooks/secret.ts), so a copy of the
--- database alone does not reveal it.
+-- Webhook subscriptions (src/webhooks/resource.ts). The signing secret must
+-- be read to sign, so it cannot be stored as a hash: it is stored sealed
+-- (AES-256-GCM under a key derived from a JWT secret, src/webhooks/secret.ts),
+-- so a copy of the database alone does not reveal it.
 CREATE TABLE webhooks (
   id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   url             text NOT NULL CHECK (char_length(url) BETWEEN 1 AND 2048),
   event_types     text[] NOT NULL CHECK (cardinality(event_types) BETWEEN 1 AND 50),
-  description     text CHECK (char_length(description) <= 500),
+  description     text NOT NULL DEFAULT '' CHECK (char_length(description) <= 500),
   -- active: delivered; paused: by an admin, deliveries wait; disabled: by the
-  -- service after failing for a day (last_error says why).
+  -- service after failing for a day (last_error says why), its deliveries failed.
   status          text NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'paused', 'disabled')),
   secret_sealed   text NOT NULL,
+  -- After a rotation that keeps the old secret for a while, it signs too until then.
+  previous_secret_sealed      text,
+  previous_secret_expires_at  timestamptz(3),
+  -- Since when every attempt has failed (NULL after a success); not shown, so
+  -- that failures do not change the representation (and its ETag) each time.
   failing_since   timestamptz(3),
   last_error      text,
-  created_by      bigint,
+  created_by      bigint REFERENCES users (id) ON DELETE SET NULL,
   created_at      timestamptz(3) NOT NULL DEFAULT now(),
   updated_at      timestamptz(3) NOT NULL DEFAULT now(),
   version         integer NOT NULL DEFAULT 1
 );
+CREATE INDEX webhooks_status_idx ON webhooks (status, id);
+CREATE INDEX webhooks_created_at_idx ON webhooks (created_at, id);
+CREATE INDEX webhooks_updated_at_idx ON webhooks (updated_at, id);
 
 -- One per event and subscription that wants it, made in the event's commit.
 CREATE TABLE webhook_deliveries (
@@ -97,8 +105,13 @@ CREATE TABLE webhook_deliveries (
   -- so a worker that dies mid-send hands it on); succeeded; failed: retries
   -- exhausted or the subscription disabled.
   status           text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'succeeded', 'failed')),
+  -- Attempts claimed so far; also the claim's fencing token: a worker records
+  -- its outcome only if no later claim has taken the delivery since.
   attempts         integer NOT NULL DEFAULT 0,
   next_attempt_at  timestamptz(3) NOT NULL DEFAULT now(),
+  -- Set by a claim, cleared when its outcome is recorded: while it is in the
+  -- future an attempt is in flight, and a manual retry leaves the delivery to it.
+  leased_until     timestamptz(3),
   created_at       timestamptz(3) NOT NULL DEFAULT now(),
   last_attempt_at  timestamptz(3),
   last_status      integer,
@@ -115,9 +128,21 @@ CREATE TABLE webhook_attempts (
   attempted_at    timestamptz(3) NOT NULL DEFAULT now(),
   status          integer,
   duration_ms     integer NOT NULL,
-  error           text
+  error           text CHECK (char_length(error) <= 1000)
 );
 CREATE INDEX webhook_attempts_delivery_idx ON webhook_attempts (delivery_id, id);
+
+-- GET /webhooks/{id}/deliveries reads this (src/webhooks/deliveries.ts): a
+-- delivery, its event's type and its latest attempts, newest first, with
+-- timestamps in the API's text.
+CREATE VIEW webhook_delivery_feed AS
+SELECT d.id, d.webhook_id, d.event_id, e.type AS event_type, d.status, d.attempts AS attempt_count, d.created_at,
+  CASE WHEN d.status = 'pending' THEN d.next_attempt_at END AS next_attempt_at,
+  d.last_attempt_at, d.last_status, d.last_error,
+  (SELECT coalesce(json_agg(json_build_object(
+      'attempted_at', api_time(a.attempted_at), 'status', a.status, 'duration_ms', a.duration_ms, 'error', a.error) ORDER BY a.id DESC), '[]')
+    FROM (SELECT * FROM webhook_attempts WHERE delivery_id = d.id ORDER BY id DESC LIMIT 50) a) AS attempts
+FROM webhook_deliveries d JOIN events e ON e.id = d.event_id;
 
 -- An arbitrary constant of this service, like the migrations' lock.
 CREATE FUNCTION events_commit() RETURNS trigger

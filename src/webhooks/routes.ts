@@ -1,5 +1,7 @@
 import type { AnyRoute } from '../http/route.js'
+import { deliveryRoutes } from './deliveries.js'
+import { webhookResourceRoutes } from './resource.js'
+import { rotateSecretRoute } from './rotate-secret.js'
 
-// PLACEHOLDER, filled in by the webhook work: POST/GET/PATCH/DELETE /webhooks,
-// secret rotation, deliveries and manual retry.
-export const webhookRoutes: AnyRoute[] = []
+/** Every webhook route: the subscriptions, the rotation of their secrets, and their deliveries. */
+export const webhookRoutes: AnyRoute[] = [...webhookResourceRoutes, rotateSecretRoute, ...deliveryRoutes]

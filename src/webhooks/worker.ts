@@ -1,27 +1,203 @@
 import type { Sql } from 'postgres'
 import type { Config } from '../config.js'
-import type { Logger } from '../log.js'
+import { Event } from '../events/feed.js'
+import { describeError, type Logger } from '../log.js'
+import { compileSerializer } from '../resources/serializer.js'
+import { systemResolver, type Resolver } from './address-policy.js'
+import { claimDue, recordAttempt, releaseClaim, type ClaimedDelivery } from './delivery-queries.js'
+import { retryDelayMs } from './retry-schedule.js'
+import { openSecret, SealingKeyMissing } from './secret.js'
+import { sendWebhook, type SendOutcome } from './send.js'
+import { signatureHeader } from './signature.js'
 
-// PLACEHOLDER, filled in by the webhook work: claims due deliveries with
-// FOR UPDATE SKIP LOCKED and sends them (Standard Webhooks).
+// Every instance runs one worker; together they share the deliveries through
+// the database (delivery-queries.ts): at least once, each delivery sent by one
+// instance at a time. A worker wakes on NOTIFY `events` (sql/007 sends it as a
+// delivery is created) and polls for retries that come due; it keeps at most
+// `concurrency` attempts in flight.
 
 export interface WebhookSettings {
   /** How often the worker looks for due deliveries when no notification woke it. */
   pollMs: number
+  /** Attempts in flight per instance at most. */
+  concurrency: number
+  /** From connect to the end of the answer's body. */
+  timeoutMs: number
+  /** How long a claim holds a delivery; longer than timeoutMs, so a live attempt is never claimed twice. */
+  leaseMs: number
+  /** Bytes of a receiver's answer read at most. */
+  maxResponseBytes: number
+  /** The delay after each failed attempt; after the last one the delivery has failed. */
+  retryDelaysMs: readonly number[]
+  /** Each delay is scaled by a random factor in [1 - jitter, 1 + jitter]. */
+  retryJitter: number
+  /** A webhook whose attempts have all failed for this long is disabled. */
+  disableAfterMs: number
+  /** How host names are resolved, at registration and for every attempt (tests inject one). */
+  resolve: Resolver
+  /** How long stop() waits for the claims of aborted attempts to be handed back. */
+  stopTimeoutMs: number
 }
 
-export const defaultWebhookSettings: WebhookSettings = { pollMs: 1000 }
+const SECOND = 1000
+const MINUTE = 60 * SECOND
+const HOUR = 60 * MINUTE
+
+export const defaultWebhookSettings: WebhookSettings = {
+  pollMs: SECOND,
+  concurrency: 16,
+  timeoutMs: 10 * SECOND,
+  leaseMs: MINUTE,
+  maxResponseBytes: 64 * 1024,
+  // Eight attempts over about 33 hours (Standard Webhooks' suggested schedule, the last repeated).
+  retryDelaysMs: [5 * SECOND, 5 * MINUTE, 30 * MINUTE, 2 * HOUR, 5 * HOUR, 10 * HOUR, 10 * HOUR],
+  retryJitter: 0.2,
+  disableAfterMs: 24 * HOUR,
+  resolve: systemResolver,
+  stopTimeoutMs: 2 * SECOND,
+}
+
+const USER_AGENT = 'users-products-api-webhooks/1 (Standard Webhooks)'
+const eventSerializer = compileSerializer(Event)
 
 export class WebhookWorker {
+  private stopped = true
+  private pumping: Promise<void> | undefined
+  private pumpAgain = false
+  private inFlight = new Set<Promise<void>>()
+  private poll: NodeJS.Timeout | undefined
+  private listening: Promise<{ unlisten(): Promise<void> } | undefined> | undefined
+  private abort = new AbortController()
+
   constructor(
     readonly sql: Sql,
     readonly config: Config,
     readonly log: Logger,
     readonly settings: WebhookSettings,
-  ) {}
+  ) {
+    if (settings.leaseMs <= settings.timeoutMs) throw new Error('webhook settings: leaseMs must be longer than timeoutMs')
+    if (settings.concurrency < 1) throw new Error('webhook settings: concurrency must be at least 1')
+  }
 
-  start(): void {}
+  start(): void {
+    if (!this.stopped) return
+    this.stopped = false
+    this.abort = new AbortController()
+    this.listening = this.sql.listen('events', () => this.wake()).catch((err: unknown) => {
+      this.log.warn('webhook worker: listening for events failed; polling only', describeError(err))
+      return undefined
+    })
+    this.poll = setInterval(() => this.wake(), this.settings.pollMs)
+    this.poll.unref()
+    this.wake()
+  }
 
-  /** Stops claiming; attempts in flight are abandoned to their lease (another instance sends them later). */
-  async stop(): Promise<void> {}
+  /** Looks for due deliveries now (a new event, a manual retry). */
+  wake(): void {
+    if (this.stopped) return
+    if (this.pumping) {
+      this.pumpAgain = true
+      return
+    }
+    this.pumping = this.claimAndSend().finally(() => {
+      this.pumping = undefined
+      if (this.pumpAgain) {
+        this.pumpAgain = false
+        this.wake()
+      }
+    })
+  }
+
+  /**
+   * Stops claiming and ends the attempts in flight; their claims are handed
+   * back (due now) so another instance sends them at once. A claim that cannot
+   * be handed back in time is left to its lease.
+   */
+  async stop(): Promise<void> {
+    if (this.stopped) return
+    this.stopped = true
+    clearInterval(this.poll)
+    this.abort.abort()
+    const listener = await this.listening
+    const bounded = <T>(p: Promise<T>) => Promise.race([p, new Promise((r) => setTimeout(r, this.settings.stopTimeoutMs).unref())])
+    await bounded(Promise.allSettled([this.pumping, ...this.inFlight, listener?.unlisten()]))
+  }
+
+  private async claimAndSend(): Promise<void> {
+    while (!this.stopped) {
+      const free = this.settings.concurrency - this.inFlight.size
+      if (free <= 0) return
+      let claimed: ClaimedDelivery[]
+      try {
+        claimed = await claimDue(this.sql, free, this.settings.leaseMs)
+      } catch (err) {
+        this.log.warn('webhook worker: claiming deliveries failed; the next poll tries again', describeError(err))
+        return
+      }
+      for (const claim of claimed) this.launch(claim)
+      if (claimed.length < free) return
+    }
+  }
+
+  private launch(claim: ClaimedDelivery): void {
+    const attempt: Promise<void> = this.attempt(claim)
+      .catch((err: unknown) => this.log.error('webhook worker: recording an attempt failed; the delivery is due again after its lease', {
+        delivery_id: claim.delivery_id, ...describeError(err),
+      }))
+      .finally(() => {
+        this.inFlight.delete(attempt)
+        this.wake()
+      })
+    this.inFlight.add(attempt)
+  }
+
+  private async attempt(claim: ClaimedDelivery): Promise<void> {
+    const startedAt = new Date()
+    const outcome = await this.send(claim)
+    if (outcome.aborted) return releaseClaim(this.sql, claim)
+    const retryInMs = outcome.ok ? undefined : retryDelayMs({ delaysMs: this.settings.retryDelaysMs, jitter: this.settings.retryJitter }, claim.attempts)
+    const disabled = await recordAttempt(this.sql, claim, { startedAt, ...outcome, retryInMs }, this.settings.disableAfterMs)
+    // Never the URL: its path or query may be a credential of the receiver's.
+    const fields = { webhook_id: claim.webhook_id, delivery_id: claim.delivery_id, event_id: claim.event.id, attempt: claim.attempts, status: outcome.status, duration_ms: outcome.durationMs }
+    if (outcome.ok) this.log.debug('webhook delivered', fields)
+    else this.log.info('webhook attempt failed', { ...fields, error: outcome.error, retry_in_ms: retryInMs ?? null })
+    if (disabled) this.log.warn('webhook disabled after failing continuously', { webhook_id: claim.webhook_id, failing_for_ms: this.settings.disableAfterMs })
+  }
+
+  private async send(claim: ClaimedDelivery): Promise<SendOutcome> {
+    let secrets: string[]
+    try {
+      secrets = [openSecret(claim.secret_sealed, this.config.jwtSecrets)]
+    } catch (err) {
+      const error = err instanceof SealingKeyMissing ? err.message : 'the signing secret could not be opened (JWT_SECRETS changed?); rotate the webhook\'s secret'
+      return { status: undefined, durationMs: 0, error, ok: false }
+    }
+    if (claim.previous_secret_sealed) {
+      // The previous secret only adds a signature; losing it costs a receiver nothing that the current one does not give.
+      try {
+        secrets.push(openSecret(claim.previous_secret_sealed, this.config.jwtSecrets))
+      } catch {
+        this.log.warn('webhook worker: the previous signing secret could not be opened; signing with the current one only', { webhook_id: claim.webhook_id })
+      }
+    }
+    const body = eventSerializer.one(claim.event)
+    const messageId = String(claim.event.id)
+    const timestamp = Math.floor(Date.now() / 1000)
+    return sendWebhook({
+      url: claim.url,
+      body,
+      headers: {
+        'content-type': 'application/json',
+        'user-agent': USER_AGENT,
+        'webhook-id': messageId,
+        'webhook-timestamp': String(timestamp),
+        'webhook-signature': signatureHeader(secrets, messageId, timestamp, body),
+      },
+      allowPrivate: this.config.webhookAllowPrivate,
+      resolve: this.settings.resolve,
+      timeoutMs: this.settings.timeoutMs,
+      maxResponseBytes: this.settings.maxResponseBytes,
+      signal: this.abort.signal,
+    })
+  }
 }

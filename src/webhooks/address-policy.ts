@@ -1,0 +1,74 @@
+import { lookup } from 'node:dns/promises'
+import { BlockList, isIP } from 'node:net'
+
+// Where a webhook may be sent (server-side request forgery). Unless
+// WEBHOOK_ALLOW_PRIVATE=true, a URL must be https, and every address its host
+// stands for must be a public one: never this host, its link-local metadata
+// service (169.254.169.254), a private or carrier-grade NAT network, or a
+// multicast group. The rule is applied when a webhook is registered (an early,
+// clear answer) and again on every delivery to the address actually connected
+// to (src/webhooks/send.ts), since a name can resolve elsewhere later (DNS
+// rebinding). Userinfo is refused always: credentials do not belong in a URL
+// that admins read back from the API.
+
+const blocked = new BlockList()
+for (const [network, prefix] of [
+  ['0.0.0.0', 8], // "this network", 0.0.0.0 included
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10], // carrier-grade NAT
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16],
+  ['172.16.0.0', 12],
+  ['192.0.0.0', 24], // IETF protocol assignments
+  ['192.168.0.0', 16],
+  ['198.18.0.0', 15], // benchmarking
+  ['224.0.0.0', 4], // multicast
+  ['240.0.0.0', 4], // reserved, and the broadcast address
+] as const) blocked.addSubnet(network, prefix, 'ipv4')
+for (const [network, prefix] of [
+  ['::', 128], // unspecified
+  ['::1', 128],
+  ['::', 96], // IPv4-compatible (deprecated) forms
+  ['100::', 64], // discard-only
+  ['fc00::', 7], // unique local
+  ['fe80::', 10],
+  ['fec0::', 10], // site-local (deprecated)
+  ['ff00::', 8], // multicast
+] as const) blocked.addSubnet(network, prefix, 'ipv6')
+// BlockList matches an IPv4-mapped IPv6 address (::ffff:127.0.0.1, ::ffff:7f00:1) against the IPv4 rules.
+
+/** Whether an address literal (v4 or v6) is one a webhook may never reach without WEBHOOK_ALLOW_PRIVATE. */
+export function isForbiddenAddress(address: string): boolean {
+  const family = isIP(address)
+  if (family === 0) return true
+  return blocked.check(address, family === 4 ? 'ipv4' : 'ipv6')
+}
+
+export interface ResolvedAddress { address: string; family: number }
+/** Every address of a host name, as `dns.lookup(name, { all: true })` gives them; tests inject their own. */
+export type Resolver = (hostname: string) => Promise<ResolvedAddress[]>
+
+export const systemResolver: Resolver = (hostname) => lookup(hostname, { all: true, verbatim: true })
+
+/** A URL's host without the brackets of an IPv6 literal. */
+export const hostOf = (url: URL): string => url.hostname.replace(/^\[(.*)\]$/, '$1')
+
+/** Why a URL is refused by its shape alone (scheme, userinfo, a literal address), or undefined. */
+export function refusalOfUrl(url: URL, allowPrivate: boolean): string | undefined {
+  if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) {
+    return allowPrivate ? 'must be an http or https URL' : 'must be an https URL'
+  }
+  if (url.username || url.password) return 'must not carry a user name or password'
+  if (url.hash) return 'must not carry a fragment'
+  const host = hostOf(url)
+  if (!host) return 'must name a host'
+  if (!allowPrivate && isIP(host) && isForbiddenAddress(host)) return `must not point at a loopback, link-local, private or reserved address (${host})`
+  return undefined
+}
+
+/** Why a set of resolved addresses is refused: any forbidden one refuses the lot (a mixed answer is how rebinding starts). */
+export function refusalOfAddresses(host: string, addresses: readonly ResolvedAddress[]): string | undefined {
+  if (addresses.length === 0) return `${host} does not resolve`
+  const bad = addresses.find((a) => isForbiddenAddress(a.address))
+  return bad ? `${host} resolves to ${bad.address}, a loopback, link-local, private or reserved address` : undefined
+}

@@ -1,0 +1,117 @@
+import type { Sql, TransactionSql } from 'postgres'
+import { systemOrigin } from '../events/origin.js'
+import { lockRow, updateRow } from '../resources/store.js'
+import { webhooks } from './resource.js'
+
+// The SQL of the delivery worker. A claim takes due deliveries with
+// FOR UPDATE SKIP LOCKED and, in the same statement, moves each one's
+// next_attempt_at forward by the lease and counts the attempt: instances that
+// claim at once take different rows, and a delivery whose worker dies is due
+// again when the lease ends. The attempt count is the claim's fencing token:
+// an outcome is written to the delivery only if no later claim took it since
+// (a worker that outlived its lease) and it is still pending (its webhook was
+// not disabled meanwhile).
+
+export interface ClaimedDelivery {
+  delivery_id: number
+  /** This claim's attempt number (1-based): the fencing token. */
+  attempts: number
+  webhook_id: number
+  url: string
+  secret_sealed: string
+  /** Sealed, and only while it still signs beside the current one. */
+  previous_secret_sealed: string | null
+  /** The event as GET /events shows it. */
+  event: Record<string, unknown>
+}
+
+/** Up to `limit` due deliveries of active webhooks, oldest due first, each leased for `leaseMs`. */
+export async function claimDue(sql: Sql, limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
+  const rows = await sql<Array<Record<string, unknown>>>`
+    WITH due AS (
+      SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+      WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.status = 'active'
+      ORDER BY d.next_attempt_at, d.id
+      LIMIT ${limit}
+      FOR UPDATE OF d SKIP LOCKED)
+    UPDATE webhook_deliveries d
+    SET attempts = d.attempts + 1,
+      next_attempt_at = now() + ${leaseMs}::int * interval '1 millisecond',
+      leased_until = now() + ${leaseMs}::int * interval '1 millisecond'
+    FROM due, webhooks w, event_feed e
+    WHERE d.id = due.id AND w.id = d.webhook_id AND e.id = d.event_id
+    RETURNING d.id AS delivery_id, d.attempts, d.webhook_id, w.url, w.secret_sealed,
+      CASE WHEN w.previous_secret_expires_at > now() THEN w.previous_secret_sealed END AS previous_secret_sealed,
+      e.id, e.type, e.occurred_at, e.subject, e.actor, e.request_id, e.data`
+  return rows.map(({ delivery_id, attempts, webhook_id, url, secret_sealed, previous_secret_sealed, ...event }) => ({
+    delivery_id, attempts, webhook_id, url, secret_sealed, previous_secret_sealed, event,
+  }) as ClaimedDelivery)
+}
+
+export interface AttemptRecord {
+  startedAt: Date
+  status: number | undefined
+  durationMs: number
+  error: string | undefined
+  ok: boolean
+  /** After a failure: when to try again; undefined: retries are exhausted. */
+  retryInMs: number | undefined
+}
+
+const MAX_ERROR_LENGTH = 1000
+
+/**
+ * Records an attempt and its consequences in one transaction: the attempt
+ * row, the delivery's new state (if this claim still holds it), and the
+ * webhook's record of failing. A webhook that has failed without a success
+ * for `disableAfterMs` is disabled (webhook.updated, by the system) and its
+ * pending deliveries fail. Whether it was disabled now.
+ */
+export async function recordAttempt(sql: Sql, claim: ClaimedDelivery, attempt: AttemptRecord, disableAfterMs: number): Promise<boolean> {
+  const error = attempt.error?.slice(0, MAX_ERROR_LENGTH) ?? null
+  const status = attempt.ok ? 'succeeded' : attempt.retryInMs === undefined ? 'failed' : 'pending'
+  return sql.begin(async (tx) => {
+    await tx`
+      WITH attempt AS (
+        INSERT INTO webhook_attempts (delivery_id, attempted_at, status, duration_ms, error)
+        VALUES (${claim.delivery_id}, ${attempt.startedAt}, ${attempt.status ?? null}, ${attempt.durationMs}, ${error}))
+      UPDATE webhook_deliveries SET
+        status = ${status},
+        next_attempt_at = CASE WHEN ${status} = 'pending' THEN now() + ${attempt.retryInMs ?? 0}::int * interval '1 millisecond' ELSE next_attempt_at END,
+        leased_until = NULL,
+        last_attempt_at = ${attempt.startedAt},
+        last_status = ${attempt.status ?? null},
+        last_error = ${error}
+      WHERE id = ${claim.delivery_id} AND attempts = ${claim.attempts} AND status = 'pending'`
+    if (attempt.ok) {
+      await tx`UPDATE webhooks SET failing_since = NULL WHERE id = ${claim.webhook_id} AND failing_since IS NOT NULL`
+      return false
+    }
+    const [webhook] = await tx<Array<{ overdue: boolean }>>`
+      WITH marked AS (
+        UPDATE webhooks SET failing_since = ${attempt.startedAt} WHERE id = ${claim.webhook_id} AND failing_since IS NULL RETURNING failing_since)
+      SELECT w.status = 'active' AND coalesce((SELECT failing_since FROM marked), w.failing_since)
+        <= now() - ${disableAfterMs}::bigint * interval '1 millisecond' AS overdue
+      FROM webhooks w WHERE w.id = ${claim.webhook_id}`
+    if (!webhook?.overdue) return false
+    return disable(tx, claim.webhook_id, error ?? 'the receiver did not accept the deliveries')
+  })
+}
+
+/** Disables a webhook that kept failing; its pending deliveries fail. False if someone else changed its status first. */
+async function disable(tx: TransactionSql, webhookId: number, lastError: string): Promise<boolean> {
+  const current = await lockRow(tx, webhooks, String(webhookId), undefined)
+  if (current.status !== 'active') return false
+  await updateRow(tx, webhooks, current.id, { status: 'disabled', last_error: lastError }, systemOrigin)
+  await tx`
+    UPDATE webhook_deliveries SET status = 'failed', leased_until = NULL, last_error = coalesce(last_error, 'the webhook was disabled')
+    WHERE webhook_id = ${webhookId} AND status = 'pending'`
+  return true
+}
+
+/** Hands a claimed delivery back, due now, as if it had not been claimed (the service is stopping mid-attempt). */
+export async function releaseClaim(sql: Sql, claim: ClaimedDelivery): Promise<void> {
+  await sql`
+    UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = now(), leased_until = NULL
+    WHERE id = ${claim.delivery_id} AND attempts = ${claim.attempts}`
+}

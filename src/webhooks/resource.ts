@@ -1,0 +1,130 @@
+import Type from 'typebox'
+import { originOf } from '../events/origin.js'
+import { validationFailed } from '../http/problem.js'
+import { idMember, timestampMember } from '../resources/common.js'
+import { member } from '../resources/member.js'
+import { defineResource } from '../resources/resource.js'
+import { resourceRoutes, type ResourceContext, type ResourceHooks } from '../resources/routes.js'
+import { conflictOf, insertRow } from '../resources/store.js'
+import { hostOf, refusalOfAddresses, refusalOfUrl, type Resolver } from './address-policy.js'
+import { subscribableEventTypes } from './event-types.js'
+import { newSigningSecret, sealSecret } from './secret.js'
+
+// A webhook subscription: a URL, the event types it wants, and a signing
+// secret made here, shown once and stored sealed (secret.ts). Listed, read,
+// changed (pause and resume by `status`) and deleted like any resource; its
+// writes record webhook.created, webhook.updated and webhook.deleted.
+
+/** Single-line text without control characters or spaces; the scheme and host are checked by address-policy.ts. */
+const urlSchema = () => Type.String({
+  minLength: 1,
+  maxLength: 2048,
+  pattern: '^[Hh][Tt][Tt][Pp][Ss]?://[^\\u0000-\\u0020\\u007f-\\u009f]+$',
+  description: 'an https URL of at most 2048 characters (http too when WEBHOOK_ALLOW_PRIVATE=true)',
+})
+
+const descriptionSchema = () => Type.String({
+  maxLength: 500,
+  pattern: '^[^\\u0000-\\u001f\\u007f-\\u009f]*$',
+  description: 'a single line of at most 500 characters',
+})
+
+export const webhookStatuses = ['active', 'paused', 'disabled'] as const
+
+export const webhooks = defineResource({
+  name: 'Webhook',
+  path: '/webhooks',
+  table: 'webhooks',
+  members: {
+    id: idMember(),
+    url: member(urlSchema()),
+    event_types: member(Type.Array(Type.Union(subscribableEventTypes.map((t) => Type.Literal(t))), { minItems: 1, maxItems: 50, uniqueItems: true })),
+    description: member(descriptionSchema(), { default: '', nullable: true }),
+    // 'disabled' is the service's to set (after failing for a day); an admin sets active or paused.
+    status: member(Type.Union(webhookStatuses.map((s) => Type.Literal(s))), { default: 'active', sort: true }),
+    last_error: member(Type.Union([Type.String({ description: 'why the service disabled this webhook' }), Type.Null()]), { write: 'server' }),
+    secret_sealed: member(Type.String(), { write: 'server', secret: true }),
+    created_by: member(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]), { write: 'server' }),
+    created_at: timestampMember(),
+    updated_at: timestampMember(),
+  },
+})
+
+/** The answer to a creation or a rotation: the one time the secret is shown. */
+export const WebhookWithSecret = Type.Object({
+  ...webhooks.schemas.representation.properties,
+  secret: Type.String({ description: 'whsec_ and the base64 of 32 random bytes: keep it, it is never shown again' }),
+}, { additionalProperties: false })
+
+const DNS_TIMEOUT_MS = 5000
+
+/**
+ * Refuses (422 on /url) a URL a delivery would refuse: wrong scheme,
+ * userinfo, a forbidden literal address, or a name that resolves to one.
+ * A name that does not resolve (yet) is refused too: a webhook that cannot be
+ * delivered is better known now than after a day of failures.
+ */
+export async function checkWebhookUrl(raw: string, allowPrivate: boolean, resolve: Resolver): Promise<void> {
+  const refuse = (message: string) => validationFailed([{ path: '/url', message }])
+  let url: URL
+  try {
+    url = new URL(raw)
+  } catch {
+    throw refuse('must be a valid absolute URL')
+  }
+  const refusal = refusalOfUrl(url, allowPrivate)
+  if (refusal) throw refuse(refusal)
+  if (allowPrivate) return
+  const host = hostOf(url)
+  let timer: NodeJS.Timeout | undefined
+  const addresses = await Promise.race([
+    resolve(host).catch(() => []),
+    new Promise<[]>((done) => (timer = setTimeout(done, DNS_TIMEOUT_MS, []))),
+  ]).finally(() => clearTimeout(timer))
+  const unresolved = refusalOfAddresses(host, addresses)
+  if (unresolved) throw refuse(addresses.length ? `must not point at a loopback, link-local, private or reserved address (${unresolved})` : `must name a host that resolves (${unresolved})`)
+}
+
+const checkUrlOf = (ctx: ResourceContext, url: unknown) =>
+  typeof url === 'string' ? checkWebhookUrl(url, ctx.deps.config.webhookAllowPrivate, ctx.deps.webhooks.settings.resolve) : undefined
+
+const hooks: ResourceHooks = {
+  async prepare({ ctx }) {
+    if (ctx.body.status === 'disabled') throw validationFailed([{ path: '/status', message: 'must be "active" or "paused" (only the service disables a webhook)' }])
+    await checkUrlOf(ctx, ctx.body.url)
+  },
+  async inTransaction(_tx, { current, changes }) {
+    // A webhook re-enabled, or pointed elsewhere, starts with a clean record: the day of failures counts afresh.
+    if ((current.status === 'disabled' && changes.status !== undefined) || changes.url !== undefined) {
+      if (current.last_error !== null) changes.last_error = null
+      changes.failing_since = null
+    }
+  },
+  async insert(ctx, values) {
+    if (ctx.principal.kind !== 'user') throw new Error('unreachable: protected route')
+    const secret = newSigningSecret()
+    const row = await insertRow(ctx.deps.sql, webhooks, {
+      ...values, secret_sealed: sealSecret(secret, ctx.deps.config.jwtSecrets), created_by: Number(ctx.principal.userId),
+    }, originOf(ctx.principal, ctx.requestId)).catch((err: unknown) => Promise.reject(conflictOf(webhooks, err)))
+    return { row, body: { secret } }
+  },
+}
+
+export const webhookResourceRoutes = resourceRoutes(webhooks, {
+  operations: ['list', 'create', 'read', 'update', 'delete'],
+  access: {
+    list: { kind: 'protected', scope: 'webhooks:read', who: 'admin' },
+    read: { kind: 'protected', scope: 'webhooks:read', who: 'admin' },
+    create: { kind: 'protected', scope: 'webhooks:write', who: 'admin' },
+    write: { kind: 'protected', scope: 'webhooks:write', who: 'admin' },
+  },
+  hooks,
+  summaries: {
+    create: 'Register a webhook; its signing secret is in this answer only',
+    update: 'Change a webhook (JSON merge patch): URL, event types, description; pause with status "paused", resume or re-enable with "active"',
+  },
+  // Not idempotent: a replay would have to store the secret in the idempotency record.
+  idempotentCreate: false,
+  created: { name: 'WebhookWithSecret', schema: WebhookWithSecret },
+  noStore: ['create'],
+})
