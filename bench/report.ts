@@ -137,6 +137,42 @@ export interface GrowthSize {
 }
 
 /** Cost of a request: the server's CPU plus its PostgreSQL backends' (the part that could grow with the table). */
+/** The outbox series' key of a write endpoint in one mode. */
+export const outboxKey = (key: string, mode: 'on' | 'off') => `${key} outbox ${mode}`
+
+/** Per write: its figures with events written and discarded, and the ratio of the two costs (service + database CPU) round by round. */
+export function outboxTable(rows: Row[], series: Series): string {
+  const out = [
+    '| write | outbox | req/s | p99 ms | CPU µs/req | DB CPU µs/req | CPU + DB µs/req | on ÷ off |',
+    '|---|---|--:|--:|--:|--:|--:|--:|',
+  ]
+  for (const r of rows) {
+    const on = series[outboxKey(r.key, 'on')]?.service ?? []
+    const off = series[outboxKey(r.key, 'off')]?.service ?? []
+    for (const [mode, ms] of [['on', on], ['off', off]] as const) {
+      out.push(`| ${mode === 'on' ? r.label : ''} | ${mode} | ${cell(ms.map(pick.rps), 0)} | ${cell(ms.map(pick.p99), 2)} | ${cell(ms.map(pick.cpu), 0)} | ` +
+        `${cell(ms.map(pick.db), 0)} | ${cell(ms.map(costPerRequest), 0)} | ${mode === 'on' ? cell(outboxRatios(on, off), 2) : ''} |`)
+    }
+  }
+  return out.join('\n')
+}
+
+const outboxRatios = (on: Measurement[], off: Measurement[]) =>
+  finite(on.map((m, i) => {
+    const a = costPerRequest(m)
+    const b = off[i] === undefined ? undefined : costPerRequest(off[i]!)
+    return a === undefined || b === undefined || !b ? undefined : a / b
+  }))
+
+/** The outbox adds at most 15 % to a write's CPU, the database's included. */
+export function outboxTargets(rows: Row[], series: Series, out: string[]): void {
+  const check = checker(out)
+  for (const r of rows) {
+    const v = median(outboxRatios(series[outboxKey(r.key, 'on')]?.service ?? [], series[outboxKey(r.key, 'off')]?.service ?? []))
+    check(within(v, 1.15), `the events outbox adds ≤ 15 % CPU (service + database) per write, ${r.label}: ${x(v)}`)
+  }
+}
+
 const costPerRequest = (m: Measurement) => (m.dbCpuPerRequest === undefined ? undefined : m.cpuPerRequest + m.dbCpuPerRequest)
 
 export function growthTable(rows: Row[], sizes: GrowthSize[], kinds: readonly Kind[]): string {

@@ -11,10 +11,10 @@ import { cpuBetween, cpuMicros, cpuOf, sampleRss, statusKb } from './proc.js'
 import { checkSameBodies, standardRequests, type CheckRequest } from './peers-check.js'
 import { formatComparison, formatSummary, summarize, type Summary } from './profile.js'
 import {
-  concurrencyKey, concurrencyTable, concurrencyTargets, failed, growthTable, growthTargets, LABEL, mainTable, mainTargets, ratioTable,
+  concurrencyKey, concurrencyTable, concurrencyTargets, failed, growthTable, growthTargets, LABEL, mainTable, mainTargets, outboxKey, outboxTable, outboxTargets, ratioTable,
   type GrowthSize, type Measurement, type Series,
 } from './report.js'
-import { createBenchDatabase, dropBenchDatabase, removeCreatedUsers, resetProductVersions, type Seeded } from './seed.js'
+import { createBenchDatabase, dropBenchDatabase, removeCreatedUsers, resetProductVersions, setOutbox, type Seeded } from './seed.js'
 import { KINDS, logFileOf, running, startAll, startServer, stopAll, stopServer, type Kind, type RunningServer, type ServerOptions, type Servers } from './servers.js'
 import { assertWrk, runWrk, type WrkRequests } from './wrk.js'
 
@@ -87,6 +87,7 @@ const settings = {
   concurrencyDuration: intSetting('BENCH_CONCURRENCY_DURATION', 15),
   concurrencyRounds: intSetting('BENCH_CONCURRENCY_ROUNDS', 1),
   growth: oneOf('BENCH_GROWTH', ['on', 'off', 'full'], 'on'),
+  outbox: oneOf('BENCH_OUTBOX', ['on', 'off'], 'on'),
   growthDuration: intSetting('BENCH_GROWTH_DURATION', 2),
   growthRounds: intSetting('BENCH_GROWTH_ROUNDS', 2),
   only: env.BENCH_ONLY ? env.BENCH_ONLY.split(',') : undefined,
@@ -171,6 +172,8 @@ function endpoints(db: Seeded): Endpoint[] {
 const MAIN_ENDPOINTS = ['user', 'users-first', 'users-keyset', 'product-jwt', 'product-apikey', 'products-first', 'products-keyset', 'products-fields', 'post-user', 'patch-product']
 const CONCURRENCY_ENDPOINTS = ['products-first', 'user']
 const GROWTH_ENDPOINTS = ['user', 'users-first', 'users-deep']
+/** Writes measured with the events outbox on and off (`outboxSeries`). */
+const OUTBOX_ENDPOINTS = ['post-user', 'patch-product']
 const ALL_ENDPOINTS = [...new Set([...MAIN_ENDPOINTS, ...GROWTH_ENDPOINTS])]
 
 const selected = (keys: string[]) => keys.filter((k) => !settings.only || settings.only.includes(k))
@@ -368,9 +371,10 @@ function expectedSeconds(): number {
   const conc = settings.concurrencyRounds * selected(CONCURRENCY_ENDPOINTS).length * settings.concurrency.length * cell(KINDS.length, settings.concurrencyDuration)
   const sizes = growthSizes()
   const growth = settings.growthRounds * selected(GROWTH_ENDPOINTS).length * sizes.length * cell(GROWTH_KINDS.length, settings.growthDuration)
+  const outbox = settings.outbox === 'on' ? settings.rounds * selected(OUTBOX_ENDPOINTS).length * 2 * cell(1, settings.duration) : 0
   // Seeding (about 2 s per 100,000 rows) and the byte-identity check of each size.
   const prepare = [settings.rows, ...sizes.filter((n) => n !== settings.rows)].reduce((t, n) => t + 3 + n / 50_000, 0)
-  return main + conc + growth + prepare
+  return main + conc + growth + outbox + prepare
 }
 
 function growthSizes(): number[] {
@@ -429,6 +433,32 @@ async function concurrencySeries(main: Subject): Promise<Series> {
   return series
 }
 
+/**
+ * What the events outbox costs a write: POST and PATCH on the service alone,
+ * with events written and with them discarded (bench/seed.ts setOutbox),
+ * the two modes alternating within each round on fresh processes.
+ */
+async function outboxSeries(main: Subject): Promise<Series> {
+  const series: Series = {}
+  if (settings.outbox === 'off') return series
+  try {
+    for (let round = 0; round < settings.rounds; round++) {
+      for (const key of selected(OUTBOX_ENDPOINTS)) {
+        for (const mode of rotate(['on', 'off'] as const, round)) {
+          await setOutbox(main.db.url, mode === 'on')
+          await measureCell({
+            subject: main, endpoint: byKey(main, key), round: 0, seconds: settings.duration, connections: settings.connections, kinds: ['service'],
+            series, key: outboxKey(key, mode), label: `outbox ${mode} ${round + 1}/${settings.rounds}`,
+          })
+        }
+      }
+    }
+  } finally {
+    await setOutbox(main.db.url, true)
+  }
+  return series
+}
+
 /** Id lookups and pages at several table sizes, the sizes interleaved within each round. */
 async function growthSeries(serverUrl: string, main: Subject): Promise<GrowthSize[]> {
   const keys = selected(GROWTH_ENDPOINTS)
@@ -453,6 +483,7 @@ interface Results {
   main: Subject
   series: Series
   concurrency: Series
+  outbox: Series
   sizes: GrowthSize[]
   minutes: string
   pgVersion: string
@@ -483,6 +514,11 @@ function report(r: Results): { text: string; targets: string[] } {
     out.push(`### Concurrency (${settings.concurrencyRounds} round(s) of ${settings.concurrencyDuration} s, wrk --timeout ${settings.timeout}s)`, '')
     out.push(concurrencyTable(conc, settings.concurrency, r.concurrency), '')
   }
+  const outbox = rowsOf(selected(OUTBOX_ENDPOINTS))
+  if (outbox.length && settings.outbox === 'on') {
+    out.push(`### What the events outbox costs a write (the service alone, events written and discarded, alternating; ${settings.rounds} rounds of ${settings.duration} s)`, '')
+    out.push(outboxTable(outbox, r.outbox), '')
+  }
   if (r.sizes.length) {
     out.push(`### Growth (${settings.growthRounds} round(s) of ${settings.growthDuration} s; medians)`, '', growthTable(growth, r.sizes, GROWTH_KINDS), '')
   }
@@ -492,6 +528,7 @@ function report(r: Results): { text: string; targets: string[] } {
   mainTargets(main, r.series, targets)
   concurrencyTargets(conc, settings.concurrency, r.concurrency, targets)
   growthTargets(growth, r.sizes, targets)
+  if (settings.outbox === 'on') outboxTargets(outbox, r.outbox, targets)
   out.push('### Targets (medians of this run)', '', ...targets, '')
   return { text: out.join('\n'), targets }
 }
@@ -502,13 +539,14 @@ async function benchmark(serverUrl: string, pgVersion: string, wrkVersion: strin
   const main = await prepare(serverUrl, settings.rows)
   const series = await mainSeries(main)
   const concurrency = await concurrencySeries(main)
+  const outbox = await outboxSeries(main)
   const sizes = await growthSeries(serverUrl, main)
-  const results: Results = { main, series, concurrency, sizes, minutes: ((Date.now() - started) / 60_000).toFixed(1), pgVersion, wrkVersion }
+  const results: Results = { main, series, concurrency, outbox, sizes, minutes: ((Date.now() - started) / 60_000).toFixed(1), pgVersion, wrkVersion }
   const { text, targets } = report(results)
   process.stdout.write('\n' + text + '\n')
   const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19)
   writeFileSync(join(outDir, `bench-${stamp}.md`), text + '\n')
-  writeFileSync(join(outDir, `bench-${stamp}.json`), JSON.stringify({ settings, machine: machine(pgVersion), wrk: wrkVersion, series, concurrency, growth: sizes, peakHwmMb }, null, 1))
+  writeFileSync(join(outDir, `bench-${stamp}.json`), JSON.stringify({ settings, machine: machine(pgVersion), wrk: wrkVersion, series, concurrency, outbox, growth: sizes, peakHwmMb }, null, 1))
   log(`report written to bench/.out/bench-${stamp}.md (raw figures: .json); ${targets.filter((t) => t.startsWith('- FAIL')).length} of ${targets.length} targets failed`)
 }
 
