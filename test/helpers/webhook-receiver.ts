@@ -19,6 +19,8 @@ export interface Receiver {
   url: string
   port: number
   received: Reception[]
+  /** TCP connections accepted, requests or not. */
+  connections: number
   /** How the next requests are answered; default 204. */
   answer: Answer
   /** Receptions per webhook-id. */
@@ -39,6 +41,7 @@ export async function startReceiver(path = '/hook'): Promise<Receiver> {
     url: '',
     port: 0,
     received,
+    connections: 0,
     answer: answerWith(204),
     countsById() {
       const counts = new Map<string, number>()
@@ -66,6 +69,7 @@ export async function startReceiver(path = '/hook'): Promise<Receiver> {
       receiver.answer(req, res, reception)
     })
   })
+  server.on('connection', () => void receiver.connections++)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   receiver.port = (server.address() as AddressInfo).port
   receiver.url = `http://127.0.0.1:${receiver.port}${path}`
