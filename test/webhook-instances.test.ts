@@ -1,0 +1,111 @@
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { after, describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
+import { startServer, TEST_JWT_SECRET, type TestServer } from './helpers/server.js'
+import { answerWith, startReceiver } from './helpers/webhook-receiver.js'
+
+// Several instances on one database share the deliveries: each is sent once,
+// and one whose instance dies mid-send is sent later by another, once its
+// lease has run out.
+
+const projectRoot = fileURLToPath(new URL('../', import.meta.url))
+
+const delivered = (server: TestServer) => server.logs.filter((l) => l.msg === 'webhook delivered').length
+
+async function waitUntil(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await sleep(25)
+  }
+}
+
+/** An instance in a process of its own (test/helpers/webhook-instance.ts); resolves once it listens. */
+async function spawnInstance(databaseUrl: string, tuning: Record<string, unknown>) {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/helpers/webhook-instance.ts'], {
+    cwd: projectRoot,
+    env: {
+      PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: databaseUrl, JWT_SECRETS: `test:${TEST_JWT_SECRET}`,
+      WEBHOOK_ALLOW_PRIVATE: 'true', RATE_LIMIT: '0', LOG_LEVEL: 'debug', WEBHOOK_TUNING: JSON.stringify(tuning),
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  after(() => void child.kill('SIGKILL'))
+  const logs: Array<Record<string, unknown>> = []
+  let stderr = ''
+  child.stderr.setEncoding('utf8').on('data', (t: string) => void (stderr += t))
+  let rest = ''
+  child.stdout.setEncoding('utf8').on('data', (text: string) => {
+    const lines = (rest + text).split('\n')
+    rest = lines.pop()!
+    for (const line of lines) if (line) logs.push(JSON.parse(line))
+  })
+  const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, signal) => resolve(signal)))
+  await Promise.race([
+    waitUntil('the instance to listen', () => logs.some((l) => l.msg === 'listening'), 30_000),
+    exited.then(() => Promise.reject(new Error(`the instance exited before listening: ${stderr}`))),
+  ])
+  return { child, logs, exited }
+}
+
+describe('webhook deliveries across instances', () => {
+  test('two instances on one database send each delivery exactly once, and share them', async () => {
+    const tuning = { pollMs: 50, concurrency: 4, retryDelaysMs: [50], retryJitter: 0 }
+    const a = await startServer({ WEBHOOK_ALLOW_PRIVATE: 'true' }, {}, { tuning: { webhooks: tuning } })
+    const b = await startServer({ WEBHOOK_ALLOW_PRIVATE: 'true' }, {}, { databaseUrl: a.databaseUrl, tuning: { webhooks: tuning } })
+    const receiver = await startReceiver()
+    // A short wait per answer, so that either instance is busy at times and the other takes its share.
+    receiver.answer = (req, res, r) => void setTimeout(() => answerWith(204)(req, res, r), 20)
+    const hook = await a.request('POST', '/webhooks', { body: { url: receiver.url, event_types: ['product.created'] } })
+    assert.equal(hook.status, 201)
+    const products = 60
+    for (let i = 0; i < products; i += 10) {
+      const batch = Array.from({ length: 10 }, (_, j) => (j % 2 ? a : b).request('POST', '/products', { body: { sku: `SHARE-${i + j}`, name: 'x', price: 1, currency: 'EUR' } }))
+      for (const res of await Promise.all(batch)) assert.equal(res.status, 201)
+    }
+    await receiver.waitFor('every delivery', (r) => r.length >= products, 30_000)
+    await waitUntil('every success recorded', async () => (await a.sql`SELECT count(*)::int AS n FROM webhook_deliveries WHERE status = 'succeeded'`)[0]!.n === products)
+    await sleep(300)
+    const counts = receiver.countsById()
+    assert.equal(counts.size, products)
+    assert.deepEqual([...counts.values()].filter((n) => n !== 1), [], 'each event received once')
+    const [{ attempts }] = await a.sql`SELECT count(*)::int AS attempts FROM webhook_attempts`
+    assert.equal(attempts, products)
+    assert.equal(delivered(a) + delivered(b), products)
+    assert.ok(delivered(a) > 0 && delivered(b) > 0, `shared: ${delivered(a)} and ${delivered(b)}`)
+  })
+
+  test('a delivery whose instance is killed (SIGKILL) mid-send is sent by another after the lease', async () => {
+    const leaseMs = 2000
+    const server = await startServer({ WEBHOOK_ALLOW_PRIVATE: 'true' }, {}, { tuning: { webhooks: { pollMs: 50, leaseMs, timeoutMs: 1500 } } })
+    // Only the spawned instance works at first: this one serves the API.
+    await server.deps.webhooks.stop()
+    const doomed = await spawnInstance(server.databaseUrl, { pollMs: 50, leaseMs, timeoutMs: 1500 })
+    const receiver = await startReceiver()
+    receiver.answer = () => {} // holds the first attempt open
+    const hook = await server.request('POST', '/webhooks', { body: { url: receiver.url, event_types: ['product.created'] } })
+    assert.equal(hook.status, 201)
+    assert.equal((await server.request('POST', '/products', { body: { sku: 'KILL-1', name: 'x', price: 1, currency: 'EUR' } })).status, 201)
+    await receiver.waitFor('the first attempt', (r) => r.length === 1)
+    doomed.child.kill('SIGKILL')
+    assert.equal(await doomed.exited, 'SIGKILL')
+    const killedAt = Date.now()
+    receiver.answer = answerWith(200)
+    server.deps.webhooks.start()
+    await receiver.waitFor('the second attempt', (r) => r.length === 2)
+    const [first, second] = receiver.received
+    assert.equal(first!.headers['webhook-id'], second!.headers['webhook-id'])
+    assert.ok(second!.at - first!.at >= leaseMs - 100, `sent again ${second!.at - first!.at} ms after the first attempt, not before the lease ran out`)
+    assert.ok(second!.at >= killedAt)
+    await waitUntil('the success recorded', async () => (await server.sql`SELECT status FROM webhook_deliveries`)[0]!.status === 'succeeded')
+    const deliveries = await server.request('GET', `/webhooks/${hook.body.id}/deliveries`)
+    const [delivery] = deliveries.body
+    assert.equal(delivery.status, 'succeeded')
+    // Two claims, one recorded attempt: the killed one never came back to record its outcome.
+    assert.equal(delivery.attempt_count, 2)
+    assert.deepEqual(delivery.attempts.map((a: { status: number }) => a.status), [200])
+    assert.equal(doomed.logs.filter((l) => l.msg === 'webhook delivered').length, 0)
+  })
+})
