@@ -108,4 +108,27 @@ describe('webhook deliveries across instances', () => {
     assert.deepEqual(delivery.attempts.map((a: { status: number }) => a.status), [200])
     assert.equal(doomed.logs.filter((l) => l.msg === 'webhook delivered').length, 0)
   })
+
+  test('an instance that stops gracefully mid-send hands the delivery back at once, the cut attempt recorded', async () => {
+    const tuning = { pollMs: 50, leaseMs: 20_000, timeoutMs: 10_000 }
+    const a = await startServer({ WEBHOOK_ALLOW_PRIVATE: 'true' }, {}, { tuning: { webhooks: tuning } })
+    const b = await startServer({ WEBHOOK_ALLOW_PRIVATE: 'true' }, {}, { databaseUrl: a.databaseUrl, tuning: { webhooks: tuning } })
+    await b.deps.webhooks.stop()
+    const receiver = await startReceiver()
+    receiver.answer = () => {} // holds the attempt open
+    const hook = await a.request('POST', '/webhooks', { body: { url: receiver.url, event_types: ['product.created'] } })
+    assert.equal((await a.request('POST', '/products', { body: { sku: 'STOP-1', name: 'x', price: 1, currency: 'EUR' } })).status, 201)
+    await receiver.waitFor('the first attempt', (r) => r.length === 1)
+    await a.deps.webhooks.stop()
+    const [row] = await a.sql`SELECT status, leased_until, next_attempt_at <= now() AS due FROM webhook_deliveries`
+    assert.deepEqual({ ...row }, { status: 'pending', leased_until: null, due: true })
+    receiver.answer = answerWith(200)
+    const stoppedAt = Date.now()
+    b.deps.webhooks.start()
+    await receiver.waitFor('the attempt by the other instance', (r) => r.length === 2)
+    assert.ok(Date.now() - stoppedAt < 5000, 'sent well before the lease would have run out')
+    await waitUntil('the success recorded', async () => (await a.sql`SELECT status FROM webhook_deliveries`)[0]!.status === 'succeeded')
+    const [delivery] = (await b.request('GET', `/webhooks/${hook.body.id}/deliveries`)).body
+    assert.deepEqual(delivery.attempts.map((x: { status: number | null; error: string | null }) => [x.status, x.error]), [[200, null], [null, 'the service stopped during the attempt']])
+  })
 })

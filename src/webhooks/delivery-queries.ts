@@ -109,9 +109,16 @@ async function disable(tx: TransactionSql, webhookId: number, lastError: string)
   return true
 }
 
-/** Hands a claimed delivery back, due now, as if it had not been claimed (the service is stopping mid-attempt). */
-export async function releaseClaim(sql: Sql, claim: ClaimedDelivery): Promise<void> {
+/**
+ * Hands a claimed delivery back, due now, because the service is stopping
+ * mid-attempt: the attempt is recorded (the receiver may have had it), and
+ * another instance sends it at once instead of after the lease.
+ */
+export async function releaseClaim(sql: Sql, claim: ClaimedDelivery, attempt: Pick<AttemptRecord, 'startedAt' | 'durationMs' | 'error'>): Promise<void> {
   await sql`
-    UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = now(), leased_until = NULL
-    WHERE id = ${claim.delivery_id} AND attempts = ${claim.attempts}`
+    WITH attempt AS (
+      INSERT INTO webhook_attempts (delivery_id, attempted_at, status, duration_ms, error)
+      VALUES (${claim.delivery_id}, ${attempt.startedAt}, NULL, ${attempt.durationMs}, ${attempt.error ?? null}))
+    UPDATE webhook_deliveries SET next_attempt_at = now(), leased_until = NULL, last_attempt_at = ${attempt.startedAt}, last_status = NULL, last_error = ${attempt.error ?? null}
+    WHERE id = ${claim.delivery_id} AND attempts = ${claim.attempts} AND status = 'pending'`
 }

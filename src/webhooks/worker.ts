@@ -110,8 +110,8 @@ export class WebhookWorker {
 
   /**
    * Stops claiming and ends the attempts in flight; their claims are handed
-   * back (due now) so another instance sends them at once. A claim that cannot
-   * be handed back in time is left to its lease.
+   * back (due now, the cut attempt recorded) so another instance sends them at
+   * once. A claim that cannot be handed back in time is left to its lease.
    */
   async stop(): Promise<void> {
     if (this.stopped) return
@@ -153,8 +153,8 @@ export class WebhookWorker {
 
   private async attempt(claim: ClaimedDelivery): Promise<void> {
     const startedAt = new Date()
-    const outcome = await this.send(claim)
-    if (outcome.aborted) return releaseClaim(this.sql, claim)
+    const outcome = this.stopped ? { status: undefined, durationMs: 0, error: 'the service stopped before the attempt', ok: false, aborted: true } : await this.send(claim)
+    if (outcome.aborted) return releaseClaim(this.sql, claim, { startedAt, ...outcome })
     const retryInMs = outcome.ok ? undefined : retryDelayMs({ delaysMs: this.settings.retryDelaysMs, jitter: this.settings.retryJitter }, claim.attempts)
     const disabled = await recordAttempt(this.sql, claim, { startedAt, ...outcome, retryInMs }, this.settings.disableAfterMs)
     // Never the URL: its path or query may be a credential of the receiver's.
