@@ -28,7 +28,8 @@ export const Event = Type.Object({
 }, { additionalProperties: false })
 
 const outputMembers = Object.keys(Event.properties)
-const serializer = compileSerializer(Event)
+/** An event's JSON as GET /events writes it; GET /events/stream writes the same text. */
+export const eventSerializer = compileSerializer(Event)
 
 export const events = defineCollection({
   table: 'event_feed',
@@ -43,7 +44,7 @@ export const events = defineCollection({
   },
   searchColumns: [],
   outputMembers,
-  serializePage: serializer.page,
+  serializePage: eventSerializer.page,
 })
 
 export const eventRoutes = [

@@ -246,10 +246,17 @@ function conditionalGet(x: Exchange, reply: Reply): Reply {
 function reply(p: Pipeline, x: Exchange, res: ServerResponse): void {
   // The client went away (an aborted upload, a disconnect while the handler
   // ran): nothing can be written, but the request is still logged.
-  if (res.headersSent || res.destroyed) return logRequest(p, x)
+  if (res.headersSent || res.destroyed) {
+    x.reply.stream?.cancel()
+    return logRequest(p, x)
+  }
   const headers = answerHeaders(p, x)
   x.reply.headers = headers
   writeReply(res, x.reply, { requestId: x.requestId, head: x.method === 'HEAD', problem: x.problem })
+  // A stream is answered once its head is out: its line and figures say how
+  // long that took, not how long the client stayed (which its owner logs),
+  // and it stops counting as a request in flight.
+  if (x.reply.stream) return logRequest(p, x)
   if (headers.connection === 'close') res.once('finish', () => x.req.socket.destroySoon())
   // 'close' rather than 'finish': it also fires when the client leaves before the answer is flushed.
   res.once('close', () => logRequest(p, x))

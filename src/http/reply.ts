@@ -6,6 +6,7 @@ const PROBLEM_TYPE = 'application/problem+json; charset=utf-8'
 
 /** The one place that writes a response. HEAD gets the GET headers, Content-Length included, and no body. */
 export function writeReply(res: ServerResponse, reply: Reply, opts: { requestId: string; head: boolean; problem?: boolean }): void {
+  if (reply.stream) return writeStreamHead(res, reply, opts)
   // Kept as a string: Node writes it to the socket as it is, where a Buffer
   // would be one more copy of every body, allocated outside the V8 heap.
   const payload = reply.text ? reply.text.content : jsonBody(reply)
@@ -20,6 +21,20 @@ export function writeReply(res: ServerResponse, reply: Reply, opts: { requestId:
   }
   res.writeHead(reply.status, headers)
   res.end(opts.head ? undefined : payload)
+}
+
+/** A stream's head, without a length (chunked), sent at once; its body is the stream's to write, but for HEAD, which ends here. */
+function writeStreamHead(res: ServerResponse, reply: Reply, opts: { requestId: string; head: boolean }): void {
+  const stream = reply.stream!
+  const headers: Array<string | number> = ['x-request-id', opts.requestId, 'x-content-type-options', 'nosniff', 'content-type', stream.contentType]
+  for (const name in reply.headers) headers.push(name, reply.headers[name]!)
+  res.writeHead(reply.status, headers)
+  if (opts.head) {
+    stream.cancel()
+    return void res.end()
+  }
+  res.flushHeaders()
+  stream.start(res)
 }
 
 /** A reply's JSON body as it goes out (and as an idempotent replay stores it): through its serializer when it has one. */

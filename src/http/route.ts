@@ -1,4 +1,4 @@
-import type { IncomingHttpHeaders } from 'node:http'
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import type { TSchema } from 'typebox'
 import type { Access } from '../auth/access.js'
 import type { Principal } from '../auth/principal.js'
@@ -8,7 +8,7 @@ import type { Validator } from './validate.js'
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'
 
-/** What a handler returns; `writeReply` is the only code that writes to the socket. */
+/** What a handler returns; `writeReply` is the only code that writes to the socket, but for a `stream`'s body. */
 export interface Reply {
   status: number
   headers?: Record<string, string>
@@ -22,6 +22,21 @@ export interface Reply {
   serialize?: (body: any) => string
   /** A non-JSON body (Prometheus text) with its Content-Type. */
   text?: { contentType: string; content: string }
+  /** A body written over time (Server-Sent Events) in place of `body` and `text`. */
+  stream?: StreamBody
+}
+
+/**
+ * A body that outlives the handler: `writeReply` writes the head (status,
+ * headers, `contentType`, no length: chunked) and hands the response to
+ * `start`, which owns it from then on. A stream that is never started (a
+ * HEAD request, a client gone before the answer) is `cancel`led instead, so
+ * that whatever the handler reserved for it is given back.
+ */
+export interface StreamBody {
+  contentType: string
+  start(res: ServerResponse): void
+  cancel(): void
 }
 
 export interface HandlerContext<Query, Body> {

@@ -1,0 +1,411 @@
+import assert from 'node:assert/strict'
+import { after, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
+import { loadConfig } from '../src/config.js'
+import { createLogger } from '../src/log.js'
+import { createService } from '../src/service.js'
+import { rawRequest, SseClient } from './helpers/sse.js'
+import { startServer, TEST_JWT_SECRET, type TestServer } from './helpers/server.js'
+
+// GET /events/stream over real HTTP: what a client reads (ids, types, data),
+// resuming without gap or duplicate while writers go on, across instances,
+// heartbeats, slow clients, the stream limit, SIGTERM, memory with a
+// thousand streams, and the requests refused before anything is streamed.
+
+// A small page, so that catch-ups and the reader cross pages.
+const a = await startServer({}, {}, { tuning: { streams: { pageSize: 7 } } })
+/** A second instance on a's database. */
+const b = await startServer({}, {}, { databaseUrl: a.databaseUrl })
+const clients: SseClient[] = []
+after(() => {
+  for (const c of clients) c.close()
+})
+
+async function open(server: TestServer, path = '/events/stream', headers: Record<string, string> = {}, light = false): Promise<SseClient> {
+  const client = await SseClient.open(server.url, path, { headers: { authorization: `Bearer ${server.admin.token}`, ...headers }, light })
+  clients.push(client)
+  return client
+}
+
+/** A stream that has fixed its starting point: every event committed from now on reaches it. */
+async function follow(server: TestServer, path = '/events/stream', headers: Record<string, string> = {}): Promise<SseClient> {
+  const client = await open(server, path, headers)
+  assert.equal(client.status, 200)
+  await client.waitFor(() => client.retry !== undefined, 5000, 'retry:')
+  return client
+}
+
+const newestId = async (server: TestServer) => (await server.sql<[{ id: number }]>`SELECT coalesce(max(id), 0)::bigint AS id FROM events`)[0].id
+const committedAfter = async (server: TestServer, id: number, type?: string) =>
+  (await server.sql<Array<{ id: number }>>`SELECT id FROM events WHERE id > ${id} ${type ? server.sql`AND type = ${type}` : server.sql``} ORDER BY id`).map((r) => r.id)
+
+let serial = 0
+async function createProduct(server: TestServer, description = 'A widget.'): Promise<number> {
+  const res = await server.request('POST', '/products', { body: { sku: `SSE-${process.pid}-${++serial}`, name: 'Widget', description, price: 100, currency: 'EUR', stock: 1 } })
+  assert.equal(res.status, 201, res.text)
+  return res.body.id
+}
+
+/** Events written straight into the table (each `bytes` of data), in one transaction. */
+async function insertEvents(server: TestServer, count: number, bytes = 100): Promise<void> {
+  await server.sql`
+    INSERT INTO events (type, subject_type, subject_id, data)
+    SELECT 'product.updated', 'product', g, json_build_object('id', g, 'pad', repeat('x', ${bytes}))
+    FROM generate_series(1, ${count}) AS g`
+}
+
+const ascending = (ids: number[]) => ids.every((id, i) => i === 0 || id > ids[i - 1]!)
+
+test('each write is streamed as id, event and data, the data being exactly the GET /events item', async () => {
+  const from = await newestId(a)
+  const c = await open(a, '/events/stream', { 'last-event-id': String(from) })
+  assert.equal(c.status, 200)
+  assert.equal(c.headers['content-type'], 'text/event-stream')
+  assert.equal(c.headers['cache-control'], 'no-store')
+  assert.equal(c.headers['x-accel-buffering'], 'no')
+  assert.equal(c.headers['content-length'], undefined)
+
+  // Line breaks and a U+2028 in a member must not break the one-line data field.
+  const id = await createProduct(a, 'line one\nline two\r\nthree\u2028four')
+  assert.equal((await a.request('PATCH', `/products/${id}`, { body: { price: 250 } })).status, 200)
+  assert.equal((await a.request('DELETE', `/products/${id}`)).status, 204)
+  await c.waitForEvents(3)
+
+  assert.equal(c.retry, 2000)
+  assert.deepEqual(c.events.map((e) => e.event), ['product.created', 'product.updated', 'product.deleted'])
+  assert.deepEqual(c.ids, await committedAfter(a, from))
+  for (const e of c.events) {
+    const page = await a.request('GET', `/events?id=${e.id}`)
+    assert.equal(page.status, 200)
+    assert.equal(e.data, page.text.slice(1, -1), 'the data is the GET /events item, byte for byte')
+    assert.equal(e.event, page.body[0].type)
+    assert.equal(JSON.parse(e.data).subject.id, id)
+  }
+  assert.equal(JSON.parse(c.events[1]!.data).data.price, 250)
+})
+
+test('without Last-Event-ID the stream starts with the events committed after it started', async () => {
+  await createProduct(a)
+  const before = await newestId(a)
+  const c = await follow(a)
+  const id = await createProduct(a)
+  await c.waitForEvents(1)
+  await sleep(100)
+  assert.equal(c.count, 1)
+  assert.ok(Number(c.events[0]!.id) > before)
+  assert.equal(JSON.parse(c.events[0]!.data).subject.id, id)
+})
+
+test('a write through one instance reaches a stream on another within a second', async () => {
+  const c = await follow(b)
+  for (let i = 0; i < 3; i++) {
+    const seen = c.count
+    const started = performance.now()
+    const id = await createProduct(a)
+    await c.waitForEvents(seen + 1, 1000)
+    const ms = performance.now() - started
+    assert.ok(ms < 1000, `took ${ms} ms`)
+    assert.equal(JSON.parse(c.last!.data).subject.id, id)
+  }
+})
+
+test('resuming with Last-Event-ID, on either instance, while several writers go on: every committed id once, in order', async () => {
+  const from = await newestId(a)
+  let writing = true
+  const writers = Array.from({ length: 4 }, async (_, w) => {
+    for (let i = 0; i < 20; i++) await createProduct(w % 2 ? b : a)
+  })
+  const done = Promise.all(writers).finally(() => (writing = false))
+  const received: number[] = []
+  let last = from
+  let reconnects = 0
+  // Reconnect every few events, alternating instances, until the writers are done and everything is in.
+  for (let round = 0; ; round++) {
+    const server = round % 2 ? b : a
+    const c = await open(server, '/events/stream', { 'last-event-id': String(last) })
+    assert.equal(c.status, 200)
+    if (writing) await c.waitForEvents(5, 10_000).catch(() => {})
+    else {
+      const expected = await committedAfter(a, from)
+      await c.waitFor(() => (c.ids.at(-1) ?? last) >= expected.at(-1)!, 5000, 'the last committed event')
+    }
+    c.close()
+    received.push(...c.ids)
+    if (c.ids.length) last = c.ids.at(-1)!
+    reconnects++
+    if (!writing && last === (await committedAfter(a, from)).at(-1)) break
+  }
+  await done
+  const committed = await committedAfter(a, from)
+  assert.equal(committed.length, 80)
+  assert.ok(reconnects >= 3, `${reconnects} connections`)
+  assert.ok(ascending(received), 'in increasing order')
+  assert.deepEqual(received, committed)
+})
+
+test('catch-up from an old id crosses pages while writes continue, then goes on live with no gap or duplicate', async () => {
+  const from = await newestId(a)
+  await insertEvents(a, 40)
+  // Writers during the catch-up, so that the reader's head moves while the stream reads pages (7 events each).
+  const writing = Promise.all(Array.from({ length: 3 }, async () => {
+    for (let i = 0; i < 10; i++) {
+      await createProduct(a)
+      await insertEvents(a, 3)
+    }
+  }))
+  const c = await open(a, '/events/stream', { 'last-event-id': String(from) })
+  const filtered = await open(a, `/events/stream?type=product.created&last_event_id=${from}`)
+  await writing
+  const committed = await committedAfter(a, from)
+  assert.equal(committed.length, 40 + 3 * 10 * 4)
+  await c.waitFor(() => c.count >= committed.length, 10_000, 'every committed event')
+  await sleep(200)
+  assert.deepEqual(c.ids, committed)
+  const created = await committedAfter(a, from, 'product.created')
+  await filtered.waitFor(() => filtered.count >= created.length, 10_000, 'every product.created')
+  assert.deepEqual(filtered.ids, created)
+  // And live after it: the next event comes too.
+  await createProduct(a)
+  await c.waitForEvents(committed.length + 1)
+  assert.deepEqual(c.ids, await committedAfter(a, from))
+})
+
+test('last_event_id in the query resumes a first connection; Last-Event-ID wins when both are given', async () => {
+  const from = await newestId(a)
+  await createProduct(a)
+  await createProduct(a)
+  const ids = await committedAfter(a, from)
+  const byQuery = await open(a, `/events/stream?last_event_id=${from}`)
+  await byQuery.waitForEvents(2)
+  assert.deepEqual(byQuery.ids, ids)
+  const both = await open(a, `/events/stream?last_event_id=${from}`, { 'last-event-id': String(ids[0]) })
+  await both.waitForEvents(1)
+  await sleep(100)
+  assert.deepEqual(both.ids, [ids[1]])
+})
+
+test('a type filter sends only the events of those types', async () => {
+  const from = await newestId(a)
+  const c = await open(a, '/events/stream?type=product.created,product.deleted', { 'last-event-id': String(from) })
+  const id = await createProduct(a)
+  await a.request('PATCH', `/products/${id}`, { body: { price: 7 } })
+  await a.request('DELETE', `/products/${id}`)
+  await c.waitForEvents(2)
+  await sleep(100)
+  assert.deepEqual(c.events.map((e) => e.event), ['product.created', 'product.deleted'])
+  assert.deepEqual(c.ids, [...(await committedAfter(a, from, 'product.created')), ...(await committedAfter(a, from, 'product.deleted'))].sort((x, y) => x - y))
+})
+
+test('an idle stream gets retry: first, then a keep-alive comment every heartbeat, and outlives the request time-out', async () => {
+  const h = await startServer({}, { requestTimeoutMs: 500, headersTimeoutMs: 500 }, { databaseUrl: a.databaseUrl, tuning: { streams: { heartbeatMs: 100, retryMs: 1500 } } })
+  const c = await follow(h)
+  assert.equal(c.retry, 1500)
+  const started = performance.now()
+  await c.waitFor(() => c.comments.length >= 3, 2000, 'three keep-alive comments')
+  assert.ok(performance.now() - started < 600)
+  assert.deepEqual(new Set(c.comments), new Set(['keep-alive']))
+  assert.equal(c.count, 0)
+  // Node checks the request time-out every second (src/app.ts): a stream is not a request still arriving.
+  await c.waitFor(() => c.comments.length >= 20, 5000, 'keep-alive comments for two seconds')
+  const id = await createProduct(h)
+  await c.waitForEvents(1)
+  assert.equal(JSON.parse(c.last!.data).subject.id, id)
+})
+
+test('a client that does not read is cut once past the buffer bound, and resumes; a reader on the same instance keeps receiving', async () => {
+  const s = await startServer({}, {}, { databaseUrl: a.databaseUrl, tuning: { streams: { bufferLimitBytes: 64 * 1024 } } })
+  const slow = await follow(s)
+  const reader = await follow(s)
+  slow.res.pause()
+  const from = await newestId(s)
+  // Enough to fill the kernel's socket buffers on both sides (a few MB), then Node's.
+  for (let i = 0; i < 12; i++) await insertEvents(s, 50, 16_000)
+  await reader.waitFor(() => reader.count >= 600, 20_000, 'every event')
+  const committed = await committedAfter(s, from)
+  assert.deepEqual(reader.ids, committed)
+  // The server has let go of the slow one: once it reads again, what was sent before the cut comes, then a cut, not a clean end.
+  await waitUntil(() => s.logs.some((l) => l.msg === 'event stream closed' && l.reason === 'too_slow'), 10_000)
+  slow.res.resume()
+  assert.deepEqual(await slow.ended, { clean: false })
+  assert.ok(slow.count < 600, `${slow.count} events before the cut`)
+  assert.deepEqual(slow.ids, committed.slice(0, slow.count))
+  // It resumes from its last id and gets the rest, no gap, no duplicate.
+  const resumed = await open(s, '/events/stream', { 'last-event-id': slow.events.at(-1)?.id ?? String(from) })
+  await resumed.waitFor(() => resumed.count >= 600 - slow.count, 20_000, 'the rest')
+  assert.deepEqual([...slow.ids, ...resumed.ids], committed)
+  // The reader is still live.
+  const id = await createProduct(s)
+  await reader.waitForEvents(601)
+  assert.equal(JSON.parse(reader.last!.data).subject.id, id)
+})
+
+test('the stream limit answers 503 problem+json with Retry-After; places come back when streams end, and HEAD takes none', async () => {
+  const l = await startServer({}, {}, { databaseUrl: a.databaseUrl, tuning: { streams: { maxStreams: 2 } } })
+  for (let i = 0; i < 3; i++) {
+    const head = await fetch(`${l.url}/events/stream`, { method: 'HEAD', headers: { authorization: `Bearer ${l.admin.token}` } })
+    assert.equal(head.status, 200)
+    assert.equal(head.headers.get('content-type'), 'text/event-stream')
+  }
+  const one = await follow(l)
+  const two = await follow(l)
+  const refused = await l.request('GET', '/events/stream')
+  assert.equal(refused.status, 503)
+  assert.match(refused.headers.get('content-type')!, /^application\/problem\+json/)
+  assert.equal(refused.headers.get('retry-after'), '5')
+  assert.equal(refused.body.status, 503)
+  one.close()
+  await waitUntil(() => l.deps.eventHub.size === 1)
+  const three = await follow(l)
+  two.close()
+  three.close()
+  await waitUntil(() => l.deps.eventHub.size === 0)
+})
+
+test('streams are logged as answered once their head is out, and again when they end; they do not count as requests in flight', async () => {
+  const c = await follow(a)
+  const inFlight = a.deps.metrics.inFlight
+  assert.equal(inFlight, 0)
+  const line = a.logs.findLast((l) => l.msg === 'request' && l.route === '/events/stream')
+  assert.equal(line?.status, 200)
+  assert.ok((line!.duration_ms as number) < 5000)
+  c.close()
+  await waitUntil(() => a.logs.some((l) => l.msg === 'event stream closed' && l.request_id === c.headers['x-request-id']))
+  const closed = a.logs.find((l) => l.msg === 'event stream closed' && l.request_id === c.headers['x-request-id'])!
+  assert.equal(closed.reason, 'client_closed')
+})
+
+test('SIGTERM ends every stream at once with a clean end of the body, and the drain does not wait for them', async () => {
+  const config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0' }), databaseUrl: a.databaseUrl }
+  const service = createService(config, { log: createLogger('error', () => {}) })
+  after(() => service.close())
+  const { port } = await service.listen(0, '127.0.0.1')
+  const url = `http://127.0.0.1:${port}`
+  const headers = { authorization: `Bearer ${a.admin.token}` }
+  const streams = await Promise.all(Array.from({ length: 5 }, () => SseClient.open(url, '/events/stream', { headers })))
+  // One catching up from the start, and one that does not read.
+  const catchingUp = await SseClient.open(url, '/events/stream', { headers: { ...headers, 'last-event-id': '0' } })
+  const paused = await SseClient.open(url, '/events/stream', { headers })
+  paused.res.pause()
+  const all = [...streams, catchingUp, paused]
+  for (const c of streams) await c.waitFor(() => c.retry !== undefined)
+  const started = performance.now()
+  await service.shutdown()
+  const ms = performance.now() - started
+  assert.ok(ms < 2000, `shutdown took ${ms} ms`)
+  paused.res.resume()
+  const ends = await Promise.all(all.map((c) => Promise.race([c.ended, sleep(2000).then(() => 'still open')])))
+  assert.deepEqual(ends, all.map(() => ({ clean: true })))
+  assert.equal(service.deps.eventHub.size, 0)
+})
+
+test('a thousand open streams and a flood of events keep memory bounded', async () => {
+  const m = await startServer({}, {}, { databaseUrl: a.databaseUrl })
+  const gc = collector()
+  const measure = async () => {
+    gc()
+    await sleep(50)
+    gc()
+    const { rss, heapUsed } = process.memoryUsage()
+    return { rss, heapUsed }
+  }
+  const base = await measure()
+  // Not kept in `clients`: the figure after closing must not count them.
+  const many: SseClient[] = []
+  after(() => many.forEach((c) => c.close()))
+  const headers = { authorization: `Bearer ${m.admin.token}` }
+  for (let i = 0; i < 10; i++) {
+    many.push(...(await Promise.all(Array.from({ length: 100 }, () => SseClient.open(m.url, '/events/stream', { headers, light: true })))))
+  }
+  await Promise.all(many.map((c) => c.waitFor(() => c.retry !== undefined, 20_000, 'retry:')))
+  // Half of them never read: they must cost no more than their bound.
+  for (const c of many.slice(0, 500)) c.res.pause()
+  const open1000 = await measure()
+  for (let i = 0; i < 20; i++) await insertEvents(m, 10, 1000)
+  const last = await newestId(m)
+  const readers = many.slice(500)
+  await Promise.all(readers.map((c) => c.waitFor(() => Number(c.last?.id) === last, 30_000, 'the last event')))
+  const flooded = await measure()
+  for (const c of many) c.close()
+  await waitUntil(() => m.deps.eventHub.size === 0, 10_000)
+  many.length = 0
+  const closed = await measure()
+  const mb = (x: number) => Math.round(x / 1e5) / 10
+  const figures = {
+    base: { rss: mb(base.rss), heap: mb(base.heapUsed) },
+    streams: { rss: mb(open1000.rss), heap: mb(open1000.heapUsed) },
+    flooded: { rss: mb(flooded.rss), heap: mb(flooded.heapUsed) },
+    closed: { rss: mb(closed.rss), heap: mb(closed.heapUsed) },
+  }
+  console.log(`memory, MB (server and clients in one process): ${JSON.stringify(figures)}`)
+  // Server and client side of a stream together, a few tens of kB each.
+  assert.ok(open1000.heapUsed - base.heapUsed < 100e6, `1,000 streams took ${mb(open1000.heapUsed - base.heapUsed)} MB of heap`)
+  // The flood (200 events of 1 kB to 1,000 streams: 200 MB written) leaves no more than a few MB behind it.
+  assert.ok(flooded.heapUsed - open1000.heapUsed < 40e6, `the flood left ${mb(flooded.heapUsed - open1000.heapUsed)} MB of heap`)
+  assert.ok(flooded.rss - base.rss < 400e6, `rss grew by ${mb(flooded.rss - base.rss)} MB`)
+})
+
+test('refuses a bad Last-Event-ID, a bad type filter and unknown parameters with 400, streaming nothing', async () => {
+  const badIds = ['-1', 'abc', '1.5', '1e3', '0x10', '9223372036854775808', '99999999999999999999', '1'.repeat(1000), '5, 6', '']
+  for (const id of badIds) {
+    const res = await a.request('GET', '/events/stream', { headers: { 'last-event-id': id } })
+    assert.equal(res.status, 400, `Last-Event-ID ${JSON.stringify(id.slice(0, 30))}`)
+    assert.equal(res.body.code, 'invalid_request')
+    assert.match(res.headers.get('content-type')!, /^application\/problem\+json/)
+    assert.doesNotMatch(res.text, /^id:|retry:/m)
+  }
+  const ok = await open(a, '/events/stream', { 'last-event-id': '9223372036854775807' })
+  assert.equal(ok.status, 200)
+  ok.close()
+  const badQueries = [
+    'last_event_id=-1', 'last_event_id=abc', 'last_event_id=9223372036854775808', 'last_event_id=', 'last_event_id=%00',
+    'type=Product.Created', 'type=product.created,', 'type=', 'type=product', 'type=a.b%0A', `type=${Array.from({ length: 21 }, (_, i) => `t.x${'y'.repeat(i)}`).join(',')}`,
+    'type=product.created&type=product.deleted', 'limit=5', 'cursor=x',
+  ]
+  for (const q of badQueries) {
+    const res = await a.request('GET', `/events/stream?${q}`)
+    assert.equal(res.status, 400, q)
+    assert.ok(['invalid_parameter', 'unknown_parameter'].includes(res.body.code), `${q}: ${res.body.code}`)
+    assert.doesNotMatch(res.text, /^id:|retry:/m)
+    assert.equal(res.body.stack, undefined)
+  }
+  // What fetch will not send: a NUL in the header (Node's parser refuses it) and a megabyte of it (over the header limit).
+  const head = (value: string) => `GET /events/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${a.admin.token}\r\nLast-Event-ID: ${value}\r\n\r\n`
+  const nul = await rawRequest(a.url, head('12\u000034'))
+  assert.match(nul.statusLine, /^HTTP\/1\.1 400 /)
+  assert.doesNotMatch(nul.text, /text\/event-stream/)
+  const huge = await rawRequest(a.url, head('1'.repeat(1024 * 1024)))
+  assert.match(huge.statusLine, /^HTTP\/1\.1 431 /)
+  assert.doesNotMatch(huge.text, /text\/event-stream/)
+})
+
+test('no credential is 401, a user is 403', async () => {
+  const anonymous = await a.request('GET', '/events/stream', { auth: null })
+  assert.equal(anonymous.status, 401)
+  assert.match(anonymous.headers.get('content-type')!, /^application\/problem\+json/)
+  const user = await a.createUser()
+  const forbidden = await a.request('GET', '/events/stream', { auth: user.token })
+  assert.equal(forbidden.status, 403)
+  assert.doesNotMatch(forbidden.text, /^id:/m)
+})
+
+test('/openapi.json describes the stream as text/event-stream', async () => {
+  const doc = (await a.request('GET', '/openapi.json')).body
+  const op = doc.paths['/events/stream'].get
+  assert.ok(op.responses['200'].content['text/event-stream'])
+  assert.ok(op.responses['503'])
+  assert.deepEqual(op.parameters.map((p: { name: string }) => p.name).sort(), ['last_event_id', 'type'])
+})
+
+async function waitUntil(ready: () => boolean, timeoutMs = 5000): Promise<void> {
+  for (const deadline = Date.now() + timeoutMs; !ready(); await sleep(10)) {
+    if (Date.now() > deadline) throw new Error('timed out')
+  }
+}
+
+/** A full garbage collection, for memory figures that mean something. */
+function collector(): () => void {
+  setFlagsFromString('--expose-gc')
+  return runInNewContext('gc') as () => void
+}
