@@ -172,6 +172,69 @@ test('catch-up from an old id crosses pages while writes continue, then goes on 
   assert.deepEqual(c.ids, await committedAfter(a, from))
 })
 
+test('streams joining one after another from old ids while writers go on each get exactly the events after their id', async () => {
+  const start = await newestId(a)
+  await insertEvents(a, 30)
+  let writing = true
+  const writers = Promise.all(Array.from({ length: 3 }, async () => {
+    for (let i = 0; i < 15; i++) await createProduct(i % 2 ? a : b)
+  })).finally(() => (writing = false))
+  const joined: Array<{ from: number; client: SseClient }> = []
+  for (let k = 0; writing || k < 3; k++) {
+    // From a point somewhere in the past, on either instance, some of them filtered.
+    const from = start + Math.floor(Math.random() * ((await newestId(a)) - start))
+    const server = k % 2 ? b : a
+    joined.push({ from, client: await open(server, k % 3 === 2 ? `/events/stream?type=product.created` : '/events/stream', { 'last-event-id': String(from) }) })
+    await sleep(15)
+  }
+  await writers
+  for (const [k, { from, client }] of joined.entries()) {
+    const expected = await committedAfter(a, from, k % 3 === 2 ? 'product.created' : undefined)
+    await client.waitFor(() => client.count >= expected.length, 10_000, `stream ${k}: ${expected.length} events`)
+    await sleep(20)
+    assert.deepEqual(client.ids, expected, `stream ${k} from ${from}`)
+  }
+  assert.ok(joined.length >= 4, `${joined.length} streams`)
+})
+
+test('the first stream of an idle instance resuming from the start is paced by its reads, not cut, and the head is not set past what exists', async () => {
+  // A fresh instance: no stream open, so no head yet. A small buffer bound: a catch-up that did not wait for the client would pass it.
+  const f = await startServer({}, {}, { databaseUrl: a.databaseUrl, tuning: { streams: { bufferLimitBytes: 32 * 1024, pageSize: 50 } } })
+  const all = await committedAfter(f, 0)
+  // A client resuming from an id that does not exist yet, then one with no id, then one from the start.
+  const ahead = await open(f, '/events/stream', { 'last-event-id': String(all.at(-1)! + 1000) })
+  await ahead.waitFor(() => ahead.retry !== undefined)
+  const plain = await follow(f)
+  const fromStart = await open(f, '/events/stream', { 'last-event-id': '0' })
+  const id = await createProduct(f)
+  await plain.waitForEvents(1)
+  assert.equal(JSON.parse(plain.last!.data).subject.id, id)
+  await fromStart.waitFor(() => fromStart.count >= all.length + 1, 20_000, 'every event from the start')
+  assert.deepEqual(fromStart.ids, await committedAfter(f, 0))
+  assert.equal(ahead.count, 0)
+  // Caught up, the three cost the database the reader's poll and nothing more (a stream that could never catch up would read again and again).
+  const queries = f.deps.metrics.queries
+  await sleep(1200)
+  assert.ok(f.deps.metrics.queries - queries <= 4, `${f.deps.metrics.queries - queries} statements in 1.2 s`)
+})
+
+test('events committed while the listening connection is away reach streams within about a second', async () => {
+  const c = await follow(a)
+  const d = await follow(b)
+  const from = await newestId(a)
+  // The listeners killed and events written in one transaction: its notification is sent at commit, after they are gone.
+  await a.sql.begin(async (tx) => {
+    await tx`SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'listen %' AND pid <> pg_backend_pid()`
+    await tx`INSERT INTO events (type, subject_type, subject_id, data) VALUES ('product.updated', 'product', 1, '{}')`
+  })
+  const started = performance.now()
+  await Promise.all([c.waitForEvents(1, 3000), d.waitForEvents(1, 3000)])
+  const ms = performance.now() - started
+  assert.ok(ms < 1500, `took ${ms} ms`)
+  assert.deepEqual(c.ids, await committedAfter(a, from))
+  assert.deepEqual(d.ids, c.ids)
+})
+
 test('last_event_id in the query resumes a first connection; Last-Event-ID wins when both are given', async () => {
   const from = await newestId(a)
   await createProduct(a)

@@ -19,13 +19,13 @@ import { catchUpPage, eventsAfter, newestEventId, type FeedRow } from './stream-
 // same string is handed to every stream that wants it.
 //
 // `head` is the id up to which the reader has fanned out. A new stream first
-// catches up from the table at its own pace, from its Last-Event-ID (or from
-// the newest event when it has none), until its position reaches `head`;
-// the check and the joining of the fan-out are one synchronous step, so an
-// event is either at or below the position (read by the catch-up, or passed
-// over as another type) or above the head (fanned out after the join), never
-// both, never neither. A read that lands after the position is reached is
-// skipped by the stream's own position check (EventStream.deliver).
+// catches up from the table at its own pace (paging, waiting for 'drain'),
+// from its Last-Event-ID (or from the newest event when it has none), until
+// its position reaches `head`; the check and the joining of the fan-out are
+// one synchronous step, so an event is either at or below the position
+// (sent by the catch-up, or passed over as another type) or above the head
+// (fanned out after the join), never neither; one in both (the catch-up read
+// past the head) is skipped by the stream's position (EventStream.deliver).
 
 export const EVENTS_CHANNEL = 'events'
 
@@ -165,12 +165,12 @@ export class EventHub {
   private async join(stream: EventStream, { after, types, bounded }: StreamRequest): Promise<void> {
     const typeList = types && [...types]
     try {
-      let position = after ?? (await bounded(() => newestEventId(this.sql)))
+      let newest = after === undefined ? await bounded(() => newestEventId(this.sql)) : undefined
+      let position = after ?? newest!
       stream.start(sseRetry(this.settings.retryMs))
       for (;;) {
         if (stream.closed) return
-        if (this.head === undefined || position >= this.head) {
-          this.head ??= position
+        if (this.caughtUp(position, newest)) {
           stream.position = position
           this.live.add(stream)
           return
@@ -181,12 +181,25 @@ export class EventHub {
           if (stream.closed) return
         }
         position = page.position
+        newest = page.newest
       }
     } catch (err) {
       // The client reconnects after `retry:` and resumes from the last event it got.
       if (!stream.closed) this.log.warn('an event stream could not catch up; it is ended', { request_id: stream.requestId, ...describeError(err) })
       stream.end('database_error')
     }
+  }
+
+  /**
+   * Whether a stream at `position` may join the fan-out, `newest` being the
+   * newest committed id its last read saw. With no head (no stream was open),
+   * the first stream to have read up to a newest id sets the head there: not
+   * at its own position, which may be an id resumed from that does not exist
+   * yet, and which the reader would then jump over for everyone.
+   */
+  private caughtUp(position: number, newest: number | undefined): boolean {
+    if (this.head === undefined && newest !== undefined && position >= newest) this.head = newest
+    return this.head !== undefined && position >= this.head
   }
 
   private remove(stream: EventStream): void {

@@ -18,8 +18,10 @@ export interface FeedRow {
 
 export interface CatchUpPage {
   events: FeedRow[]
-  /** Every event up to this id has been considered: the last one read when the page is full, else the newest committed. */
+  /** Every event up to this id has been considered: the last one read when the page is full, else the newest committed (or `after`, if later). */
   position: number
+  /** The newest committed event's id when the page was read. */
+  newest: number
 }
 
 /** The newest committed event's id (0 when there is none): where a stream without Last-Event-ID starts. */
@@ -49,7 +51,8 @@ export async function catchUpPage(sql: Sql, after: number, limit: number, types:
       WHERE id > ${after} ${types ? sql`AND type IN ${sql(types)}` : sql``}
       ORDER BY id LIMIT ${limit}
     ) AS page ON true`
+  const { newest } = rows[0]!
   const events = rows[0]!.id === null ? [] : rows
-  const position = events.length === limit ? events[events.length - 1]!.id : Math.max(after, rows[0]!.newest)
-  return { events, position }
+  const position = events.length === limit ? events[events.length - 1]!.id : Math.max(after, newest)
+  return { events, position, newest }
 }
