@@ -99,10 +99,9 @@ export class EventHub {
   start(): void {
     const wake = () => this.wake()
     // A failed first attempt: postgres.js goes on trying and calls the second `wake` when it listens.
-    this.sql.listen(EVENTS_CHANNEL, wake, wake).then(
-      () => {},
-      (err: unknown) => this.stopped || this.log.warn('cannot listen for events yet; streams read them every poll meanwhile', describeError(err)),
-    )
+    this.sql.listen(EVENTS_CHANNEL, wake, wake).catch((err: unknown) => {
+      if (!this.stopped) this.log.warn('cannot listen for events yet; streams read them every poll meanwhile', describeError(err))
+    })
   }
 
   /**

@@ -12,11 +12,11 @@ export type StreamEnd = 'client_closed' | 'too_slow' | 'shutdown' | 'database_er
 export class EventStream {
   /** Every event up to this id has been sent or passed over (another type). */
   position = 0
-  /** In the hub's fan-out; before that, catching up from the table. */
-  live = false
   /** Something was written since the last heartbeat tick. */
   wrote = false
+  /** Events written, for the line logged at the end. */
   sent = 0
+  /** Why the server ended it; undefined while open, or when the client left. */
   ended: StreamEnd | undefined
   readonly opened = performance.now()
 
@@ -32,7 +32,7 @@ export class EventStream {
     return this.ended !== undefined || this.res.destroyed
   }
 
-  wants(type: string): boolean {
+  private wants(type: string): boolean {
     return this.types === undefined || this.types.has(type)
   }
 
