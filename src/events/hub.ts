@@ -79,6 +79,7 @@ export class EventHub {
   private reading: Promise<void> | undefined
   private wokenWhileReading = false
   private failing = false
+  private listening = false
   private timers: NodeJS.Timeout[] = []
   /** SIGTERM: no stream starts any more. */
   private closing = false
@@ -95,8 +96,15 @@ export class EventHub {
     return this.streams.size + this.reserved
   }
 
-  /** Starts listening for new events. */
-  start(): void {
+  /**
+   * Nothing to do yet: the hub listens when its first stream opens, so that
+   * an instance serving none is not woken by every commit of the cluster.
+   */
+  start(): void {}
+
+  /** Listens on EVENTS_CHANNEL, from the first stream on, for good (postgres.js listens again after a reconnection). */
+  private listen(): void {
+    this.listening = true
     const wake = () => this.wake()
     // A failed first attempt: postgres.js goes on trying and calls the second `wake` when it listens.
     this.sql.listen(EVENTS_CHANNEL, wake, wake).catch((err: unknown) => {
@@ -148,6 +156,7 @@ export class EventHub {
 
   private open(res: ServerResponse, request: StreamRequest): void {
     const stream = new EventStream(res, request.requestId, request.types, this.settings.bufferLimitBytes)
+    if (!this.listening) this.listen()
     if (this.streams.size === 0) this.startTimers()
     this.streams.add(stream)
     res.once('close', () => this.remove(stream))
