@@ -155,6 +155,11 @@ BEGIN
   UPDATE events SET id = committed_id WHERE id = NEW.id;
   INSERT INTO webhook_deliveries (webhook_id, event_id)
   SELECT w.id, committed_id FROM webhooks w WHERE w.status <> 'disabled' AND NEW.type = ANY (w.event_types);
+  -- The webhook workers' own wake-up, only when there is something to send
+  -- (src/webhooks/worker.ts); a paused webhook's delivery waits all the same.
+  IF FOUND THEN
+    PERFORM pg_notify('webhook_deliveries', '');
+  END IF;
   -- A wake-up for streams and webhook workers on every instance; the table
   -- is the truth. One per transaction: PostgreSQL folds equal notifications.
   PERFORM pg_notify('events', '');

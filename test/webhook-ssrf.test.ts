@@ -13,14 +13,14 @@ import { startReceiver } from './helpers/webhook-receiver.js'
 // says, and asks the system for anything else (localhost).
 
 describe('address policy', () => {
-  test('refuses loopback, link-local, private, unique-local, unspecified, CGNAT, multicast and their IPv4-mapped forms', () => {
+  test('refuses loopback, link-local, private, unique-local, unspecified, CGNAT, multicast, and their IPv4-mapped, NAT64 and 6to4 forms', () => {
     const refused = [
       '127.0.0.1', '127.255.255.254', '10.0.0.1', '172.16.0.1', '172.31.255.255', '192.168.1.1', '169.254.169.254', '100.64.0.1', '100.127.255.255',
       '0.0.0.0', '224.0.0.1', '239.255.255.250', '255.255.255.255', '::1', '::', 'fc00::1', 'fd12:3456::1', 'fe80::1', 'ff02::1',
       '::ffff:127.0.0.1', '::ffff:7f00:1', '::ffff:10.0.0.1', '::ffff:169.254.169.254', '::ffff:a9fe:a9fe', '::ffff:192.168.0.1', '::127.0.0.1',
-      'not an address',
+      '64:ff9b::7f00:1', '64:ff9b::10.0.0.1', '2002:7f00:1::1', '2002:a9fe:a9fe::', 'fe80::1%lo', 'not an address',
     ]
-    const allowed = ['8.8.8.8', '1.1.1.1', '203.0.113.10', '172.32.0.1', '100.128.0.1', '192.169.0.1', '2606:4700:4700::1111', '::ffff:8.8.8.8', '2001:db8::1']
+    const allowed = ['8.8.8.8', '1.1.1.1', '203.0.113.10', '172.32.0.1', '100.128.0.1', '192.169.0.1', '2606:4700:4700::1111', '::ffff:8.8.8.8', '2001:db8::1', '64:ff9b::8.8.8.8', '2002:808:808::1']
     for (const a of refused) assert.equal(isForbiddenAddress(a), true, a)
     for (const a of allowed) assert.equal(isForbiddenAddress(a), false, a)
   })

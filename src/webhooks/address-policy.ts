@@ -41,7 +41,35 @@ for (const [network, prefix] of [
 export function isForbiddenAddress(address: string): boolean {
   const family = isIP(address)
   if (family === 0) return true
-  return blocked.check(address, family === 4 ? 'ipv4' : 'ipv6')
+  if (family === 4) return blocked.check(address, 'ipv4')
+  if (blocked.check(address, 'ipv6')) return true
+  const embedded = embeddedIpv4(address)
+  return embedded !== undefined && blocked.check(embedded, 'ipv4')
+}
+
+/**
+ * The IPv4 address inside a NAT64 (64:ff9b::/96) or 6to4 (2002::/16)
+ * address: a translator or relay would carry the connection on to it.
+ */
+function embeddedIpv4(address: string): string | undefined {
+  const groups = hextets(address.replace(/%.*$/, ''))
+  if (!groups) return undefined
+  const quad = (hi: number, lo: number) => `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`
+  if (groups[0] === 0x64 && groups[1] === 0xff9b && groups.slice(2, 6).every((g) => g === 0)) return quad(groups[6]!, groups[7]!)
+  if (groups[0] === 0x2002) return quad(groups[1]!, groups[2]!)
+  return undefined
+}
+
+/** The eight 16-bit groups of an IPv6 literal (checked by isIP already), a dotted IPv4 tail included. */
+function hextets(address: string): number[] | undefined {
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(address)
+  const text = dotted ? address.slice(0, dotted.index) + `${((+dotted[1]! << 8) | +dotted[2]!).toString(16)}:${((+dotted[3]! << 8) | +dotted[4]!).toString(16)}` : address
+  const [head, tail] = text.split('::') as [string, string | undefined]
+  const parse = (part: string | undefined) => (part ? part.split(':').map((h) => parseInt(h, 16)) : [])
+  const left = parse(head)
+  const right = parse(tail)
+  const groups = tail === undefined ? left : [...left, ...Array(8 - left.length - right.length).fill(0), ...right]
+  return groups.length === 8 ? groups : undefined
 }
 
 export interface ResolvedAddress { address: string; family: number }

@@ -6,6 +6,7 @@ import { defineRoute } from '../http/route.js'
 import { compileSerializer } from '../resources/serializer.js'
 import { findRow } from '../resources/store.js'
 import { webhooks } from './resource.js'
+import { DELIVERIES_CHANNEL } from './wake.js'
 
 // GET /webhooks/{id}/deliveries: a webhook's deliveries, newest first, each
 // with its latest attempts; the generic collection over a view
@@ -86,12 +87,11 @@ export const deliveryRoutes = [
     access: write,
     async handle({ params, deps }) {
       // A delivery in flight (its lease running) is left to that attempt: making it due would send it twice at once.
+      // The notification wakes every instance's worker at commit; the first to claim it sends it.
       const [due] = await deps.sql`
         UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = CASE WHEN leased_until > now() THEN next_attempt_at ELSE now() END
-        WHERE id = ${params.id!} RETURNING id`
+        WHERE id = ${params.id!} RETURNING id, pg_notify(${DELIVERIES_CHANNEL}, '')`
       if (!due) throw notFound()
-      // This instance sends it at once; the others would find it on their next poll.
-      deps.webhooks.wake()
       const [row] = await deps.sql<Array<Record<string, unknown>>>`SELECT * FROM webhook_delivery_feed WHERE id = ${params.id!}`
       if (!row) throw notFound()
       return { status: 200, body: row, serialize: serializer.one }

@@ -9,6 +9,7 @@ import { conflictOf, insertRow } from '../resources/store.js'
 import { hostOf, refusalOfAddresses, refusalOfUrl, type Resolver } from './address-policy.js'
 import { subscribableEventTypes } from './event-types.js'
 import { newSigningSecret, sealSecret } from './secret.js'
+import { wakeWorkers } from './wake.js'
 
 // A webhook subscription: a URL, the event types it wants, and a signing
 // secret made here, shown once and stored sealed (secret.ts). Listed, read,
@@ -95,12 +96,14 @@ const hooks: ResourceHooks = {
     if (ctx.body.status === 'disabled') throw validationFailed([{ path: '/status', message: 'must be "active" or "paused" (only the service disables a webhook)' }])
     await checkUrlOf(ctx, ctx.body.url)
   },
-  async inTransaction(_tx, { current, changes }) {
+  async inTransaction(tx, { current, changes }) {
     // A webhook re-enabled, or pointed elsewhere, starts with a clean record: the day of failures counts afresh.
     if ((current.status === 'disabled' && changes.status !== undefined) || changes.url !== undefined) {
       if (current.last_error !== null) changes.last_error = null
       changes.failing_since = null
     }
+    // Resumed: what waited is due; the workers hear it at commit.
+    if (changes.status === 'active') await wakeWorkers(tx)
   },
   async insert(ctx, values) {
     if (ctx.principal.kind !== 'user') throw new Error('unreachable: protected route')

@@ -92,7 +92,10 @@ export function sendWebhook(options: SendOptions): Promise<SendOutcome> {
         if (read > options.maxResponseBytes) finish(status, [failed, `the answer exceeded ${options.maxResponseBytes} bytes; the rest was not read`].filter(Boolean).join('; '))
       })
       res.on('end', () => finish(status, failed))
-      res.on('error', () => finish(status, [failed, 'the answer broke off'].filter(Boolean).join('; ')))
+      // After 'end' this finds the attempt settled; before it, the receiver cut its answer short.
+      const brokeOff = () => finish(status, [failed, 'the answer broke off'].filter(Boolean).join('; '))
+      res.on('error', brokeOff)
+      res.on('close', brokeOff)
     })
     req.end(options.body)
   })

@@ -1,4 +1,4 @@
-import type { Sql } from 'postgres'
+import postgres, { type Sql } from 'postgres'
 import type { Config } from '../config.js'
 import { Event } from '../events/feed.js'
 import { describeError, type Logger } from '../log.js'
@@ -9,12 +9,22 @@ import { retryDelayMs } from './retry-schedule.js'
 import { openSecret, SealingKeyMissing } from './secret.js'
 import { sendWebhook, type SendOutcome } from './send.js'
 import { signatureHeader } from './signature.js'
+import { DELIVERIES_CHANNEL } from './wake.js'
 
 // Every instance runs one worker; together they share the deliveries through
 // the database (delivery-queries.ts): at least once, each delivery sent by one
-// instance at a time. A worker wakes on NOTIFY `events` (sql/007 sends it as a
-// delivery is created) and polls for retries that come due; it keeps at most
-// `concurrency` attempts in flight.
+// instance at a time. A worker wakes on NOTIFY `webhook_deliveries` and polls
+// for retries that come due; it keeps at most `concurrency` attempts in flight.
+//
+// The channel is its own, not `events`: sql/007 notifies it only in a commit
+// that created deliveries (and a resume or a manual retry does), so the
+// writes no webhook wants cost the workers nothing; on `events` every
+// instance would run a claim for every committed write. The worker's
+// statements go through connections of its own, outside the request pool,
+// its bound on waiting and its statement count, as the credential listener's
+// heartbeat does (src/auth/credential-changes.ts).
+/** Connections of the worker's own: claims are one statement, records one short transaction each. */
+const WORKER_CONNECTIONS = 2
 
 export interface WebhookSettings {
   /** How often the worker looks for due deliveries when no notification woke it. */
@@ -68,6 +78,7 @@ export class WebhookWorker {
   private poll: NodeJS.Timeout | undefined
   private listening: Promise<{ unlisten(): Promise<void> } | undefined> | undefined
   private abort = new AbortController()
+  private db: Sql | undefined
 
   constructor(
     readonly sql: Sql,
@@ -83,7 +94,10 @@ export class WebhookWorker {
     if (!this.stopped) return
     this.stopped = false
     this.abort = new AbortController()
-    this.listening = this.sql.listen('events', () => this.wake()).catch((err: unknown) => {
+    // The pool's parsed options (timestamps as text, the statement time-out), without its statement counter.
+    this.db = postgres({ ...(this.sql.options as object), max: WORKER_CONNECTIONS, onquery: undefined } as never)
+    // On its own connection too: the pool's listening connection is the credential listener's to watch.
+    this.listening = this.db.listen(DELIVERIES_CHANNEL, () => this.wake()).catch((err: unknown) => {
       this.log.warn('webhook worker: listening for events failed; polling only', describeError(err))
       return undefined
     })
@@ -92,7 +106,7 @@ export class WebhookWorker {
     this.wake()
   }
 
-  /** Looks for due deliveries now (a new event, a manual retry). */
+  /** Looks for due deliveries now. */
   wake(): void {
     if (this.stopped) return
     if (this.pumping) {
@@ -121,26 +135,30 @@ export class WebhookWorker {
     const listener = await this.listening
     const bounded = <T>(p: Promise<T>) => Promise.race([p, new Promise((r) => setTimeout(r, this.settings.stopTimeoutMs).unref())])
     await bounded(Promise.allSettled([this.pumping, ...this.inFlight, listener?.unlisten()]))
+    const db = this.db
+    this.db = undefined
+    await db?.end({ timeout: this.settings.stopTimeoutMs / 1000 })
   }
 
   private async claimAndSend(): Promise<void> {
-    while (!this.stopped) {
+    const db = this.db
+    while (!this.stopped && db) {
       const free = this.settings.concurrency - this.inFlight.size
       if (free <= 0) return
       let claimed: ClaimedDelivery[]
       try {
-        claimed = await claimDue(this.sql, free, this.settings.leaseMs)
+        claimed = await claimDue(db, free, this.settings.leaseMs)
       } catch (err) {
         this.log.warn('webhook worker: claiming deliveries failed; the next poll tries again', describeError(err))
         return
       }
-      for (const claim of claimed) this.launch(claim)
+      for (const claim of claimed) this.launch(db, claim)
       if (claimed.length < free) return
     }
   }
 
-  private launch(claim: ClaimedDelivery): void {
-    const attempt: Promise<void> = this.attempt(claim)
+  private launch(db: Sql, claim: ClaimedDelivery): void {
+    const attempt: Promise<void> = this.attempt(db, claim)
       .catch((err: unknown) => this.log.error('webhook worker: recording an attempt failed; the delivery is due again after its lease', {
         delivery_id: claim.delivery_id, ...describeError(err),
       }))
@@ -151,12 +169,12 @@ export class WebhookWorker {
     this.inFlight.add(attempt)
   }
 
-  private async attempt(claim: ClaimedDelivery): Promise<void> {
+  private async attempt(db: Sql, claim: ClaimedDelivery): Promise<void> {
     const startedAt = new Date()
     const outcome = this.stopped ? { status: undefined, durationMs: 0, error: 'the service stopped before the attempt', ok: false, aborted: true } : await this.send(claim)
-    if (outcome.aborted) return releaseClaim(this.sql, claim, { startedAt, ...outcome })
+    if (outcome.aborted) return releaseClaim(db, claim, { startedAt, ...outcome })
     const retryInMs = outcome.ok ? undefined : retryDelayMs({ delaysMs: this.settings.retryDelaysMs, jitter: this.settings.retryJitter }, claim.attempts)
-    const disabled = await recordAttempt(this.sql, claim, { startedAt, ...outcome, retryInMs }, this.settings.disableAfterMs)
+    const disabled = await recordAttempt(db, claim, { startedAt, ...outcome, retryInMs }, this.settings.disableAfterMs)
     // Never the URL: its path or query may be a credential of the receiver's.
     const fields = { webhook_id: claim.webhook_id, delivery_id: claim.delivery_id, event_id: claim.event.id, attempt: claim.attempts, status: outcome.status, duration_ms: outcome.durationMs }
     if (outcome.ok) this.log.debug('webhook delivered', fields)
