@@ -76,7 +76,8 @@ export class WebhookWorker {
   private pumpAgain = false
   private inFlight = new Set<Promise<void>>()
   private poll: NodeJS.Timeout | undefined
-  private listening: Promise<{ unlisten(): Promise<void> } | undefined> | undefined
+  /** Whether the last claim failed: a database outage is logged once, not at every poll. */
+  private claimFailing = false
   private abort = new AbortController()
   private db: Sql | undefined
 
@@ -97,9 +98,8 @@ export class WebhookWorker {
     // The pool's parsed options (timestamps as text, the statement time-out), without its statement counter.
     this.db = postgres({ ...(this.sql.options as object), max: WORKER_CONNECTIONS, onquery: undefined } as never)
     // On its own connection too: the pool's listening connection is the credential listener's to watch.
-    this.listening = this.db.listen(DELIVERIES_CHANNEL, () => this.wake()).catch((err: unknown) => {
-      this.log.warn('webhook worker: listening for events failed; polling only', describeError(err))
-      return undefined
+    this.db.listen(DELIVERIES_CHANNEL, () => this.wake()).catch((err: unknown) => {
+      if (!this.stopped) this.log.warn('webhook worker: cannot listen for new deliveries; polling only', describeError(err))
     })
     this.poll = setInterval(() => this.wake(), this.settings.pollMs)
     this.poll.unref()
@@ -132,9 +132,9 @@ export class WebhookWorker {
     this.stopped = true
     clearInterval(this.poll)
     this.abort.abort()
-    const listener = await this.listening
+    // No UNLISTEN: sent to a database that stopped answering it could wait forever; ending the connections ends the listening one too.
     const bounded = <T>(p: Promise<T>) => Promise.race([p, new Promise((r) => setTimeout(r, this.settings.stopTimeoutMs).unref())])
-    await bounded(Promise.allSettled([this.pumping, ...this.inFlight, listener?.unlisten()]))
+    await bounded(Promise.allSettled([this.pumping, ...this.inFlight]))
     const db = this.db
     this.db = undefined
     await db?.end({ timeout: this.settings.stopTimeoutMs / 1000 })
@@ -149,9 +149,12 @@ export class WebhookWorker {
       try {
         claimed = await claimDue(db, free, this.settings.leaseMs)
       } catch (err) {
-        this.log.warn('webhook worker: claiming deliveries failed; the next poll tries again', describeError(err))
+        if (!this.claimFailing && !this.stopped) this.log.warn('webhook worker: claiming deliveries fails; every poll tries again', describeError(err))
+        this.claimFailing = true
         return
       }
+      if (this.claimFailing) this.log.info('webhook worker: claiming deliveries works again')
+      this.claimFailing = false
       for (const claim of claimed) this.launch(db, claim)
       if (claimed.length < free) return
     }
