@@ -160,7 +160,7 @@ BEGIN
   IF FOUND THEN
     PERFORM pg_notify('webhook_deliveries', '');
   END IF;
-  -- A wake-up for streams and webhook workers on every instance; the table
+  -- A wake-up for the event streams of every instance; the table
   -- is the truth. One per transaction: PostgreSQL folds equal notifications.
   PERFORM pg_notify('events', '');
   RETURN NULL;
