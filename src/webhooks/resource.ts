@@ -84,8 +84,8 @@ export async function checkWebhookUrl(raw: string, allowPrivate: boolean, resolv
     resolve(host).catch(() => []),
     new Promise<[]>((done) => (timer = setTimeout(done, DNS_TIMEOUT_MS, []))),
   ]).finally(() => clearTimeout(timer))
-  const unresolved = refusalOfAddresses(host, addresses)
-  if (unresolved) throw refuse(addresses.length ? `must not point at a loopback, link-local, private or reserved address (${unresolved})` : `must name a host that resolves (${unresolved})`)
+  const refused = refusalOfAddresses(host, addresses)
+  if (refused) throw refuse(`must name a host that resolves to public addresses only (${refused})`)
 }
 
 const checkUrlOf = (ctx: ResourceContext, url: unknown) =>
