@@ -7,6 +7,11 @@ import { SSE_KEEP_ALIVE } from './sse.js'
 // wait in Node is disconnected (it resumes from its last id); catch-up
 // events are written at the client's pace, waiting for 'drain'.
 
+/** How long a stream ended cleanly may take to flush its last chunk before its connection is cut. */
+const END_GRACE_MS = 500
+/** Bytes waiting in Node past which a stream is cut rather than ended: four times Node's default high-water mark. */
+const LINGER_BYTES = 64 * 1024
+
 export type StreamEnd = 'client_closed' | 'too_slow' | 'shutdown' | 'database_error'
 
 export class EventStream {
@@ -87,21 +92,25 @@ export class EventStream {
   }
 
   /**
-   * Ends the stream. Cleanly (the chunked body's last chunk, then FIN) when
-   * nothing is waiting to be sent, so the client sees a complete answer and
-   * reconnects; at once when data is still waiting, since a client that does
-   * not read would hold the connection (and a server's drain) open for as
-   * long as it likes.
+   * Ends the stream: cleanly (the chunked body's last chunk, then FIN), so
+   * the client sees a complete answer and reconnects, when it is keeping up;
+   * at once when more is waiting than a client that keeps up ever has
+   * (catch-up waits for 'drain' past Node's high-water mark), since a client
+   * that does not read would hold the connection, and a server's drain, for
+   * as long as it likes.
    */
   end(why: StreamEnd): void {
     if (this.closed) return
     this.ended = why
     const { res } = this
-    if (why === 'too_slow' || res.writableLength > 0) return void res.destroy()
+    if (why === 'too_slow' || res.writableLength > LINGER_BYTES) return void res.destroy()
     // Taken now: the response lets go of its socket when it finishes.
     const socket = res.socket
     res.end()
     res.once('finish', () => socket?.destroySoon())
+    // Little waited in Node, but the kernel's buffer may be full of what a
+    // client no longer reads, and then the last chunk never leaves: cut it.
+    if (socket) setTimeout(() => socket.destroy(), END_GRACE_MS).unref()
   }
 
   private cutIfTooSlow(): void {
