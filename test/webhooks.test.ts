@@ -381,6 +381,23 @@ describe('webhook deliveries', () => {
     assert.equal(target.received.length, 0)
   })
 
+  test('a webhook deleted while a delivery is in flight: the answer is dropped quietly, nothing of it is left', async () => {
+    const server = await webhookServer()
+    const receiver = await startReceiver()
+    let answer: () => void = () => {}
+    receiver.answer = (req, res, r) => void (answer = () => answerWith(200)(req, res, r))
+    const hook = await register(server, { url: receiver.url, event_types: ['product.created'] })
+    await createProduct(server, 'GONE-1')
+    await receiver.waitFor('the attempt', (r) => r.length === 1)
+    assert.equal((await server.request('DELETE', `/webhooks/${hook.id}`)).status, 204)
+    answer()
+    await sleep(300)
+    assert.deepEqual(server.logs.filter((l) => l.level === 'error' || l.level === 'warn'), [])
+    const [{ deliveries, attempts }] = await server.sql`
+      SELECT (SELECT count(*)::int FROM webhook_deliveries) AS deliveries, (SELECT count(*)::int FROM webhook_attempts) AS attempts`
+    assert.deepEqual({ deliveries, attempts }, { deliveries: 0, attempts: 0 })
+  })
+
   test('holds the deliveries of a paused webhook and sends them on resume', async () => {
     const server = await webhookServer()
     const receiver = await startReceiver()

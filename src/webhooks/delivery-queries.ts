@@ -60,6 +60,10 @@ export interface AttemptRecord {
 
 const MAX_ERROR_LENGTH = 1000
 
+// The attempt is inserted from the delivery's row, so a delivery deleted
+// meanwhile (its webhook deleted, its event past retention) takes nothing
+// and fails nothing: the outcome of an attempt nobody can look at is dropped.
+
 /**
  * Records an attempt and its consequences in one transaction: the attempt
  * row, the delivery's new state (if this claim still holds it), and the
@@ -74,7 +78,7 @@ export async function recordAttempt(sql: Sql, claim: ClaimedDelivery, attempt: A
     await tx`
       WITH attempt AS (
         INSERT INTO webhook_attempts (delivery_id, attempted_at, status, duration_ms, error)
-        VALUES (${claim.delivery_id}, ${attempt.startedAt}, ${attempt.status ?? null}, ${attempt.durationMs}, ${error}))
+        SELECT id, ${attempt.startedAt}, ${attempt.status ?? null}::int, ${attempt.durationMs}::int, ${error}::text FROM webhook_deliveries WHERE id = ${claim.delivery_id})
       UPDATE webhook_deliveries SET
         status = ${status},
         next_attempt_at = CASE WHEN ${status} = 'pending' THEN now() + ${attempt.retryInMs ?? 0}::int * interval '1 millisecond' ELSE next_attempt_at END,
@@ -118,7 +122,7 @@ export async function releaseClaim(sql: Sql, claim: ClaimedDelivery, attempt: Pi
   await sql`
     WITH attempt AS (
       INSERT INTO webhook_attempts (delivery_id, attempted_at, status, duration_ms, error)
-      VALUES (${claim.delivery_id}, ${attempt.startedAt}, NULL, ${attempt.durationMs}, ${attempt.error ?? null}))
+      SELECT id, ${attempt.startedAt}, NULL, ${attempt.durationMs}::int, ${attempt.error ?? null}::text FROM webhook_deliveries WHERE id = ${claim.delivery_id})
     UPDATE webhook_deliveries SET next_attempt_at = now(), leased_until = NULL, last_attempt_at = ${attempt.startedAt}, last_status = NULL, last_error = ${attempt.error ?? null}
     WHERE id = ${claim.delivery_id} AND attempts = ${claim.attempts} AND status = 'pending'`
 }
