@@ -289,7 +289,7 @@ describe('webhook deliveries', () => {
     const server = await webhookServer()
     const receiver = await startReceiver()
     let calls = 0
-    receiver.answer = (req, res) => answerWith(++calls <= 3 ? 500 : 200, 'ok')(req, res, undefined as never)
+    receiver.answer = (req, res, r) => answerWith(++calls <= 3 ? 500 : 200, 'ok')(req, res, r)
     const hook = await register(server, { url: receiver.url, event_types: ['product.created'] })
     await createProduct(server, 'RETRY-1')
     await receiver.waitFor('four attempts', (r) => r.length === 4)
@@ -438,7 +438,7 @@ describe('webhook deliveries', () => {
     assert.equal((await server.request('GET', '/webhooks/999999/deliveries')).status, 404)
   })
 
-  test('signs with the previous secret too after a rotation that keeps it, and with the new one only after one that does not', async () => {
+  test('signs with the previous secret too after a rotation that keeps it, for the time asked, and with the new one only after one that does not', async () => {
     const server = await webhookServer()
     const receiver = await startReceiver()
     const hook = await register(server, { url: receiver.url, event_types: ['product.created'] })
@@ -460,6 +460,15 @@ describe('webhook deliveries', () => {
     const one = receiver.received[1]!
     verify(replaced.body.secret, one)
     assert.throws(() => verify(kept.body.secret, one), /signature/i)
+    // The previous secret signs only for the time asked.
+    const brief = await server.request('POST', `/webhooks/${hook.id}/rotate-secret`, { body: { keep_previous_for: 1 } })
+    await sleep(1100)
+    await createProduct(server, 'ROTATE-3')
+    await receiver.waitFor('a third delivery', (r) => r.length === 3)
+    const expired = receiver.received[2]!
+    assert.equal(String(expired.headers['webhook-signature']).split(' ').length, 1)
+    verify(brief.body.secret, expired)
+    assert.throws(() => verify(replaced.body.secret, expired), /signature/i)
     assert.equal((await server.request('POST', `/webhooks/${hook.id}/rotate-secret`, { body: { keep_previous_for: -1 } })).status, 422)
     assert.equal((await server.request('POST', `/webhooks/${hook.id}/rotate-secret`, { body: { keep_previous_for: 1, extra: 1 } })).status, 422)
     assert.equal((await server.request('POST', '/webhooks/999999/rotate-secret')).status, 404)
