@@ -92,7 +92,7 @@ export async function removeCreatedUsers(url: string, rows: number): Promise<num
       return users.count
     })
     // The events of those writes too (sql/007): each round starts with the same, empty, log.
-    await db`TRUNCATE events, webhook_deliveries, webhook_attempts`
+    await db`TRUNCATE event_outbox, events, webhook_deliveries, webhook_attempts`
     if (deleted) await db`VACUUM ANALYZE users, revocations`
     return deleted
   } finally {
@@ -108,7 +108,7 @@ export async function resetProductVersions(url: string): Promise<number> {
   const db = connect(url, { max: 1, statementTimeoutMs: 10 * 60_000 })
   try {
     const reset = await db`UPDATE products SET version = 1 WHERE version <> 1`
-    await db`TRUNCATE events, webhook_deliveries, webhook_attempts`
+    await db`TRUNCATE event_outbox, events, webhook_deliveries, webhook_attempts`
     if (reset.count) await db`VACUUM ANALYZE products`
     return reset.count
   } finally {
@@ -119,16 +119,16 @@ export async function resetProductVersions(url: string): Promise<number> {
 /**
  * Turns the events outbox (sql/007) off or on for the services on this
  * database, to measure what it costs a write: off, a trigger discards each
- * event row as it is inserted, so a write does everything else it does
- * (the same statements, the data built) but stores no event, and the commit
- * draws no id and notifies nobody.
+ * event row as it is inserted into the outbox, so a write does everything
+ * else it does (the same statements, the data built) but stores no event,
+ * and the publisher has nothing to publish.
  */
 export async function setOutbox(url: string, on: boolean): Promise<void> {
   const db = connect(url, { max: 1, statementTimeoutMs: 60_000 })
   try {
     await db.unsafe(`CREATE OR REPLACE FUNCTION bench_discard_event() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`)
-    await db.unsafe('DROP TRIGGER IF EXISTS bench_outbox_off ON events')
-    if (!on) await db.unsafe('CREATE TRIGGER bench_outbox_off BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION bench_discard_event()')
+    await db.unsafe('DROP TRIGGER IF EXISTS bench_outbox_off ON event_outbox')
+    if (!on) await db.unsafe('CREATE TRIGGER bench_outbox_off BEFORE INSERT ON event_outbox FOR EACH ROW EXECUTE FUNCTION bench_discard_event()')
   } finally {
     await db.end({ timeout: 5 })
   }

@@ -13,6 +13,7 @@ import type { RateLimiter } from './http/rate-limit.js'
 import type { Logger } from './log.js'
 import type { Metrics } from './metrics/metrics.js'
 import type { EventHub } from './events/hub.js'
+import type { EventPublisher } from './events/publisher.js'
 import type { EventRetention } from './events/retention.js'
 import type { WebhookWorker } from './webhooks/worker.js'
 import type { ListShapes } from './collections/list-sql.js'
@@ -49,6 +50,8 @@ export interface AppDeps {
   passwords: PasswordHasher
   /** When a stored idempotent answer also deletes expired records (src/http/idempotency.ts). */
   idempotencyCleanup: IdempotencyCleanup
+  /** Moves committed events from the outbox to the event log, numbered in commit order (src/events/publisher.ts). */
+  eventPublisher: EventPublisher
   /** The reader of new events that feeds this instance's GET /events/stream clients (src/events/hub.ts). */
   eventHub: EventHub
   /** This instance's share of webhook deliveries (src/webhooks/worker.ts). */

@@ -21,6 +21,7 @@ import { Metrics } from './metrics/metrics.js'
 import { ListShapes } from './collections/list-sql.js'
 import { shutdown } from './shutdown.js'
 import { defaultStreamSettings, EventHub, type StreamSettings } from './events/hub.js'
+import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from './events/publisher.js'
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
 import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './webhooks/worker.js'
 
@@ -40,6 +41,7 @@ export interface ServiceOptions {
   streams?: Partial<StreamSettings>
   webhooks?: Partial<WebhookSettings>
   retention?: Partial<RetentionSettings>
+  publisher?: Partial<PublisherSettings>
 }
 
 export interface Service {
@@ -70,6 +72,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
       // open (the first request does not pay for connecting; a database that
       // cannot be reached fails start-up, not a request).
       await Promise.all([deps.passwords.decoy(), deps.sql`SELECT 1`])
+      deps.eventPublisher.start()
       deps.eventHub.start()
       deps.webhooks.start()
       deps.retention.start()
@@ -89,7 +92,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
       server.closeAllConnections()
       // Its error, when the server never listened, is of no interest here.
       await new Promise<unknown>((resolve) => server.close(resolve))
-      await Promise.all([deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
+      await Promise.all([deps.eventPublisher.stop(), deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
       await Promise.all([deps.sql.end({ timeout: 5 }), deps.credentialChanges.stop()])
     },
   }
@@ -120,6 +123,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
     passwords: new PasswordHasher(),
     listShapes: new ListShapes(),
     idempotencyCleanup: new IdempotencyCleanup(),
+    eventPublisher: new EventPublisher(sql, log, { ...defaultPublisherSettings, ...tuning.publisher }),
     eventHub: new EventHub(sql, log, { ...defaultStreamSettings, ...tuning.streams }),
     webhooks: new WebhookWorker(sql, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }),
     retention: new EventRetention(sql, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),

@@ -41,7 +41,7 @@ export async function shutdown(server: Server, deps: AppDeps): Promise<void> {
   try {
     // end() destroys the connections once `timeout` passes; the race is for an end() that would not even do that.
     await Promise.race([
-      Promise.all([deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
+      Promise.all([deps.eventPublisher.stop(), deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
         .then(() => Promise.all([deps.sql.end({ timeout: left / 1000 }), deps.credentialChanges.stop(left / 1000)])),
       sleep(left + 500),
     ])

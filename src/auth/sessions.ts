@@ -76,7 +76,7 @@ export async function openSession(
         FROM users WHERE id = ${user.id} AND credential_epoch = ${user.credential_epoch} FOR KEY SHARE
         RETURNING *),
       event AS (
-        INSERT INTO events (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
+        INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
         SELECT 'session.created', 'session', o.id, ${actorId}::bigint, ${credential}::text, ${request}::text, session_data(o) FROM opened o)
       SELECT id FROM opened`
     if (!session) return undefined
@@ -137,7 +137,7 @@ async function endSessions(db: Sql | TransactionSql, which: ReturnType<Sql>, ori
       RETURNING *),
     tokens AS (DELETE FROM access_tokens WHERE session_id IN (SELECT id FROM ended)),
     event AS (
-      INSERT INTO events (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
+      INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
       SELECT 'session.revoked', 'session', e.id, ${actorId}::bigint, ${credential}::text, ${requestId}::text, session_data(e) FROM ended e ORDER BY e.id)
     SELECT count(*) FROM ended`
 }

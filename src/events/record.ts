@@ -17,7 +17,7 @@ export async function recordEvents(db: Sql | TransactionSql, events: readonly Ev
   if (events.length === 0) return
   const [actorId, credential, requestId] = originValues(origin)
   await db`
-    INSERT INTO events (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
+    INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
     SELECT e.type, e.subject_type, e.subject_id, ${actorId}::bigint, ${credential}::text, ${requestId}::text, e.data
     FROM json_to_recordset(${JSON.stringify(events.map((e) => ({ type: e.type, subject_type: e.subject.type, subject_id: e.subject.id, data: e.data })))}::text::json)
       AS e(type text, subject_type text, subject_id bigint, data json)`

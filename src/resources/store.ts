@@ -41,7 +41,7 @@ const run = (db: Db, text: string, values: unknown[]) => db.unsafe<StoredRow[]>(
 function withEvent(resource: Resource, change: string, type: string, first: number, select = '*'): string {
   if (!/^[a-z_]+\.[a-z_]+$/.test(type)) throw new Error(`${resource.name}: "${type}" is not an event type`)
   return `WITH row AS (${change} RETURNING *), event AS (
-    INSERT INTO events (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
+    INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
     SELECT '${type}', '${resource.events.subject}', row.id, $${first}::bigint, $${first + 1}::text, $${first + 2}::text, ${representationSql(resource)} FROM row)
   SELECT ${select} FROM row`
 }

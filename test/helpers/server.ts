@@ -98,7 +98,7 @@ export interface StartOptions {
   /** Routes appended to the service's own (createService); their answers are checked against /openapi.json too. */
   routes?: readonly AnyRoute[]
   /** Tuning of streams, webhook deliveries and retention (createService). */
-  tuning?: Pick<ServiceOptions, 'streams' | 'webhooks' | 'retention'>
+  tuning?: Pick<ServiceOptions, 'streams' | 'webhooks' | 'retention' | 'publisher'>
 }
 
 export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}, options: StartOptions = {}): Promise<TestServer> {

@@ -1,0 +1,112 @@
+import type { Sql } from 'postgres'
+import { describeError, type Logger } from '../log.js'
+import { wakeWorkers } from '../webhooks/wake.js'
+import { EVENTS_CHANNEL } from './hub.js'
+
+// Moves committed events from the outbox to the event log, numbering them
+// (sql/007 explains why numbering happens here and not in the writes), and
+// makes their webhook deliveries in the same transaction. Every instance
+// runs one; a batch runs under a transaction-level advisory lock, so batches
+// follow one another whichever instance runs them, and an instance that
+// finds the lock taken leaves the batch to its holder.
+//
+// After a batch it notifies `events`, the wake-up of every instance's stream
+// reader (src/events/hub.ts), and, when the batch made webhook deliveries,
+// the webhook workers' channel (src/webhooks/wake.ts), both at its commit.
+
+// An arbitrary constant of this service, like the migrations' lock.
+const PUBLISH_LOCK = 4_711_000_007
+
+export interface PublisherSettings {
+  /** How often the outbox is looked at; an event waits at most about this long to be published. */
+  intervalMs: number
+  /** Events per batch (one statement). */
+  batchSize: number
+}
+
+export const defaultPublisherSettings: PublisherSettings = { intervalMs: 50, batchSize: 500 }
+
+export class EventPublisher {
+  private timer: NodeJS.Timeout | undefined
+  private running: Promise<number> | undefined
+  private stopped = false
+  private failing = false
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly log: Logger,
+    private readonly settings: PublisherSettings = defaultPublisherSettings,
+  ) {}
+
+  start(): void {
+    const tick = () => {
+      this.timer = setTimeout(() => void this.drain().finally(() => this.stopped || tick()), this.settings.intervalMs)
+      this.timer.unref()
+    }
+    tick()
+  }
+
+  /**
+   * Publishes until the outbox has nothing committed left; how many events
+   * this instance published. Never rejects: a failure is logged (once per
+   * run of failures) and the next tick tries again.
+   */
+  drain(): Promise<number> {
+    this.running ??= this.publishAll().finally(() => (this.running = undefined))
+    return this.running
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true
+    clearTimeout(this.timer)
+    await this.running
+  }
+
+  private async publishAll(): Promise<number> {
+    let published = 0
+    try {
+      // One cheap look first: an idle outbox costs one index probe per tick, not a transaction.
+      const [waiting] = await this.sql`SELECT seq FROM event_outbox ORDER BY seq LIMIT 1`
+      if (!waiting) return 0
+      for (;;) {
+        const batch = await this.publishBatch()
+        published += batch
+        if (batch < this.settings.batchSize) break
+      }
+      if (this.failing) this.log.info('publishing events again')
+      this.failing = false
+    } catch (err) {
+      if (!this.failing) this.log.warn('publishing events failed; retrying every tick', describeError(err))
+      this.failing = true
+    }
+    return published
+  }
+
+  /** One batch: the oldest committed rows of the outbox, numbered in the order they were written. */
+  private publishBatch(): Promise<number> {
+    return this.sql.begin(async (tx) => {
+      const [{ locked }] = await tx<[{ locked: boolean }]>`SELECT pg_try_advisory_xact_lock(${PUBLISH_LOCK}) AS locked`
+      // Another instance is publishing: what it leaves, a later tick takes.
+      if (!locked) return 0
+      // nextval is called as the outer query reads the sorted rows: ids follow the outbox's order.
+      const [{ published, head, deliveries }] = await tx<[{ published: number; head: number | null; deliveries: number }]>`
+        WITH moved AS (
+          DELETE FROM event_outbox WHERE seq IN (SELECT seq FROM event_outbox ORDER BY seq LIMIT ${this.settings.batchSize})
+          RETURNING *),
+        published AS (
+          INSERT INTO events (id, type, occurred_at, subject_type, subject_id, actor_id, actor_credential, request_id, data)
+          SELECT nextval('events_id_seq'), type, occurred_at, subject_type, subject_id, actor_id, actor_credential, request_id, data
+          FROM (SELECT * FROM moved ORDER BY seq) AS written
+          RETURNING id, type),
+        deliveries AS (
+          INSERT INTO webhook_deliveries (webhook_id, event_id)
+          SELECT w.id, p.id FROM published p JOIN webhooks w ON w.status <> 'disabled' AND p.type = ANY (w.event_types)
+          RETURNING 1)
+        SELECT count(*)::int AS published, max(id) AS head, (SELECT count(*)::int FROM deliveries) AS deliveries FROM published`
+      if (published) await tx`SELECT pg_notify(${EVENTS_CHANNEL}, ${String(head)})`
+      // A paused webhook's delivery waits all the same: the worker skips it until it is resumed.
+      if (deliveries) await wakeWorkers(tx)
+      return published
+    })
+  }
+}
