@@ -44,9 +44,24 @@ async function follow(server: TestServer, path = '/events/stream', headers: Reco
   return client
 }
 
-const newestId = async (server: TestServer) => (await server.sql<[{ id: number }]>`SELECT coalesce(max(id), 0)::bigint AS id FROM events`)[0].id
-const committedAfter = async (server: TestServer, id: number, type?: string) =>
-  (await server.sql<Array<{ id: number }>>`SELECT id FROM events WHERE id > ${id} ${type ? server.sql`AND type = ${type}` : server.sql``} ORDER BY id`).map((r) => r.id)
+/** Waits until every committed event has left the outbox for the event log (src/events/publisher.ts). */
+async function published(server: TestServer): Promise<void> {
+  for (const deadline = Date.now() + 5000; ;) {
+    await server.deps.eventPublisher.drain()
+    const [waiting] = await server.sql`SELECT 1 FROM event_outbox LIMIT 1`
+    if (!waiting) return
+    if (Date.now() > deadline) throw new Error('the outbox did not empty within 5 s')
+    await sleep(5)
+  }
+}
+const newestId = async (server: TestServer) => {
+  await published(server)
+  return (await server.sql<[{ id: number }]>`SELECT coalesce(max(id), 0)::bigint AS id FROM events`)[0].id
+}
+const committedAfter = async (server: TestServer, id: number, type?: string) => {
+  await published(server)
+  return (await server.sql<Array<{ id: number }>>`SELECT id FROM events WHERE id > ${id} ${type ? server.sql`AND type = ${type}` : server.sql``} ORDER BY id`).map((r) => r.id)
+}
 
 let serial = 0
 async function createProduct(server: TestServer, description = 'A widget.'): Promise<number> {
@@ -55,10 +70,10 @@ async function createProduct(server: TestServer, description = 'A widget.'): Pro
   return res.body.id
 }
 
-/** Events written straight into the table (each `bytes` of data), in one transaction. */
+/** Events written straight into the outbox (each `bytes` of data), in one transaction; the publisher takes them from there. */
 async function insertEvents(server: TestServer, count: number, bytes = 100): Promise<void> {
   await server.sql`
-    INSERT INTO events (type, subject_type, subject_id, data)
+    INSERT INTO event_outbox (type, subject_type, subject_id, data)
     SELECT 'product.updated', 'product', g, json_build_object('id', g, 'pad', repeat('x', ${bytes}))
     FROM generate_series(1, ${count}) AS g`
 }
@@ -191,7 +206,7 @@ test('streams joining one after another from old ids while writers go on each ge
   const joined: Array<{ from: number; client: SseClient }> = []
   for (let k = 0; writing || k < 3; k++) {
     // From a point somewhere in the past, on either instance, some of them filtered.
-    const from = start + Math.floor(Math.random() * ((await newestId(a)) - start))
+    const from = start + Math.floor(Math.random() * ((await a.sql<[{ id: number }]>`SELECT coalesce(max(id), 0)::bigint AS id FROM events`)[0].id - start))
     const server = k % 2 ? b : a
     joined.push({ from, client: await open(server, k % 3 === 2 ? `/events/stream?type=product.created` : '/events/stream', { 'last-event-id': String(from) }) })
     await sleep(15)
@@ -234,7 +249,7 @@ test('events committed while the listening connection is away reach streams with
   // The listeners killed and events written in one transaction: its notification is sent at commit, after they are gone.
   await a.sql.begin(async (tx) => {
     await tx`SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'listen %' AND pid <> pg_backend_pid()`
-    await tx`INSERT INTO events (type, subject_type, subject_id, data) VALUES ('product.updated', 'product', 1, '{}')`
+    await tx`INSERT INTO event_outbox (type, subject_type, subject_id, data) VALUES ('product.updated', 'product', 1, '{}')`
   })
   const started = performance.now()
   await Promise.all([c.waitForEvents(1, 3000), d.waitForEvents(1, 3000)])

@@ -100,3 +100,14 @@ export function connect(databaseUrl: string, options: PoolOptions): Sql {
     },
   })
 }
+
+/**
+ * Connections of their own with the pool's settings (time zone, statement
+ * time-out, types), for work in the background (the event publisher, the
+ * webhook worker, the credential heartbeat): it neither waits behind
+ * requests for a connection nor counts in db_queries_total, which counts
+ * what requests cost.
+ */
+export function backgroundConnection(pool: Sql, max = 1): Sql {
+  return postgres({ ...(pool.options as object), max, onquery: undefined } as never)
+}

@@ -1,4 +1,5 @@
 import type { Sql } from 'postgres'
+import { backgroundConnection } from '../db/connect.js'
 import { describeError, type Logger } from '../log.js'
 import { wakeWorkers } from '../webhooks/wake.js'
 import { EVENTS_CHANNEL } from './hub.js'
@@ -6,7 +7,9 @@ import { EVENTS_CHANNEL } from './hub.js'
 // Moves committed events from the outbox to the event log, numbering them
 // (sql/007 explains why numbering happens here and not in the writes), and
 // makes their webhook deliveries in the same transaction. Every instance
-// runs one; a batch runs under a transaction-level advisory lock, so batches
+// runs one, on a connection of its own (it looks at the outbox every 50 ms,
+// which should neither wait behind requests nor count as their statements);
+// a batch runs under a transaction-level advisory lock, so batches
 // follow one another whichever instance runs them, and an instance that
 // finds the lock taken leaves the batch to its holder.
 //
@@ -31,12 +34,16 @@ export class EventPublisher {
   private running: Promise<number> | undefined
   private stopped = false
   private failing = false
+  private readonly sql: Sql
 
   constructor(
-    private readonly sql: Sql,
+    pool: Sql,
     private readonly log: Logger,
     private readonly settings: PublisherSettings = defaultPublisherSettings,
-  ) {}
+  ) {
+    // postgres.js connects on the first statement, so an instance that never starts opens nothing.
+    this.sql = backgroundConnection(pool)
+  }
 
   start(): void {
     const tick = () => {
@@ -56,10 +63,12 @@ export class EventPublisher {
     return this.running
   }
 
+  /** Stops looking and closes its connection once the batch under way, if any, is done. */
   async stop(): Promise<void> {
     this.stopped = true
     clearTimeout(this.timer)
     await this.running
+    await this.sql.end({ timeout: 5 })
   }
 
   private async publishAll(): Promise<number> {
