@@ -44,22 +44,12 @@ async function follow(server: TestServer, path = '/events/stream', headers: Reco
   return client
 }
 
-/** Waits until every committed event has left the outbox for the event log (src/events/publisher.ts). */
-async function published(server: TestServer): Promise<void> {
-  for (const deadline = Date.now() + 5000; ;) {
-    await server.deps.eventPublisher.drain()
-    const [waiting] = await server.sql`SELECT 1 FROM event_outbox LIMIT 1`
-    if (!waiting) return
-    if (Date.now() > deadline) throw new Error('the outbox did not empty within 5 s')
-    await sleep(5)
-  }
-}
 const newestId = async (server: TestServer) => {
-  await published(server)
+  await server.published()
   return (await server.sql<[{ id: number }]>`SELECT coalesce(max(id), 0)::bigint AS id FROM events`)[0].id
 }
 const committedAfter = async (server: TestServer, id: number, type?: string) => {
-  await published(server)
+  await server.published()
   return (await server.sql<Array<{ id: number }>>`SELECT id FROM events WHERE id > ${id} ${type ? server.sql`AND type = ${type}` : server.sql``} ORDER BY id`).map((r) => r.id)
 }
 

@@ -33,20 +33,9 @@ interface Event {
   data: Record<string, unknown>
 }
 
-/** Waits until every committed event is published (src/events/publisher.ts runs every few milliseconds; this makes it run now). */
-async function published(): Promise<void> {
-  for (const deadline = Date.now() + 5000; ;) {
-    await api.deps.eventPublisher.drain()
-    const [waiting] = await sql`SELECT 1 FROM event_outbox LIMIT 1`
-    if (!waiting) return
-    if (Date.now() > deadline) throw new Error('the outbox did not empty within 5 s')
-    await sleep(5)
-  }
-}
-
 /** The id of the last published event, the point a test's own events come after. */
 async function head(): Promise<number> {
-  await published()
+  await api.published()
   const [row] = await sql<[{ id: number | null }]>`SELECT max(id) AS id FROM events`
   return row.id ?? 0
 }
@@ -68,7 +57,7 @@ async function eventsAfter(since: number, filter = ''): Promise<Event[]> {
 async function eventsOf(write: () => Promise<TestResponse | void>): Promise<{ events: Event[]; res: TestResponse | void }> {
   const since = await head()
   const res = await write()
-  await published()
+  await api.published()
   return { events: await eventsAfter(since), res }
 }
 
@@ -267,7 +256,7 @@ describe('a refused or rolled-back write records nothing', () => {
       [415, api.request('POST', '/products', { body: JSON.stringify(newProduct()), headers: { 'content-type': 'text/plain' } })],
     ]
     for (const [status, pending] of refused) assert.equal((await pending).status, status)
-    await published()
+    await api.published()
     // The last admin cannot demote itself: the UPDATE ran, the hook threw, the transaction rolled back.
     const onlyAdminApi = await startServer()
     const demote = await onlyAdminApi.request('PATCH', `/users/${onlyAdminApi.admin.id}`, { body: { role: 'user' } })
@@ -283,7 +272,7 @@ describe('a refused or rolled-back write records nothing', () => {
       await recordEvents(tx, [{ type: 'product.updated', subject: { type: 'product', id: 1 }, data: { doomed: true } }], { actorId: null, credential: 'system', requestId: null })
       await tx`SELECT 1/0`
     }).catch(() => {})
-    await published()
+    await api.published()
     assert.deepEqual(await eventsAfter(since), [])
     const [{ count }] = await sql<[{ count: number }]>`SELECT count(*)::int AS count FROM events WHERE data::text LIKE '%doomed%'`
     assert.equal(count, 0)
@@ -311,14 +300,14 @@ describe('commit order', () => {
     await sql.begin((tx) => write(tx, 'second'))
 
     // A reader follows the feed: it sees the second, and its cursor moves past it.
-    await published()
+    await api.published()
     const seen = await eventsAfter(since)
     assert.deepEqual(seen.map((e) => e.data.name), ['second'])
     const cursor = seen[0]!.id
 
     releaseFirst()
     await first
-    await published()
+    await api.published()
     // From its cursor, the reader gets the first: committed later, numbered later.
     const next = await eventsAfter(cursor)
     assert.deepEqual(next.map((e) => e.data.name), ['first'])
@@ -345,7 +334,7 @@ describe('commit order', () => {
     await Promise.all(products.map(async (p) => {
       for (let i = 1; i <= 25; i++) assert.equal((await api.request('PATCH', `/products/${p.id}`, { body: { stock: i } })).status, 200)
     }))
-    await published()
+    await api.published()
     writing = false
     await follower
     const committed = (await sql<Array<{ id: number }>>`SELECT id FROM events WHERE id > ${since} ORDER BY id`).map((r) => r.id)
@@ -366,7 +355,7 @@ describe('GET /events', () => {
     const p = (await api.request('POST', '/products', { body: newProduct() })).body
     await api.request('PATCH', `/products/${p.id}`, { body: { stock: 1 }, auth: user.token })
     await api.request('PATCH', `/products/${p.id}`, { body: { stock: 2 }, auth: user.token })
-    await published()
+    await api.published()
 
     const bySubject = await api.request('GET', `/events?subject_type=product&subject_id=${p.id}&count=true`)
     assert.equal(bySubject.status, 200)
@@ -412,7 +401,7 @@ describe('GET /events', () => {
   })
 
   test('no secret reaches an event: no password, hash, key or token anywhere in the log', async () => {
-    await published()
+    await api.published()
     const all = await eventsAfter(0)
     assert.ok(all.length > 20)
     const text = JSON.stringify(all)
@@ -427,7 +416,7 @@ describe('retention', () => {
   test('events older than EVENTS_RETENTION_DAYS are deleted in batches, with their deliveries; newer ones stay', async () => {
     const since = await head()
     for (let i = 0; i < 20; i++) await api.request('POST', '/products', { body: newProduct() })
-    await published()
+    await api.published()
     const ours = (await eventsAfter(since)).map((e) => e.id)
     const old = ours.slice(0, 15)
     await sql`UPDATE events SET occurred_at = now() - interval '31 days' WHERE id IN ${sql(old)}`

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
-import postgres, { type Sql } from 'postgres'
+import type { Sql } from 'postgres'
+import { backgroundConnection } from '../db/connect.js'
 import type { ApiKeyCache } from '../api-keys/key-cache.js'
 import { describeError, type Logger } from '../log.js'
 import { applyRevocation, type RevocationList, type RevocationRow } from './revocations.js'
@@ -124,8 +125,7 @@ export function listenForCredentialChanges(
   const waiting = new Map<string, () => void>()
   let background: Sql | undefined
   let stopped = false
-  // The way postgres.js opens its own listening connection: the pool's parsed options, one connection, no statement counter.
-  const own = () => (background ??= postgres({ ...(sql.options as object), max: 1, onquery: undefined } as never))
+  const own = () => (background ??= backgroundConnection(sql))
 
   const setTrusted = (reason: string | undefined) => {
     if (reason === distrust) return

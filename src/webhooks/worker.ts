@@ -1,8 +1,8 @@
-import postgres, { type Sql } from 'postgres'
+import type { Sql } from 'postgres'
 import type { Config } from '../config.js'
-import { Event } from '../events/feed.js'
+import { backgroundConnection } from '../db/connect.js'
+import { eventSerializer } from '../events/feed.js'
 import { describeError, type Logger } from '../log.js'
-import { compileSerializer } from '../resources/serializer.js'
 import { systemResolver, type Resolver } from './address-policy.js'
 import { claimDue, recordAttempt, releaseClaim, type ClaimedDelivery } from './delivery-queries.js'
 import { retryDelayMs } from './retry-schedule.js'
@@ -68,7 +68,6 @@ export const defaultWebhookSettings: WebhookSettings = {
 }
 
 const USER_AGENT = 'users-products-api-webhooks/1 (Standard Webhooks)'
-const eventSerializer = compileSerializer(Event)
 
 export class WebhookWorker {
   private stopped = true
@@ -95,8 +94,7 @@ export class WebhookWorker {
     if (!this.stopped) return
     this.stopped = false
     this.abort = new AbortController()
-    // The pool's parsed options (timestamps as text, the statement time-out), without its statement counter.
-    this.db = postgres({ ...(this.sql.options as object), max: WORKER_CONNECTIONS, onquery: undefined } as never)
+    this.db = backgroundConnection(this.sql, WORKER_CONNECTIONS)
     // On its own connection too: the pool's listening connection is the credential listener's to watch.
     this.db.listen(DELIVERIES_CHANNEL, () => this.wake()).catch((err: unknown) => {
       if (!this.stopped) this.log.warn('webhook worker: cannot listen for new deliveries; polling only', describeError(err))

@@ -63,6 +63,12 @@ export interface TestServer {
    * here, not with a later UPDATE: a password change voids the user's JWTs.
    */
   createUser(fields?: NewTestUser): Promise<{ id: number; email: string; token: string }>
+  /**
+   * Waits until every committed event has left the outbox for the event log
+   * (src/events/publisher.ts does it within about 50 ms; this makes it happen
+   * now), so that a test reads the events of what it just did.
+   */
+  published(): Promise<void>
 }
 
 /** A fresh database copied from the run's template; its URL. */
@@ -151,6 +157,15 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     },
     jwtFor,
     createUser,
+    async published() {
+      for (const deadline = Date.now() + 5000; ;) {
+        await deps.eventPublisher.drain()
+        const [waiting] = await sql`SELECT 1 FROM event_outbox LIMIT 1`
+        if (!waiting) return
+        if (Date.now() > deadline) throw new Error('the event outbox did not empty within 5 s')
+        await new Promise((resolve) => setTimeout(resolve, 5))
+      }
+    },
     async request(method, path, options = {}) {
       const headers: Record<string, string> = { ...options.headers }
       const auth = options.auth === undefined ? adminUser.token : options.auth
