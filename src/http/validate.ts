@@ -30,7 +30,14 @@ export function compileValidator<S extends TSchema>(schema: S, options: Validato
     const unsafe = findUnstorableStrings(value)
     if (unsafe.length) return unsafe
     if (compiled.Check(value)) return []
-    return describeErrors(schema, compiled.Errors(value))
+    const raw = compiled.Errors(value)
+    const described = describeErrors(schema, raw)
+    if (described.length) return described
+    // TypeBox reports at most eight errors: for a union of more literals, the
+    // eight are the alternatives' `const` misses (described by the union's
+    // own error, which did not fit). A value Check refused is never accepted
+    // for want of words.
+    return [{ path: raw[0]?.instancePath ?? '', message: 'has an invalid value' }]
   }
   const { fromWire } = options
   return {
