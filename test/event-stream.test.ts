@@ -331,7 +331,7 @@ test('the stream limit answers 503 problem+json with Retry-After; places come ba
   assert.equal(refused.status, 503)
   assert.match(refused.headers.get('content-type')!, /^application\/problem\+json/)
   assert.equal(refused.headers.get('retry-after'), '5')
-  assert.equal(refused.body.status, 503)
+  assert.equal(refused.body.code, 'too_many_streams')
   one.close()
   await waitUntil(() => l.deps.eventHub.size === 1)
   const three = await follow(l)

@@ -119,7 +119,7 @@ export class EventHub {
    */
   reserve(request: StreamRequest): StreamBody {
     if (this.closing || this.size >= this.settings.maxStreams) {
-      throw new HttpError('shutting_down', `This instance serves its maximum of ${this.settings.maxStreams} event streams; retry later, or on another instance.`, {
+      throw new HttpError('too_many_streams', `This instance serves its maximum of ${this.settings.maxStreams} event streams; retry later, or on another instance.`, {
         headers: { 'retry-after': FULL_RETRY_AFTER_S },
       })
     }

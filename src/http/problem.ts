@@ -34,6 +34,7 @@ export const problems = {
   internal_error: { status: 500, title: 'Internal server error' },
   database_unavailable: { status: 503, title: 'Database unavailable' },
   shutting_down: { status: 503, title: 'Shutting down' },
+  too_many_streams: { status: 503, title: 'Too many event streams' },
 } as const
 
 export type ProblemCode = keyof typeof problems
