@@ -88,6 +88,8 @@ const settings = {
   concurrencyRounds: intSetting('BENCH_CONCURRENCY_ROUNDS', 1),
   growth: oneOf('BENCH_GROWTH', ['on', 'off', 'full'], 'on'),
   outbox: oneOf('BENCH_OUTBOX', ['on', 'off'], 'on'),
+  /** `off`: skip the main series (to measure only the others, e.g. BENCH_MAIN=off BENCH_CONCURRENCY=off BENCH_GROWTH=off for the outbox). */
+  main: oneOf('BENCH_MAIN', ['on', 'off'], 'on'),
   growthDuration: intSetting('BENCH_GROWTH_DURATION', 2),
   growthRounds: intSetting('BENCH_GROWTH_ROUNDS', 2),
   only: env.BENCH_ONLY ? env.BENCH_ONLY.split(',') : undefined,
@@ -367,11 +369,11 @@ function checkOpenFiles(): void {
 /** Seconds the run should take with these settings, for the log: measured on the 2-core machine, about 1 s to start the servers and 0.3 s around each wrk run. */
 function expectedSeconds(): number {
   const cell = (kinds: number, seconds: number) => 1 + kinds * (settings.warmup + seconds + 0.3)
-  const main = settings.rounds * selected(MAIN_ENDPOINTS).length * cell(KINDS.length, settings.duration)
+  const main = settings.main === 'on' ? settings.rounds * selected(MAIN_ENDPOINTS).length * cell(KINDS.length, settings.duration) : 0
   const conc = settings.concurrencyRounds * selected(CONCURRENCY_ENDPOINTS).length * settings.concurrency.length * cell(KINDS.length, settings.concurrencyDuration)
   const sizes = growthSizes()
   const growth = settings.growthRounds * selected(GROWTH_ENDPOINTS).length * sizes.length * cell(GROWTH_KINDS.length, settings.growthDuration)
-  const outbox = settings.outbox === 'on' ? settings.rounds * selected(OUTBOX_ENDPOINTS).length * 2 * cell(1, settings.duration) : 0
+  const outbox = settings.outbox === 'on' ? settings.rounds * selected(OUTBOX_ENDPOINTS).length * 4 * cell(1, settings.duration) : 0
   // Seeding (about 2 s per 100,000 rows) and the byte-identity check of each size.
   const prepare = [settings.rows, ...sizes.filter((n) => n !== settings.rows)].reduce((t, n) => t + 3 + n / 50_000, 0)
   return main + conc + growth + outbox + prepare
@@ -406,6 +408,7 @@ const byKey = (subject: Subject, key: string) => subject.endpoints.find((e) => e
 /** Every endpoint on the three servers, round after round, at BENCH_CONNECTIONS. */
 async function mainSeries(main: Subject): Promise<Series> {
   const series: Series = {}
+  if (settings.main === 'off') return series
   for (let round = 0; round < settings.rounds; round++) {
     for (const key of selected(MAIN_ENDPOINTS)) {
       await measureCell({
@@ -435,8 +438,13 @@ async function concurrencySeries(main: Subject): Promise<Series> {
 
 /**
  * What the events outbox costs a write: POST and PATCH on the service alone,
- * with events written and with them discarded (bench/seed.ts setOutbox),
- * the two modes alternating within each round on fresh processes.
+ * with events written and with them discarded (bench/seed.ts setOutbox), on
+ * fresh processes. Each round measures the modes in the order on, off, off,
+ * on (or the reverse): the first run after the table is reset costs more,
+ * and a plain alternation with an odd number of rounds gave one mode that
+ * place more often (PATCH looked 1.57 × as costly with the outbox).
+ * Measurements pair up in the order taken (on[i] with off[i]), each pair
+ * with one mode in the first place and the other in the second.
  */
 async function outboxSeries(main: Subject): Promise<Series> {
   const series: Series = {}
@@ -444,7 +452,7 @@ async function outboxSeries(main: Subject): Promise<Series> {
   try {
     for (let round = 0; round < settings.rounds; round++) {
       for (const key of selected(OUTBOX_ENDPOINTS)) {
-        for (const mode of rotate(['on', 'off'] as const, round)) {
+        for (const mode of round % 2 ? (['off', 'on', 'on', 'off'] as const) : (['on', 'off', 'off', 'on'] as const)) {
           await setOutbox(main.db.url, mode === 'on')
           await measureCell({
             subject: main, endpoint: byKey(main, key), round: 0, seconds: settings.duration, connections: settings.connections, kinds: ['service'],
@@ -508,15 +516,17 @@ function report(r: Results): { text: string; targets: string[] } {
   const growth = rowsOf(selected(GROWTH_ENDPOINTS))
   const out: string[] = []
   out.push(`## Benchmark, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`, '', settingsText(r), '')
-  out.push(mainTable(main, r.series), '')
-  out.push('The service ÷ each peer, in the same round (median, min–max):', '', ratioTable(main, r.series), '')
+  if (settings.main === 'on') {
+    out.push(mainTable(main, r.series), '')
+    out.push('The service ÷ each peer, in the same round (median, min–max):', '', ratioTable(main, r.series), '')
+  }
   if (conc.length && settings.concurrency.length) {
     out.push(`### Concurrency (${settings.concurrencyRounds} round(s) of ${settings.concurrencyDuration} s, wrk --timeout ${settings.timeout}s)`, '')
     out.push(concurrencyTable(conc, settings.concurrency, r.concurrency), '')
   }
   const outbox = rowsOf(selected(OUTBOX_ENDPOINTS))
   if (outbox.length && settings.outbox === 'on') {
-    out.push(`### What the events outbox costs a write (the service alone, events written and discarded, alternating; ${settings.rounds} rounds of ${settings.duration} s)`, '')
+    out.push(`### What the events outbox costs a write (the service alone, events written and discarded, on-off-off-on; ${settings.rounds} rounds of ${settings.duration} s)`, '')
     out.push(outboxTable(outbox, r.outbox), '')
   }
   if (r.sizes.length) {

@@ -1,5 +1,6 @@
 import type { Sql } from 'postgres'
 import { backgroundConnection } from '../db/connect.js'
+import { Periodic } from '../lib/periodic.js'
 import { describeError, type Logger } from '../log.js'
 import { wakeWorkers } from '../webhooks/wake.js'
 import { EVENTS_CHANNEL } from './hub.js'
@@ -30,11 +31,9 @@ export interface PublisherSettings {
 export const defaultPublisherSettings: PublisherSettings = { intervalMs: 50, batchSize: 500 }
 
 export class EventPublisher {
-  private timer: NodeJS.Timeout | undefined
-  private running: Promise<number> | undefined
-  private stopped = false
   private failing = false
   private readonly sql: Sql
+  private readonly task: Periodic<number>
 
   constructor(
     pool: Sql,
@@ -43,14 +42,11 @@ export class EventPublisher {
   ) {
     // postgres.js connects on the first statement, so an instance that never starts opens nothing.
     this.sql = backgroundConnection(pool)
+    this.task = new Periodic(() => this.publishAll(), settings.intervalMs)
   }
 
   start(): void {
-    const tick = () => {
-      this.timer = setTimeout(() => void this.drain().finally(() => this.stopped || tick()), this.settings.intervalMs)
-      this.timer.unref()
-    }
-    tick()
+    this.task.start()
   }
 
   /**
@@ -59,15 +55,12 @@ export class EventPublisher {
    * run of failures) and the next tick tries again.
    */
   drain(): Promise<number> {
-    this.running ??= this.publishAll().finally(() => (this.running = undefined))
-    return this.running
+    return this.task.runNow()
   }
 
   /** Stops looking and closes its connection once the batch under way, if any, is done. */
   async stop(): Promise<void> {
-    this.stopped = true
-    clearTimeout(this.timer)
-    await this.running
+    await this.task.stop()
     await this.sql.end({ timeout: 5 })
   }
 

@@ -1,5 +1,6 @@
 import type { Sql } from 'postgres'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { Periodic } from '../lib/periodic.js'
 import { describeError, type Logger } from '../log.js'
 
 // Events older than EVENTS_RETENTION_DAYS are deleted by the service itself,
@@ -21,8 +22,7 @@ export interface RetentionSettings {
 export const defaultRetentionSettings: RetentionSettings = { intervalMs: 10 * 60_000, batchSize: 500, pauseMs: 50 }
 
 export class EventRetention {
-  private timer: NodeJS.Timeout | undefined
-  private sweeping: Promise<number> | undefined
+  private readonly task: Periodic<number>
   private stopped = false
 
   constructor(
@@ -30,29 +30,24 @@ export class EventRetention {
     private readonly log: Logger,
     private readonly days: number,
     private readonly settings: RetentionSettings = defaultRetentionSettings,
-  ) {}
+  ) {
+    this.task = new Periodic(() => this.deleteExpired(), settings.intervalMs)
+  }
 
   /** Sweeps soon after start (at a random point of the first interval, so instances started together spread out), then every interval. */
   start(): void {
-    const schedule = (delay: number) => {
-      this.timer = setTimeout(() => {
-        void this.sweep().finally(() => this.stopped || schedule(this.settings.intervalMs))
-      }, delay)
-      this.timer.unref()
-    }
-    schedule(Math.floor(Math.random() * Math.min(this.settings.intervalMs, 60_000)))
+    this.task.start(Math.floor(Math.random() * Math.min(this.settings.intervalMs, 60_000)))
   }
 
   /** Deletes what is past retention, a batch at a time; how many events went. Never rejects: a failure is logged and the next sweep tries again. */
   sweep(): Promise<number> {
-    this.sweeping ??= this.deleteExpired().finally(() => (this.sweeping = undefined))
-    return this.sweeping
+    return this.task.runNow()
   }
 
+  /** Stops sweeping; a sweep under way ends after its current batch. */
   async stop(): Promise<void> {
     this.stopped = true
-    clearTimeout(this.timer)
-    await this.sweeping
+    await this.task.stop()
   }
 
   private async deleteExpired(): Promise<number> {
