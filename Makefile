@@ -63,5 +63,7 @@ db-start: node_modules/.installed
 db-stop: node_modules/.installed
 	$(TSX) src/db/local-cluster.ts stop
 
-clean: db-stop
+# Stops the local cluster (and deletes it when it lives outside the checkout, src/db/local-cluster.ts).
+clean: node_modules/.installed
+	$(TSX) src/db/local-cluster.ts remove
 	rm -rf dist .data node_modules

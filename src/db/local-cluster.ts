@@ -1,6 +1,6 @@
 import { execFileSync, spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { existsSync, mkdirSync, readdirSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -13,11 +13,16 @@ import { fileURLToPath } from 'node:url'
 // PostgreSQL refuses to run as root. As root (a container, a CI runner) we do
 // what the official postgres image does: hand the cluster's folders to the
 // unprivileged `postgres` user (or `nobody`) and run the server tools as it.
+// That account must be able to reach the folders: a checkout in root's home
+// (mode 0700) or in a `mktemp -d` folder is closed to it, and initdb would
+// fail there. The cluster then lives in a folder of its own under /var/tmp,
+// named after the checkout's path, so each checkout still has one cluster.
 
 export const projectRoot = fileURLToPath(new URL('../../', import.meta.url))
 export const dataRoot = join(projectRoot, '.data')
-const clusterDir = join(dataRoot, 'pg')
 const DEV_DATABASE = 'users_products_dev'
+/** Where a checkout the server's account cannot enter keeps its cluster (survives reboots, unlike /tmp). */
+export const OUTSIDE_ROOT = '/var/tmp'
 
 export class LocalClusterError extends Error {}
 
@@ -54,11 +59,24 @@ function serverAccount(): string | undefined {
   throw new LocalClusterError('Running as root, and neither a "postgres" nor a "nobody" account exists to run PostgreSQL as. Create one (useradd -r postgres) or set DATABASE_URL.')
 }
 
+const checkoutKey = () => createHash('sha256').update(projectRoot).digest('hex').slice(0, 12)
+
+/** Whether `account` can reach the checkout (search permission on it and every folder above). */
+function canReach(account: string, dir: string): boolean {
+  return spawnSync('runuser', ['-u', account, '--', 'test', '-x', dir]).status === 0
+}
+
+/** The folder holding the cluster (`pg`) and, when its path is short enough, its socket (`run`). */
+export function clusterHome(account: string | undefined): string {
+  if (!account || canReach(account, projectRoot)) return dataRoot
+  return join(OUTSIDE_ROOT, `users-products-api-${checkoutKey()}`)
+}
+
 // A Unix socket path must fit in 107 bytes; a deep checkout gets one under the temp folder instead.
-function socketDir(): string {
-  const inProject = join(dataRoot, 'run')
-  if (inProject.length <= 80) return inProject
-  return join(tmpdir(), `upa-${createHash('sha256').update(projectRoot).digest('hex').slice(0, 12)}`)
+function socketDir(home: string): string {
+  const inHome = join(home, 'run')
+  if (inHome.length <= 80) return inHome
+  return join(tmpdir(), `upa-${checkoutKey()}`)
 }
 
 function run(bin: string, tool: string, args: string[], account: string | undefined): { status: number | null; output: string } {
@@ -71,9 +89,12 @@ function run(bin: string, tool: string, args: string[], account: string | undefi
 export function startLocalCluster(): string {
   const bin = findBinaries()
   const account = serverAccount()
-  const sockets = socketDir()
+  const home = clusterHome(account)
+  const clusterDir = join(home, 'pg')
+  const sockets = socketDir(home)
   const log = join(sockets, 'postgres.log')
-  mkdirSync(dataRoot, { recursive: true })
+  // 0755: the server's account passes through it to its own folders (0700).
+  mkdirSync(home, { recursive: true, mode: 0o755 })
   for (const dir of [clusterDir, sockets]) {
     mkdirSync(dir, { recursive: true, mode: 0o700 })
     if (account) execFileSync('chown', [`${account}:`, dir])
@@ -96,9 +117,20 @@ export function startLocalCluster(): string {
 }
 
 export function stopLocalCluster(): string {
+  const account = serverAccount()
+  const clusterDir = join(clusterHome(account), 'pg')
   if (!existsSync(join(clusterDir, 'PG_VERSION'))) return 'No local cluster.'
-  const result = run(findBinaries(), 'pg_ctl', ['stop', '-D', clusterDir, '-m', 'fast', '-w'], serverAccount())
+  const result = run(findBinaries(), 'pg_ctl', ['stop', '-D', clusterDir, '-m', 'fast', '-w'], account)
   return result.status === 0 ? 'Local PostgreSQL stopped.' : 'Local PostgreSQL was not running.'
+}
+
+/** Stops the cluster and deletes it when it lives outside the checkout (`make clean` deletes .data/ itself). */
+export function removeLocalCluster(): string {
+  const stopped = stopLocalCluster()
+  const home = clusterHome(serverAccount())
+  if (home === dataRoot) return stopped
+  rmSync(home, { recursive: true, force: true })
+  return `${stopped} Removed ${home}.`
 }
 
 /** The development database on the local cluster, created on first use. */
@@ -120,9 +152,10 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const command = process.argv[2]
   try {
     if (command === 'stop') console.log(stopLocalCluster())
+    else if (command === 'remove') console.log(removeLocalCluster())
     else if (command === 'start') console.log(`Local PostgreSQL is running: ${startLocalCluster()}`)
     else if (command === 'url') console.log(await localDevelopmentUrl())
-    else throw new LocalClusterError('usage: local-cluster start|stop|url')
+    else throw new LocalClusterError('usage: local-cluster start|stop|remove|url')
   } catch (err) {
     console.error(err instanceof LocalClusterError ? err.message : err)
     process.exit(1)
