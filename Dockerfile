@@ -1,0 +1,32 @@
+# The service's image: a build stage compiles the TypeScript; the runtime
+# stage holds only dist/, sql/, the package files, the driver patch and the
+# two runtime dependencies, and runs as the unprivileged `node` user.
+# Node 24 is the current LTS (the tests here run on Node 20; the code runs on
+# both: docs/deployment.md). test/dockerfile.test.ts runs this file's install,
+# start and health-check steps, since no container engine runs where we test.
+
+FROM node:24-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+COPY src/db/postgres-patch.mjs src/db/postgres-patch.mjs
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json ./
+COPY src src
+RUN npx tsc -p tsconfig.json
+
+FROM node:24-bookworm-slim AS runtime
+ENV NODE_ENV=production
+WORKDIR /app
+COPY package.json package-lock.json ./
+# npm ci runs it (postinstall) to patch postgres.js, and the service checks the patch against it at start-up.
+COPY src/db/postgres-patch.mjs src/db/postgres-patch.mjs
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+COPY --from=build /app/dist dist
+COPY sql sql
+USER node
+EXPOSE 3000
+STOPSIGNAL SIGTERM
+# Node's own fetch: the slim image has no curl or wget, and needs none.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 3000) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+CMD ["node", "dist/main.js"]

@@ -1,0 +1,114 @@
+import assert from 'node:assert/strict'
+import { spawn, spawnSync } from 'node:child_process'
+import { chmodSync, cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { after, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
+import { DockerfileParser } from 'dockerfile-ast'
+import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
+
+// No container engine runs where the tests run, and base images cannot be
+// pulled. So the Dockerfile is parsed, its rules checked, and its runtime
+// stage's steps run as they would run in the image: the files it copies, in a
+// scratch folder, installed with its own RUN command, then made read-only
+// and started with its CMD as an unprivileged account, probed with its
+// HEALTHCHECK command, and stopped with its STOPSIGNAL. A broken step fails
+// `make test`. What this cannot show (the base image, the `node` user, Node
+// 24 itself) is listed in docs/deployment.md.
+
+const root = fileURLToPath(new URL('../', import.meta.url))
+const asRoot = process.getuid?.() === 0
+const dockerfile = DockerfileParser.parse(readFileSync(join(root, 'Dockerfile'), 'utf8'))
+// Flags (`--from=build`, `--interval=…`) are not part of an instruction's arguments for the parser; they are put back in front.
+const instructions = dockerfile.getInstructions().map((i) => {
+  const flags = 'getFlags' in i ? (i.getFlags as () => Array<{ getName(): string; getValue(): string | null }>)().map((f) => `--${f.getName()}=${f.getValue()} `).join('') : ''
+  return { keyword: i.getKeyword(), args: flags + (i.getArgumentsContent() ?? '') }
+})
+
+/** The instructions of the last stage (from its FROM on). */
+function runtimeStage() {
+  const from = instructions.map((i) => i.keyword).lastIndexOf('FROM')
+  return instructions.slice(from)
+}
+
+/** The command of an exec-form (JSON array) CMD, or of a HEALTHCHECK's CMD. */
+const execForm = (args: string): string[] => JSON.parse(args.slice(args.indexOf('[')))
+
+test('the Dockerfile is multi-stage, runs as a non-root user on a Node LTS image, stops on SIGTERM, checks its health with Node, and bakes in no secret', () => {
+  const froms = instructions.filter((i) => i.keyword === 'FROM')
+  assert.ok(froms.length >= 2, 'a build stage and a runtime stage')
+  const stage = runtimeStage()
+  assert.match(stage[0]!.args, /^node:(20|22|24)[.-][\w.-]*\s+AS\s+runtime$/i)
+  const user = stage.find((i) => i.keyword === 'USER')
+  assert.ok(user && !/^(root|0)(:|$)/.test(user.args), 'USER is not root')
+  assert.equal(stage.find((i) => i.keyword === 'STOPSIGNAL')?.args, 'SIGTERM')
+  const health = stage.find((i) => i.keyword === 'HEALTHCHECK')
+  assert.ok(health, 'a HEALTHCHECK')
+  assert.equal(execForm(health.args)[0], 'node', 'the health check needs no tool but node')
+  assert.deepEqual(execForm(stage.find((i) => i.keyword === 'CMD')!.args), ['node', 'dist/main.js'])
+  // What the runtime stage holds: the compiled service, its SQL, the package files and the driver patch; no source, no tests.
+  const copies = stage.filter((i) => i.keyword === 'COPY').map((i) => i.args)
+  assert.deepEqual(copies, ['package.json package-lock.json ./', 'src/db/postgres-patch.mjs src/db/postgres-patch.mjs', '--from=build /app/dist dist', 'sql sql'])
+  for (const i of instructions.filter((x) => x.keyword === 'ENV' || x.keyword === 'ARG')) {
+    assert.doesNotMatch(i.args, /JWT_SECRETS|DATABASE_URL|ADMIN_PASSWORD|PASSWORD|SECRET/i, `${i.keyword} ${i.args}`)
+  }
+  const ignored = readFileSync(join(root, '.dockerignore'), 'utf8').split('\n')
+  for (const path of ['node_modules', '.data', 'dist', '.git']) assert.ok(ignored.includes(path), `.dockerignore keeps ${path} out`)
+})
+
+test('the runtime stage\'s steps work: install with its RUN, start read-only as an unprivileged account, healthy by its HEALTHCHECK, exit 0 on SIGTERM', { skip: !asRoot && 'runs as root only (it starts the service as another account)', timeout: 180_000 }, async () => {
+  const stage = runtimeStage()
+  const app = mkdtempSync(join(tmpdir(), 'upa-image-'))
+  after(() => rmSync(app, { recursive: true, force: true }))
+  // COPY, as the stage does; dist/ is what its build stage makes (tsc with the project's tsconfig).
+  cpSync(join(root, 'package.json'), join(app, 'package.json'))
+  cpSync(join(root, 'package-lock.json'), join(app, 'package-lock.json'))
+  cpSync(join(root, 'src/db/postgres-patch.mjs'), join(app, 'src/db/postgres-patch.mjs'))
+  cpSync(join(root, 'sql'), join(app, 'sql'), { recursive: true })
+  const built = spawnSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', join(root, 'tsconfig.json'), '--outDir', join(app, 'dist')], { encoding: 'utf8' })
+  assert.equal(built.status, 0, built.stdout + built.stderr)
+
+  // RUN, as the stage does (as root, before USER), with the stage's ENV.
+  const env = { PATH: process.env.PATH!, HOME: app, NODE_ENV: 'production', npm_config_cache: join(app, '.npm') }
+  for (const run of stage.filter((i) => i.keyword === 'RUN')) {
+    const r = spawnSync('sh', ['-c', run.args], { cwd: app, env, encoding: 'utf8', timeout: 120_000 })
+    assert.equal(r.status, 0, `RUN ${run.args}\n${r.stdout}${r.stderr}`)
+  }
+  assert.deepEqual(spawnSync('ls', [join(app, 'node_modules')], { encoding: 'utf8' }).stdout.split('\n').filter((n) => n && !n.startsWith('.')).sort(), ['postgres', 'typebox'])
+
+  // The application folder read-only, for an account that owns none of it: the one that runs PostgreSQL here can reach its socket.
+  rmSync(join(app, '.npm'), { recursive: true, force: true })
+  spawnSync('chmod', ['-R', 'a-w,a+rX', app])
+  chmodSync(app, 0o555)
+  const account = spawnSync('id', ['-u', 'postgres']).status === 0 ? 'postgres' : 'nobody'
+  // Node switches to the account itself, so that the stop signal reaches the service and nothing in between.
+  const [uid, gid] = ['-u', '-g'].map((flag) => Number(spawnSync('id', [flag, account], { encoding: 'utf8' }).stdout.trim()))
+  const port = 20_000 + Math.floor(Math.random() * 20_000)
+  const serviceEnv = {
+    ...env, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: await createTestDatabase(), JWT_SECRETS: `k1:${TEST_JWT_SECRET}`, LOG_LEVEL: 'warn',
+  }
+  const [cmd, ...args] = execForm(stage.find((i) => i.keyword === 'CMD')!.args)
+  const child = spawn(cmd!, args, { cwd: app, env: serviceEnv, uid, gid, stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  child.stdout.on('data', (d) => (output += d))
+  child.stderr.on('data', (d) => (output += d))
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
+  after(() => child.kill('SIGKILL'))
+
+  const [hcCmd, ...hcArgs] = execForm(stage.find((i) => i.keyword === 'HEALTHCHECK')!.args)
+  const healthCheck = () => spawnSync(hcCmd!, hcArgs, { cwd: app, env: serviceEnv, uid, gid, timeout: 5000 }).status
+  let healthy = false
+  for (const deadline = Date.now() + 30_000; !healthy && Date.now() < deadline && child.exitCode === null;) {
+    healthy = healthCheck() === 0
+    if (!healthy) await sleep(200)
+  }
+  assert.ok(healthy, `the health check never passed:\n${output}`)
+
+  const stopSignal = stage.find((i) => i.keyword === 'STOPSIGNAL')!.args as NodeJS.Signals
+  child.kill(stopSignal)
+  const code = await Promise.race([exited, sleep(15_000).then(() => 'timeout' as const)])
+  assert.equal(code, 0, `exit after ${stopSignal}: ${code}\n${output}`)
+  assert.notEqual(healthCheck(), 0, 'the health check fails once the service is gone')
+})
