@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { createServer, type Server } from 'node:http'
+import { createServer, type Server as HttpServer } from 'node:http'
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https'
 import type { Duplex } from 'node:stream'
 import type { AppDeps } from './app-deps.js'
 import { describeError } from './log.js'
@@ -15,6 +16,7 @@ import { eventRoutes } from './events/feed.js'
 import { eventStreamRoutes } from './events/stream-routes.js'
 import { webhookRoutes } from './webhooks/routes.js'
 import { healthRoutes } from './health/routes.js'
+import type { TlsOptions } from './http/tls.js'
 import { createRequestHandler } from './http/pipeline.js'
 import { HttpError, problemBody } from './http/problem.js'
 import { createRouter } from './http/router.js'
@@ -44,10 +46,14 @@ export function allRoutes(apiPrefix: string, extra: readonly AnyRoute[] = []): A
  *   proxy's 60 s idle time, so the proxy, not us, closes it and never sends a
  *   request on a socket we are closing.
  */
-export function createApp(deps: AppDeps, routes: readonly AnyRoute[]): Server {
+/** The HTTP server, or the HTTPS one with TLS_CERT_FILE and TLS_KEY_FILE (src/http/tls.ts). */
+export type AppServer = HttpServer | HttpsServer
+
+export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsOptions): AppServer {
   const handle = createRequestHandler(createRouter(routes), deps)
   const { config } = deps
-  const server = createServer(
+  const create = (tls ? (options: object, listener: never) => createHttpsServer({ ...options, ...tls }, listener) : createServer) as typeof createServer
+  const server = create(
     {
       headersTimeout: config.headersTimeoutMs,
       requestTimeout: config.requestTimeoutMs,

@@ -45,6 +45,8 @@ const EnvSchema = Type.Object({
   ADMIN_EMAIL: Type.Optional(Type.String({ minLength: 3, maxLength: 254 })),
   ADMIN_PASSWORD: Type.Optional(Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' })),
   EVENTS_RETENTION_DAYS: Type.Optional(Integer(1, 3650)),
+  TLS_CERT_FILE: Type.Optional(Type.String({ minLength: 1 })),
+  TLS_KEY_FILE: Type.Optional(Type.String({ minLength: 1 })),
   WEBHOOK_ALLOW_PRIVATE: Type.Optional(Bool),
 })
 const checkEnv = Compile(EnvSchema)
@@ -89,6 +91,8 @@ export interface Config {
   eventsRetentionDays: number
   /** Webhook URLs may be http and point at loopback, link-local and private addresses (tests, closed networks). */
   webhookAllowPrivate: boolean
+  /** Serve HTTPS from these PEM files (reloaded when they change); undefined: plain HTTP, for use behind a proxy. */
+  tls: { certFile: string; keyFile: string } | undefined
 }
 
 export class ConfigError extends Error {}
@@ -125,6 +129,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   if (production && !e.DATABASE_URL) throw new ConfigError('DATABASE_URL: required when NODE_ENV=production')
   if (production && !e.JWT_SECRETS) throw new ConfigError('JWT_SECRETS: required when NODE_ENV=production')
   if (Boolean(e.ADMIN_EMAIL) !== Boolean(e.ADMIN_PASSWORD)) throw new ConfigError('ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
+  if (Boolean(e.TLS_CERT_FILE) !== Boolean(e.TLS_KEY_FILE)) throw new ConfigError('TLS_CERT_FILE and TLS_KEY_FILE: set both or neither')
   const keepAliveTimeoutMs = int('KEEP_ALIVE_TIMEOUT', 65) * 1000
   return {
     production,
@@ -154,6 +159,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     bootstrapAdmin: e.ADMIN_EMAIL && e.ADMIN_PASSWORD ? { email: e.ADMIN_EMAIL, password: e.ADMIN_PASSWORD } : undefined,
     eventsRetentionDays: int('EVENTS_RETENTION_DAYS', 30),
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
+    tls: e.TLS_CERT_FILE && e.TLS_KEY_FILE ? { certFile: e.TLS_CERT_FILE, keyFile: e.TLS_KEY_FILE } : undefined,
   }
 }
 

@@ -1,8 +1,9 @@
-import type { Server } from 'node:http'
+import type { Server as HttpsServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
 import { ApiKeyCache } from './api-keys/key-cache.js'
 import { LastUsedWrites } from './api-keys/last-used.js'
-import { allRoutes, createApp } from './app.js'
+import { allRoutes, createApp, type AppServer } from './app.js'
+import { tlsOptions, watchCertificate } from './http/tls.js'
 import { CREDENTIAL_CACHE_SIZE, type AppDeps } from './app-deps.js'
 import { listenForCredentialChanges } from './auth/credential-changes.js'
 import { JwtCache } from './auth/jwt-cache.js'
@@ -46,7 +47,7 @@ export interface ServiceOptions {
 
 export interface Service {
   readonly deps: AppDeps
-  readonly server: Server
+  readonly server: AppServer
   /** Opens the pool's first connection, then the port; resolves to the address bound (port 0 picks a free port). */
   listen(port: number, host: string): Promise<AddressInfo>
   /** The stop on a signal (src/shutdown.ts): drains requests in flight, bounded by SHUTDOWN_TIMEOUT; never rejects. */
@@ -61,8 +62,11 @@ export interface Service {
  * credential changes now; `listen` opens the port.
  */
 export function createService(config: Config, options: ServiceOptions): Service {
+  // Read first: a certificate that cannot be read stops start-up before anything is opened.
+  const tls = config.tls ? tlsOptions(config.tls) : undefined
   const deps = createDeps(config, options)
-  const server = createApp(deps, allRoutes(config.apiPrefix, options.routes))
+  const server = createApp(deps, allRoutes(config.apiPrefix, options.routes), tls)
+  const stopWatchingCertificate = config.tls ? watchCertificate(server as HttpsServer, config.tls, options.log) : () => {}
   return {
     deps,
     server,
@@ -87,8 +91,12 @@ export function createService(config: Config, options: ServiceOptions): Service 
         })
       })
     },
-    shutdown: () => shutdown(server, deps),
+    shutdown: () => {
+      stopWatchingCertificate()
+      return shutdown(server, deps)
+    },
     async close() {
+      stopWatchingCertificate()
       server.closeAllConnections()
       // Its error, when the server never listened, is of no interest here.
       await new Promise<unknown>((resolve) => server.close(resolve))

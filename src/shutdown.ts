@@ -1,4 +1,4 @@
-import type { Server } from 'node:http'
+import type { AppServer } from './app.js'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AppDeps } from './app-deps.js'
 import { describeError } from './log.js'
@@ -19,7 +19,7 @@ import { describeError } from './log.js'
  *   ends alongside.
  * Never rejects: the caller exits 0 when it returns, database down or not.
  */
-export async function shutdown(server: Server, deps: AppDeps): Promise<void> {
+export async function shutdown(server: AppServer, deps: AppDeps): Promise<void> {
   const { config, log } = deps
   const started = performance.now()
   const deadline = started + config.shutdownTimeoutMs

@@ -49,6 +49,7 @@ describe('defaults', () => {
       corsOrigins: new Set(),
       eventsRetentionDays: 30,
       webhookAllowPrivate: false,
+      tls: undefined,
     })
   })
 
@@ -97,6 +98,8 @@ describe('values', () => {
       CORS_ORIGINS: 'https://app.example.com,http://localhost:5173',
       EVENTS_RETENTION_DAYS: '7',
       WEBHOOK_ALLOW_PRIVATE: 'true',
+      TLS_CERT_FILE: '/etc/api/cert.pem',
+      TLS_KEY_FILE: '/etc/api/key.pem',
     })
     assert.deepEqual(config, {
       production: false,
@@ -126,6 +129,7 @@ describe('values', () => {
       corsOrigins: new Set(['https://app.example.com', 'http://localhost:5173']),
       eventsRetentionDays: 7,
       webhookAllowPrivate: true,
+      tls: { certFile: '/etc/api/cert.pem', keyFile: '/etc/api/key.pem' },
     })
   })
 

@@ -267,6 +267,8 @@ function answerHeaders(p: Pipeline, x: Exchange): Record<string, string> {
   const headers = { ...x.reply.headers }
   // While draining, every answer asks the client to take its next request elsewhere.
   if (p.deps.lifecycle.shuttingDown) headers.connection = 'close'
+  // Served over TLS itself, the service tells browsers to keep to HTTPS (RFC 6797); behind a proxy, the proxy says it.
+  if (p.config.tls) headers['strict-transport-security'] = 'max-age=31536000'
   // Answers about credentials must not be stored by any cache (RFC 6749 §5.1), errors included.
   if (x.noStore) headers['cache-control'] = 'no-store'
   Object.assign(headers, x.cors)
