@@ -3,6 +3,7 @@ import { spawn } from 'node:child_process'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
+import { waitUntil } from './helpers/wait.js'
 import { startServer, TEST_JWT_SECRET, type TestServer } from './helpers/server.js'
 import { answerWith, startReceiver } from './helpers/webhook-receiver.js'
 
@@ -13,14 +14,6 @@ import { answerWith, startReceiver } from './helpers/webhook-receiver.js'
 const projectRoot = fileURLToPath(new URL('../', import.meta.url))
 
 const delivered = (server: TestServer) => server.logs.filter((l) => l.msg === 'webhook delivered').length
-
-async function waitUntil(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await sleep(25)
-  }
-}
 
 /** An instance in a process of its own (test/helpers/webhook-instance.ts); resolves once it listens. */
 async function spawnInstance(databaseUrl: string, tuning: Record<string, unknown>) {
@@ -66,7 +59,7 @@ describe('webhook deliveries across instances', () => {
       for (const res of await Promise.all(batch)) assert.equal(res.status, 201)
     }
     await receiver.waitFor('every delivery', (r) => r.length >= products, 30_000)
-    await waitUntil('every success recorded', async () => (await a.sql`SELECT count(*)::int AS n FROM webhook_deliveries WHERE status = 'succeeded'`)[0]!.n === products)
+    await waitUntil('every success recorded', async () => (await a.sql`SELECT count(*)::int AS n FROM webhook_deliveries WHERE status = 'succeeded'`)[0]!.n === products, 20_000)
     await sleep(300)
     const counts = receiver.countsById()
     assert.equal(counts.size, products)
@@ -100,7 +93,7 @@ describe('webhook deliveries across instances', () => {
     assert.equal(first!.headers['webhook-id'], second!.headers['webhook-id'])
     assert.ok(second!.at >= leasedUntil - 50, `sent again ${leasedUntil - second!.at} ms before the lease ran out`)
     assert.ok(second!.at >= killedAt)
-    await waitUntil('the success recorded', async () => (await server.sql`SELECT status FROM webhook_deliveries`)[0]!.status === 'succeeded')
+    await waitUntil('the success recorded', async () => (await server.sql`SELECT status FROM webhook_deliveries`)[0]!.status === 'succeeded', 20_000)
     const deliveries = await server.request('GET', `/webhooks/${hook.body.id}/deliveries`)
     const [delivery] = deliveries.body
     assert.equal(delivery.status, 'succeeded')
@@ -128,7 +121,7 @@ describe('webhook deliveries across instances', () => {
     b.deps.webhooks.start()
     await receiver.waitFor('the attempt by the other instance', (r) => r.length === 2)
     assert.ok(Date.now() - stoppedAt < 5000, 'sent well before the lease would have run out')
-    await waitUntil('the success recorded', async () => (await a.sql`SELECT status FROM webhook_deliveries`)[0]!.status === 'succeeded')
+    await waitUntil('the success recorded', async () => (await a.sql`SELECT status FROM webhook_deliveries`)[0]!.status === 'succeeded', 20_000)
     const [delivery] = (await b.request('GET', `/webhooks/${hook.body.id}/deliveries`)).body
     assert.deepEqual(delivery.attempts.map((x: { status: number | null; error: string | null }) => [x.status, x.error]), [[200, null], [null, 'the service stopped during the attempt']])
   })

@@ -5,6 +5,7 @@ import { Webhook } from 'standardwebhooks'
 import { signJwt, type JwtClaims } from '../src/auth/jwt.js'
 import { subscribableEventTypes } from '../src/webhooks/event-types.js'
 import { signatureOf } from '../src/webhooks/signature.js'
+import { waitUntil } from './helpers/wait.js'
 import { startServer, type TestServer } from './helpers/server.js'
 import { answerWith, startReceiver, type Reception } from './helpers/webhook-receiver.js'
 
@@ -37,14 +38,6 @@ const deliveriesOf = async (server: TestServer, webhookId: number, query = '') =
   const res = await server.request('GET', `/webhooks/${webhookId}/deliveries${query}`)
   assert.equal(res.status, 200, res.text)
   return res
-}
-
-async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await sleep(25)
-  }
 }
 
 const verify = (secret: string, r: Reception) => new Webhook(secret).verify(r.body, r.headers as Record<string, string>)

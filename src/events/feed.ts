@@ -3,6 +3,7 @@ import { defineCollection, type ListQuery } from '../collections/declaration.js'
 import { listCollection } from '../collections/list-query.js'
 import { defineRoute } from '../http/route.js'
 import { compileSerializer } from '../resources/serializer.js'
+import { actorCredentials } from './origin.js'
 
 // GET /events: the audit log and change feed in one, a collection like any
 // other (filters, keyset cursor, count, fields). Its only order is the id,
@@ -12,7 +13,6 @@ import { compileSerializer } from '../resources/serializer.js'
 const BIGINT = { minimum: 1, maximum: 9223372036854775807 }
 const nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 
-export const credentialKinds = ['jwt', 'token', 'api_key', 'password', 'refresh_token', 'system'] as const
 
 export const Event = Type.Object({
   id: Type.Integer({ minimum: 1, description: 'the event\'s place in commit order' }),
@@ -21,7 +21,7 @@ export const Event = Type.Object({
   subject: Type.Object({ type: Type.String(), id: nullable(Type.Integer()) }, { additionalProperties: false }),
   actor: Type.Object({
     user_id: nullable(Type.Integer({ description: 'the user who made the change; null for the service itself or an anonymous caller' })),
-    credential: nullable(Type.Union(credentialKinds.map((k) => Type.Literal(k)))),
+    credential: nullable(Type.Union(actorCredentials.map((k) => Type.Literal(k)))),
   }, { additionalProperties: false }),
   request_id: nullable(Type.String()),
   data: Type.Object({}, { additionalProperties: true, description: 'the subject after the change (before it, for a deletion); never a secret' }),

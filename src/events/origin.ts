@@ -5,7 +5,9 @@ import type { Principal } from '../auth/principal.js'
 // (the first admin at start-up) has the actor `system`; one made anonymously
 // (a self sign-up, a failed login) has no user.
 
-export type ActorCredential = 'jwt' | 'token' | 'api_key' | 'password' | 'refresh_token' | 'system'
+/** The kinds of credential an event's actor used (the CHECK of sql/007 lists the same). */
+export const actorCredentials = ['jwt', 'token', 'api_key', 'password', 'refresh_token', 'system'] as const
+export type ActorCredential = (typeof actorCredentials)[number]
 
 export interface EventOrigin {
   actorId: number | null
