@@ -4,7 +4,21 @@
 NODE_BIN := node_modules/.bin
 TSX := node --import tsx
 
-.PHONY: run test build migrate admin typecheck db-start db-stop clean bench bench-wrk
+.PHONY: run test build migrate admin typecheck db-start db-stop clean bench test-tools bench-tools
+
+# Debian packages the tests and the benchmark run for real: installed when missing, as root with
+# apt-get (which needs `apt-get update` first on a fresh machine); otherwise the command to run is printed.
+#   $(call debian-tools,<command> <package> ...,<what needs them>)
+define debian-tools
+@missing=""; set -- $(1); while [ $$# -gt 0 ]; do \
+  command -v $$1 >/dev/null || [ -x /usr/sbin/$$1 ] || missing="$$missing $$2"; shift 2; done; \
+if [ -n "$$missing" ]; then \
+  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+    echo "installing$$missing (Debian packages, for $(2))"; \
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+  else echo "$(2) need$$missing: run apt-get install$$missing as root (Debian, Ubuntu), or install them from your system's packages" >&2; exit 1; fi; \
+fi
+endef
 
 # Installs exactly what package-lock.json says, and patches postgres.js (postinstall);
 # re-runs when either changes, or the patch does.
@@ -30,8 +44,12 @@ typecheck: node_modules/.installed
 	$(NODE_BIN)/tsc --noEmit -p test/tsconfig.json
 	$(NODE_BIN)/tsc --noEmit -p bench/tsconfig.json
 
+# nginx (the reverse proxy of deploy/nginx.conf) and PgBouncer, which the proxy and pooler tests run.
+test-tools:
+	$(call debian-tools,nginx nginx pgbouncer pgbouncer,the proxy and pooler tests)
+
 # Type-check, then the whole node:test suite against a database of its own.
-test: typecheck
+test: typecheck test-tools
 	$(TSX) test/run.ts
 
 build: node_modules/.installed
@@ -43,7 +61,7 @@ build: node_modules/.installed
 # (upa_bench_<rows>, dropped afterwards), with wrk as the load generator. Options: BENCH_ROWS=1000000,
 # BENCH_GROWTH=full|off, BENCH_DURATION, BENCH_ROUNDS, BENCH_CONCURRENCY; see bench/README.md.
 # The open-file limit is raised for the 1,000-connection runs (Node lifts its soft limit to the hard one).
-bench: build bench-wrk bench/fastify/node_modules/.installed bench/bare/node_modules/.installed
+bench: build bench-tools bench/fastify/node_modules/.installed bench/bare/node_modules/.installed
 	ulimit -n 65536 2>/dev/null || true; $(TSX) bench/run.ts
 
 # Each peer has its own package.json and lock (the published postgres.js, not the root's patched copy).
@@ -51,11 +69,9 @@ bench/%/node_modules/.installed: bench/%/package.json bench/%/package-lock.json
 	cd bench/$* && npm ci --no-audit --no-fund
 	@touch $@
 
-# wrk, the load generator (Debian package `wrk`): installed when missing, as root with apt-get.
-bench-wrk:
-	@command -v wrk >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then apt-get update && apt-get install -y wrk; \
-	  else echo "make bench needs wrk, the load generator: apt-get install wrk (Debian, Ubuntu), dnf install wrk (Fedora), brew install wrk (macOS)" >&2; exit 1; fi; }
+# wrk, the load generator.
+bench-tools:
+	$(call debian-tools,wrk wrk,make bench)
 
 db-start: node_modules/.installed
 	$(TSX) src/db/local-cluster.ts start
