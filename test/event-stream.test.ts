@@ -7,7 +7,7 @@ import { loadConfig } from '../src/config.js'
 import { createLogger } from '../src/log.js'
 import { createService } from '../src/service.js'
 import { checkAgainstDocument, contractRouter } from './helpers/contract-check.js'
-import { rawRequest, SseClient } from './helpers/sse.js'
+import { insertEvents, rawRequest, SseClient } from './helpers/sse.js'
 import { startServer, TEST_JWT_SECRET, type TestServer } from './helpers/server.js'
 
 // GET /events/stream over real HTTP: what a client reads (ids, types, data),
@@ -61,13 +61,6 @@ async function createProduct(server: TestServer, description = 'A widget.'): Pro
 }
 
 /** Events written straight into the outbox (each `bytes` of data), in one transaction; the publisher takes them from there. */
-async function insertEvents(server: TestServer, count: number, bytes = 100): Promise<void> {
-  await server.sql`
-    INSERT INTO event_outbox (type, subject_type, subject_id, data)
-    SELECT 'product.updated', 'product', g, json_build_object('id', g, 'pad', repeat('x', ${bytes}))
-    FROM generate_series(1, ${count}) AS g`
-}
-
 const ascending = (ids: number[]) => ids.every((id, i) => i === 0 || id > ids[i - 1]!)
 
 test('each write is streamed as id, event and data, the data being exactly the GET /events item', async () => {
@@ -161,12 +154,12 @@ test('resuming with Last-Event-ID, on either instance, while several writers go 
 
 test('catch-up from an old id crosses pages while writes continue, then goes on live with no gap or duplicate', async () => {
   const from = await newestId(a)
-  await insertEvents(a, 40)
+  await insertEvents(a.sql, 40)
   // Writers during the catch-up, so that the reader's head moves while the stream reads pages (7 events each).
   const writing = Promise.all(Array.from({ length: 3 }, async () => {
     for (let i = 0; i < 10; i++) {
       await createProduct(a)
-      await insertEvents(a, 3)
+      await insertEvents(a.sql, 3)
     }
   }))
   const c = await open(a, '/events/stream', { 'last-event-id': String(from) })
@@ -188,7 +181,7 @@ test('catch-up from an old id crosses pages while writes continue, then goes on 
 
 test('streams joining one after another from old ids while writers go on each get exactly the events after their id', async () => {
   const start = await newestId(a)
-  await insertEvents(a, 30)
+  await insertEvents(a.sql, 30)
   let writing = true
   const writers = Promise.all(Array.from({ length: 3 }, async () => {
     for (let i = 0; i < 15; i++) await createProduct(i % 2 ? a : b)
@@ -298,7 +291,7 @@ test('a client that does not read is cut once past the buffer bound, and resumes
   slow.res.pause()
   const from = await newestId(s)
   // Enough to fill the kernel's socket buffers on both sides (a few MB), then Node's.
-  for (let i = 0; i < 12; i++) await insertEvents(s, 50, 16_000)
+  for (let i = 0; i < 12; i++) await insertEvents(s.sql, 50, 16_000)
   await reader.waitFor(() => reader.count >= 600, 20_000, 'every event')
   const committed = await committedAfter(s, from)
   assert.deepEqual(reader.ids, committed)
@@ -370,7 +363,7 @@ test('SIGTERM ends every stream at once, cleanly for clients that keep up, and t
   // One paused with nothing sent to it since, one paused under more than the kernel's buffers hold.
   idle.res.pause()
   stalled.res.pause()
-  await insertEvents(a, 600, 16_000)
+  await insertEvents(a.sql, 600, 16_000)
   for (const c of streams) await c.waitForEvents(600, 20_000)
   // And one catching up from the start when the signal comes.
   const catchingUp = await SseClient.open(url, '/events/stream', { headers: { ...headers, 'last-event-id': '0' } })
@@ -412,7 +405,7 @@ test('a thousand open streams, half of them not reading, and a flood of events k
     await Promise.all(many.map((c) => c.waitFor(() => c.retry !== undefined, 20_000, 'retry:')))
     for (const c of many.slice(0, 500)) c.res.pause()
     const open = await measure()
-    for (let i = 0; i < 40; i++) await insertEvents(m, 10, 1000)
+    for (let i = 0; i < 40; i++) await insertEvents(m.sql, 10, 1000)
     const last = await newestId(m)
     await Promise.all(many.slice(500).map((c) => c.waitFor(() => Number(c.last?.id) === last, 30_000, 'the last event')))
     const flooded = await measure()

@@ -1,5 +1,6 @@
 import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage } from 'node:http'
 import { connect } from 'node:net'
+import type { Sql } from 'postgres'
 
 // A small Server-Sent Events client for tests: one raw HTTP request (no
 // agent, so every stream has its own connection), the HTML standard's
@@ -155,4 +156,12 @@ export function rawRequest(url: string, bytes: string | Buffer): Promise<{ statu
     socket.setTimeout(10_000, () => socket.destroy())
     socket.end(bytes)
   })
+}
+
+/** Writes `count` events of about `bytes` each straight into the outbox, faster than any API write could. */
+export async function insertEvents(sql: Sql, count: number, bytes = 100): Promise<void> {
+  await sql`
+    INSERT INTO event_outbox (type, subject_type, subject_id, data)
+    SELECT 'product.updated', 'product', g, json_build_object('id', g, 'pad', repeat('x', ${bytes}))
+    FROM generate_series(1, ${count}) AS g`
 }
