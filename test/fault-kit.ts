@@ -11,6 +11,7 @@ import v8 from 'node:v8'
 import vm from 'node:vm'
 import type { Sql } from 'postgres'
 import { signJwt } from '../src/auth/jwt.js'
+import { roleScopes } from '../src/auth/scopes.js'
 import { connect } from '../src/db/connect.js'
 import { migrate } from '../src/db/migrate.js'
 
@@ -156,7 +157,7 @@ export function adminToken(adminId: number): string {
   return signJwt(
     {
       sub: String(adminId), iss: 'users-products-api', aud: 'users-products-api', iat: now, exp: now + 3600, role: 'admin',
-      scope: 'api_keys:read api_keys:write products:read products:write users:read users:write',
+      scope: [...roleScopes.admin].join(' '),
       // No session has this id; the epoch of a user never changed: revoked only with its user.
       sid: String(2 ** 53), gen: 0,
     },

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
-import { Agent, request, type IncomingHttpHeaders } from 'node:http'
+import { Agent } from 'node:http'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { loadConfig } from '../src/config.js'
 import { adminToken, spawnService, type Spawned } from './fault-kit.js'
+import { call, tally, type Answer } from './helpers/http-client.js'
 import { startNginx } from './helpers/nginx.js'
 import { createTestDatabase, startServer } from './helpers/server.js'
 import { insertEvents, SseClient } from './helpers/sse.js'
@@ -15,28 +16,6 @@ import { connect } from '../src/db/connect.js'
 // (127.0.0.2, 127.0.0.3, ...), so the address nginx sees differs from its own
 // (127.0.0.1), which is the only address the service sees on the socket.
 
-interface Answer {
-  status: number
-  headers: IncomingHttpHeaders
-  body: any // eslint-disable-line @typescript-eslint/no-explicit-any
-}
-
-/** One request from `from` (a loopback address) through `agent` (keep-alive), never throwing: a failure is status 0. */
-function call(base: string, method: string, path: string, options: { from?: string; agent?: Agent; headers?: Record<string, string>; body?: unknown } = {}): Promise<Answer & { error?: string }> {
-  const body = options.body === undefined ? undefined : typeof options.body === 'string' ? options.body : JSON.stringify(options.body)
-  const headers: Record<string, string> = { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...options.headers }
-  return new Promise((resolve) => {
-    const req = request(base + path, { method, headers, agent: options.agent, localAddress: options.agent ? undefined : options.from, timeout: 20_000 }, (res) => {
-      let text = ''
-      res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk))
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: /json/.test(res.headers['content-type'] ?? '') && text ? JSON.parse(text) : text }))
-      res.on('error', (err) => resolve({ status: 0, headers: {}, body: undefined, error: err.message }))
-    })
-    req.on('timeout', () => req.destroy(new Error('timed out')))
-    req.on('error', (err) => resolve({ status: 0, headers: {}, body: undefined, error: err.message }))
-    req.end(body)
-  })
-}
 
 const keepAlive = (from = '127.0.0.1', sockets = 64) => new Agent({ keepAlive: true, maxSockets: sockets, localAddress: from })
 const hostOf = (url: string) => new URL(url).host
@@ -135,20 +114,18 @@ describe('two instances behind nginx', async () => {
     const agent = keepAlive('127.0.0.2', 50)
     after(() => agent.destroy())
     const total = 10_000
-    const statuses = new Map<string, number>()
+    const answers: Answer[] = []
     const runId = Math.random().toString(36).slice(2, 8)
     let next = 0
     let created = 0
     await Promise.all(Array.from({ length: 50 }, async () => {
       for (let i = next++; i < total; i = next++) {
-        const answer = i % 10 === 0
+        answers.push(i % 10 === 0
           ? (created++, await call(nginx.url, 'POST', '/products', { agent, headers: auth, body: { sku: `PROXY-${runId}-${i}`, name: 'Proxied widget', price: 100 + i, currency: 'EUR' } }))
-          : await call(nginx.url, 'GET', i % 2 ? '/products?limit=10' : `/users/${a.admin.id}`, { agent, headers: auth })
-        const key = `${answer.status}${answer.error ? ` ${answer.error}` : ''}`
-        statuses.set(key, (statuses.get(key) ?? 0) + 1)
+          : await call(nginx.url, 'GET', i % 2 ? '/products?limit=10' : `/users/${a.admin.id}`, { agent, headers: auth }))
       }
     }))
-    assert.deepEqual(Object.fromEntries(statuses), { 200: total - created, 201: created })
+    assert.deepEqual(tally(answers), { 200: total - created, 201: created })
     const [{ count }] = await a.sql<[{ count: number }]>`SELECT count(*)::int AS count FROM products WHERE sku LIKE ${`PROXY-${runId}-%`}`
     assert.equal(count, created)
     const served = (s: typeof a) => s.logs.filter((l) => l.msg === 'request' && l.client === '127.0.0.2').length
@@ -232,7 +209,6 @@ describe('SIGTERM to one of two instances under load', async () => {
     await Promise.all(loops)
 
     assert.equal(exit.code, 0)
-    const tally = (answers: Answer[]) => answers.reduce<Record<string, number>>((t, a) => ({ ...t, [a.status]: (t[a.status] ?? 0) + 1 }), {})
     assert.deepEqual(tally(reads), { 200: reads.length })
     assert.ok(reads.length > 500, `${reads.length} reads`)
     assert.ok(staying.logs.filter((l) => l.msg === 'request').length > servedBefore + 100, 'the other instance served the load after the stop')

@@ -1,0 +1,171 @@
+import assert from 'node:assert/strict'
+import { Agent } from 'node:http'
+import { after, before, describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { connect } from '../src/db/connect.js'
+import { adminToken, spawnService, type Spawned } from './fault-kit.js'
+import { call, tally, type Answer } from './helpers/http-client.js'
+import { startNginx, type Nginx } from './helpers/nginx.js'
+import { createTestDatabase } from './helpers/server.js'
+import { SseClient } from './helpers/sse.js'
+import { startReceiver } from './helpers/webhook-receiver.js'
+import { waitUntil } from './helpers/wait.js'
+
+// The deployment of docs/scaling.md, built from real components: PostgreSQL,
+// three instances of the service (real processes, `src/main.ts`), and nginx
+// with deploy/nginx.conf in front. Everything that must hold across
+// instances is checked through it, under concurrent load.
+
+
+const requestsOn = (instance: Spawned, path: string) => instance.logs.filter((l) => l.msg === 'request' && typeof l.route === 'string' && l.route.startsWith(path)).length
+
+describe('three instances behind nginx on one database', () => {
+  let instances: Spawned[]
+  let nginx: Nginx
+  let db: ReturnType<typeof connect>
+  let adminId: number
+  let auth: Record<string, string>
+  const agent = new Agent({ keepAlive: true, maxSockets: 64, localAddress: '127.0.0.2' })
+
+  before(async () => {
+    const databaseUrl = await createTestDatabase()
+    db = connect(databaseUrl, { max: 2, statementTimeoutMs: 10_000 })
+    const [admin] = await db<[{ id: number }]>`INSERT INTO users (name, email, role) VALUES ('Topology Admin', 'topology-admin@example.com', 'admin') RETURNING id`
+    adminId = admin.id
+    auth = { authorization: `Bearer ${adminToken(adminId)}` }
+    const env = { DATABASE_URL: databaseUrl, TRUST_PROXY: '1', RATE_LIMIT: '0', WEBHOOK_ALLOW_PRIVATE: 'true', LOG_LEVEL: 'debug' }
+    instances = await Promise.all([1, 2, 3].map(() => spawnService(env)))
+    nginx = await startNginx(instances.map((i) => `127.0.0.1:${i.port}`))
+  })
+  after(async () => {
+    agent.destroy()
+    await nginx?.stop()
+    for (const i of instances ?? []) if (i.alive()) i.kill('SIGKILL')
+    await db?.end({ timeout: 5 })
+  })
+
+  test('one Idempotency-Key fired 30 times at once through the proxy creates one product; every answer is that product or "in use"', async () => {
+    const sku = `IDEM-${Date.now()}`
+    const before = instances.map((i) => requestsOn(i, '/products'))
+    const answers = await Promise.all(Array.from({ length: 30 }, () =>
+      call(nginx.url, 'POST', '/products', { agent, headers: { ...auth, 'idempotency-key': `topology-${sku}` }, body: { sku, name: 'Once', price: 1, currency: 'EUR' } })))
+    assert.deepEqual(Object.keys(tally(answers)).filter((s) => s !== '201' && s !== '409'), [], JSON.stringify(tally(answers)))
+    const created = answers.filter((a) => a.status === 201)
+    assert.ok(created.length >= 1)
+    assert.equal(new Set(created.map((a) => a.body.id)).size, 1)
+    for (const a of answers.filter((a) => a.status === 409)) assert.equal(a.body.code, 'idempotency_key_in_use')
+    assert.ok(instances.every((i, n) => requestsOn(i, '/products') > before[n]!), `the key reached every instance: ${instances.map((i, n) => requestsOn(i, '/products') - before[n]!)}`)
+    const rows = await db`SELECT id FROM products WHERE sku = ${sku}`
+    assert.deepEqual(rows.map((r) => r.id), [created[0]!.body.id])
+    // Once done, the key replays its answer on any instance.
+    const replay = await call(nginx.url, 'POST', '/products', { agent, headers: { ...auth, 'idempotency-key': `topology-${sku}` }, body: { sku, name: 'Once', price: 1, currency: 'EUR' } })
+    assert.equal(replay.status, 201)
+    assert.equal(replay.body.id, created[0]!.body.id)
+  })
+
+  test('failed logins are counted across instances: after five from one client, the account is locked for it on every instance', async () => {
+    const email = `throttled-${Date.now()}@example.com`
+    assert.equal((await call(nginx.url, 'POST', '/users', { agent, headers: auth, body: { name: 'Throttled', email, password: 'the right password', role: 'user' } })).status, 201)
+    const wrong = []
+    for (let i = 0; i < 5; i++) wrong.push(await call(nginx.url, 'POST', '/auth/login', { from: '127.0.0.3', body: { email, password: `wrong ${i}` } }))
+    assert.deepEqual(wrong.map((a) => a.status), [401, 401, 401, 401, 401])
+    // Each instance directly, with the X-Forwarded-For nginx writes for that client: locked on all three.
+    for (const i of instances) {
+      const locked = await call(i.url, 'POST', '/auth/login', { headers: { 'x-forwarded-for': '127.0.0.3' }, body: { email, password: 'the right password' } })
+      assert.equal(locked.status, 429)
+      assert.equal(locked.body.code, 'too_many_login_attempts')
+    }
+    // Another client address is not locked out by this one.
+    assert.equal((await call(nginx.url, 'POST', '/auth/login', { from: '127.0.0.4', body: { email, password: 'the right password' } })).status, 200)
+  })
+
+  test('a revoked API key and a demoted admin\'s JWT are refused by every instance within a second', async () => {
+    const key = await call(nginx.url, 'POST', '/api-keys', { agent, headers: auth, body: { name: 'to revoke', scopes: ['users:read'] } })
+    assert.equal(key.status, 201)
+    const email = `demoted-${Date.now()}@example.com`
+    const user = await call(nginx.url, 'POST', '/users', { agent, headers: auth, body: { name: 'Soon demoted', email, password: 'a good password', role: 'admin' } })
+    assert.equal(user.status, 201)
+    const login = await call(nginx.url, 'POST', '/auth/login', { agent, body: { email, password: 'a good password' } })
+    assert.equal(login.status, 200)
+    const keyHeaders = { 'x-api-key': key.body.key }
+    const jwtHeaders = { authorization: `Bearer ${login.body.access_token}` }
+    // Every instance has the key cached and the JWT accepted.
+    for (const i of instances) {
+      assert.equal((await call(i.url, 'GET', `/users/${adminId}`, { headers: keyHeaders })).status, 200)
+      assert.equal((await call(i.url, 'GET', '/users?limit=1', { headers: jwtHeaders })).status, 200)
+    }
+    const revoked = performance.now()
+    const [revoke, demote] = await Promise.all([
+      call(instances[0]!.url, 'DELETE', `/api-keys/${key.body.id}`, { headers: auth }),
+      call(instances[1]!.url, 'PATCH', `/users/${user.body.id}`, { headers: auth, body: { role: 'user' } }),
+    ])
+    assert.equal(revoke.status, 204)
+    assert.equal(demote.status, 200)
+    const refusedAt = await Promise.all(instances.map(async (i) => {
+      await waitUntil('the key and the JWT refused', async () =>
+        (await call(i.url, 'GET', `/users/${adminId}`, { headers: keyHeaders })).status === 401 &&
+        (await call(i.url, 'GET', '/users?limit=1', { headers: jwtHeaders })).status !== 200, 5000)
+      return performance.now() - revoked
+    }))
+    assert.ok(refusedAt.every((ms) => ms < 1000), `refused after ${refusedAt.map(Math.round).join(', ')} ms`)
+  })
+
+  test('an event written through one instance reaches stream clients of all three', async () => {
+    const streams = await Promise.all(instances.map((i) => SseClient.open(i.url, '/events/stream', { headers: auth })))
+    after(() => streams.forEach((s) => s.close()))
+    await Promise.all(streams.map((s) => s.waitFor(() => s.retry !== undefined, 5000, 'retry:')))
+    const created = await call(instances[2]!.url, 'POST', '/products', { headers: auth, body: { sku: `SSE-${Date.now()}`, name: 'Seen everywhere', price: 1, currency: 'EUR' } })
+    assert.equal(created.status, 201)
+    await Promise.all(streams.map((s) => s.waitFor(() => s.events.some((e) => JSON.parse(e.data).subject.id === created.body.id), 3000, 'the event')))
+  })
+
+  test('each webhook delivery is sent once while writes go through all three instances', async () => {
+    const receiver = await startReceiver()
+    after(() => receiver.close())
+    const hook = await call(nginx.url, 'POST', '/webhooks', { agent, headers: auth, body: { url: receiver.url, event_types: ['product.created'] } })
+    assert.equal(hook.status, 201)
+    const count = 90
+    const answers = await Promise.all(Array.from({ length: count }, (_, n) =>
+      call(nginx.url, 'POST', '/products', { agent, headers: auth, body: { sku: `HOOK-${Date.now()}-${n}`, name: 'Delivered', price: 1, currency: 'EUR' } })))
+    assert.deepEqual(tally(answers), { 201: count })
+    await receiver.waitFor('every delivery', (r) => r.length >= count, 30_000)
+    await sleep(500)
+    const counts = receiver.countsById()
+    assert.equal(counts.size, count)
+    assert.deepEqual([...counts.values()].filter((n) => n !== 1), [], 'each event received once')
+    const [{ attempts }] = await db<[{ attempts: number }]>`SELECT count(*)::int AS attempts FROM webhook_attempts`
+    assert.equal(attempts, count)
+    const sent = instances.map((i) => i.logs.filter((l) => l.msg === 'webhook delivered').length)
+    assert.equal(sent.reduce((a, b) => a + b, 0), count)
+  })
+
+  test('SIGKILL of one instance under write load: no answered write is lost, and the proxy routes around it', async () => {
+    const writes: Array<Answer & { sku: string }> = []
+    let stopped = false
+    const run = Date.now()
+    const loops = Array.from({ length: 24 }, async (_, client) => {
+      for (let seq = 0; !stopped; seq++) {
+        const sku = `KILL-${run}-${client}-${seq}`
+        writes.push({ sku, ...(await call(nginx.url, 'POST', '/products', { agent, headers: auth, body: { sku, name: 'Survivor', price: 1, currency: 'EUR' } })) })
+      }
+    })
+    await sleep(1000)
+    const victim = instances[0]!
+    victim.kill('SIGKILL')
+    await victim.exited
+    const killedAt = writes.length
+    await sleep(2000)
+    stopped = true
+    await Promise.all(loops)
+
+    const stored = new Set((await db<Array<{ sku: string }>>`SELECT sku FROM products WHERE sku LIKE ${`KILL-${run}-%`}`).map((r) => r.sku))
+    for (const w of writes.filter((w) => w.status === 201)) assert.ok(stored.has(w.sku), `${w.sku} was answered 201 and must be stored`)
+    // Only requests in flight on the killed instance can fail (a POST nginx has sent is never retried);
+    // each of those either happened or not, and the client cannot know: it retries with an Idempotency-Key.
+    const failed = writes.filter((w) => w.status !== 201)
+    assert.ok(failed.length <= 24, `at most one per client fails: ${JSON.stringify(tally(failed))}`)
+    const after = writes.slice(killedAt + 24)
+    assert.ok(after.length > 100, `${after.length} writes after the kill`)
+    assert.deepEqual(tally(after), { 201: after.length }, 'after the kill every write succeeds on the other two')
+  })
+})
