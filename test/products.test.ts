@@ -450,6 +450,15 @@ test('If-Match with the current ETag (or *) lets the write through', async () =>
   const row = await dbRow(id)
   assert.equal(row?.stock, 4)
   assert.equal(row?.version, 4)
+  // A list on PATCH: any strong tag of it may be the current one; a weak one never matches, nor does garbage.
+  const listed = await api.request('PATCH', `/products/${id}`, { body: { stock: 5 }, headers: { 'if-match': `"v1", W/"v4", "v4", "x"` } })
+  assert.equal(listed.status, 200, listed.text)
+  assert.equal(listed.headers.get('etag'), '"v5"')
+  for (const refused of ['W/"v5"', '"v5x"', '"v05"', '"v05 "', `"v${'9'.repeat(20)}"`]) {
+    const res = await api.request('PATCH', `/products/${id}`, { body: { stock: 6 }, headers: { 'if-match': refused } })
+    assert.equal(res.status, 412, refused)
+  }
+  assert.equal((await dbRow(id))?.version, 5)
 })
 
 // -------------------------------------------------------------------- delete

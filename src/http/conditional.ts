@@ -26,3 +26,18 @@ export function checkIfMatch(ifMatch: string | undefined, currentVersion: number
   if (listTags(ifMatch).some((tag) => tag === '*' || tag === current)) return
   throw new HttpError('precondition_failed', 'The resource has changed since it was read (If-Match does not match its ETag).', { headers: { etag: current } })
 }
+
+/**
+ * The row versions an If-Match header accepts, for a write that checks it in
+ * its own statement: undefined when any does (no header, or `*`); otherwise
+ * the versions of its strong tags, empty when none is one of ours.
+ */
+export function ifMatchVersions(ifMatch: string | undefined): number[] | undefined {
+  if (ifMatch === undefined) return undefined
+  const tags = listTags(ifMatch)
+  if (tags.includes('*')) return undefined
+  return tags.flatMap((tag) => {
+    const version = /^"v(0|[1-9][0-9]{0,14})"$/.exec(tag)?.[1]
+    return version === undefined ? [] : [Number(version)]
+  })
+}

@@ -80,18 +80,46 @@ export async function lockRow(tx: TransactionSql, resource: Resource, id: string
   return row
 }
 
+/** The SET list of an update of `columns` ($1…$n): the version moves on, and updated_at with it. */
+function setList(resource: Resource, columns: readonly string[]): string {
+  const set = columns.map((c, i) => `${quote(c)} = $${i + 1}`)
+  if (resource.versioned) set.push('version = version + 1')
+  // now() is the start of the transaction, which may predate the previous write if we waited on its lock.
+  if ('updated_at' in resource.members) set.push(`updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')`)
+  return set.join(', ')
+}
+
 export async function updateRow(tx: TransactionSql, resource: Resource, id: number, changes: Record<string, unknown>, origin: EventOrigin): Promise<StoredRow> {
   const columns = Object.keys(changes)
   const text = statement(`update ${resource.table} ${columns.join(' ')}`, () => {
-    const set = columns.map((c, i) => `${quote(c)} = $${i + 1}`)
-    if (resource.versioned) set.push('version = version + 1')
-    // now() is the start of the transaction, which may predate the previous write if we waited on its lock.
-    if ('updated_at' in resource.members) set.push(`updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')`)
     const idAt = columns.length + 1
-    return withEvent(resource, `UPDATE ${quote(resource.table)} SET ${set.join(', ')} WHERE id = $${idAt}`, resource.events.updated, idAt + 1)
+    return withEvent(resource, `UPDATE ${quote(resource.table)} SET ${setList(resource, columns)} WHERE id = $${idAt}`, resource.events.updated, idAt + 1)
   })
   const [row] = await run(tx, text, [...columns.map((c) => changes[c]), id, ...originValues(origin)])
   return row!
+}
+
+/**
+ * A merge-patch in one statement, for a resource that needs nothing else in
+ * the write's transaction: the row is updated, and its event recorded, only
+ * if its version is one of `versions` (from If-Match; undefined: any) and a
+ * member changes. PostgreSQL checks both against the newest version of the
+ * row once it holds the row's lock, so concurrent writers serialize as they
+ * do under SELECT ... FOR UPDATE. Undefined when nothing was written: the
+ * caller then takes the locked path, which tells a missing row, a failed
+ * If-Match and a patch that changes nothing apart.
+ */
+export async function updateIfChanged(db: Db, resource: Resource, id: string, changes: Record<string, unknown>, versions: number[] | undefined, origin: EventOrigin): Promise<StoredRow | undefined> {
+  const columns = Object.keys(changes)
+  const text = statement(`update if changed ${resource.table} ${versions ? 'if-match ' : ''}${columns.join(' ')}`, () => {
+    const idAt = columns.length + 1
+    const versionAt = versions ? idAt + 1 : idAt
+    const changed = columns.map((c, i) => `${quote(c)} IS DISTINCT FROM $${i + 1}`).join(' OR ')
+    const where = `id = $${idAt}${versions ? ` AND version = ANY($${versionAt})` : ''} AND (${changed})`
+    return withEvent(resource, `UPDATE ${quote(resource.table)} SET ${setList(resource, columns)} WHERE ${where}`, resource.events.updated, versionAt + 1)
+  })
+  const [row] = await run(db, text, [...columns.map((c) => changes[c]), id, ...(versions ? [versions] : []), ...originValues(origin)])
+  return row
 }
 
 /** Deletes the row (within the scope); whether there was one. */
