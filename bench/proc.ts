@@ -73,3 +73,14 @@ export function cpuBetween(before: Map<number, number>, after: Map<number, numbe
   for (const [pid, us] of after) total += us - (before.get(pid) ?? 0)
   return total
 }
+
+/** CPU time of the whole machine so far, in µs summed over cores: busy (not idle or iowait) and in all (/proc/stat). */
+export function machineCpu(): { busy: number; total: number } {
+  const [, ...fields] = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/)
+  // user nice system idle iowait irq softirq steal (guest time is already in user and nice)
+  const t = fields.slice(0, 8).map(Number)
+  const total = t.reduce((a, b) => a + b, 0)
+  const idle = t[3]! + t[4]!
+  const us = (ticks: number) => (ticks * 1e6) / ticksPerSecond
+  return { busy: us(total - idle), total: us(total) }
+}

@@ -37,6 +37,8 @@ export interface ServerOptions {
   serviceMain: string
   serviceNodeArgs: string[]
   logLevel: string
+  /** More environment for the service (DATABASE_LISTEN_URL behind a pooler, say). */
+  serviceEnv?: Record<string, string>
 }
 
 export interface RunningServer {
@@ -71,7 +73,7 @@ function command(kind: Kind, o: ServerOptions, port: number, extraNodeArgs: stri
     return {
       args: [...o.serviceNodeArgs, ...extraNodeArgs, o.serviceMain],
       cwd: o.root,
-      env: { ...common, NODE_ENV: 'production', JWT_SECRETS: `${o.jwt.kid}:${o.jwt.secret}`, LOG_LEVEL: o.logLevel, RATE_LIMIT: '0' },
+      env: { ...common, NODE_ENV: 'production', JWT_SECRETS: `${o.jwt.kid}:${o.jwt.secret}`, LOG_LEVEL: o.logLevel, RATE_LIMIT: '0', ...o.serviceEnv },
     }
   }
   const peer = peerServers[kind]

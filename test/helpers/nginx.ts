@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer, connect } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -21,6 +21,8 @@ export interface Nginx {
   errors(): string
   /** The configuration as run. */
   config: string
+  /** The master process and its workers (for CPU figures). */
+  pids(): number[]
   /** Fast shutdown (SIGTERM); resolves when the master process has exited. */
   stop(): Promise<void>
 }
@@ -91,6 +93,7 @@ export async function startNginx(upstreams: readonly string[]): Promise<Nginx> {
     port,
     config,
     errors: () => stderr,
+    pids: () => [child.pid!, ...spawnSync('pgrep', ['-P', String(child.pid)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number)],
     async stop() {
       if (running) child.kill('SIGTERM')
       await exited
