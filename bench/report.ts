@@ -1,3 +1,4 @@
+import type { CeilingMeasurement, CeilingResults } from './ceiling.js'
 import { KINDS, type Kind } from './servers.js'
 
 // The report of `make bench`: tables of medians (min–max) over rounds, the
@@ -270,4 +271,53 @@ export function growthTargets(rows: Row[], sizes: GrowthSize[], out: string[]): 
     }
     check(within(v, 1.2), `flat within 1.2 × (${what}), ${r.label}, ${span}: ${x(v)}`)
   }
+}
+
+// ---- the database ceiling (bench/ceiling.ts) ----------------------------------
+
+const byClients = (ms: CeilingMeasurement[], clients: number) => ms.filter((m) => m.clients === clients)
+
+/** Each request at each client count: pgbench's throughput and what it cost the database, pgbench and the machine. */
+export function ceilingTable(c: CeilingResults): string {
+  const out = [
+    '| request | clients | tx/s | latency ms | DB CPU µs/tx | of which publisher | cluster CPU µs/tx | pgbench CPU µs/tx | pgbench share of the machine | machine busy | failed |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+  ]
+  const pct = (xs: number[]) => cell(xs.map((x) => x * 100), 0) + ' %'
+  for (const [key, all] of Object.entries(c.series)) {
+    for (const [i, clients] of c.clients.entries()) {
+      const ms = byClients(all, clients)
+      if (!ms.length) continue
+      out.push(`| ${i === 0 ? c.labels[key] : ''} | ${clients} | ${cell(ms.map((m) => m.tps), 0)} | ${cell(ms.map((m) => m.latencyMs), 2)} | ` +
+        `${cell(ms.map((m) => m.dbCpuPerTx), 0)} | ${ms.some((m) => m.publisherCpuPerTx !== undefined) ? cell(ms.map((m) => m.publisherCpuPerTx), 0) : ''} | ` +
+        `${cell(ms.map((m) => m.clusterCpuPerTx), 0)} | ${cell(ms.map((m) => m.pgbenchCpuPerTx), 0)} | ${pct(ms.map((m) => m.pgbenchShare))} | ` +
+        `${pct(ms.map((m) => m.machineBusy))} | ${ms.reduce((n, m) => n + m.failed, 0)} |`)
+    }
+  }
+  return out.join('\n')
+}
+
+/**
+ * Per request: the best median throughput over the client counts, the same
+ * database CPU spread over every core on paper, and the service's own
+ * figures for the request in the main series of the same run.
+ */
+export function ceilingAgainstService(c: CeilingResults, main: Series, cores: number): string {
+  const out = [
+    `| request | database ceiling, tx/s (clients) | DB CPU µs/tx | ${cores} cores for the database alone (paper), tx/s | service req/s | service CPU µs/req | service DB CPU µs/req | ceiling ÷ service | paper ÷ service |`,
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|',
+  ]
+  for (const [key, all] of Object.entries(c.series)) {
+    const levels = c.clients.map((clients) => ({ clients, ms: byClients(all, clients) })).filter((l) => l.ms.length)
+    const best = levels.reduce((a, b) => (median(b.ms.map((m) => m.tps)) > median(a.ms.map((m) => m.tps)) ? b : a))
+    const tps = median(best.ms.map((m) => m.tps))
+    const db = median(finite(best.ms.map((m) => m.dbCpuPerTx)))
+    const paper = Number.isFinite(db) && db > 0 ? (cores * 1e6) / db : NaN
+    const service = main[key]?.service ?? []
+    const rps = median(service.map(pick.rps))
+    const f = (v: number, digits = 0) => (Number.isFinite(v) ? v.toLocaleString('en', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : 'n/a')
+    out.push(`| ${c.labels[key]} | ${f(tps)} (${best.clients}) | ${f(db)} | ${f(paper)} | ${service.length ? f(rps) : 'not measured'} | ` +
+      `${f(median(service.map(pick.cpu)))} | ${f(median(finite(service.map(pick.db))))} | ${f(tps / rps, 1)} | ${f(paper / rps, 1)} |`)
+  }
+  return out.join('\n')
 }

@@ -7,11 +7,12 @@ import { fileURLToPath } from 'node:url'
 import type { Sql } from 'postgres'
 import { connect } from '../src/db/connect.js'
 import { startLocalCluster } from '../src/db/local-cluster.js'
+import { assertCeilingTools, CEILING_KEYS, ceilingSeconds, ceilingSeries, ceilingSettings, type CeilingResults } from './ceiling.js'
 import { cpuBetween, cpuMicros, cpuOf, sampleRss, statusKb } from './proc.js'
 import { checkSameBodies, standardRequests, type CheckRequest } from './peers-check.js'
 import { formatComparison, formatSummary, summarize, type Summary } from './profile.js'
 import {
-  concurrencyKey, concurrencyTable, concurrencyTargets, failed, growthTable, growthTargets, LABEL, mainTable, mainTargets, outboxKey, outboxTable, outboxTargets, ratioTable,
+  ceilingAgainstService, ceilingTable, concurrencyKey, concurrencyTable, concurrencyTargets, failed, growthTable, growthTargets, LABEL, mainTable, mainTargets, outboxKey, outboxTable, outboxTargets, ratioTable,
   type GrowthSize, type Measurement, type Series,
 } from './report.js'
 import { createBenchDatabase, dropBenchDatabase, removeCreatedUsers, resetProductVersions, setOutbox, type Seeded } from './seed.js'
@@ -21,7 +22,9 @@ import { assertWrk, runWrk, type WrkRequests } from './wrk.js'
 // `make bench`: the service (production build, request log on) against two
 // independent peers, an idiomatic Fastify server and a bare node:http one,
 // on a benchmark database of its own, in rounds that alternate the servers'
-// order; then the same at 128 to 1,000 connections, then the growth series.
+// order; then the same at 128 to 1,000 connections, the outbox series, the
+// database ceiling (bench/ceiling.ts: pgbench on the service's statements),
+// then the growth series.
 // See bench/README.md.
 //
 //   node --import tsx bench/run.ts              the benchmark (what `make bench` runs after `make build`)
@@ -374,9 +377,10 @@ function expectedSeconds(): number {
   const sizes = growthSizes()
   const growth = settings.growthRounds * selected(GROWTH_ENDPOINTS).length * sizes.length * cell(GROWTH_KINDS.length, settings.growthDuration)
   const outbox = settings.outbox === 'on' ? settings.rounds * selected(OUTBOX_ENDPOINTS).length * 4 * cell(1, settings.duration) : 0
+  const ceiling = ceilingSeconds(settings.only)
   // Seeding (about 2 s per 100,000 rows) and the byte-identity check of each size.
   const prepare = [settings.rows, ...sizes.filter((n) => n !== settings.rows)].reduce((t, n) => t + 3 + n / 50_000, 0)
-  return main + conc + growth + outbox + prepare
+  return main + conc + growth + outbox + ceiling + prepare
 }
 
 function growthSizes(): number[] {
@@ -492,6 +496,7 @@ interface Results {
   series: Series
   concurrency: Series
   outbox: Series
+  ceiling: CeilingResults | undefined
   sizes: GrowthSize[]
   minutes: string
   pgVersion: string
@@ -529,6 +534,7 @@ function report(r: Results): { text: string; targets: string[] } {
     out.push(`### What the events outbox costs a write (the service alone, events written and discarded, on-off-off-on; ${settings.rounds} rounds of ${settings.duration} s)`, '')
     out.push(outboxTable(outbox, r.outbox), '')
   }
+  if (r.ceiling) out.push(ceilingSection(r.ceiling, r.series))
   if (r.sizes.length) {
     out.push(`### Growth (${settings.growthRounds} round(s) of ${settings.growthDuration} s; medians)`, '', growthTable(growth, r.sizes, GROWTH_KINDS), '')
   }
@@ -543,6 +549,18 @@ function report(r: Results): { text: string; targets: string[] } {
   return { text: out.join('\n'), targets }
 }
 
+/** The database ceiling (bench/ceiling.ts): pgbench on the service's statements, beside the main series' figures. */
+function ceilingSection(c: CeilingResults, series: Series): string {
+  return [
+    `### The database ceiling (pgbench ${c.pgbench}, -M prepared, -j ${c.threads}, ${c.rounds} round(s) of ${c.duration} s per client count, same machine)`, '',
+    'The statements the service sent for each request, captured from its connection, run by pgbench on the same database. ' +
+    'DB CPU: the backends serving pgbench (writes: and the event publisher\'s, publishing as it runs); cluster: every PostgreSQL process; ' +
+    'pgbench\'s own CPU is not the database\'s. The main series\' figures are at ' + `${settings.connections} connections, a pool of ${settings.pool}.`, '',
+    ceilingTable(c), '',
+    ceilingAgainstService(c, series, cpus().length), '',
+  ].join('\n')
+}
+
 async function benchmark(serverUrl: string, pgVersion: string, wrkVersion: string): Promise<void> {
   const started = Date.now()
   log(`expected run time: about ${Math.round(expectedSeconds() / 60)} min`)
@@ -550,13 +568,14 @@ async function benchmark(serverUrl: string, pgVersion: string, wrkVersion: strin
   const series = await mainSeries(main)
   const concurrency = await concurrencySeries(main)
   const outbox = await outboxSeries(main)
+  const ceiling = await ceilingSeries({ admin, db: main.db, server: serverOptions(main.db), authorization: bearer.Authorization, only: settings.only, log })
   const sizes = await growthSeries(serverUrl, main)
-  const results: Results = { main, series, concurrency, outbox, sizes, minutes: ((Date.now() - started) / 60_000).toFixed(1), pgVersion, wrkVersion }
+  const results: Results = { main, series, concurrency, outbox, ceiling, sizes, minutes: ((Date.now() - started) / 60_000).toFixed(1), pgVersion, wrkVersion }
   const { text, targets } = report(results)
   process.stdout.write('\n' + text + '\n')
   const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19)
   writeFileSync(join(outDir, `bench-${stamp}.md`), text + '\n')
-  writeFileSync(join(outDir, `bench-${stamp}.json`), JSON.stringify({ settings, machine: machine(pgVersion), wrk: wrkVersion, series, concurrency, outbox, growth: sizes, peakHwmMb }, null, 1))
+  writeFileSync(join(outDir, `bench-${stamp}.json`), JSON.stringify({ settings, ceilingSettings, machine: machine(pgVersion), wrk: wrkVersion, series, concurrency, outbox, ceiling, growth: sizes, peakHwmMb }, null, 1))
   log(`report written to bench/.out/bench-${stamp}.md (raw figures: .json); ${targets.filter((t) => t.startsWith('- FAIL')).length} of ${targets.length} targets failed`)
 }
 
@@ -600,9 +619,11 @@ async function profile(serverUrl: string, keys: string[]): Promise<void> {
 
 async function main(): Promise<void> {
   const args = process.argv.slice(2)
-  const unknown = [...(settings.only ?? []), ...(args[0] === '--profile' ? args.slice(1) : [])].filter((k) => !ALL_ENDPOINTS.includes(k))
-  if (unknown.length) throw new Error(`unknown endpoint ${unknown.join(', ')}; the endpoints are ${ALL_ENDPOINTS.join(', ')}`)
+  const known = args[0] === '--profile' ? ALL_ENDPOINTS : [...new Set([...ALL_ENDPOINTS, ...CEILING_KEYS])]
+  const unknown = [...(settings.only ?? []), ...(args[0] === '--profile' ? args.slice(1) : [])].filter((k) => !known.includes(k))
+  if (unknown.length) throw new Error(`unknown endpoint ${unknown.join(', ')}; the endpoints are ${known.join(', ')}`)
   const wrkVersion = assertWrk()
+  if (args[0] !== '--profile') assertCeilingTools()
   checkOpenFiles()
   mkdirSync(outDir, { recursive: true })
   const serverUrl = env.DATABASE_URL ?? startLocalCluster()
