@@ -22,7 +22,8 @@ import { APP_NAMES, startServer, stopServer, type ServerOptions } from './server
 // connection ran is read from pg_stat_activity (the service's own metrics
 // confirm that the request sent one statement). Its $n parameters become
 // pgbench variables; nothing else of the text changes, and pgbench prepares
-// it (-M prepared), as the service does.
+// it (-M prepared), as the service does (BENCH_CEILING_MODE=extended: as it
+// does through a transaction pooler, unnamed).
 
 const env = process.env
 
@@ -49,11 +50,22 @@ function clientsSetting(name: string, fallback: number[]): number[] {
   return levels
 }
 
-const onOff = env.BENCH_CEILING ?? 'on'
-if (onOff !== 'on' && onOff !== 'off' && onOff !== '') fail(`BENCH_CEILING: must be one of on, off (got ${JSON.stringify(onOff)})`)
+function oneOf<T extends string>(name: string, values: readonly T[], fallback: T): T {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return fallback
+  if (!(values as readonly string[]).includes(raw)) fail(`${name}: must be one of ${values.join(', ')} (got ${JSON.stringify(raw)})`)
+  return raw as T
+}
 
 export const ceilingSettings = {
-  on: onOff !== 'off',
+  on: oneOf('BENCH_CEILING', ['on', 'off'], 'on') === 'on',
+  /**
+   * pgbench's -M: `prepared`, named prepared statements as the service sends
+   * them to PostgreSQL directly; `extended`, unnamed ones, parsed and planned
+   * for every statement, as it sends them through a transaction pooler
+   * (src/db/connect.ts, `pooled`).
+   */
+  mode: oneOf('BENCH_CEILING_MODE', ['prepared', 'extended'], 'prepared'),
   /** pgbench's client counts (-c), each its own run. */
   clients: clientsSetting('BENCH_CEILING_CLIENTS', [8, 16, 32]),
   /** Seconds per run (-T) and rounds over every request and client count. */
@@ -300,6 +312,7 @@ export interface CeilingResults {
   /** The scripts as run (also in bench/.out/ceiling/). */
   scripts: Record<string, string>
   pgbench: string
+  mode: 'prepared' | 'extended'
   clients: number[]
   duration: number
   rounds: number
@@ -479,7 +492,7 @@ interface RunOptions {
 async function runPgbench(o: RunOptions): Promise<CeilingMeasurement> {
   const { admin, db, clients } = o
   const args = [
-    '-n', '-M', 'prepared', '-c', String(clients), '-j', String(Math.min(ceilingSettings.threads, clients)),
+    '-n', '-M', ceilingSettings.mode, '-c', String(clients), '-j', String(Math.min(ceilingSettings.threads, clients)),
     '-T', String(ceilingSettings.duration), `--random-seed=${o.seed}`, '-f', o.script,
     ...Object.entries(constants(db.rows)).flatMap(([k, v]) => ['-D', `${k}=${v}`]),
   ]
@@ -608,6 +621,6 @@ export async function ceilingSeries(ctx: CeilingContext): Promise<CeilingResults
   }
   return {
     series, scripts, pgbench, labels: Object.fromEntries(list.map((e) => [e.key, e.label])),
-    clients: ceilingSettings.clients, duration: ceilingSettings.duration, rounds: ceilingSettings.rounds, threads: ceilingSettings.threads,
+    mode: ceilingSettings.mode, clients: ceilingSettings.clients, duration: ceilingSettings.duration, rounds: ceilingSettings.rounds, threads: ceilingSettings.threads,
   }
 }

@@ -552,7 +552,7 @@ function report(r: Results): { text: string; targets: string[] } {
 /** The database ceiling (bench/ceiling.ts): pgbench on the service's statements, beside the main series' figures. */
 function ceilingSection(c: CeilingResults, series: Series): string {
   return [
-    `### The database ceiling (pgbench ${c.pgbench}, -M prepared, -j ${c.threads}, ${c.rounds} round(s) of ${c.duration} s per client count, same machine)`, '',
+    `### The database ceiling (pgbench ${c.pgbench}, -M ${c.mode}, -j ${c.threads}, ${c.rounds} round(s) of ${c.duration} s per client count, same machine)`, '',
     'The statements the service sent for each request, captured from its connection, run by pgbench on the same database. ' +
     'DB CPU: the backends serving pgbench (writes: and the event publisher\'s, publishing as it runs); cluster: every PostgreSQL process; ' +
     'pgbench\'s own CPU is not the database\'s. The main series\' figures are at ' + `${settings.connections} connections, a pool of ${settings.pool}.`, '',
