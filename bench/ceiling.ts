@@ -296,6 +296,8 @@ export interface CeilingMeasurement {
   publisherCpuPerTx: number | undefined
   /** The whole cluster (every backend, WAL writer, checkpointer, autovacuum, and whatever else ran on it) ÷ transactions. */
   clusterCpuPerTx: number | undefined
+  /** WAL the cluster wrote over the run ÷ transactions: what a replica must receive and replay per write. */
+  walBytesPerTx: number
   /** pgbench's own CPU µs ÷ transactions. */
   pgbenchCpuPerTx: number
   /** pgbench's share of the machine's cores over the run. */
@@ -367,6 +369,11 @@ function clusterCpu(postmaster: number): number | undefined {
     }
   }
   return total
+}
+
+async function walPosition(admin: Sql): Promise<string> {
+  const [{ lsn }] = (await admin<[{ lsn: string }]>`SELECT pg_current_wal_lsn()::text AS lsn`) as unknown as [{ lsn: string }]
+  return lsn
 }
 
 /** The postmaster's pid: the parent of our own backend, when PostgreSQL runs on this machine. */
@@ -496,6 +503,7 @@ async function runPgbench(o: RunOptions): Promise<CeilingMeasurement> {
     '-T', String(ceilingSettings.duration), `--random-seed=${o.seed}`, '-f', o.script,
     ...Object.entries(constants(db.rows)).flatMap(([k, v]) => ['-D', `${k}=${v}`]),
   ]
+  const wal0 = await walPosition(admin)
   const machine0 = machineCpu()
   const cluster0 = o.postmaster === undefined ? undefined : clusterCpu(o.postmaster)
   const children0 = childrenCpu()
@@ -535,6 +543,7 @@ async function runPgbench(o: RunOptions): Promise<CeilingMeasurement> {
   await sleep(50)
   const cluster1 = o.postmaster === undefined ? undefined : clusterCpu(o.postmaster)
   const machine1 = machineCpu()
+  const wal = await admin<[{ bytes: number }]>`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), ${wal0}::pg_lsn)::float8 AS bytes`
   const pgbenchCpu = childrenCpu() - children0
 
   const out = parsePgbench(stdout)
@@ -551,6 +560,7 @@ async function runPgbench(o: RunOptions): Promise<CeilingMeasurement> {
     dbCpuPerTx: perTx(backendCpu === undefined ? undefined : backendCpu + (publisherCpu ?? 0)),
     publisherCpuPerTx: perTx(publisherCpu),
     clusterCpuPerTx: perTx(cluster0 !== undefined && cluster1 !== undefined ? cluster1 - cluster0 : undefined),
+    walBytesPerTx: perTx(wal[0].bytes) ?? NaN,
     pgbenchCpuPerTx: perTx(pgbenchCpu) ?? NaN,
     pgbenchShare: pgbenchCpu / (seconds * 1e6 * cores),
     machineBusy: (machine1.busy - machine0.busy) / (machine1.total - machine0.total),

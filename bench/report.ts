@@ -280,8 +280,8 @@ const byClients = (ms: CeilingMeasurement[], clients: number) => ms.filter((m) =
 /** Each request at each client count: pgbench's throughput and what it cost the database, pgbench and the machine. */
 export function ceilingTable(c: CeilingResults): string {
   const out = [
-    '| request | clients | tx/s | latency ms | DB CPU µs/tx | of which publisher | cluster CPU µs/tx | pgbench CPU µs/tx | pgbench share of the machine | machine busy | failed |',
-    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| request | clients | tx/s | latency ms | DB CPU µs/tx | of which publisher | cluster CPU µs/tx | WAL bytes/tx | pgbench CPU µs/tx | pgbench share of the machine | machine busy | failed |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   ]
   const pct = (xs: number[]) => cell(xs.map((x) => x * 100), 0) + ' %'
   for (const [key, all] of Object.entries(c.series)) {
@@ -290,7 +290,7 @@ export function ceilingTable(c: CeilingResults): string {
       if (!ms.length) continue
       out.push(`| ${i === 0 ? c.labels[key] : ''} | ${clients} | ${cell(ms.map((m) => m.tps), 0)} | ${cell(ms.map((m) => m.latencyMs), 2)} | ` +
         `${cell(ms.map((m) => m.dbCpuPerTx), 0)} | ${ms.some((m) => m.publisherCpuPerTx !== undefined) ? cell(ms.map((m) => m.publisherCpuPerTx), 0) : ''} | ` +
-        `${cell(ms.map((m) => m.clusterCpuPerTx), 0)} | ${cell(ms.map((m) => m.pgbenchCpuPerTx), 0)} | ${pct(ms.map((m) => m.pgbenchShare))} | ` +
+        `${cell(ms.map((m) => m.clusterCpuPerTx), 0)} | ${cell(ms.map((m) => m.walBytesPerTx), 0)} | ${cell(ms.map((m) => m.pgbenchCpuPerTx), 0)} | ${pct(ms.map((m) => m.pgbenchShare))} | ` +
         `${pct(ms.map((m) => m.machineBusy))} | ${ms.reduce((n, m) => n + m.failed, 0)} |`)
     }
   }
