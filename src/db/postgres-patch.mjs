@@ -50,7 +50,16 @@
 //    survived two scavenges and was promoted. Declared first, then
 //    assigned, the closures are young like their Query.
 //
-// Thirteen textual replacements in src/connection.js, src/index.js,
+// And one for a transaction pooler (src/db/connect.ts, `pooled`):
+//
+// 9. With `max_pipeline: 0` (no statement sent behind another, which
+//    PgBouncer 1.18 cannot follow) every `sql.begin` failed with
+//    UNSAFE_TRANSACTION: the BEGIN reserves its connection in a callback
+//    that was called only while the pipeline had room, so never. It is now
+//    called first; the same failure hit a BEGIN sent as the 100th statement
+//    of a full pipeline.
+//
+// Fourteen textual replacements in src/connection.js, src/index.js,
 // src/queue.js and src/query.js, and the
 // same in the CommonJS copy (cjs/src/), each marked in the patched file with
 // "users-products-api patch", and each patched file ends with a stamp naming
@@ -290,6 +299,24 @@ export const edits = [
     if (!this.tagged && !this.handler.debug)
       return ''
     return (this.handler.debug
+`,
+  ],
+  [
+    'connection.js',
+    `      build(q)
+      return write(toBuffer(q))
+        && !q.describeFirst
+        && !q.cursorFn
+        && sent.length < max_pipeline
+        && (!q.options.onexecute || q.options.onexecute(connection))
+`,
+    `      build(q)
+      // ${MARKER}: a BEGIN reserves its connection whatever room the pipeline has (max_pipeline 0 has none)
+      return write(toBuffer(q))
+        && !q.describeFirst
+        && !q.cursorFn
+        && (!q.options.onexecute || q.options.onexecute(connection))
+        && sent.length < max_pipeline
 `,
   ],
   [
