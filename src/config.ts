@@ -16,6 +16,8 @@ const EnvSchema = Type.Object({
   PORT: Type.Optional(Integer(0, 65535)),
   HOST: Type.Optional(Type.String({ minLength: 1 })),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
+  DATABASE_LISTEN_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
+  DATABASE_POOLER: Type.Optional(Type.Union(['auto', 'transaction', 'none'].map((l) => Type.Literal(l)), { description: 'auto, transaction or none' })),
   DATABASE_POOL_MAX: Type.Optional(Integer(1, 1000)),
   API_PREFIX: Type.Optional(Type.String({ pattern: '^(/[A-Za-z0-9._~-]+)*$', description: 'empty or a path such as /v1' })),
   BODY_LIMIT: Type.Optional(Integer(1, 1073741824)),
@@ -59,6 +61,18 @@ export interface Config {
   host: string
   /** undefined: start or reuse the local development cluster */
   databaseUrl: string | undefined
+  /**
+   * A direct (session) connection to the same database, for LISTEN and
+   * migrations, when databaseUrl goes through a transaction pooler;
+   * undefined: databaseUrl serves for those too.
+   */
+  databaseListenUrl: string | undefined
+  /**
+   * Whether databaseUrl goes through a transaction pooler (src/db/pooler.ts):
+   * `auto` is found out at start-up by `resolvePooler`, which the entry point
+   * runs before `createService` (which needs `transaction` or `none`).
+   */
+  databasePooler: PoolerSetting
   poolMax: number
   apiPrefix: string
   bodyLimit: number
@@ -95,9 +109,11 @@ export interface Config {
   tls: { certFile: string; keyFile: string } | undefined
 }
 
+export type PoolerSetting = 'auto' | 'transaction' | 'none'
+
 export class ConfigError extends Error {}
 
-const secretVariables = new Set(['DATABASE_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'])
+const secretVariables = new Set(['DATABASE_URL', 'DATABASE_LISTEN_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'])
 
 export function loadConfig(env: Record<string, string | undefined>): Config {
   // An empty variable counts as unset, except API_PREFIX, where empty is a value.
@@ -126,7 +142,17 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     return value
   }
   const production = e.NODE_ENV === 'production'
+  for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL'] as const) {
+    // The pattern passes `postgres://[x`, which only the URL parser refuses; the value is not echoed (a password).
+    if (e[name] !== undefined && !URL.canParse(e[name])) throw new ConfigError(`${name}: must be a postgres:// URL (it does not parse as a URL)`)
+  }
   if (production && !e.DATABASE_URL) throw new ConfigError('DATABASE_URL: required when NODE_ENV=production')
+  if (e.DATABASE_LISTEN_URL && !e.DATABASE_URL) {
+    throw new ConfigError('DATABASE_LISTEN_URL: set it with DATABASE_URL (it is a direct connection to the database DATABASE_URL names)')
+  }
+  if (e.DATABASE_POOLER === 'transaction' && !e.DATABASE_LISTEN_URL) {
+    throw new ConfigError('DATABASE_POOLER: `transaction` needs DATABASE_LISTEN_URL, a direct connection to PostgreSQL for LISTEN/NOTIFY and migrations, which a transaction pooler cannot carry')
+  }
   if (production && !e.JWT_SECRETS) throw new ConfigError('JWT_SECRETS: required when NODE_ENV=production')
   if (Boolean(e.ADMIN_EMAIL) !== Boolean(e.ADMIN_PASSWORD)) throw new ConfigError('ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
   if (Boolean(e.TLS_CERT_FILE) !== Boolean(e.TLS_KEY_FILE)) throw new ConfigError('TLS_CERT_FILE and TLS_KEY_FILE: set both or neither')
@@ -136,6 +162,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     port: int('PORT', 3000),
     host: e.HOST ?? '0.0.0.0',
     databaseUrl: e.DATABASE_URL,
+    databaseListenUrl: e.DATABASE_LISTEN_URL,
+    databasePooler: e.DATABASE_POOLER ?? 'auto',
     poolMax: int('DATABASE_POOL_MAX', 10),
     apiPrefix: e.API_PREFIX ?? '',
     bodyLimit: int('BODY_LIMIT', 1048576),

@@ -26,6 +26,8 @@ describe('defaults', () => {
       port: 3000,
       host: '0.0.0.0',
       databaseUrl: undefined,
+      databaseListenUrl: undefined,
+      databasePooler: 'auto',
       poolMax: 10,
       apiPrefix: '',
       bodyLimit: 1048576,
@@ -74,6 +76,8 @@ describe('values', () => {
       PORT: '8080',
       HOST: '127.0.0.1',
       DATABASE_URL: 'postgresql://u:p@db:5432/app',
+      DATABASE_LISTEN_URL: 'postgres://u:p@db-direct:5432/app',
+      DATABASE_POOLER: 'transaction',
       DATABASE_POOL_MAX: '25',
       API_PREFIX: '/api/v1',
       BODY_LIMIT: '2048',
@@ -106,6 +110,8 @@ describe('values', () => {
       port: 8080,
       host: '127.0.0.1',
       databaseUrl: 'postgresql://u:p@db:5432/app',
+      databaseListenUrl: 'postgres://u:p@db-direct:5432/app',
+      databasePooler: 'transaction',
       poolMax: 25,
       apiPrefix: '/api/v1',
       bodyLimit: 2048,
@@ -182,6 +188,12 @@ describe('refused values', () => {
     ['API_PREFIX', '/'],
     ['API_PREFIX', '/v 1'],
     ['DATABASE_URL', 'mysql://u@h/db'],
+    ['DATABASE_URL', 'postgres://u@[db/app'],
+    ['DATABASE_LISTEN_URL', 'mysql://u@h/db'],
+    ['DATABASE_LISTEN_URL', 'postgres://u@[db/app'],
+    ['DATABASE_LISTEN_URL', 'db.example.com'],
+    ['DATABASE_POOLER', 'pgbouncer'],
+    ['DATABASE_POOLER', 'TRANSACTION'],
     ['MAX_API_KEYS_PER_USER', '0'],
     ['MAX_API_KEYS_PER_USER', '-1'],
     ['MAX_API_KEYS_PER_USER', 'many'],
@@ -203,6 +215,34 @@ describe('refused values', () => {
   test('does not echo a DATABASE_URL, which may hold a password', () => {
     const err = assertRefused({ DATABASE_URL: 'mysql://app:hunter2-secret@db/app' }, 'DATABASE_URL')
     assert.doesNotMatch(err.message, /hunter2/)
+  })
+
+  test('does not echo a malformed DATABASE_LISTEN_URL either, whether its scheme or its syntax is wrong', () => {
+    const url = 'postgres://app@db/app'
+    for (const bad of ['mysql://app:hunter2-secret@db/app', 'postgres://app:hunter2-secret@[db/app']) {
+      const err = assertRefused({ DATABASE_URL: url, DATABASE_LISTEN_URL: bad }, 'DATABASE_LISTEN_URL', /postgres:\/\/ URL/)
+      assert.doesNotMatch(err.message, /hunter2/)
+    }
+  })
+})
+
+describe('DATABASE_LISTEN_URL and DATABASE_POOLER', () => {
+  const url = 'postgres://app:pw@pgbouncer:6432/app'
+  const listen = 'postgres://app:pw@db:5432/app'
+  test('both are read; DATABASE_POOLER is auto unless set', () => {
+    const config = loadConfig({ DATABASE_URL: url, DATABASE_LISTEN_URL: listen })
+    assert.equal(config.databaseListenUrl, listen)
+    assert.equal(config.databasePooler, 'auto')
+    assert.equal(loadConfig({ DATABASE_URL: url, DATABASE_POOLER: 'none' }).databasePooler, 'none')
+    assert.equal(loadConfig({ DATABASE_URL: url, DATABASE_LISTEN_URL: listen, DATABASE_POOLER: 'transaction' }).databasePooler, 'transaction')
+  })
+
+  test('refuses DATABASE_LISTEN_URL without DATABASE_URL (it names the same database)', () => {
+    assertRefused({ DATABASE_LISTEN_URL: listen }, 'DATABASE_LISTEN_URL', /DATABASE_URL/)
+  })
+
+  test('refuses DATABASE_POOLER=transaction without DATABASE_LISTEN_URL, naming what to set', () => {
+    assertRefused({ DATABASE_URL: url, DATABASE_POOLER: 'transaction' }, 'DATABASE_POOLER', /DATABASE_LISTEN_URL/)
   })
 })
 
@@ -280,6 +320,13 @@ describe('the entry point', () => {
     const { code, stderr } = await run({ DATABASE_URL: 'mysql://app:hunter2-secret@db/app' })
     assert.equal(code, 1)
     assert.match(stderr, /DATABASE_URL/)
+    assert.doesNotMatch(stderr, /hunter2/)
+  })
+
+  test('exits 1 naming DATABASE_LISTEN_URL, without echoing its password, when it does not parse', async () => {
+    const { code, stderr } = await run({ DATABASE_URL: 'postgres://app@127.0.0.1:1/app', DATABASE_LISTEN_URL: 'postgres://app:hunter2-secret@[db/app' })
+    assert.equal(code, 1)
+    assert.match(stderr, /^Cannot start: DATABASE_LISTEN_URL: /m)
     assert.doesNotMatch(stderr, /hunter2/)
   })
 })
