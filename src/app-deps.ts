@@ -20,7 +20,14 @@ import type { ListShapes } from './collections/list-sql.js'
 
 /** Everything one service instance holds, built by `createService` (src/service.ts) and passed down; handlers get it as `ctx.deps`. */
 export interface AppDeps {
+  /** The pool, on DATABASE_URL, which may go through a transaction pooler (src/db/connect.ts, `pooled`). */
   sql: Sql
+  /**
+   * Where `listen` is called (the credential listener, the event stream
+   * reader, the webhook workers): a session on DATABASE_LISTEN_URL, or the
+   * pool itself when that is unset. Nothing else runs on it.
+   */
+  listenSql: Sql
   config: Config
   log: Logger
   /** Flipped by the entry point on SIGTERM; /readyz and new requests see it. */

@@ -5,6 +5,7 @@ import { ConfigError, loadConfig, type Config } from './config.js'
 import { connect, DriverPatchError } from './db/connect.js'
 import { dataRoot, LocalClusterError, localDevelopmentUrl } from './db/local-cluster.js'
 import { migrate, MigrationError } from './db/migrate.js'
+import { resolvePooler } from './db/pooler.js'
 import { batchedWriter, createLogger, describeError, type Logger } from './log.js'
 import { createService } from './service.js'
 import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
@@ -33,8 +34,14 @@ async function main(): Promise<void> {
   process.on('unhandledRejection', fatal('unhandled promise rejection'))
 
   const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
-  // Migrations and the commands run on a short connection of their own; the service opens its pool after them.
-  const setup = connect(databaseUrl, { max: 1, statementTimeoutMs: config.statementTimeoutMs })
+  // Before anything else: a transaction pooler changes how every connection is opened (src/db/pooler.ts).
+  const databasePooler = await resolvePooler({ ...config, databaseUrl })
+  if (databasePooler === 'transaction') {
+    log.info('DATABASE_URL goes through a transaction pooler: no prepared statements there; LISTEN and migrations on DATABASE_LISTEN_URL', { pooler: config.databasePooler === 'auto' ? 'detected' : 'DATABASE_POOLER' })
+  }
+  // Migrations and the commands run on a short connection of their own, on DATABASE_LISTEN_URL when set:
+  // PostgreSQL itself, so that what a migration file does never depends on a pooler. The service opens its pool after them.
+  const setup = connect(config.databaseListenUrl ?? databaseUrl, { max: 1, statementTimeoutMs: config.statementTimeoutMs })
   try {
     const applied = await migrate(setup)
     if (applied.length) log.info('migrations applied', { migrations: applied })
@@ -43,7 +50,7 @@ async function main(): Promise<void> {
   } finally {
     await setup.end({ timeout: 5 })
   }
-  await serve({ ...config, databaseUrl, jwtSecrets: resolveSecrets(config, dataRoot) }, log)
+  await serve({ ...config, databaseUrl, databasePooler, jwtSecrets: resolveSecrets(config, dataRoot) }, log)
 }
 
 /** `make admin EMAIL=…`, the password from ADMIN_PASSWORD or standard input, never from argv (it would show in `ps`). */

@@ -20,7 +20,7 @@ import type { AnyRoute } from './http/route.js'
 import type { Logger } from './log.js'
 import { Metrics } from './metrics/metrics.js'
 import { ListShapes } from './collections/list-sql.js'
-import { shutdown } from './shutdown.js'
+import { endListenSql, shutdown } from './shutdown.js'
 import { defaultStreamSettings, EventHub, type StreamSettings } from './events/hub.js'
 import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from './events/publisher.js'
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
@@ -52,14 +52,15 @@ export interface Service {
   listen(port: number, host: string): Promise<AddressInfo>
   /** The stop on a signal (src/shutdown.ts): drains requests in flight, bounded by SHUTDOWN_TIMEOUT; never rejects. */
   shutdown(): Promise<void>
-  /** Stops at once: the server and every connection on it, the credential listener and its heartbeat, the pool. */
+  /** Stops at once: the server and every connection on it, the credential listener and its heartbeat, the pool, the listening connection. */
   close(): Promise<void>
 }
 
 /**
  * A service on `config.databaseUrl` (migrated already), with
- * `config.jwtSecrets` resolved. It opens its pool and starts listening for
- * credential changes now; `listen` opens the port.
+ * `config.jwtSecrets` and `config.databasePooler` resolved. It opens its pool
+ * and starts listening for credential changes (on `config.databaseListenUrl`
+ * when set) now; `listen` opens the port.
  */
 export function createService(config: Config, options: ServiceOptions): Service {
   // Read first: a certificate that cannot be read stops start-up before anything is opened.
@@ -101,20 +102,26 @@ export function createService(config: Config, options: ServiceOptions): Service 
       // Its error, when the server never listened, is of no interest here.
       await new Promise<unknown>((resolve) => server.close(resolve))
       await Promise.all([deps.eventPublisher.stop(), deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
-      await Promise.all([deps.sql.end({ timeout: 5 }), deps.credentialChanges.stop()])
+      await Promise.all([deps.sql.end({ timeout: 5 }), endListenSql(deps, 5), deps.credentialChanges.stop()])
     },
   }
 }
 
 function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ...tuning }: ServiceOptions): AppDeps {
   if (config.databaseUrl === undefined) throw new Error('createService: config.databaseUrl is not set')
+  if (config.databasePooler === 'auto') throw new Error('createService: config.databasePooler is not resolved (resolvePooler, src/db/pooler.ts)')
   const metrics = new Metrics({ max: config.poolMax })
-  const sql = connect(config.databaseUrl, { max: config.poolMax, statementTimeoutMs: config.statementTimeoutMs, onQuery: () => void metrics.queries++ })
+  const { statementTimeoutMs } = config
+  const pooled = config.databasePooler === 'transaction'
+  const sql = connect(config.databaseUrl, { max: config.poolMax, statementTimeoutMs, pooled, onQuery: () => void metrics.queries++ })
+  // Its `listen` opens one connection of its own (postgres.js), and nothing else does; without a listen URL, the pool's does.
+  const listenSql = config.databaseListenUrl ? connect(config.databaseListenUrl, { max: 1, statementTimeoutMs, onQuery: () => void metrics.queries++ }) : sql
   const lifecycle = { shuttingDown: false }
   const apiKeyCache = new ApiKeyCache(cacheSize)
   const revocations = new RevocationList()
   return {
     sql,
+    listenSql,
     config,
     log,
     lifecycle,
@@ -125,15 +132,15 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
     apiKeyUse: new LastUsedWrites(cacheSize),
     logins: new LoginGuard(config.rateLimit > 0, log),
     revocations,
-    credentialChanges: listenForCredentialChanges(sql, apiKeyCache, revocations, log, { lifecycle }),
+    credentialChanges: listenForCredentialChanges(sql, listenSql, apiKeyCache, revocations, log, { lifecycle }),
     databaseWork: databaseBound(config.poolMax, config.statementTimeoutMs, log),
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined,
     passwords: new PasswordHasher(),
-    listShapes: new ListShapes(),
+    listShapes: new ListShapes({ prepare: !pooled }),
     idempotencyCleanup: new IdempotencyCleanup(),
     eventPublisher: new EventPublisher(sql, log, { ...defaultPublisherSettings, ...tuning.publisher }),
-    eventHub: new EventHub(sql, log, { ...defaultStreamSettings, ...tuning.streams }),
-    webhooks: new WebhookWorker(sql, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }),
+    eventHub: new EventHub(sql, listenSql, log, { ...defaultStreamSettings, ...tuning.streams }),
+    webhooks: new WebhookWorker(sql, listenSql, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }),
     retention: new EventRetention(sql, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
 }

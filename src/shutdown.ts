@@ -14,9 +14,9 @@ import { describeError } from './log.js'
  *   for running statements, and without a time-out could wait forever for a
  *   database that stopped answering (porsager/postgres#1097). It also
  *   closes the connection listening for credential changes
- *   (src/auth/credential-changes.ts): postgres.js ends that one with no
- *   time-out, and does not open it again; the heartbeat's own connection
- *   ends alongside.
+ *   (src/auth/credential-changes.ts), the pool's or that of `listenSql` (on
+ *   DATABASE_LISTEN_URL): postgres.js ends that one with no time-out, and
+ *   does not open it again; the heartbeat's own connection ends alongside.
  * Never rejects: the caller exits 0 when it returns, database down or not.
  */
 export async function shutdown(server: AppServer, deps: AppDeps): Promise<void> {
@@ -42,11 +42,16 @@ export async function shutdown(server: AppServer, deps: AppDeps): Promise<void> 
     // end() destroys the connections once `timeout` passes; the race is for an end() that would not even do that.
     await Promise.race([
       Promise.all([deps.eventPublisher.stop(), deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
-        .then(() => Promise.all([deps.sql.end({ timeout: left / 1000 }), deps.credentialChanges.stop(left / 1000)])),
+        .then(() => Promise.all([deps.sql.end({ timeout: left / 1000 }), endListenSql(deps, left / 1000), deps.credentialChanges.stop(left / 1000)])),
       sleep(left + 500),
     ])
   } catch (err) {
     log.warn('closing the database pool failed', describeError(err))
   }
   log.info('stopped', { duration_ms: Math.round(performance.now() - started) })
+}
+
+/** Ends `deps.listenSql` when it is a postgres instance of its own (on DATABASE_LISTEN_URL); the pool's end ends its own listener. */
+export function endListenSql(deps: Pick<AppDeps, 'sql' | 'listenSql'>, timeoutSeconds: number): Promise<void> {
+  return deps.listenSql === deps.sql ? Promise.resolve() : deps.listenSql.end({ timeout: timeoutSeconds })
 }

@@ -104,7 +104,7 @@ interface Database {
 /** A fresh migrated database, with the service (createService) on it for logins. */
 async function database(): Promise<Database> {
   const url = await createTestDatabase()
-  const config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS }), databaseUrl: url }
+  const config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS }), databaseUrl: url, databasePooler: 'none' as const }
   const service = createService({ ...config, poolMax: 2, statementTimeoutMs: 10_000 }, { log: createLogger('error', () => {}) })
   after(() => service.close())
   const appUrl = `http://127.0.0.1:${(await service.listen(0, '127.0.0.1')).port}`

@@ -347,7 +347,7 @@ test('streams are logged as answered once their head is out, and again when they
 })
 
 test('SIGTERM ends every stream at once, cleanly for clients that keep up, and the drain waits for none, not even one that stopped reading', async () => {
-  const config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0' }), databaseUrl: a.databaseUrl }
+  const config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0' }), databaseUrl: a.databaseUrl, databasePooler: a.deps.config.databasePooler }
   // A bound no client reaches here: the one that stops reading is still open, with data waiting, at SIGTERM.
   const service = createService(config, { log: createLogger('error', () => {}), streams: { bufferLimitBytes: 64 * 1024 * 1024 } })
   after(() => service.close())

@@ -43,10 +43,17 @@ import { applyRevocation, type RevocationList, type RevocationRow } from './revo
 // db_queries_total; the markers of revoking requests go through the pool,
 // like the changes they follow.
 //
+// The listening connection is `listenSql`'s (AppDeps): a session on
+// DATABASE_LISTEN_URL when DATABASE_URL goes through a transaction pooler,
+// which would lend the LISTEN's server connection to other clients after
+// the statement and deliver nothing. The markers and the loads go through
+// DATABASE_URL like the changes they follow: a marker heard proves that the
+// pooler's server connections and the listener see the same database.
+//
 // Nothing here throws or leaves a promise rejected: with the database down,
 // postgres.js keeps trying, and the failures are logged once per outage.
-// `sql.end()` (src/shutdown.ts) closes the listening connection; `stop()`
-// the heartbeat and its connection.
+// `listenSql.end()` (src/shutdown.ts) closes the listening connection;
+// `stop()` the heartbeat and its connection.
 
 export const CHANGES_CHANNEL = 'api_key_changes'
 
@@ -92,7 +99,7 @@ export interface CredentialChanges {
    * taken for dead until one does.
    */
   caughtUp(): Promise<void>
-  /** Stops the heartbeat and closes its connection (the listening connection ends with the pool). */
+  /** Stops the heartbeat and closes its connection (the listening connection ends with `listenSql`). */
   stop(timeoutSeconds?: number): Promise<void>
 }
 
@@ -103,9 +110,10 @@ export interface CredentialChangesOptions {
   heartbeatMs?: number
 }
 
-/** Starts listening on a connection of its own, and the heartbeat; returns at once. */
+/** Starts listening on a connection of `listenSql`'s own, and the heartbeat on one of `sql`'s settings; returns at once. */
 export function listenForCredentialChanges(
   sql: Sql,
+  listenSql: Sql,
   keys: ApiKeyCache,
   revocations: RevocationList,
   log: Logger,
@@ -257,9 +265,9 @@ export function listenForCredentialChanges(
   const heartbeat = setInterval(() => void beat(), heartbeatMs)
   heartbeat.unref()
 
-  const listened = sql.listen(CHANGES_CHANNEL, onNotify, onListen)
+  const listened = listenSql.listen(CHANGES_CHANNEL, onNotify, onListen)
   // sql.listen creates its connection's instance synchronously, before its first await.
-  if (!watchClose(sql, () => onAway())) {
+  if (!watchClose(listenSql, () => onAway())) {
     blind = true
     setTrusted('cannot tell when the listening connection drops (postgres.js changed?)')
   }

@@ -8,6 +8,7 @@ import type { Collection, FilterOperator, MemberType } from './declaration.js'
 // parameter, so the text is compiled once per shape and kept, and postgres.js
 // prepares it once per connection (building it from postgres.js fragments on
 // every request costs more than the rest of a list request; bench/README.md).
+// Behind a transaction pooler nothing is prepared (ListShapes' `prepare`).
 //
 // The text is made only of fixed keywords and the declaration's names, which
 // defineCollection has checked to be plain identifiers; nothing a client sent
@@ -84,6 +85,12 @@ export const MAX_PREPARED_SHAPES = 200
 /** The compiled shapes of one service instance, per collection (deps.listShapes). */
 export class ListShapes {
   private readonly byTable = new Map<string, { shapes: BoundedMap<string, Compiled>; prepared: Set<string> }>()
+  /** False behind a transaction pooler, where no statement is prepared (src/db/connect.ts, `pooled`). */
+  private readonly prepare: boolean
+
+  constructor({ prepare = true }: { prepare?: boolean } = {}) {
+    this.prepare = prepare
+  }
 
   compiledFor(collection: Collection, request: ListRequest): Compiled {
     const { shapes, prepared } = this.entry(collection)
@@ -94,7 +101,7 @@ export class ListShapes {
     } else {
       compiled = { ...compile(collection, request), uses: 0, prepare: prepared.has(key) }
     }
-    if (++compiled.uses >= PREPARE_AFTER_USES && !compiled.prepare && prepared.size < MAX_PREPARED_SHAPES) {
+    if (++compiled.uses >= PREPARE_AFTER_USES && this.prepare && !compiled.prepare && prepared.size < MAX_PREPARED_SHAPES) {
       prepared.add(key)
       compiled.prepare = true
     }

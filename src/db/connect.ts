@@ -6,6 +6,8 @@ import { isoTimestamp, timestampParameter } from './timestamps.js'
 export interface PoolOptions {
   max: number
   statementTimeoutMs: number
+  /** The URL goes through a transaction pooler such as PgBouncer (src/db/pooler.ts): see `connect`. */
+  pooled?: boolean
   /** Called for every statement sent (metrics). */
   onQuery?: () => void
 }
@@ -69,14 +71,41 @@ export function assertDriverPatched(): void {
  * socket) is honoured; postgres.js would otherwise send it as a setting.
  * What the pool cannot do itself (refuse work when saturated, stop waiting
  * for a server that went silent) is done per request in src/db/admission.ts.
+ *
+ * `pooled`: the URL is a transaction pooler's (PgBouncer with pool_mode =
+ * transaction), which hands each transaction, or each statement outside
+ * one, to whichever server connection is free. So:
+ * - no named prepared statement (`prepare: false`, which overrides the
+ *   `prepare: true` of src/resources/store.ts and of the compiled list
+ *   queries): one prepared on one server connection does not exist on the
+ *   next. Statements go as unnamed Parse/Bind/Execute, up to one Sync, which
+ *   the pooler keeps on one server connection;
+ * - no pipelining (`max_pipeline: 0`): PgBouncer 1.18 gives the server
+ *   connection back at the first ReadyForQuery, and the answers to
+ *   statements sent behind it arrive with no client to take them ("got
+ *   packet from server when not linked"); their queries never settle;
+ * - no statement_timeout or idle_in_transaction_session_timeout as startup
+ *   parameters: PgBouncer 1.18 refuses the connection for any but
+ *   application_name, client_encoding, DateStyle, TimeZone and
+ *   standard_conforming_strings (those it tracks per client and sets on the
+ *   server connection it lends). Nor can a `SET` carry them: it would stay on
+ *   a server connection the pooler lends to other clients next, and be
+ *   missing from the ones this client gets. They are the server's defaults
+ *   for the role and database (ALTER ROLE … IN DATABASE … SET), an
+ *   operator's setting that start-up checks (src/db/pooler.ts).
  */
 export function connect(databaseUrl: string, options: PoolOptions): Sql {
   assertDriverPatched()
   const url = new URL(databaseUrl)
   const socketDir = url.searchParams.get('host')
   if (socketDir) url.searchParams.delete('host')
+  const timeouts = {
+    statement_timeout: options.statementTimeoutMs,
+    idle_in_transaction_session_timeout: options.statementTimeoutMs,
+  }
   return postgres(url.toString(), {
     ...(socketDir ? { host: socketDir } : {}),
+    ...(options.pooled ? { prepare: false, max_pipeline: 0 } : {}),
     max: options.max,
     connect_timeout: 5,
     backoff: (retries: number) => Math.min(0.05 * 2 ** retries, 0.25),
@@ -91,8 +120,7 @@ export function connect(databaseUrl: string, options: PoolOptions): Sql {
       // Timestamps as text in one form (timestamps.ts); the instant is the same in any zone.
       TimeZone: 'UTC',
       DateStyle: 'ISO, MDY',
-      statement_timeout: options.statementTimeoutMs,
-      idle_in_transaction_session_timeout: options.statementTimeoutMs,
+      ...(options.pooled ? {} : timeouts),
     },
     types: {
       int8: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) },

@@ -87,6 +87,8 @@ export class EventHub {
 
   constructor(
     readonly sql: Sql,
+    /** Where it listens: a session (AppDeps.listenSql), not a transaction pooler's connection. */
+    readonly listenSql: Sql,
     readonly log: Logger,
     readonly settings: StreamSettings,
   ) {}
@@ -107,7 +109,7 @@ export class EventHub {
     this.listening = true
     const wake = () => this.wake()
     // A failed first attempt: postgres.js goes on trying and calls the second `wake` when it listens.
-    this.sql.listen(EVENTS_CHANNEL, wake, wake).catch((err: unknown) => {
+    this.listenSql.listen(EVENTS_CHANNEL, wake, wake).catch((err: unknown) => {
       if (!this.stopped) this.log.warn('cannot listen for events yet; streams read them every poll meanwhile', describeError(err))
     })
   }

@@ -15,7 +15,9 @@ import type { Resource } from './resource.js'
 //
 // Texts are made once per table and set of columns (names from declarations,
 // checked to be plain identifiers and quoted; never from a request) and run
-// as prepared statements: every value is a parameter. Built from fragments
+// as prepared statements: every value is a parameter (behind a transaction
+// pooler, unnamed ones: the pool's `prepare: false` overrides a statement's
+// `prepare: true`, src/db/connect.ts). Built from fragments
 // per request, a read by id cost a fifth of a GET. Functions take the
 // database handle first, so the same function runs on the pool or inside a
 // caller's transaction.

@@ -79,9 +79,12 @@ export class WebhookWorker {
   private claimFailing = false
   private abort = new AbortController()
   private db: Sql | undefined
+  private wakeups: Sql | undefined
 
   constructor(
     readonly sql: Sql,
+    /** Where it listens: a session (AppDeps.listenSql), not a transaction pooler's connection. */
+    readonly listenSql: Sql,
     readonly config: Config,
     readonly log: Logger,
     readonly settings: WebhookSettings,
@@ -95,8 +98,9 @@ export class WebhookWorker {
     this.stopped = false
     this.abort = new AbortController()
     this.db = backgroundConnection(this.sql, WORKER_CONNECTIONS)
-    // On its own connection too: the pool's listening connection is the credential listener's to watch.
-    this.db.listen(DELIVERIES_CHANNEL, () => this.wake()).catch((err: unknown) => {
+    // On a listening connection of its own, not listenSql's, which is the credential listener's to watch.
+    this.wakeups = backgroundConnection(this.listenSql, 1)
+    this.wakeups.listen(DELIVERIES_CHANNEL, () => this.wake()).catch((err: unknown) => {
       if (!this.stopped) this.log.warn('webhook worker: cannot listen for new deliveries; polling only', describeError(err))
     })
     this.poll = setInterval(() => this.wake(), this.settings.pollMs)
@@ -133,9 +137,9 @@ export class WebhookWorker {
     // No UNLISTEN: sent to a database that stopped answering it could wait forever; ending the connections ends the listening one too.
     const bounded = <T>(p: Promise<T>) => Promise.race([p, new Promise((r) => setTimeout(r, this.settings.stopTimeoutMs).unref())])
     await bounded(Promise.allSettled([this.pumping, ...this.inFlight]))
-    const db = this.db
-    this.db = undefined
-    await db?.end({ timeout: this.settings.stopTimeoutMs / 1000 })
+    const { db, wakeups } = this
+    this.db = this.wakeups = undefined
+    await Promise.all([db?.end({ timeout: this.settings.stopTimeoutMs / 1000 }), wakeups?.end({ timeout: this.settings.stopTimeoutMs / 1000 })])
   }
 
   private async claimAndSend(): Promise<void> {

@@ -4,6 +4,7 @@ import type { Sql } from 'postgres'
 import type { AppDeps } from '../../src/app-deps.js'
 import { loadConfig, type Config } from '../../src/config.js'
 import { connect } from '../../src/db/connect.js'
+import { resolvePooler } from '../../src/db/pooler.js'
 import type { AnyRoute } from '../../src/http/route.js'
 import { createLogger } from '../../src/log.js'
 import { createService, type ServiceOptions } from '../../src/service.js'
@@ -109,11 +110,13 @@ export interface StartOptions {
 
 export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}, options: StartOptions = {}): Promise<TestServer> {
   const databaseUrl = options.databaseUrl ?? (await createTestDatabase())
-  const config: Config = {
+  const loaded: Config = {
     ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0', ...env }),
     databaseUrl,
     ...overrides,
   }
+  // As src/main.ts does: DATABASE_POOLER=auto is found out by a probe of the database (a direct one here, unless a test says otherwise).
+  const config: Config = { ...loaded, databasePooler: await resolvePooler({ ...loaded, databaseUrl: loaded.databaseUrl ?? databaseUrl }) }
   const logs: Array<Record<string, unknown>> = []
   const log = createLogger(config.logLevel, (line) => void logs.push(JSON.parse(line)))
   const service = createService(config, { log, cacheSize: options.cacheSize, routes: options.routes, ...options.tuning })

@@ -1,4 +1,5 @@
 import { loadConfig } from '../../src/config.js'
+import { resolvePooler } from '../../src/db/pooler.js'
 import { createLogger } from '../../src/log.js'
 import { createService } from '../../src/service.js'
 import type { WebhookSettings } from '../../src/webhooks/worker.js'
@@ -8,7 +9,8 @@ import type { WebhookSettings } from '../../src/webhooks/worker.js'
 // DATABASE_URL with the webhook tuning in WEBHOOK_TUNING (JSON). Its log goes
 // to stdout, one JSON object a line, after a first line `{"msg":"listening","port":…}`.
 
-const config = { ...loadConfig(process.env), databaseUrl: process.env.DATABASE_URL }
+const loaded = { ...loadConfig(process.env), databaseUrl: process.env.DATABASE_URL! }
+const config = { ...loaded, databasePooler: await resolvePooler(loaded) }
 const tuning = JSON.parse(process.env.WEBHOOK_TUNING ?? '{}') as Partial<WebhookSettings>
 const log = createLogger(config.logLevel, (line) => void process.stdout.write(line))
 const service = createService(config, { log, webhooks: tuning })
