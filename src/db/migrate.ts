@@ -10,7 +10,7 @@ import type { Sql } from 'postgres'
 
 const SQL_DIR = new URL('../../sql/', import.meta.url)
 // An arbitrary constant shared by every instance of this service.
-const MIGRATION_LOCK = 4_711_000_002
+export const MIGRATION_LOCK = 4_711_000_002
 
 export class MigrationError extends Error {}
 

@@ -1,0 +1,131 @@
+import { spawn, spawnSync } from 'node:child_process'
+import { chownSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { connect, createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { after } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+
+// A real PgBouncer (Debian's package, 1.18; `make test` installs it when
+// missing) in transaction mode, in front of the run's database server
+// (TEST_SERVER_URL, test/run.ts): every database of that server under its
+// own name, on a free loopback port, with pools smaller than the service's
+// so that server connections are shared for real. It refuses to run as
+// root, so as root it runs as the account the local cluster runs as
+// (`postgres`, or `nobody`), switched to by its own `-u`. Stopped in `after`
+// of the test file that starts it.
+
+export interface PgBouncer {
+  port: number
+  /** The URL of `databaseUrl`'s database (a URL of TEST_SERVER_URL's server) through PgBouncer. */
+  urlFor(databaseUrl: string): string
+  /** What PgBouncer logged (stderr). */
+  log(): string
+  /** Immediate shutdown (SIGTERM); resolves when it has exited. */
+  stop(): Promise<void>
+}
+
+export interface PgBouncerOptions {
+  /** Server connections per database and user (default_pool_size). */
+  poolSize?: number
+}
+
+function binary(): string {
+  const found = ['/usr/sbin/pgbouncer', ...(process.env.PATH ?? '').split(':').map((dir) => join(dir, 'pgbouncer'))].find((p) => existsSync(p))
+  if (!found) throw new Error('pgbouncer is not installed: `make test` installs it (Debian package pgbouncer, as root); or run `apt-get install pgbouncer`')
+  return found
+}
+
+/** As root, the account PgBouncer runs as (as src/db/local-cluster.ts chooses for PostgreSQL). */
+function account(): string | undefined {
+  if (process.getuid?.() !== 0) return undefined
+  const user = ['postgres', 'nobody'].find((u) => spawnSync('id', ['-u', u]).status === 0)
+  if (!user) throw new Error('running as root without a postgres or nobody account for PgBouncer to run as')
+  return user
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as { port: number }
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}
+
+const accepts = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    socket.once('connect', () => (socket.destroy(), resolve(true)))
+    socket.once('error', () => resolve(false))
+  })
+
+/** A value of a [databases] entry, quoted (PgBouncer's src/loader.c: a quote is doubled; a backslash is no escape). */
+const value = (v: string) => `'${v.replaceAll("'", "''")}'`
+
+export async function startPgBouncer({ poolSize = 3 }: PgBouncerOptions = {}): Promise<PgBouncer> {
+  const serverUrl = process.env.TEST_SERVER_URL
+  if (!serverUrl) throw new Error('Run the tests with `make test` (test/run.ts names the database server in TEST_SERVER_URL).')
+  const server = new URL(serverUrl)
+  const user = decodeURIComponent(server.username) || 'postgres'
+  const target = [
+    `host=${value(server.searchParams.get('host') ?? server.hostname)}`,
+    `port=${server.port || 5432}`,
+    `user=${value(user)}`,
+    ...(server.password ? [`password=${value(decodeURIComponent(server.password))}`] : []),
+  ].join(' ')
+  const runAs = account()
+  const dir = mkdtempSync(join(tmpdir(), 'upa-pgbouncer-'))
+  const port = await freePort()
+  const ini = `[databases]
+* = ${target}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = ${port}
+unix_socket_dir =
+auth_type = trust
+auth_file = ${join(dir, 'users.txt')}
+pool_mode = transaction
+default_pool_size = ${poolSize}
+min_pool_size = 0
+reserve_pool_size = 0
+max_client_conn = 500
+ignore_startup_parameters =
+`
+  writeFileSync(join(dir, 'pgbouncer.ini'), ini)
+  writeFileSync(join(dir, 'users.txt'), `"${user}" ""\n`)
+  if (runAs) {
+    const uid = Number(spawnSync('id', ['-u', runAs], { encoding: 'utf8' }).stdout)
+    const gid = Number(spawnSync('id', ['-g', runAs], { encoding: 'utf8' }).stdout)
+    for (const file of ['', 'pgbouncer.ini', 'users.txt']) chownSync(join(dir, file), uid, gid)
+  }
+  const child = spawn(binary(), [...(runAs ? ['-u', runAs] : []), join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text))
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  let running = true
+  void exited.then(() => (running = false))
+
+  const stop = async () => {
+    if (running) child.kill('SIGTERM')
+    await Promise.race([exited, sleep(5000).then(() => child.kill('SIGKILL'))])
+    rmSync(dir, { recursive: true, force: true })
+  }
+  after(stop)
+  for (const deadline = Date.now() + 10_000; !(await accepts(port));) {
+    if (!running || Date.now() > deadline) {
+      await stop()
+      throw new Error(`PgBouncer did not start on port ${port}:\n${stderr}`)
+    }
+    await sleep(20)
+  }
+  return {
+    port,
+    urlFor(databaseUrl) {
+      const database = new URL(databaseUrl).pathname
+      return `postgres://${encodeURIComponent(user)}@127.0.0.1:${port}${database}`
+    },
+    log: () => stderr,
+    stop,
+  }
+}
