@@ -332,16 +332,18 @@ describe('the listener', () => {
   test('a listener backend killed and back at once: the cache is emptied, and a key deleted in between is refused', async () => {
     const { key, id } = await createKey()
     await cacheOnBoth(key)
-    const reconnects = () => B.logs.filter((l) => /credential changes heard again/.test(String(l.msg))).length
-    const before = reconnects()
+    const reconnects = (server: TestServer) => server.logs.filter((l) => /credential changes heard again/.test(String(l.msg))).length
+    const before = [reconnects(A), reconnects(B)]
     // Killed and the key deleted in one transaction: its notification is sent at commit, after the listener is gone.
     await sql.begin(async (tx) => {
       await tx`SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = ANY(${await listeners()})`
       await tx`DELETE FROM api_keys WHERE id = ${id}`
     })
     assertInvalidToken(await me(B, key))
-    await until('B listens again', () => reconnects() > before && B.deps.apiKeyCache.active)
+    await until('B listens again', () => reconnects(B) > before[1]! && B.deps.apiKeyCache.active)
     assertInvalidToken(await me(B, key))
+    // A's listener was killed too: the next test counts listener backends, and must not see A's come back during it.
+    await until('A listens again', () => reconnects(A) > before[0]! && A.deps.apiKeyCache.active)
   })
 
   test('shutdown ends the listener with the pool, within its bound, without a warning', async () => {
