@@ -1,48 +1,48 @@
 import assert from 'node:assert/strict'
 import { Agent } from 'node:http'
-import { after, before, describe, test } from 'node:test'
+import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { connect } from '../src/db/connect.js'
 import { adminToken, spawnService, type Spawned } from './fault-kit.js'
 import { call, tally, type Answer } from './helpers/http-client.js'
-import { startNginx, type Nginx } from './helpers/nginx.js'
+import { startNginx } from './helpers/nginx.js'
+import { startPgBouncer } from './helpers/pgbouncer.js'
 import { createTestDatabase } from './helpers/server.js'
 import { SseClient } from './helpers/sse.js'
 import { startReceiver } from './helpers/webhook-receiver.js'
 import { waitUntil } from './helpers/wait.js'
 
 // The deployment of docs/scaling.md, built from real components: PostgreSQL,
-// three instances of the service (real processes, `src/main.ts`), and nginx
-// with deploy/nginx.conf in front. Everything that must hold across
-// instances is checked through it, under concurrent load.
+// PgBouncer 1.18 in transaction mode (DATABASE_URL) with DATABASE_LISTEN_URL
+// straight to PostgreSQL, three instances of the service (real processes,
+// `src/main.ts`), and nginx with deploy/nginx.conf in front. Everything that
+// must hold across instances is checked through it, under concurrent load.
 
 
 const requestsOn = (instance: Spawned, path: string) => instance.logs.filter((l) => l.msg === 'request' && typeof l.route === 'string' && l.route.startsWith(path)).length
 
-describe('three instances behind nginx on one database', () => {
-  let instances: Spawned[]
-  let nginx: Nginx
-  let db: ReturnType<typeof connect>
-  let adminId: number
-  let auth: Record<string, string>
+describe('three instances behind nginx, through PgBouncer in transaction mode, on one database', async () => {
+  const databaseUrl = await createTestDatabase()
+  const db = connect(databaseUrl, { max: 2, statementTimeoutMs: 10_000 })
+  after(() => db.end({ timeout: 5 }))
+  const [{ id: adminId }] = await db<[{ id: number }]>`INSERT INTO users (name, email, role) VALUES ('Topology Admin', 'topology-admin@example.com', 'admin') RETURNING id`
+  const auth = { authorization: `Bearer ${adminToken(adminId)}` }
+  // Through a transaction pooler the time-outs are the role's, not the connection's (src/db/pooler.ts).
+  const database = db(new URL(databaseUrl).pathname.slice(1))
+  await db`ALTER ROLE CURRENT_USER IN DATABASE ${database} SET statement_timeout = 5000`
+  await db`ALTER ROLE CURRENT_USER IN DATABASE ${database} SET idle_in_transaction_session_timeout = 5000`
+  // Fewer server connections than the three instances' pools hold between them: they are shared for real.
+  const bouncer = await startPgBouncer({ poolSize: 12 })
+  const env = {
+    DATABASE_URL: bouncer.urlFor(databaseUrl), DATABASE_LISTEN_URL: databaseUrl,
+    TRUST_PROXY: '1', RATE_LIMIT: '0', WEBHOOK_ALLOW_PRIVATE: 'true', LOG_LEVEL: 'debug',
+  }
+  const instances = await Promise.all([1, 2, 3].map(() => spawnService(env)))
+  after(() => instances.filter((i) => i.alive()).forEach((i) => i.kill('SIGKILL')))
+  const nginx = await startNginx(instances.map((i) => `127.0.0.1:${i.port}`))
+  after(() => nginx.stop())
   const agent = new Agent({ keepAlive: true, maxSockets: 64, localAddress: '127.0.0.2' })
-
-  before(async () => {
-    const databaseUrl = await createTestDatabase()
-    db = connect(databaseUrl, { max: 2, statementTimeoutMs: 10_000 })
-    const [admin] = await db<[{ id: number }]>`INSERT INTO users (name, email, role) VALUES ('Topology Admin', 'topology-admin@example.com', 'admin') RETURNING id`
-    adminId = admin.id
-    auth = { authorization: `Bearer ${adminToken(adminId)}` }
-    const env = { DATABASE_URL: databaseUrl, TRUST_PROXY: '1', RATE_LIMIT: '0', WEBHOOK_ALLOW_PRIVATE: 'true', LOG_LEVEL: 'debug' }
-    instances = await Promise.all([1, 2, 3].map(() => spawnService(env)))
-    nginx = await startNginx(instances.map((i) => `127.0.0.1:${i.port}`))
-  })
-  after(async () => {
-    agent.destroy()
-    await nginx?.stop()
-    for (const i of instances ?? []) if (i.alive()) i.kill('SIGKILL')
-    await db?.end({ timeout: 5 })
-  })
+  after(() => agent.destroy())
 
   test('one Idempotency-Key fired 30 times at once through the proxy creates one product; every answer is that product or "in use"', async () => {
     const sku = `IDEM-${Date.now()}`
@@ -50,6 +50,7 @@ describe('three instances behind nginx on one database', () => {
     const answers = await Promise.all(Array.from({ length: 30 }, () =>
       call(nginx.url, 'POST', '/products', { agent, headers: { ...auth, 'idempotency-key': `topology-${sku}` }, body: { sku, name: 'Once', price: 1, currency: 'EUR' } })))
     assert.deepEqual(Object.keys(tally(answers)).filter((s) => s !== '201' && s !== '409'), [], JSON.stringify(tally(answers)))
+
     const created = answers.filter((a) => a.status === 201)
     assert.ok(created.length >= 1)
     assert.equal(new Set(created.map((a) => a.body.id)).size, 1)
