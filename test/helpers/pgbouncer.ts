@@ -17,6 +17,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 
 export interface PgBouncer {
   port: number
+  /** Its process (for CPU figures). */
+  pid: number
+  /** What `pgbouncer --version` says first, e.g. "PgBouncer 1.18.0". */
+  version: string
   /** The URL of `databaseUrl`'s database (a URL of TEST_SERVER_URL's server) through PgBouncer. */
   urlFor(databaseUrl: string): string
   /** What PgBouncer logged (stderr). */
@@ -62,9 +66,17 @@ const accepts = (port: number) =>
 /** A value of a [databases] entry, quoted (PgBouncer's src/loader.c: a quote is doubled; a backslash is no escape). */
 const value = (v: string) => `'${v.replaceAll("'", "''")}'`
 
-export async function startPgBouncer({ poolSize = 3 }: PgBouncerOptions = {}): Promise<PgBouncer> {
+/** PgBouncer in front of the run's database server, stopped when the test file's tests are done. */
+export async function startPgBouncer(options: PgBouncerOptions = {}): Promise<PgBouncer> {
   const serverUrl = process.env.TEST_SERVER_URL
   if (!serverUrl) throw new Error('Run the tests with `make test` (test/run.ts names the database server in TEST_SERVER_URL).')
+  const bouncer = await launchPgBouncer(serverUrl, options)
+  after(bouncer.stop)
+  return bouncer
+}
+
+/** PgBouncer in front of the server of `serverUrl`, outside a test (the benchmark): the caller stops it. */
+export async function launchPgBouncer(serverUrl: string, { poolSize = 3 }: PgBouncerOptions = {}): Promise<PgBouncer> {
   const server = new URL(serverUrl)
   const user = decodeURIComponent(server.username) || 'postgres'
   const target = [
@@ -111,7 +123,6 @@ ignore_startup_parameters =
     await Promise.race([exited, sleep(5000).then(() => child.kill('SIGKILL'))])
     rmSync(dir, { recursive: true, force: true })
   }
-  after(stop)
   for (const deadline = Date.now() + 10_000; !(await accepts(port));) {
     if (!running || Date.now() > deadline) {
       await stop()
@@ -121,6 +132,8 @@ ignore_startup_parameters =
   }
   return {
     port,
+    pid: child.pid!,
+    version: spawnSync(binary(), ['--version'], { encoding: 'utf8' }).stdout.split('\n')[0]!.trim(),
     urlFor(databaseUrl) {
       const database = new URL(databaseUrl).pathname
       return `postgres://${encodeURIComponent(user)}@127.0.0.1:${port}${database}`
