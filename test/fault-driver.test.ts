@@ -235,6 +235,21 @@ test('failed sql.unsafe statements leave nothing behind in postgres.js (the comp
   }
 })
 
+test('transactions run on a pool that pipelines nothing (max_pipeline 0, as behind PgBouncer), also many at once', async () => {
+  // Unpatched: every sql.begin fails with UNSAFE_TRANSACTION, its BEGIN never reserving the connection.
+  const sql = connect(url, { max: 2, statementTimeoutMs: 10_000, pooled: true })
+  try {
+    const sums = await Promise.all(Array.from({ length: 20 }, (_, i) => sql.begin(async (tx) => {
+      const [{ n }] = await tx<[{ n: number }]>`SELECT ${i}::int AS n`
+      const [{ m }] = await tx<[{ m: number }]>`SELECT ${n}::int + 1 AS m`
+      return m
+    })))
+    assert.deepEqual(sums, Array.from({ length: 20 }, (_, i) => i + 1))
+  } finally {
+    await sql.end({ timeout: 2 })
+  }
+})
+
 describe('the install-time patch (src/db/postgres-patch.mjs)', () => {
   const installed = join(projectRoot, 'node_modules', 'postgres')
   const folders = ['src', join('cjs', 'src')]
