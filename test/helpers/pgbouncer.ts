@@ -116,7 +116,13 @@ ignore_startup_parameters =
   child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text))
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
   let running = true
-  void exited.then(() => (running = false))
+  // A process that exits without running its `after` hooks (a test cancelled at its time-out, a crash) leaves no PgBouncer behind.
+  const orphaned = () => void child.kill('SIGKILL')
+  process.once('exit', orphaned)
+  void exited.then(() => {
+    running = false
+    process.off('exit', orphaned)
+  })
 
   const stop = async () => {
     if (running) child.kill('SIGTERM')
