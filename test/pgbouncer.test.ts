@@ -108,9 +108,11 @@ describe('detection', () => {
     assert.equal(directly.deps.listenSql, directly.deps.sql, 'without DATABASE_LISTEN_URL the pool listens')
   })
 
-  test('resolvePooler: DATABASE_POOLER=transaction is taken as said; a listen URL through the pooler, or on another database, is refused', async () => {
+  test('resolvePooler: DATABASE_POOLER=transaction or none is taken as said; a listen URL through the pooler, or on another database, is refused', async () => {
     const base = { ...loadConfig({ DATABASE_URL: listenUrl, DATABASE_LISTEN_URL: listenUrl, DATABASE_POOLER: 'transaction' }), databaseUrl: listenUrl }
     assert.equal(await resolvePooler(base), 'transaction')
+    // `none` without a listen URL looks at nothing (port 1: nothing listens there).
+    assert.equal(await resolvePooler({ ...base, databasePooler: 'none', databaseListenUrl: undefined, databaseUrl: 'postgres://postgres@127.0.0.1:1/none' }), 'none')
     await assert.rejects(resolvePooler({ ...base, databasePooler: 'auto', databaseUrl: pooledUrl, databaseListenUrl: pooledUrl }),
       (err: unknown) => err instanceof ConfigError && /^DATABASE_LISTEN_URL: must reach PostgreSQL directly/.test(err.message))
     const other = await createTestDatabase()

@@ -84,6 +84,8 @@ export async function behindPooler(url: string): Promise<boolean> {
  */
 export async function resolvePooler(config: Config & { databaseUrl: string }): Promise<ResolvedPooler> {
   const { databaseUrl, databaseListenUrl, databasePooler: setting, statementTimeoutMs } = config
+  // Nothing to find out, nothing to compare.
+  if (setting === 'none' && !databaseListenUrl) return setting
   const [main, listen] = await Promise.all([probe(databaseUrl), databaseListenUrl ? probe(databaseListenUrl) : undefined])
   const pooler: ResolvedPooler = setting === 'auto' ? (main.pooled ? 'transaction' : 'none') : setting
   if (listen) {
