@@ -46,8 +46,9 @@ describe('deploy/nginx.conf against the service defaults', () => {
     assert.ok(milliseconds(location, 'proxy_read_timeout') > service.statementTimeoutMs)
   })
 
-  test('nginx lets through every body the service accepts, so the service answers an oversized one', () => {
-    assert.ok(bytes(block('server'), 'client_max_body_size') > service.bodyLimit)
+  test('nginx lets through every body the service accepts, and no more than the service reads away to answer 413', () => {
+    const limit = bytes(block('server'), 'client_max_body_size')
+    assert.ok(limit > service.bodyLimit && limit <= 2 * service.bodyLimit)
   })
 })
 
@@ -166,10 +167,13 @@ describe('two instances behind nginx', async () => {
     assert.deepEqual(await slow.ended, { clean: false })
   })
 
-  test('the service, not the proxy, answers a body over BODY_LIMIT: a JSON problem', async () => {
-    const answer = await call(nginx.url, 'POST', '/products', { headers: auth, body: JSON.stringify({ name: 'x'.repeat(1_200_000) }) })
-    assert.equal(answer.status, 413)
-    assert.match(answer.headers['content-type'] ?? '', /^application\/problem\+json/)
+  test('the service, not the proxy, answers a body over BODY_LIMIT, every time: a JSON problem, never a 502', async () => {
+    const agent = keepAlive('127.0.0.2', 8)
+    after(() => agent.destroy())
+    const answers = await Promise.all([1_100_000, 1_500_000, 2_000_000].flatMap((size) => Array.from({ length: 10 }, () =>
+      call(nginx.url, 'POST', '/products', { agent, headers: auth, body: JSON.stringify({ name: 'x'.repeat(size) }) }))))
+    assert.deepEqual(tally(answers), { 413: 30 })
+    for (const answer of answers) assert.match(answer.headers['content-type'] ?? '', /^application\/problem\+json/)
   })
 })
 

@@ -26,14 +26,18 @@ export function checkContentType(req: IncomingMessage, kind: BodyKind): void {
 
 /**
  * Reads the whole body up to `limit` bytes. A declared Content-Length over the
- * limit is refused before reading; a chunked body is counted as it arrives and
- * refused the moment it passes the limit. Either way the rest is never
- * buffered: the reply carries `Connection: close` and the socket is closed.
+ * limit is refused before reading. Up to twice the limit, the connection stays
+ * open and Node reads the rest of the body and throws it away: closing a
+ * socket with unread data resets it, and a proxy still sending the body (nginx
+ * lets through twice BODY_LIMIT, deploy/nginx.conf) would lose the 413 and
+ * answer 502. Beyond that, and for a chunked body the moment it passes the
+ * limit, the reply carries `Connection: close` and the rest is never read.
  */
 export async function readJsonBody(req: IncomingMessage, limit: number): Promise<unknown> {
-  const tooLarge = () => new HttpError('payload_too_large', `The body must not exceed ${limit} bytes.`, { headers: { connection: 'close' } })
+  const tooLarge = (close: boolean) =>
+    new HttpError('payload_too_large', `The body must not exceed ${limit} bytes.`, close ? { headers: { connection: 'close' } } : {})
   const declared = req.headers['content-length']
-  if (declared !== undefined && Number(declared) > limit) throw tooLarge()
+  if (declared !== undefined && Number(declared) > limit) throw tooLarge(Number(declared) > 2 * limit)
 
   const body = await new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = []
@@ -44,7 +48,7 @@ export async function readJsonBody(req: IncomingMessage, limit: number): Promise
       // Stop reading but keep the socket: the 413 still has to be written.
       cleanup()
       req.pause()
-      reject(tooLarge())
+      reject(tooLarge(true))
     }
     const onEnd = () => (cleanup(), resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)))
     // An aborted upload: nobody is left to read an answer, but the pipeline still logs one.
