@@ -179,9 +179,18 @@ export interface Spawned {
   kill(signal: NodeJS.Signals): void
 }
 
-/** The real service: `node --import tsx src/main.ts` with this environment; resolves once it listens. */
-export async function spawnService(env: Record<string, string>): Promise<Spawned> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+/** A process started by `launchService`, before it listens: `listening` gives it with its address. */
+export type Launched = Omit<Spawned, 'url' | 'port'> & { listening: Promise<Spawned> }
+
+/**
+ * The real service, `node --import tsx src/main.ts` (or another entry that
+ * logs as it does), with this environment. Its log lines are collected from
+ * the start, so a test can watch it before it listens (two instances waiting
+ * for the migration lock); `listening` rejects, and the process is killed,
+ * when it exits first or does not listen within 30 s.
+ */
+export function launchService(env: Record<string, string>, entry = 'src/main.ts'): Launched {
+  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
     cwd: projectRoot,
     env: { PATH: process.env.PATH, HOME: process.env.HOME, HOST: '127.0.0.1', PORT: '0', ...serviceEnv, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -191,7 +200,7 @@ export async function spawnService(env: Record<string, string>): Promise<Spawned
   let rest = ''
   let alive = true
   let onListening: (port: number) => void = () => {}
-  const listening = new Promise<number>((resolve) => (onListening = resolve))
+  const announced = new Promise<number>((resolve) => (onListening = resolve))
   child.stdout.setEncoding('utf8').on('data', (text: string) => {
     const lines = (rest + text).split('\n')
     rest = lines.pop()!
@@ -211,23 +220,27 @@ export async function spawnService(env: Record<string, string>): Promise<Spawned
       resolve({ code, signal, at: performance.now() })
     }),
   )
+  const handle = { pid: child.pid!, logs, stderr: () => stderr, exited, alive: () => alive, kill: (signal: NodeJS.Signals) => void child.kill(signal) }
   // The 'listening' line is at info level: with LOG_LEVEL above it, pass a PORT.
   const fixed = env.PORT && env.PORT !== '0' ? Number(env.PORT) : undefined
-  const ready = fixed === undefined ? listening : waitFor('the service to listen', async () => (await call(`http://127.0.0.1:${fixed}`, 'GET', '/healthz', { timeoutMs: 1000 })).status === 200, 30_000).then(() => fixed)
-  const port = await Promise.race([
+  const ready = fixed === undefined ? announced : waitFor('the service to listen', async () => (await call(`http://127.0.0.1:${fixed}`, 'GET', '/healthz', { timeoutMs: 1000 })).status === 200, 30_000).then(() => fixed)
+  const listening = Promise.race([
     ready,
     exited.then(({ code }) => Promise.reject(new Error(`the service exited (${code}) before listening: ${stderr}`))),
     sleep(30_000, undefined, { ref: false }).then(() => Promise.reject(new Error(`the service did not listen within 30 s: ${stderr}`))),
-  ]).catch((err: unknown) => {
-    child.kill('SIGKILL')
-    throw err
-  })
-  return {
-    url: `http://127.0.0.1:${port}`, port, pid: child.pid!, logs, stderr: () => stderr, exited,
-    alive: () => alive,
-    kill: (signal) => void child.kill(signal),
-  }
+  ]).then(
+    (port): Spawned => ({ ...handle, url: `http://127.0.0.1:${port}`, port }),
+    (err: unknown) => {
+      child.kill('SIGKILL')
+      throw err
+    },
+  )
+  listening.catch(() => {}) // a caller that never waits for it sees the exit instead
+  return { ...handle, listening }
 }
+
+/** The real service (`launchService`); resolves once it listens. */
+export const spawnService = (env: Record<string, string>, entry?: string): Promise<Spawned> => launchService(env, entry).listening
 
 export interface Outcome {
   client: number

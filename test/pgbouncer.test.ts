@@ -1,9 +1,8 @@
 import assert from 'node:assert/strict'
-import { execFile, spawn } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { readdirSync } from 'node:fs'
 import { after, describe, test } from 'node:test'
-import { fileURLToPath } from 'node:url'
 import type { Sql } from 'postgres'
 import { ConfigError, loadConfig } from '../src/config.js'
 import { PREPARE_AFTER_USES } from '../src/collections/list-sql.js'
@@ -11,6 +10,7 @@ import { connect } from '../src/db/connect.js'
 import { MIGRATION_LOCK } from '../src/db/migrate.js'
 import { behindPooler, resolvePooler } from '../src/db/pooler.js'
 import { products } from '../src/products/resource.js'
+import { launchService, projectRoot } from './fault-kit.js'
 import { startPgBouncer } from './helpers/pgbouncer.js'
 import { createTestDatabase, startServer, TEST_JWT_SECRET, type TestServer } from './helpers/server.js'
 import { SseClient } from './helpers/sse.js'
@@ -23,7 +23,6 @@ import { waitUntil } from './helpers/wait.js'
 // the direct listener, migrate an empty database together through the
 // listen URL; and start-up refuses what cannot work behind the pooler.
 
-const projectRoot = fileURLToPath(new URL('../', import.meta.url))
 const bouncer = await startPgBouncer()
 const connections: Sql[] = []
 after(() => Promise.all(connections.map((c) => c.end({ timeout: 5 }))))
@@ -70,29 +69,11 @@ function runMain(vars: Record<string, string>): Promise<{ code: number | null; s
   })
 }
 
-/** `node src/main.ts` serving; resolves once it listens. */
-async function startMain(vars: Record<string, string>) {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    cwd: projectRoot,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, JWT_SECRETS: `test:${TEST_JWT_SECRET}`, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...vars },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  after(() => void child.kill('SIGKILL'))
-  const logs: Array<Record<string, unknown>> = []
-  let stderr = ''
-  child.stderr.setEncoding('utf8').on('data', (t: string) => void (stderr += t))
-  let rest = ''
-  child.stdout.setEncoding('utf8').on('data', (text: string) => {
-    const lines = (rest + text).split('\n')
-    rest = lines.pop()!
-    for (const line of lines) if (line) logs.push(JSON.parse(line))
-  })
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
-  const listening = Promise.race([
-    waitUntil('the instance to listen', () => logs.some((l) => l.msg === 'listening'), 30_000),
-    exited.then(() => Promise.reject(new Error(`the instance exited before listening: ${stderr}`))),
-  ])
-  return { child, logs, exited, listening, stderr: () => stderr }
+/** `node src/main.ts` serving (fault-kit's launchService): `listening` resolves once it listens. */
+function startMain(vars: Record<string, string>) {
+  const instance = launchService({ JWT_SECRETS: `test:${TEST_JWT_SECRET}`, LOG_LEVEL: 'info', ...vars })
+  after(() => instance.kill('SIGKILL'))
+  return instance
 }
 
 const product = (sku: string, price: number) => ({ sku, name: `Pooled ${sku}`, price, currency: 'EUR' })
@@ -238,8 +219,8 @@ describe('start-up', () => {
     assert.deepEqual((await holder<Array<{ name: string }>>`SELECT name FROM schema_migrations ORDER BY version`).map((r) => r.name), files)
     assert.equal(instances.filter((i) => i.logs.some((l) => l.msg === 'migrations applied')).length, 1, 'one instance applied them')
     for (const i of instances) assert.ok(i.logs.some((l) => l.msg?.toString().startsWith('DATABASE_URL goes through a transaction pooler')))
-    for (const i of instances) i.child.kill('SIGTERM')
-    assert.deepEqual(await Promise.all(instances.map((i) => i.exited)), [0, 0])
+    for (const i of instances) i.kill('SIGTERM')
+    assert.deepEqual(await Promise.all(instances.map(async (i) => (await i.exited).code)), [0, 0])
     for (const i of instances) assert.doesNotMatch(i.stderr(), /./)
   })
 

@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { fileURLToPath } from 'node:url'
+import { spawnService } from './fault-kit.js'
 import { waitUntil } from './helpers/wait.js'
 import { startServer, TEST_JWT_SECRET, type TestServer } from './helpers/server.js'
 import { answerWith, startReceiver } from './helpers/webhook-receiver.js'
@@ -11,36 +10,15 @@ import { answerWith, startReceiver } from './helpers/webhook-receiver.js'
 // and one whose instance dies mid-send is sent later by another, once its
 // lease has run out.
 
-const projectRoot = fileURLToPath(new URL('../', import.meta.url))
-
 const delivered = (server: TestServer) => server.logs.filter((l) => l.msg === 'webhook delivered').length
 
 /** An instance in a process of its own (test/helpers/webhook-instance.ts); resolves once it listens. */
 async function spawnInstance(databaseUrl: string, tuning: Record<string, unknown>) {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/helpers/webhook-instance.ts'], {
-    cwd: projectRoot,
-    env: {
-      PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: databaseUrl, JWT_SECRETS: `test:${TEST_JWT_SECRET}`,
-      WEBHOOK_ALLOW_PRIVATE: 'true', RATE_LIMIT: '0', LOG_LEVEL: 'debug', WEBHOOK_TUNING: JSON.stringify(tuning),
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  after(() => void child.kill('SIGKILL'))
-  const logs: Array<Record<string, unknown>> = []
-  let stderr = ''
-  child.stderr.setEncoding('utf8').on('data', (t: string) => void (stderr += t))
-  let rest = ''
-  child.stdout.setEncoding('utf8').on('data', (text: string) => {
-    const lines = (rest + text).split('\n')
-    rest = lines.pop()!
-    for (const line of lines) if (line) logs.push(JSON.parse(line))
-  })
-  const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, signal) => resolve(signal)))
-  await Promise.race([
-    waitUntil('the instance to listen', () => logs.some((l) => l.msg === 'listening'), 30_000),
-    exited.then(() => Promise.reject(new Error(`the instance exited before listening: ${stderr}`))),
-  ])
-  return { child, logs, exited }
+  const instance = await spawnService({
+    DATABASE_URL: databaseUrl, JWT_SECRETS: `test:${TEST_JWT_SECRET}`, WEBHOOK_ALLOW_PRIVATE: 'true', LOG_LEVEL: 'debug', WEBHOOK_TUNING: JSON.stringify(tuning),
+  }, 'test/helpers/webhook-instance.ts')
+  after(() => instance.kill('SIGKILL'))
+  return instance
 }
 
 describe('webhook deliveries across instances', () => {
@@ -83,8 +61,8 @@ describe('webhook deliveries across instances', () => {
     assert.equal((await server.request('POST', '/products', { body: { sku: 'KILL-1', name: 'x', price: 1, currency: 'EUR' } })).status, 201)
     await receiver.waitFor('the first attempt', (r) => r.length === 1)
     const [{ leasedUntil }] = await server.sql`SELECT (extract(epoch FROM leased_until) * 1000)::float8 AS "leasedUntil" FROM webhook_deliveries`
-    doomed.child.kill('SIGKILL')
-    assert.equal(await doomed.exited, 'SIGKILL')
+    doomed.kill('SIGKILL')
+    assert.equal((await doomed.exited).signal, 'SIGKILL')
     const killedAt = Date.now()
     receiver.answer = answerWith(200)
     server.deps.webhooks.start()

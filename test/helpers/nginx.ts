@@ -1,9 +1,9 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { createServer, connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { accepts, freePort } from './ports.js'
 
 // A real nginx (Debian's package; `make test` installs it when missing) running
 // the configuration we ship, deploy/nginx.conf, with three changes a test
@@ -47,22 +47,6 @@ export function renderConfig(port: number, upstreams: readonly string[], dir: st
     upstreams.map((u) => `${indent}server ${u}${params};`).join('\n'), 'upstream `server api:3000`')
   const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((t) => `    ${t}_temp_path ${join(dir, t)};`).join('\n')
   return replaceOnce(config, /^http \{$/m, `http {\n${temp}`, '`http {`')
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
-
-async function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1')
-    socket.once('connect', () => (socket.destroy(), resolve(true)))
-    socket.once('error', () => resolve(false))
-  })
 }
 
 /** nginx with deploy/nginx.conf in front of `upstreams` (host:port each). */

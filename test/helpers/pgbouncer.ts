@@ -1,10 +1,10 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { chownSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { accepts, freePort } from './ports.js'
 
 // A real PgBouncer (Debian's package, 1.18; `make test` installs it when
 // missing) in transaction mode, in front of the run's database server
@@ -47,21 +47,6 @@ function account(): string | undefined {
   if (!user) throw new Error('running as root without a postgres or nobody account for PgBouncer to run as')
   return user
 }
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
-
-const accepts = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = connect(port, '127.0.0.1')
-    socket.once('connect', () => (socket.destroy(), resolve(true)))
-    socket.once('error', () => resolve(false))
-  })
 
 /** A value of a [databases] entry, quoted (PgBouncer's src/loader.c: a quote is doubled; a backslash is no escape). */
 const value = (v: string) => `'${v.replaceAll("'", "''")}'`
