@@ -32,7 +32,8 @@ const settings = {
   rounds: int('BENCH_TOPOLOGY_ROUNDS', 2),
   connections: int('BENCH_TOPOLOGY_CONNECTIONS', 64),
   pool: int('BENCH_POOL', 10),
-  instances: [1, 2, 3],
+  /** Instance counts through PgBouncer, and 'direct': one instance straight to PostgreSQL, what the pooler costs. */
+  layouts: [1, 2, 3, 'direct'] as const,
 }
 const log = (msg: string) => process.stderr.write(`[bench topology ${new Date().toISOString().slice(11, 19)}] ${msg}\n`)
 
@@ -112,7 +113,7 @@ async function withTopology<T>(count: number, options: ServerOptions, work: (t: 
   }
 }
 
-type Results = Record<string, Record<number, Figures[]>>
+type Results = Record<string, Partial<Record<(typeof settings.layouts)[number], Figures[]>>>
 
 function table(results: Results): string {
   const rows: string[] = [
@@ -120,7 +121,8 @@ function table(results: Results): string {
     '|---|---|---|---|---|---|---|---|---|---|---|',
   ]
   for (const [label, byCount] of Object.entries(results)) {
-    for (const [count, runs] of Object.entries(byCount)) {
+    for (const [layout, runs] of Object.entries(byCount) as Array<[string, Figures[]]>) {
+      const count = layout === 'direct' ? '1, without PgBouncer' : layout
       const pick = (f: (x: Figures) => number, digits = 0) => cell(runs.map(f), digits)
       rows.push(`| ${label} | ${count} | ${pick((x) => x.rps)} | ${pick((x) => x.p99, 1)} | ${runs.reduce((a, x) => a + x.failed, 0)} | ` +
         `${pick((x) => x.service)} | ${pick((x) => x.nginx)} | ${pick((x) => x.pgbouncer)} | ${pick((x) => x.postgres)} | ${pick((x) => x.rest)} | ${pick((x) => x.cores, 2)} |`)
@@ -150,16 +152,18 @@ async function main(): Promise<void> {
       serviceMain: join(root, 'dist', 'main.js'), serviceNodeArgs: [], logLevel: 'info',
       serviceEnv: { DATABASE_LISTEN_URL: db.url },
     }
+    const direct: ServerOptions = { ...options, databaseUrl: db.url, serviceEnv: {} }
     const results: Results = {}
     let seed = 0
     for (let round = 0; round < settings.rounds; round++) {
-      for (const count of settings.instances) {
-        await withTopology(count, options, async (t) => {
+      for (const layout of settings.layouts) {
+        const count = layout === 'direct' ? 1 : layout
+        await withTopology(count, layout === 'direct' ? direct : options, async (t) => {
           for (const e of ENDPOINTS) {
             await measure(t, bouncer!, admin, db!, e.load, 1, ++seed + 1000)
             const figures = await measure(t, bouncer!, admin, db!, e.load, settings.seconds, ++seed)
-            ;((results[e.label] ??= {})[count] ??= []).push(figures)
-            log(`round ${round + 1}/${settings.rounds}, ${count} instance(s), ${e.label}: ${figures.rps.toFixed(0)} req/s, ` +
+            ;((results[e.label] ??= {})[layout] ??= []).push(figures)
+            log(`round ${round + 1}/${settings.rounds}, ${layout === 'direct' ? '1 instance without PgBouncer' : `${count} instance(s)`}, ${e.label}: ${figures.rps.toFixed(0)} req/s, ` +
               `${(figures.service + figures.nginx + figures.pgbouncer + figures.postgres + figures.rest).toFixed(0)} µs CPU/req in all, failed ${figures.failed}`)
           }
         })
