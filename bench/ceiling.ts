@@ -7,7 +7,7 @@ import type { Sql } from 'postgres'
 import { connect } from '../src/db/connect.js'
 import { EventPublisher } from '../src/events/publisher.js'
 import { createLogger } from '../src/log.js'
-import { cpuBetween, cpuMicros, cpuOf } from './proc.js'
+import { cpuBetween, cpuMicros, cpuOf, machineCpu } from './proc.js'
 import { removeCreatedUsers, type Seeded } from './seed.js'
 import { APP_NAMES, startServer, stopServer, type ServerOptions } from './servers.js'
 
@@ -335,14 +335,6 @@ const ticks = (() => {
   let value: number | undefined
   return () => (value ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100)
 })()
-
-/** Busy and total jiffies of all cores (/proc/stat). */
-function machineCpu(): { busy: number; total: number } {
-  const line = readFileSync('/proc/stat', 'utf8').split('\n')[0]!
-  const [user, nice, system, idle, iowait, irq, softirq, steal] = line.trim().split(/\s+/).slice(1).map(Number) as number[]
-  const busy = user! + nice! + system! + irq! + softirq! + steal!
-  return { busy, total: busy + idle! + iowait! }
-}
 
 /**
  * The whole cluster's CPU µs so far: the postmaster's own and its reaped
