@@ -10,6 +10,7 @@ import { createLogger } from '../src/log.js'
 import { cpuBetween, cpuMicros, cpuOf, machineCpu } from './proc.js'
 import { removeCreatedUsers, type Seeded } from './seed.js'
 import { APP_NAMES, startServer, stopServer, type ServerOptions } from './servers.js'
+import { countsSetting, fail, intSetting, oneOf } from './settings.js'
 
 // The database's ceiling: pgbench sending the very statements the service
 // sends for a request, as fast as PostgreSQL answers them, on the benchmark
@@ -29,34 +30,6 @@ const env = process.env
 
 // ---- settings ----------------------------------------------------------------
 
-function fail(message: string): never {
-  console.error(message)
-  process.exit(2)
-}
-
-function intSetting(name: string, fallback: number): number {
-  const raw = env[name]
-  if (raw === undefined || raw === '') return fallback
-  const value = Number(raw)
-  if (!Number.isInteger(value) || value < 1) fail(`${name}: must be an integer of at least 1 (got ${JSON.stringify(raw)})`)
-  return value
-}
-
-function clientsSetting(name: string, fallback: number[]): number[] {
-  const raw = env[name]
-  if (raw === undefined || raw === '') return fallback
-  const levels = raw.split(',').map(Number)
-  if (!levels.every((n) => Number.isInteger(n) && n >= 1)) fail(`${name}: comma-separated client counts (got ${JSON.stringify(raw)})`)
-  return levels
-}
-
-function oneOf<T extends string>(name: string, values: readonly T[], fallback: T): T {
-  const raw = env[name]
-  if (raw === undefined || raw === '') return fallback
-  if (!(values as readonly string[]).includes(raw)) fail(`${name}: must be one of ${values.join(', ')} (got ${JSON.stringify(raw)})`)
-  return raw as T
-}
-
 export const ceilingSettings = {
   on: oneOf('BENCH_CEILING', ['on', 'off'], 'on') === 'on',
   /**
@@ -67,7 +40,7 @@ export const ceilingSettings = {
    */
   mode: oneOf('BENCH_CEILING_MODE', ['prepared', 'extended'], 'prepared'),
   /** pgbench's client counts (-c), each its own run. */
-  clients: clientsSetting('BENCH_CEILING_CLIENTS', [8, 16, 32]),
+  clients: countsSetting('BENCH_CEILING_CLIENTS', [8, 16, 32]),
   /** Seconds per run (-T) and rounds over every request and client count. */
   duration: intSetting('BENCH_CEILING_DURATION', 5),
   rounds: intSetting('BENCH_CEILING_ROUNDS', 3),

@@ -18,6 +18,7 @@ import {
 import { createBenchDatabase, dropBenchDatabase, removeCreatedUsers, resetProductVersions, setOutbox, type Seeded } from './seed.js'
 import { KINDS, logFileOf, running, startAll, startServer, stopAll, stopServer, type Kind, type RunningServer, type ServerOptions, type Servers } from './servers.js'
 import { assertWrk, runWrk, type WrkRequests } from './wrk.js'
+import { countsSetting, fail, intSetting, oneOf } from './settings.js'
 
 // `make bench`: the service (production build, request log on) against two
 // independent peers, an idiomatic Fastify server and a bare node:http one,
@@ -36,36 +37,6 @@ const outDir = join(root, 'bench', '.out')
 const env = process.env
 
 // ---- settings ----------------------------------------------------------------
-
-function fail(message: string): never {
-  console.error(message)
-  process.exit(2)
-}
-
-function intSetting(name: string, fallback: number, min = 1): number {
-  const raw = env[name]
-  if (raw === undefined || raw === '') return fallback
-  const value = Number(raw)
-  if (!Number.isInteger(value) || value < min) fail(`${name}: must be an integer of at least ${min} (got ${JSON.stringify(raw)})`)
-  return value
-}
-
-function oneOf<T extends string>(name: string, values: readonly T[], fallback: T): T {
-  const raw = env[name]
-  if (raw === undefined || raw === '') return fallback
-  if (!(values as readonly string[]).includes(raw)) fail(`${name}: must be one of ${values.join(', ')} (got ${JSON.stringify(raw)})`)
-  return raw as T
-}
-
-/** A comma-separated list of connection counts, or `off`. */
-function levelsSetting(name: string, fallback: number[]): number[] {
-  const raw = env[name]
-  if (raw === undefined || raw === '') return fallback
-  if (raw === 'off') return []
-  const levels = raw.split(',').map(Number)
-  if (!levels.every((n) => Number.isInteger(n) && n >= 1)) fail(`${name}: comma-separated connection counts, or off (got ${JSON.stringify(raw)})`)
-  return levels
-}
 
 /** The options between `node` and the entry point in package.json's start script. */
 function startScriptNodeArgs(): string[] {
@@ -86,7 +57,7 @@ const settings = {
   threads: intSetting('BENCH_THREADS', 1),
   /** wrk's --timeout: a slower answer counts as a time-out, not as latency. */
   timeout: intSetting('BENCH_TIMEOUT', 10),
-  concurrency: levelsSetting('BENCH_CONCURRENCY', [128, 256, 1000]),
+  concurrency: countsSetting('BENCH_CONCURRENCY', [128, 256, 1000], true),
   concurrencyDuration: intSetting('BENCH_CONCURRENCY_DURATION', 15),
   concurrencyRounds: intSetting('BENCH_CONCURRENCY_ROUNDS', 1),
   growth: oneOf('BENCH_GROWTH', ['on', 'off', 'full'], 'on'),

@@ -13,6 +13,7 @@ import { cell } from './report.js'
 import { createBenchDatabase, dropBenchDatabase, type Seeded } from './seed.js'
 import { startServer, stopServer, type RunningServer, type ServerOptions } from './servers.js'
 import { assertWrk, runWrk, type WrkRequests } from './wrk.js'
+import { intSetting, oneOf } from './settings.js'
 
 // The deployment of docs/scaling.md under load, on this machine: wrk → nginx
 // (deploy/nginx.conf) → 1, 2 or 3 instances (the production build) →
@@ -25,13 +26,12 @@ import { assertWrk, runWrk, type WrkRequests } from './wrk.js'
 const env = process.env
 const root = fileURLToPath(new URL('..', import.meta.url))
 const outDir = join(root, 'bench', '.out')
-const int = (name: string, fallback: number) => (env[name] ? Number(env[name]) : fallback)
 const settings = {
-  rows: int('BENCH_ROWS', 100_000),
-  seconds: int('BENCH_TOPOLOGY_DURATION', 8),
-  rounds: int('BENCH_TOPOLOGY_ROUNDS', 2),
-  connections: int('BENCH_TOPOLOGY_CONNECTIONS', 64),
-  pool: int('BENCH_POOL', 10),
+  rows: intSetting('BENCH_ROWS', 100_000),
+  seconds: intSetting('BENCH_TOPOLOGY_DURATION', 8),
+  rounds: intSetting('BENCH_TOPOLOGY_ROUNDS', 2),
+  connections: intSetting('BENCH_TOPOLOGY_CONNECTIONS', 64),
+  pool: intSetting('BENCH_POOL', 10),
   /** Instance counts through PgBouncer, and 'direct': one instance straight to PostgreSQL, what the pooler costs. */
   layouts: [1, 2, 3, 'direct'] as const,
 }
@@ -132,7 +132,7 @@ function table(results: Results): string {
 }
 
 async function main(): Promise<void> {
-  if (env.BENCH_TOPOLOGY === 'off') return
+  if (oneOf('BENCH_TOPOLOGY', ['on', 'off'], 'on') === 'off') return
   assertWrk()
   mkdirSync(outDir, { recursive: true })
   const serverUrl = env.DATABASE_URL ?? startLocalCluster()
