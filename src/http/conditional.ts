@@ -21,16 +21,16 @@ export function etagMatches(ifNoneMatch: string | undefined, etag: string | unde
  * follows see the same version. A mismatch is a 412 and nothing is written.
  */
 export function checkIfMatch(ifMatch: string | undefined, currentVersion: number): void {
-  if (ifMatch === undefined) return
-  const current = etagFor(currentVersion)
-  if (listTags(ifMatch).some((tag) => tag === '*' || tag === current)) return
-  throw new HttpError('precondition_failed', 'The resource has changed since it was read (If-Match does not match its ETag).', { headers: { etag: current } })
+  const versions = ifMatchVersions(ifMatch)
+  if (versions === undefined || versions.includes(currentVersion)) return
+  throw new HttpError('precondition_failed', 'The resource has changed since it was read (If-Match does not match its ETag).', { headers: { etag: etagFor(currentVersion) } })
 }
 
 /**
- * The row versions an If-Match header accepts, for a write that checks it in
- * its own statement: undefined when any does (no header, or `*`); otherwise
- * the versions of its strong tags, empty when none is one of ours.
+ * The row versions an If-Match header accepts (strong comparison: only our
+ * own strong tags count): undefined when any does (no header, or `*`),
+ * otherwise possibly none. checkIfMatch uses it, and so does a write that
+ * checks If-Match in its own statement (src/resources/store.ts).
  */
 export function ifMatchVersions(ifMatch: string | undefined): number[] | undefined {
   if (ifMatch === undefined) return undefined
