@@ -20,7 +20,7 @@ import type { AnyRoute } from './http/route.js'
 import type { Logger } from './log.js'
 import { Metrics } from './metrics/metrics.js'
 import { ListShapes } from './collections/list-sql.js'
-import { endListenSql, shutdown } from './shutdown.js'
+import { closeDatabaseWork, shutdown } from './shutdown.js'
 import { defaultStreamSettings, EventHub, type StreamSettings } from './events/hub.js'
 import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from './events/publisher.js'
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
@@ -101,8 +101,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
       server.closeAllConnections()
       // Its error, when the server never listened, is of no interest here.
       await new Promise<unknown>((resolve) => server.close(resolve))
-      await Promise.all([deps.eventPublisher.stop(), deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
-      await Promise.all([deps.sql.end({ timeout: 5 }), endListenSql(deps, 5), deps.credentialChanges.stop()])
+      await closeDatabaseWork(deps, 5)
     },
   }
 }

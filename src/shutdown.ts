@@ -41,8 +41,7 @@ export async function shutdown(server: AppServer, deps: AppDeps): Promise<void> 
   try {
     // end() destroys the connections once `timeout` passes; the race is for an end() that would not even do that.
     await Promise.race([
-      Promise.all([deps.eventPublisher.stop(), deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
-        .then(() => Promise.all([deps.sql.end({ timeout: left / 1000 }), endListenSql(deps, left / 1000), deps.credentialChanges.stop(left / 1000)])),
+      closeDatabaseWork(deps, left / 1000),
       sleep(left + 500),
     ])
   } catch (err) {
@@ -51,7 +50,18 @@ export async function shutdown(server: AppServer, deps: AppDeps): Promise<void> 
   log.info('stopped', { duration_ms: Math.round(performance.now() - started) })
 }
 
-/** Ends `deps.listenSql` when it is a postgres instance of its own (on DATABASE_LISTEN_URL); the pool's end ends its own listener. */
-export function endListenSql(deps: Pick<AppDeps, 'sql' | 'listenSql'>, timeoutSeconds: number): Promise<void> {
-  return deps.listenSql === deps.sql ? Promise.resolve() : deps.listenSql.end({ timeout: timeoutSeconds })
+/**
+ * The background work first (the publisher, streams, webhook worker,
+ * retention: they use the connections), then the pool, the listening
+ * connection and the credential listener, each given `timeoutSeconds`.
+ * The pool's end ends its own listener; `listenSql` is ended only when it is
+ * a connection of its own (DATABASE_LISTEN_URL).
+ */
+export async function closeDatabaseWork(deps: AppDeps, timeoutSeconds: number): Promise<void> {
+  await Promise.all([deps.eventPublisher.stop(), deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
+  await Promise.all([
+    deps.sql.end({ timeout: timeoutSeconds }),
+    deps.listenSql === deps.sql ? undefined : deps.listenSql.end({ timeout: timeoutSeconds }),
+    deps.credentialChanges.stop(timeoutSeconds),
+  ])
 }
