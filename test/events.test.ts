@@ -248,6 +248,23 @@ test('api_time is inlined into the statement of the change: the plan shows to_ch
   assert.equal(row.text, '2026-11-22T10:15:30.120Z')
 })
 
+test('the outbox refuses a malformed type or subject type, whatever writes it; each part may have 1 to 40 of [a-z_]', async () => {
+  const a40 = 'a'.repeat(40)
+  const accepted = ['user.created', `${a40}.${a40}`, 'x_y.z_w']
+  const refused = ['user', '.created', 'user.', 'user.created.twice', 'User.created', 'user .created', `${a40}a.b`, `a.${a40}b`, 'user.created\n', '']
+  const subjectsRefused = ['', `${a40}a`, 'a.b', 'A', 'user\n']
+  // Each insert rolls back: these rows must never reach the publisher.
+  const tryInsert = (type: string, subject: string) =>
+    sql.begin(async (tx) => {
+      await tx`INSERT INTO event_outbox (type, subject_type, subject_id, data) VALUES (${type}, ${subject}, 1, '{}')`
+      throw new Error('rolled back')
+    }).then(() => 'inserted', (err: { code?: string; message: string }) => (err.message === 'rolled back' ? 'accepted' : err.code))
+  for (const type of accepted) assert.equal(await tryInsert(type, 'user'), 'accepted', type)
+  for (const type of refused) assert.equal(await tryInsert(type, 'user'), '23514', JSON.stringify(type))
+  assert.equal(await tryInsert('user.created', a40), 'accepted')
+  for (const subject of subjectsRefused) assert.equal(await tryInsert('user.created', subject), '23514', JSON.stringify(subject))
+})
+
 describe('a refused or rolled-back write records nothing', () => {
   test('validation, conflicts, preconditions, authorization and rules checked in the transaction', async () => {
     const product = (await api.request('POST', '/products', { body: newProduct() })).body
