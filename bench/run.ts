@@ -64,8 +64,8 @@ const settings = {
   outbox: oneOf('BENCH_OUTBOX', ['on', 'off'], 'on'),
   /** `off`: skip the main series (to measure only the others, e.g. BENCH_MAIN=off BENCH_CONCURRENCY=off BENCH_GROWTH=off for the outbox). */
   main: oneOf('BENCH_MAIN', ['on', 'off'], 'on'),
-  growthDuration: intSetting('BENCH_GROWTH_DURATION', 2),
-  growthRounds: intSetting('BENCH_GROWTH_ROUNDS', 2),
+  growthDuration: intSetting('BENCH_GROWTH_DURATION', 4),
+  growthRounds: intSetting('BENCH_GROWTH_ROUNDS', 3),
   only: env.BENCH_ONLY ? env.BENCH_ONLY.split(',') : undefined,
   keepDb: env.BENCH_KEEP_DB === '1',
   /** Another build of the service to measure (a copy of dist/ with a fix applied), instead of dist/main.js. */
