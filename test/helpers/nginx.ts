@@ -1,9 +1,10 @@
 import { spawn, spawnSync } from 'node:child_process'
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { accepts, freePort } from './ports.js'
+import { installedProgram } from './programs.js'
 
 // A real nginx (Debian's package; `make test` installs it when missing) running
 // the configuration we ship, deploy/nginx.conf, with three changes a test
@@ -27,11 +28,6 @@ export interface Nginx {
   stop(): Promise<void>
 }
 
-function nginxBinary(): string {
-  const found = ['/usr/sbin/nginx', ...(process.env.PATH ?? '').split(':').map((dir) => join(dir, 'nginx'))].find((p) => existsSync(p))
-  if (!found) throw new Error('nginx is not installed: `make test` installs it (Debian package nginx, as root); or run `apt-get install nginx`')
-  return found
-}
 
 function replaceOnce(text: string, pattern: RegExp, replacement: string | ((match: string, ...groups: string[]) => string), what: string): string {
   const found = text.match(new RegExp(pattern.source, pattern.flags + 'g'))?.length ?? 0
@@ -51,7 +47,7 @@ export function renderConfig(port: number, upstreams: readonly string[], dir: st
 
 /** nginx with deploy/nginx.conf in front of `upstreams` (host:port each). */
 export async function startNginx(upstreams: readonly string[]): Promise<Nginx> {
-  const binary = nginxBinary()
+  const binary = installedProgram('nginx')
   const dir = mkdtempSync(join(tmpdir(), 'upa-nginx-'))
   const port = await freePort()
   const config = renderConfig(port, upstreams, dir)

@@ -1,10 +1,11 @@
 import { spawn, spawnSync } from 'node:child_process'
-import { chownSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { chownSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { accepts, freePort } from './ports.js'
+import { installedProgram } from './programs.js'
 
 // A real PgBouncer (Debian's package, 1.18; `make test` installs it when
 // missing) in transaction mode, in front of the run's database server
@@ -34,11 +35,6 @@ export interface PgBouncerOptions {
   poolSize?: number
 }
 
-function binary(): string {
-  const found = ['/usr/sbin/pgbouncer', ...(process.env.PATH ?? '').split(':').map((dir) => join(dir, 'pgbouncer'))].find((p) => existsSync(p))
-  if (!found) throw new Error('pgbouncer is not installed: `make test` installs it (Debian package pgbouncer, as root); or run `apt-get install pgbouncer`')
-  return found
-}
 
 /** As root, the account PgBouncer runs as (as src/db/local-cluster.ts chooses for PostgreSQL). */
 function account(): string | undefined {
@@ -96,7 +92,7 @@ ignore_startup_parameters =
     const gid = Number(spawnSync('id', ['-g', runAs], { encoding: 'utf8' }).stdout)
     for (const file of ['', 'pgbouncer.ini', 'users.txt']) chownSync(join(dir, file), uid, gid)
   }
-  const child = spawn(binary(), [...(runAs ? ['-u', runAs] : []), join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] })
+  const child = spawn(installedProgram('pgbouncer'), [...(runAs ? ['-u', runAs] : []), join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
   child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text))
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
@@ -124,7 +120,7 @@ ignore_startup_parameters =
   return {
     port,
     pid: child.pid!,
-    version: spawnSync(binary(), ['--version'], { encoding: 'utf8' }).stdout.split('\n')[0]!.trim(),
+    version: spawnSync(installedProgram('pgbouncer'), ['--version'], { encoding: 'utf8' }).stdout.split('\n')[0]!.trim(),
     urlFor(databaseUrl) {
       const database = new URL(databaseUrl).pathname
       return `postgres://${encodeURIComponent(user)}@127.0.0.1:${port}${database}`
