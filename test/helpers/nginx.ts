@@ -28,7 +28,6 @@ export interface Nginx {
   stop(): Promise<void>
 }
 
-
 function replaceOnce(text: string, pattern: RegExp, replacement: string | ((match: string, ...groups: string[]) => string), what: string): string {
   const found = text.match(new RegExp(pattern.source, pattern.flags + 'g'))?.length ?? 0
   if (found !== 1) throw new Error(`deploy/nginx.conf: expected exactly one ${what}, found ${found}`)

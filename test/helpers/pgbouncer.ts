@@ -35,7 +35,6 @@ export interface PgBouncerOptions {
   poolSize?: number
 }
 
-
 /** As root, the account PgBouncer runs as (as src/db/local-cluster.ts chooses for PostgreSQL). */
 function account(): string | undefined {
   if (process.getuid?.() !== 0) return undefined
