@@ -8,7 +8,7 @@ import { ConfigError, loadConfig } from '../src/config.js'
 import { PREPARE_AFTER_USES } from '../src/collections/list-sql.js'
 import { connect } from '../src/db/connect.js'
 import { MIGRATION_LOCK } from '../src/db/migrate.js'
-import { behindPooler, resolvePooler } from '../src/db/pooler.js'
+import { probe, resolvePooler } from '../src/db/pooler.js'
 import { products } from '../src/products/resource.js'
 import { launchService, projectRoot } from './fault-kit.js'
 import { startPgBouncer } from './helpers/pgbouncer.js'
@@ -81,8 +81,8 @@ const nextPath = (link: string | null) => (link ? /<([^>]+)>; rel="next"/.exec(l
 
 describe('detection', () => {
   test('PgBouncer is detected by the process id it announces; a direct connection is not taken for a pooler', async () => {
-    assert.equal(await behindPooler(pooledUrl), true)
-    assert.equal(await behindPooler(listenUrl), false)
+    assert.equal((await probe(pooledUrl)).pooled, true)
+    assert.equal((await probe(listenUrl)).pooled, false)
     assert.equal(a.deps.config.databasePooler, 'transaction')
     const directly = await startServer({}, {}, { databaseUrl: listenUrl })
     assert.equal(directly.deps.config.databasePooler, 'none')

@@ -72,11 +72,6 @@ export async function probe(url: string): Promise<Probe> {
   }
 }
 
-/** Whether `url` goes through a connection pooler (see the top of this file). */
-export async function behindPooler(url: string): Promise<boolean> {
-  return (await probe(url)).pooled
-}
-
 /**
  * DATABASE_POOLER resolved for `config` (its `auto` found out), or a
  * ConfigError that says what to set. Database errors (unreachable, refused)
@@ -104,10 +99,10 @@ export async function resolvePooler(config: Config & { databaseUrl: string }): P
     )
   }
   const limit = `${statementTimeoutMs} ms (STATEMENT_TIMEOUT)`
-  const wrong = [
+  const wrong = ([
     ['statement_timeout', main.statementTimeoutMs],
     ['idle_in_transaction_session_timeout', main.idleInTransactionTimeoutMs],
-  ].filter(([, ms]) => ms === 0 || (ms as number) > statementTimeoutMs)
+  ] as const).filter(([, ms]) => ms === 0 || ms > statementTimeoutMs)
   if (wrong.length) {
     const found = wrong.map(([name, ms]) => `${name} is ${ms === 0 ? 'off' : `${ms} ms`}`).join(' and ')
     const fix = wrong.map(([name]) => `ALTER ROLE ${quote(main.user)} IN DATABASE ${quote(main.database)} SET ${name} = '${statementTimeoutMs}ms';`).join(' ')
