@@ -8,7 +8,7 @@ import { connect } from '../src/db/connect.js'
 import { EventPublisher } from '../src/events/publisher.js'
 import { createLogger } from '../src/log.js'
 import { cpuBetween, cpuMicros, cpuOf, machineCpu } from './proc.js'
-import { removeCreatedUsers, type Seeded } from './seed.js'
+import { backendPids, removeCreatedUsers, type Seeded } from './seed.js'
 import { APP_NAMES, startServer, stopServer, type ServerOptions } from './servers.js'
 import { countsSetting, fail, intSetting, oneOf } from './settings.js'
 
@@ -410,10 +410,10 @@ async function startPublisher(admin: Sql, db: Seeded, log: (msg: string) => void
   const pool = connect(db.url, { max: 1, statementTimeoutMs: 60_000 })
   const publisher = new EventPublisher(pool, createLogger('warn', (line) => log(`publisher: ${line.trim()}`)))
   await publisher.drain()
-  const rows = await admin<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE datname = ${db.name} AND application_name = ${APP_NAMES.service}`
+  const pids = await backendPids(admin, db, APP_NAMES.service)
   publisher.start()
   return {
-    pid: rows.length === 1 ? rows[0]!.pid : undefined,
+    pid: pids.length === 1 ? pids[0] : undefined,
     async stop() {
       await publisher.drain()
       await publisher.stop()
@@ -490,7 +490,7 @@ async function runPgbench(o: RunOptions): Promise<CeilingMeasurement> {
   let pids: number[] = []
   while (exitCode === undefined) {
     if (pids.length < clients) {
-      pids = (await admin<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE datname = ${db.name} AND application_name = ${PGBENCH_APP}`).map((r) => r.pid)
+      pids = await backendPids(admin, db, PGBENCH_APP)
     }
     for (const [pid, us] of cpuOf(pids)) backends.set(pid, us)
     await Promise.race([closed, sleep(50)])

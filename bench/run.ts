@@ -15,7 +15,7 @@ import {
   ceilingAgainstService, ceilingTable, concurrencyKey, concurrencyTable, concurrencyTargets, failed, growthTable, growthTargets, LABEL, mainTable, mainTargets, outboxKey, outboxTable, outboxTargets, ratioTable,
   type GrowthSize, type Measurement, type Series,
 } from './report.js'
-import { createBenchDatabase, dropBenchDatabase, removeCreatedUsers, resetProductVersions, setOutbox, type Seeded } from './seed.js'
+import { backendPids, createBenchDatabase, dropBenchDatabase, removeCreatedUsers, resetProductVersions, setOutbox, type Seeded } from './seed.js'
 import { KINDS, logFileOf, running, startAll, startServer, stopAll, stopServer, type Kind, type RunningServer, type ServerOptions, type Servers } from './servers.js'
 import { assertWrk, runWrk, type WrkRequests } from './wrk.js'
 import { countsSetting, fail, intSetting, oneOf } from './settings.js'
@@ -182,9 +182,9 @@ async function checkIdentity(servers: Partial<Servers>, db: Seeded, list: Endpoi
 let admin: Sql
 
 async function backendCpu(db: Seeded, appName: string): Promise<Map<number, number> | undefined> {
-  const rows = await admin<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE datname = ${db.name} AND application_name = ${appName}`
-  const cpu = cpuOf(rows.map((r) => r.pid))
-  return rows.length && !cpu.size ? undefined : cpu
+  const pids = await backendPids(admin, db, appName)
+  const cpu = cpuOf(pids)
+  return pids.length && !cpu.size ? undefined : cpu
 }
 
 const runTag = Date.now().toString(36)

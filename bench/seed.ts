@@ -134,6 +134,13 @@ export async function setOutbox(url: string, on: boolean): Promise<void> {
   }
 }
 
+/** The process ids of the PostgreSQL backends connected to the benchmark database, those of one application_name only when given. */
+export async function backendPids(admin: Sql, db: Seeded, appName?: string): Promise<number[]> {
+  const ofApp = appName === undefined ? admin`` : admin`AND application_name = ${appName}`
+  const rows = await admin<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE datname = ${db.name} ${ofApp}`
+  return rows.map((r) => r.pid)
+}
+
 export async function dropBenchDatabase(admin: Sql, name: string): Promise<void> {
   await admin`DROP DATABASE IF EXISTS ${admin(name)} WITH (FORCE)`
 }

@@ -10,7 +10,7 @@ import { launchPgBouncer, type PgBouncer } from '../test/helpers/pgbouncer.js'
 import { signJwt } from './peers-check.js'
 import { cpuMicros, cpuOf, cpuBetween, machineCpu } from './proc.js'
 import { cell } from './report.js'
-import { createBenchDatabase, dropBenchDatabase, type Seeded } from './seed.js'
+import { backendPids, createBenchDatabase, dropBenchDatabase, type Seeded } from './seed.js'
 import { startServer, stopServer, type RunningServer, type ServerOptions } from './servers.js'
 import { assertWrk, runWrk, type WrkRequests } from './wrk.js'
 import { intSetting, oneOf } from './settings.js'
@@ -61,10 +61,6 @@ interface Figures {
 interface Topology {
   instances: RunningServer[]
   nginx: Nginx
-}
-
-async function backendPids(admin: Sql, db: Seeded): Promise<number[]> {
-  return (await admin<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE datname = ${db.name}`).map((r) => r.pid)
 }
 
 async function measure(t: Topology, bouncer: PgBouncer, admin: Sql, db: Seeded, load: WrkRequests, seconds: number, seed: number): Promise<Figures> {
