@@ -157,8 +157,9 @@ describe('two instances behind nginx', async () => {
     const slow = await SseClient.open(proxy.url, '/events/stream', { headers: auth })
     await slow.waitFor(() => slow.retry !== undefined, 5000, 'retry:')
     slow.res.pause()
-    // About 10 MB of events: more than the socket buffers between the client, nginx and the service hold.
-    for (let i = 0; i < 12; i++) await insertEvents(s.sql, 50, 16_000)
+    // About 20 MB of events: more than the socket buffers between the client, nginx and the service hold.
+    // Linux sizes those as the data flows (up to tcp_rmem's 32 MB here), and 10 MB was once all absorbed.
+    for (let i = 0; i < 24; i++) await insertEvents(s.sql, 50, 16_000)
     await s.published()
     const cut = () => s.logs.some((l) => l.msg === 'event stream closed' && l.reason === 'too_slow')
     for (const deadline = Date.now() + 10_000; !cut() && Date.now() < deadline;) await sleep(50)
