@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import v8 from 'node:v8'
 import vm from 'node:vm'
-import type { Sql } from 'postgres'
+import type { Sql, TransactionSql } from 'postgres'
 import { signJwt } from '../src/auth/jwt.js'
 import { roleScopes } from '../src/auth/scopes.js'
 import { connect } from '../src/db/connect.js'
@@ -137,19 +137,31 @@ export class OwnCluster {
  * in flight, or a transaction between two of its writes, for as long as they
  * need. The table comes from this list, never from a caller's text.
  */
-export async function holdRowLock(sql: Sql, table: 'users' | 'sessions', id: number): Promise<{ release(): void; done: Promise<unknown> }> {
+/**
+ * Holds the lock `take` acquires, in a transaction of its own, until
+ * `release()`; resolves once the lock is held.
+ */
+async function holdLock(sql: Sql, take: (tx: TransactionSql) => Promise<unknown>): Promise<{ release(): void; done: Promise<unknown> }> {
   let release!: () => void
   const released = new Promise<void>((resolve) => (release = resolve))
   let locked!: () => void
   const isLocked = new Promise<void>((resolve) => (locked = resolve))
   const done = sql.begin(async (tx) => {
-    await tx`SELECT 1 FROM ${tx(table)} WHERE id = ${id} FOR UPDATE`
+    await take(tx)
     locked()
     await released
   })
   await Promise.race([isLocked, done])
   return { release, done }
 }
+
+/** One row locked FOR UPDATE: writers of that row wait, readers do not. */
+export const holdRowLock = (sql: Sql, table: 'users' | 'sessions', id: number) =>
+  holdLock(sql, (tx) => tx`SELECT 1 FROM ${tx(table)} WHERE id = ${id} FOR UPDATE`)
+
+/** A whole table locked ACCESS EXCLUSIVE: every statement that touches it waits, reads included. */
+export const holdTableLock = (sql: Sql, table: 'users') =>
+  holdLock(sql, (tx) => tx`LOCK TABLE ${tx(table)} IN ACCESS EXCLUSIVE MODE`)
 
 /** An admin JWT as the service issues it (no database read is needed to check it). */
 export function adminToken(adminId: number): string {
