@@ -6,6 +6,8 @@ import { allRoutes, createApp, type AppServer } from './app.js'
 import { tlsOptions, watchCertificate } from './http/tls.js'
 import { CREDENTIAL_CACHE_SIZE, type AppDeps } from './app-deps.js'
 import { listenForCredentialChanges } from './auth/credential-changes.js'
+import { credentialDeps } from './auth/credentials.js'
+import { checkGrants } from './auth/grants.js'
 import { JwtCache } from './auth/jwt-cache.js'
 import { LoginGuard } from './auth/login-throttle.js'
 import { PasswordHasher } from './auth/password.js'
@@ -118,7 +120,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
   const lifecycle = { shuttingDown: false }
   const apiKeyCache = new ApiKeyCache(cacheSize)
   const revocations = new RevocationList()
-  return {
+  const deps: AppDeps = {
     sql,
     listenSql,
     config,
@@ -138,8 +140,10 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
     listShapes: new ListShapes({ prepare: !pooled }),
     idempotencyCleanup: new IdempotencyCleanup(),
     eventPublisher: new EventPublisher(sql, log, { ...defaultPublisherSettings, ...tuning.publisher }),
-    eventHub: new EventHub(sql, listenSql, log, { ...defaultStreamSettings, ...tuning.streams }),
+    // Streams are checked in the background, outside the bound on waiting for the database that requests wait under.
+    eventHub: new EventHub(sql, listenSql, log, { ...defaultStreamSettings, ...tuning.streams }, (grants) => checkGrants(grants, credentialDeps(deps, (work) => work()), config.allowSignup)),
     webhooks: new WebhookWorker(sql, listenSql, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }),
     retention: new EventRetention(sql, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
+  return deps
 }

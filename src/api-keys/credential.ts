@@ -1,17 +1,20 @@
 import type { Sql } from 'postgres'
 import type { Role } from '../auth/principal.js'
 import { effectiveScopes } from '../auth/scopes.js'
-import { hashSecret } from '../auth/tokens.js'
+import { hashList } from '../auth/tokens.js'
 import type { ApiKeyCache, CachedApiKey } from './key-cache.js'
 import type { LastUsedWrites } from './last-used.js'
 
-// An API key presented with a request: its Principal, or undefined when it is
-// unknown, expired or revoked. A key this instance knows costs no statement
-// (src/api-keys/key-cache.ts); last_used_at costs one at most once a minute
-// (src/api-keys/last-used.ts). The user's current role is part of what is
-// cached, and a role change evicts it.
+// API keys presented with requests: their Principals, undefined where a key
+// is unknown, expired or revoked. A key this instance knows costs no
+// statement (src/api-keys/key-cache.ts), so no wait under the database bound
+// either; the keys it does not know cost one statement between them.
+// last_used_at costs one at most once a minute (src/api-keys/last-used.ts).
+// The user's current role is part of what is cached, and a role change
+// evicts it.
 
 interface KeyRow {
+  key_hash: Buffer
   user_id: number
   role: Role
   scopes: string[]
@@ -27,38 +30,48 @@ export interface ApiKeyDeps {
   apiKeyUse: LastUsedWrites
 }
 
-export async function apiKeyPrincipal(key: string, { sql, bounded, apiKeyCache: cache, apiKeyUse: lastUsed }: ApiKeyDeps): Promise<CachedApiKey['principal'] | undefined> {
-  const hash = hashSecret(key)
-  const cacheKey = hash.toString('base64')
-  let entry = cache.lookup(cacheKey, Date.now())
-  if (entry === 'expired') return undefined
-  if (!entry) {
+/** The Principal of each key, by the SHA-256 of the key. */
+export async function apiKeyPrincipals(hashes: readonly Buffer[], { sql, bounded, apiKeyCache: cache }: ApiKeyDeps): Promise<Array<CachedApiKey['principal'] | undefined>> {
+  const now = Date.now()
+  const entries = hashes.map((hash) => cache.lookup(hash.toString('base64'), now))
+  const missing = hashes.filter((_, i) => entries[i] === undefined)
+  if (missing.length > 0) {
     const generation = cache.generation
-    const [row] = await bounded(() => sql<KeyRow[]>`
-      SELECT u.id AS user_id, u.role, k.scopes, k.expires_at, k.id AS api_key_id
+    const rows = await bounded(() => sql<KeyRow[]>`
+      SELECT k.key_hash, u.id AS user_id, u.role, k.scopes, k.expires_at, k.id AS api_key_id
       FROM api_keys k JOIN users u ON u.id = k.user_id
-      WHERE k.key_hash = ${hash} AND (k.expires_at IS NULL OR k.expires_at > now())`)
-    if (!row) return undefined
-    entry = {
-      principal: {
-        kind: 'user', userId: String(row.user_id), role: row.role,
-        scopes: effectiveScopes(row.role, row.scopes),
-        credential: { type: 'api_key', expiresAt: row.expires_at, apiKeyId: row.api_key_id },
-      },
-      userId: row.user_id,
-      apiKeyId: row.api_key_id,
-      expiresAt: row.expires_at === null ? null : Date.parse(row.expires_at),
+      WHERE k.key_hash = ANY(${hashList(sql, missing)}) AND (k.expires_at IS NULL OR k.expires_at > now())`)
+    const read = new Map<string, CachedApiKey>()
+    for (const row of rows) {
+      const entry: CachedApiKey = {
+        principal: {
+          kind: 'user', userId: String(row.user_id), role: row.role,
+          scopes: effectiveScopes(row.role, row.scopes),
+          credential: { type: 'api_key', expiresAt: row.expires_at, apiKeyId: row.api_key_id },
+        },
+        userId: row.user_id,
+        apiKeyId: row.api_key_id,
+        expiresAt: row.expires_at === null ? null : Date.parse(row.expires_at),
+      }
+      const cacheKey = row.key_hash.toString('base64')
+      read.set(cacheKey, entry)
+      cache.remember(cacheKey, entry, generation)
     }
-    cache.remember(cacheKey, entry, generation)
+    hashes.forEach((hash, i) => {
+      if (entries[i] === undefined) entries[i] = read.get(hash.toString('base64'))
+    })
   }
-  if (lastUsed.claim(entry.apiKeyId, Date.now())) {
-    try {
-      // The SQL guard stays: other instances write it too.
-      await bounded(() => sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${entry.apiKeyId} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`)
-    } catch (err) {
-      lastUsed.failed(entry.apiKeyId)
-      throw err
-    }
+  return entries.map((entry) => (entry === undefined || entry === 'expired' ? undefined : entry.principal))
+}
+
+/** A request used the key: last_used_at, written at most once a minute per key and process. */
+export async function recordKeyUse(apiKeyId: number, { sql, bounded, apiKeyUse: lastUsed }: ApiKeyDeps): Promise<void> {
+  if (!lastUsed.claim(apiKeyId, Date.now())) return
+  try {
+    // The SQL guard stays: other instances write it too.
+    await bounded(() => sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${apiKeyId} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`)
+  } catch (err) {
+    lastUsed.failed(apiKeyId)
+    throw err
   }
-  return entry.principal
 }

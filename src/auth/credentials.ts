@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
+import type { AppDeps } from '../app-deps.js'
 import type { Sql } from 'postgres'
-import { apiKeyPrincipal } from '../api-keys/credential.js'
+import { apiKeyPrincipals, recordKeyUse } from '../api-keys/credential.js'
 import type { ApiKeyCache } from '../api-keys/key-cache.js'
 import type { LastUsedWrites } from '../api-keys/last-used.js'
 import { HttpError } from '../http/problem.js'
@@ -10,7 +11,7 @@ import type { JwtCache } from './jwt-cache.js'
 import type { Principal, Role, UserPrincipal } from './principal.js'
 import type { RevocationList } from './revocations.js'
 import { effectiveScopes } from './scopes.js'
-import { hashSecret, kindOf } from './tokens.js'
+import { hashList, hashSecret, kindOf } from './tokens.js'
 
 // Turns the credential of a request into a Principal. A request carries at
 // most one: `Authorization: Bearer <JWT | opaque token | API key>` or
@@ -36,6 +37,24 @@ export interface CredentialDeps {
   credentialChanges: Pick<CredentialChanges, 'trusted'>
 }
 
+/** What authentication uses of an instance's deps; `bounded` as the caller waits for the database. */
+export function credentialDeps(
+  deps: Pick<AppDeps, 'sql' | 'config' | 'jwtCache' | 'apiKeyCache' | 'apiKeyUse' | 'revocations' | 'credentialChanges'>,
+  bounded: CredentialDeps['bounded'],
+): CredentialDeps {
+  const { config } = deps
+  return {
+    sql: deps.sql,
+    bounded,
+    settings: { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience },
+    jwtCache: deps.jwtCache,
+    apiKeyCache: deps.apiKeyCache,
+    apiKeyUse: deps.apiKeyUse,
+    revocations: deps.revocations,
+    credentialChanges: deps.credentialChanges,
+  }
+}
+
 const REALM = 'Bearer realm="api"'
 export const challenge = {
   missing: REALM,
@@ -45,7 +64,7 @@ export const challenge = {
 
 export const unauthorized = () =>
   new HttpError('unauthorized', 'This endpoint needs a credential: Authorization: Bearer <token> or X-API-Key.', { headers: { 'www-authenticate': challenge.missing } })
-const invalidToken = () =>
+export const invalidToken = () =>
   new HttpError('invalid_token', 'The credential is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
 
 /** The presented secret, or undefined when there is none. Two credentials are a 400. */
@@ -66,7 +85,56 @@ export function presentedCredential(headers: IncomingHttpHeaders): string | unde
   return m[1]
 }
 
+/** A credential as presented, its form checked and nothing looked up yet: what `checkCredentials` takes. */
+export type Presented =
+  | { kind: 'jwt'; token: string }
+  | { kind: 'apiKey' | 'access'; hash: Buffer }
+
+/** What a presented secret is; a secret of no kind we issue is invalid. */
+export function present(secret: string): Presented {
+  if (looksLikeJwt(secret)) return { kind: 'jwt', token: secret }
+  const kind = kindOf(secret)
+  if (kind !== 'apiKey' && kind !== 'access') throw invalidToken()
+  return { kind, hash: hashSecret(secret) }
+}
+
+export async function authenticate(headers: IncomingHttpHeaders, deps: CredentialDeps): Promise<Principal | undefined> {
+  const secret = presentedCredential(headers)
+  if (secret === undefined) return undefined
+  const [principal] = await checkCredentials([present(secret)], deps)
+  if (!principal) throw invalidToken()
+  if (principal.credential.type === 'api_key') await recordKeyUse(principal.credential.apiKeyId, deps)
+  return principal
+}
+
+/**
+ * The Principal each credential gets now, as a request presenting it would,
+ * or undefined where it is invalid, expired or revoked. However many there
+ * are, the database is read at most once per kind: an answer that outlives
+ * its request (src/auth/grants.ts) checks its credential again this way,
+ * all of an instance's at once.
+ */
+export async function checkCredentials(presented: readonly Presented[], deps: CredentialDeps): Promise<Array<UserPrincipal | undefined>> {
+  const principals: Array<UserPrincipal | undefined> = presented.map(() => undefined)
+  const jwts: Array<{ at: number; principal: UserPrincipal }> = []
+  const keys: Array<{ at: number; hash: Buffer }> = []
+  const tokens: Array<{ at: number; hash: Buffer }> = []
+  presented.forEach((p, at) => {
+    if (p.kind !== 'jwt') return void (p.kind === 'apiKey' ? keys : tokens).push({ at, hash: p.hash })
+    const principal = verifiedJwt(p.token, deps)
+    if (principal) jwts.push({ at, principal })
+  })
+  const found = await Promise.all([
+    unrevokedJwts(jwts, deps),
+    keys.length === 0 ? [] : apiKeyPrincipals(keys.map((k) => k.hash), deps).then((found) => keys.map((k, i) => ({ at: k.at, principal: found[i] }))),
+    opaqueTokens(tokens, deps),
+  ])
+  for (const { at, principal } of found.flat()) principals[at] = principal
+  return principals
+}
+
 interface CredentialRow {
+  token_hash: Buffer
   user_id: number
   role: Role
   scopes: string[]
@@ -74,51 +142,44 @@ interface CredentialRow {
   session_id: number
 }
 
-export async function authenticate(headers: IncomingHttpHeaders, deps: CredentialDeps): Promise<Principal | undefined> {
-  const secret = presentedCredential(headers)
-  if (secret === undefined) return undefined
-
-  if (looksLikeJwt(secret)) return jwtPrincipal(secret, deps)
-
-  const kind = kindOf(secret)
-  if (kind === 'apiKey') {
-    // A key this instance remembers costs no statement, so no wait under the database bound either.
-    const principal = await apiKeyPrincipal(secret, deps)
-    if (!principal) throw invalidToken()
-    return principal
-  }
-  if (kind !== 'access') throw invalidToken()
-  // Opaque tokens see the user's current role, revocation and deletion at once.
-  const [row] = await deps.bounded(() => deps.sql<CredentialRow[]>`
-    SELECT u.id AS user_id, u.role, s.scopes, t.expires_at, s.id AS session_id
+/** Opaque tokens see the user's current role, revocation and deletion at once: they are read every time. */
+async function opaqueTokens(tokens: ReadonlyArray<{ at: number; hash: Buffer }>, deps: CredentialDeps): Promise<Array<{ at: number; principal: UserPrincipal }>> {
+  if (tokens.length === 0) return []
+  const rows = await deps.bounded(() => deps.sql<CredentialRow[]>`
+    SELECT t.token_hash, u.id AS user_id, u.role, s.scopes, t.expires_at, s.id AS session_id
     FROM access_tokens t JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = s.user_id
-    WHERE t.token_hash = ${hashSecret(secret)} AND t.expires_at > now() AND s.revoked_at IS NULL`)
-  if (!row) throw invalidToken()
-  return {
-    kind: 'user', userId: String(row.user_id), role: row.role,
-    scopes: effectiveScopes(row.role, row.scopes),
-    credential: { type: 'token', expiresAt: row.expires_at, sessionId: row.session_id },
-  }
+    WHERE t.token_hash = ANY(${hashList(deps.sql, tokens.map((t) => t.hash))}) AND t.expires_at > now() AND s.revoked_at IS NULL`)
+  const byHash = new Map(rows.map((row) => [row.token_hash.toString('base64'), row]))
+  return tokens.flatMap(({ at, hash }) => {
+    const row = byHash.get(hash.toString('base64'))
+    if (!row) return []
+    const principal: UserPrincipal = {
+      kind: 'user', userId: String(row.user_id), role: row.role,
+      scopes: effectiveScopes(row.role, row.scopes),
+      credential: { type: 'token', expiresAt: row.expires_at, sessionId: row.session_id },
+    }
+    return [{ at, principal }]
+  })
 }
 
 /**
- * A JWT verified once per instance (src/auth/jwt-cache.ts); exp and
- * revocation are checked on every request. Revocation comes from memory
- * while this instance provably hears every change, else from the database.
+ * JWTs verified once per instance (src/auth/jwt-cache.ts); exp and
+ * revocation are checked every time. Revocation comes from memory while
+ * this instance provably hears every change, else from the database.
  */
-async function jwtPrincipal(token: string, deps: CredentialDeps): Promise<Principal> {
-  const principal = verifiedJwt(token, deps)
-  const { credential } = principal
-  if (credential.type !== 'jwt') throw new Error('unreachable: a JWT principal')
-  const userId = Number(principal.userId)
-  const revoked = deps.credentialChanges.trusted
-    ? deps.revocations.revokes(userId, credential.sessionId, credential.epoch)
-    : await revokedInDatabase(deps, userId, credential.sessionId, credential.epoch)
-  if (revoked) throw invalidToken()
-  return principal
+async function unrevokedJwts<T extends { principal: UserPrincipal }>(jwts: readonly T[], deps: CredentialDeps): Promise<T[]> {
+  if (jwts.length === 0) return []
+  const claims = jwts.map(({ principal }) => {
+    const { credential } = principal
+    if (credential.type !== 'jwt') throw new Error('unreachable: a JWT principal')
+    return { userId: Number(principal.userId), sessionId: credential.sessionId, epoch: credential.epoch }
+  })
+  if (deps.credentialChanges.trusted) return jwts.filter((_, i) => !deps.revocations.revokes(claims[i]!.userId, claims[i]!.sessionId, claims[i]!.epoch))
+  const live = await liveInDatabase(deps, claims)
+  return jwts.filter((_, i) => live.has(i))
 }
 
-function verifiedJwt(token: string, { settings, jwtCache }: CredentialDeps): UserPrincipal {
+function verifiedJwt(token: string, { settings, jwtCache }: CredentialDeps): UserPrincipal | undefined {
   const now = Date.now() / 1000
   const cached = jwtCache.get(token, now)
   if (cached) return cached
@@ -134,7 +195,7 @@ function verifiedJwt(token: string, { settings, jwtCache }: CredentialDeps): Use
     jwtCache.set(token, principal, claims.exp)
     return principal
   } catch (err) {
-    if (err instanceof InvalidTokenError) throw invalidToken()
+    if (err instanceof InvalidTokenError) return undefined
     throw err
   }
 }
@@ -143,10 +204,14 @@ function verifiedJwt(token: string, { settings, jwtCache }: CredentialDeps): Use
  * The same rule as RevocationList.revokes, from the tables themselves: the
  * user exists at that epoch and the session was not ended. A session that
  * does not exist is not a revoked one: sessions go only with their user.
+ * The positions in `claims` of those that live.
  */
-async function revokedInDatabase({ sql, bounded }: CredentialDeps, userId: number, sessionId: number, epoch: number): Promise<boolean> {
-  const [live] = await bounded(() => sql`
-    SELECT 1 FROM users u WHERE u.id = ${userId} AND u.credential_epoch = ${epoch}
-      AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = ${sessionId} AND s.revoked_at IS NOT NULL)`)
-  return !live
+async function liveInDatabase({ sql, bounded }: CredentialDeps, claims: ReadonlyArray<{ userId: number; sessionId: number; epoch: number }>): Promise<Set<number>> {
+  const rows = await bounded(() => sql<Array<{ at: number }>>`
+    SELECT c.at - 1 AS at
+    FROM unnest(${claims.map((c) => c.userId)}::bigint[], ${claims.map((c) => c.sessionId)}::bigint[], ${claims.map((c) => c.epoch)}::integer[])
+      WITH ORDINALITY AS c(user_id, session_id, epoch, at)
+    WHERE EXISTS (SELECT 1 FROM users u WHERE u.id = c.user_id AND u.credential_epoch = c.epoch)
+      AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = c.session_id AND s.revoked_at IS NOT NULL)`)
+  return new Set(rows.map((r) => Number(r.at)))
 }

@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
+import type { Sql } from 'postgres'
 
 // Opaque secrets: 256 random bits behind a prefix that names their kind, so a
 // leaked one is recognizable (secret scanners, logs) and its kind is known
@@ -18,6 +19,12 @@ export function newSecret(kind: TokenKind): string {
 }
 
 export const hashSecret = (secret: string): Buffer => createHash('sha256').update(secret).digest()
+
+/**
+ * Hashes as one bytea[] parameter (`= ANY(…)`). Its type is named (1001 is
+ * bytea[]): postgres.js would type an array of Buffers as one bytea.
+ */
+export const hashList = (sql: Sql, hashes: readonly Buffer[]) => sql.array(hashes as Buffer[], 1001)
 
 /** The kind named by the prefix, if the rest has the shape we issue (43 base64url characters). */
 export function kindOf(secret: string): TokenKind | undefined {

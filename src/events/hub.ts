@@ -1,12 +1,14 @@
 import type { ServerResponse } from 'node:http'
 import { setImmediate as yieldToIo } from 'node:timers/promises'
 import type { Sql } from 'postgres'
+import type { Grant } from '../auth/grants.js'
 import { HttpError } from '../http/problem.js'
 import type { StreamBody } from '../http/route.js'
 import { describeError, type Logger } from '../log.js'
 import { eventSerializer } from './feed.js'
 import { SSE_CONTENT_TYPE, sseEvent, sseRetry } from './sse.js'
 import { EventStream } from './stream.js'
+import { StreamAuthority, type GrantCheck } from './stream-authority.js'
 import { catchUpPage, eventsAfter, newestEventId, type FeedRow } from './stream-reads.js'
 
 // One reader of new events per instance, however many clients follow
@@ -26,6 +28,12 @@ import { catchUpPage, eventsAfter, newestEventId, type FeedRow } from './stream-
 // (sent by the catch-up, or passed over as another type) or above the head
 // (fanned out after the join), never neither; one in both (the catch-up read
 // past the head) is skipped by the stream's position (EventStream.deliver).
+//
+// A stream lives no longer than the authority it was opened with
+// (src/events/stream-authority.ts): events read from the table, by the
+// reader or a catch-up, are written to a stream only once a check of its
+// authority that started after the read has passed, and the stream joins
+// the fan-out only once it was checked after the reader's last read.
 
 export const EVENTS_CHANNEL = 'events'
 
@@ -42,6 +50,8 @@ export interface StreamSettings {
   pageSize: number
   /** The `retry:` a stream starts with: how long a client waits before it reconnects. */
   retryMs: number
+  /** How often every open stream's authority is checked when no event is read meanwhile (each read checks it too). */
+  authorityCheckMs: number
 }
 
 export const defaultStreamSettings: StreamSettings = {
@@ -51,6 +61,7 @@ export const defaultStreamSettings: StreamSettings = {
   pollMs: 1000,
   pageSize: 200,
   retryMs: 2000,
+  authorityCheckMs: 500,
 }
 
 /** Seconds a client refused for the stream limit is asked to wait. */
@@ -64,6 +75,8 @@ export interface StreamRequest {
   requestId: string
   /** The bound on waiting for the database (src/db/admission.ts), for the catch-up's statements. */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
+  /** The authority the stream is opened with, held only while it holds. */
+  grant: Grant
 }
 
 export class EventHub {
@@ -84,6 +97,9 @@ export class EventHub {
   /** SIGTERM: no stream starts any more. */
   private closing = false
   private stopped = false
+  /** When the reader's last read of events ended (performance.now()): a stream joins the fan-out once checked since. */
+  private readAt = -Infinity
+  private readonly authority: StreamAuthority
 
   constructor(
     readonly sql: Sql,
@@ -91,7 +107,11 @@ export class EventHub {
     readonly listenSql: Sql,
     readonly log: Logger,
     readonly settings: StreamSettings,
-  ) {}
+    /** Whether the streams' grants still hold (src/auth/grants.ts). */
+    check: GrantCheck,
+  ) {
+    this.authority = new StreamAuthority(this.streams, check, settings.authorityCheckMs, log)
+  }
 
   /** Streams open or about to be. */
   get size(): number {
@@ -99,10 +119,14 @@ export class EventHub {
   }
 
   /**
-   * Nothing to do yet: the hub listens when its first stream opens, so that
-   * an instance serving none is not woken by every commit of the cluster.
+   * Starts the checks of the streams' authority (nothing to check, and no
+   * statement, while none is open). The hub listens when its first stream
+   * opens, so that an instance serving none is not woken by every commit of
+   * the cluster.
    */
-  start(): void {}
+  start(): void {
+    this.authority.start()
+  }
 
   /** Listens on EVENTS_CHANNEL, from the first stream on, for good (postgres.js listens again after a reconnection). */
   private listen(): void {
@@ -153,11 +177,11 @@ export class EventHub {
     this.closeAll()
     this.stopped = true
     this.stopTimers()
-    await this.reading
+    await Promise.all([this.reading, this.authority.stop()])
   }
 
   private open(res: ServerResponse, request: StreamRequest): void {
-    const stream = new EventStream(res, request.requestId, request.types, this.settings.bufferLimitBytes)
+    const stream = new EventStream(res, request.requestId, request.types, request.grant, this.settings.bufferLimitBytes)
     if (!this.listening) this.listen()
     if (this.streams.size === 0) this.startTimers()
     this.streams.add(stream)
@@ -181,11 +205,17 @@ export class EventHub {
       for (;;) {
         if (stream.closed) return
         if (this.caughtUp(position, newest)) {
+          // The fan-out goes on writing what the reader read last: only to streams checked since.
+          if (stream.checkedAt < this.readAt) {
+            await this.authority.fresh()
+            continue
+          }
           stream.position = position
           this.live.add(stream)
           return
         }
         const page = await bounded(() => catchUpPage(this.sql, position, this.settings.pageSize, typeList))
+        if (page.events.length > 0) await this.authority.fresh()
         for (const row of page.events) {
           await stream.pace(this.frameOf(row))
           if (stream.closed) return
@@ -217,6 +247,7 @@ export class EventHub {
     this.live.delete(stream)
     this.log.info('event stream closed', {
       request_id: stream.requestId,
+      user_id: stream.grant.principal.userId,
       reason: stream.ended ?? 'client_closed',
       events: stream.sent,
       duration_ms: Math.round(performance.now() - stream.opened),
@@ -263,6 +294,7 @@ export class EventHub {
     const { head, epoch } = this
     if (head === undefined || this.streams.size === 0 || this.stopped) return false
     const rows = await eventsAfter(this.sql, head, this.settings.pageSize)
+    if (rows.length > 0) await this.authorized((this.readAt = performance.now()))
     const share = this.settings.bufferLimitBytes / 4
     let written = 0
     for (const row of rows) {
@@ -277,6 +309,15 @@ export class EventHub {
       }
     }
     return rows.length === this.settings.pageSize
+  }
+
+  /** Once every live stream has passed a check of its authority that started at `readAt` or later. */
+  private async authorized(readAt: number): Promise<void> {
+    const unchecked = () => {
+      for (const stream of this.live) if (!stream.closed && stream.checkedAt < readAt) return true
+      return false
+    }
+    while (unchecked()) await this.authority.fresh()
   }
 
   private frameOf(row: FeedRow): string {

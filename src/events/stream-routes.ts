@@ -1,5 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import Type, { type Static } from 'typebox'
+import type { Access } from '../auth/access.js'
+import { holdGrant } from '../auth/grants.js'
 import { defineRoute } from '../http/route.js'
 import { HttpError } from '../http/problem.js'
 import { compileValidator } from '../http/validate.js'
@@ -14,12 +16,20 @@ import { compileValidator } from '../http/validate.js'
 // reconnects, or `last_event_id` for a first connection from a client that
 // cannot set headers. EventSource reconnects to the same URL, so a query's
 // id is the older one when both are given: the header wins.
+//
+// A stream lives no longer than the authority that opened it: it ends when
+// the credential expires or is revoked, or when the route's access check
+// would now refuse it (src/auth/grants.ts, src/events/stream-authority.ts).
+// The client's reconnection is then refused (401, or 403 for a user who lost
+// the role), so EventSource stops instead of reconnecting for ever.
 
 const MAX_TYPES = 20
 /** 2^63: event ids are PostgreSQL bigints. */
 const ID_LIMIT = 2n ** 63n
 const ID_RULE = `an event id: an integer from 0 to ${ID_LIMIT - 1n}`
 const DIGITS = /^[0-9]{1,20}$/
+
+const streamAccess: Access = { kind: 'protected', scope: 'events:read', who: 'admin' }
 
 const StreamQuery = Type.Object({
   type: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z_]{1,40}\\.[a-z_]{1,40}$', description: 'an event type such as product.updated' }), {
@@ -68,17 +78,21 @@ export const eventStreamRoutes = [
       200: {
         description:
           'A stream that does not end by itself: `retry:` first, then each event as `id:` (its id), `event:` (its type) and `data:` (the event as GET /events shows it), ' +
-          'and a `: keep-alive` comment when idle. Send the last id received as Last-Event-ID to resume. A client too slow to read is disconnected; it resumes the same way.',
+          'and a `: keep-alive` comment when idle. Send the last id received as Last-Event-ID to resume. A client too slow to read is disconnected; it resumes the same way. ' +
+          'The stream ends, within a second on every instance, when its credential expires or is revoked (logout, logout-all, a password change, the key deleted), ' +
+          'or when its user is deleted or loses the role or scope it needs; no event committed after that is sent, and reconnecting with that credential is refused.',
         schema: Type.String(),
         contentType: 'text/event-stream',
       },
     },
-    access: { kind: 'protected', scope: 'events:read', who: 'admin' },
+    access: streamAccess,
     query: streamQuery,
     database: 'statements',
-    async handle({ query, headers, requestId, bounded, deps }) {
+    async handle({ query, headers, principal, requestId, bounded, deps }) {
       const after = resumePoint(headers, query)
-      const stream = deps.eventHub.reserve({ after, types: query.type && new Set(query.type), requestId, bounded })
+      if (principal.kind !== 'user') throw new Error('unreachable: a protected route without a user')
+      const grant = holdGrant(headers, principal, streamAccess)
+      const stream = deps.eventHub.reserve({ after, types: query.type && new Set(query.type), requestId, bounded, grant })
       // no-store: a cache must never hold a stream; X-Accel-Buffering: nginx must pass each event on at once.
       return { status: 200, headers: { 'cache-control': 'no-store', 'x-accel-buffering': 'no' }, stream }
     },

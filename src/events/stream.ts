@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http'
+import type { Grant, GrantEnd } from '../auth/grants.js'
 import { SSE_KEEP_ALIVE } from './sse.js'
 
 // One client of GET /events/stream: its response, the types it wants, and
@@ -12,7 +13,8 @@ const END_GRACE_MS = 500
 /** Bytes waiting in Node past which a stream is cut rather than ended: four times Node's default high-water mark. */
 const LINGER_BYTES = 64 * 1024
 
-export type StreamEnd = 'client_closed' | 'too_slow' | 'shutdown' | 'database_error'
+/** Why a stream ended; a GrantEnd when its authority ended (src/events/stream-authority.ts). */
+export type StreamEnd = 'client_closed' | 'too_slow' | 'shutdown' | 'database_error' | GrantEnd
 
 export class EventStream {
   /** Every event up to this id has been sent or passed over (another type). */
@@ -24,12 +26,16 @@ export class EventStream {
   /** Why the server ended it; undefined while open, or when the client left. */
   ended: StreamEnd | undefined
   readonly opened = performance.now()
+  /** When the last check of its authority that it passed started (performance.now()); events read before then may be sent. */
+  checkedAt = -Infinity
 
   constructor(
     readonly res: ServerResponse,
     readonly requestId: string,
     /** The event types wanted; every type when undefined. */
     readonly types: ReadonlySet<string> | undefined,
+    /** The authority it was opened with, checked again while it is open. */
+    readonly grant: Grant,
     private readonly bufferLimitBytes: number,
   ) {}
 

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AppDeps } from '../app-deps.js'
 import { authorize } from '../auth/access.js'
-import { authenticate, type CredentialDeps } from '../auth/credentials.js'
+import { authenticate, credentialDeps, type CredentialDeps } from '../auth/credentials.js'
 import { looksLikeJwt } from '../auth/jwt.js'
 import { anonymous, type Principal } from '../auth/principal.js'
 import { mapDatabaseError } from '../db/errors.js'
@@ -80,17 +80,8 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     config,
     prefix: config.apiPrefix,
     cors: { origins: config.corsOrigins },
-    credentials: {
-      sql: deps.sql,
-      // Only credentials read from the database wait under the bound; a JWT is checked in memory.
-      bounded: runBounded,
-      settings: { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience },
-      jwtCache: deps.jwtCache,
-      apiKeyCache: deps.apiKeyCache,
-      apiKeyUse: deps.apiKeyUse,
-      revocations: deps.revocations,
-      credentialChanges: deps.credentialChanges,
-    },
+    // Only credentials read from the database wait under the bound; a JWT is checked in memory.
+    credentials: credentialDeps(deps, runBounded),
     runBounded,
     runAsIs: <T>(work: () => Promise<T>) => work(),
   }

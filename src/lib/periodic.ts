@@ -7,6 +7,7 @@
 export class Periodic<T> {
   private timer: NodeJS.Timeout | undefined
   private running: Promise<T> | undefined
+  private queued: Promise<T> | undefined
   private stopped = false
 
   constructor(
@@ -29,10 +30,25 @@ export class Periodic<T> {
     return this.running
   }
 
-  /** No run starts after this; resolves once the run under way, if any, has ended. */
+  /**
+   * A run that starts after this call: now, or once the run under way has
+   * ended (what that one read may predate the caller's reason to ask).
+   * Callers meanwhile share it.
+   */
+  runAnew(): Promise<T> {
+    if (!this.running) return this.runNow()
+    this.queued ??= this.running.then(() => {
+      this.queued = undefined
+      return this.runNow()
+    })
+    return this.queued
+  }
+
+  /** No run starts after this but one asked for already; resolves once the runs under way or asked for have ended. */
   async stop(): Promise<void> {
     this.stopped = true
     clearTimeout(this.timer)
     await this.running
+    await this.queued
   }
 }

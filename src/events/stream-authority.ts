@@ -1,0 +1,73 @@
+import type { Grant, GrantEnd } from '../auth/grants.js'
+import { Periodic } from '../lib/periodic.js'
+import { describeError, type Logger } from '../log.js'
+import type { EventStream } from './stream.js'
+
+// Whether each open stream may still be sent events (src/auth/grants.ts),
+// checked in rounds: every open stream of the instance at once, every
+// `intervalMs`, and before events are written (`fresh`). A stream whose
+// grant no longer holds is ended with the reason.
+//
+// A round stamps each stream that passes with the time the round started
+// (`checkedAt`). An event read from the database before that time was
+// committed before the round's checks began, and so before any revocation
+// those checks did not see: it may be written to that stream. The hub writes
+// an event to a stream only once the stream's stamp is later than the
+// event's read, so no event committed after a revocation the instance knows
+// of reaches the revoked stream.
+//
+// A round that cannot check (the database is down) ends nothing and stamps
+// nothing: events wait until a round succeeds.
+
+export type GrantCheck = (grants: readonly Grant[]) => Promise<Array<GrantEnd | undefined>>
+
+export class StreamAuthority {
+  private readonly rounds: Periodic<unknown>
+  private failing = false
+
+  constructor(
+    private readonly streams: ReadonlySet<EventStream>,
+    private readonly check: GrantCheck,
+    intervalMs: number,
+    private readonly log: Logger,
+  ) {
+    this.rounds = new Periodic(() => this.round(), intervalMs)
+  }
+
+  start(): void {
+    this.rounds.start()
+  }
+
+  stop(): Promise<void> {
+    return this.rounds.stop()
+  }
+
+  /** Resolves after a round that started after this call; rejects with its error when it could not check. */
+  async fresh(): Promise<void> {
+    const failure = await this.rounds.runAnew()
+    if (failure !== undefined) throw failure
+  }
+
+  /** One round; never rejects: resolves to the error that kept it from checking, or undefined. */
+  private async round(): Promise<unknown> {
+    const startedAt = performance.now()
+    const streams = [...this.streams].filter((s) => !s.closed)
+    if (streams.length === 0) return undefined
+    try {
+      const verdicts = await this.check(streams.map((s) => s.grant))
+      streams.forEach((stream, i) => {
+        const end = verdicts[i]
+        if (end) stream.end(end)
+        else stream.checkedAt = startedAt
+      })
+      if (this.failing) this.log.info('checking the authority of event streams works again')
+      this.failing = false
+      return undefined
+    } catch (err) {
+      // One warning per outage; streams are sent nothing meanwhile.
+      if (!this.failing) this.log.warn('checking the authority of event streams failed; they are sent nothing until a check succeeds', describeError(err))
+      this.failing = true
+      return err
+    }
+  }
+}
