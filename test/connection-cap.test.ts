@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { test } from 'node:test'
-import { loadConfig } from '../src/config.js'
 import { assertConnectionCap } from './helpers/connection-cap.js'
 import { startServer } from './helpers/server.js'
 
@@ -20,9 +19,4 @@ test(`with MAX_CONNECTIONS=${CAP}, connection ${CAP + 1} is closed while the fir
   assert.equal(metrics.status, 200)
   const dropped = Number(/^http_connections_dropped_total (\d+)$/m.exec(metrics.text)?.[1])
   assert.ok(dropped >= 1, `http_connections_dropped_total ${dropped}`)
-})
-
-test('MAX_CONNECTIONS defaults to 10,000 (above the 2,000 idle connections of test/fault-hostile.test.ts and the bench\'s 1,000) and refuses 0', () => {
-  assert.equal(loadConfig({}).maxConnections, 10_000)
-  assert.throws(() => loadConfig({ MAX_CONNECTIONS: '0' }), /MAX_CONNECTIONS: must be an integer from 1 to 1000000/)
 })
