@@ -7,6 +7,7 @@ import type { LoginGuard } from './auth/login-throttle.js'
 import type { PasswordHasher } from './auth/password.js'
 import type { RevocationList } from './auth/revocations.js'
 import type { Config } from './config.js'
+import type { ReadinessCheck } from './health/readiness.js'
 import type { DatabaseWork } from './db/admission.js'
 import type { IdempotencyCleanup } from './http/idempotency.js'
 import type { RateLimiter } from './http/rate-limit.js'
@@ -32,6 +33,8 @@ export interface AppDeps {
   log: Logger
   /** Flipped by the entry point on SIGTERM; /readyz and new requests see it. */
   lifecycle: { shuttingDown: boolean }
+  /** The database check of /readyz, one query a second at most (src/health/readiness.ts). */
+  readiness: ReadinessCheck
   /** HMAC key for collection cursors, derived from the JWT signing secrets. */
   cursorKeys: Buffer[]
   metrics: Metrics

@@ -44,7 +44,10 @@ export function allRoutes(apiPrefix: string, extra: readonly AnyRoute[] = []): A
  * - requestTimeout: and this long for the whole request, body included;
  * - keepAliveTimeout: an idle connection stays open longer than a typical
  *   proxy's 60 s idle time, so the proxy, not us, closes it and never sends a
- *   request on a socket we are closing.
+ *   request on a socket we are closing;
+ * - handshakeTimeout (HTTPS): the TLS handshake, like the headers, within
+ *   headersTimeout;
+ * - maxConnections: open connections at most; those over it are closed at once.
  */
 /** The HTTP server, or the HTTPS one with TLS_CERT_FILE and TLS_KEY_FILE (src/http/tls.ts). */
 export type AppServer = HttpServer | HttpsServer
@@ -52,7 +55,9 @@ export type AppServer = HttpServer | HttpsServer
 export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsOptions): AppServer {
   const handle = createRequestHandler(createRouter(routes), deps)
   const { config } = deps
-  const create = (tls ? (options: object, listener: never) => createHttpsServer({ ...options, ...tls }, listener) : createServer) as typeof createServer
+  // handshakeTimeout: a connection that never starts (or never finishes) its TLS handshake has
+  // as long as one that never sends its headers; Node's default is 120 s.
+  const create = (tls ? (options: object, listener: never) => createHttpsServer({ ...options, ...tls, handshakeTimeout: config.headersTimeoutMs }, listener) : createServer) as typeof createServer
   const server = create(
     {
       headersTimeout: config.headersTimeoutMs,
@@ -71,6 +76,9 @@ export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsO
       })
     },
   )
+  // Past MAX_CONNECTIONS, Node closes each new connection as it arrives: memory and file descriptors stay bounded.
+  server.maxConnections = config.maxConnections
+  server.on('drop', () => void deps.metrics.connectionsDropped++)
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => answerClientError(err, socket, deps))
   return server
 }
@@ -82,7 +90,10 @@ export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsO
  * and the connection is closed: after a framing error nothing on it can be trusted.
  */
 function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, deps: AppDeps): void {
-  if (!socket.writable || err.code === 'ECONNRESET') return void socket.destroy()
+  // A TLS handshake that failed or timed out (node:https passes its tlsClientError here) has no channel to answer on:
+  // written to, the socket would wait for the handshake forever.
+  const tlsFailure = /^ERR_(TLS|SSL)_/.test(err.code ?? '') || 'library' in err
+  if (!socket.writable || err.code === 'ECONNRESET' || tlsFailure) return void socket.destroy()
   const problem = new HttpError(
     err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'invalid_request',
     'The request could not be read.',

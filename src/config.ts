@@ -27,6 +27,7 @@ const EnvSchema = Type.Object({
   HEADERS_TIMEOUT: Type.Optional(Integer(1, 3600)),
   REQUEST_TIMEOUT: Type.Optional(Integer(1, 3600)),
   KEEP_ALIVE_TIMEOUT: Type.Optional(Integer(1, 3600)),
+  MAX_CONNECTIONS: Type.Optional(Integer(1, 1000000)),
   STATEMENT_TIMEOUT: Type.Optional(Integer(1, 3600)),
   ALLOW_SIGNUP: Type.Optional(Bool),
   REQUIRE_IF_MATCH: Type.Optional(Bool),
@@ -83,6 +84,8 @@ export interface Config {
   headersTimeoutMs: number
   requestTimeoutMs: number
   keepAliveTimeoutMs: number
+  /** Open client connections at most (HTTP and HTTPS); the server closes those past it as they arrive. */
+  maxConnections: number
   statementTimeoutMs: number
   allowSignup: boolean
   requireIfMatch: boolean
@@ -173,6 +176,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     headersTimeoutMs: int('HEADERS_TIMEOUT', 10) * 1000,
     requestTimeoutMs: int('REQUEST_TIMEOUT', 30) * 1000,
     keepAliveTimeoutMs,
+    maxConnections: int('MAX_CONNECTIONS', 10000),
     statementTimeoutMs: int('STATEMENT_TIMEOUT', 5) * 1000,
     allowSignup: e.ALLOW_SIGNUP === 'true',
     requireIfMatch: e.REQUIRE_IF_MATCH === 'true',

@@ -27,6 +27,7 @@ import { defaultStreamSettings, EventHub, type StreamSettings } from './events/h
 import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from './events/publisher.js'
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
 import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './webhooks/worker.js'
+import { ReadinessCheck } from './health/readiness.js'
 
 const LISTEN_BACKLOG = 4096
 
@@ -126,6 +127,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
     config,
     log,
     lifecycle,
+    readiness: new ReadinessCheck(() => sql`SELECT 1`),
     cursorKeys: cursorKeysFrom(config.jwtSecrets),
     metrics,
     jwtCache: new JwtCache(cacheSize),

@@ -37,6 +37,7 @@ describe('defaults', () => {
       headersTimeoutMs: 10_000,
       requestTimeoutMs: 30_000,
       keepAliveTimeoutMs: 65_000,
+      maxConnections: 10_000,
       statementTimeoutMs: 5_000,
       allowSignup: false,
       jwtIssuer: 'users-products-api',
@@ -87,6 +88,7 @@ describe('values', () => {
       HEADERS_TIMEOUT: '4',
       REQUEST_TIMEOUT: '6',
       KEEP_ALIVE_TIMEOUT: '7',
+      MAX_CONNECTIONS: '500',
       STATEMENT_TIMEOUT: '8',
       ALLOW_SIGNUP: 'true',
       JWT_ISSUER: 'issuer',
@@ -121,6 +123,7 @@ describe('values', () => {
       headersTimeoutMs: 4000,
       requestTimeoutMs: 6000,
       keepAliveTimeoutMs: 7000,
+      maxConnections: 500,
       statementTimeoutMs: 8000,
       allowSignup: true,
       jwtIssuer: 'issuer',
@@ -197,6 +200,8 @@ describe('refused values', () => {
     ['MAX_API_KEYS_PER_USER', '0'],
     ['MAX_API_KEYS_PER_USER', '-1'],
     ['MAX_API_KEYS_PER_USER', 'many'],
+    ['MAX_CONNECTIONS', '0'],
+    ['MAX_CONNECTIONS', '1000001'],
   ]
   for (const [name, value] of refused) {
     test(`refuses ${name}=${JSON.stringify(value)} with a ConfigError naming ${name}`, () => {

@@ -1,15 +1,14 @@
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
-import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { pathToFileURL } from 'node:url'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import type { Sql } from 'postgres'
-import { connect, driverPatchProblem, expectedPatchDigest, PATCHED_FILES } from '../src/db/connect.js'
-import { edits, MARKER, PATCH_DIGEST, STAMP_PREFIX } from '../src/db/postgres-patch.mjs'
+import { connect } from '../src/db/connect.js'
+import { edits, MARKER, PATCH_DIGEST, PATCHED_SHA256, patchProblem, STAMP_PREFIX } from '../src/db/postgres-patch.mjs'
 import { projectRoot, settledHeap, waitFor } from './fault-kit.js'
 import { createTestDatabase } from './helpers/server.js'
 
@@ -256,7 +255,7 @@ describe('the install-time patch (src/db/postgres-patch.mjs)', () => {
 
   test('the installed postgres.js carries every edit, in its ESM and CommonJS copies', () => {
     assert.ok(patchEdits.length >= 7)
-    assert.deepEqual([...PATCHED_FILES].sort(), [...patchedFiles].sort(), 'start-up checks every file the patch edits')
+    assert.deepEqual(Object.keys(PATCHED_SHA256).sort(), folders.flatMap((f) => patchedFiles.map((file) => `${f}/${file}`)).sort(), 'start-up checks every file the patch edits, in both copies')
     for (const folder of folders) {
       for (const [file, , replace] of patchEdits) {
         assert.ok(replace.includes(MARKER), 'each replacement is marked')
@@ -295,16 +294,73 @@ describe('the install-time patch (src/db/postgres-patch.mjs)', () => {
     }
   })
 
-  test('start-up accepts only a copy stamped by this patch file: an unpatched one or one patched by another edit list is refused, saying what to run', () => {
-    assert.equal(driverPatchProblem(pathToFileURL(join(installed, 'src') + '/'), expectedPatchDigest()), undefined)
+  test('start-up accepts only the copy this patch makes: an unpatched one or one patched by another edit list is refused, saying what it is', () => {
+    assert.equal(patchProblem(installed), undefined, 'the real install passes')
     const dir = pristineCopy()
     try {
-      const source = pathToFileURL(join(dir, 'src') + '/')
-      assert.match(driverPatchProblem(source, expectedPatchDigest()) ?? '', /is not patched .*npm ci/)
+      assert.match(patchProblem(dir) ?? '', /is not patched \(src\/connection\.js\)/)
       cpSync(installed, dir, { recursive: true })
       const path = join(dir, 'src', 'query.js')
       writeFileSync(path, readFileSync(path, 'utf8').replace(/edit list [0-9a-f]{16}\n$/, 'edit list 0123456789abcdef\n'))
-      assert.match(driverPatchProblem(source, expectedPatchDigest()) ?? '', /another version of src\/db\/postgres-patch\.mjs \(query\.js\).*npm ci/)
+      assert.match(patchProblem(dir) ?? '', /another version of src\/db\/postgres-patch\.mjs \(src\/query\.js\)/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('start-up compares contents, not stamps: an unpatched file with the stamp appended, an unpatched CommonJS copy, or a patched file edited since are refused', () => {
+    const dir = pristineCopy()
+    try {
+      // Each file as npm installs it, with the current stamp appended.
+      for (const folder of folders) {
+        for (const file of patchedFiles) {
+          const path = join(dir, folder, file)
+          writeFileSync(path, `${readFileSync(path, 'utf8')}${STAMP_PREFIX}${PATCH_DIGEST}\n`)
+        }
+      }
+      assert.match(patchProblem(dir) ?? '', /is not the copy this patch makes \(src\/connection\.js: SHA-256 [0-9a-f]{64}, expected [0-9a-f]{64}\)/)
+
+      // The ESM copy patched, the CommonJS one (what `require('postgres')` loads) left as published.
+      cpSync(join(installed, 'src'), join(dir, 'src'), { recursive: true })
+      assert.match(patchProblem(dir) ?? '', /is not the copy this patch makes \(cjs\/src\/connection\.js: /)
+
+      // Everything patched, then one line of one file changed.
+      cpSync(installed, dir, { recursive: true })
+      assert.equal(patchProblem(dir), undefined)
+      const path = join(dir, 'cjs', 'src', 'queue.js')
+      writeFileSync(path, readFileSync(path, 'utf8').replace(MARKER, 'an edit of our own'))
+      assert.match(patchProblem(dir) ?? '', /is not the copy this patch makes \(cjs\/src\/queue\.js: /)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('the service refuses to start on such a copy, naming the file and what to run', async () => {
+    const dir = pristineCopy()
+    try {
+      for (const file of patchedFiles) {
+        const path = join(dir, 'cjs', 'src', file)
+        writeFileSync(path, `${readFileSync(path, 'utf8')}${STAMP_PREFIX}${PATCH_DIGEST}\n`)
+      }
+      cpSync(join(installed, 'src'), join(dir, 'src'), { recursive: true })
+      // A project whose node_modules/postgres is that copy (the other packages linked): what `npm ci --ignore-scripts` and a hand-made stamp leave.
+      // Its own src/, since Node resolves packages from a module's real path.
+      const project = mkdtempSync(join(tmpdir(), 'upa-project-'))
+      try {
+        for (const entry of ['src', 'sql', 'package.json']) cpSync(join(projectRoot, entry), join(project, entry), { recursive: true })
+        mkdirSync(join(project, 'node_modules'))
+        for (const entry of readdirSync(join(projectRoot, 'node_modules'))) {
+          if (entry !== 'postgres') symlinkSync(join(projectRoot, 'node_modules', entry), join(project, 'node_modules', entry))
+        }
+        cpSync(dir, join(project, 'node_modules', 'postgres'), { recursive: true })
+        const failed = await run(process.execPath, ['--import', 'tsx', join(project, 'src', 'main.ts'), 'migrate'], { cwd: project, env: { ...process.env, DATABASE_URL: url } })
+          .then(() => undefined, (err: { code: number; stderr: string }) => err)
+        assert.ok(failed, 'start-up must fail')
+        assert.equal(failed.code, 1)
+        assert.match(failed.stderr, /Cannot start: postgres\.js at .* is not the copy this patch makes \(cjs\/src\/connection\.js: .*npm ci/)
+      } finally {
+        rmSync(project, { recursive: true, force: true })
+      }
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
@@ -319,7 +375,24 @@ describe('the install-time patch (src/db/postgres-patch.mjs)', () => {
       assert.notEqual(statSync(path).ino, before, 'the file was replaced, not written in place')
       assert.deepEqual(readdirSync(join(dir, 'src')).filter((f) => f.endsWith('.tmp')), [])
       assert.ok(readFileSync(path, 'utf8').endsWith(`${STAMP_PREFIX}${PATCH_DIGEST}\n`))
-      assert.equal(PATCH_DIGEST, expectedPatchDigest(), 'start-up computes the digest the patch stamps')
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('a package that is not the one the patch was made for fails the install even where every edit applies: each file\'s SHA-256 is checked before anything is written', async () => {
+    const dir = pristineCopy()
+    try {
+      const path = join(dir, 'cjs', 'src', 'query.js')
+      writeFileSync(path, `${readFileSync(path, 'utf8')}module.exports.extra = 1\n`)
+      const before = snapshot(dir)
+      const failed = await run(process.execPath, [patchScript, dir]).then(() => undefined, (err: { code: number; stderr: string }) => err)
+      assert.ok(failed, 'the patch script must fail')
+      assert.equal(failed.code, 1)
+      assert.match(failed.stderr, /is not the copy this patch makes \(cjs\/src\/query\.js: SHA-256 [0-9a-f]{64}, expected [0-9a-f]{64}\)/)
+      assert.match(failed.stderr, /set PATCHED_SHA256 in src\/db\/postgres-patch\.mjs to/)
+      assert.doesNotMatch(failed.stderr, /\((src|cjs\/src)\/connection\.js/, 'only the file that differs is named')
+      assert.deepEqual(snapshot(dir), before, 'no file was written')
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }

@@ -3,27 +3,33 @@ import { execFileSync } from 'node:child_process'
 import { X509Certificate } from 'node:crypto'
 import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { Agent, request } from 'node:https'
+import { connect as tcpConnect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { TLSSocket } from 'node:tls'
+import { connect as tlsConnect, type TLSSocket } from 'node:tls'
 import { after, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { loadConfig, ConfigError } from '../src/config.js'
+import { assertConnectionCap } from './helpers/connection-cap.js'
 import { startServer } from './helpers/server.js'
 
 // HTTPS without a proxy: TLS_CERT_FILE and TLS_KEY_FILE serve TLS 1.2 or
 // later with HSTS, and a certificate renewed on disk is served to new
 // connections within seconds, while a connection already open keeps going.
-// Certificates are made at test time with openssl.
+// Only Mozilla's "intermediate" suites are accepted (forward secrecy and
+// AEAD), a handshake must be done within HEADERS_TIMEOUT, and
+// MAX_CONNECTIONS holds here too. Certificates are made at test time with
+// openssl, an ECDSA one and an RSA one (the suites offered depend on the key).
 
 const dir = mkdtempSync(join(tmpdir(), 'upa-tls-'))
 after(() => rmSync(dir, { recursive: true, force: true }))
 
-/** A self-signed certificate for 127.0.0.1 and its key, as PEM files under `name`; the certificate's PEM. */
-function makeCertificate(name: string, cn: string): { cert: string; key: string; pem: string } {
+/** A self-signed certificate for 127.0.0.1 and its key (ECDSA P-256 unless `rsa`), as PEM files under `name`; the certificate's PEM. */
+function makeCertificate(name: string, cn: string, rsa = false): { cert: string; key: string; pem: string } {
   const cert = join(dir, `${name}.cert.pem`)
   const key = join(dir, `${name}.key.pem`)
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', key, '-out', cert,
+  const keyArgs = rsa ? ['-newkey', 'rsa:2048'] : ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256']
+  execFileSync('openssl', ['req', '-x509', ...keyArgs, '-nodes', '-keyout', key, '-out', cert,
     '-days', '2', '-subj', `/CN=${cn}`, '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'pipe' })
   return { cert, key, pem: readFileSync(cert, 'utf8') }
 }
@@ -38,7 +44,12 @@ writeFileSync(keyFile, readFileSync(first.key))
 
 const api = await startServer({ TLS_CERT_FILE: certFile, TLS_KEY_FILE: keyFile })
 const port = new URL(api.url).port
-const ca = [first.pem, second.pem]
+const rsa = makeCertificate('rsa', 'rsa', true)
+const ca = [first.pem, second.pem, rsa.pem]
+const HEADERS_TIMEOUT = 2
+// An RSA certificate (the static-RSA and ECDHE-RSA suites apply only to one) and a short HEADERS_TIMEOUT.
+const rsaApi = await startServer({ TLS_CERT_FILE: rsa.cert, TLS_KEY_FILE: rsa.key, HEADERS_TIMEOUT: String(HEADERS_TIMEOUT) })
+const rsaPort = new URL(rsaApi.url).port
 
 /** The subject CN of the certificate each connection was given, recorded when it was set up (a reused connection has no handshake). */
 const certificateOf = new WeakMap<object, string>()
@@ -66,6 +77,76 @@ test('serves HTTPS with the configured certificate and sends HSTS', async () => 
 
 test('refuses a client that offers no more than TLS 1.1', async () => {
   await assert.rejects(get({ maxVersion: 'TLSv1.1' }))
+})
+
+/** A TLS handshake with the client's own limits; the suite and version agreed, or the handshake's error. */
+function handshake(port: string, options: { ciphers?: string; minVersion?: 'TLSv1' | 'TLSv1.1' | 'TLSv1.2' | 'TLSv1.3'; maxVersion?: 'TLSv1.1' | 'TLSv1.2' | 'TLSv1.3' }): Promise<{ cipher: string; version: string } | { error: string }> {
+  return new Promise((resolve) => {
+    const socket = tlsConnect({ host: '127.0.0.1', port: Number(port), ca, ...options })
+    socket.once('secureConnect', () => {
+      resolve({ cipher: socket.getCipher().standardName, version: socket.getProtocol()! })
+      socket.destroy()
+    })
+    socket.once('error', (err) => resolve({ error: err.message }))
+  })
+}
+
+test('TLS 1.2 takes only forward-secret AEAD suites: static RSA key exchange and CBC suites are refused', async () => {
+  for (const ciphers of ['AES128-SHA', 'AES256-GCM-SHA384', 'ECDHE-RSA-AES128-SHA', 'ECDHE-RSA-AES256-SHA384']) {
+    assert.ok('error' in (await handshake(rsaPort, { ciphers, maxVersion: 'TLSv1.2' })), `${ciphers} refused (RSA certificate)`)
+  }
+  for (const ciphers of ['ECDHE-ECDSA-AES128-SHA', 'ECDHE-ECDSA-AES256-SHA384']) {
+    assert.ok('error' in (await handshake(port, { ciphers, maxVersion: 'TLSv1.2' })), `${ciphers} refused (ECDSA certificate)`)
+  }
+  const accepted = {
+    'ECDHE-RSA-AES128-GCM-SHA256': 'TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256',
+    'ECDHE-RSA-AES256-GCM-SHA384': 'TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384',
+    'ECDHE-RSA-CHACHA20-POLY1305': 'TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256',
+  }
+  for (const [ciphers, cipher] of Object.entries(accepted)) {
+    assert.deepEqual(await handshake(rsaPort, { ciphers, maxVersion: 'TLSv1.2' }), { cipher, version: 'TLSv1.2' })
+  }
+  const ecdsa = await handshake(port, { ciphers: 'ECDHE-ECDSA-AES128-GCM-SHA256', maxVersion: 'TLSv1.2' })
+  assert.deepEqual(ecdsa, { cipher: 'TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256', version: 'TLSv1.2' })
+})
+
+test('TLS 1.3 is served with its standard suites; TLS 1.1 is refused', async () => {
+  for (const p of [port, rsaPort]) {
+    const agreed = await handshake(p, { minVersion: 'TLSv1.3' })
+    assert.ok('version' in agreed && agreed.version === 'TLSv1.3', JSON.stringify(agreed))
+    assert.match(agreed.cipher, /^TLS_(AES_128_GCM_SHA256|AES_256_GCM_SHA384|CHACHA20_POLY1305_SHA256)$/)
+    assert.ok('error' in (await handshake(p, { minVersion: 'TLSv1', maxVersion: 'TLSv1.1' })))
+  }
+})
+
+test(`a connection that never starts its TLS handshake, or never finishes it, is closed after HEADERS_TIMEOUT (${HEADERS_TIMEOUT} s)`, async () => {
+  const open = () => {
+    const socket = tcpConnect(Number(rsaPort), '127.0.0.1')
+    const openedAt = performance.now()
+    socket.on('error', () => {})
+    // Not waited for past the bound: Node's default would hold them 120 s.
+    const closed = Promise.race([
+      new Promise<number>((resolve) => socket.on('close', () => resolve(performance.now() - openedAt))),
+      sleep((HEADERS_TIMEOUT + 3) * 1000).then(() => (socket.destroy(), Infinity)),
+    ])
+    return { socket, closed }
+  }
+  const silent = open()
+  const halfway = open()
+  // The first bytes of a ClientHello (a handshake record of 512 bytes), and nothing after them.
+  halfway.socket.write(Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]))
+  const [silentMs, halfwayMs] = await Promise.all([silent.closed, halfway.closed])
+  for (const [what, ms] of [['silent', silentMs], ['half a handshake', halfwayMs]] as const) {
+    // The bound is generous for a busy machine.
+    assert.ok(ms >= HEADERS_TIMEOUT * 1000 - 100 && ms < (HEADERS_TIMEOUT + 3) * 1000, `${what}: closed after ${Math.round(ms)} ms`)
+  }
+  assert.ok('version' in (await handshake(rsaPort, {})), 'a client that shakes hands in time is served')
+})
+
+test('MAX_CONNECTIONS holds over HTTPS: past it a new connection is closed before its handshake', async () => {
+  const capped = await startServer({ TLS_CERT_FILE: rsa.cert, TLS_KEY_FILE: rsa.key, MAX_CONNECTIONS: '3' })
+  const cappedPort = Number(new URL(capped.url).port)
+  await assertConnectionCap(() => tlsConnect({ host: '127.0.0.1', port: cappedPort, ca }), 3)
 })
 
 test('a renewed certificate reaches new connections without a restart; an open connection keeps going', async () => {

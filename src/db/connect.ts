@@ -1,6 +1,7 @@
-import { createHash } from 'node:crypto'
-import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import postgres, { type Sql } from 'postgres'
+// The patch file itself, from src/ and from dist/ alike (both are two levels under the project; the image copies it).
+import { patchProblem } from '../../src/db/postgres-patch.mjs'
 import { isoTimestamp, timestampParameter } from './timestamps.js'
 
 export interface PoolOptions {
@@ -15,42 +16,18 @@ export interface PoolOptions {
 /** postgres.js is not the patched copy this service needs (src/db/postgres-patch.mjs). */
 export class DriverPatchError extends Error {}
 
-/** The files of postgres.js the patch edits (test/fault-driver.test.ts holds this to the patch's own list). */
-export const PATCHED_FILES = ['connection.js', 'index.js', 'queue.js', 'query.js']
-const STAMP_PREFIX = '// users-products-api patch: edit list '
-// The patch file itself, beside this one in src/ (and from dist/ too: both are two levels under the project).
-const PATCH_FILE = new URL('../../src/db/postgres-patch.mjs', import.meta.url)
-
-/** The digest a copy patched by the patch file in this tree carries (as postgres-patch.mjs computes it). */
-export const expectedPatchDigest = () => createHash('sha256').update(readFileSync(PATCH_FILE)).digest('hex').slice(0, 16)
-
 /**
- * Why the postgres.js source folder at `sourceDir` is not the copy this tree
- * patches, or undefined when it is: every patched file must end with the
- * stamp of the current edit list. A marker alone is not enough: a copy
- * patched by an older list has markers and lacks the newer edits.
- */
-export function driverPatchProblem(sourceDir: URL, digest: string): string | undefined {
-  for (const file of PATCHED_FILES) {
-    const text = readFileSync(new URL(file, sourceDir), 'utf8')
-    if (!text.includes(STAMP_PREFIX)) return `postgres.js at ${sourceDir.pathname} is not patched (${file}); run \`npm ci\` (make run does; it runs src/db/postgres-patch.mjs)`
-    if (!text.endsWith(`${STAMP_PREFIX}${digest}\n`)) {
-      return `postgres.js at ${sourceDir.pathname} was patched by another version of src/db/postgres-patch.mjs (${file}); run \`npm ci\` (make run does) to install and patch it afresh`
-    }
-  }
-  return undefined
-}
-
-/**
- * Refuses to run on a postgres.js that is not patched by this tree's patch
- * (applied by npm's postinstall): the patch is what keeps a database restart
- * from crashing the process. An install with --ignore-scripts, an upgrade
- * the patch no longer fits, or a copy patched by an older edit list stops
- * start-up here instead of failing at the first database outage.
+ * Refuses to run on a postgres.js that is not the copy this tree's patch
+ * makes (applied by npm's postinstall): the patch is what keeps a database
+ * restart from crashing the process. Every patched file, ESM and CommonJS,
+ * must have the SHA-256 the patch expects (`patchProblem`), so an install
+ * with --ignore-scripts, an upgrade the patch no longer fits, a copy patched
+ * by an older edit list or a file edited since stops start-up here instead
+ * of failing at the first database outage.
  */
 export function assertDriverPatched(): void {
-  const problem = driverPatchProblem(new URL('.', import.meta.resolve('postgres')), expectedPatchDigest())
-  if (problem) throw new DriverPatchError(problem)
+  const problem = patchProblem(fileURLToPath(new URL('..', import.meta.resolve('postgres'))))
+  if (problem) throw new DriverPatchError(`${problem}; run \`npm ci\` (make run does) to install and patch it afresh`)
 }
 
 /**

@@ -63,16 +63,21 @@
 // src/queue.js and src/query.js, and the
 // same in the CommonJS copy (cjs/src/), each marked in the patched file with
 // "users-products-api patch", and each patched file ends with a stamp naming
-// the digest of this file (`STAMP_PREFIX` + PATCH_DIGEST): src/db/connect.ts
-// refuses to start on a copy patched by another version of the edits (an
-// `npm install` that kept an old node_modules), and the Makefile installs
-// again when this file changes. Files are written to a temporary file and
-// renamed over the original, so a crash never leaves a truncated driver.
-// Idempotent. If a text to replace is not found
+// the digest of this file (`STAMP_PREFIX` + PATCH_DIGEST). What counts is
+// the content: every patched file, ESM and CommonJS, must have the SHA-256
+// in PATCHED_SHA256 (its stamp line left out, since the stamp names this
+// file's digest, which these hashes are part of). The patch checks that
+// before it writes anything, and src/db/connect.ts at start-up
+// (`patchProblem`): a stamp appended to an unpatched file, a copy patched by
+// another version of the edits (an `npm install` that kept an old
+// node_modules) or a file edited since are all refused. The Makefile
+// installs again when this file changes. Files are written to a temporary
+// file and renamed over the original, so a crash never leaves a truncated
+// driver. Idempotent. If a text to replace is not found
 // (postgres.js was upgraded and its code changed), it fails loudly and
 // `npm ci` fails with it: check whether the new version fixes the issues
-// above, then adapt or delete this file (src/db/connect.ts refuses to start
-// with an unpatched copy until its check is changed too).
+// above, then adapt or delete this file. After changing the edits (or the
+// version), the failed check prints the new PATCHED_SHA256 to paste here.
 //
 // Usage: node src/db/postgres-patch.mjs [folder of the postgres package]
 
@@ -87,6 +92,18 @@ export const MARKER = 'users-products-api patch'
 export const PATCH_DIGEST = createHash('sha256').update(readFileSync(fileURLToPath(import.meta.url))).digest('hex').slice(0, 16)
 export const STAMP_PREFIX = `// ${MARKER}: edit list `
 const STAMP = /\n\/\/ users-products-api patch: edit list [0-9a-f]{16}\n$/
+
+/** SHA-256 of each file as this patch leaves it, its last line (the stamp) left out: the patched postgres.js 3.4.9. */
+export const PATCHED_SHA256 = {
+  'src/connection.js': '31eb65332b7ecdef9a0d6ff05756c6580af784eca22b0e28c55f992a211cf947',
+  'src/index.js': 'e876f9a6d7e8736ff857ba387bcfdd7075234f9cdc87346343c102a2a71c0acb',
+  'src/queue.js': 'ecd984173a68d4af085c77af43135c82af7ee9b48dcb0e257d4579b76810287a',
+  'src/query.js': 'e0ee0faee52fbda19d3c777a0d7d06108de8fc70cbf9141b2c8733d7c8188479',
+  'cjs/src/connection.js': 'a80f090f914f6453046feb25a525a4a90521c76ebce1a0a1d17af35f6d49fcd4',
+  'cjs/src/index.js': '2eb4282e1b9c1dec05d9751608210fe39a20f0d85517c1036e1f943356113cb8',
+  'cjs/src/queue.js': '021fe60656a61dd28e502efa6b33d5b51cee4bb016bc92d0e2482171f75e4820',
+  'cjs/src/query.js': '2c011b36ae8be513e46eb5f37318a1673f0dcf957d5736c7261b722bfa183776',
+}
 
 /** [file inside the package's source folder, text to find, its replacement] */
 export const edits = [
@@ -335,14 +352,42 @@ export const edits = [
 ]
 
 /** The source folders of the package that Node can load: ESM (`import`) and CommonJS (`require`). */
-const sourceFolders = ['src', join('cjs', 'src')]
+const sourceFolders = ['src', 'cjs/src']
+/** Every file the patch writes, as the keys of PATCHED_SHA256 name them. */
+const patchedFiles = () => sourceFolders.flatMap((folder) => [...new Set(edits.map(([file]) => file))].map((file) => `${folder}/${file}`))
 
 export class PatchError extends Error {}
+
+const sha256 = (text) => createHash('sha256').update(text).digest('hex')
+const stampLine = `${STAMP_PREFIX}${PATCH_DIGEST}\n`
+
+/** Why `text`, the file `name` ('cjs/src/query.js') of the package, is not what this patch makes of it; undefined when it is. */
+function fileProblem(name, text) {
+  if (!text.includes(STAMP_PREFIX)) return `is not patched (${name})`
+  if (!text.endsWith(stampLine)) return `was patched by another version of src/db/postgres-patch.mjs (${name})`
+  const actual = sha256(text.slice(0, -stampLine.length))
+  if (actual !== PATCHED_SHA256[name]) return `is not the copy this patch makes (${name}: SHA-256 ${actual}, expected ${PATCHED_SHA256[name]})`
+  return undefined
+}
+
+/**
+ * Why the package at `packageDir` is not postgres.js as this patch leaves
+ * it, ESM and CommonJS copies alike, or undefined when it is: the check
+ * start-up runs (src/db/connect.ts).
+ */
+export function patchProblem(packageDir) {
+  for (const name of patchedFiles()) {
+    const problem = fileProblem(name, readFileSync(join(packageDir, name), 'utf8'))
+    if (problem) return `postgres.js at ${packageDir} ${problem}`
+  }
+  return undefined
+}
 
 /**
  * Applies every edit to every source folder of the package at `packageDir`.
  * Returns what it did per file; throws PatchError, changing nothing, when a
- * text is neither found exactly once nor already patched.
+ * text is neither found exactly once nor already patched, or when a file
+ * it would leave is not the one PATCHED_SHA256 expects.
  */
 export function patchPostgres(packageDir) {
   const version = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8')).version
@@ -377,6 +422,20 @@ export function patchPostgres(packageDir) {
       if (stamped !== readFileSync(path, 'utf8')) pending.set(path, stamped)
       else pending.delete(path)
     }
+  }
+  // Checked before anything is written: what `npm ci` leaves must pass start-up's check.
+  const results = patchedFiles().map((name) => {
+    const path = join(packageDir, name)
+    const text = pending.get(path) ?? readFileSync(path, 'utf8')
+    return { name, problem: fileProblem(name, text), sha256: sha256(text.slice(0, -stampLine.length)) }
+  })
+  const wrong = results.filter((r) => r.problem)
+  if (wrong.length) {
+    throw new PatchError(
+      `postgres.js ${version}: the patched files are not the ones expected:\n${wrong.map((r) => `  ${r.problem}`).join('\n')}\n` +
+        'This is not the package the patch was made for (check the version and the lock file), or the edits changed: then, with the ' +
+        `patched files reviewed, set PATCHED_SHA256 in src/db/postgres-patch.mjs to\n${JSON.stringify(Object.fromEntries(results.map((r) => [r.name, r.sha256])), null, 2)}`,
+    )
   }
   for (const [path, text] of pending) {
     // Written beside it, then renamed over it: a crash leaves the old file or the new one, never half of one.

@@ -21,7 +21,9 @@ export const healthRoutes = [
   // Readiness: send traffic here only if the database answers and we are not
   // draining. An instance that cannot prove it hears credential changes is
   // still ready (it reads credentials from the database instead of memory,
-  // slower but right), and says so: `credentials` names the reason.
+  // slower but right), and says so: `credentials` names the reason. The
+  // database's answer is shared for a second (src/health/readiness.ts);
+  // draining is not: it shows at once.
   defineRoute({
     method: 'GET',
     path: '/readyz',
@@ -38,11 +40,13 @@ export const healthRoutes = [
     },
     access: publicAccess,
     unlimited: true,
+    // Not ready: the database does not answer, or the service is draining.
+    errorStatuses: [503],
     async handle({ deps }) {
       if (deps.lifecycle.shuttingDown) {
         throw new HttpError('shutting_down', 'The service is shutting down.', { headers: { 'retry-after': '1' } })
       }
-      await deps.sql`SELECT 1`
+      await deps.readiness.database()
       const distrust = deps.credentialChanges.distrustReason
       const credentials = distrust === undefined ? 'remembered' : `read from the database: ${distrust}`
       return { status: 200, headers: { 'cache-control': 'no-store' }, body: { status: 'ready', credentials } }

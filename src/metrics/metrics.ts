@@ -20,6 +20,8 @@ export class Metrics {
   queries = 0
   queryErrors = 0
   inFlight = 0
+  /** Connections closed on arrival because MAX_CONNECTIONS were open. */
+  connectionsDropped = 0
 
   constructor(private readonly pool: { max: number }) {
     this.loopDelay.enable()
@@ -49,6 +51,8 @@ export class Metrics {
     }
     family('http_requests_in_flight', 'gauge', 'Requests being handled now.')
     lines.push(`http_requests_in_flight ${this.inFlight}`)
+    family('http_connections_dropped_total', 'counter', 'Connections closed on arrival because MAX_CONNECTIONS were open.')
+    lines.push(`http_connections_dropped_total ${this.connectionsDropped}`)
     family('db_pool_max_connections', 'gauge', 'Size of the database connection pool.')
     lines.push(`db_pool_max_connections ${this.pool.max}`)
     family('db_queries_total', 'counter', 'Statements sent to the database.')
