@@ -56,8 +56,10 @@ export interface TestServer {
    * password, which voids the JWTs issued before.
    */
   renewAdminToken(): Promise<void>
-  /** A JWT for a user id, as login would issue it (without the cost of scrypt). */
+  /** A JWT for a user id, as login would issue it (without the cost of scrypt). It names no session unless `claims.sid` does. */
   jwtFor(userId: number, role: 'admin' | 'user', scopes?: string[], claims?: Record<string, unknown>): string
+  /** As jwtFor, naming a session opened now as a password login opens one: a fresh login (REAUTH_WINDOW). */
+  loginJwtFor(userId: number, role: 'admin' | 'user', scopes?: string[]): Promise<string>
   /**
    * Inserts a user directly (no password unless given, which costs a scrypt
    * hash, or a ready `passwordHash`); its id and a JWT. Set the password
@@ -144,9 +146,9 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     const password_hash = fields.passwordHash ?? (fields.password === undefined ? null : await deps.passwords.hash(fields.password))
     const [row] = await sql<Array<{ id: number }>>`
       INSERT INTO users (name, email, role, password_hash) VALUES (${fields.name ?? 'Test User'}, ${email}, ${role}, ${password_hash}) RETURNING id`
-    const claims = fields.session ? { sid: await openTestSession(row!.id, role) } : {}
-    return { id: row!.id, email, token: jwtFor(row!.id, role, undefined, claims) }
+    return { id: row!.id, email, token: fields.session ? await loginJwtFor(row!.id, role) : jwtFor(row!.id, role) }
   }
+  const loginJwtFor = async (userId: number, role: 'admin' | 'user', scopes?: string[]) => jwtFor(userId, role, scopes, { sid: await openTestSession(userId, role) })
   /** A session as a password login opens one, now; its id as a JWT's `sid`. */
   const openTestSession = async (userId: number, role: 'admin' | 'user') => {
     const [session] = await sql<Array<{ id: number }>>`
@@ -175,6 +177,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
       admin.token = adminUser.token = jwtFor(admin.id, 'admin', undefined, { gen: epoch, sid: adminSid })
     },
     jwtFor,
+    loginJwtFor,
     createUser,
     async published() {
       for (const deadline = Date.now() + 5000; ;) {
