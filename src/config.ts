@@ -33,6 +33,7 @@ const EnvSchema = Type.Object({
   REQUIRE_IF_MATCH: Type.Optional(Bool),
   RATE_LIMIT: Type.Optional(Integer(0, 1000000)),
   MAX_API_KEYS_PER_USER: Type.Optional(Integer(1, 100000)),
+  REAUTH_WINDOW: Type.Optional(Integer(0, 86400)),
   TRUST_PROXY: Type.Optional(Type.String({
     pattern: '^([0-9]{1,2}|[0-9A-Fa-f:.]+(,[0-9A-Fa-f:.]+)*)$',
     description: 'a number of proxy hops (0 to 99) or a comma-separated list of proxy addresses',
@@ -93,6 +94,8 @@ export interface Config {
   rateLimit: number
   /** Live (unexpired) API keys one user may hold. */
   maxApiKeysPerUser: number
+  /** Seconds after a password login in which creating an API key needs no current_password. */
+  reauthWindow: number
   /** Proxy hops, or proxy addresses, whose X-Forwarded-For entries are believed. */
   trustProxy: TrustProxy
   corsOrigins: ReadonlySet<string>
@@ -182,6 +185,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     requireIfMatch: e.REQUIRE_IF_MATCH === 'true',
     rateLimit: int('RATE_LIMIT', 1200),
     maxApiKeysPerUser: int('MAX_API_KEYS_PER_USER', 100),
+    reauthWindow: int('REAUTH_WINDOW', 600),
     trustProxy: parseTrustProxy(e.TRUST_PROXY),
     corsOrigins: new Set(e.CORS_ORIGINS ? e.CORS_ORIGINS.split(',') : []),
     jwtIssuer: e.JWT_ISSUER ?? 'users-products-api',

@@ -113,7 +113,7 @@ const keyRow = async (id: number) => (await sql<Array<{ id: number; last_used_at
 
 describe('a key in use costs no statement of its own', () => {
   test('10 requests with a cached key send the statements of 10 with a JWT: the handler\'s, none for the key', async () => {
-    const user = await A.createUser()
+    const user = await A.createUser({ session: true })
     const { key } = await createKey({}, user.token)
     for (const server of [A, B]) {
       assert.equal((await me(server, key)).status, 200)
@@ -175,7 +175,7 @@ describe('revocation through one instance holds at once on both', () => {
   })
 
   test('a user\'s role lowered through A: role user at once (403 where admin is needed), on A and on B; raised again, admin', async () => {
-    const admin = await A.createUser({ role: 'admin' })
+    const admin = await A.createUser({ role: 'admin', session: true })
     const { key } = await createKey({ scopes: ['users:read', 'users:write'] }, admin.token)
     await cacheOnBoth(key)
     const listUsers = (server: TestServer) => server.request('GET', '/users?limit=1', { headers: { 'x-api-key': key } })
@@ -200,7 +200,7 @@ describe('revocation through one instance holds at once on both', () => {
   })
 
   test('a user deleted through A: its key is 401 at once, on A and on B', async () => {
-    const user = await A.createUser()
+    const user = await A.createUser({ session: true })
     const { key, id } = await createKey({}, user.token)
     await cacheOnBoth(key)
     assert.equal((await A.request('DELETE', `/users/${user.id}`)).status, 204)
@@ -220,7 +220,7 @@ describe('revocation through one instance holds at once on both', () => {
   })
 
   test('`make admin` does not promote an existing user: refused, and its key keeps its user\'s rights on both', async () => {
-    const user = await A.createUser()
+    const user = await A.createUser({ session: true })
     const { key } = await createKey({}, user.token)
     await cacheOnBoth(key)
     assert.equal((await B.request('GET', '/users?limit=1', { headers: { 'x-api-key': key } })).status, 403)
@@ -230,7 +230,7 @@ describe('revocation through one instance holds at once on both', () => {
   })
 
   test('changes made in SQL, not through the API, hold at once too: expiry moved back, scopes narrowed, role changed', async () => {
-    const admin = await A.createUser({ role: 'admin' })
+    const admin = await A.createUser({ role: 'admin', session: true })
     const { key, id } = await createKey({ scopes: ['users:read', 'api_keys:read'] }, admin.token)
     await cacheOnBoth(key)
 
@@ -465,12 +465,12 @@ describe('what the triggers announce', () => {
     assert.deepEqual(await announced(() => sql`UPDATE api_keys SET scopes = scopes WHERE id = ${id}`), [])
     assert.deepEqual(await announced(() => sql`UPDATE api_keys SET scopes = ${['api_keys:read']} WHERE id = ${id}`), [`keys ${id}`])
     assert.deepEqual(await announced(() => sql`UPDATE api_keys SET expires_at = now() + interval '1 day' WHERE id = ${id}`), [`keys ${id}`])
-    const other = await A.createUser()
+    const other = await A.createUser({ session: true })
     assert.deepEqual(await announced(() => sql`UPDATE api_keys SET user_id = ${other.id} WHERE id = ${id}`), [`keys ${id}`])
   })
 
   test('a user\'s name changed: nothing; its role: users <id>; the same role again: nothing', async () => {
-    const user = await A.createUser()
+    const user = await A.createUser({ session: true })
     assert.deepEqual(await announced(() => sql`UPDATE users SET name = 'Renamed' WHERE id = ${user.id}`), [])
     assert.deepEqual(await announced(() => sql`UPDATE users SET role = 'admin' WHERE id = ${user.id}`), [`users ${user.id}`])
     assert.deepEqual(await announced(() => sql`UPDATE users SET role = 'admin' WHERE id = ${user.id}`), [])
@@ -480,7 +480,7 @@ describe('what the triggers announce', () => {
   })
 
   test('a user deleted through the API: its keys and the user', async () => {
-    const user = await A.createUser()
+    const user = await A.createUser({ session: true })
     const { id } = await createKey({}, user.token)
     const payloads = await announced(() => A.request('DELETE', `/users/${user.id}`))
     assert.deepEqual(payloads.sort(), [`keys ${id}`, `users ${user.id}`])
@@ -490,7 +490,12 @@ describe('what the triggers announce', () => {
     const admins = (await sql<Array<{ id: number }>>`SELECT id FROM users WHERE role = 'admin' AND id <> ${A.admin.id} ORDER BY id`).map((r) => r.id)
     assert.ok(admins.length >= 2)
     assert.deepEqual(await announced(() => sql`UPDATE users SET role = 'user' WHERE role = 'admin' AND id <> ${A.admin.id}`), [`users ${admins.join(',')}`])
-    assert.deepEqual(await announced(async () => assert.equal((await A.request('DELETE', `/users/${A.admin.id}`)).status, 409)), [])
+    // Deleting oneself takes the password: the file's admin is given one (which voids its JWTs: a new one).
+    const password = 'api-key-cache-admin-password'
+    await sql`UPDATE users SET password_hash = ${await A.deps.passwords.hash(password)} WHERE id = ${A.admin.id}`
+    await A.renewAdminToken()
+    const deleteSelf = () => A.request('DELETE', `/users/${A.admin.id}`, { body: { current_password: password } })
+    assert.deepEqual(await announced(async () => assert.equal((await deleteSelf()).status, 409)), [])
     const { id } = await createKey()
     const rolledBack = () =>
       sql.begin(async (tx) => {
@@ -502,7 +507,7 @@ describe('what the triggers announce', () => {
   })
 
   test('too many ids for one payload: all, and every instance forgets every key', async () => {
-    const owner = await A.createUser()
+    const owner = await A.createUser({ session: true })
     await sql`
       INSERT INTO api_keys (user_id, name, prefix, key_hash, scopes)
       SELECT ${owner.id}, 'bulk ' || g, 'upa_ak_bulk', sha256(convert_to('bulk-' || g || '-' || ${unique('bulk')}, 'UTF8')), '{users:read}'

@@ -16,7 +16,7 @@ const liveKeys = async (userId: number) =>
 
 describe('MAX_API_KEYS_PER_USER', () => {
   test('the key beyond the limit is 409 api_key_limit and nothing is created; deleting one frees a place', async () => {
-    const user = await api.createUser()
+    const user = await api.createUser({ session: true })
     const ids: number[] = []
     for (let i = 0; i < MAX; i++) {
       const res = await create(user.token)
@@ -34,7 +34,7 @@ describe('MAX_API_KEYS_PER_USER', () => {
   })
 
   test('20 concurrent creations: exactly the limit succeeds, the rest are 409', async () => {
-    const user = await api.createUser()
+    const user = await api.createUser({ session: true })
     const results = await Promise.all(Array.from({ length: 20 }, (_, i) => create(user.token, `race ${i}`)))
     assert.equal(results.filter((r) => r.status === 201).length, MAX)
     assert.equal(results.filter((r) => r.status === 409 && r.body.code === 'api_key_limit').length, 20 - MAX)
@@ -42,11 +42,11 @@ describe('MAX_API_KEYS_PER_USER', () => {
   })
 
   test('expired keys do not count; the limit is per user', async () => {
-    const user = await api.createUser()
+    const user = await api.createUser({ session: true })
     for (let i = 0; i < MAX; i++) assert.equal((await create(user.token)).status, 201)
     await api.sql`UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE user_id = ${user.id}`
     assert.equal((await create(user.token)).status, 201)
-    const other = await api.createUser()
+    const other = await api.createUser({ session: true })
     assert.equal((await create(other.token)).status, 201)
   })
 })

@@ -656,7 +656,7 @@ describe('GET /auth/me', () => {
 
   test('with an API key (X-API-Key or Bearer): {type: "api_key"}, its scopes and expiry', async () => {
     const expires = new Date(Date.now() + 86_400_000).toISOString()
-    const created = await call('POST', '/api-keys', { auth: refreshUser.token, body: { name: 'me', scopes: ['users:read', 'products:read'], expires_at: expires } })
+    const created = await call('POST', '/api-keys', { auth: refreshUser.token, body: { name: 'me', scopes: ['users:read', 'products:read'], expires_at: expires, current_password: refreshUser.password } })
     assert.equal(created.status, 201, created.text)
     assert.match(created.body.key, /^upa_ak_[A-Za-z0-9_-]{43}$/)
     const expected = { type: 'api_key', scopes: ['products:read', 'users:read'], expires_at: expires }
@@ -665,7 +665,7 @@ describe('GET /auth/me', () => {
       assert.equal(res.body.user.id, refreshUser.id)
       assert.deepEqual(res.body.credential, expected)
     }
-    const forever = await call('POST', '/api-keys', { auth: refreshUser.token, body: { name: 'forever', scopes: ['products:read'] } })
+    const forever = await call('POST', '/api-keys', { auth: refreshUser.token, body: { name: 'forever', scopes: ['products:read'], current_password: refreshUser.password } })
     assert.equal((await me(forever.body.key)).body.credential.expires_at, null)
   })
 })
@@ -704,7 +704,7 @@ describe('every credential sees role changes and deletion at once', () => {
   test('deleted: its opaque token, refresh token, API key and JWT are refused at once, its sessions and keys are gone', async () => {
     const dave = await userWithPassword()
     const opaque = await loggedIn(dave, { token_format: 'opaque' })
-    const created = await call('POST', '/api-keys', { auth: dave.token, body: { name: 'doomed', scopes: ['users:read'] } })
+    const created = await call('POST', '/api-keys', { auth: dave.token, body: { name: 'doomed', scopes: ['users:read'], current_password: dave.password } })
     assert.equal(created.status, 201, created.text)
     const { session_id } = await refreshRow(opaque.refresh_token)
     const rows = () =>

@@ -170,6 +170,8 @@ interface Endpoint {
   success: number
   /** Whether a successful call writes to the database. */
   writes: boolean
+  /** For a person, not a program: an API key (with the scope) gets 403 forbidden always, or when acting on itself ('self'). */
+  interactive?: 'always' | 'self'
   arrange(): Promise<Arranged>
   /** Checks on a successful answer. */
   check?(res: TestResponse, caller: Actor, credential: CredentialKind): void
@@ -211,10 +213,11 @@ const endpoints: Endpoint[] = [
   },
   {
     // Each case deletes a user of its own, which is also "self" for the case.
-    method: 'DELETE', template: '/users/{id}', scope: 'users:write', who: 'admin-or-self', success: 204, writes: true,
+    method: 'DELETE', template: '/users/{id}', scope: 'users:write', who: 'admin-or-self', success: 204, writes: true, interactive: 'self',
     async arrange() {
       const target = await newActor(api, 'user')
-      return { path: `/users/${target.id}`, self: target }
+      // Deleting oneself takes the password; an admin deleting another user needs no body, and one given changes nothing.
+      return { path: `/users/${target.id}`, self: target, body: { current_password: PASSWORD } }
     },
   },
   {
@@ -260,8 +263,9 @@ const endpoints: Endpoint[] = [
     },
   },
   {
-    method: 'POST', template: '/api-keys', scope: 'api_keys:write', who: 'any', success: 201, writes: true,
-    arrange: async () => ({ path: '/api-keys', body: { name: 'Matrix key', scopes: ['api_keys:write'] } }),
+    method: 'POST', template: '/api-keys', scope: 'api_keys:write', who: 'any', success: 201, writes: true, interactive: 'always',
+    // The matrix's JWTs name no session, so no fresh login: the password is given.
+    arrange: async () => ({ path: '/api-keys', body: { name: 'Matrix key', scopes: ['api_keys:write'], current_password: PASSWORD } }),
     check: (res, caller) => assert.equal(res.body.user_id, caller.id),
   },
   {
@@ -292,6 +296,8 @@ function expected(endpoint: Endpoint, actor: ActorKind, role: Role, credential: 
   if (scope && (credential === 'API key without the scope' || !roleScopes[role].includes(scope))) {
     return { status: 403, code: 'insufficient_scope', scope }
   }
+  const key = credential === 'API key with the scope'
+  if (key && (endpoint.interactive === 'always' || (endpoint.interactive === 'self' && actor === 'self'))) return { status: 403, code: 'forbidden' }
   if (role !== 'admin' && actor === 'other') {
     if (endpoint.who === 'admin-or-self') return { status: 403, code: 'forbidden' }
     if (endpoint.who === 'owner') return { status: 404, code: 'not_found' }

@@ -48,6 +48,7 @@ describe('defaults', () => {
       requireIfMatch: false,
       rateLimit: 1200,
       maxApiKeysPerUser: 100,
+      reauthWindow: 600,
       trustProxy: 0,
       corsOrigins: new Set(),
       eventsRetentionDays: 30,
@@ -100,6 +101,7 @@ describe('values', () => {
       REQUIRE_IF_MATCH: 'true',
       RATE_LIMIT: '0',
       MAX_API_KEYS_PER_USER: '7',
+      REAUTH_WINDOW: '30',
       TRUST_PROXY: '10.0.0.1,10.0.0.2',
       CORS_ORIGINS: 'https://app.example.com,http://localhost:5173',
       EVENTS_RETENTION_DAYS: '7',
@@ -134,6 +136,7 @@ describe('values', () => {
       requireIfMatch: true,
       rateLimit: 0,
       maxApiKeysPerUser: 7,
+      reauthWindow: 30,
       trustProxy: new Set(['10.0.0.1', '10.0.0.2']),
       corsOrigins: new Set(['https://app.example.com', 'http://localhost:5173']),
       eventsRetentionDays: 7,
@@ -202,6 +205,8 @@ describe('refused values', () => {
     ['MAX_API_KEYS_PER_USER', 'many'],
     ['MAX_CONNECTIONS', '0'],
     ['MAX_CONNECTIONS', '1000001'],
+    ['REAUTH_WINDOW', 'soon'],
+    ['REAUTH_WINDOW', '-1'],
   ]
   for (const [name, value] of refused) {
     test(`refuses ${name}=${JSON.stringify(value)} with a ConfigError naming ${name}`, () => {

@@ -205,7 +205,7 @@ describe('Idempotency-Key: scope and what is stored', () => {
   })
 
   test('POST /api-keys does not take part (a replay would need the secret stored): no record, and a retry creates a second key', async () => {
-    const user = await api.createUser()
+    const user = await api.createUser({ session: true })
     const key = newKey()
     const body = { name: unique('no idem'), scopes: ['products:read'] }
     const first = await post('/api-keys', key, body, user.token)

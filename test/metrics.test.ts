@@ -236,11 +236,11 @@ describe('GET /metrics access', () => {
     assert.doesNotMatch(res.text, /http_requests_total/)
   })
 
-  test('a user: 403 forbidden', async () => {
+  test('a user: 403 insufficient_scope (metrics:read is an admin\'s)', async () => {
     const user = await api.createUser()
     const res = await api.request('GET', '/metrics', { auth: user.token })
     assert.equal(res.status, 403)
-    assert.equal(res.body.code, 'forbidden')
+    assert.equal(res.body.code, 'insufficient_scope')
     assert.doesNotMatch(res.text, /http_requests_total/)
   })
 

@@ -259,7 +259,7 @@ describe('rate limit per credential (RATE_LIMIT=5)', () => {
   })
 
   test('an API key is a credential of its own: its bucket is not its owner’s JWT bucket', async () => {
-    const owner = await limited.createUser()
+    const owner = await limited.createUser({ session: true })
     const created = await limited.request('POST', '/api-keys', { auth: owner.token, body: { name: 'limited key', scopes: ['products:read'] } })
     assert.equal(created.status, 201, created.text)
     assert.equal(rateFigures(created).remaining, LIMIT - 1)
@@ -271,7 +271,7 @@ describe('rate limit per credential (RATE_LIMIT=5)', () => {
   })
 
   test('a user\'s credentials together get at most 3 × RATE_LIMIT: N keys do not give N times the limit', async () => {
-    const owner = await limited.createUser()
+    const owner = await limited.createUser({ session: true })
     const keys: string[] = []
     for (let i = 0; i < 3; i++) {
       const created = await limited.request('POST', '/api-keys', { auth: owner.token, body: { name: `key ${i}`, scopes: ['products:read'] } })

@@ -13,6 +13,9 @@ import { startServer, type TestResponse } from './helpers/server.js'
 // rely on the state it arranged; the last-admin tests reset the admins first.
 
 const api = await startServer()
+/** The admins of "the last admin" delete themselves, which takes their password: one hash for all (scrypt is slow). */
+const ADMIN_PASSWORD = 'users-test-admin-password'
+const adminPasswordHash = await api.deps.passwords.hash(ADMIN_PASSWORD)
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -897,8 +900,10 @@ describe('the last admin', () => {
   })
 
   /** An admin inserted directly (the file's admin may be demoted by now) and its JWT. */
-  const directAdmin = (name: string) => api.createUser({ role: 'admin', name })
+  const directAdmin = (name: string) => api.createUser({ role: 'admin', name, passwordHash: adminPasswordHash })
   const as = (admin: { token: string }) => ({ auth: admin.token })
+  /** Deleting one's own account takes the password. */
+  const asSelf = (admin: { token: string }) => ({ auth: admin.token, body: { current_password: ADMIN_PASSWORD } })
 
   async function onlyAdmin(): Promise<{ id: number; token: string }> {
     const admin = await directAdmin('Sole Admin')
@@ -917,7 +922,7 @@ describe('the last admin', () => {
     const admin = await onlyAdmin()
     const before = await mustRow(admin.id)
     const count = await userCount()
-    assertProblem(await api.request('DELETE', `/users/${admin.id}`, as(admin)), 409, 'last_admin')
+    assertProblem(await api.request('DELETE', `/users/${admin.id}`, asSelf(admin)), 409, 'last_admin')
     assert.deepEqual(await mustRow(admin.id), before)
     assert.equal(await userCount(), count)
   })
@@ -961,7 +966,7 @@ describe('the last admin', () => {
     const [a, b] = await twoAdmins()
     assert.equal((await api.request('DELETE', `/users/${a.id}`, as(b))).status, 204)
     assert.deepEqual(await adminIds(), [b.id])
-    assertProblem(await api.request('DELETE', `/users/${b.id}`, as(b)), 409, 'last_admin')
+    assertProblem(await api.request('DELETE', `/users/${b.id}`, asSelf(b)), 409, 'last_admin')
     assert.ok(await dbRow(b.id))
   })
 
@@ -990,7 +995,7 @@ describe('the last admin', () => {
     for (let round = 0; round < 3; round++) {
       await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
       const admins = await twoAdmins()
-      const results = await Promise.all(admins.map((admin) => api.request('DELETE', `/users/${admin.id}`, as(admin))))
+      const results = await Promise.all(admins.map((admin) => api.request('DELETE', `/users/${admin.id}`, asSelf(admin))))
       assert.deepEqual(results.map((r) => r.status).sort(), [204, 409], `round ${round}`)
       assert.equal((await adminIds()).length, 1)
     }
@@ -1000,7 +1005,7 @@ describe('the last admin', () => {
     for (let round = 0; round < 3; round++) {
       await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
       const [a, b] = await twoAdmins()
-      const results = await Promise.all([api.request('DELETE', `/users/${a.id}`, as(a)), api.request('PATCH', `/users/${b.id}`, { ...as(b), body: { role: 'user' } })])
+      const results = await Promise.all([api.request('DELETE', `/users/${a.id}`, asSelf(a)), api.request('PATCH', `/users/${b.id}`, { ...as(b), body: { role: 'user' } })])
       const [deleted, demoted] = results.map((r) => r.status)
       assert.ok((deleted === 204 && demoted === 409) || (deleted === 409 && demoted === 200), `round ${round}: DELETE ${deleted}, PATCH ${demoted}`)
       assert.equal(results.find((r) => r.status === 409)!.body.code, 'last_admin')

@@ -1,6 +1,7 @@
-import type { Sql } from 'postgres'
+import type { Sql, TransactionSql } from 'postgres'
 import Type from 'typebox'
 import { challenge } from '../auth/credentials.js'
+import { requireRecentPassword } from '../auth/current-password.js'
 import { isAdmin, type Principal } from '../auth/principal.js'
 import { isScope } from '../auth/scopes.js'
 import { displayPrefix, hashSecret, newSecret } from '../auth/tokens.js'
@@ -9,13 +10,16 @@ import { idMember, nameSchema, timestampMember } from '../resources/common.js'
 import { member } from '../resources/member.js'
 import { defineResource } from '../resources/resource.js'
 import { resourceRoutes, type ResourceHooks } from '../resources/routes.js'
-import { eventOf, type StoredRow } from '../resources/store.js'
+import { deleteRowsWhere, eventOf, type StoredRow } from '../resources/store.js'
 import { originOf, type EventOrigin } from '../events/origin.js'
 import { recordEvents } from '../events/record.js'
 
 // An API key is listed, read and deleted like any resource, by its owner (or
 // an admin). It is never changed, and its creation is its own: the secret is
-// made here, shown once, and only its hash is stored.
+// made here, shown once, and only its hash is stored. A key outlives the
+// session that made it, so making one is a sensitive action: only a login
+// may do it (never a key), and only with the password fresh (REAUTH_WINDOW)
+// or given again.
 
 const nullableTimestamp = () => Type.Union([Type.String({ format: 'date-time', description: 'an RFC 3339 timestamp in the future' }), Type.Null()])
 
@@ -34,6 +38,12 @@ export const apiKeys = defineResource({
     expires_at: member(nullableTimestamp(), { write: 'create', optional: true }),
     last_used_at: member(nullableTimestamp(), { write: 'server' }),
     user_id: member(Type.Integer({ minimum: 1, maximum: 9223372036854775807 }), { write: 'server', sort: true }),
+  },
+  createExtras: {
+    current_password: Type.Optional(Type.String({
+      minLength: 1, maxLength: 256,
+      description: 'the creator\'s current password; required unless this session logged in with its password within REAUTH_WINDOW seconds',
+    })),
   },
 })
 
@@ -73,8 +83,11 @@ const hooks: ResourceHooks = {
       throw new HttpError('forbidden', 'Only an admin may list the keys of another user.')
     }
   },
-  async insert({ principal, requestId, deps }, values) {
+  async insert(ctx, values) {
+    const { principal, requestId, deps } = ctx
     if (principal.kind !== 'user') throw new Error('unreachable: protected route')
+    // Before anything about the key is looked at: a stolen access token alone learns nothing here.
+    await requireRecentPassword(principal, ctx.body.current_password as string | undefined, ctx)
     const scopes = values.scopes as string[]
     const unknown = scopes.findIndex((s) => !isScope(s))
     if (unknown !== -1) throw validationFailed([{ path: `/scopes/${unknown}`, message: 'is not a scope' }])
@@ -102,18 +115,28 @@ const hooks: ResourceHooks = {
   afterDelete: (ctx) => ctx.deps.credentialChanges.caughtUp(),
 }
 
+/**
+ * Revokes every API key of a user in the caller's transaction, each with its
+ * api_key.revoked event; the trigger of sql/004 tells every instance's key
+ * cache at commit (the caller waits with credentialChanges.caughtUp).
+ */
+export function revokeApiKeysOf(tx: TransactionSql, userId: number, origin: EventOrigin): Promise<number> {
+  return deleteRowsWhere(tx, apiKeys, { user_id: String(userId) }, origin)
+}
+
 export const apiKeyRoutes = resourceRoutes(apiKeys, {
   operations: ['list', 'create', 'read', 'delete'],
   access: {
     list: { kind: 'protected', scope: 'api_keys:read', who: 'any' },
     read: { kind: 'protected', scope: 'api_keys:read', who: 'any' },
-    create: { kind: 'protected', scope: 'api_keys:write', who: 'any' },
+    // A key never makes a key: one leaked key must not be able to outlive its own revocation.
+    create: { kind: 'protected', scope: 'api_keys:write', who: 'any', interactive: true },
     write: { kind: 'protected', scope: 'api_keys:write', who: 'any' },
   },
   hooks,
   summaries: {
     list: 'List API keys: one\'s own, or anyone\'s for an admin',
-    create: 'Create an API key; the secret is in this answer only',
+    create: 'Create an API key (a login only, with current_password unless it logged in within REAUTH_WINDOW); the secret is in this answer only',
     read: 'Read an API key (without its secret)',
     delete: 'Revoke an API key at once',
   },

@@ -20,6 +20,11 @@ export type Access =
       who: 'any' | 'admin' | 'admin-or-self'
       /** Anonymous callers are admitted when ALLOW_SIGNUP=true (POST /users). */
       signup?: boolean
+      /**
+       * For a person, not a program: only the credentials of a login (a JWT,
+       * an opaque token); an API key is refused (403), whatever its scopes.
+       */
+      interactive?: true
     }
 
 export const publicAccess: Access = { kind: 'public' }
@@ -34,6 +39,9 @@ export function authorize(access: Access, principal: Principal, params: Record<s
     throw new HttpError('insufficient_scope', `This credential lacks the scope ${access.scope}.`, {
       headers: { 'www-authenticate': challenge.scope(access.scope) },
     })
+  }
+  if (access.interactive && principal.credential.type === 'api_key') {
+    throw new HttpError('forbidden', 'An API key cannot do this; log in (a JWT or an access token) to do it.')
   }
   // Checked before the resource is read: a non-admin asking for another
   // user's id gets 403 whether or not that id exists, so existence does not leak.

@@ -2,13 +2,14 @@ import type { Role } from './principal.js'
 
 export const allScopes = [
   'users:read', 'users:write', 'products:read', 'products:write', 'api_keys:read', 'api_keys:write', 'events:read', 'webhooks:read', 'webhooks:write',
+  'metrics:read',
 ] as const
 export type Scope = (typeof allScopes)[number]
 
 /** What each role may do at most; a credential's scopes narrow this further. */
 export const roleScopes: Record<Role, readonly Scope[]> = {
   admin: allScopes,
-  // A user manages itself and its keys, and reads the catalogue; events and webhooks are an admin's.
+  // A user manages itself and its keys, and reads the catalogue; events, webhooks and metrics are an admin's.
   user: ['users:read', 'users:write', 'products:read', 'api_keys:read', 'api_keys:write'],
 }
 

@@ -1,7 +1,9 @@
 import Type from 'typebox'
 import type { AppDeps } from '../app-deps.js'
-import { HttpError, notFound } from '../http/problem.js'
+import { revokeApiKeysOf } from '../api-keys/resource.js'
+import { notFound } from '../http/problem.js'
 import { defineRoute, type Reply } from '../http/route.js'
+import { compileValidator } from '../http/validate.js'
 import { originOf, type EventOrigin } from '../events/origin.js'
 import type { Principal, UserPrincipal } from './principal.js'
 import { raiseCredentialEpoch, revokeSession, revokeSessionsOf } from './sessions.js'
@@ -9,7 +11,8 @@ import { raiseCredentialEpoch, revokeSession, revokeSessionsOf } from './session
 // A user's view of where it is logged in, and the way out of each place or
 // of all at once. Sessions are the caller's own: even an admin sees and ends
 // only its own here (an admin ends another user's access by changing its
-// password or role, or deleting it).
+// password or role, or deleting it). These are a person's tools: an API key
+// (a program's) may not use them (`interactive`), whatever its scopes.
 
 /** The most recent sessions listed; a user with more live sessions than this sees the newest. */
 const MAX_LISTED = 200
@@ -24,6 +27,13 @@ const Session = Type.Object({
   current: Type.Boolean({ description: 'whether this is the session of the credential used for this request' }),
 }, { additionalProperties: false })
 
+const LogoutAllBody = Type.Object({
+  api_keys: Type.Optional(Type.Boolean({ description: 'also revoke every API key of the caller (default false)' })),
+}, { additionalProperties: false })
+
+/** Routes of this module: any login of the caller, never an API key. */
+const interactiveAccess = { kind: 'protected', scope: null, who: 'any', interactive: true } as const
+
 interface SessionRow {
   id: number
   created_at: string
@@ -33,7 +43,7 @@ interface SessionRow {
   client_address: string | null
 }
 
-/** The session of the calling credential; undefined for an API key, which has none. */
+/** The session of the calling credential; undefined for an API key, which has none (and is refused here anyway). */
 const sessionOf = (principal: UserPrincipal) => (principal.credential.type === 'api_key' ? undefined : principal.credential.sessionId)
 
 function asUser(principal: Principal): UserPrincipal {
@@ -56,7 +66,7 @@ export const sessionRoutes = [
     noStore: true,
     summary: 'List the caller\'s live sessions, newest first',
     responses: { 200: { description: `The caller's live sessions (at most ${MAX_LISTED}, newest first)`, schema: Type.Array(Session) } },
-    access: { kind: 'protected', scope: null, who: 'any' },
+    access: interactiveAccess,
     async handle({ principal, deps }) {
       const caller = asUser(principal)
       const rows = await deps.sql<SessionRow[]>`
@@ -75,7 +85,7 @@ export const sessionRoutes = [
     noStore: true,
     summary: 'End one of the caller\'s sessions: its refresh token, access tokens and JWTs stop at once',
     responses: { 204: { description: 'Ended' } },
-    access: { kind: 'protected', scope: null, who: 'any' },
+    access: interactiveAccess,
     async handle({ params, principal, requestId, deps }) {
       const caller = asUser(principal)
       // Another user's session is a 404 like one that does not exist: ids of other users' sessions do not leak.
@@ -90,16 +100,19 @@ export const sessionRoutes = [
     path: '/auth/logout-all',
     operationId: 'logoutAll',
     noStore: true,
-    summary: 'End every session of the caller and every JWT issued to it so far',
-    responses: { 204: { description: 'Every session ended' } },
-    access: { kind: 'protected', scope: null, who: 'any' },
-    async handle({ principal, requestId, deps }) {
+    summary: 'End every session of the caller and every JWT issued to it so far; with {"api_keys": true}, revoke its API keys too',
+    responses: { 204: { description: 'Every session ended (and every API key revoked, when asked)' } },
+    access: interactiveAccess,
+    body: { kind: 'json', validator: compileValidator(LogoutAllBody), optional: true },
+    async handle({ body, principal, requestId, deps }) {
       const caller = asUser(principal)
-      // A key is for a program: it must not be able to log its owner out everywhere (and it has no session to keep).
-      if (caller.credential.type === 'api_key') throw new HttpError('forbidden', 'An API key cannot end sessions; log in to do this.')
+      const userId = Number(caller.userId)
+      const origin = originOf(principal, requestId)
       await deps.sql.begin(async (tx) => {
-        await revokeSessionsOf(tx, Number(caller.userId), originOf(principal, requestId))
-        await raiseCredentialEpoch(tx, Number(caller.userId))
+        await revokeSessionsOf(tx, userId, origin)
+        await raiseCredentialEpoch(tx, userId)
+        // Keys made with a stolen session outlive it; the owner taking the account back ends them here.
+        if (body?.api_keys) await revokeApiKeysOf(tx, userId, origin)
       })
       await deps.credentialChanges.caughtUp()
       return { status: 204 }

@@ -1,13 +1,14 @@
 import Type from 'typebox'
 import { defineRoute } from '../http/route.js'
 
-// Prometheus scrapes this; admin only (the figures describe the whole service).
+// Prometheus scrapes this; admin only (the figures describe the whole service), with the
+// metrics:read scope: an admin's key made for something else (products:read) cannot read them.
 export const metricsRoutes = [
   defineRoute({
     method: 'GET',
     path: '/metrics',
     operationId: 'getMetrics',
-    access: { kind: 'protected', scope: null, who: 'admin' },
+    access: { kind: 'protected', scope: 'metrics:read', who: 'admin' },
     summary: 'Request, database and process figures in Prometheus text format',
     responses: { 200: { description: 'Prometheus text format 0.0.4', schema: Type.String(), contentType: 'text/plain' } },
     async handle({ deps }) {

@@ -113,7 +113,9 @@ function errorStatuses(route: AnyRoute): number[] {
 function security(access: Access): Array<Record<string, string[]>> | undefined {
   if (access.kind === 'public') return []
   const scopes: string[] = access.kind === 'protected' && access.scope ? [access.scope] : []
-  const required: Array<Record<string, string[]>> = [{ bearerAuth: scopes }, { apiKeyAuth: scopes }]
+  // An interactive route takes the credentials of a login only: no API key.
+  const interactive = access.kind === 'protected' && access.interactive
+  const required: Array<Record<string, string[]>> = interactive ? [{ bearerAuth: scopes }] : [{ bearerAuth: scopes }, { apiKeyAuth: scopes }]
   return access.kind === 'optional' ? [{}, ...required] : required
 }
 

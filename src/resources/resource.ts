@@ -25,6 +25,13 @@ export interface ResourceDeclaration<M extends Members> {
    * `current_password`), accepted in replace and patch bodies for a hook.
    */
   writeExtras?: Members
+  /** Body members of a create that are not members of the resource (an API key creator's `current_password`), for a hook. */
+  createExtras?: Members
+  /**
+   * Members of an optional JSON body on DELETE (a user's `current_password`,
+   * to delete one's own account), for a hook. Without it a DELETE takes no body.
+   */
+  deleteBody?: Members
   /** Rows carry a `version` column: ETags, If-Match, 304. Default true. */
   versioned?: boolean
   /** The verb of the event a deletion writes (`api_key.revoked`). Default `deleted`. */
@@ -45,9 +52,14 @@ export interface Resource<M extends Members = Members> {
   readonly traits: Readonly<Record<string, MemberTraits>>
   /** What GET answers, in output order: the non-secret stored members. */
   readonly outputMembers: readonly string[]
-  /** Named schemas, for the OpenAPI components: the representation, a page, and the three bodies. */
-  readonly schemas: { representation: TObject; page: TSchema; create: TSchema; replace: TSchema; patch: TSchema }
-  readonly bodies: { create: Validator<Record<string, unknown>>; replace: Validator<Record<string, unknown>>; patch: Validator<Record<string, unknown>> }
+  /** Named schemas, for the OpenAPI components: the representation, a page, and the bodies. */
+  readonly schemas: { representation: TObject; page: TSchema; create: TSchema; replace: TSchema; patch: TSchema; delete?: TSchema }
+  readonly bodies: {
+    create: Validator<Record<string, unknown>>
+    replace: Validator<Record<string, unknown>>
+    patch: Validator<Record<string, unknown>>
+    delete?: Validator<Record<string, unknown>>
+  }
   readonly collection: Collection
   /** The unique constraints on its members, by constraint name: the problem code and the member it guards. */
   readonly uniqueCodes: ReadonlyMap<string, { code: 'email_taken' | 'sku_taken'; member: string }>
@@ -59,7 +71,7 @@ export interface Resource<M extends Members = Members> {
   readonly timestampMembers: ReadonlySet<string>
   /** The events its writes record (sql/007): the subject type (`api_key`) and the type of each write. */
   readonly events: { subject: string; created: string; updated: string; deleted: string }
-  /** Its schemas by OpenAPI component name: `User`, `UserPage`, `UserCreate`, `UserReplace`, `UserPatch`. */
+  /** Its schemas by OpenAPI component name: `User`, `UserPage`, `UserCreate`, `UserReplace`, `UserPatch` (and `UserDelete`, with a deleteBody). */
   components(): Record<string, TSchema>
 }
 
@@ -91,9 +103,10 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     representation,
     /** `fields` may leave members out of a page's items. */
     page: Type.Array(Type.Partial(representation)),
-    create: Type.Object(create, strict),
+    create: Type.Object({ ...create, ...declaration.createExtras }, strict),
     replace: Type.Object({ ...replace, ...extras, ...echo }, strict),
     patch: Type.Object({ ...patch, ...extras, ...echo }, strict),
+    ...(declaration.deleteBody ? { delete: Type.Object(declaration.deleteBody, strict) } : {}),
   }
 
   const serializer = compileSerializer(representation)
@@ -122,7 +135,12 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     traits,
     outputMembers,
     schemas,
-    bodies: { create: compileValidator(schemas.create), replace: compileValidator(schemas.replace), patch: compileValidator(schemas.patch) },
+    bodies: {
+      create: compileValidator(schemas.create),
+      replace: compileValidator(schemas.replace),
+      patch: compileValidator(schemas.patch),
+      ...(schemas.delete ? { delete: compileValidator(schemas.delete) } : {}),
+    },
     collection,
     uniqueCodes,
     timestampMembers: new Set(outputMembers.filter((m) => isTimestamp(members[m]!))),
@@ -133,6 +151,7 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
       [`${name}Create`]: schemas.create,
       [`${name}Replace`]: schemas.replace,
       [`${name}Patch`]: schemas.patch,
+      ...(schemas.delete ? { [`${name}Delete`]: schemas.delete } : {}),
     }),
     serializer,
     present(row) {

@@ -51,8 +51,13 @@ export interface ResourceHooks<State = undefined> {
   afterCommit?(write: LockedWrite): Promise<void>
   /** Replaces the INSERT of a create (an API key's secret and limit): the row, and what its answer adds. */
   insert?(ctx: ResourceContext, values: Body): Promise<{ row: StoredRow; body?: Body; headers?: Record<string, string> }>
+  /**
+   * Before a delete, outside any transaction: checks of the caller and of the
+   * DELETE's body (the resource's deleteBody) that may be slow (a password).
+   */
+  prepareDelete?(ctx: HandlerContext<unknown, Body | undefined>): Promise<State>
   /** In the transaction of a delete, the row locked; throwing keeps the row. */
-  beforeDelete?(tx: TransactionSql, current: StoredRow): Promise<void>
+  beforeDelete?(tx: TransactionSql, current: StoredRow, state: State): Promise<void>
   afterDelete?(ctx: Pick<ResourceContext, 'deps' | 'principal'>): Promise<void>
 }
 
@@ -207,18 +212,21 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
     replace: () => writeRoute('replace'),
     update: () => writeRoute('update'),
 
-    delete: () => defineRoute({
+    delete: () => defineRoute<Record<string, never>, Body | undefined>({
       method: 'DELETE', path: item, operationId: `delete${name}`, summary: summaries.delete,
       responses: { 204: { description: 'Deleted' } },
       access: options.access.write,
       requiresIfMatch: versioned,
+      // Optional: a DELETE without a body stays a plain DELETE.
+      ...(bodies.delete ? { body: { kind: 'json' as const, validator: bodies.delete, optional: true } } : {}),
       async handle(ctx) {
         const { params, principal, headers, deps } = ctx
         const origin = originOf(principal, ctx.requestId)
+        const state = (await hooks.prepareDelete?.(ctx)) as State
         if (versioned) {
           await deps.sql.begin(async (tx) => {
             const current = await lockRow(tx, resource, params.id!, headers['if-match'])
-            await hooks.beforeDelete?.(tx, current)
+            await hooks.beforeDelete?.(tx, current, state)
             await deleteRow(tx, resource, current.id, origin)
           })
         } else if (!(await deleteRow(deps.sql, resource, params.id!, origin, scopeOf(principal)))) {

@@ -138,6 +138,21 @@ export async function deleteRow(db: Db, resource: Resource, id: number | string,
   return rows.length > 0
 }
 
+/** Deletes every row within the scope (all API keys of a user), each with its event; how many there were. */
+export async function deleteRowsWhere(db: Db, resource: Resource, scope: Scope, origin: EventOrigin): Promise<number> {
+  const columns = Object.keys(scope)
+  if (columns.length === 0) throw new Error(`${resource.name}: deleteRowsWhere needs a scope`)
+  const text = statement(`delete where ${resource.table} ${columns.join(' ')}`, () => withEvent(
+    resource,
+    `DELETE FROM ${quote(resource.table)} WHERE ${columns.map((c, i) => `${quote(c)} = $${i + 1}`).join(' AND ')}`,
+    resource.events.deleted,
+    columns.length + 1,
+    'row.id',
+  ))
+  const rows = await run(db, text, [...columns.map((c) => scope[c]), ...originValues(origin)])
+  return rows.length
+}
+
 /** The event of a write a hook makes itself (an API key's insert), for recordEvents in the write's transaction. */
 export const eventOf = (resource: Resource, type: string, row: StoredRow): EventRecord =>
   ({ type, subject: { type: resource.events.subject, id: row.id }, data: resource.present(row) })

@@ -1,17 +1,16 @@
 import Type from 'typebox'
-import { clearFailures, countAttempt, normalizeEmail, recordFailedLogin } from '../auth/login-throttle.js'
-import { verifyInSlot } from '../auth/password.js'
+import { revokeApiKeysOf } from '../api-keys/resource.js'
+import { currentPasswordRequired, proveCurrentPassword } from '../auth/current-password.js'
 import { isAdmin, type Principal, type UserPrincipal } from '../auth/principal.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { originOf } from '../events/origin.js'
-import { addressBucket } from '../http/client-address.js'
 import { HttpError } from '../http/problem.js'
 import { idMember, nameSchema, timestampMember } from '../resources/common.js'
 import { member } from '../resources/member.js'
 import { defineResource } from '../resources/resource.js'
-import { resourceRoutes, type ResourceContext, type ResourceHooks, type Write } from '../resources/routes.js'
+import { resourceRoutes, type ResourceHooks, type Write } from '../resources/routes.js'
 import type { StoredRow } from '../resources/store.js'
-import { ensureAnotherAdmin, findUser } from './queries.js'
+import { ensureAnotherAdmin } from './queries.js'
 
 const emailSchema = () => Type.String({
   maxLength: 254,
@@ -19,6 +18,11 @@ const emailSchema = () => Type.String({
   pattern: "^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$",
   description: 'an e-mail address (local@domain, with a dot in the domain)',
 })
+
+/** Not a member of the user: the proof a user gives for what a stolen access token must not do alone. */
+function currentPasswordMember(description: string) {
+  return Type.Optional(Type.String({ minLength: 1, maxLength: 256, description }))
+}
 
 export const users = defineResource({
   name: 'User',
@@ -38,43 +42,16 @@ export const users = defineResource({
     updated_at: timestampMember(),
   },
   writeExtras: {
-    /** Not a member of the user: the proof a user gives when changing its own e-mail or password. */
-    current_password: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'the current password; required to change one\'s own e-mail or password' })),
+    current_password: currentPasswordMember('the current password; required to change one\'s own e-mail or password'),
+  },
+  deleteBody: {
+    current_password: currentPasswordMember('the current password; required to delete one\'s own account (an admin deleting another user sends no body)'),
   },
 })
 
 /** Only an admin may set or change a role (403; stops `"role": "admin"` mass assignment). */
 function assertMaySetRole(principal: Principal): void {
   if (!isAdmin(principal)) throw new HttpError('forbidden', 'Only an admin may set or change a role.')
-}
-
-const currentPasswordRequired = (detail: string) => new HttpError('current_password_required', detail)
-
-/**
- * Changing one's own e-mail or password needs the current password, so that
- * a stolen access token cannot take the account over (or lock its owner out
- * with `password: null`). Guesses are throttled like logins, against the
- * account and the client address. Checked before the transaction (scrypt is
- * slow and a row lock must not wait on it); returns the hash the password
- * matched, which the transaction compares with the locked row.
- */
-async function proveCurrentPassword(caller: UserPrincipal, currentPassword: string | undefined, ctx: ResourceContext): Promise<string | undefined> {
-  if (currentPassword === undefined) return undefined
-  const { sql, passwords } = ctx.deps
-  const user = await findUser(sql, caller.userId)
-  if (!user?.password_hash) throw currentPasswordRequired('current_password is wrong.')
-  const email = normalizeEmail(user.email)
-  const address = addressBucket(ctx.client)
-  const ok = await passwords.withSlot(address, async () => {
-    await countAttempt(sql, email, address)
-    return verifyInSlot(currentPassword, user.password_hash!)
-  })
-  if (!ok) {
-    await recordFailedLogin(sql, { email, userId: user.id, client: ctx.client }, originOf(caller, ctx.requestId))
-    throw currentPasswordRequired('current_password is wrong.')
-  }
-  await clearFailures(sql, email, address)
-  return user.password_hash
 }
 
 function assertMayChangeOwnCredentials(caller: UserPrincipal, provenHash: string | undefined, current: StoredRow): void {
@@ -111,14 +88,29 @@ const hooks: ResourceHooks<UserWriteState> = {
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
     // A new password ends the user's other sessions (all of them when an admin sets another user's); the trigger of sql/005 voids its JWTs.
     if (changes.password_hash !== undefined) {
-      await revokeSessionsOf(tx, current.id, originOf(ctx.principal, ctx.requestId), self && self.credential.type !== 'api_key' ? self.credential.sessionId : undefined)
+      const origin = originOf(ctx.principal, ctx.requestId)
+      await revokeSessionsOf(tx, current.id, origin, self && self.credential.type !== 'api_key' ? self.credential.sessionId : undefined)
+      // An admin setting another user's password is account recovery: whoever held the account may have minted keys, and they go too.
+      if (!self) await revokeApiKeysOf(tx, current.id, origin)
     }
   },
   // A role or password change revoked JWTs: answer once this instance has heard it (src/auth/credential-changes.ts).
   async afterCommit({ ctx, changes }) {
     if (credentialsChanged(changes)) await ctx.deps.credentialChanges.caughtUp()
   },
-  async beforeDelete(tx, current) {
+  // Deleting one's own account is for its owner in person: not a program's key, not a stolen access token without the password.
+  async prepareDelete(ctx) {
+    const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
+    const self = caller?.userId === ctx.params.id ? caller : undefined
+    if (!self) return { self: undefined, provenHash: undefined }
+    if (self.credential.type === 'api_key') throw new HttpError('forbidden', 'An API key cannot delete its owner\'s account; log in to do this.')
+    const provenHash = await proveCurrentPassword(self, ctx.body?.current_password as string | undefined, ctx)
+    if (provenHash === undefined) throw currentPasswordRequired('Deleting your own account needs current_password in a JSON body.')
+    return { self, provenHash }
+  },
+  async beforeDelete(tx, current, { self, provenHash }) {
+    // The password changed since it was checked: the proof is for a password that no longer is.
+    if (self && provenHash !== current.password_hash) throw currentPasswordRequired('current_password is wrong.')
     if (current.role === 'admin') await ensureAnotherAdmin(tx, current.id)
   },
   // Its sessions, JWTs and API keys are revoked with it.

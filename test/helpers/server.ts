@@ -56,12 +56,17 @@ export interface TestServer {
    * password, which voids the JWTs issued before.
    */
   renewAdminToken(): Promise<void>
-  /** A JWT for a user id, as login would issue it (without the cost of scrypt). */
+  /** A JWT for a user id, as login would issue it (without the cost of scrypt). It names no session unless `claims.sid` does. */
   jwtFor(userId: number, role: 'admin' | 'user', scopes?: string[], claims?: Record<string, unknown>): string
+  /** As jwtFor, naming a session opened now as a password login opens one: a fresh login (REAUTH_WINDOW). */
+  loginJwtFor(userId: number, role: 'admin' | 'user', scopes?: string[]): Promise<string>
   /**
    * Inserts a user directly (no password unless given, which costs a scrypt
    * hash, or a ready `passwordHash`); its id and a JWT. Set the password
    * here, not with a later UPDATE: a password change voids the user's JWTs.
+   * The JWT names no session, unless `session: true`: then it names one
+   * opened now, as a password login would (so it may create API keys
+   * without current_password for REAUTH_WINDOW seconds).
    */
   createUser(fields?: NewTestUser): Promise<{ id: number; email: string; token: string }>
   /**
@@ -97,6 +102,8 @@ export interface NewTestUser {
   name?: string
   password?: string
   passwordHash?: string
+  /** The JWT names a session opened now, as by a password login (see createUser). */
+  session?: boolean
 }
 
 export interface StartOptions {
@@ -141,9 +148,20 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     const password_hash = fields.passwordHash ?? (fields.password === undefined ? null : await deps.passwords.hash(fields.password))
     const [row] = await sql<Array<{ id: number }>>`
       INSERT INTO users (name, email, role, password_hash) VALUES (${fields.name ?? 'Test User'}, ${email}, ${role}, ${password_hash}) RETURNING id`
-    return { id: row!.id, email, token: jwtFor(row!.id, role) }
+    return { id: row!.id, email, token: fields.session ? await loginJwtFor(row!.id, role) : jwtFor(row!.id, role) }
   }
+  const loginJwtFor = async (userId: number, role: 'admin' | 'user', scopes?: string[]) => jwtFor(userId, role, scopes, { sid: await openTestSession(userId, role) })
+  /** A session as a password login opens one, now; its id as a JWT's `sid`. */
+  const openTestSession = async (userId: number, role: 'admin' | 'user') => {
+    const [session] = await sql<Array<{ id: number }>>`
+      INSERT INTO sessions (user_id, scopes, token_format, expires_at, last_used_at)
+      VALUES (${userId}, ${[...roleScopes[role]]}, 'jwt', now() + interval '1 day', now()) RETURNING id`
+    return String(session!.id)
+  }
+  // The default credential acts as a fresh login: it may create API keys as tests have always done.
   const adminUser = await createUser({ role: 'admin', name: 'Test Admin' })
+  const adminSid = await openTestSession(adminUser.id, 'admin')
+  adminUser.token = jwtFor(adminUser.id, 'admin', undefined, { sid: adminSid })
   const admin = { id: adminUser.id, token: adminUser.token }
   // Tests start from the steady state: revocations loaded and a heartbeat heard (src/auth/credential-changes.ts).
   for (const deadline = Date.now() + 10_000; !deps.credentialChanges.trusted && Date.now() < deadline;) await new Promise((r) => setTimeout(r, 10))
@@ -158,9 +176,10 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     admin,
     async renewAdminToken() {
       const [{ epoch }] = await sql<[{ epoch: number }]>`SELECT credential_epoch AS epoch FROM users WHERE id = ${admin.id}`
-      admin.token = adminUser.token = jwtFor(admin.id, 'admin', undefined, { gen: epoch })
+      admin.token = adminUser.token = jwtFor(admin.id, 'admin', undefined, { gen: epoch, sid: adminSid })
     },
     jwtFor,
+    loginJwtFor,
     createUser,
     closeIdleConnections: () => service.server.closeIdleConnections(),
     async published() {

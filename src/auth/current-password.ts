@@ -1,0 +1,75 @@
+import type { HandlerContext } from '../http/route.js'
+import { addressBucket } from '../http/client-address.js'
+import { HttpError } from '../http/problem.js'
+import { originOf } from '../events/origin.js'
+import { findUser } from '../users/queries.js'
+import { clearFailures, countAttempt, normalizeEmail, recordFailedLogin } from './login-throttle.js'
+import { verifyInSlot } from './password.js'
+import type { UserPrincipal } from './principal.js'
+
+// Proof that the person at the keyboard is the account's owner, for the
+// actions a stolen access token must not be enough for: changing one's own
+// e-mail or password, deleting one's own account, creating an API key.
+
+type ProofContext = Pick<HandlerContext<unknown, unknown>, 'deps' | 'client' | 'requestId'>
+
+export const currentPasswordRequired = (detail: string) => new HttpError('current_password_required', detail)
+
+/**
+ * Checks `currentPassword` against the caller's stored hash; undefined when
+ * none was given. Guesses are throttled like logins, against the account and
+ * the client address, and a wrong one is a failed login. Run it before any
+ * transaction (scrypt is slow and a row lock must not wait on it); it returns
+ * the hash the password matched, which a transaction may compare with the
+ * locked row (the password changed in between: the proof no longer holds).
+ */
+export async function proveCurrentPassword(caller: UserPrincipal, currentPassword: string | undefined, ctx: ProofContext): Promise<string | undefined> {
+  if (currentPassword === undefined) return undefined
+  const { sql, passwords } = ctx.deps
+  const user = await findUser(sql, caller.userId)
+  if (!user?.password_hash) throw currentPasswordRequired('current_password is wrong.')
+  const email = normalizeEmail(user.email)
+  const address = addressBucket(ctx.client)
+  const ok = await passwords.withSlot(address, async () => {
+    await countAttempt(sql, email, address)
+    return verifyInSlot(currentPassword, user.password_hash!)
+  })
+  if (!ok) {
+    await recordFailedLogin(sql, { email, userId: user.id, client: ctx.client }, originOf(caller, ctx.requestId))
+    throw currentPasswordRequired('current_password is wrong.')
+  }
+  await clearFailures(sql, email, address)
+  return user.password_hash
+}
+
+/**
+ * Whether the caller's session was opened by a password login less than
+ * `windowSeconds` ago. Sessions are opened only by POST /auth/login, so a
+ * session's created_at is the time of its password login; a refresh moves
+ * last_used_at, never created_at, so refreshing does not keep a stolen
+ * session fresh. An API key has no session: never.
+ */
+async function loggedInWithin(caller: UserPrincipal, windowSeconds: number, ctx: ProofContext): Promise<boolean> {
+  const { credential } = caller
+  if (credential.type === 'api_key') return false
+  const [fresh] = await ctx.deps.sql`
+    SELECT 1 FROM sessions
+    WHERE id = ${credential.sessionId} AND user_id = ${caller.userId} AND revoked_at IS NULL
+      AND created_at > now() - ${windowSeconds} * interval '1 second'`
+  return fresh !== undefined
+}
+
+/**
+ * A sensitive action: the caller proves its password in the body, or its
+ * session logged in with the password within REAUTH_WINDOW seconds. A
+ * password given is always checked, even within the window.
+ */
+export async function requireRecentPassword(caller: UserPrincipal, currentPassword: string | undefined, ctx: ProofContext): Promise<void> {
+  if (currentPassword !== undefined) {
+    await proveCurrentPassword(caller, currentPassword, ctx)
+    return
+  }
+  const window = ctx.deps.config.reauthWindow
+  if (await loggedInWithin(caller, window, ctx)) return
+  throw currentPasswordRequired(`This needs current_password: this session did not log in with its password within the last ${window} seconds (REAUTH_WINDOW).`)
+}
