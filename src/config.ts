@@ -32,6 +32,7 @@ const EnvSchema = Type.Object({
   REQUIRE_IF_MATCH: Type.Optional(Bool),
   RATE_LIMIT: Type.Optional(Integer(0, 1000000)),
   MAX_API_KEYS_PER_USER: Type.Optional(Integer(1, 100000)),
+  LOGIN_RATE_LIMIT: Type.Optional(Integer(0, 1000000)),
   TRUST_PROXY: Type.Optional(Type.String({
     pattern: '^([0-9]{1,2}|[0-9A-Fa-f:.]+(,[0-9A-Fa-f:.]+)*)$',
     description: 'a number of proxy hops (0 to 99) or a comma-separated list of proxy addresses',
@@ -90,6 +91,8 @@ export interface Config {
   rateLimit: number
   /** Live (unexpired) API keys one user may hold. */
   maxApiKeysPerUser: number
+  /** Login attempts per minute per client address on one instance, with rateLimit on; 0 is off (the failure counts in the database still lock). */
+  loginRateLimit: number
   /** Proxy hops, or proxy addresses, whose X-Forwarded-For entries are believed. */
   trustProxy: TrustProxy
   corsOrigins: ReadonlySet<string>
@@ -178,6 +181,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     requireIfMatch: e.REQUIRE_IF_MATCH === 'true',
     rateLimit: int('RATE_LIMIT', 1200),
     maxApiKeysPerUser: int('MAX_API_KEYS_PER_USER', 100),
+    loginRateLimit: int('LOGIN_RATE_LIMIT', 30),
     trustProxy: parseTrustProxy(e.TRUST_PROXY),
     corsOrigins: new Set(e.CORS_ORIGINS ? e.CORS_ORIGINS.split(',') : []),
     jwtIssuer: e.JWT_ISSUER ?? 'users-products-api',

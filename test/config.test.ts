@@ -47,6 +47,7 @@ describe('defaults', () => {
       requireIfMatch: false,
       rateLimit: 1200,
       maxApiKeysPerUser: 100,
+      loginRateLimit: 30,
       trustProxy: 0,
       corsOrigins: new Set(),
       eventsRetentionDays: 30,
@@ -98,6 +99,7 @@ describe('values', () => {
       REQUIRE_IF_MATCH: 'true',
       RATE_LIMIT: '0',
       MAX_API_KEYS_PER_USER: '7',
+      LOGIN_RATE_LIMIT: '0',
       TRUST_PROXY: '10.0.0.1,10.0.0.2',
       CORS_ORIGINS: 'https://app.example.com,http://localhost:5173',
       EVENTS_RETENTION_DAYS: '7',
@@ -131,6 +133,7 @@ describe('values', () => {
       requireIfMatch: true,
       rateLimit: 0,
       maxApiKeysPerUser: 7,
+      loginRateLimit: 0,
       trustProxy: new Set(['10.0.0.1', '10.0.0.2']),
       corsOrigins: new Set(['https://app.example.com', 'http://localhost:5173']),
       eventsRetentionDays: 7,
@@ -197,6 +200,8 @@ describe('refused values', () => {
     ['MAX_API_KEYS_PER_USER', '0'],
     ['MAX_API_KEYS_PER_USER', '-1'],
     ['MAX_API_KEYS_PER_USER', 'many'],
+    ['LOGIN_RATE_LIMIT', '-1'],
+    ['LOGIN_RATE_LIMIT', '1000001'],
   ]
   for (const [name, value] of refused) {
     test(`refuses ${name}=${JSON.stringify(value)} with a ConfigError naming ${name}`, () => {
