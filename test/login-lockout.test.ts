@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
+import { purgeKnownAddresses } from '../src/auth/known-addresses.js'
 import { PasswordHasher } from '../src/auth/password.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
@@ -143,6 +144,32 @@ describe('an attacker with many addresses drives the account-wide count to its l
     assert.deepEqual(await statuses(owner.email), await statuses(nobody))
     assertLocked(await login(proxied, nobody, PASSWORD, home))
     assert.equal((await login(proxied, owner.email, PASSWORD, home)).status, 200)
+  })
+})
+
+describe('known addresses older than 30 days', () => {
+  test('are purged in batches; recent ones stay', async () => {
+    const owner = await account(proxied)
+    await proxied.sql`
+      INSERT INTO login_known_addresses (user_id, address_tag, epoch, last_success_at)
+      SELECT ${owner.id}, sha256(g::text::bytea), 0, now() - interval '31 days' FROM generate_series(1, 2500) g`
+    await proxied.sql`INSERT INTO login_known_addresses (user_id, address_tag, epoch, last_success_at) VALUES (${owner.id}, sha256('recent'::bytea), 0, now() - interval '29 days')`
+    assert.ok((await purgeKnownAddresses(proxied.sql)) >= 2500)
+    const [{ n }] = await proxied.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM login_known_addresses WHERE user_id = ${owner.id}`
+    assert.equal(n, 1)
+  })
+
+  test('a login purges them on an instance that has not for a minute', async () => {
+    const owner = await account(proxied)
+    await proxied.sql`INSERT INTO login_known_addresses (user_id, address_tag, epoch, last_success_at) VALUES (${owner.id}, sha256('old'::bytea), 0, now() - interval '31 days')`
+    const fresh = await startServer({ TRUST_PROXY: '1' }, {}, { databaseUrl: proxied.databaseUrl })
+    await login(fresh, `nobody-${unique()}@example.com`, 'whatever-1', freshAddress())
+    for (let i = 0; ; i++) {
+      const [{ n }] = await fresh.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM login_known_addresses WHERE last_success_at < now() - interval '30 days'`
+      if (n === 0) break
+      assert.ok(i < 100, 'purged within a second')
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
   })
 })
 
