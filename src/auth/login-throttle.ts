@@ -25,8 +25,8 @@ import { knownCondition, purgeKnownAddresses, rememberAddress, tagsOf, type Logi
 // An attempt refused by its pair's lock is not counted against its account
 // (only checked attempts are failures): one address alone cannot lock the
 // account. A successful login clears its pair's count and takes its own
-// count back from the account's row. Before any of this,
-// each address may try LOGIN_RATE_LIMIT times a minute on this instance.
+// count back from the account's row. Before any of this, each address may
+// try LOGIN_RATE_LIMIT times a minute on this instance.
 
 const FREE_FAILURES = 5
 const ACCOUNT_FREE_FAILURES = 100
