@@ -34,6 +34,7 @@ const EnvSchema = Type.Object({
   RATE_LIMIT: Type.Optional(Integer(0, 1000000)),
   MAX_API_KEYS_PER_USER: Type.Optional(Integer(1, 100000)),
   REAUTH_WINDOW: Type.Optional(Integer(0, 86400)),
+  LOGIN_RATE_LIMIT: Type.Optional(Integer(0, 1000000)),
   TRUST_PROXY: Type.Optional(Type.String({
     pattern: '^([0-9]{1,2}|[0-9A-Fa-f:.]+(,[0-9A-Fa-f:.]+)*)$',
     description: 'a number of proxy hops (0 to 99) or a comma-separated list of proxy addresses',
@@ -96,6 +97,8 @@ export interface Config {
   maxApiKeysPerUser: number
   /** Seconds after a password login in which creating an API key needs no current_password. */
   reauthWindow: number
+  /** Login attempts per minute per client address on one instance, with rateLimit on; 0 is off (the failure counts in the database still lock). */
+  loginRateLimit: number
   /** Proxy hops, or proxy addresses, whose X-Forwarded-For entries are believed. */
   trustProxy: TrustProxy
   corsOrigins: ReadonlySet<string>
@@ -186,6 +189,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     rateLimit: int('RATE_LIMIT', 1200),
     maxApiKeysPerUser: int('MAX_API_KEYS_PER_USER', 100),
     reauthWindow: int('REAUTH_WINDOW', 600),
+    loginRateLimit: int('LOGIN_RATE_LIMIT', 30),
     trustProxy: parseTrustProxy(e.TRUST_PROXY),
     corsOrigins: new Set(e.CORS_ORIGINS ? e.CORS_ORIGINS.split(',') : []),
     jwtIssuer: e.JWT_ISSUER ?? 'users-products-api',

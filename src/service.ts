@@ -9,6 +9,7 @@ import { listenForCredentialChanges } from './auth/credential-changes.js'
 import { credentialDeps } from './auth/credentials.js'
 import { checkGrants } from './auth/grants.js'
 import { JwtCache } from './auth/jwt-cache.js'
+import { knownAddressKeysFrom } from './auth/known-addresses.js'
 import { LoginGuard } from './auth/login-throttle.js'
 import { PasswordHasher } from './auth/password.js'
 import { RevocationList } from './auth/revocations.js'
@@ -133,7 +134,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
     jwtCache: new JwtCache(cacheSize),
     apiKeyCache,
     apiKeyUse: new LastUsedWrites(cacheSize),
-    logins: new LoginGuard(config.rateLimit > 0, log),
+    logins: new LoginGuard(config.rateLimit > 0 ? config.loginRateLimit : 0, knownAddressKeysFrom(config.jwtSecrets), log),
     revocations,
     credentialChanges: listenForCredentialChanges(sql, listenSql, apiKeyCache, revocations, log, { lifecycle }),
     databaseWork: databaseBound(config.poolMax, config.statementTimeoutMs, log),

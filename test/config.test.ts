@@ -49,6 +49,7 @@ describe('defaults', () => {
       rateLimit: 1200,
       maxApiKeysPerUser: 100,
       reauthWindow: 600,
+      loginRateLimit: 30,
       trustProxy: 0,
       corsOrigins: new Set(),
       eventsRetentionDays: 30,
@@ -102,6 +103,7 @@ describe('values', () => {
       RATE_LIMIT: '0',
       MAX_API_KEYS_PER_USER: '7',
       REAUTH_WINDOW: '30',
+      LOGIN_RATE_LIMIT: '0',
       TRUST_PROXY: '10.0.0.1,10.0.0.2',
       CORS_ORIGINS: 'https://app.example.com,http://localhost:5173',
       EVENTS_RETENTION_DAYS: '7',
@@ -137,6 +139,7 @@ describe('values', () => {
       rateLimit: 0,
       maxApiKeysPerUser: 7,
       reauthWindow: 30,
+      loginRateLimit: 0,
       trustProxy: new Set(['10.0.0.1', '10.0.0.2']),
       corsOrigins: new Set(['https://app.example.com', 'http://localhost:5173']),
       eventsRetentionDays: 7,
@@ -207,6 +210,8 @@ describe('refused values', () => {
     ['MAX_CONNECTIONS', '1000001'],
     ['REAUTH_WINDOW', 'soon'],
     ['REAUTH_WINDOW', '-1'],
+    ['LOGIN_RATE_LIMIT', '-1'],
+    ['LOGIN_RATE_LIMIT', '1000001'],
   ]
   for (const [name, value] of refused) {
     test(`refuses ${name}=${JSON.stringify(value)} with a ConfigError naming ${name}`, () => {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { LOGINS_PER_MINUTE, purgeLoginFailures } from '../src/auth/login-throttle.js'
+import { purgeLoginFailures } from '../src/auth/login-throttle.js'
 import { PasswordHasher } from '../src/auth/password.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
@@ -19,8 +19,9 @@ const PASSWORD = `right-${randomBytes(6).toString('hex')}`
 const passwordHash = await new PasswordHasher().hash(PASSWORD)
 // RATE_LIMIT=0: nothing but the hash queue stands between the flood and the owner.
 const open = await startServer({ TRUST_PROXY: '1' })
-// A general limit far away, so that only the per-address login rate shows.
+// A general limit far away, so that only the per-address login rate (LOGIN_RATE_LIMIT, default 30) shows.
 const limited = await startServer({ TRUST_PROXY: '1', RATE_LIMIT: '100000' })
+const LOGINS_PER_MINUTE = limited.deps.config.loginRateLimit
 
 let sequence = 0
 const unique = () => `${process.pid}-${++sequence}-${randomBytes(3).toString('hex')}`

@@ -102,6 +102,13 @@ describe('behind nginx without TRUST_PROXY', async () => {
     const clients = server.logs.filter((l) => l.msg === 'request' && l.route === '/openapi.json').map((l) => l.client)
     assert.deepEqual(new Set(clients), new Set(['127.0.0.1']))
   })
+
+  test('the service says so in its log, once: nginx sends X-Forwarded-For that TRUST_PROXY=0 ignores', async () => {
+    await call(nginx.url, 'GET', '/healthz', { from: '127.0.0.2' })
+    const warnings = server.logs.filter((l) => l.level === 'warn' && l.msg === 'X-Forwarded-For is ignored: TRUST_PROXY is 0')
+    assert.equal(warnings.length, 1)
+    assert.equal(warnings[0]!.peer, '127.0.0.1')
+  })
 })
 
 describe('two instances behind nginx', async () => {

@@ -1,9 +1,8 @@
 import type { HandlerContext } from '../http/route.js'
-import { addressBucket } from '../http/client-address.js'
 import { HttpError } from '../http/problem.js'
 import { originOf } from '../events/origin.js'
 import { findUser } from '../users/queries.js'
-import { clearFailures, countAttempt, normalizeEmail, recordFailedLogin } from './login-throttle.js'
+import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
 import { verifyInSlot } from './password.js'
 import type { UserPrincipal } from './principal.js'
 
@@ -25,20 +24,20 @@ export const currentPasswordRequired = (detail: string) => new HttpError('curren
  */
 export async function proveCurrentPassword(caller: UserPrincipal, currentPassword: string | undefined, ctx: ProofContext): Promise<string | undefined> {
   if (currentPassword === undefined) return undefined
-  const { sql, passwords } = ctx.deps
+  const { sql, passwords, logins } = ctx.deps
   const user = await findUser(sql, caller.userId)
   if (!user?.password_hash) throw currentPasswordRequired('current_password is wrong.')
   const email = normalizeEmail(user.email)
-  const address = addressBucket(ctx.client)
-  const ok = await passwords.withSlot(address, async () => {
-    await countAttempt(sql, email, address)
+  const from = logins.address(ctx.client)
+  const ok = await passwords.withSlot(from.bucket, async () => {
+    await countAttempt(sql, email, from)
     return verifyInSlot(currentPassword, user.password_hash!)
   })
   if (!ok) {
     await recordFailedLogin(sql, { email, userId: user.id, client: ctx.client }, originOf(caller, ctx.requestId))
     throw currentPasswordRequired('current_password is wrong.')
   }
-  await clearFailures(sql, email, address)
+  await passwordProven(sql, email, user.id, from)
   return user.password_hash
 }
 

@@ -1,9 +1,11 @@
 import { recordEvents } from '../events/record.js'
 import type { EventOrigin } from '../events/origin.js'
 import type { Sql } from 'postgres'
+import { addressBucket } from '../http/client-address.js'
 import { HttpError } from '../http/problem.js'
 import { RateLimiter } from '../http/rate-limit.js'
 import { describeError, type Logger } from '../log.js'
+import { knownCondition, purgeKnownAddresses, rememberAddress, tagsOf, type LoginAddress } from './known-addresses.js'
 
 // Failed logins are counted in the database (every instance sees them), for
 // unknown e-mail addresses too, so the answer says nothing about which
@@ -12,20 +14,28 @@ import { describeError, type Logger } from '../log.js'
 //   is locked for a delay that doubles with each further failure, up to
 //   MAX_LOCK. Guessing from one address becomes slow, and the owner at
 //   another address is not locked out by it;
-// - per account alone (address '*'): the same from ACCOUNT_FREE_FAILURES on,
-//   against guessing spread over many addresses.
-// A successful login clears its pair's count. Before any of this, each
-// address may try LOGINS_PER_MINUTE times a minute on this instance.
+// - per account alone, the same from ACCOUNT_FREE_FAILURES on, against
+//   guessing spread over many addresses. Addresses that proved the account's
+//   password within KNOWN_DAYS (src/auth/known-addresses.ts) count on a row of
+//   their own ('*known'), all others on '*': however many addresses an
+//   attacker has, the lock they drive up is not the owner's. An attacker
+//   cannot make an address known without the password, and every address is
+//   unknown to an e-mail without an account, so a 429 says nothing about
+//   which accounts exist.
+// An attempt refused by its pair's lock is not counted against its account
+// (only checked attempts are failures): one address alone cannot lock the
+// account. A successful login clears its pair's count and takes its own
+// count back from the account's row. Before any of this, each address may
+// try LOGIN_RATE_LIMIT times a minute on this instance.
 
 const FREE_FAILURES = 5
 const ACCOUNT_FREE_FAILURES = 100
 const WINDOW_SECONDS = 15 * 60
 const FIRST_LOCK_SECONDS = 30
 const MAX_LOCK_SECONDS = 15 * 60
-const ANY_ADDRESS = '*'
+const UNKNOWN_ADDRESSES = '*'
+const KNOWN_ADDRESSES = '*known'
 
-/** Login attempts one client address may make per minute on one instance (when RATE_LIMIT is on). */
-export const LOGINS_PER_MINUTE = 30
 const PURGE_EVERY_MS = 60_000
 const PURGE_BATCH = 1000
 const PURGE_MAX_BATCHES = 10
@@ -48,47 +58,75 @@ export const normalizeEmail = (email: string) => email.replace(/[A-Z]+/g, (lette
  * The event of a password that did not match (a login, or the
  * current_password of a change to one's own account). Recorded on its own
  * once the check failed: the attempt was counted before the check, so that
- * concurrent guesses cannot outrun the lock.
+ * concurrent guesses cannot outrun the lock. The typed e-mail is kept only
+ * when it names an account: anything else typed there (a password in the
+ * wrong field, say) must not reach the event log and its webhooks.
  */
 export async function recordFailedLogin(sql: Sql, attempt: { email: string; userId: number | undefined; client: string }, origin: EventOrigin): Promise<void> {
   await recordEvents(sql, [{
     type: 'login.failed',
     subject: { type: 'user', id: attempt.userId ?? null },
-    data: { email: attempt.email, client_address: attempt.client.slice(0, 64) },
+    data: { email: attempt.userId === undefined ? null : attempt.email, client_address: attempt.client.slice(0, 64) },
   }], origin)
 }
 
+/** Counts one more failure on a row of login_failures, locking it past `freeFailures` in the window; a locked row is left alone. */
+const countFailure = (sql: Sql, freeFailures: number) => sql`
+  ON CONFLICT (email, address) DO UPDATE SET
+    failures = CASE WHEN f.last_failure < now() - ${WINDOW_SECONDS}::int * interval '1 second' THEN 1 ELSE f.failures + 1 END,
+    last_failure = now(),
+    locked_until = CASE
+      WHEN f.last_failure >= now() - ${WINDOW_SECONDS}::int * interval '1 second' AND f.failures + 1 >= ${freeFailures}::int
+      THEN now() + least(${FIRST_LOCK_SECONDS}::int * power(2, f.failures + 1 - ${freeFailures}::int), ${MAX_LOCK_SECONDS}::int) * interval '1 second'
+      ELSE NULL END
+  WHERE f.locked_until IS NULL OR f.locked_until <= now()
+  RETURNING 1`
+
 /**
  * Counts a login attempt before its password is checked, or refuses it (429)
- * while its pair or its account is locked. Check and count are one statement,
- * serialized on the rows, so concurrent guesses cannot outrun the lock. Call
- * it only once the attempt will be checked (holding a hash slot): an attempt
- * turned away before that is not a failure.
+ * while its pair or its account's row for this kind of address is locked.
+ * Check and count are one statement, serialized on the rows, so concurrent
+ * guesses cannot outrun the lock. Call it only once the attempt will be
+ * checked (holding a hash slot): an attempt turned away before that is not a
+ * failure.
  */
-export async function countAttempt(sql: Sql, email: string, address: string): Promise<void> {
-  const counted = await sql<Array<{ address: string }>>`
-    INSERT INTO login_failures AS f (email, address, failures, last_failure)
-    VALUES (${email}, ${address}, 1, now()), (${email}, ${ANY_ADDRESS}, 1, now())
-    ON CONFLICT (email, address) DO UPDATE SET
-      failures = CASE WHEN f.last_failure < now() - ${WINDOW_SECONDS}::int * interval '1 second' THEN 1 ELSE f.failures + 1 END,
-      last_failure = now(),
-      locked_until = CASE
-        WHEN f.last_failure >= now() - ${WINDOW_SECONDS}::int * interval '1 second'
-          AND f.failures + 1 >= CASE WHEN f.address = ${ANY_ADDRESS} THEN ${ACCOUNT_FREE_FAILURES}::int ELSE ${FREE_FAILURES}::int END
-        THEN now() + least(${FIRST_LOCK_SECONDS}::int * power(2, f.failures + 1 - CASE WHEN f.address = ${ANY_ADDRESS} THEN ${ACCOUNT_FREE_FAILURES}::int ELSE ${FREE_FAILURES}::int END), ${MAX_LOCK_SECONDS}::int) * interval '1 second'
-        ELSE NULL END
-    WHERE f.locked_until IS NULL OR f.locked_until <= now()
-    RETURNING address`
-  if (counted.length === 2) return
+export async function countAttempt(sql: Sql, email: string, from: LoginAddress): Promise<void> {
+  // The same statement for every e-mail, an account or not: a known address is found through the account.
+  const known = sql`EXISTS (SELECT 1 FROM users u JOIN login_known_addresses k ON k.user_id = u.id WHERE lower(u.email) = ${email} AND ${knownCondition(sql, from)})`
+  const [result] = await sql<Array<{ account: string; counted: boolean }>>`
+    WITH kind AS (SELECT CASE WHEN ${known} THEN ${KNOWN_ADDRESSES} ELSE ${UNKNOWN_ADDRESSES} END AS account),
+    pair AS (
+      INSERT INTO login_failures AS f (email, address, failures, last_failure) VALUES (${email}, ${from.bucket}, 1, now())
+      ${countFailure(sql, FREE_FAILURES)}),
+    account AS (
+      INSERT INTO login_failures AS f (email, address, failures, last_failure)
+      SELECT ${email}, kind.account, 1, now() FROM kind WHERE EXISTS (SELECT 1 FROM pair)
+      ${countFailure(sql, ACCOUNT_FREE_FAILURES)})
+    SELECT (SELECT account FROM kind) AS account, EXISTS (SELECT 1 FROM account) AS counted`
+  if (result!.counted) return
   const [row] = await sql<Array<{ wait: number }>>`
     SELECT max(extract(epoch FROM locked_until - now()))::float8 AS wait FROM login_failures
-    WHERE email = ${email} AND address IN (${address}, ${ANY_ADDRESS}) AND locked_until > now()`
+    WHERE email = ${email} AND address IN (${from.bucket}, ${result!.account}) AND locked_until > now()`
   throw tooMany(row?.wait ?? 1)
 }
 
-/** A successful login clears its pair's count (the account's decays with its window). */
-export async function clearFailures(sql: Sql, email: string, address: string): Promise<void> {
-  await sql`DELETE FROM login_failures WHERE email = ${email} AND address = ${address}`
+/**
+ * The password was proved from this address: its pair's count is cleared,
+ * the account's row takes back the count of this attempt (the owner's own
+ * logins must not add up to a lock; a row this attempt locked stays locked),
+ * and the address is known to the account from now on.
+ */
+export async function passwordProven(sql: Sql, email: string, userId: number, from: LoginAddress): Promise<void> {
+  await sql`
+    WITH kind AS (
+      SELECT CASE WHEN EXISTS (SELECT 1 FROM users u JOIN login_known_addresses k ON k.user_id = u.id WHERE u.id = ${userId} AND ${knownCondition(sql, from)})
+        THEN ${KNOWN_ADDRESSES} ELSE ${UNKNOWN_ADDRESSES} END AS account),
+    cleared AS (DELETE FROM login_failures WHERE email = ${email} AND address = ${from.bucket}),
+    taken_back AS (
+      UPDATE login_failures SET failures = failures - 1
+      WHERE email = ${email} AND address = (SELECT account FROM kind) AND failures > 0 AND (locked_until IS NULL OR locked_until <= now())),
+    remembered AS (${rememberAddress(sql, userId, from)})
+    SELECT 1`
 }
 
 /** Deletes rows whose window has passed and whose lock has run out, a batch at a time; returns how many. */
@@ -108,15 +146,24 @@ export async function purgeLoginFailures(sql: Sql): Promise<number> {
 
 /**
  * What one instance keeps about logins: each address's attempts this minute
- * (off when RATE_LIMIT=0), and when it last purged old failure counts (at
- * most once a minute, in the background of a login).
+ * (off when the limit is 0), the keys that tag known addresses, and when it
+ * last purged old failure counts and known addresses (at most once a minute,
+ * in the background of a login).
  */
 export class LoginGuard {
   private readonly perAddress: RateLimiter | undefined
   private lastPurge = 0
 
-  constructor(rateLimitOn: boolean, private readonly log: Logger, perMinute = LOGINS_PER_MINUTE) {
-    this.perAddress = rateLimitOn ? new RateLimiter(perMinute) : undefined
+  /** `perMinute`: LOGIN_RATE_LIMIT, or 0 when RATE_LIMIT is off. `keys`: knownAddressKeysFrom(JWT_SECRETS). */
+  constructor(perMinute: number, private readonly keys: readonly Buffer[], private readonly log: Logger) {
+    if (keys.length === 0) throw new Error('LoginGuard: no keys; config.jwtSecrets is not resolved (resolveSecrets, src/auth/secrets.ts)')
+    this.perAddress = perMinute > 0 ? new RateLimiter(perMinute) : undefined
+  }
+
+  /** The client address as the throttle counts it. */
+  address(client: string): LoginAddress {
+    const bucket = addressBucket(client)
+    return { bucket, tags: tagsOf(this.keys, bucket) }
   }
 
   /** Refuses (429) an address past its attempts for this minute. */
@@ -133,5 +180,6 @@ export class LoginGuard {
     if (now - this.lastPurge < PURGE_EVERY_MS) return
     this.lastPurge = now
     purgeLoginFailures(sql).catch((err: unknown) => this.log.warn('purging old login failures failed', describeError(err)))
+    purgeKnownAddresses(sql).catch((err: unknown) => this.log.warn('purging old known login addresses failed', describeError(err)))
   }
 }

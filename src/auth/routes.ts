@@ -5,8 +5,7 @@ import { compileValidator } from '../http/validate.js'
 import { findUserByEmail, findUser } from '../users/queries.js'
 import { users } from '../users/resource.js'
 import { challenge } from './credentials.js'
-import { addressBucket } from '../http/client-address.js'
-import { clearFailures, countAttempt, normalizeEmail, recordFailedLogin } from './login-throttle.js'
+import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
 import { verifyInSlot } from './password.js'
 import { originOf } from '../events/origin.js'
 import { publicAccess } from './access.js'
@@ -60,15 +59,15 @@ export const authRoutes = [
     database: 'statements',
     async handle({ body, headers, client, requestId, bounded, deps }) {
       const { sql, config, logins, passwords } = deps
-      const address = addressBucket(client)
-      logins.admit(address)
+      const from = logins.address(client)
+      logins.admit(from.bucket)
       logins.purgeNow(sql)
       const email = normalizeEmail(body.email)
       const fallback = await passwords.decoy()
       // Counted once a hash slot is held (an attempt turned away is no failure), and before the password is checked, so concurrent guesses cannot outrun the lock.
-      const { user, ok } = await passwords.withSlot(address, async () => {
+      const { user, ok } = await passwords.withSlot(from.bucket, async () => {
         const user = await bounded(async () => {
-          await countAttempt(sql, email, address)
+          await countAttempt(sql, email, from)
           return findUserByEmail(sql, email)
         })
         return { user, ok: await verifyInSlot(body.password, user?.password_hash ?? fallback) }
@@ -77,7 +76,7 @@ export const authRoutes = [
         await bounded(() => recordFailedLogin(sql, { email, userId: user?.id, client }, { actorId: null, credential: null, requestId }))
         throw invalidCredentials()
       }
-      await bounded(() => clearFailures(sql, email, address))
+      await bounded(() => passwordProven(sql, email, user.id, from))
       const allowed = roleScopes[user.role]
       const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
       const refused = requested.filter((s) => !isScope(s) || !allowed.includes(s))

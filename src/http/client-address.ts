@@ -43,6 +43,31 @@ export function clientAddress(req: IncomingMessage, trust: TrustProxy): string {
 }
 
 /**
+ * Says once, when a request carries X-Forwarded-For while TRUST_PROXY is 0,
+ * that the header is not believed: behind a proxy that adds it, the operator
+ * probably forgot TRUST_PROXY, and every client then shares the proxy's
+ * address for rate limits, login throttling and logs. A client may send the
+ * header itself, hence a warning and not an error. Once per instance (one
+ * per process); afterwards, and with TRUST_PROXY set, it costs one boolean.
+ */
+export class UntrustedForwardingNotice {
+  private pending: boolean
+
+  constructor(trust: TrustProxy, private readonly warn: (message: string, fields: Record<string, unknown>) => void) {
+    this.pending = trust === 0
+  }
+
+  check(req: IncomingMessage): void {
+    if (!this.pending || req.headers['x-forwarded-for'] === undefined) return
+    this.pending = false
+    this.warn('X-Forwarded-For is ignored: TRUST_PROXY is 0', {
+      hint: 'behind a proxy, every client counts as the proxy\'s address for rate limits, login throttling and logs; set TRUST_PROXY to the proxy hops (or addresses) in front of the service',
+      peer: normalize(req.socket.remoteAddress ?? '') ?? null,
+    })
+  }
+}
+
+/**
  * One spelling per address, or undefined when `text` is not one: ports go
  * (`1.2.3.4:5678`, `[::1]:80`), as do IPv6 zone ids; `::ffff:1.2.3.4` (IPv4
  * on a dual-stack socket) is `1.2.3.4`; hex digits are lower case.

@@ -8,7 +8,7 @@ import { anonymous, type Principal } from '../auth/principal.js'
 import { mapDatabaseError } from '../db/errors.js'
 import { describeError } from '../log.js'
 import { checkContentType, readJsonBody, type BodyKind } from './body.js'
-import { addressBucket, clientAddress } from './client-address.js'
+import { addressBucket, clientAddress, UntrustedForwardingNotice } from './client-address.js'
 import { corsHeaders, type CorsPolicy } from './cors.js'
 import { handleIdempotently } from './idempotency.js'
 import type { RateDecision, RateLimiter } from './rate-limit.js'
@@ -42,6 +42,7 @@ interface Pipeline {
   credentials: CredentialDeps
   runBounded: <T>(work: () => Promise<T>) => Promise<T>
   runAsIs: <T>(work: () => Promise<T>) => Promise<T>
+  forwarding: UntrustedForwardingNotice
 }
 
 /** One request as the stages learn about it. */
@@ -84,6 +85,7 @@ export function createRequestHandler(router: Router, deps: AppDeps) {
     credentials: credentialDeps(deps, runBounded),
     runBounded,
     runAsIs: <T>(work: () => Promise<T>) => work(),
+    forwarding: new UntrustedForwardingNotice(config.trustProxy, (message, fields) => deps.log.warn(message, fields)),
   }
   return (req: IncomingMessage, res: ServerResponse): Promise<void> => handleRequest(pipeline, req, res)
 }
@@ -284,7 +286,12 @@ function logRequest(p: Pipeline, x: Exchange): void {
 }
 
 /** The client's address as TRUST_PROXY allows it to be known, read once per request. */
-const clientOf = (p: Pipeline, x: Exchange): string => (x.client ??= clientAddress(x.req, p.config.trustProxy))
+const clientOf = (p: Pipeline, x: Exchange): string => (x.client ??= readClient(p, x.req))
+
+function readClient(p: Pipeline, req: IncomingMessage): string {
+  p.forwarding.check(req)
+  return clientAddress(req, p.config.trustProxy)
+}
 
 /** A user may spend this many credentials' worth of RATE_LIMIT in all: N keys do not give N times the limit. */
 const USER_LIMIT_FACTOR = 3
