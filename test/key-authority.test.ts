@@ -68,9 +68,9 @@ async function newKey(auth: string, scopes: string[] = ['users:read']): Promise<
 const keysOf = async (userId: number) => (await sql<[{ n: number }]>`SELECT count(*)::int AS n FROM api_keys WHERE user_id = ${userId}`)[0].n
 const liveSessionsOf = async (userId: number) =>
   (await sql<[{ n: number }]>`SELECT count(*)::int AS n FROM sessions WHERE user_id = ${userId} AND revoked_at IS NULL`)[0].n
-/** Failed password checks counted against the account from this client's address (a success clears them, as a login's does). */
+/** Failed password checks counted against the account from this client's address, not the account-wide rows ('*', '*known'); a success clears them, as a login's does. */
 const failuresOf = async (email: string) =>
-  (await sql<[{ n: number }]>`SELECT coalesce(sum(failures), 0)::int AS n FROM login_failures WHERE email = ${email.toLowerCase()} AND address <> '*'`)[0].n
+  (await sql<[{ n: number }]>`SELECT coalesce(sum(failures), 0)::int AS n FROM login_failures WHERE email = ${email.toLowerCase()} AND address NOT LIKE '*%'`)[0].n
 const userExists = async (id: number) => (await sql`SELECT 1 FROM users WHERE id = ${id}`).length === 1
 
 const withKey = (key: string) => ({ auth: null, headers: { 'x-api-key': key } })
