@@ -28,19 +28,21 @@ describe('address policy', () => {
   test('judges a URL by its scheme, userinfo and literal host; URL forms of an address are normalized first', () => {
     const cases: Array<[string, boolean, string | undefined]> = [
       ['https://hooks.example.com/x', false, undefined],
-      ['http://hooks.example.com/x', false, 'must be an https URL'],
+      ['http://hooks.example.com/x', false, 'must be an https URL (http needs WEBHOOK_ALLOW_PRIVATE=true)'],
       ['http://hooks.example.com/x', true, undefined],
       ['ftp://hooks.example.com/x', true, 'must be an http or https URL'],
       ['https://u:p@hooks.example.com/', false, 'must not carry a user name or password'],
       ['https://u@hooks.example.com/', true, 'must not carry a user name or password'],
       ['https://hooks.example.com/#frag', false, 'must not carry a fragment'],
-      ['https://0x7f000001/', false, 'must not point at a loopback, link-local, private or reserved address (127.0.0.1)'],
-      ['https://2130706433/', false, 'must not point at a loopback, link-local, private or reserved address (127.0.0.1)'],
-      ['https://[::ffff:127.0.0.1]/', false, 'must not point at a loopback, link-local, private or reserved address (::ffff:7f00:1)'],
+      ['https://0x7f000001/', false, 'must not point at a loopback, link-local, private or reserved address (127.0.0.1) unless WEBHOOK_ALLOW_PRIVATE=true'],
+      ['https://2130706433/', false, 'must not point at a loopback, link-local, private or reserved address (127.0.0.1) unless WEBHOOK_ALLOW_PRIVATE=true'],
+      ['https://[::ffff:127.0.0.1]/', false, 'must not point at a loopback, link-local, private or reserved address (::ffff:7f00:1) unless WEBHOOK_ALLOW_PRIVATE=true'],
       ['https://127.0.0.1/', true, undefined],
       ['https://8.8.8.8/', false, undefined],
     ]
-    for (const [url, allowPrivate, refusal] of cases) assert.equal(refusalOfUrl(new URL(url), allowPrivate), refusal, `${url} ${allowPrivate}`)
+    for (const [url, allowPrivate, refusal] of cases) {
+      assert.equal(refusalOfUrl(new URL(url), { webhookAllowPrivate: allowPrivate, webhookAllowedPorts: new Set() }), refusal, `${url} ${allowPrivate}`)
+    }
   })
 })
 
@@ -99,8 +101,8 @@ describe('webhook URLs without WEBHOOK_ALLOW_PRIVATE', () => {
 
   test('refuses a delivery whose name resolves to a private address at send time (DNS rebinding), connecting nowhere', async () => {
     const names = new Map([['hooks.example.test', ['203.0.113.10']]])
-    const server = await startServer({}, {}, { tuning: { webhooks: { ...fast, resolve: testResolver(names) } } })
     const receiver = await startReceiver()
+    const server = await startServer({ WEBHOOK_ALLOWED_PORTS: String(receiver.port) }, {}, { tuning: { webhooks: { ...fast, resolve: testResolver(names) } } })
     // The receiver listens on 127.0.0.1, where the name points after registration.
     const hook = await server.request('POST', '/webhooks', { body: { url: `https://hooks.example.test:${receiver.port}/hook`, event_types: ['product.created'] } })
     assert.equal(hook.status, 201, hook.text)
@@ -110,18 +112,18 @@ describe('webhook URLs without WEBHOOK_ALLOW_PRIVATE', () => {
     const delivery = await waitForAttempt(server, hook.body.id)
     assert.equal(delivery.status, 'failed')
     assert.equal(delivery.attempts[0].status, null)
-    assert.equal(delivery.attempts[0].error, 'refused: hooks.example.test resolves to 127.0.0.1, a loopback, link-local, private or reserved address')
+    assert.equal(delivery.attempts[0].error, 'refused: hooks.example.test resolves to 127.0.0.1, a loopback, link-local, private or reserved address (WEBHOOK_ALLOW_PRIVATE=true allows it)')
     assert.equal(receiver.connections, 0)
     assert.equal(receiver.received.length, 0)
   })
 
   test('refuses a delivery to a URL registered while private addresses were allowed', async () => {
-    const server = await startServer({}, {}, { tuning: { webhooks: fast } })
     const receiver = await startReceiver()
+    const server = await startServer({ WEBHOOK_ALLOWED_PORTS: String(receiver.port) }, {}, { tuning: { webhooks: fast } })
     const [hookA] = await server.sql`
-      INSERT INTO webhooks (url, event_types, secret_sealed) VALUES (${receiver.url}, ${['product.created']}, 'v1.test.x.y.z') RETURNING id`
+      INSERT INTO webhooks (url, event_types, secret_sealed, owner_id) VALUES (${receiver.url}, ${['product.created']}, 'v1.test.x.y.z', ${server.admin.id}) RETURNING id`
     const [hookB] = await server.sql`
-      INSERT INTO webhooks (url, event_types, secret_sealed) VALUES (${`https://[::ffff:127.0.0.1]:${receiver.port}/hook`}, ${['product.created']}, 'v1.test.x.y.z') RETURNING id`
+      INSERT INTO webhooks (url, event_types, secret_sealed, owner_id) VALUES (${`https://[::ffff:127.0.0.1]:${receiver.port}/hook`}, ${['product.created']}, 'v1.test.x.y.z', ${server.admin.id}) RETURNING id`
     // Sealed properly, so that the refusal, not the secret, is what stops them.
     const created = await server.request('POST', `/webhooks/${hookA!.id}/rotate-secret`)
     assert.equal(created.status, 200)
@@ -130,8 +132,8 @@ describe('webhook URLs without WEBHOOK_ALLOW_PRIVATE', () => {
     assert.equal(product.status, 201)
     const a = await waitForAttempt(server, hookA!.id)
     const b = await waitForAttempt(server, hookB!.id)
-    assert.equal(a.attempts[0].error, 'refused: the URL must be an https URL')
-    assert.equal(b.attempts[0].error, 'refused: the URL must not point at a loopback, link-local, private or reserved address (::ffff:7f00:1)')
+    assert.equal(a.attempts[0].error, 'refused: the URL must be an https URL (http needs WEBHOOK_ALLOW_PRIVATE=true)')
+    assert.equal(b.attempts[0].error, 'refused: the URL must not point at a loopback, link-local, private or reserved address (::ffff:7f00:1) unless WEBHOOK_ALLOW_PRIVATE=true')
     assert.equal(receiver.connections, 0)
   })
 })
