@@ -47,22 +47,25 @@ SELECT 'webhook.updated', 'webhook', c.id, 'system', webhook_data(c) FROM change
 
 -- Disables the webhooks of an owner who lost the authority, with the reason,
 -- as the system (webhook.updated); their pending deliveries fail. A deleted
--- owner's webhooks, disabled ones too, lose the owner.
+-- user leaves the webhooks it owned (disabled ones too) or created, with a
+-- new version and event, rather than through the foreign keys' SET NULL,
+-- which would change what GET shows without either.
 CREATE FUNCTION webhooks_owner_lost(owner bigint, reason text, deleted boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
   WITH changed AS (
     UPDATE webhooks SET
-      status = 'disabled',
-      last_error = CASE WHEN status = 'disabled' THEN last_error ELSE reason END,
-      owner_id = CASE WHEN deleted THEN NULL ELSE owner_id END,
+      status = CASE WHEN owner_id = owner THEN 'disabled' ELSE status END,
+      last_error = CASE WHEN owner_id = owner AND status <> 'disabled' THEN reason ELSE last_error END,
+      owner_id = CASE WHEN deleted AND owner_id = owner THEN NULL ELSE owner_id END,
+      created_by = CASE WHEN deleted AND created_by = owner THEN NULL ELSE created_by END,
       version = version + 1,
       updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')
-    WHERE owner_id = owner AND (status <> 'disabled' OR deleted)
+    WHERE (owner_id = owner AND (status <> 'disabled' OR deleted)) OR (deleted AND created_by = owner)
     RETURNING *),
   failed AS (
     UPDATE webhook_deliveries SET status = 'failed', leased_until = NULL, last_error = coalesce(last_error, 'the webhook was disabled')
-    WHERE webhook_id IN (SELECT id FROM changed) AND status = 'pending')
+    WHERE webhook_id IN (SELECT id FROM changed WHERE status = 'disabled') AND status = 'pending')
   INSERT INTO event_outbox (type, subject_type, subject_id, actor_credential, data)
   SELECT 'webhook.updated', 'webhook', c.id, 'system', webhook_data(c) FROM changed c ORDER BY c.id;
 END $$;
