@@ -381,6 +381,46 @@ describe('webhook deliveries', () => {
     assert.equal(target.received.length, 0)
   })
 
+  test('records and logs only the origin of a redirect\'s target, never its path or query (a receiver\'s ?token=SECRET)', async () => {
+    const server = await webhookServer({ retryDelaysMs: [] })
+    const absolute = await startReceiver()
+    absolute.answer = (_req, res) => {
+      res.writeHead(302, { location: 'https://login.example.com:8443/callback/SECRET-PATH?token=SECRET-QUERY#SECRET-FRAGMENT' })
+      res.end()
+    }
+    const relative = await startReceiver()
+    relative.answer = (_req, res) => {
+      res.writeHead(301, { location: '/moved/SECRET-PATH?token=SECRET-QUERY' })
+      res.end()
+    }
+    const odd = await startReceiver()
+    odd.answer = (_req, res) => {
+      res.writeHead(303, { location: 'javascript:alert("SECRET-SCRIPT")' })
+      res.end()
+    }
+    const hooks = [absolute, relative, odd].map(async (r) => register(server, { url: r.url, event_types: ['product.created'] }))
+    const [a, b, c] = await Promise.all(hooks)
+    await createProduct(server, 'REDIRECT-1')
+    const settled = async (id: number) => {
+      await waitUntil(`webhook ${id} settled`, async () => (await deliveriesOf(server, id)).body[0]?.status === 'failed')
+      return (await deliveriesOf(server, id)).body[0]
+    }
+    const expected: Array<[Created, string]> = [
+      [a!, 'redirect to https://login.example.com:8443 not followed'],
+      [b!, `redirect to http://127.0.0.1:${relative.port} not followed`],
+      [c!, 'redirect to an unreadable location not followed'],
+    ]
+    for (const [hook, error] of expected) {
+      const delivery = await settled(hook.id)
+      assert.equal(delivery.last_error, error)
+      assert.equal(delivery.attempts[0].error, error)
+    }
+    const stored = await server.sql`SELECT last_error FROM webhook_deliveries UNION ALL SELECT error FROM webhook_attempts UNION ALL SELECT last_error FROM webhooks`
+    assert.ok(!JSON.stringify([...stored]).includes('SECRET'), JSON.stringify([...stored]))
+    assert.ok(server.logs.some((l) => l.msg === 'webhook attempt failed'))
+    assert.ok(!JSON.stringify(server.logs).includes('SECRET'), 'no log line has the path or query')
+  })
+
   test('a webhook deleted while a delivery is in flight: the answer is dropped quietly, nothing of it is left', async () => {
     const server = await webhookServer()
     const receiver = await startReceiver()
