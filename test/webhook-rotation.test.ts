@@ -84,5 +84,25 @@ describe('JWT_SECRETS rotation', () => {
     // A cursor older than the removal of its key is refused; the client starts the listing again.
     const stale = await third.request('GET', `/webhooks?limit=1&sort=id&cursor=${cursor}`)
     assert.equal(stale.status, 400)
+    assert.equal(stale.body.code, 'invalid_parameter')
+    assert.deepEqual(stale.body.errors, [{ path: 'cursor', message: 'is not a valid cursor' }])
+  })
+
+  test('an Idempotency-Key first used under k1 is replayed under k2,k1, and another body with it is still 422', async () => {
+    const first = await instance(K1)
+    const body = { sku: 'ROTATE-IDEM', name: 'x', price: 1, currency: 'EUR' }
+    const headers = { 'idempotency-key': 'rotation-1' }
+    const created = await first.request('POST', '/products', { body, headers })
+    assert.equal(created.status, 201, created.text)
+    const second = await instance(`${K2},${K1}`, first.databaseUrl)
+    // The same caller (its JWT, signed with k1, verifies under k2,k1).
+    const replayed = await second.request('POST', '/products', { body, headers, auth: first.admin.token })
+    assert.equal(replayed.status, 201, replayed.text)
+    assert.equal(replayed.headers.get('idempotent-replayed'), 'true')
+    assert.equal(replayed.body.id, created.body.id)
+    const other = await second.request('POST', '/products', { body: { ...body, name: 'y' }, headers, auth: first.admin.token })
+    assert.equal(other.status, 422)
+    const [{ products }] = await second.sql<[{ products: number }]>`SELECT count(*)::int AS products FROM products WHERE sku = 'ROTATE-IDEM'`
+    assert.equal(products, 1)
   })
 })
