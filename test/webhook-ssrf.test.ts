@@ -140,7 +140,7 @@ describe('webhook URLs without WEBHOOK_ALLOW_PRIVATE', () => {
     const delivery = await waitForAttempt(server, hook.body.id)
     assert.equal(delivery.status, 'failed')
     assert.equal(delivery.attempts[0].status, null)
-    assert.equal(delivery.attempts[0].error, 'refused: hooks.example.test resolves to 127.0.0.1, a loopback, link-local, private or reserved address (WEBHOOK_ALLOW_PRIVATE=true allows it)')
+    assert.equal(delivery.attempts[0].error, 'refused: hooks.example.test resolves to 127.0.0.1, a loopback, link-local, private or reserved address, which only WEBHOOK_ALLOW_PRIVATE=true allows')
     assert.equal(receiver.connections, 0)
     assert.equal(receiver.received.length, 0)
   })
@@ -181,7 +181,7 @@ describe('translation forms and ports over HTTP', () => {
       ['https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook', /reserved address \(2001:0:4136:e378:8000:63bf:80ff:fffe\)/],
       ['https://[::ffff:0:a9fe:a9fe]/hook', /reserved address \(::ffff:0:a9fe:a9fe\)/],
       ['https://[::ffff:0:169.254.169.254]/hook', /reserved address/],
-      ['https://nat64.example.test/hook', /nat64.example.test resolves to 64:ff9b:1::a9fe:a9fe, .*WEBHOOK_ALLOW_PRIVATE=true allows it/],
+      ['https://nat64.example.test/hook', /nat64.example.test resolves to 64:ff9b:1::a9fe:a9fe, .*which only WEBHOOK_ALLOW_PRIVATE=true allows/],
       ['https://teredo.example.test/hook', /teredo.example.test resolves to 2001:0:4136:e378:8000:63bf:80ff:fffe/],
       ['https://siit.example.test/hook', /siit.example.test resolves to ::ffff:0:a9fe:a9fe/],
       ['https://sixtofour.example.test/hook', /sixtofour.example.test resolves to 2002:7f00:1::1/],
@@ -220,7 +220,7 @@ describe('translation forms and ports over HTTP', () => {
     assert.equal(product.status, 201)
     for (const [form, id] of hooks) {
       const delivery = await waitForAttempt(server, id)
-      assert.equal(delivery.attempts[0].error, `refused: ${form}.example.test resolves to ${forms[form as keyof typeof forms]}, a loopback, link-local, private or reserved address (WEBHOOK_ALLOW_PRIVATE=true allows it)`)
+      assert.equal(delivery.attempts[0].error, `refused: ${form}.example.test resolves to ${forms[form as keyof typeof forms]}, a loopback, link-local, private or reserved address, which only WEBHOOK_ALLOW_PRIVATE=true allows`)
     }
     assert.equal(receiver.connections, 0)
   })

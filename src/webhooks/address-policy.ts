@@ -129,5 +129,5 @@ export function refusalOfUrl(url: URL, policy: UrlPolicy): string | undefined {
 export function refusalOfAddresses(host: string, addresses: readonly ResolvedAddress[]): string | undefined {
   if (addresses.length === 0) return `${host} does not resolve`
   const bad = addresses.find((a) => isForbiddenAddress(a.address))
-  return bad ? `${host} resolves to ${bad.address}, a loopback, link-local, private or reserved address (WEBHOOK_ALLOW_PRIVATE=true allows it)` : undefined
+  return bad ? `${host} resolves to ${bad.address}, a loopback, link-local, private or reserved address, which only WEBHOOK_ALLOW_PRIVATE=true allows` : undefined
 }
