@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import type { TransactionSql } from 'postgres'
 import { Webhook } from 'standardwebhooks'
 import { waitUntil } from './helpers/wait.js'
 import { startServer, type TestServer } from './helpers/server.js'
@@ -212,5 +213,33 @@ describe('the rule holds in the database, whoever writes', () => {
     await server.sql`UPDATE users SET role = 'user' WHERE id = ${server.admin.id}`
     const [after] = await server.sql`SELECT status, last_error FROM webhooks WHERE id = ${byUser!.id}`
     assert.deepEqual({ ...after }, { status: 'disabled', last_error: `its owner (user ${server.admin.id}) is no longer an admin` })
+  })
+
+  test('a re-enabling and the new owner\'s demotion at the same time, in either order: the webhook ends disabled', async () => {
+    const server = await startServer({ WEBHOOK_ALLOW_PRIVATE: 'true' }, {}, { tuning: { webhooks: fast } })
+    const waitingOnLock = () => waitUntil('a statement waiting on a row lock', async () => {
+      const [{ n }] = await server.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`
+      return n > 0
+    })
+    for (const demotionFirst of [true, false]) {
+      const admin = await server.createUser({ role: 'admin' })
+      const [hook] = await server.sql<[{ id: number }]>`
+        INSERT INTO webhooks (url, event_types, secret_sealed, owner_id) VALUES ('https://example.com/h', '{product.created}', 'x', NULL) RETURNING id`
+      let release!: () => void
+      const gate = new Promise<void>((resolve) => (release = resolve))
+      const hold = (statement: (tx: TransactionSql) => Promise<unknown>) =>
+        server.sql.begin(async (tx) => { await statement(tx); await gate })
+      const demote = (tx: TransactionSql) => tx`UPDATE users SET role = 'user' WHERE id = ${admin.id}`
+      const enable = (tx: TransactionSql) => tx`UPDATE webhooks SET status = 'active', owner_id = ${admin.id} WHERE id = ${hook.id}`
+      // The first holds its change uncommitted; the second waits on it; then the first commits.
+      const first = hold(demotionFirst ? demote : enable)
+      await sleep(100)
+      const second = server.sql.begin((tx) => (demotionFirst ? enable : demote)(tx))
+      await waitingOnLock()
+      release()
+      await Promise.all([first, second])
+      const [row] = await server.sql`SELECT status, owner_id, last_error FROM webhooks WHERE id = ${hook.id}`
+      assert.deepEqual({ ...row }, { status: 'disabled', owner_id: admin.id, last_error: `its owner (user ${admin.id}) is no longer an admin` }, `demotion first: ${demotionFirst}`)
+    }
   })
 })
