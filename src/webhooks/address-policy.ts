@@ -62,24 +62,18 @@ export function isForbiddenAddress(address: string): boolean {
   if (family === 0) return true
   if (family === 4) return blocked.check(address, 'ipv4')
   if (blocked.check(address, 'ipv6')) return true
-  const embedded = embeddedIpv4(address)
+  const groups = hextets(address.replace(/%.*$/, ''))
+  if (!groups) return true
+  const nat64 = groups[0] === 0x64 && groups[1] === 0xff9b
+  const wellKnownNat64 = nat64 && groups.slice(2, 6).every((g) => g === 0)
+  // 64:ff9b::/32 outside the well-known /96 (local-use 64:ff9b:1::/48): where the IPv4 address sits is the operator's choice.
+  if (nat64 && !wellKnownNat64) return true
+  const embedded = wellKnownNat64 ? quad(groups[6]!, groups[7]!) : groups[0] === 0x2002 ? quad(groups[1]!, groups[2]!) : undefined
   return embedded !== undefined && blocked.check(embedded, 'ipv4')
 }
 
-/**
- * The IPv4 address inside a NAT64 (64:ff9b::/32) or 6to4 (2002::/16)
- * address: a translator or relay would carry the connection on to it.
- */
-function embeddedIpv4(address: string): string | undefined {
-  const groups = hextets(address.replace(/%.*$/, ''))
-  if (!groups) return undefined
-  const quad = (hi: number, lo: number) => `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`
-  if (groups[0] === 0x64 && groups[1] === 0xff9b) return groups.slice(2, 6).every((g) => g === 0) ? quad(groups[6]!, groups[7]!) : UNKNOWN_IPV4
-  if (groups[0] === 0x2002) return quad(groups[1]!, groups[2]!)
-  return undefined
-}
-/** What embeddedIpv4 answers for 64:ff9b::/32 outside the well-known /96: refused, wherever the address may sit. */
-const UNKNOWN_IPV4 = '0.0.0.0'
+/** Two 16-bit groups as a dotted IPv4 address: what a NAT64 translator or a 6to4 relay would carry the connection on to. */
+const quad = (hi: number, lo: number) => `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`
 
 /** The eight 16-bit groups of an IPv6 literal (checked by isIP already), a dotted IPv4 tail included. */
 function hextets(address: string): number[] | undefined {
