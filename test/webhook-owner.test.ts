@@ -1,8 +1,15 @@
 import assert from 'node:assert/strict'
-import { describe, test } from 'node:test'
+import { randomBytes } from 'node:crypto'
+import { cp, mkdtemp, readdir, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
+import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { TransactionSql } from 'postgres'
 import { Webhook } from 'standardwebhooks'
+import { connect } from '../src/db/connect.js'
+import { migrate } from '../src/db/migrate.js'
 import { waitUntil } from './helpers/wait.js'
 import { startServer, type TestServer } from './helpers/server.js'
 import { answerWith, startReceiver, type Receiver, type Reception } from './helpers/webhook-receiver.js'
@@ -243,3 +250,53 @@ describe('the rule holds in the database, whoever writes', () => {
     }
   })
 })
+
+describe('the upgrade (sql/010)', () => {
+  test('webhooks made before owners existed belong to their creator; those of a creator gone or demoted are disabled, their pending deliveries failed', async () => {
+    // An empty database named after the run's template (test/run.ts drops it), migrated up to 009 from a copy of sql/.
+    const name = `${process.env.TEST_TEMPLATE_DB!}_owner_${randomBytes(4).toString('hex')}`
+    const server = connect(process.env.TEST_SERVER_URL!, { max: 1, statementTimeoutMs: 60_000 })
+    await server`CREATE DATABASE ${server(name)}`
+    await server.end({ timeout: 5 })
+    const url = new URL(process.env.TEST_SERVER_URL!)
+    url.pathname = `/${name}`
+    const sql = connect(url.toString(), { max: 1, statementTimeoutMs: 60_000 })
+    const before = await mkdtemp(join(tmpdir(), 'upa-owner-'))
+    after(async () => {
+      await sql.end({ timeout: 5 })
+      await rm(before, { recursive: true, force: true })
+    })
+    const sqlDir = new URL('../sql/', import.meta.url)
+    await cp(sqlDir, before, { recursive: true })
+    for (const file of await readdir(before)) if (Number(file.slice(0, 3)) >= 10) await rm(join(before, file))
+    await migrate(sql, pathToFileURL(before + '/'))
+
+    const [admin, demoted] = await sql<Array<{ id: number }>>`
+      INSERT INTO users (name, email, role) VALUES ('A', 'a@example.com', 'admin'), ('D', 'd@example.com', 'user') RETURNING id`
+    const hooks = await sql<Array<{ id: number }>>`
+      INSERT INTO webhooks (url, event_types, secret_sealed, created_by, status) VALUES
+        ('https://a.example.com/', '{product.created}', 'x', ${admin!.id}, 'active'),
+        ('https://d.example.com/', '{product.created}', 'x', ${demoted!.id}, 'active'),
+        ('https://n.example.com/', '{product.created}', 'x', NULL, 'paused')
+      RETURNING id`
+    const [event] = await sql<[{ id: number }]>`
+      INSERT INTO events (id, type, occurred_at, subject_type, data) VALUES (1, 'product.created', now(), 'product', '{}') RETURNING id`
+    await sql`INSERT INTO webhook_deliveries (webhook_id, event_id) SELECT id, ${event.id} FROM webhooks`
+
+    await migrate(sql, sqlDir)
+    const rows = await sql`SELECT id, status, owner_id, last_error, version FROM webhooks ORDER BY id`
+    assert.deepEqual(rows.map((r) => ({ ...r })), [
+      { id: hooks[0]!.id, status: 'active', owner_id: admin!.id, last_error: null, version: 1 },
+      { id: hooks[1]!.id, status: 'disabled', owner_id: demoted!.id, last_error: `its owner (user ${demoted!.id}) is no longer an admin`, version: 2 },
+      { id: hooks[2]!.id, status: 'disabled', owner_id: null, last_error: 'it has no owner', version: 2 },
+    ])
+    const deliveries = await sql`SELECT webhook_id, status FROM webhook_deliveries ORDER BY webhook_id`
+    assert.deepEqual(deliveries.map((d) => d.status), ['pending', 'failed', 'failed'])
+    const events = await sql`SELECT subject_id, actor_credential, data->>'status' AS status FROM event_outbox WHERE type = 'webhook.updated' ORDER BY subject_id`
+    assert.deepEqual(events.map((e) => ({ ...e })), [
+      { subject_id: hooks[1]!.id, actor_credential: 'system', status: 'disabled' },
+      { subject_id: hooks[2]!.id, actor_credential: 'system', status: 'disabled' },
+    ])
+  })
+})
+
