@@ -53,6 +53,10 @@ const EnvSchema = Type.Object({
   TLS_CERT_FILE: Type.Optional(Type.String({ minLength: 1 })),
   TLS_KEY_FILE: Type.Optional(Type.String({ minLength: 1 })),
   WEBHOOK_ALLOW_PRIVATE: Type.Optional(Bool),
+  WEBHOOK_ALLOWED_PORTS: Type.Optional(Type.String({
+    pattern: '^[0-9]{1,5}(,[0-9]{1,5})*$',
+    description: 'a comma-separated list of ports (1 to 65535) webhook URLs may name besides 443',
+  })),
 })
 const checkEnv = Compile(EnvSchema)
 
@@ -114,6 +118,8 @@ export interface Config {
   eventsRetentionDays: number
   /** Webhook URLs may be http and point at loopback, link-local and private addresses (tests, closed networks). */
   webhookAllowPrivate: boolean
+  /** Ports besides 443 a webhook URL may name (unless webhookAllowPrivate, which allows any). */
+  webhookAllowedPorts: ReadonlySet<number>
   /** Serve HTTPS from these PEM files (reloaded when they change); undefined: plain HTTP, for use behind a proxy. */
   tls: { certFile: string; keyFile: string } | undefined
 }
@@ -199,6 +205,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     bootstrapAdmin: e.ADMIN_EMAIL && e.ADMIN_PASSWORD ? { email: e.ADMIN_EMAIL, password: e.ADMIN_PASSWORD } : undefined,
     eventsRetentionDays: int('EVENTS_RETENTION_DAYS', 30),
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
+    webhookAllowedPorts: parsePorts(e.WEBHOOK_ALLOWED_PORTS),
     tls: e.TLS_CERT_FILE && e.TLS_KEY_FILE ? { certFile: e.TLS_CERT_FILE, keyFile: e.TLS_KEY_FILE } : undefined,
   }
 }
@@ -216,6 +223,13 @@ export function parseJwtSecrets(raw: string): Array<{ kid: string; secret: Buffe
     seen.add(kid)
     return { kid, secret }
   })
+}
+
+function parsePorts(raw: string | undefined): ReadonlySet<number> {
+  const ports = raw ? raw.split(',').map(Number) : []
+  const bad = ports.find((p) => p < 1 || p > 65535)
+  if (bad !== undefined) throw new ConfigError(`WEBHOOK_ALLOWED_PORTS: ${bad} is not a port (1 to 65535)`)
+  return new Set(ports)
 }
 
 function parseTrustProxy(raw: string | undefined): TrustProxy {

@@ -54,6 +54,7 @@ describe('defaults', () => {
       corsOrigins: new Set(),
       eventsRetentionDays: 30,
       webhookAllowPrivate: false,
+      webhookAllowedPorts: new Set(),
       tls: undefined,
     })
   })
@@ -108,6 +109,7 @@ describe('values', () => {
       CORS_ORIGINS: 'https://app.example.com,http://localhost:5173',
       EVENTS_RETENTION_DAYS: '7',
       WEBHOOK_ALLOW_PRIVATE: 'true',
+      WEBHOOK_ALLOWED_PORTS: '8443,9443',
       TLS_CERT_FILE: '/etc/api/cert.pem',
       TLS_KEY_FILE: '/etc/api/key.pem',
     })
@@ -144,6 +146,7 @@ describe('values', () => {
       corsOrigins: new Set(['https://app.example.com', 'http://localhost:5173']),
       eventsRetentionDays: 7,
       webhookAllowPrivate: true,
+      webhookAllowedPorts: new Set([8443, 9443]),
       tls: { certFile: '/etc/api/cert.pem', keyFile: '/etc/api/key.pem' },
     })
   })
@@ -188,6 +191,11 @@ describe('refused values', () => {
     ['EVENTS_RETENTION_DAYS', '1.5'],
     ['WEBHOOK_ALLOW_PRIVATE', 'yes'],
     ['WEBHOOK_ALLOW_PRIVATE', 'TRUE'],
+    ['WEBHOOK_ALLOWED_PORTS', '0'],
+    ['WEBHOOK_ALLOWED_PORTS', '65536'],
+    ['WEBHOOK_ALLOWED_PORTS', '8443,'],
+    ['WEBHOOK_ALLOWED_PORTS', '8443, 9443'],
+    ['WEBHOOK_ALLOWED_PORTS', 'https'],
     ['LOG_LEVEL', 'INFO'],
     ['ALLOW_SIGNUP', 'yes'],
     ['ALLOW_SIGNUP', 'TRUE'],

@@ -25,22 +25,52 @@ describe('address policy', () => {
     for (const a of allowed) assert.equal(isForbiddenAddress(a), false, a)
   })
 
+  test('refuses every IPv6 translation form that can carry a private IPv4 address: local-use NAT64, SIIT, Teredo; keeps the public ones of fixed forms', () => {
+    const refused = [
+      // Local-use NAT64 (64:ff9b:1::/48) and the rest of 64:ff9b::/32 outside the well-known /96: refused whatever they embed.
+      '64:ff9b:1::a9fe:a9fe', '64:ff9b:1::7f00:1', '64:ff9b:1::8.8.8.8', '64:ff9b:1:a9fe:a900:fe00::', '64:ff9b:0:1::7f00:1', '64:ff9b:ffff::1',
+      // SIIT IPv4-translated (::ffff:0:0:0/96).
+      '::ffff:0:a9fe:a9fe', '::ffff:0:169.254.169.254', '::ffff:0:7f00:1', '::ffff:0:8.8.8.8',
+      // Teredo (2001::/32): client 127.0.0.1 (7f00:1 inverted is 80ff:fffe), server 127.0.0.1, and a public pair alike.
+      '2001:0:4136:e378:8000:63bf:80ff:fffe', '2001:0:7f00:1::', '2001::1', '2001:0:808:808:0:0:f7f7:f7f7',
+      // IPv4-mapped and -compatible, and the fixed forms with a private address inside.
+      '::ffff:169.254.169.254', '::a9fe:a9fe', '::10.0.0.1', '64:ff9b::a9fe:a9fe', '64:ff9b::192.168.1.1', '2002:a00:1::1', '2002:c0a8:101::',
+    ]
+    const allowed = ['64:ff9b::808:808', '2002:808:808::1', '::ffff:1.1.1.1', '2001:db8::1', '2001:1::1', '2001:4860:4860::8888']
+    for (const a of refused) assert.equal(isForbiddenAddress(a), true, a)
+    for (const a of allowed) assert.equal(isForbiddenAddress(a), false, a)
+  })
+
+  test('allows port 443 only, unless WEBHOOK_ALLOWED_PORTS lists the port; WEBHOOK_ALLOW_PRIVATE lifts it', () => {
+    const none = { webhookAllowPrivate: false, webhookAllowedPorts: new Set<number>() }
+    const some = { webhookAllowPrivate: false, webhookAllowedPorts: new Set([8443]) }
+    assert.equal(refusalOfUrl(new URL('https://8.8.8.8/'), none), undefined)
+    assert.equal(refusalOfUrl(new URL('https://8.8.8.8:443/'), none), undefined)
+    assert.equal(refusalOfUrl(new URL('https://8.8.8.8:6379/'), none), 'must use port 443, or one WEBHOOK_ALLOWED_PORTS lists (not 6379)')
+    assert.equal(refusalOfUrl(new URL('https://hooks.example.com:80/'), none), 'must use port 443, or one WEBHOOK_ALLOWED_PORTS lists (not 80)')
+    assert.equal(refusalOfUrl(new URL('https://hooks.example.com:8443/'), some), undefined)
+    assert.equal(refusalOfUrl(new URL('https://hooks.example.com:8444/'), some), 'must use port 443, or one WEBHOOK_ALLOWED_PORTS lists (not 8444)')
+    assert.equal(refusalOfUrl(new URL('http://127.0.0.1:6379/'), { ...none, webhookAllowPrivate: true }), undefined)
+  })
+
   test('judges a URL by its scheme, userinfo and literal host; URL forms of an address are normalized first', () => {
     const cases: Array<[string, boolean, string | undefined]> = [
       ['https://hooks.example.com/x', false, undefined],
-      ['http://hooks.example.com/x', false, 'must be an https URL'],
+      ['http://hooks.example.com/x', false, 'must be an https URL (http needs WEBHOOK_ALLOW_PRIVATE=true)'],
       ['http://hooks.example.com/x', true, undefined],
       ['ftp://hooks.example.com/x', true, 'must be an http or https URL'],
       ['https://u:p@hooks.example.com/', false, 'must not carry a user name or password'],
       ['https://u@hooks.example.com/', true, 'must not carry a user name or password'],
       ['https://hooks.example.com/#frag', false, 'must not carry a fragment'],
-      ['https://0x7f000001/', false, 'must not point at a loopback, link-local, private or reserved address (127.0.0.1)'],
-      ['https://2130706433/', false, 'must not point at a loopback, link-local, private or reserved address (127.0.0.1)'],
-      ['https://[::ffff:127.0.0.1]/', false, 'must not point at a loopback, link-local, private or reserved address (::ffff:7f00:1)'],
+      ['https://0x7f000001/', false, 'must not point at a loopback, link-local, private or reserved address (127.0.0.1) unless WEBHOOK_ALLOW_PRIVATE=true'],
+      ['https://2130706433/', false, 'must not point at a loopback, link-local, private or reserved address (127.0.0.1) unless WEBHOOK_ALLOW_PRIVATE=true'],
+      ['https://[::ffff:127.0.0.1]/', false, 'must not point at a loopback, link-local, private or reserved address (::ffff:7f00:1) unless WEBHOOK_ALLOW_PRIVATE=true'],
       ['https://127.0.0.1/', true, undefined],
       ['https://8.8.8.8/', false, undefined],
     ]
-    for (const [url, allowPrivate, refusal] of cases) assert.equal(refusalOfUrl(new URL(url), allowPrivate), refusal, `${url} ${allowPrivate}`)
+    for (const [url, allowPrivate, refusal] of cases) {
+      assert.equal(refusalOfUrl(new URL(url), { webhookAllowPrivate: allowPrivate, webhookAllowedPorts: new Set() }), refusal, `${url} ${allowPrivate}`)
+    }
   })
 })
 
@@ -99,8 +129,8 @@ describe('webhook URLs without WEBHOOK_ALLOW_PRIVATE', () => {
 
   test('refuses a delivery whose name resolves to a private address at send time (DNS rebinding), connecting nowhere', async () => {
     const names = new Map([['hooks.example.test', ['203.0.113.10']]])
-    const server = await startServer({}, {}, { tuning: { webhooks: { ...fast, resolve: testResolver(names) } } })
     const receiver = await startReceiver()
+    const server = await startServer({ WEBHOOK_ALLOWED_PORTS: String(receiver.port) }, {}, { tuning: { webhooks: { ...fast, resolve: testResolver(names) } } })
     // The receiver listens on 127.0.0.1, where the name points after registration.
     const hook = await server.request('POST', '/webhooks', { body: { url: `https://hooks.example.test:${receiver.port}/hook`, event_types: ['product.created'] } })
     assert.equal(hook.status, 201, hook.text)
@@ -110,18 +140,18 @@ describe('webhook URLs without WEBHOOK_ALLOW_PRIVATE', () => {
     const delivery = await waitForAttempt(server, hook.body.id)
     assert.equal(delivery.status, 'failed')
     assert.equal(delivery.attempts[0].status, null)
-    assert.equal(delivery.attempts[0].error, 'refused: hooks.example.test resolves to 127.0.0.1, a loopback, link-local, private or reserved address')
+    assert.equal(delivery.attempts[0].error, 'refused: hooks.example.test resolves to 127.0.0.1, a loopback, link-local, private or reserved address, which only WEBHOOK_ALLOW_PRIVATE=true allows')
     assert.equal(receiver.connections, 0)
     assert.equal(receiver.received.length, 0)
   })
 
   test('refuses a delivery to a URL registered while private addresses were allowed', async () => {
-    const server = await startServer({}, {}, { tuning: { webhooks: fast } })
     const receiver = await startReceiver()
+    const server = await startServer({ WEBHOOK_ALLOWED_PORTS: String(receiver.port) }, {}, { tuning: { webhooks: fast } })
     const [hookA] = await server.sql`
-      INSERT INTO webhooks (url, event_types, secret_sealed) VALUES (${receiver.url}, ${['product.created']}, 'v1.test.x.y.z') RETURNING id`
+      INSERT INTO webhooks (url, event_types, secret_sealed, owner_id) VALUES (${receiver.url}, ${['product.created']}, 'v1.test.x.y.z', ${server.admin.id}) RETURNING id`
     const [hookB] = await server.sql`
-      INSERT INTO webhooks (url, event_types, secret_sealed) VALUES (${`https://[::ffff:127.0.0.1]:${receiver.port}/hook`}, ${['product.created']}, 'v1.test.x.y.z') RETURNING id`
+      INSERT INTO webhooks (url, event_types, secret_sealed, owner_id) VALUES (${`https://[::ffff:127.0.0.1]:${receiver.port}/hook`}, ${['product.created']}, 'v1.test.x.y.z', ${server.admin.id}) RETURNING id`
     // Sealed properly, so that the refusal, not the secret, is what stops them.
     const created = await server.request('POST', `/webhooks/${hookA!.id}/rotate-secret`)
     assert.equal(created.status, 200)
@@ -130,8 +160,84 @@ describe('webhook URLs without WEBHOOK_ALLOW_PRIVATE', () => {
     assert.equal(product.status, 201)
     const a = await waitForAttempt(server, hookA!.id)
     const b = await waitForAttempt(server, hookB!.id)
-    assert.equal(a.attempts[0].error, 'refused: the URL must be an https URL')
-    assert.equal(b.attempts[0].error, 'refused: the URL must not point at a loopback, link-local, private or reserved address (::ffff:7f00:1)')
+    assert.equal(a.attempts[0].error, 'refused: the URL must be an https URL (http needs WEBHOOK_ALLOW_PRIVATE=true)')
+    assert.equal(b.attempts[0].error, 'refused: the URL must not point at a loopback, link-local, private or reserved address (::ffff:7f00:1) unless WEBHOOK_ALLOW_PRIVATE=true')
+    assert.equal(receiver.connections, 0)
+  })
+})
+
+describe('translation forms and ports over HTTP', () => {
+  test('refuses at registration (422 on /url, nothing stored) the translation forms, by literal and by name, and any port but 443 not listed', async () => {
+    const names = new Map([
+      ['nat64.example.test', ['64:ff9b:1::a9fe:a9fe']],
+      ['teredo.example.test', ['2001:0:4136:e378:8000:63bf:80ff:fffe']],
+      ['siit.example.test', ['::ffff:0:a9fe:a9fe']],
+      ['sixtofour.example.test', ['2002:7f00:1::1']],
+      ['hooks.example.test', ['203.0.113.10']],
+    ])
+    const server = await startServer({ WEBHOOK_ALLOWED_PORTS: '8443' }, {}, { tuning: { webhooks: { ...fast, resolve: testResolver(names) } } })
+    const cases: Array<[string, RegExp]> = [
+      ['https://[64:ff9b:1::a9fe:a9fe]/hook', /loopback, link-local, private or reserved address \(64:ff9b:1::a9fe:a9fe\) unless WEBHOOK_ALLOW_PRIVATE=true/],
+      ['https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook', /reserved address \(2001:0:4136:e378:8000:63bf:80ff:fffe\)/],
+      ['https://[::ffff:0:a9fe:a9fe]/hook', /reserved address \(::ffff:0:a9fe:a9fe\)/],
+      ['https://[::ffff:0:169.254.169.254]/hook', /reserved address/],
+      ['https://nat64.example.test/hook', /nat64.example.test resolves to 64:ff9b:1::a9fe:a9fe, .*which only WEBHOOK_ALLOW_PRIVATE=true allows/],
+      ['https://teredo.example.test/hook', /teredo.example.test resolves to 2001:0:4136:e378:8000:63bf:80ff:fffe/],
+      ['https://siit.example.test/hook', /siit.example.test resolves to ::ffff:0:a9fe:a9fe/],
+      ['https://sixtofour.example.test/hook', /sixtofour.example.test resolves to 2002:7f00:1::1/],
+      ['https://8.8.8.8:6379/', /must use port 443, or one WEBHOOK_ALLOWED_PORTS lists \(not 6379\)/],
+      ['https://hooks.example.test:22/hook', /not 22/],
+      ['https://hooks.example.test:80/hook', /not 80/],
+    ]
+    for (const [url, message] of cases) {
+      const res = await server.request('POST', '/webhooks', { body: { url, event_types: ['product.created'] } })
+      assert.equal(res.status, 422, `${url}: ${res.text}`)
+      assert.equal(res.body.errors[0].path, '/url')
+      assert.match(res.body.errors[0].message, message, url)
+    }
+    assert.deepEqual([...await server.sql`SELECT id FROM webhooks`], [])
+    for (const url of ['https://hooks.example.test/hook', 'https://hooks.example.test:443/hook', 'https://hooks.example.test:8443/hook']) {
+      const res = await server.request('POST', '/webhooks', { body: { url, event_types: ['product.created'] } })
+      assert.equal(res.status, 201, `${url}: ${res.text}`)
+    }
+    const [{ stored }] = await server.sql<[{ stored: number }]>`SELECT count(*)::int AS stored FROM webhooks`
+    assert.equal(stored, 3)
+  })
+
+  test('refuses at connection a name that now resolves to local-use NAT64, Teredo or SIIT forms of the loopback, connecting nowhere', async () => {
+    const receiver = await startReceiver()
+    const forms = { nat64: '64:ff9b:1::7f00:1', teredo: '2001:0:4136:e378:8000:63bf:80ff:fffe', siit: '::ffff:0:7f00:1' }
+    const names = new Map(Object.keys(forms).map((f) => [`${f}.example.test`, ['203.0.113.10']]))
+    const server = await startServer({ WEBHOOK_ALLOWED_PORTS: String(receiver.port) }, {}, { tuning: { webhooks: { ...fast, resolve: testResolver(names) } } })
+    const hooks: Array<[string, number]> = []
+    for (const form of Object.keys(forms)) {
+      const res = await server.request('POST', '/webhooks', { body: { url: `https://${form}.example.test:${receiver.port}/hook`, event_types: ['product.created'] } })
+      assert.equal(res.status, 201, res.text)
+      hooks.push([form, res.body.id])
+    }
+    for (const [form, address] of Object.entries(forms)) names.set(`${form}.example.test`, [address])
+    const product = await server.request('POST', '/products', { body: { sku: 'SSRF-FORMS', name: 'x', price: 1, currency: 'EUR' } })
+    assert.equal(product.status, 201)
+    for (const [form, id] of hooks) {
+      const delivery = await waitForAttempt(server, id)
+      assert.equal(delivery.attempts[0].error, `refused: ${form}.example.test resolves to ${forms[form as keyof typeof forms]}, a loopback, link-local, private or reserved address, which only WEBHOOK_ALLOW_PRIVATE=true allows`)
+    }
+    assert.equal(receiver.connections, 0)
+  })
+
+  test('refuses at connection a port no longer allowed (an instance started without it in WEBHOOK_ALLOWED_PORTS), connecting nowhere', async () => {
+    const receiver = await startReceiver()
+    const resolve = testResolver(new Map([['hooks.example.test', ['203.0.113.10']]]))
+    const registrar = await startServer({ WEBHOOK_ALLOWED_PORTS: String(receiver.port) }, {}, { tuning: { webhooks: { ...fast, resolve } } })
+    await registrar.deps.webhooks.stop()
+    const hook = await registrar.request('POST', '/webhooks', { body: { url: `https://hooks.example.test:${receiver.port}/hook`, event_types: ['product.created'] } })
+    assert.equal(hook.status, 201, hook.text)
+    const sender = await startServer({}, {}, { databaseUrl: registrar.databaseUrl, tuning: { webhooks: { ...fast, resolve } } })
+    const product = await registrar.request('POST', '/products', { body: { sku: 'SSRF-PORT', name: 'x', price: 1, currency: 'EUR' } })
+    assert.equal(product.status, 201)
+    const delivery = await waitForAttempt(sender, hook.body.id)
+    assert.equal(delivery.status, 'failed')
+    assert.equal(delivery.attempts[0].error, `refused: the URL must use port 443, or one WEBHOOK_ALLOWED_PORTS lists (not ${receiver.port})`)
     assert.equal(receiver.connections, 0)
   })
 })

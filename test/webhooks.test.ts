@@ -54,7 +54,7 @@ describe('webhook registration', () => {
     assert.equal(Buffer.from(res.body.secret.slice(6), 'base64').length, 32)
     const { id, secret, created_at, updated_at, ...rest } = res.body
     assert.deepEqual(rest, {
-      url: 'http://127.0.0.1:9/hook', event_types: ['product.created'], description: 'catalogue sync', status: 'active', last_error: null, created_by: server.admin.id,
+      url: 'http://127.0.0.1:9/hook', event_types: ['product.created'], description: 'catalogue sync', status: 'active', last_error: null, created_by: server.admin.id, owner_id: server.admin.id,
     })
     const read = await server.request('GET', `/webhooks/${id}`)
     assert.equal(read.status, 200)
@@ -209,7 +209,7 @@ describe('webhook registration', () => {
     await server.published()
     const events = (await server.request('GET', '/events?type[in]=webhook.created,webhook.updated')).body
     assert.equal(events.length, 2)
-    for (const e of events) assert.deepEqual(Object.keys(e.data).sort(), ['created_at', 'created_by', 'description', 'event_types', 'id', 'last_error', 'status', 'updated_at', 'url'])
+    for (const e of events) assert.deepEqual(Object.keys(e.data).sort(), ['created_at', 'created_by', 'description', 'event_types', 'id', 'last_error', 'owner_id', 'status', 'updated_at', 'url'])
   })
 })
 
@@ -376,9 +376,49 @@ describe('webhook deliveries', () => {
     const redirected = await settled(hooks.redirecting.id)
     assert.equal(redirected.status, 'failed')
     assert.equal(redirected.attempts[0].status, 307)
-    assert.equal(redirected.attempts[0].error, `redirect to ${JSON.stringify(target.url)} not followed`)
+    assert.equal(redirected.attempts[0].error, `redirect to http://127.0.0.1:${target.port} not followed`)
     await sleep(200)
     assert.equal(target.received.length, 0)
+  })
+
+  test('records and logs only the origin of a redirect\'s target, never its path or query (a receiver\'s ?token=SECRET)', async () => {
+    const server = await webhookServer({ retryDelaysMs: [] })
+    const absolute = await startReceiver()
+    absolute.answer = (_req, res) => {
+      res.writeHead(302, { location: 'https://login.example.com:8443/callback/SECRET-PATH?token=SECRET-QUERY#SECRET-FRAGMENT' })
+      res.end()
+    }
+    const relative = await startReceiver()
+    relative.answer = (_req, res) => {
+      res.writeHead(301, { location: '/moved/SECRET-PATH?token=SECRET-QUERY' })
+      res.end()
+    }
+    const odd = await startReceiver()
+    odd.answer = (_req, res) => {
+      res.writeHead(303, { location: 'javascript:alert("SECRET-SCRIPT")' })
+      res.end()
+    }
+    const hooks = [absolute, relative, odd].map(async (r) => register(server, { url: r.url, event_types: ['product.created'] }))
+    const [a, b, c] = await Promise.all(hooks)
+    await createProduct(server, 'REDIRECT-1')
+    const settled = async (id: number) => {
+      await waitUntil(`webhook ${id} settled`, async () => (await deliveriesOf(server, id)).body[0]?.status === 'failed')
+      return (await deliveriesOf(server, id)).body[0]
+    }
+    const expected: Array<[Created, string]> = [
+      [a!, 'redirect to https://login.example.com:8443 not followed'],
+      [b!, `redirect to http://127.0.0.1:${relative.port} not followed`],
+      [c!, 'redirect to an unreadable location not followed'],
+    ]
+    for (const [hook, error] of expected) {
+      const delivery = await settled(hook.id)
+      assert.equal(delivery.last_error, error)
+      assert.equal(delivery.attempts[0].error, error)
+    }
+    const stored = await server.sql`SELECT last_error FROM webhook_deliveries UNION ALL SELECT error FROM webhook_attempts UNION ALL SELECT last_error FROM webhooks`
+    assert.ok(!JSON.stringify([...stored]).includes('SECRET'), JSON.stringify([...stored]))
+    assert.ok(server.logs.some((l) => l.msg === 'webhook attempt failed'))
+    assert.ok(!JSON.stringify(server.logs).includes('SECRET'), 'no log line has the path or query')
   })
 
   test('a webhook deleted while a delivery is in flight: the answer is dropped quietly, nothing of it is left', async () => {

@@ -59,11 +59,12 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   // Keyed, not a plain SHA-256: the body may hold a password (POST /users), and
   // an unkeyed hash of it in the table let whoever reads the table test
   // guesses at SHA-256 speed instead of scrypt's. The signing secret is the one
-  // secret every instance shares (after a rotation, a retry of an older
-  // request is a 422 rather than a replay).
-  const fingerprint = createHmac('sha256', fingerprintKey(ctx.deps.config.jwtSecrets[0]!.secret))
-    .update(JSON.stringify([route.method, path, ctx.body]))
-    .digest('base64url')
+  // secret every instance shares; a record made under another configured key
+  // (before a rotation of JWT_SECRETS) is matched under that key.
+  const request = JSON.stringify([route.method, path, ctx.body])
+  const fingerprintUnder = (secret: Buffer) => createHmac('sha256', fingerprintKey(secret)).update(request).digest('base64url')
+  const fingerprint = fingerprintUnder(ctx.deps.config.jwtSecrets[0]!.secret)
+  const sameRequest = (stored: string) => stored === fingerprint || ctx.deps.config.jwtSecrets.slice(1).some((k) => fingerprintUnder(k.secret) === stored)
 
   // Our own record is the one with our created_at: after a takeover (below) the
   // key may hold another request's record, which we must not finish or remove.
@@ -91,7 +92,7 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
           AND (created_at < now() - ${RETENTION}::interval OR (status IS NULL AND created_at < now() - ${ABANDONED}::interval))`
       continue
     }
-    if (stored.fingerprint !== fingerprint) {
+    if (!sameRequest(stored.fingerprint)) {
       throw new HttpError('idempotency_key_reused', 'This Idempotency-Key was used with a different request.')
     }
     if (stored.status === null) {

@@ -1,5 +1,6 @@
 import { lookup } from 'node:dns/promises'
 import { BlockList, isIP } from 'node:net'
+import type { Config } from '../config.js'
 
 // Where a webhook may be sent (server-side request forgery). Unless
 // WEBHOOK_ALLOW_PRIVATE=true, a URL must be https, and every address its host
@@ -10,6 +11,22 @@ import { BlockList, isIP } from 'node:net'
 // to (src/webhooks/send.ts), since a name can resolve elsewhere later (DNS
 // rebinding). Userinfo is refused always: credentials do not belong in a URL
 // that admins read back from the API.
+//
+// IPv6 forms that carry an IPv4 address to a translator or relay: where the
+// position of the IPv4 address is fixed (IPv4-mapped, NAT64's well-known
+// 64:ff9b::/96, 6to4's 2002::/16) that address is judged by the IPv4 rules,
+// so a public one is reachable (an IPv6-only host sees every IPv4 name
+// through DNS64 as 64:ff9b::a.b.c.d). Where it is not fixed, or the form is
+// not routed on the internet, the whole prefix is refused: the rest of
+// 64:ff9b::/32 (64:ff9b:1::/48 is the local-use NAT64 prefix, whose
+// operator picks where the IPv4 address goes), SIIT's ::ffff:0:0:0/96,
+// IPv4-compatible ::/96 and Teredo's 2001::/32 (a client and a server
+// address, one of them inverted).
+//
+// Ports: the URL's port must be 443 unless WEBHOOK_ALLOWED_PORTS lists it, so
+// webhooks cannot probe which ports of a public host answer. With
+// WEBHOOK_ALLOW_PRIVATE=true (tests, closed networks) scheme, address and
+// port are the operator's to trust.
 
 const blocked = new BlockList()
 for (const [network, prefix] of [
@@ -29,6 +46,8 @@ for (const [network, prefix] of [
   ['::', 128], // unspecified
   ['::1', 128],
   ['::', 96], // IPv4-compatible (deprecated) forms
+  ['::ffff:0:0:0', 96], // SIIT's IPv4-translated addresses
+  ['2001::', 32], // Teredo
   ['100::', 64], // discard-only
   ['fc00::', 7], // unique local
   ['fe80::', 10],
@@ -43,22 +62,18 @@ export function isForbiddenAddress(address: string): boolean {
   if (family === 0) return true
   if (family === 4) return blocked.check(address, 'ipv4')
   if (blocked.check(address, 'ipv6')) return true
-  const embedded = embeddedIpv4(address)
+  const groups = hextets(address.replace(/%.*$/, ''))
+  if (!groups) return true
+  const nat64 = groups[0] === 0x64 && groups[1] === 0xff9b
+  const wellKnownNat64 = nat64 && groups.slice(2, 6).every((g) => g === 0)
+  // 64:ff9b::/32 outside the well-known /96 (local-use 64:ff9b:1::/48): where the IPv4 address sits is the operator's choice.
+  if (nat64 && !wellKnownNat64) return true
+  const embedded = wellKnownNat64 ? quad(groups[6]!, groups[7]!) : groups[0] === 0x2002 ? quad(groups[1]!, groups[2]!) : undefined
   return embedded !== undefined && blocked.check(embedded, 'ipv4')
 }
 
-/**
- * The IPv4 address inside a NAT64 (64:ff9b::/96) or 6to4 (2002::/16)
- * address: a translator or relay would carry the connection on to it.
- */
-function embeddedIpv4(address: string): string | undefined {
-  const groups = hextets(address.replace(/%.*$/, ''))
-  if (!groups) return undefined
-  const quad = (hi: number, lo: number) => `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`
-  if (groups[0] === 0x64 && groups[1] === 0xff9b && groups.slice(2, 6).every((g) => g === 0)) return quad(groups[6]!, groups[7]!)
-  if (groups[0] === 0x2002) return quad(groups[1]!, groups[2]!)
-  return undefined
-}
+/** Two 16-bit groups as a dotted IPv4 address: what a NAT64 translator or a 6to4 relay would carry the connection on to. */
+const quad = (hi: number, lo: number) => `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`
 
 /** The eight 16-bit groups of an IPv6 literal (checked by isIP already), a dotted IPv4 tail included. */
 function hextets(address: string): number[] | undefined {
@@ -81,16 +96,26 @@ export const systemResolver: Resolver = (hostname) => lookup(hostname, { all: tr
 /** A URL's host without the brackets of an IPv6 literal. */
 export const hostOf = (url: URL): string => url.hostname.replace(/^\[(.*)\]$/, '$1')
 
-/** Why a URL is refused by its shape alone (scheme, userinfo, a literal address), or undefined. */
-export function refusalOfUrl(url: URL, allowPrivate: boolean): string | undefined {
+/** Where a webhook may be sent: WEBHOOK_ALLOW_PRIVATE and WEBHOOK_ALLOWED_PORTS. */
+export type UrlPolicy = Pick<Config, 'webhookAllowPrivate' | 'webhookAllowedPorts'>
+
+const HTTPS_PORT = 443
+
+/** Why a URL is refused by its shape alone (scheme, userinfo, port, a literal address), or undefined. */
+export function refusalOfUrl(url: URL, policy: UrlPolicy): string | undefined {
+  const allowPrivate = policy.webhookAllowPrivate
   if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) {
-    return allowPrivate ? 'must be an http or https URL' : 'must be an https URL'
+    return allowPrivate ? 'must be an http or https URL' : 'must be an https URL (http needs WEBHOOK_ALLOW_PRIVATE=true)'
   }
   if (url.username || url.password) return 'must not carry a user name or password'
   if (url.hash) return 'must not carry a fragment'
   const host = hostOf(url)
   if (!host) return 'must name a host'
-  if (!allowPrivate && isIP(host) && isForbiddenAddress(host)) return `must not point at a loopback, link-local, private or reserved address (${host})`
+  if (allowPrivate) return undefined
+  // The URL parser leaves the port empty when it is the scheme's default.
+  const port = url.port === '' ? HTTPS_PORT : Number(url.port)
+  if (port !== HTTPS_PORT && !policy.webhookAllowedPorts.has(port)) return `must use port 443, or one WEBHOOK_ALLOWED_PORTS lists (not ${port})`
+  if (isIP(host) && isForbiddenAddress(host)) return `must not point at a loopback, link-local, private or reserved address (${host}) unless WEBHOOK_ALLOW_PRIVATE=true`
   return undefined
 }
 
@@ -98,5 +123,5 @@ export function refusalOfUrl(url: URL, allowPrivate: boolean): string | undefine
 export function refusalOfAddresses(host: string, addresses: readonly ResolvedAddress[]): string | undefined {
   if (addresses.length === 0) return `${host} does not resolve`
   const bad = addresses.find((a) => isForbiddenAddress(a.address))
-  return bad ? `${host} resolves to ${bad.address}, a loopback, link-local, private or reserved address` : undefined
+  return bad ? `${host} resolves to ${bad.address}, a loopback, link-local, private or reserved address, which only WEBHOOK_ALLOW_PRIVATE=true allows` : undefined
 }

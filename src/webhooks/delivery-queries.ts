@@ -11,6 +11,14 @@ import { webhooks } from './resource.js'
 // an outcome is written to the delivery only if no later claim took it since
 // (a worker that outlived its lease) and it is still pending (its webhook was
 // not disabled meanwhile).
+//
+// The claim is the check of the webhook's state at send time: it takes only
+// deliveries of active webhooks, in the statement that leases them. A
+// webhook disabled (by the worker, or with its owner's demotion or deletion,
+// sql/010) fails its pending deliveries in that same transaction, and the
+// publisher makes none for a disabled webhook, so an event that commits
+// after the disabling is never sent. An attempt claimed just before goes on
+// (its event came before); its outcome is dropped, the delivery being failed.
 
 export interface ClaimedDelivery {
   delivery_id: number

@@ -6,7 +6,7 @@ import { member } from '../resources/member.js'
 import { defineResource } from '../resources/resource.js'
 import { resourceRoutes, type ResourceContext, type ResourceHooks } from '../resources/routes.js'
 import { conflictOf, insertRow } from '../resources/store.js'
-import { hostOf, refusalOfAddresses, refusalOfUrl, type Resolver } from './address-policy.js'
+import { hostOf, refusalOfAddresses, refusalOfUrl, type Resolver, type UrlPolicy } from './address-policy.js'
 import { subscribableEventTypes } from './event-types.js'
 import { newSigningSecret, sealSecret } from './secret.js'
 import { wakeWorkers } from './wake.js'
@@ -14,7 +14,9 @@ import { wakeWorkers } from './wake.js'
 // A webhook subscription: a URL, the event types it wants, and a signing
 // secret made here, shown once and stored sealed (secret.ts). Listed, read,
 // changed (pause and resume by `status`) and deleted like any resource; its
-// writes record webhook.created, webhook.updated and webhook.deleted.
+// writes record webhook.created, webhook.updated and webhook.deleted. It
+// belongs to an admin (owner_id) and is disabled when that admin is demoted
+// or deleted (sql/010).
 
 /** Single-line text without control characters or spaces; the scheme and host are checked by address-policy.ts. */
 const urlSchema = () => Type.String({
@@ -43,11 +45,13 @@ export const webhooks = defineResource({
     // failing a union of more literals than that would be reported without the union's own error.
     event_types: member(Type.Array(Type.Enum([...subscribableEventTypes], { description: `one of ${subscribableEventTypes.join(', ')}` }), { minItems: 1, maxItems: 50, uniqueItems: true })),
     description: member(descriptionSchema(), { default: '', nullable: true }),
-    // 'disabled' is the service's to set (after failing for a day); an admin sets active or paused.
+    // 'disabled' is the service's to set (after failing for a day, or when its owner is no longer an admin); an admin sets active or paused.
     status: member(Type.Union(webhookStatuses.map((s) => Type.Literal(s))), { default: 'active', sort: true }),
-    last_error: member(Type.Union([Type.String({ description: 'why the service disabled this webhook' }), Type.Null()]), { write: 'server' }),
+    last_error: member(Type.Union([Type.String({ description: 'why the service disabled this webhook: the receiver kept failing, or its owner is no longer an admin' }), Type.Null()]), { write: 'server' }),
     secret_sealed: member(Type.String(), { write: 'server', secret: true }),
     created_by: member(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]), { write: 'server' }),
+    // Whose authority it runs on (sql/010): its creator, then the admin who last re-enabled it.
+    owner_id: member(Type.Union([Type.Integer({ minimum: 1, description: 'the admin whose authority it runs on: its creator, or the admin who last re-enabled it' }), Type.Null()]), { write: 'server' }),
     created_at: timestampMember(),
     updated_at: timestampMember(),
   },
@@ -67,7 +71,7 @@ const DNS_TIMEOUT_MS = 5000
  * A name that does not resolve (yet) is refused too: a webhook that cannot be
  * delivered is better known now than after a day of failures.
  */
-export async function checkWebhookUrl(raw: string, allowPrivate: boolean, resolve: Resolver): Promise<void> {
+export async function checkWebhookUrl(raw: string, policy: UrlPolicy, resolve: Resolver): Promise<void> {
   const refuse = (message: string) => validationFailed([{ path: '/url', message }])
   let url: URL
   try {
@@ -75,9 +79,9 @@ export async function checkWebhookUrl(raw: string, allowPrivate: boolean, resolv
   } catch {
     throw refuse('must be a valid absolute URL')
   }
-  const refusal = refusalOfUrl(url, allowPrivate)
+  const refusal = refusalOfUrl(url, policy)
   if (refusal) throw refuse(refusal)
-  if (allowPrivate) return
+  if (policy.webhookAllowPrivate) return
   const host = hostOf(url)
   let timer: NodeJS.Timeout | undefined
   const addresses = await Promise.race([
@@ -89,18 +93,24 @@ export async function checkWebhookUrl(raw: string, allowPrivate: boolean, resolv
 }
 
 const checkUrlOf = (ctx: ResourceContext, url: unknown) =>
-  typeof url === 'string' ? checkWebhookUrl(url, ctx.deps.config.webhookAllowPrivate, ctx.deps.webhooks.settings.resolve) : undefined
+  typeof url === 'string' ? checkWebhookUrl(url, ctx.deps.config, ctx.deps.webhooks.settings.resolve) : undefined
 
 const hooks: ResourceHooks = {
   async prepare({ ctx }) {
     if (ctx.body.status === 'disabled') throw validationFailed([{ path: '/status', message: 'must be "active" or "paused" (only the service disables a webhook)' }])
     await checkUrlOf(ctx, ctx.body.url)
   },
-  async inTransaction(tx, { current, changes }) {
+  async inTransaction(tx, { ctx, current, changes }) {
     // A webhook re-enabled, or pointed elsewhere, starts with a clean record: the day of failures counts afresh.
     if ((current.status === 'disabled' && changes.status !== undefined) || changes.url !== undefined) {
       if (current.last_error !== null) changes.last_error = null
       changes.failing_since = null
+    }
+    // Re-enabling is the one act that takes ownership: the webhook runs on the authority of whoever
+    // brings it back (sql/010 keeps it disabled if that is no admin by commit). Other changes leave the owner.
+    if (current.status === 'disabled' && changes.status !== undefined && ctx.principal.kind === 'user') {
+      const caller = Number(ctx.principal.userId)
+      if (current.owner_id !== caller) changes.owner_id = caller
     }
     // Resumed: what waited is due; the workers hear it at commit.
     if (changes.status === 'active') await wakeWorkers(tx)
@@ -109,7 +119,7 @@ const hooks: ResourceHooks = {
     if (ctx.principal.kind !== 'user') throw new Error('unreachable: protected route')
     const secret = newSigningSecret()
     const row = await insertRow(ctx.deps.sql, webhooks, {
-      ...values, secret_sealed: sealSecret(secret, ctx.deps.config.jwtSecrets), created_by: Number(ctx.principal.userId),
+      ...values, secret_sealed: sealSecret(secret, ctx.deps.config.jwtSecrets), created_by: Number(ctx.principal.userId), owner_id: Number(ctx.principal.userId),
     }, originOf(ctx.principal, ctx.requestId)).catch((err: unknown) => Promise.reject(conflictOf(webhooks, err)))
     return { row, body: { secret } }
   },

@@ -4,8 +4,9 @@ import type { Config } from '../config.js'
 // A webhook's signing secret. HMAC needs the secret itself, so unlike an API
 // key it cannot be stored as a hash: it is stored sealed with AES-256-GCM
 // under a key derived (HKDF-SHA256) from the first JWT secret, and the sealed
-// text names that secret's kid, so any configured kid opens it and the JWT
-// secrets can rotate without re-sealing. A copy of the database alone reveals
+// text names that secret's kid, so any configured kid opens it; while an
+// older kid is still configured, reseal.ts moves the secrets it sealed to the
+// first, so that dropping it later breaks nothing. A copy of the database alone reveals
 // no secret; GCM's tag means a tampered sealed text fails to open rather than
 // yielding a wrong secret.
 
@@ -37,6 +38,9 @@ export class SealingKeyMissing extends Error {
 }
 
 const keyFor = (secret: Buffer): Buffer => Buffer.from(hkdfSync('sha256', secret, Buffer.alloc(0), HKDF_INFO, 32))
+
+/** The kid a sealed text names (undefined for a text of another form). */
+export const kidOf = (sealed: string): string | undefined => (sealed.startsWith(`${FORMAT}.`) ? sealed.split('.')[1] : undefined)
 
 /** `v1.<kid>.<iv>.<ciphertext>.<tag>`, base64url parts, sealed under the first (signing) JWT secret. */
 export function sealSecret(secret: string, keys: Keys): string {

@@ -1,7 +1,8 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http'
 import { request as httpsRequest } from 'node:https'
 import { isIP, type LookupFunction } from 'node:net'
-import { hostOf, refusalOfAddresses, refusalOfUrl, type Resolver } from './address-policy.js'
+import { urlOrigin } from '../lib/url-origin.js'
+import { hostOf, refusalOfAddresses, refusalOfUrl, type Resolver, type UrlPolicy } from './address-policy.js'
 
 // One POST of a webhook, and what came of it. Sent with node:http(s) rather
 // than the global fetch the issue asked for: fetch (undici) resolves and
@@ -17,7 +18,8 @@ export interface SendOptions {
   url: string
   headers: Record<string, string>
   body: string
-  allowPrivate: boolean
+  /** WEBHOOK_ALLOW_PRIVATE and WEBHOOK_ALLOWED_PORTS. */
+  policy: UrlPolicy
   resolve: Resolver
   /** From the start of the attempt to the end of the answer's body (connect, TLS, headers, body). */
   timeoutMs: number
@@ -55,8 +57,8 @@ export function sendWebhook(options: SendOptions): Promise<SendOutcome> {
   } catch {
     return Promise.resolve(done(undefined, 'the URL is not valid'))
   }
-  // Checked again at every delivery: WEBHOOK_ALLOW_PRIVATE may have been turned off since registration.
-  const refusal = refusalOfUrl(url, options.allowPrivate)
+  // Checked again at every delivery: WEBHOOK_ALLOW_PRIVATE or WEBHOOK_ALLOWED_PORTS may have changed since registration.
+  const refusal = refusalOfUrl(url, options.policy)
   if (refusal) return Promise.resolve(done(undefined, `refused: the URL ${refusal}`))
 
   return new Promise<SendOutcome>((resolve) => {
@@ -75,7 +77,7 @@ export function sendWebhook(options: SendOptions): Promise<SendOutcome> {
       headers: { ...options.headers, 'content-length': String(Buffer.byteLength(options.body)) },
       agent: false,
       // A literal address never reaches `lookup` (net connects to it directly); refusalOfUrl checked it above.
-      lookup: options.allowPrivate ? undefined : checkedLookup(options.resolve),
+      lookup: options.policy.webhookAllowPrivate ? undefined : checkedLookup(options.resolve),
     })
     const timer = setTimeout(() => finish(undefined, `no complete answer within ${options.timeoutMs} ms`), options.timeoutMs)
     const abort = () => finish(undefined, 'the service stopped during the attempt', true)
@@ -84,7 +86,8 @@ export function sendWebhook(options: SendOptions): Promise<SendOutcome> {
     req.on('error', (err: NodeJS.ErrnoException) => finish(undefined, err instanceof Refused ? `refused: ${err.message}` : describeNetworkError(err, hostOf(url))))
     req.on('response', (res: IncomingMessage) => {
       const status = res.statusCode!
-      const redirect = status >= 300 && status < 400 ? `redirect to ${JSON.stringify(String(res.headers.location ?? '').slice(0, 200))} not followed` : undefined
+      // Only the origin of where it points: the path or query may be a credential, and this text is logged and shown (last_error).
+      const redirect = status >= 300 && status < 400 ? `redirect to ${urlOrigin(String(res.headers.location ?? ''), url) ?? 'an unreadable location'} not followed` : undefined
       const failed = status >= 300 ? redirect ?? `the receiver answered ${status}` : undefined
       let read = 0
       res.on('data', (chunk: Buffer) => {

@@ -2,9 +2,11 @@ import type { Sql } from 'postgres'
 import type { Config } from '../config.js'
 import { backgroundConnection } from '../db/connect.js'
 import { eventSerializer } from '../events/feed.js'
+import { Periodic } from '../lib/periodic.js'
 import { describeError, type Logger } from '../log.js'
 import { systemResolver, type Resolver } from './address-policy.js'
 import { claimDue, recordAttempt, releaseClaim, type ClaimedDelivery } from './delivery-queries.js'
+import { resealSecrets } from './reseal.js'
 import { retryDelayMs } from './retry-schedule.js'
 import { openSecret, SealingKeyMissing } from './secret.js'
 import { sendWebhook, type SendOutcome } from './send.js'
@@ -47,6 +49,8 @@ export interface WebhookSettings {
   resolve: Resolver
   /** How long stop() waits for the claims of aborted attempts to be handed back. */
   stopTimeoutMs: number
+  /** How often secrets sealed under an older JWT secret are sealed again under the first (reseal.ts); also once at start. */
+  resealIntervalMs: number
 }
 
 const SECOND = 1000
@@ -65,6 +69,7 @@ export const defaultWebhookSettings: WebhookSettings = {
   disableAfterMs: 24 * HOUR,
   resolve: systemResolver,
   stopTimeoutMs: 2 * SECOND,
+  resealIntervalMs: MINUTE,
 }
 
 const USER_AGENT = 'users-products-api-webhooks/1 (Standard Webhooks)'
@@ -80,6 +85,9 @@ export class WebhookWorker {
   private abort = new AbortController()
   private db: Sql | undefined
   private wakeups: Sql | undefined
+  private resealing: Periodic<void> | undefined
+  /** Whether the last re-sealing failed: logged once, not at every run. */
+  private resealFailing = false
 
   constructor(
     readonly sql: Sql,
@@ -106,6 +114,9 @@ export class WebhookWorker {
     this.poll = setInterval(() => this.wake(), this.settings.pollMs)
     this.poll.unref()
     this.wake()
+    const db = this.db
+    this.resealing = new Periodic(() => this.reseal(db), this.settings.resealIntervalMs)
+    this.resealing.start(0)
   }
 
   /** Looks for due deliveries now. */
@@ -136,10 +147,22 @@ export class WebhookWorker {
     this.abort.abort()
     // No UNLISTEN: sent to a database that stopped answering it could wait forever; ending the connections ends the listening one too.
     const bounded = <T>(p: Promise<T>) => Promise.race([p, new Promise((r) => setTimeout(r, this.settings.stopTimeoutMs).unref())])
-    await bounded(Promise.allSettled([this.pumping, ...this.inFlight]))
+    await bounded(Promise.allSettled([this.pumping, ...this.inFlight, this.resealing?.stop()]))
     const { db, wakeups } = this
     this.db = this.wakeups = undefined
     await Promise.all([db?.end({ timeout: this.settings.stopTimeoutMs / 1000 }), wakeups?.end({ timeout: this.settings.stopTimeoutMs / 1000 })])
+  }
+
+  /** Seals again, under the first JWT secret, what an older one sealed (reseal.ts); never rejects. */
+  private async reseal(db: Sql): Promise<void> {
+    try {
+      const count = await resealSecrets(db, this.config.jwtSecrets)
+      if (count) this.log.info('webhook secrets sealed again under the first JWT secret', { count, kid: this.config.jwtSecrets[0]!.kid })
+      this.resealFailing = false
+    } catch (err) {
+      if (!this.resealFailing && !this.stopped) this.log.warn('webhook worker: sealing secrets again under the first JWT secret fails; retrying later', describeError(err))
+      this.resealFailing = true
+    }
   }
 
   private async claimAndSend(): Promise<void> {
@@ -216,7 +239,7 @@ export class WebhookWorker {
         'webhook-timestamp': String(timestamp),
         'webhook-signature': signatureHeader(secrets, messageId, timestamp, body),
       },
-      allowPrivate: this.config.webhookAllowPrivate,
+      policy: this.config,
       resolve: this.settings.resolve,
       timeoutMs: this.settings.timeoutMs,
       maxResponseBytes: this.settings.maxResponseBytes,
