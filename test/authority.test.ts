@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { passwordAccount, passwordLogin, type Account, type Tokens } from './helpers/accounts.js'
 import { startServer, type TestServer } from './helpers/server.js'
 import { SseClient } from './helpers/sse.js'
 
@@ -24,10 +25,7 @@ const WITHIN_MS = 1000
 const ways = ['logout', 'logout-all', 'password change', 'demotion', 'deletion'] as const
 type Way = (typeof ways)[number]
 
-interface Owner {
-  id: number
-  email: string
-  password: string
+interface Owner extends Account {
   /** A session the owner uses to act (change its password, end its sessions): not one holding a grant. */
   desk: string
 }
@@ -48,8 +46,8 @@ interface GrantKind {
 
 /** What the grants of one owner share: its interactive sessions and its API key, made once. */
 interface Made {
-  jwt: { access_token: string; refresh_token: string }
-  opaque: { access_token: string; refresh_token: string }
+  jwt: Tokens
+  opaque: Tokens
   apiKey: { id: number; key: string }
 }
 
@@ -123,22 +121,14 @@ const kinds: GrantKind[] = [
   },
 ]
 
-async function login(owner: { email: string; password: string }, format: 'jwt' | 'opaque') {
-  const res = await A.request('POST', '/auth/login', { auth: null, body: { email: owner.email, password: owner.password, token_format: format } })
-  assert.equal(res.status, 200, res.text)
-  return res.body as { access_token: string; refresh_token: string }
-}
-
 async function newOwner(): Promise<{ owner: Owner; made: Made }> {
-  const password = `pw-${unique()}-long-enough`
-  const user = await A.createUser({ role: 'admin', password })
-  const credentials = { email: user.email, password }
-  const jwt = await login(credentials, 'jwt')
-  const opaque = await login(credentials, 'opaque')
-  const desk = (await login(credentials, 'jwt')).access_token
-  const key = await A.request('POST', '/api-keys', { auth: jwt.access_token, body: { name: 'program', scopes: ['users:read', 'events:read'], current_password: password } })
+  const account = await passwordAccount(A, 'admin')
+  const jwt = await passwordLogin(A, account, 'jwt')
+  const opaque = await passwordLogin(A, account, 'opaque')
+  const desk = (await passwordLogin(A, account, 'jwt')).access_token
+  const key = await A.request('POST', '/api-keys', { auth: jwt.access_token, body: { name: 'program', scopes: ['users:read', 'events:read'], current_password: account.password } })
   assert.equal(key.status, 201, key.text)
-  return { owner: { id: user.id, ...credentials, desk }, made: { jwt, opaque, apiKey: { id: key.body.id, key: key.body.key } } }
+  return { owner: { ...account, desk }, made: { jwt, opaque, apiKey: { id: key.body.id, key: key.body.key } } }
 }
 
 /** Withdraws the owner's authority on A the way named; resolves with the answer's time. */

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { loadConfig } from '../src/config.js'
+import { passwordAccount, passwordLogin, type Account } from './helpers/accounts.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // Authority follows its owner, for API keys and sessions (docs/auth.md):
@@ -29,28 +30,8 @@ function assertProblem(res: TestResponse, status: number, code: string): void {
   assert.equal(res.body.code, code, res.text)
 }
 
-interface Account {
-  id: number
-  email: string
-  password: string
-}
-
-async function account(role: 'admin' | 'user' = 'user'): Promise<Account> {
-  const password = `pw-${unique()}`
-  const user = await A.createUser({ role, password })
-  return { id: user.id, email: user.email, password }
-}
-
-interface Tokens {
-  access_token: string
-  refresh_token: string
-}
-
-async function login(who: Account, format: 'jwt' | 'opaque' = 'jwt', on: TestServer = A): Promise<Tokens> {
-  const res = await on.request('POST', '/auth/login', { auth: null, body: { email: who.email, password: who.password, token_format: format } })
-  assert.equal(res.status, 200, res.text)
-  return res.body
-}
+const account = (role: 'admin' | 'user' = 'user') => passwordAccount(A, role)
+const login = (who: Account, format: 'jwt' | 'opaque' = 'jwt', on: TestServer = A) => passwordLogin(on, who, format)
 
 /** The sessions of a user logged in with the password this long ago (what an attacker's stolen token looks like after a while). */
 const backdateLogins = (userId: number, minutes: number) =>

@@ -4,6 +4,7 @@ import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { CATCH_UP_TIMEOUT_MS, HEARTBEAT_MS } from '../src/auth/credential-changes.js'
 import { applyRevocation, ENTRY_LIFETIME_MS, RevocationList } from '../src/auth/revocations.js'
+import { passwordAccount, passwordLogin, type Account } from './helpers/accounts.js'
 import { freezeBackend } from './helpers/freeze.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
@@ -37,28 +38,9 @@ function assertInvalidToken(res: TestResponse): void {
 
 const me = (server: TestServer, auth: string) => server.request('GET', '/auth/me', { auth })
 
-interface Account {
-  id: number
-  email: string
-  password: string
-}
-
-async function account(role: 'admin' | 'user' = 'user'): Promise<Account> {
-  const password = `pw-${unique()}`
-  const user = await A.createUser({ role, password })
-  return { id: user.id, email: user.email, password }
-}
-
-interface Tokens {
-  access_token: string
-  refresh_token: string
-}
-
-async function login(who: Account, format: 'jwt' | 'opaque' = 'jwt', on: TestServer = A, userAgent = 'revocation-test'): Promise<Tokens> {
-  const res = await on.request('POST', '/auth/login', { auth: null, headers: { 'user-agent': userAgent }, body: { email: who.email, password: who.password, token_format: format } })
-  assert.equal(res.status, 200, res.text)
-  return res.body
-}
+const account = (role: 'admin' | 'user' = 'user') => passwordAccount(A, role)
+const login = (who: Account, format: 'jwt' | 'opaque' = 'jwt', on: TestServer = A, userAgent = 'revocation-test') =>
+  passwordLogin(on, who, format, { 'user-agent': userAgent })
 
 const refresh = (token: string, on: TestServer = A) => on.request('POST', '/auth/refresh', { auth: null, body: { refresh_token: token } })
 

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto'
 import { afterEach, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { CATCH_UP_TIMEOUT_MS, HEARTBEAT_MS } from '../src/auth/credential-changes.js'
+import { passwordAccount, passwordLogin, type Account } from './helpers/accounts.js'
 import { freezeBackend } from './helpers/freeze.js'
 import { SseClient } from './helpers/sse.js'
 import { startServer, type TestServer } from './helpers/server.js'
@@ -36,23 +37,9 @@ afterEach(() => {
   clients.length = 0
 })
 
-interface Account {
-  id: number
-  email: string
-  password: string
-}
-
-async function account(role: 'admin' | 'user' = 'admin'): Promise<Account> {
-  const password = `pw-${unique()}`
-  const user = await A.createUser({ role, password })
-  return { id: user.id, email: user.email, password }
-}
-
-async function login(who: Account, format: 'jwt' | 'opaque', on: TestServer = A): Promise<string> {
-  const res = await on.request('POST', '/auth/login', { auth: null, body: { email: who.email, password: who.password, token_format: format } })
-  assert.equal(res.status, 200, res.text)
-  return res.body.access_token
-}
+const account = (role: 'admin' | 'user' = 'admin') => passwordAccount(A, role)
+/** The access token of a password login. */
+const login = async (who: Account, format: 'jwt' | 'opaque', on: TestServer = A) => (await passwordLogin(on, who, format)).access_token
 
 type Kind = 'jwt' | 'opaque' | 'api_key'
 
