@@ -28,7 +28,7 @@ async function withTemplate(): Promise<number> {
   const files = only.length ? only : readdirSync('test').filter((f) => f.endsWith('.test.ts')).sort().map((f) => `test/${f}`)
   // A file that has not finished in FILE_TIMEOUT_MS fails (its process killed) instead of holding the run until CI gives up.
   // Three files at a time on two cores: most of a file's time is spent waiting (time-outs, expiries,
-  // other processes), and the suite took 316 s with two, 289–300 s with three, 297 s and failures with four.
+  // other processes), so a third file fills the cores; a fourth makes the files with timing bounds compete.
   const result = spawnSync(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${FILES_AT_ONCE}`, `--test-timeout=${FILE_TIMEOUT_MS}`, ...files], {
     stdio: 'inherit',
     env: { ...process.env, TEST_SERVER_URL: serverUrl, TEST_TEMPLATE_DB: template },
