@@ -4,7 +4,7 @@ import { afterEach, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { CATCH_UP_TIMEOUT_MS, HEARTBEAT_MS } from '../src/auth/credential-changes.js'
 import { passwordAccount, passwordLogin, type Account } from './helpers/accounts.js'
-import { freezeBackend } from './helpers/freeze.js'
+import { credentialListeners, freezeBackend } from './helpers/freeze.js'
 import { SseClient } from './helpers/sse.js'
 import { startServer, type TestServer } from './helpers/server.js'
 
@@ -259,8 +259,7 @@ describe('others, and the cost', () => {
 
 describe('an instance that cannot trust what it remembers', () => {
   test('its listener frozen: a JWT revoked elsewhere ends its stream there all the same (read from the database), with nothing committed since', async (t) => {
-    const listeners = async () =>
-      (await sql<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'listen %'`).map((r) => r.pid)
+    const listeners = () => credentialListeners(sql)
     const others = await listeners()
     const C = await startServer({}, {}, { databaseUrl: A.databaseUrl })
     const [pid] = (await listeners()).filter((p) => !others.includes(p))

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
+import { DELIVERIES_CHANNEL } from '../../src/webhooks/wake.js'
 
 /**
  * Freezes (SIGSTOP) one PostgreSQL backend, as a server that stops answering
@@ -32,4 +33,17 @@ export async function freezeBackend(sql: Sql, pid: number): Promise<(() => void)
     await sleep(5)
   }
   throw new Error(`backend ${pid} was never caught waiting for its client`)
+}
+
+/**
+ * The backends of this database listening for credential changes: each
+ * instance's listening connection (src/auth/credential-changes.ts; its event
+ * hub shares it), not its webhook worker's, which listens on a connection of
+ * its own and is no proof of anything about credentials.
+ */
+export async function credentialListeners(sql: Sql): Promise<number[]> {
+  const rows = await sql<Array<{ pid: number }>>`
+    SELECT pid FROM pg_stat_activity
+    WHERE datname = current_database() AND query ILIKE 'listen %' AND query NOT ILIKE ${`%${DELIVERIES_CHANNEL}%`}`
+  return rows.map((r) => r.pid)
 }
