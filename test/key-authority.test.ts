@@ -5,6 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { loadConfig } from '../src/config.js'
 import { passwordAccount, passwordLogin, type Account } from './helpers/accounts.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
+import { waitUntil } from './helpers/wait.js'
 
 // Authority follows its owner, for API keys and sessions (docs/auth.md):
 // a key is made only by a login, with the password fresh (REAUTH_WINDOW) or
@@ -196,6 +197,33 @@ describe('POST /auth/logout-all with {"api_keys": true}', () => {
     await A.published()
     const revoked = await sql<Array<{ subject_id: string }>>`SELECT subject_id::text FROM events WHERE type = 'api_key.revoked' AND actor_id = ${owner.id}`
     assert.deepEqual(revoked.map((r) => Number(r.subject_id)).sort(), keys.map((k) => k.id).sort(), 'one api_key.revoked event per key')
+  })
+
+  test('a key whose creation waited behind a logout-all is not made: the creator is checked again under the user\'s lock, 401 and no row', async () => {
+    for (const format of ['jwt', 'opaque'] as const) {
+      const owner = await account()
+      const { access_token } = await login(owner, format)
+      // A logout-all (or an admin's password reset) under way: the user's row locked, the sessions ended and the epoch raised, not yet committed.
+      let commit!: () => void
+      const committed = new Promise<void>((resolve) => (commit = resolve))
+      let locked!: () => void
+      const isLocked = new Promise<void>((resolve) => (locked = resolve))
+      const revocation = sql.begin(async (tx) => {
+        await tx`UPDATE users SET credential_epoch = credential_epoch + 1 WHERE id = ${owner.id}`
+        await tx`UPDATE sessions SET revoked_at = now() WHERE user_id = ${owner.id} AND revoked_at IS NULL`
+        locked()
+        await committed
+      })
+      await isLocked
+      // Authenticated and past the window's check before the revocation commits, the creation waits on the user's row.
+      const creating = createKey(access_token)
+      await waitUntil('the creation waits on the lock', async () =>
+        (await sql`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE '%FROM users WHERE id%'`).length > 0)
+      commit()
+      await revocation
+      assertProblem(await creating, 401, 'invalid_token')
+      assert.equal(await keysOf(owner.id), 0, `${format}: a key slipped in behind the revocation`)
+    }
   })
 
   test('no body, {} or {"api_keys": false}: sessions end, keys stay', async () => {

@@ -52,20 +52,31 @@ const ApiKeyCreated = Type.Object({ ...apiKeys.schemas.representation.properties
 
 const userIdOf = (p: Principal) => (p.kind === 'user' ? p.userId : '')
 
+/** The credential creating a key: its session, and for a JWT the credential epoch it was issued at. */
+interface Creator {
+  sessionId: number
+  epoch?: number
+}
+
 /**
  * The new key; 'gone' when its user no longer exists (a JWT may outlive its
- * user by a moment), 'limit' when the user already holds `max` live keys.
+ * user by a moment), or when the creating credential was revoked meanwhile;
+ * 'limit' when the user already holds `max` live keys.
  * The user's row is locked (FOR NO KEY UPDATE: it does not block the foreign
  * key checks of other writes) so that concurrent creations count one after
  * another and cannot together pass the limit; a deletion of the user waits
- * for this insert and then takes the key with it.
+ * for this insert and then takes the key with it. A logout-all or a password
+ * reset locks the same row: the creator is checked again under the lock, so
+ * a key cannot slip in behind the revocation of its creator (and of its keys).
  */
 async function insertApiKey(
-  sql: Sql, key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null }, max: number, origin: EventOrigin,
+  sql: Sql, key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null }, creator: Creator, max: number, origin: EventOrigin,
 ): Promise<StoredRow | 'gone' | 'limit'> {
   return sql.begin(async (tx) => {
-    const [user] = await tx`SELECT 1 FROM users WHERE id = ${key.user_id} FOR NO KEY UPDATE`
-    if (!user) return 'gone'
+    const [user] = await tx<Array<{ epoch: number }>>`SELECT credential_epoch AS epoch FROM users WHERE id = ${key.user_id} FOR NO KEY UPDATE`
+    if (!user || (creator.epoch !== undefined && creator.epoch !== user.epoch)) return 'gone'
+    const [ended] = await tx`SELECT 1 FROM sessions WHERE id = ${creator.sessionId} AND revoked_at IS NOT NULL`
+    if (ended) return 'gone'
     const [{ live }] = await tx<[{ live: number }]>`
       SELECT count(*)::int AS live FROM api_keys WHERE user_id = ${key.user_id} AND (expires_at IS NULL OR expires_at > now())`
     if (live >= max) return 'limit'
@@ -103,11 +114,14 @@ const hooks: ResourceHooks = {
     if (expiresAt && expiresAt.getTime() <= Date.now()) throw validationFailed([{ path: '/expires_at', message: 'must be in the future' }])
     const key = newSecret('apiKey')
     const { maxApiKeysPerUser } = deps.config
+    const { credential } = principal
+    if (credential.type === 'api_key') throw new Error('unreachable: an interactive route')
+    const creator: Creator = { sessionId: credential.sessionId, epoch: credential.type === 'jwt' ? credential.epoch : undefined }
     const row = await insertApiKey(deps.sql, {
       user_id: Number(principal.userId), name: values.name as string, prefix: displayPrefix(key), key_hash: hashSecret(key), scopes, expires_at: expiresAt,
-    }, maxApiKeysPerUser, originOf(principal, requestId))
-    // The user was deleted while this request ran: the credential is good for nothing now.
-    if (row === 'gone') throw new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+    }, creator, maxApiKeysPerUser, originOf(principal, requestId))
+    // The user was deleted, or the credential revoked, while this request ran: it is good for nothing now.
+    if (row === 'gone') throw new HttpError('invalid_token', 'The credential is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
     if (row === 'limit') throw new HttpError('api_key_limit', `This user already holds ${maxApiKeysPerUser} live API keys (MAX_API_KEYS_PER_USER); delete one first.`)
     return { row, body: { key } }
   },
