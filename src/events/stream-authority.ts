@@ -9,12 +9,15 @@ import type { EventStream } from './stream.js'
 // grant no longer holds is ended with the reason.
 //
 // A round stamps each stream that passes with the time the round started
-// (`checkedAt`). An event read from the database before that time was
-// committed before the round's checks began, and so before any revocation
-// those checks did not see: it may be written to that stream. The hub writes
-// an event to a stream only once the stream's stamp is later than the
-// event's read, so no event committed after a revocation the instance knows
-// of reaches the revoked stream.
+// (`checkedAt`). The check a round runs first waits until this instance has
+// applied every credential change committed before it began (service.ts:
+// credentialChanges.caughtUp; at once when the instance checks against the
+// database anyway). An event read from the database before the round began
+// was committed before it too; a revocation committed before that event is
+// then one the round's checks see. The hub writes an event to a stream only
+// once the stream's stamp is later than the event's read, so no event
+// committed after a revocation reaches the revoked stream, on any instance,
+// however late its listener delivers.
 //
 // A round that cannot check (the database is down) ends nothing and stamps
 // nothing: events wait until a round succeeds.
