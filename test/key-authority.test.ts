@@ -315,6 +315,17 @@ describe('an API key, whatever its scopes, is refused session management and its
     assert.deepEqual((await sql`SELECT email, password_hash, version FROM users WHERE id = ${owner.id}`)[0], before)
   })
 
+  test('a users:write key cannot test guesses of its owner\'s password through current_password on another change: 403 for right and wrong alike, nothing counted or changed', async () => {
+    const owner = await account()
+    const { key } = await newKey((await login(owner)).access_token, ['users:read', 'users:write'])
+    const [before] = await sql`SELECT name, version FROM users WHERE id = ${owner.id}`
+    for (const guess of ['wrong-guess', owner.password]) {
+      assertProblem(await A.request('PATCH', `/users/${owner.id}`, { ...withKey(key), body: { name: 'Renamed', current_password: guess } }), 403, 'forbidden')
+    }
+    assert.deepEqual((await sql`SELECT name, version FROM users WHERE id = ${owner.id}`)[0], before)
+    assert.equal(await failuresOf(owner.email), 0, 'a guess through a key was checked')
+  })
+
   test('a users:write key cannot delete its own user, with or without the password: 403 forbidden, the user stays', async () => {
     const owner = await account()
     const { key } = await newKey((await login(owner)).access_token, ['users:read', 'users:write'])

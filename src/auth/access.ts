@@ -1,6 +1,6 @@
 import { HttpError } from '../http/problem.js'
 import { challenge, unauthorized } from './credentials.js'
-import type { Principal } from './principal.js'
+import type { Principal, UserPrincipal } from './principal.js'
 import type { Scope } from './scopes.js'
 
 // Who may call a route is declared on the route and checked here, once, by
@@ -29,6 +29,13 @@ export type Access =
 
 export const publicAccess: Access = { kind: 'public' }
 
+/** For a person, not a program: an API key is refused (403), whatever its scopes. */
+export function requireInteractive(principal: UserPrincipal): void {
+  if (principal.credential.type === 'api_key') {
+    throw new HttpError('forbidden', 'An API key cannot do this; log in (a JWT or an access token) to do it.')
+  }
+}
+
 export function authorize(access: Access, principal: Principal, params: Record<string, string>, allowSignup: boolean): void {
   if (access.kind !== 'protected') return
   if (principal.kind === 'anonymous') {
@@ -40,9 +47,7 @@ export function authorize(access: Access, principal: Principal, params: Record<s
       headers: { 'www-authenticate': challenge.scope(access.scope) },
     })
   }
-  if (access.interactive && principal.credential.type === 'api_key') {
-    throw new HttpError('forbidden', 'An API key cannot do this; log in (a JWT or an access token) to do it.')
-  }
+  if (access.interactive) requireInteractive(principal)
   // Checked before the resource is read: a non-admin asking for another
   // user's id gets 403 whether or not that id exists, so existence does not leak.
   const allowed = principal.role === 'admin' || access.who === 'any' || (access.who === 'admin-or-self' && params.id === principal.userId)

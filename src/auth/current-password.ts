@@ -2,6 +2,7 @@ import type { HandlerContext } from '../http/route.js'
 import { HttpError } from '../http/problem.js'
 import { originOf } from '../events/origin.js'
 import { findUser } from '../users/queries.js'
+import { requireInteractive } from './access.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
 import { verifyInSlot } from './password.js'
 import type { UserPrincipal } from './principal.js'
@@ -24,6 +25,8 @@ export const currentPasswordRequired = (detail: string) => new HttpError('curren
  */
 export async function proveCurrentPassword(caller: UserPrincipal, currentPassword: string | undefined, ctx: ProofContext): Promise<string | undefined> {
   if (currentPassword === undefined) return undefined
+  // A program's key is never the person at the keyboard; nor may it test guesses of the password.
+  requireInteractive(caller)
   const { sql, passwords, logins } = ctx.deps
   const user = await findUser(sql, caller.userId)
   if (!user?.password_hash) throw currentPasswordRequired('current_password is wrong.')

@@ -1,5 +1,6 @@
 import Type from 'typebox'
 import { revokeApiKeysOf } from '../api-keys/resource.js'
+import { requireInteractive } from '../auth/access.js'
 import { currentPasswordRequired, proveCurrentPassword } from '../auth/current-password.js'
 import { isAdmin, type Principal, type UserPrincipal } from '../auth/principal.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
@@ -56,7 +57,7 @@ function assertMaySetRole(principal: Principal): void {
 
 function assertMayChangeOwnCredentials(caller: UserPrincipal, provenHash: string | undefined, current: StoredRow): void {
   // A key is for a program; taking over its owner's account must not be one of the things it can do.
-  if (caller.credential.type === 'api_key') throw new HttpError('forbidden', 'An API key cannot change its owner\'s e-mail or password; log in to do this.')
+  requireInteractive(caller)
   if (provenHash === undefined) throw currentPasswordRequired('Changing your own e-mail or password needs current_password.')
   // The password changed since it was checked: the proof is for a password that no longer is.
   if (provenHash !== current.password_hash) throw currentPasswordRequired('current_password is wrong.')
@@ -103,7 +104,7 @@ const hooks: ResourceHooks<UserWriteState> = {
     const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
     const self = caller?.userId === ctx.params.id ? caller : undefined
     if (!self) return { self: undefined, provenHash: undefined }
-    if (self.credential.type === 'api_key') throw new HttpError('forbidden', 'An API key cannot delete its owner\'s account; log in to do this.')
+    requireInteractive(self)
     const provenHash = await proveCurrentPassword(self, ctx.body?.current_password as string | undefined, ctx)
     if (provenHash === undefined) throw currentPasswordRequired('Deleting your own account needs current_password in a JSON body.')
     return { self, provenHash }
