@@ -28,5 +28,10 @@ export function mapDatabaseError(err: unknown): HttpError | undefined {
   if (connectionCodes.has(code) || code.startsWith('08') || code.startsWith('53') || /^57P0[1-3]$/.test(code) || code === '57014' || code === '25P03') {
     return new HttpError('database_unavailable', 'The database is unavailable; retry shortly.', { headers: { 'retry-after': '5' } })
   }
+  // 40P01, 40001: PostgreSQL broke a deadlock or a serialization conflict by aborting this
+  // transaction, which changed nothing; the same request a moment later succeeds.
+  if (code === '40P01' || code === '40001') {
+    return new HttpError('database_unavailable', 'The request collided with a concurrent change and was rolled back; retry it.', { headers: { 'retry-after': '1' } })
+  }
   return undefined
 }

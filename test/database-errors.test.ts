@@ -1,0 +1,38 @@
+import assert from 'node:assert/strict'
+import { after, test } from 'node:test'
+import { connect } from '../src/db/connect.js'
+import { mapDatabaseError } from '../src/db/errors.js'
+import { createTestDatabase } from './helpers/server.js'
+
+// What a request gets when PostgreSQL aborts its transaction to resolve a
+// conflict with another (two writers locking the same rows in opposite
+// orders): a retryable 503, not a 500, for a real deadlock error.
+
+const url = await createTestDatabase()
+const [one, two] = [connect(url, { max: 1, statementTimeoutMs: 10_000 }), connect(url, { max: 1, statementTimeoutMs: 10_000 })]
+after(() => Promise.all([one.end({ timeout: 1 }), two.end({ timeout: 1 })]))
+
+test('a deadlock PostgreSQL breaks is a 503 database_unavailable with Retry-After: 1, which changed nothing', async () => {
+  const [a, b] = await one<Array<{ id: number }>>`INSERT INTO users (name, email) VALUES ('Deadlock A', 'deadlock.a@example.com'), ('Deadlock B', 'deadlock.b@example.com') RETURNING id`
+  let bothLocked!: () => void
+  let firstLocks = 0
+  const locked = new Promise<void>((resolve) => (bothLocked = resolve))
+  const lockInOrder = (sql: typeof one, first: number, second: number) =>
+    sql.begin(async (tx) => {
+      await tx`UPDATE users SET name = name || '.' WHERE id = ${first}`
+      if (++firstLocks === 2) bothLocked()
+      await locked
+      await tx`UPDATE users SET name = name || '.' WHERE id = ${second}`
+    })
+  const outcomes = await Promise.allSettled([lockInOrder(one, a!.id, b!.id), lockInOrder(two, b!.id, a!.id)])
+  const failed = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected')
+  assert.equal(failed.length, 1, 'PostgreSQL aborts one of the two')
+  assert.equal((failed[0]!.reason as { code?: string }).code, '40P01')
+  const problem = mapDatabaseError(failed[0]!.reason)
+  assert.equal(problem?.code, 'database_unavailable')
+  assert.equal(problem?.status, 503)
+  assert.equal(problem?.options.headers?.['retry-after'], '1')
+  // The aborted one changed nothing: each name carries exactly the two dots of the one that committed.
+  const names = await one<Array<{ name: string }>>`SELECT name FROM users WHERE id IN (${a!.id}, ${b!.id}) ORDER BY id`
+  assert.deepEqual(names.map((r) => r.name), ['Deadlock A.', 'Deadlock B.'])
+})
