@@ -17,6 +17,8 @@
 
 ALTER TABLE webhooks ADD COLUMN owner_id bigint REFERENCES users (id) ON DELETE SET NULL;
 CREATE INDEX webhooks_owner_id_idx ON webhooks (owner_id);
+-- Every deletion of a user looks for the webhooks it created (below): without this, a scan of them all.
+CREATE INDEX webhooks_created_by_idx ON webhooks (created_by);
 
 -- The webhook as the API shows it (src/webhooks/resource.ts, in the order of
 -- its declaration), for the events written here; test/webhook-owner.test.ts
