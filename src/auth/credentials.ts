@@ -91,7 +91,7 @@ export type Presented =
   | { kind: 'apiKey' | 'access'; hash: Buffer }
 
 /** What a presented secret is; a secret of no kind we issue is invalid. */
-export function present(secret: string): Presented {
+export function classifySecret(secret: string): Presented {
   if (looksLikeJwt(secret)) return { kind: 'jwt', token: secret }
   const kind = kindOf(secret)
   if (kind !== 'apiKey' && kind !== 'access') throw invalidToken()
@@ -101,7 +101,7 @@ export function present(secret: string): Presented {
 export async function authenticate(headers: IncomingHttpHeaders, deps: CredentialDeps): Promise<Principal | undefined> {
   const secret = presentedCredential(headers)
   if (secret === undefined) return undefined
-  const [principal] = await checkCredentials([present(secret)], deps)
+  const [principal] = await checkCredentials([classifySecret(secret)], deps)
   if (!principal) throw invalidToken()
   if (principal.credential.type === 'api_key') await recordKeyUse(principal.credential.apiKeyId, deps)
   return principal

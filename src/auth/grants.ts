@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { HttpError } from '../http/problem.js'
 import { authorize, type Access } from './access.js'
-import { checkCredentials, invalidToken, present, presentedCredential, type CredentialDeps, type Presented } from './credentials.js'
+import { checkCredentials, classifySecret, invalidToken, presentedCredential, type CredentialDeps, type Presented } from './credentials.js'
 import type { UserPrincipal } from './principal.js'
 
 // Authority that outlives its request. An answer that goes on after its
@@ -40,7 +40,7 @@ export function holdGrant(headers: IncomingHttpHeaders, principal: UserPrincipal
   const secret = presentedCredential(headers)
   if (secret === undefined) throw new Error('unreachable: a principal without a credential')
   const at = principal.credential.expiresAt
-  const grant: Grant = { presented: present(secret), access, params, principal, expiresAt: at === null ? null : Date.parse(at) }
+  const grant: Grant = { presented: classifySecret(secret), access, params, principal, expiresAt: at === null ? null : Date.parse(at) }
   if (expired(grant, Date.now())) throw invalidToken()
   return grant
 }

@@ -207,7 +207,7 @@ export class EventHub {
         if (this.caughtUp(position, newest)) {
           // The fan-out goes on writing what the reader read last: only to streams checked since.
           if (stream.checkedAt < this.readAt) {
-            await this.authority.fresh()
+            await this.authority.roundSinceNow()
             continue
           }
           stream.position = position
@@ -215,7 +215,7 @@ export class EventHub {
           return
         }
         const page = await bounded(() => catchUpPage(this.sql, position, this.settings.pageSize, typeList))
-        if (page.events.length > 0) await this.authority.fresh()
+        if (page.events.length > 0) await this.authority.roundSinceNow()
         for (const row of page.events) {
           await stream.pace(this.frameOf(row))
           if (stream.closed) return
@@ -317,7 +317,7 @@ export class EventHub {
       for (const stream of this.live) if (!stream.closed && stream.checkedAt < readAt) return true
       return false
     }
-    while (unchecked()) await this.authority.fresh()
+    while (unchecked()) await this.authority.roundSinceNow()
   }
 
   private frameOf(row: FeedRow): string {

@@ -5,7 +5,7 @@ import type { EventStream } from './stream.js'
 
 // Whether each open stream may still be sent events (src/auth/grants.ts),
 // checked in rounds: every open stream of the instance at once, every
-// `intervalMs`, and before events are written (`fresh`). A stream whose
+// `intervalMs`, and before events are written (`roundSinceNow`). A stream whose
 // grant no longer holds is ended with the reason.
 //
 // A round stamps each stream that passes with the time the round started
@@ -46,7 +46,7 @@ export class StreamAuthority {
   }
 
   /** Resolves after a round that started after this call; rejects with its error when it could not check. */
-  async fresh(): Promise<void> {
+  async roundSinceNow(): Promise<void> {
     const failure = await this.rounds.runAnew()
     if (failure !== undefined) throw failure
   }
