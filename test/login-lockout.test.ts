@@ -120,6 +120,17 @@ describe('an attacker with many addresses drives the account-wide count to its l
     assert.deepEqual(rows[`address ${attacker}`], { failures: 5, locked: true })
   })
 
+  test('attempts the account\'s lock refuses are not counted against their address: once the lock ends, the owner logs in from there', async () => {
+    const owner = await account(proxied)
+    const newPlace = freshAddress()
+    await seedAccountFailures(proxied, owner.email, '*', 100, true)
+    for (let i = 0; i < 6; i++) assertLocked(await login(proxied, owner.email, PASSWORD, newPlace))
+    assert.equal((await failures(proxied, owner.email))[`address ${newPlace}`], undefined, 'refused attempts were counted against the address')
+    await seedAccountFailures(proxied, owner.email, '*', 0)
+    const res = await login(proxied, owner.email, PASSWORD, newPlace)
+    assert.equal(res.status, 200, res.text)
+  })
+
   test('logging out everywhere forgets the known addresses, as it ends every JWT', async () => {
     const owner = await account(proxied)
     const home = freshAddress()

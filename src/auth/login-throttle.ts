@@ -22,9 +22,11 @@ import { knownCondition, purgeKnownAddresses, rememberAddress, tagsOf, type Logi
 //   cannot make an address known without the password, and every address is
 //   unknown to an e-mail without an account, so a 429 says nothing about
 //   which accounts exist.
-// An attempt refused by its pair's lock is not counted against its account
-// (only checked attempts are failures): one address alone cannot lock the
-// account. A successful login clears its pair's count and takes its own
+// An attempt refused by a lock is counted nowhere (only checked attempts are
+// failures): refused by its pair's lock, not against its account, so one
+// address alone cannot lock the account; refused by its account's lock, not
+// against its pair, so the owner trying from a new address while others
+// hold the account locked does not lock that address for later too. A successful login clears its pair's count and takes its own
 // count back from the account's row. Before any of this, each address may
 // try LOGIN_RATE_LIMIT times a minute on this instance.
 
@@ -95,8 +97,12 @@ export async function countAttempt(sql: Sql, email: string, from: LoginAddress):
   const known = sql`EXISTS (SELECT 1 FROM users u JOIN login_known_addresses k ON k.user_id = u.id WHERE lower(u.email) = ${email} AND ${knownCondition(sql, from)})`
   const [result] = await sql<Array<{ account: string; counted: boolean }>>`
     WITH kind AS (SELECT CASE WHEN ${known} THEN ${KNOWN_ADDRESSES} ELSE ${UNKNOWN_ADDRESSES} END AS account),
+    account_open AS (
+      SELECT 1 FROM kind WHERE NOT EXISTS (
+        SELECT 1 FROM login_failures WHERE email = ${email} AND address = kind.account AND locked_until > now())),
     pair AS (
-      INSERT INTO login_failures AS f (email, address, failures, last_failure) VALUES (${email}, ${from.bucket}, 1, now())
+      INSERT INTO login_failures AS f (email, address, failures, last_failure)
+      SELECT ${email}, ${from.bucket}, 1, now() FROM account_open
       ${countFailure(sql, FREE_FAILURES)}),
     account AS (
       INSERT INTO login_failures AS f (email, address, failures, last_failure)
