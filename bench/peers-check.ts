@@ -318,7 +318,7 @@ export function signJwt(secret: string, kid: string, overrides: JwtOverrides = {
   const header = { alg: 'HS256', typ: 'JWT', kid, ...overrides.header }
   const claims = {
     sub: '1', iss: issuer, aud: issuer, iat: now, exp: now + 3600, role: 'admin',
-    scope: 'api_keys:read api_keys:write products:read products:write users:read users:write',
+    scope: 'api_keys:read api_keys:write products:read products:write users:read users:write metrics:read',
     sid: String(2 ** 53), gen: 0,
     ...overrides.claims,
   }
