@@ -143,10 +143,10 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
     listShapes: new ListShapes({ prepare: !pooled }),
     idempotencyCleanup: new IdempotencyCleanup(),
     eventPublisher: new EventPublisher(sql, log, { ...defaultPublisherSettings, ...tuning.publisher }),
-    // Streams are checked in the background, outside the bound on waiting for the database that requests wait under,
-    // each round once this instance has applied every credential change committed before it (src/events/stream-authority.ts).
-    eventHub: new EventHub(sql, listenSql, log, { ...defaultStreamSettings, ...tuning.streams }, async (grants) => {
-      await deps.credentialChanges.caughtUp()
+    // Streams are checked in the background, outside the bound on waiting for the database that requests wait under;
+    // before events are let through, once this instance has applied every credential change committed before (src/events/stream-authority.ts).
+    eventHub: new EventHub(sql, listenSql, log, { ...defaultStreamSettings, ...tuning.streams }, async (grants, { catchUp }) => {
+      if (catchUp) await deps.credentialChanges.caughtUp()
       return checkGrants(grants, credentialDeps(deps, (work) => work()), config.allowSignup)
     }),
     webhooks: new WebhookWorker(sql, listenSql, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }),

@@ -9,24 +9,30 @@ import type { EventStream } from './stream.js'
 // grant no longer holds is ended with the reason.
 //
 // A round stamps each stream that passes with the time the round started
-// (`checkedAt`). The check a round runs first waits until this instance has
-// applied every credential change committed before it began (service.ts:
-// credentialChanges.caughtUp; at once when the instance checks against the
-// database anyway). An event read from the database before the round began
-// was committed before it too; a revocation committed before that event is
-// then one the round's checks see. The hub writes an event to a stream only
-// once the stream's stamp is later than the event's read, so no event
-// committed after a revocation reaches the revoked stream, on any instance,
-// however late its listener delivers.
+// (`checkedAt`). A round the hub asks for before writing events
+// (`roundSinceNow`) first has the check catch up: wait until this instance
+// has applied every credential change committed before the round began
+// (service.ts: credentialChanges.caughtUp, one statement; at once when the
+// instance checks against the database anyway). An event read from the
+// database before the round began was committed before it too; a revocation
+// committed before that event is then one the round's checks see. The hub
+// writes an event to a stream only once the stream's stamp is later than the
+// event's read, so no event committed after a revocation reaches the revoked
+// stream, on any instance, however late its listener delivers. The rounds
+// of the period, which only end streams, check what is remembered as it is,
+// and cost no statement while it is trusted.
 //
 // A round that cannot check (the database is down) ends nothing and stamps
 // nothing: events wait until a round succeeds.
 
-export type GrantCheck = (grants: readonly Grant[]) => Promise<Array<GrantEnd | undefined>>
+/** `catchUp`: first wait until every credential change committed before the call has been applied. */
+export type GrantCheck = (grants: readonly Grant[], options: { catchUp: boolean }) => Promise<Array<GrantEnd | undefined>>
 
 export class StreamAuthority {
   private readonly rounds: Periodic<unknown>
   private failing = false
+  /** A round was asked for to let events through: the next one catches up first. */
+  private gating = false
 
   constructor(
     private readonly streams: ReadonlySet<EventStream>,
@@ -47,6 +53,7 @@ export class StreamAuthority {
 
   /** Resolves after a round that started after this call; rejects with its error when it could not check. */
   async roundSinceNow(): Promise<void> {
+    this.gating = true
     const failure = await this.rounds.runAnew()
     if (failure !== undefined) throw failure
   }
@@ -54,10 +61,12 @@ export class StreamAuthority {
   /** One round; never rejects: resolves to the error that kept it from checking, or undefined. */
   private async round(): Promise<unknown> {
     const startedAt = performance.now()
+    const catchUp = this.gating
+    this.gating = false
     const streams = [...this.streams].filter((s) => !s.closed)
     if (streams.length === 0) return undefined
     try {
-      const verdicts = await this.check(streams.map((s) => s.grant))
+      const verdicts = await this.check(streams.map((s) => s.grant), { catchUp })
       streams.forEach((stream, i) => {
         const end = verdicts[i]
         if (end) stream.end(end)
