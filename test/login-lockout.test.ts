@@ -131,6 +131,19 @@ describe('an attacker with many addresses drives the account-wide count to its l
     assert.equal(res.status, 200, res.text)
   })
 
+  test('logins of one account at once, right and wrong, from one address and from several, all get their answer: no deadlock between counting and clearing', async () => {
+    const owner = await account(proxied)
+    const home = freshAddress()
+    for (let round = 0; round < 3; round++) {
+      const answers = await Promise.all([
+        ...Array.from({ length: 6 }, () => login(proxied, owner.email, PASSWORD, home)),
+        ...Array.from({ length: 3 }, () => login(proxied, owner.email, PASSWORD, freshAddress())),
+        login(proxied, owner.email, 'wrong-guess', freshAddress()),
+      ])
+      assert.deepEqual(answers.map((r) => r.status), [200, 200, 200, 200, 200, 200, 200, 200, 200, 401], JSON.stringify(answers.map((r) => r.body?.code)))
+    }
+  })
+
   test('logging out everywhere forgets the known addresses, as it ends every JWT', async () => {
     const owner = await account(proxied)
     const home = freshAddress()

@@ -121,18 +121,21 @@ export async function countAttempt(sql: Sql, email: string, from: LoginAddress):
  * the account's row takes back the count of this attempt (the owner's own
  * logins must not add up to a lock; a row this attempt locked stays locked),
  * and the address is known to the account from now on.
+ *
+ * Three statements, each holding one row at a time, in countAttempt's order
+ * (the pair, then the account): as one statement its row locks were taken in
+ * no set order, and concurrent logins of one account deadlocked against
+ * countAttempt.
  */
 export async function passwordProven(sql: Sql, email: string, userId: number, from: LoginAddress): Promise<void> {
+  await sql`DELETE FROM login_failures WHERE email = ${email} AND address = ${from.bucket}`
+  // Which account row the attempt counted on: decided before this address is remembered, as countAttempt decided it.
   await sql`
-    WITH kind AS (
-      SELECT CASE WHEN EXISTS (SELECT 1 FROM users u JOIN login_known_addresses k ON k.user_id = u.id WHERE u.id = ${userId} AND ${knownCondition(sql, from)})
-        THEN ${KNOWN_ADDRESSES} ELSE ${UNKNOWN_ADDRESSES} END AS account),
-    cleared AS (DELETE FROM login_failures WHERE email = ${email} AND address = ${from.bucket}),
-    taken_back AS (
-      UPDATE login_failures SET failures = failures - 1
-      WHERE email = ${email} AND address = (SELECT account FROM kind) AND failures > 0 AND (locked_until IS NULL OR locked_until <= now())),
-    remembered AS (${rememberAddress(sql, userId, from)})
-    SELECT 1`
+    UPDATE login_failures SET failures = failures - 1
+    WHERE email = ${email} AND failures > 0 AND (locked_until IS NULL OR locked_until <= now())
+      AND address = CASE WHEN EXISTS (SELECT 1 FROM users u JOIN login_known_addresses k ON k.user_id = u.id WHERE u.id = ${userId} AND ${knownCondition(sql, from)})
+        THEN ${KNOWN_ADDRESSES} ELSE ${UNKNOWN_ADDRESSES} END`
+  await rememberAddress(sql, userId, from)
 }
 
 /** Deletes rows whose window has passed and whose lock has run out, a batch at a time; returns how many. */
