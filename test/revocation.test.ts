@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { CATCH_UP_TIMEOUT_MS, HEARTBEAT_MS } from '../src/auth/credential-changes.js'
 import { applyRevocation, ENTRY_LIFETIME_MS, RevocationList } from '../src/auth/revocations.js'
 import { passwordAccount, passwordLogin, type Account } from './helpers/accounts.js'
-import { credentialListeners, freezeBackend } from './helpers/freeze.js'
+import { freezeBackend, instanceAndListener } from './helpers/freeze.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // Withdrawn access stops at once, for every credential, on every instance:
@@ -324,11 +324,7 @@ describe('what each instance remembers, and when it stops trusting it', () => {
   })
 
   test('the listener\'s backend frozen: the instance stops trusting what it remembers within the heartbeat bound, /readyz says why, a revocation made elsewhere holds there (read from the database), and trust comes back', async (t) => {
-    const listeners = () => credentialListeners(sql)
-    const before = await listeners()
-    const C = await startServer({}, {}, { databaseUrl: A.databaseUrl })
-    const [pid] = (await listeners()).filter((p) => !before.includes(p))
-    assert.ok(pid, 'C listens on a backend of its own')
+    const { instance: C, listener: pid } = await instanceAndListener(A)
     const user = await account()
     const pair = await login(user)
     assert.equal((await me(C, pair.access_token)).status, 200)

@@ -4,7 +4,7 @@ import { afterEach, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { CATCH_UP_TIMEOUT_MS, HEARTBEAT_MS } from '../src/auth/credential-changes.js'
 import { passwordAccount, passwordLogin, type Account } from './helpers/accounts.js'
-import { credentialListeners, freezeBackend } from './helpers/freeze.js'
+import { freezeBackend, instanceAndListener } from './helpers/freeze.js'
 import { SseClient } from './helpers/sse.js'
 import { startServer, type TestServer } from './helpers/server.js'
 
@@ -260,11 +260,7 @@ describe('others, and the cost', () => {
 
 describe('an instance that cannot trust what it remembers', () => {
   test('its listener frozen: a JWT revoked elsewhere ends its stream there all the same (read from the database), with nothing committed since', async (t) => {
-    const listeners = () => credentialListeners(sql)
-    const others = await listeners()
-    const C = await startServer({}, {}, { databaseUrl: A.databaseUrl })
-    const [pid] = (await listeners()).filter((p) => !others.includes(p))
-    assert.ok(pid, 'C listens on a backend of its own')
+    const { instance: C, listener: pid } = await instanceAndListener(A)
     const who = await account()
     const held = await credential(who, 'jwt')
     const c = await follow(C, held)

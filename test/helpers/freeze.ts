@@ -1,7 +1,9 @@
+import assert from 'node:assert/strict'
 import { readFile } from 'node:fs/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import { DELIVERIES_CHANNEL } from '../../src/webhooks/wake.js'
+import { startServer, type TestServer } from './server.js'
 
 /**
  * Freezes (SIGSTOP) one PostgreSQL backend, as a server that stops answering
@@ -46,4 +48,13 @@ export async function credentialListeners(sql: Sql): Promise<number[]> {
     SELECT pid FROM pg_stat_activity
     WHERE datname = current_database() AND query ILIKE 'listen %' AND query NOT ILIKE ${`%${DELIVERIES_CHANNEL}%`}`
   return rows.map((r) => r.pid)
+}
+
+/** Another instance on `on`'s database, and the backend its credential listener uses (the one to freeze). */
+export async function instanceAndListener(on: TestServer): Promise<{ instance: TestServer; listener: number }> {
+  const before = await credentialListeners(on.sql)
+  const instance = await startServer({}, {}, { databaseUrl: on.databaseUrl })
+  const [listener] = (await credentialListeners(on.sql)).filter((p) => !before.includes(p))
+  assert.ok(listener, 'the new instance listens on a backend of its own')
+  return { instance, listener }
 }
