@@ -55,6 +55,21 @@ const failuresOf = async (email: string) =>
   (await sql<[{ n: number }]>`SELECT coalesce(sum(failures), 0)::int AS n FROM login_failures WHERE email = ${email.toLowerCase()} AND address NOT LIKE '*%'`)[0].n
 const userExists = async (id: number) => (await sql`SELECT 1 FROM users WHERE id = ${id}`).length === 1
 
+/** A body a hostile client sends, and the status it must get. */
+interface HostileCase {
+  body: unknown
+  status: number
+  contentType?: string
+}
+
+async function sendHostile(method: string, path: string, auth: string, cases: readonly HostileCase[]): Promise<void> {
+  for (const c of cases) {
+    const headers = c.contentType ? { 'content-type': c.contentType } : undefined
+    const res = await A.request(method, path, { auth, body: c.body, headers })
+    assert.equal(res.status, c.status, `${JSON.stringify(c.body).slice(0, 80)}: ${res.text}`)
+  }
+}
+
 const withKey = (key: string) => ({ auth: null, headers: { 'x-api-key': key } })
 const me = (server: TestServer, key: string) => server.request('GET', '/auth/me', withKey(key))
 
@@ -148,7 +163,7 @@ describe('creating an API key: a login with its password fresh, or given again',
     const owner = await account()
     const { access_token } = await login(owner)
     await backdateLogins(owner.id, 11)
-    const cases: Array<{ body: unknown; status: number; contentType?: string }> = [
+    const cases: HostileCase[] = [
       { body: { name: 'k', scopes: ['users:read'], current_password: 12345678 }, status: 422 },
       { body: { name: 'k', scopes: ['users:read'], current_password: '' }, status: 422 },
       { body: { name: 'k', scopes: ['users:read'], current_password: 'x'.repeat(257) }, status: 422 },
@@ -159,11 +174,7 @@ describe('creating an API key: a login with its password fresh, or given again',
       { body: '{"name":"k",', status: 400 },
       { body: JSON.stringify({ name: 'k', scopes: ['users:read'], current_password: owner.password }), status: 415, contentType: 'text/plain' },
     ]
-    for (const c of cases) {
-      const headers = c.contentType ? { 'content-type': c.contentType } : undefined
-      const res = await A.request('POST', '/api-keys', { auth: access_token, body: c.body, headers })
-      assert.equal(res.status, c.status, `${JSON.stringify(c.body).slice(0, 80)}: ${res.text}`)
-    }
+    await sendHostile('POST', '/api-keys', access_token, cases)
     assert.equal(await keysOf(owner.id), 0)
     assert.equal(await failuresOf(owner.email), 0)
   })
@@ -242,7 +253,7 @@ describe('POST /auth/logout-all with {"api_keys": true}', () => {
     const owner = await account()
     const { access_token } = await login(owner)
     const { key } = await newKey(access_token)
-    const cases: Array<{ body: unknown; status: number; contentType?: string }> = [
+    const cases: HostileCase[] = [
       { body: { api_keys: 'true' }, status: 422 },
       { body: { api_keys: 1 }, status: 422 },
       { body: { api_keys: null }, status: 422 },
@@ -253,11 +264,7 @@ describe('POST /auth/logout-all with {"api_keys": true}', () => {
       { body: '{"api_keys": tru', status: 400 },
       { body: JSON.stringify({ api_keys: true }), status: 415, contentType: 'application/x-www-form-urlencoded' },
     ]
-    for (const c of cases) {
-      const headers = c.contentType ? { 'content-type': c.contentType } : undefined
-      const res = await A.request('POST', '/auth/logout-all', { auth: access_token, body: c.body, headers })
-      assert.equal(res.status, c.status, `${JSON.stringify(c.body).slice(0, 80)}: ${res.text}`)
-    }
+    await sendHostile('POST', '/auth/logout-all', access_token, cases)
     assert.equal(await liveSessionsOf(owner.id), 1)
     assert.equal(await keysOf(owner.id), 1)
     await usedOnBoth(key)
@@ -393,7 +400,7 @@ describe('deleting one\'s own account takes current_password', () => {
   test('hostile bodies on the DELETE: 4xx, the user stays, no failed login counted', async () => {
     const owner = await account()
     const { access_token } = await login(owner)
-    const cases: Array<{ body: unknown; status: number; contentType?: string }> = [
+    const cases: HostileCase[] = [
       { body: { current_password: 12345678 }, status: 422 },
       { body: { current_password: ['pw'] }, status: 422 },
       { body: { current_password: '' }, status: 422 },
@@ -405,11 +412,7 @@ describe('deleting one\'s own account takes current_password', () => {
       { body: '{"current_password":', status: 400 },
       { body: JSON.stringify({ current_password: owner.password }), status: 415, contentType: 'text/plain' },
     ]
-    for (const c of cases) {
-      const headers = c.contentType ? { 'content-type': c.contentType } : undefined
-      const res = await A.request('DELETE', `/users/${owner.id}`, { auth: access_token, body: c.body, headers })
-      assert.equal(res.status, c.status, `${JSON.stringify(c.body).slice(0, 80)}: ${res.text}`)
-    }
+    await sendHostile('DELETE', `/users/${owner.id}`, access_token, cases)
     assert.ok(await userExists(owner.id))
     assert.equal(await failuresOf(owner.email), 0)
   })

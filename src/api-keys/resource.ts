@@ -1,7 +1,7 @@
 import type { Sql, TransactionSql } from 'postgres'
 import Type from 'typebox'
 import { challenge } from '../auth/credentials.js'
-import { requireRecentPassword } from '../auth/current-password.js'
+import { currentPasswordMember, requireRecentPassword } from '../auth/current-password.js'
 import { isAdmin, type Principal } from '../auth/principal.js'
 import { isScope } from '../auth/scopes.js'
 import { displayPrefix, hashSecret, newSecret } from '../auth/tokens.js'
@@ -40,10 +40,7 @@ export const apiKeys = defineResource({
     user_id: member(Type.Integer({ minimum: 1, maximum: 9223372036854775807 }), { write: 'server', sort: true }),
   },
   createExtras: {
-    current_password: Type.Optional(Type.String({
-      minLength: 1, maxLength: 256,
-      description: 'the creator\'s current password; required unless this session logged in with its password within REAUTH_WINDOW seconds',
-    })),
+    current_password: currentPasswordMember('the creator\'s current password; required unless this session logged in with its password within REAUTH_WINDOW seconds'),
   },
 })
 

@@ -1,3 +1,4 @@
+import Type from 'typebox'
 import type { HandlerContext } from '../http/route.js'
 import { HttpError } from '../http/problem.js'
 import { originOf } from '../events/origin.js'
@@ -14,6 +15,9 @@ import type { UserPrincipal } from './principal.js'
 type ProofContext = Pick<HandlerContext<unknown, unknown>, 'deps' | 'client' | 'requestId'>
 
 export const currentPasswordRequired = (detail: string) => new HttpError('current_password_required', detail)
+
+/** The body member carrying the proof: not a member of any resource, the same wherever it is asked for. */
+export const currentPasswordMember = (description: string) => Type.Optional(Type.String({ minLength: 1, maxLength: 256, description }))
 
 /**
  * Checks `currentPassword` against the caller's stored hash; undefined when

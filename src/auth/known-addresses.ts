@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto'
 import type { Sql } from 'postgres'
+import { deleteInBatches } from '../db/batched-delete.js'
 import type { Config } from '../config.js'
 
 // Addresses that proved an account's password: the account-wide failure
@@ -20,8 +21,6 @@ import type { Config } from '../config.js'
 // everywhere" forgets every address, the way it ends every JWT.
 
 export const KNOWN_DAYS = 30
-const PURGE_BATCH = 1000
-const PURGE_MAX_BATCHES = 10
 
 /** One address as login throttling sees it: its bucket, and its tag under each configured key (the first writes). */
 export interface LoginAddress {
@@ -50,14 +49,5 @@ export const rememberAddress = (sql: Sql, userId: number, from: LoginAddress) =>
   ON CONFLICT (user_id, address_tag) DO UPDATE SET epoch = excluded.epoch, last_success_at = excluded.last_success_at`
 
 /** Deletes rows older than KNOWN_DAYS, a batch at a time; returns how many. */
-export async function purgeKnownAddresses(sql: Sql): Promise<number> {
-  let purged = 0
-  for (let batch = 0; batch < PURGE_MAX_BATCHES; batch++) {
-    const deleted = await sql`
-      DELETE FROM login_known_addresses WHERE ctid IN (
-        SELECT ctid FROM login_known_addresses WHERE last_success_at < now() - ${KNOWN_DAYS}::int * interval '1 day' LIMIT ${PURGE_BATCH})`
-    purged += deleted.count
-    if (deleted.count < PURGE_BATCH) break
-  }
-  return purged
-}
+export const purgeKnownAddresses = (sql: Sql): Promise<number> =>
+  deleteInBatches(sql, 'login_known_addresses', sql`last_success_at < now() - ${KNOWN_DAYS}::int * interval '1 day'`)

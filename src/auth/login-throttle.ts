@@ -5,6 +5,7 @@ import { addressBucket } from '../http/client-address.js'
 import { HttpError } from '../http/problem.js'
 import { RateLimiter } from '../http/rate-limit.js'
 import { describeError, type Logger } from '../log.js'
+import { deleteInBatches } from '../db/batched-delete.js'
 import { knownCondition, purgeKnownAddresses, rememberAddress, tagsOf, type LoginAddress } from './known-addresses.js'
 
 // Failed logins are counted in the database (every instance sees them), for
@@ -39,8 +40,6 @@ const UNKNOWN_ADDRESSES = '*'
 const KNOWN_ADDRESSES = '*known'
 
 const PURGE_EVERY_MS = 60_000
-const PURGE_BATCH = 1000
-const PURGE_MAX_BATCHES = 10
 
 const tooMany = (seconds: number) =>
   new HttpError('too_many_login_attempts', 'Too many failed logins for this account; retry later.', {
@@ -139,19 +138,9 @@ export async function passwordProven(sql: Sql, email: string, userId: number, fr
 }
 
 /** Deletes rows whose window has passed and whose lock has run out, a batch at a time; returns how many. */
-export async function purgeLoginFailures(sql: Sql): Promise<number> {
-  let purged = 0
-  for (let batch = 0; batch < PURGE_MAX_BATCHES; batch++) {
-    const deleted = await sql`
-      DELETE FROM login_failures WHERE ctid IN (
-        SELECT ctid FROM login_failures
-        WHERE last_failure < now() - ${WINDOW_SECONDS} * interval '1 second' AND (locked_until IS NULL OR locked_until < now())
-        LIMIT ${PURGE_BATCH})`
-    purged += deleted.count
-    if (deleted.count < PURGE_BATCH) break
-  }
-  return purged
-}
+export const purgeLoginFailures = (sql: Sql): Promise<number> =>
+  deleteInBatches(sql, 'login_failures', sql`
+    last_failure < now() - ${WINDOW_SECONDS} * interval '1 second' AND (locked_until IS NULL OR locked_until < now())`)
 
 /**
  * What one instance keeps about logins: each address's attempts this minute

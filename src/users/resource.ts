@@ -1,7 +1,7 @@
 import Type from 'typebox'
 import { revokeApiKeysOf } from '../api-keys/resource.js'
 import { requireInteractive } from '../auth/access.js'
-import { currentPasswordRequired, proveCurrentPassword } from '../auth/current-password.js'
+import { currentPasswordMember, currentPasswordRequired, proveCurrentPassword } from '../auth/current-password.js'
 import { isAdmin, type Principal, type UserPrincipal } from '../auth/principal.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { originOf } from '../events/origin.js'
@@ -19,11 +19,6 @@ const emailSchema = () => Type.String({
   pattern: "^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$",
   description: 'an e-mail address (local@domain, with a dot in the domain)',
 })
-
-/** Not a member of the user: the proof a user gives for what a stolen access token must not do alone. */
-function currentPasswordMember(description: string) {
-  return Type.Optional(Type.String({ minLength: 1, maxLength: 256, description }))
-}
 
 export const users = defineResource({
   name: 'User',
