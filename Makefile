@@ -22,7 +22,7 @@ endef
 
 # Installs exactly what package-lock.json says, and patches postgres.js (postinstall);
 # re-runs when either changes, or the patch does.
-node_modules/.installed: package.json package-lock.json src/db/postgres-patch.mjs
+node_modules/.installed: package.json package-lock.json src/core/db/postgres-patch.mjs
 	npm ci --no-audit --no-fund
 	@touch $@
 
@@ -75,12 +75,12 @@ bench-tools:
 	$(call debian-tools,wrk wrk,make bench)
 
 db-start: node_modules/.installed
-	$(TSX) src/db/local-cluster.ts start
+	$(TSX) src/dev/local-cluster.ts start
 
 db-stop: node_modules/.installed
-	$(TSX) src/db/local-cluster.ts stop
+	$(TSX) src/dev/local-cluster.ts stop
 
-# Stops the local cluster (and deletes it when it lives outside the checkout, src/db/local-cluster.ts).
+# Stops the local cluster (and deletes it when it lives outside the checkout, src/dev/local-cluster.ts).
 clean: node_modules/.installed
-	$(TSX) src/db/local-cluster.ts remove
+	$(TSX) src/dev/local-cluster.ts remove
 	rm -rf dist .data node_modules

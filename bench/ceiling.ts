@@ -4,9 +4,9 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { cpus } from 'node:os'
 import { join } from 'node:path'
 import type { Sql } from 'postgres'
-import { connect } from '../src/db/connect.js'
+import { connect } from '../src/core/db/connect.js'
 import { EventPublisher } from '../src/events/publisher.js'
-import { createLogger } from '../src/log.js'
+import { createLogger } from '../src/core/log.js'
 import { cpuBetween, cpuMicros, cpuOf, machineCpu } from './proc.js'
 import { backendPids, removeCreatedUsers, type Seeded } from './seed.js'
 import { APP_NAMES, startServer, stopServer, type ServerOptions } from './servers.js'
@@ -36,7 +36,7 @@ export const ceilingSettings = {
    * pgbench's -M: `prepared`, named prepared statements as the service sends
    * them to PostgreSQL directly; `extended`, unnamed ones, parsed and planned
    * for every statement, as it sends them through a transaction pooler
-   * (src/db/connect.ts, `pooled`).
+   * (src/core/db/connect.ts, `pooled`).
    */
   mode: oneOf('BENCH_CEILING_MODE', ['prepared', 'extended'], 'prepared'),
   /** pgbench's client counts (-c), each its own run. */
@@ -366,7 +366,7 @@ export function findPgbench(serverMajor?: number): string | undefined {
   return dirs.map((d) => join(d, 'pgbench')).find((p) => existsSync(p))
 }
 
-/** libpq's environment for the benchmark database's URL (a `host` parameter naming a folder is a Unix socket, as in src/db/connect.ts). */
+/** libpq's environment for the benchmark database's URL (a `host` parameter naming a folder is a Unix socket, as in src/core/db/connect.ts). */
 function libpqEnv(databaseUrl: string): NodeJS.ProcessEnv {
   const url = new URL(databaseUrl)
   const socket = url.searchParams.get('host')
@@ -379,7 +379,7 @@ function libpqEnv(databaseUrl: string): NodeJS.ProcessEnv {
     PGDATABASE: decodeURIComponent(url.pathname.slice(1)),
     ...(url.searchParams.get('sslmode') ? { PGSSLMODE: url.searchParams.get('sslmode')! } : {}),
     PGAPPNAME: PGBENCH_APP,
-    // The session settings of the service's connections (src/db/connect.ts) that shape what the server does per row.
+    // The session settings of the service's connections (src/core/db/connect.ts) that shape what the server does per row.
     PGOPTIONS: '-c TimeZone=UTC -c DateStyle=ISO,MDY',
   }
 }

@@ -5,8 +5,8 @@ import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Sql } from 'postgres'
-import { connect } from '../src/db/connect.js'
-import { startLocalCluster } from '../src/db/local-cluster.js'
+import { connect } from '../src/core/db/connect.js'
+import { startLocalCluster } from '../src/dev/local-cluster.js'
 import { createBenchDatabase, dropBenchDatabase, type Seeded } from './seed.js'
 
 // The peer servers of the benchmark (bench/fastify, bench/bare) must answer

@@ -1,5 +1,5 @@
-import { connect } from '../src/db/connect.js'
-import { startLocalCluster } from '../src/db/local-cluster.js'
+import { connect } from '../src/core/db/connect.js'
+import { startLocalCluster } from '../src/dev/local-cluster.js'
 
 // postgres.js 3.4.9 gets slower with every statement a saturated pool runs:
 // its pool keeps connections in small array queues (src/queue.js), and the
@@ -9,7 +9,7 @@ import { startLocalCluster } from '../src/db/local-cluster.js'
 // statement, and every move of a connection between queues (queue.remove,
 // an indexOf from position 0) scans all of them.
 //
-// This drives the service's own pool (src/db/connect.ts, 10 connections) with
+// This drives the service's own pool (src/core/db/connect.ts, 10 connections) with
 // 32 concurrent loops of a trivial statement and prints the CPU per statement
 // as the process ages. Flat figures mean the driver is fixed.
 //

@@ -5,8 +5,8 @@ import { cpus, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Sql } from 'postgres'
-import { connect } from '../src/db/connect.js'
-import { startLocalCluster } from '../src/db/local-cluster.js'
+import { connect } from '../src/core/db/connect.js'
+import { startLocalCluster } from '../src/dev/local-cluster.js'
 import { assertCeilingTools, CEILING_KEYS, ceilingSeconds, ceilingSeries, ceilingSettings, type CeilingResults } from './ceiling.js'
 import { cpuBetween, cpuMicros, cpuOf, sampleRss, statusKb } from './proc.js'
 import { checkSameBodies, standardRequests, type CheckRequest } from './peers-check.js'
@@ -369,7 +369,7 @@ function versions(): string {
   }
   const fastify = join(root, 'bench', 'fastify')
   const bare = join(root, 'bench', 'bare')
-  return `service: postgres.js ${version(root, 'postgres')} (patched, src/db/postgres-patch.mjs); ` +
+  return `service: postgres.js ${version(root, 'postgres')} (patched, src/core/db/postgres-patch.mjs); ` +
     `Fastify peer: fastify ${version(fastify, 'fastify')}, postgres.js ${version(fastify, 'postgres')}; bare peer: postgres.js ${version(bare, 'postgres')} (published, unpatched)`
 }
 

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto'
 import type { Sql } from 'postgres'
-import { connect } from '../src/db/connect.js'
-import { migrate } from '../src/db/migrate.js'
+import { connect } from '../src/core/db/connect.js'
+import { migrate } from '../src/core/db/migrate.js'
 
 // Benchmark databases: `upa_bench_<rows>` on the server of DATABASE_URL (or
 // the local cluster), never the development database. Created fresh, migrated

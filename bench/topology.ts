@@ -3,8 +3,8 @@ import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Sql } from 'postgres'
-import { connect } from '../src/db/connect.js'
-import { startLocalCluster } from '../src/db/local-cluster.js'
+import { connect } from '../src/core/db/connect.js'
+import { startLocalCluster } from '../src/dev/local-cluster.js'
 import { startNginx, type Nginx } from '../test/helpers/nginx.js'
 import { launchPgBouncer, type PgBouncer } from '../test/helpers/pgbouncer.js'
 import { signJwt } from './peers-check.js'
@@ -138,7 +138,7 @@ async function main(): Promise<void> {
   try {
     log(`seeding ${settings.rows.toLocaleString('en')} users and products`)
     db = await createBenchDatabase(admin, serverUrl, settings.rows)
-    // Through a transaction pooler the time-outs are the role's (src/db/pooler.ts): the service checks them at start.
+    // Through a transaction pooler the time-outs are the role's (src/core/db/pooler.ts): the service checks them at start.
     await admin`ALTER ROLE CURRENT_USER IN DATABASE ${admin(db.name)} SET statement_timeout = 5000`
     await admin`ALTER ROLE CURRENT_USER IN DATABASE ${admin(db.name)} SET idle_in_transaction_session_timeout = 5000`
     // Server connections for two instances' pools: with three, PgBouncer shares them for real.

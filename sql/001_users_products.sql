@@ -14,7 +14,7 @@ CREATE TABLE users (
 );
 
 -- E-mail addresses are unique without regard to case; the name is what
--- src/db/errors.ts maps to 409 email_taken.
+-- src/core/db/errors.ts maps to 409 email_taken.
 CREATE UNIQUE INDEX users_email_key ON users (lower(email));
 
 -- One index per sortable member, ending in id: every allowed sort (ascending,

@@ -8,20 +8,20 @@ import type { PasswordHasher } from './auth/password.js'
 import type { RevocationList } from './auth/revocations.js'
 import type { Config } from './config.js'
 import type { ReadinessCheck } from './health/readiness.js'
-import type { DatabaseWork } from './db/admission.js'
-import type { IdempotencyCleanup } from './http/idempotency.js'
-import type { RateLimiter } from './http/rate-limit.js'
-import type { Logger } from './log.js'
-import type { Metrics } from './metrics/metrics.js'
+import type { DatabaseWork } from './core/db/admission.js'
+import type { IdempotencyCleanup } from './core/http/idempotency.js'
+import type { RateLimiter } from './core/http/rate-limit.js'
+import type { Logger } from './core/log.js'
+import type { Metrics } from './core/metrics.js'
 import type { EventHub } from './events/hub.js'
 import type { EventPublisher } from './events/publisher.js'
 import type { EventRetention } from './events/retention.js'
 import type { WebhookWorker } from './webhooks/worker.js'
-import type { ListShapes } from './collections/list-sql.js'
+import type { ListShapes } from './core/collections/list-sql.js'
 
 /** Everything one service instance holds, built by `createService` (src/service.ts) and passed down; handlers get it as `ctx.deps`. */
 export interface AppDeps {
-  /** The pool, on DATABASE_URL, which may go through a transaction pooler (src/db/connect.ts, `pooled`). */
+  /** The pool, on DATABASE_URL, which may go through a transaction pooler (src/core/db/connect.ts, `pooled`). */
   sql: Sql
   /**
    * Where `listen` is called (the credential listener, the event stream
@@ -38,7 +38,7 @@ export interface AppDeps {
   /** HMAC key for collection cursors, derived from the JWT signing secrets. */
   cursorKeys: Buffer[]
   metrics: Metrics
-  /** The list statements compiled for this instance, by collection and shape (src/collections/list-sql.ts). */
+  /** The list statements compiled for this instance, by collection and shape (src/core/collections/list-sql.ts). */
   listShapes: ListShapes
   /** JWTs this instance has verified (src/auth/jwt-cache.ts). */
   jwtCache: JwtCache
@@ -52,13 +52,13 @@ export interface AppDeps {
   revocations: RevocationList
   /** The listener that keeps apiKeyCache and revocations right, and says whether they may be trusted; a request that revokes waits on `caughtUp` (src/auth/credential-changes.ts). */
   credentialChanges: CredentialChanges
-  /** The bound on waiting for the database: how many requests wait, and how long (src/db/admission.ts). */
+  /** The bound on waiting for the database: how many requests wait, and how long (src/core/db/admission.ts). */
   databaseWork: DatabaseWork
-  /** Requests per window per credential, user or address; undefined when RATE_LIMIT=0 (src/http/rate-limit.ts). */
+  /** Requests per window per credential, user or address; undefined when RATE_LIMIT=0 (src/core/http/rate-limit.ts). */
   rateLimiter: RateLimiter | undefined
   /** Password hashing with this instance's slots on the thread pool (src/auth/password.ts). */
   passwords: PasswordHasher
-  /** When a stored idempotent answer also deletes expired records (src/http/idempotency.ts). */
+  /** When a stored idempotent answer also deletes expired records (src/core/http/idempotency.ts). */
   idempotencyCleanup: IdempotencyCleanup
   /** Moves committed events from the outbox to the event log, numbered in commit order (src/events/publisher.ts). */
   eventPublisher: EventPublisher

@@ -4,11 +4,11 @@ import { createServer, type Server as HttpServer } from 'node:http'
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https'
 import type { Duplex } from 'node:stream'
 import type { AppDeps } from './app-deps.js'
-import { describeError } from './log.js'
+import { describeError } from './core/log.js'
 import { metricsRoutes } from './metrics/routes.js'
 import { buildOpenApiDocument } from './openapi/document.js'
 import { openApiRoute } from './openapi/routes.js'
-import type { AnyRoute } from './http/route.js'
+import type { AnyRoute } from './core/http/route.js'
 import { apiKeyRoutes } from './api-keys/resource.js'
 import { authRoutes } from './auth/routes.js'
 import { sessionRoutes } from './auth/session-routes.js'
@@ -16,10 +16,10 @@ import { eventRoutes } from './events/feed.js'
 import { eventStreamRoutes } from './events/stream-routes.js'
 import { webhookRoutes } from './webhooks/routes.js'
 import { healthRoutes } from './health/routes.js'
-import type { TlsOptions } from './http/tls.js'
-import { createRequestHandler } from './http/pipeline.js'
-import { HttpError, problemBody } from './http/problem.js'
-import { createRouter } from './http/router.js'
+import type { TlsOptions } from './core/http/tls.js'
+import { createRequestHandler } from './core/http/pipeline.js'
+import { HttpError, problemBody } from './core/http/problem.js'
+import { createRouter } from './core/http/router.js'
 import { productRoutes } from './products/resource.js'
 import { userRoutes } from './users/resource.js'
 
@@ -49,7 +49,7 @@ export function allRoutes(apiPrefix: string, extra: readonly AnyRoute[] = []): A
  *   headersTimeout;
  * - maxConnections: open connections at most; those over it are closed at once.
  */
-/** The HTTP server, or the HTTPS one with TLS_CERT_FILE and TLS_KEY_FILE (src/http/tls.ts). */
+/** The HTTP server, or the HTTPS one with TLS_CERT_FILE and TLS_KEY_FILE (src/core/http/tls.ts). */
 export type AppServer = HttpServer | HttpsServer
 
 export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsOptions): AppServer {

@@ -1,6 +1,6 @@
 import Type, { type Static } from 'typebox'
 import { Compile } from 'typebox/compile'
-import { trustedProxies, type TrustProxy } from './http/client-address.js'
+import { trustedProxies, type TrustProxy } from './core/http/client-address.js'
 
 // Every setting the service reads, with its default. Values arrive as strings
 // from the environment; `loadConfig` turns them into this typed record or
@@ -75,7 +75,7 @@ export interface Config {
    */
   databaseListenUrl: string | undefined
   /**
-   * Whether databaseUrl goes through a transaction pooler (src/db/pooler.ts):
+   * Whether databaseUrl goes through a transaction pooler (src/core/db/pooler.ts):
    * `auto` is found out at start-up by `resolvePooler`, which the entry point
    * runs before `createService` (which needs `transaction` or `none`).
    */

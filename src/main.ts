@@ -2,11 +2,11 @@ import type { Sql } from 'postgres'
 import { PasswordHasher } from './auth/password.js'
 import { resolveSecrets } from './auth/secrets.js'
 import { ConfigError, loadConfig, type Config } from './config.js'
-import { connect, DriverPatchError } from './db/connect.js'
-import { dataRoot, LocalClusterError, localDevelopmentUrl } from './db/local-cluster.js'
-import { migrate, MigrationError } from './db/migrate.js'
-import { resolvePooler } from './db/pooler.js'
-import { batchedWriter, createLogger, describeError, type Logger } from './log.js'
+import { connect, DriverPatchError } from './core/db/connect.js'
+import { dataRoot, LocalClusterError, localDevelopmentUrl } from './dev/local-cluster.js'
+import { migrate, MigrationError } from './core/db/migrate.js'
+import { resolvePooler } from './core/db/pooler.js'
+import { batchedWriter, createLogger, describeError, type Logger } from './core/log.js'
 import { createService } from './service.js'
 import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
@@ -21,7 +21,7 @@ async function main(): Promise<void> {
   process.on('exit', stdout.flush)
   const log = createLogger(config.logLevel, stdout.write)
   // Last resort. Every known way for the database driver to throw outside a
-  // request is patched (src/db/postgres-patch.mjs), so reaching this is a bug
+  // request is patched (src/core/db/postgres-patch.mjs), so reaching this is a bug
   // whose consequences are unknown: carrying on could serve from a broken
   // pool or half-updated state. Do what Node would do (exit 1, so the
   // supervisor restarts the process), but first write the error as a JSON
@@ -34,7 +34,7 @@ async function main(): Promise<void> {
   process.on('unhandledRejection', fatal('unhandled promise rejection'))
 
   const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
-  // Before anything else: a transaction pooler changes how every connection is opened (src/db/pooler.ts).
+  // Before anything else: a transaction pooler changes how every connection is opened (src/core/db/pooler.ts).
   const databasePooler = await resolvePooler({ ...config, databaseUrl })
   if (databasePooler === 'transaction') {
     log.info('DATABASE_URL goes through a transaction pooler: no prepared statements there; LISTEN and migrations on DATABASE_LISTEN_URL', { pooler: config.databasePooler === 'auto' ? 'detected' : 'DATABASE_POOLER' })

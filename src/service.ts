@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net'
 import { ApiKeyCache } from './api-keys/key-cache.js'
 import { LastUsedWrites } from './api-keys/last-used.js'
 import { allRoutes, createApp, type AppServer } from './app.js'
-import { tlsOptions, watchCertificate } from './http/tls.js'
+import { tlsOptions, watchCertificate } from './core/http/tls.js'
 import { CREDENTIAL_CACHE_SIZE, type AppDeps } from './app-deps.js'
 import { listenForCredentialChanges } from './auth/credential-changes.js'
 import { credentialDeps } from './auth/credentials.js'
@@ -15,14 +15,14 @@ import { PasswordHasher } from './auth/password.js'
 import { RevocationList } from './auth/revocations.js'
 import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
-import { databaseBound } from './db/admission.js'
-import { connect } from './db/connect.js'
-import { IdempotencyCleanup } from './http/idempotency.js'
-import { RateLimiter } from './http/rate-limit.js'
-import type { AnyRoute } from './http/route.js'
-import type { Logger } from './log.js'
-import { Metrics } from './metrics/metrics.js'
-import { ListShapes } from './collections/list-sql.js'
+import { databaseBound } from './core/db/admission.js'
+import { connect } from './core/db/connect.js'
+import { IdempotencyCleanup } from './core/http/idempotency.js'
+import { RateLimiter } from './core/http/rate-limit.js'
+import type { AnyRoute } from './core/http/route.js'
+import type { Logger } from './core/log.js'
+import { Metrics } from './core/metrics.js'
+import { ListShapes } from './core/collections/list-sql.js'
 import { closeDatabaseWork, shutdown } from './shutdown.js'
 import { defaultStreamSettings, EventHub, type StreamSettings } from './events/hub.js'
 import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from './events/publisher.js'
@@ -112,7 +112,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
 
 function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ...tuning }: ServiceOptions): AppDeps {
   if (config.databaseUrl === undefined) throw new Error('createService: config.databaseUrl is not set')
-  if (config.databasePooler === 'auto') throw new Error('createService: config.databasePooler is not resolved (resolvePooler, src/db/pooler.ts)')
+  if (config.databasePooler === 'auto') throw new Error('createService: config.databasePooler is not resolved (resolvePooler, src/core/db/pooler.ts)')
   const metrics = new Metrics({ max: config.poolMax })
   const { statementTimeoutMs } = config
   const pooled = config.databasePooler === 'transaction'

@@ -1,7 +1,7 @@
 import type { AppServer } from './app.js'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AppDeps } from './app-deps.js'
-import { describeError } from './log.js'
+import { describeError } from './core/log.js'
 
 /**
  * Graceful stop, bounded by SHUTDOWN_TIMEOUT from the signal to the end:

@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import type { Sql } from 'postgres'
 import { loadConfig } from '../src/config.js'
-import { createLogger } from '../src/log.js'
+import { createLogger } from '../src/core/log.js'
 import { createService } from '../src/service.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 

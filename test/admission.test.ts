@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
 import { after, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { DatabaseWork, SWEEP_MS } from '../src/db/admission.js'
-import { HttpError } from '../src/http/problem.js'
+import { DatabaseWork, SWEEP_MS } from '../src/core/db/admission.js'
+import { HttpError } from '../src/core/http/problem.js'
 
 // The bound on waiting for the database, as a unit, with a simulated
 // database: `connections` statements at a time, each `serviceMs`, the rest

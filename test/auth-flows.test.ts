@@ -3,7 +3,7 @@ import { createHash, createHmac, randomBytes } from 'node:crypto'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { verifyJwt } from '../src/auth/jwt.js'
-import { createLogger } from '../src/log.js'
+import { createLogger } from '../src/core/log.js'
 import { createService } from '../src/service.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { BoundedMap } from '../src/lib/bounded-map.js'
+import { BoundedMap } from '../src/core/lib/bounded-map.js'
 
 // The one bounded map behind every per-instance cache.
 

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict'
 import { before, test } from 'node:test'
 import type { Row } from 'postgres'
-import { decodeCursor, encodeCursor } from '../src/collections/cursor.js'
-import { listStatements, type ListRequest } from '../src/collections/list-sql.js'
+import { decodeCursor, encodeCursor } from '../src/core/collections/cursor.js'
+import { listStatements, type ListRequest } from '../src/core/collections/list-sql.js'
 import { products as productsResource } from '../src/products/resource.js'
 import { users as usersResource } from '../src/users/resource.js'
-import { ListShapes } from '../src/collections/list-sql.js'
+import { ListShapes } from '../src/core/collections/list-sql.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // The one list mechanism, through GET /users and GET /products: filters,

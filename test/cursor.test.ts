@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { test } from 'node:test'
-import { decodeCursor, encodeCursor, sealCursor, type CursorPayload } from '../src/collections/cursor.js'
+import { decodeCursor, encodeCursor, sealCursor, type CursorPayload } from '../src/core/collections/cursor.js'
 
 // Unit tests of the collection cursor: unreadable, tamper-evident, and opened
 // under any of several keys (rotation). No server, no database.

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, test } from 'node:test'
-import { connect } from '../src/db/connect.js'
-import { mapDatabaseError } from '../src/db/errors.js'
+import { connect } from '../src/core/db/connect.js'
+import { mapDatabaseError } from '../src/core/db/errors.js'
 import { createTestDatabase } from './helpers/server.js'
 
 // What a request gets when PostgreSQL aborts its transaction to resolve a

@@ -50,7 +50,7 @@ test('the Dockerfile is multi-stage, runs as a non-root user on a Node LTS image
   assert.deepEqual(execForm(stage.find((i) => i.keyword === 'CMD')!.args), ['node', 'dist/main.js'])
   // What the runtime stage holds: the compiled service, its SQL, the package files and the driver patch; no source, no tests.
   const copies = stage.filter((i) => i.keyword === 'COPY').map((i) => i.args)
-  assert.deepEqual(copies, ['package.json package-lock.json ./', 'src/db/postgres-patch.mjs src/db/postgres-patch.mjs', '--from=build /app/dist dist', 'sql sql'])
+  assert.deepEqual(copies, ['package.json package-lock.json ./', 'src/core/db/postgres-patch.mjs src/core/db/postgres-patch.mjs', '--from=build /app/dist dist', 'sql sql'])
   for (const i of instructions.filter((x) => x.keyword === 'ENV' || x.keyword === 'ARG')) {
     assert.doesNotMatch(i.args, /JWT_SECRETS|DATABASE_URL|ADMIN_PASSWORD|PASSWORD|SECRET/i, `${i.keyword} ${i.args}`)
   }
@@ -65,7 +65,7 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
   // COPY, as the stage does; dist/ is what its build stage makes (tsc with the project's tsconfig).
   cpSync(join(root, 'package.json'), join(app, 'package.json'))
   cpSync(join(root, 'package-lock.json'), join(app, 'package-lock.json'))
-  cpSync(join(root, 'src/db/postgres-patch.mjs'), join(app, 'src/db/postgres-patch.mjs'))
+  cpSync(join(root, 'src/core/db/postgres-patch.mjs'), join(app, 'src/core/db/postgres-patch.mjs'))
   cpSync(join(root, 'sql'), join(app, 'sql'), { recursive: true })
   const built = spawnSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', join(root, 'tsconfig.json'), '--outDir', join(app, 'dist')], { encoding: 'utf8' })
   assert.equal(built.status, 0, built.stdout + built.stderr)

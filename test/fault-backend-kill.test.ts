@@ -3,7 +3,7 @@ import { after, test } from 'node:test'
 import { roleScopes } from '../src/auth/scopes.js'
 import { openSession } from '../src/auth/sessions.js'
 import { hashSecret } from '../src/auth/tokens.js'
-import { connect } from '../src/db/connect.js'
+import { connect } from '../src/core/db/connect.js'
 import { call, holdRowLock, startLoad, summarize, waitFor } from './fault-kit.js'
 import { startServer } from './helpers/server.js'
 

@@ -4,8 +4,8 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import { PasswordHasher } from '../src/auth/password.js'
 import { hashSecret } from '../src/auth/tokens.js'
-import { DEADLINE_GRACE_MS } from '../src/db/admission.js'
-import { connect } from '../src/db/connect.js'
+import { DEADLINE_GRACE_MS } from '../src/core/db/admission.js'
+import { connect } from '../src/core/db/connect.js'
 import { READINESS_TTL_MS } from '../src/health/readiness.js'
 import { adminToken, call, OwnCluster, percentile, spawnService, startLoad, summarize, waitFor, type Outcome, type Spawned } from './fault-kit.js'
 
@@ -21,7 +21,7 @@ import { adminToken, call, OwnCluster, percentile, spawnService, startLoad, summ
 // (t.diagnostic) for docs/operations.md.
 
 const STATEMENT_TIMEOUT = 1
-/** src/db/admission.ts: a request to the API whose database stage has not finished by then gets a 503. */
+/** src/core/db/admission.ts: a request to the API whose database stage has not finished by then gets a 503. */
 const DEADLINE_MS = STATEMENT_TIMEOUT * 1000 + DEADLINE_GRACE_MS
 
 let cluster: OwnCluster
@@ -59,7 +59,7 @@ const ms = (x: number) => `${Math.round(x)} ms`
  * A mixed load: reads, creations, a page of a collection, and updates of one
  * row by several clients at once, so that at any moment some transaction is
  * waiting on that row's lock with a statement in flight: the moment
- * postgres.js 3.4.9 crashed on (src/db/postgres-patch.mjs).
+ * postgres.js 3.4.9 crashed on (src/core/db/postgres-patch.mjs).
  */
 function mixedLoad(clients: number, tag: string) {
   return startLoad(clients, (client, seq) => {

@@ -12,8 +12,8 @@ import vm from 'node:vm'
 import type { Sql, TransactionSql } from 'postgres'
 import { signJwt } from '../src/auth/jwt.js'
 import { roleScopes } from '../src/auth/scopes.js'
-import { connect } from '../src/db/connect.js'
-import { migrate } from '../src/db/migrate.js'
+import { connect } from '../src/core/db/connect.js'
+import { migrate } from '../src/core/db/migrate.js'
 
 // What the fault tests (test/fault-*.test.ts) share: a PostgreSQL cluster of
 // their own that they may stop, freeze and restart (never the shared one the
@@ -42,7 +42,7 @@ function findBinaries(): string {
   return found
 }
 
-/** As root, PostgreSQL runs as `postgres` (or `nobody`), as src/db/local-cluster.ts does. */
+/** As root, PostgreSQL runs as `postgres` (or `nobody`), as src/dev/local-cluster.ts does. */
 function serverAccount(): string | undefined {
   if (process.getuid?.() !== 0) return undefined
   for (const user of ['postgres', 'nobody']) if (spawnSync('id', ['-u', user]).status === 0) return user

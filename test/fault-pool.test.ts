@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { DEADLINE_GRACE_MS, WAIT_TARGET_MS } from '../src/db/admission.js'
-import { connect } from '../src/db/connect.js'
+import { DEADLINE_GRACE_MS, WAIT_TARGET_MS } from '../src/core/db/admission.js'
+import { connect } from '../src/core/db/connect.js'
 import { call, holdTableLock, percentile, settledHeap, summarize, type Outcome } from './fault-kit.js'
 import { startServer } from './helpers/server.js'
 

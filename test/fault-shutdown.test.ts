@@ -3,7 +3,7 @@ import { Agent, request as httpRequest } from 'node:http'
 import { after, before, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
-import { connect } from '../src/db/connect.js'
+import { connect } from '../src/core/db/connect.js'
 import { adminToken, call, holdRowLock, OwnCluster, RawClient, spawnService, startLoad, summarize, waitFor, type Outcome } from './fault-kit.js'
 
 // SIGTERM to the real process (`node --import tsx src/main.ts`), with

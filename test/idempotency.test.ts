@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { createHash, randomBytes, randomUUID } from 'node:crypto'
 import { after, describe, test } from 'node:test'
-import { createLogger } from '../src/log.js'
+import { createLogger } from '../src/core/log.js'
 import { createService } from '../src/service.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 

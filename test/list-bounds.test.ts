@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { listCollection, MAX_FILTERS } from '../src/collections/list-query.js'
-import { MAX_PREPARED_SHAPES, PREPARE_AFTER_USES } from '../src/collections/list-sql.js'
+import { listCollection, MAX_FILTERS } from '../src/core/collections/list-query.js'
+import { MAX_PREPARED_SHAPES, PREPARE_AFTER_USES } from '../src/core/collections/list-sql.js'
 import { products } from '../src/products/resource.js'
 import { startServer } from './helpers/server.js'
 

@@ -6,7 +6,7 @@ import { join } from 'node:path'
 import { after, test } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import postgres from 'postgres'
-import { OUTSIDE_ROOT } from '../src/db/local-cluster.js'
+import { OUTSIDE_ROOT } from '../src/dev/local-cluster.js'
 
 // The two commands set up their own PostgreSQL where many people check out
 // as root: in root's home (mode 0700) or a `mktemp -d` folder, which the
@@ -19,7 +19,7 @@ const root = fileURLToPath(new URL('../', import.meta.url))
 const asRoot = process.getuid?.() === 0
 
 function cluster(checkout: string, command: string): { status: number | null; out: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(checkout, 'src/db/local-cluster.ts'), command], { cwd: root, encoding: 'utf8', timeout: 120_000 })
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(checkout, 'src/dev/local-cluster.ts'), command], { cwd: root, encoding: 'utf8', timeout: 120_000 })
   return { status: r.status, out: `${r.stdout}${r.stderr}` }
 }
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { batchedWriter, createLogger } from '../src/log.js'
+import { batchedWriter, createLogger } from '../src/core/log.js'
 
 test('lines logged within the delay reach the sink in one write, in order, once the delay has passed', async () => {
   const writes: string[] = []

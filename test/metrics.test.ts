@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { allRoutes } from '../src/app.js'
-import { Metrics } from '../src/metrics/metrics.js'
+import { Metrics } from '../src/core/metrics.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // GET /metrics: admin only, Prometheus text format 0.0.4. The whole output is

@@ -6,8 +6,8 @@ import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { after, describe, test } from 'node:test'
 import type { Sql } from 'postgres'
-import { connect } from '../src/db/connect.js'
-import { loadMigrations, migrate, MigrationError } from '../src/db/migrate.js'
+import { connect } from '../src/core/db/connect.js'
+import { loadMigrations, migrate, MigrationError } from '../src/core/db/migrate.js'
 import { createTestDatabase } from './helpers/server.js'
 
 // migrate() against real databases: a copy of the run's migrated template,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { Periodic } from '../src/lib/periodic.js'
+import { Periodic } from '../src/core/lib/periodic.js'
 
 // Periodic.runAnew: the run a caller gets began after it asked, so what the
 // run reads cannot predate the caller's reason to ask (src/events/stream-authority.ts).

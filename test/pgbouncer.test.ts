@@ -5,10 +5,10 @@ import { readdirSync } from 'node:fs'
 import { after, describe, test } from 'node:test'
 import type { Sql } from 'postgres'
 import { ConfigError, loadConfig } from '../src/config.js'
-import { PREPARE_AFTER_USES } from '../src/collections/list-sql.js'
-import { connect } from '../src/db/connect.js'
-import { MIGRATION_LOCK } from '../src/db/migrate.js'
-import { probe, resolvePooler } from '../src/db/pooler.js'
+import { PREPARE_AFTER_USES } from '../src/core/collections/list-sql.js'
+import { connect } from '../src/core/db/connect.js'
+import { MIGRATION_LOCK } from '../src/core/db/migrate.js'
+import { probe, resolvePooler } from '../src/core/db/pooler.js'
 import { products } from '../src/products/resource.js'
 import { launchService, projectRoot } from './fault-kit.js'
 import { startPgBouncer } from './helpers/pgbouncer.js'
@@ -105,7 +105,7 @@ describe('detection', () => {
 describe('through PgBouncer in transaction mode', () => {
   test('the pool sends unnamed statements only, PgBouncer refused no startup parameter, and the time-outs are the role\'s', async () => {
     const { sql } = a.deps
-    // `prepare: true` as src/resources/store.ts asks: the pool's prepare: false wins.
+    // `prepare: true` as src/core/resources/store.ts asks: the pool's prepare: false wins.
     const asked = await sql.unsafe('SELECT $1::int AS n', [1], { prepare: true })
     assert.equal(asked.statement.name, '')
     assert.equal((await sql`SELECT ${2}::int AS n`).statement.name, '')

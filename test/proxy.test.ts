@@ -9,7 +9,7 @@ import { call, tally, type Answer } from './helpers/http-client.js'
 import { startNginx } from './helpers/nginx.js'
 import { createTestDatabase, startServer } from './helpers/server.js'
 import { insertEvents, SseClient } from './helpers/sse.js'
-import { connect } from '../src/db/connect.js'
+import { connect } from '../src/core/db/connect.js'
 
 // The service behind a real nginx running deploy/nginx.conf (test/helpers/nginx.ts).
 // Clients connect from addresses of their own on the loopback network

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
 import { request as httpRequest, type IncomingMessage } from 'node:http'
 import { describe, test } from 'node:test'
-import { addressBucket, clientAddress, trustedProxies, type TrustProxy } from '../src/http/client-address.js'
-import { RateLimiter } from '../src/http/rate-limit.js'
+import { addressBucket, clientAddress, trustedProxies, type TrustProxy } from '../src/core/http/client-address.js'
+import { RateLimiter } from '../src/core/http/rate-limit.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // The rate limit: a fixed one-minute window per credential, or per client

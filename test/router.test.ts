@@ -4,8 +4,8 @@ import { allRoutes } from '../src/app.js'
 
 const appRoutes = allRoutes('')
 import { publicAccess } from '../src/auth/access.js'
-import { defineRoute, type AnyRoute, type Method } from '../src/http/route.js'
-import { createRouter, isBigintId, type Match } from '../src/http/router.js'
+import { defineRoute, type AnyRoute, type Method } from '../src/core/http/route.js'
+import { createRouter, isBigintId, type Match } from '../src/core/http/router.js'
 
 // The router alone, no server: how templates compile, what `{id}` accepts,
 // and which kind of match each method gets.

@@ -1,8 +1,8 @@
 import { spawnSync } from 'node:child_process'
 import { readdirSync } from 'node:fs'
-import { connect } from '../src/db/connect.js'
-import { startLocalCluster } from '../src/db/local-cluster.js'
-import { migrate } from '../src/db/migrate.js'
+import { connect } from '../src/core/db/connect.js'
+import { startLocalCluster } from '../src/dev/local-cluster.js'
+import { migrate } from '../src/core/db/migrate.js'
 
 // The test harness behind `make test`. It creates a migrated template database
 // for this run on the server of DATABASE_URL (or the local cluster), runs every

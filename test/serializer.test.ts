@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import Type from 'typebox'
-import { isoTimestamp } from '../src/db/timestamps.js'
+import { isoTimestamp } from '../src/core/db/timestamps.js'
 import { products } from '../src/products/resource.js'
-import { compileSerializer } from '../src/resources/serializer.js'
+import { compileSerializer } from '../src/core/resources/serializer.js'
 import { users } from '../src/users/resource.js'
 
 // The compiled serializer must write exactly what JSON.stringify writes for

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { JsonSyntaxError, parseStrictJson } from '../src/http/strict-json.js'
+import { JsonSyntaxError, parseStrictJson } from '../src/core/http/strict-json.js'
 
 // The strict parser alone: it must agree with JSON.parse on every valid
 // document, and refuse what JSON.parse accepts but the API must not.

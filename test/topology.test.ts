@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { Agent } from 'node:http'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { connect } from '../src/db/connect.js'
+import { connect } from '../src/core/db/connect.js'
 import { adminToken, spawnService } from './fault-kit.js'
 import { call, tally, type Answer } from './helpers/http-client.js'
 import { startNginx } from './helpers/nginx.js'
@@ -26,7 +26,7 @@ describe('three instances behind nginx, through PgBouncer in transaction mode, o
   after(() => db.end({ timeout: 5 }))
   const [{ id: adminId }] = await db<[{ id: number }]>`INSERT INTO users (name, email, role) VALUES ('Topology Admin', 'topology-admin@example.com', 'admin') RETURNING id`
   const auth = { authorization: `Bearer ${adminToken(adminId)}` }
-  // Through a transaction pooler the time-outs are the role's, not the connection's (src/db/pooler.ts).
+  // Through a transaction pooler the time-outs are the role's, not the connection's (src/core/db/pooler.ts).
   const database = db(new URL(databaseUrl).pathname.slice(1))
   await db`ALTER ROLE CURRENT_USER IN DATABASE ${database} SET statement_timeout = 5000`
   await db`ALTER ROLE CURRENT_USER IN DATABASE ${database} SET idle_in_transaction_session_timeout = 5000`

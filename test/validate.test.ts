@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import Type from 'typebox'
-import { HttpError } from '../src/http/problem.js'
-import { compileValidator } from '../src/http/validate.js'
+import { HttpError } from '../src/core/http/problem.js'
+import { compileValidator } from '../src/core/http/validate.js'
 
 // The one validation mechanism: a value the schema refuses is never accepted,
 // even when TypeBox's report has no words for why.

@@ -34,7 +34,7 @@ const audience = env.JWT_AUDIENCE || 'users-products-api'
 
 // ---- database ----------------------------------------------------------------
 
-// The pool settings of the service (src/db/connect.ts): a `host` query
+// The pool settings of the service (src/core/db/connect.ts): a `host` query
 // parameter is a Unix socket folder, which postgres.js would otherwise send to
 // the server as a setting; int8 columns (ids, prices) come back as numbers.
 const url = new URL(required('DATABASE_URL'))
@@ -250,7 +250,7 @@ async function readJson(req, types) {
   return body
 }
 
-// The rules of the service's schemas (src/users/resource.ts, src/products/resource.ts, src/resources/common.ts).
+// The rules of the service's schemas (src/users/resource.ts, src/products/resource.ts, src/core/resources/common.ts).
 const NAME = /^(?=[\s\S]*[^\s])[^\u0000-\u001f\u007f-\u009f]*$/
 const EMAIL = /^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$/
 const SKU = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/

@@ -37,7 +37,7 @@ const audience = env.JWT_AUDIENCE || 'users-products-api'
 
 // ---- database ----------------------------------------------------------------
 
-// The pool settings of the service (src/db/connect.ts): a `host` query
+// The pool settings of the service (src/core/db/connect.ts): a `host` query
 // parameter is a Unix socket folder, which postgres.js would otherwise send to
 // the server as a setting; int8 columns (ids, prices) come back as numbers.
 const url = new URL(required('DATABASE_URL'))
@@ -241,7 +241,7 @@ const listQuery = (members, sorts) => ({
   not: { required: ['after', 'offset'] },
 })
 
-// The rules of the service's schemas (src/users/resource.ts, src/products/resource.ts, src/resources/common.ts).
+// The rules of the service's schemas (src/users/resource.ts, src/products/resource.ts, src/core/resources/common.ts).
 const nameRule = { type: 'string', minLength: 1, maxLength: 200, pattern: '^(?=[\\s\\S]*[^\\s])[^\\u0000-\\u001f\\u007f-\\u009f]*$' }
 const userCreate = {
   type: 'object',

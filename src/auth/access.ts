@@ -1,4 +1,4 @@
-import { HttpError } from '../http/problem.js'
+import { HttpError } from '../core/http/problem.js'
 import { challenge, unauthorized } from './credentials.js'
 import type { Principal, UserPrincipal } from './principal.js'
 import type { Scope } from './scopes.js'

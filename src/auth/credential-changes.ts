@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import type { Sql } from 'postgres'
-import { backgroundConnection } from '../db/connect.js'
+import { backgroundConnection } from '../core/db/connect.js'
 import type { ApiKeyCache } from '../api-keys/key-cache.js'
-import { describeError, type Logger } from '../log.js'
+import { describeError, type Logger } from '../core/log.js'
 import { applyRevocation, type RevocationList, type RevocationRow } from './revocations.js'
 
 // Keeps what an instance remembers about credentials right across instances:

@@ -4,7 +4,7 @@ import type { Sql } from 'postgres'
 import { apiKeyPrincipals, recordKeyUse } from '../api-keys/credential.js'
 import type { ApiKeyCache } from '../api-keys/key-cache.js'
 import type { LastUsedWrites } from '../api-keys/last-used.js'
-import { HttpError } from '../http/problem.js'
+import { HttpError } from '../core/http/problem.js'
 import { InvalidTokenError, looksLikeJwt, verifyJwt, type SigningKey } from './jwt.js'
 import type { CredentialChanges } from './credential-changes.js'
 import type { JwtCache } from './jwt-cache.js'
@@ -26,7 +26,7 @@ export interface CredentialSettings {
 /** What authentication uses: the database, the JWT settings, and the caches of one application instance. */
 export interface CredentialDeps {
   sql: Sql
-  /** Runs database work under the pipeline's bound on waiting for the database (src/db/admission.ts). */
+  /** Runs database work under the pipeline's bound on waiting for the database (src/core/db/admission.ts). */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
   settings: CredentialSettings
   jwtCache: JwtCache

@@ -1,6 +1,6 @@
 import Type from 'typebox'
-import type { HandlerContext } from '../http/route.js'
-import { HttpError } from '../http/problem.js'
+import type { HandlerContext } from '../core/http/route.js'
+import { HttpError } from '../core/http/problem.js'
 import { originOf } from '../events/origin.js'
 import { findUser } from '../users/queries.js'
 import { requireInteractive } from './access.js'

@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http'
-import { HttpError } from '../http/problem.js'
+import { HttpError } from '../core/http/problem.js'
 import { authorize, type Access } from './access.js'
 import { checkCredentials, classifySecret, invalidToken, presentedCredential, type CredentialDeps, type Presented } from './credentials.js'
 import type { UserPrincipal } from './principal.js'

@@ -1,4 +1,4 @@
-import { BoundedMap } from '../lib/bounded-map.js'
+import { BoundedMap } from '../core/lib/bounded-map.js'
 import { DEFAULT_LEEWAY_SECONDS } from './jwt.js'
 import type { UserPrincipal } from './principal.js'
 

@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto'
 import type { Sql } from 'postgres'
-import { deleteInBatches } from '../db/batched-delete.js'
+import { deleteInBatches } from '../core/db/batched-delete.js'
 import type { Config } from '../config.js'
 
 // Addresses that proved an account's password: the account-wide failure

@@ -1,11 +1,11 @@
 import { recordEvents } from '../events/record.js'
 import type { EventOrigin } from '../events/origin.js'
 import type { Sql } from 'postgres'
-import { addressBucket } from '../http/client-address.js'
-import { HttpError } from '../http/problem.js'
-import { RateLimiter } from '../http/rate-limit.js'
-import { describeError, type Logger } from '../log.js'
-import { deleteInBatches } from '../db/batched-delete.js'
+import { addressBucket } from '../core/http/client-address.js'
+import { HttpError } from '../core/http/problem.js'
+import { RateLimiter } from '../core/http/rate-limit.js'
+import { describeError, type Logger } from '../core/log.js'
+import { deleteInBatches } from '../core/db/batched-delete.js'
 import { knownCondition, purgeKnownAddresses, rememberAddress, tagsOf, type LoginAddress } from './known-addresses.js'
 
 // Failed logins are counted in the database (every instance sees them), for

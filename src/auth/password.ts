@@ -1,5 +1,5 @@
 import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto'
-import { HttpError } from '../http/problem.js'
+import { HttpError } from '../core/http/problem.js'
 
 // Passwords are stored as scrypt hashes with their parameters beside them
 // (`scrypt$N$r$p$salt$hash`), so the cost can be raised later and old hashes

@@ -1,8 +1,8 @@
 import Type from 'typebox'
-import { defineCollection, type ListQuery } from '../collections/declaration.js'
-import { listCollection } from '../collections/list-query.js'
-import { defineRoute } from '../http/route.js'
-import { compileSerializer } from '../resources/serializer.js'
+import { defineCollection, type ListQuery } from '../core/collections/declaration.js'
+import { listCollection } from '../core/collections/list-query.js'
+import { defineRoute } from '../core/http/route.js'
+import { compileSerializer } from '../core/resources/serializer.js'
 import { actorCredentials } from './origin.js'
 
 // GET /events: the audit log and change feed in one, a collection like any

@@ -2,9 +2,9 @@ import type { ServerResponse } from 'node:http'
 import { setImmediate as yieldToIo } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import type { Grant } from '../auth/grants.js'
-import { HttpError } from '../http/problem.js'
-import type { StreamBody } from '../http/route.js'
-import { describeError, type Logger } from '../log.js'
+import { HttpError } from '../core/http/problem.js'
+import type { StreamBody } from '../core/http/route.js'
+import { describeError, type Logger } from '../core/log.js'
 import { eventSerializer } from './feed.js'
 import { SSE_CONTENT_TYPE, sseEvent, sseRetry } from './sse.js'
 import { EventStream } from './stream.js'
@@ -73,7 +73,7 @@ export interface StreamRequest {
   /** The event types wanted; every type when undefined. */
   types: ReadonlySet<string> | undefined
   requestId: string
-  /** The bound on waiting for the database (src/db/admission.ts), for the catch-up's statements. */
+  /** The bound on waiting for the database (src/core/db/admission.ts), for the catch-up's statements. */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
   /** The authority the stream is opened with, held only while it holds. */
   grant: Grant

@@ -1,7 +1,7 @@
 import type { Sql } from 'postgres'
-import { backgroundConnection } from '../db/connect.js'
-import { Periodic } from '../lib/periodic.js'
-import { describeError, type Logger } from '../log.js'
+import { backgroundConnection } from '../core/db/connect.js'
+import { Periodic } from '../core/lib/periodic.js'
+import { describeError, type Logger } from '../core/log.js'
 import { wakeWorkers } from '../webhooks/wake.js'
 import { EVENTS_CHANNEL } from './hub.js'
 

@@ -2,7 +2,7 @@ import type { Sql, TransactionSql } from 'postgres'
 import { originValues, type EventOrigin } from './origin.js'
 
 // Events that are not a declared resource's create, update or delete (those
-// are written in the statement of the change, src/resources/store.ts):
+// are written in the statement of the change, src/core/resources/store.ts):
 // sessions, failed logins. Run it on the transaction of the change, or alone
 // when the event is the change (a failed login).
 

@@ -1,8 +1,8 @@
-import type { Resource } from '../resources/resource.js'
-import { quoteIdentifier } from '../db/identifier.js'
+import type { Resource } from '../core/resources/resource.js'
+import { quoteIdentifier } from '../core/db/identifier.js'
 
 // A resource's representation built in SQL, for the event written in the
-// same statement as the change (src/resources/store.ts): the same members in
+// same statement as the change (src/core/resources/store.ts): the same members in
 // the same order as the API shows them, timestamps in the API's text
 // (api_time, sql/007). Made from the declaration only, once per resource;
 // test/events.test.ts holds it to what GET answers.

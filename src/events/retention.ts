@@ -1,7 +1,7 @@
 import type { Sql } from 'postgres'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { Periodic } from '../lib/periodic.js'
-import { describeError, type Logger } from '../log.js'
+import { Periodic } from '../core/lib/periodic.js'
+import { describeError, type Logger } from '../core/log.js'
 
 // Events older than EVENTS_RETENTION_DAYS are deleted by the service itself,
 // oldest first, a batch per statement: each statement locks a few hundred

@@ -1,6 +1,6 @@
 import type { Grant, GrantEnd } from '../auth/grants.js'
-import { Periodic } from '../lib/periodic.js'
-import { describeError, type Logger } from '../log.js'
+import { Periodic } from '../core/lib/periodic.js'
+import { describeError, type Logger } from '../core/log.js'
 import type { EventStream } from './stream.js'
 
 // Whether each open stream may still be sent events (src/auth/grants.ts),

@@ -2,9 +2,9 @@ import type { IncomingHttpHeaders } from 'node:http'
 import Type, { type Static } from 'typebox'
 import type { Access } from '../auth/access.js'
 import { holdGrant } from '../auth/grants.js'
-import { defineRoute } from '../http/route.js'
-import { HttpError } from '../http/problem.js'
-import { compileValidator } from '../http/validate.js'
+import { defineRoute } from '../core/http/route.js'
+import { HttpError } from '../core/http/problem.js'
+import { compileValidator } from '../core/http/validate.js'
 
 // GET /events/stream: the feed of GET /events as Server-Sent Events, for as
 // long as the client stays (src/events/hub.ts). The handler only checks the
@@ -64,7 +64,7 @@ export function resumePoint(headers: IncomingHttpHeaders, query: StreamQuery): n
     }
     id = BigInt(header)
   }
-  // Ids are read as numbers everywhere (src/db/connect.ts); past 2^53 - 1 none exists, so such a point is after every event.
+  // Ids are read as numbers everywhere (src/core/db/connect.ts); past 2^53 - 1 none exists, so such a point is after every event.
   return id === undefined ? undefined : Number(id > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : id)
 }
 

@@ -1,7 +1,7 @@
 import Type from 'typebox'
 import { publicAccess } from '../auth/access.js'
-import { HttpError } from '../http/problem.js'
-import { defineRoute } from '../http/route.js'
+import { HttpError } from '../core/http/problem.js'
+import { defineRoute } from '../core/http/route.js'
 
 export const healthRoutes = [
   // Liveness: the process answers. No database access, so a database outage

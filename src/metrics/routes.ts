@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { defineRoute } from '../http/route.js'
+import { defineRoute } from '../core/http/route.js'
 
 // Prometheus scrapes this; admin only (the figures describe the whole service), with the
 // metrics:read scope: an admin's key made for something else (products:read) cannot read them.

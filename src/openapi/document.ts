@@ -1,7 +1,7 @@
 import Type, { type TSchema } from 'typebox'
 import type { Access } from '../auth/access.js'
-import type { AnyRoute, ResponseHeader } from '../http/route.js'
-import { problems } from '../http/problem.js'
+import type { AnyRoute, ResponseHeader } from '../core/http/route.js'
+import { problems } from '../core/http/problem.js'
 
 // The OpenAPI 3.1 document, built once at start-up from the route table: the
 // request schemas are the very objects that validate requests, and the

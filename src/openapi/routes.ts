@@ -1,6 +1,6 @@
 import Type from 'typebox'
 import { publicAccess } from '../auth/access.js'
-import { defineRoute, type AnyRoute } from '../http/route.js'
+import { defineRoute, type AnyRoute } from '../core/http/route.js'
 
 /** GET /openapi.json: the document built at start-up from `documented` (this route included). */
 export function openApiRoute(document: () => unknown): AnyRoute {

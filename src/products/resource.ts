@@ -1,9 +1,9 @@
 import Type from 'typebox'
 import Format from 'typebox/format'
-import { idMember, nameSchema, timestampMember } from '../resources/common.js'
-import { member } from '../resources/member.js'
-import { defineResource } from '../resources/resource.js'
-import { resourceRoutes } from '../resources/routes.js'
+import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
+import { member } from '../core/resources/member.js'
+import { defineResource } from '../core/resources/resource.js'
+import { resourceRoutes } from '../core/resources/routes.js'
 
 // ISO 4217 codes in current use, as the ICU data shipped with Node knows them:
 // "XYZ" has the right shape but is no currency.

@@ -5,7 +5,7 @@ import type { PasswordHasher } from '../auth/password.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { ConfigError } from '../config.js'
 import { systemOrigin } from '../events/origin.js'
-import { insertRow, updateRow } from '../resources/store.js'
+import { insertRow, updateRow } from '../core/resources/store.js'
 import { users } from './resource.js'
 
 // The first admin. `make admin` creates one, or gives an existing admin a

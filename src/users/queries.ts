@@ -1,6 +1,6 @@
 import type { Sql, TransactionSql } from 'postgres'
-import { HttpError } from '../http/problem.js'
-import type { Row } from '../resources/resource.js'
+import { HttpError } from '../core/http/problem.js'
+import type { Row } from '../core/resources/resource.js'
 import type { users } from './resource.js'
 
 // SQL for users. Functions take the database handle first, so the same

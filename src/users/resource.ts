@@ -5,12 +5,12 @@ import { currentPasswordMember, currentPasswordRequired, proveCurrentPassword } 
 import { isAdmin, type Principal, type UserPrincipal } from '../auth/principal.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { originOf } from '../events/origin.js'
-import { HttpError } from '../http/problem.js'
-import { idMember, nameSchema, timestampMember } from '../resources/common.js'
-import { member } from '../resources/member.js'
-import { defineResource } from '../resources/resource.js'
-import { resourceRoutes, type ResourceHooks, type Write } from '../resources/routes.js'
-import type { StoredRow } from '../resources/store.js'
+import { HttpError } from '../core/http/problem.js'
+import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
+import { member } from '../core/resources/member.js'
+import { defineResource } from '../core/resources/resource.js'
+import { resourceRoutes, type ResourceHooks, type Write } from '../core/resources/routes.js'
+import type { StoredRow } from '../core/resources/store.js'
 import { ensureAnotherAdmin } from './queries.js'
 
 const emailSchema = () => Type.String({

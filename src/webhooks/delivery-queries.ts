@@ -1,6 +1,6 @@
 import type { Sql, TransactionSql } from 'postgres'
 import { systemOrigin } from '../events/origin.js'
-import { lockRow, updateRow } from '../resources/store.js'
+import { lockRow, updateRow } from '../core/resources/store.js'
 import { webhooks } from './resource.js'
 
 // The SQL of the delivery worker. A claim takes due deliveries with

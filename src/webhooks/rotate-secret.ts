@@ -1,9 +1,9 @@
 import Type from 'typebox'
 import { originOf } from '../events/origin.js'
-import { etagFor } from '../http/conditional.js'
-import { defineRoute } from '../http/route.js'
-import { compileValidator } from '../http/validate.js'
-import { lockRow, updateRow } from '../resources/store.js'
+import { etagFor } from '../core/http/conditional.js'
+import { defineRoute } from '../core/http/route.js'
+import { compileValidator } from '../core/http/validate.js'
+import { lockRow, updateRow } from '../core/resources/store.js'
 import { webhooks, WebhookWithSecret } from './resource.js'
 import { newSigningSecret, sealSecret } from './secret.js'
 

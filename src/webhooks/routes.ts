@@ -1,4 +1,4 @@
-import type { AnyRoute } from '../http/route.js'
+import type { AnyRoute } from '../core/http/route.js'
 import { deliveryRoutes } from './deliveries.js'
 import { webhookResourceRoutes } from './resource.js'
 import { rotateSecretRoute } from './rotate-secret.js'

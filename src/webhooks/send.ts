@@ -1,7 +1,7 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http'
 import { request as httpsRequest } from 'node:https'
 import { isIP, type LookupFunction } from 'node:net'
-import { urlOrigin } from '../lib/url-origin.js'
+import { urlOrigin } from '../core/lib/url-origin.js'
 import { hostOf, refusalOfAddresses, refusalOfUrl, type Resolver, type UrlPolicy } from './address-policy.js'
 
 // One POST of a webhook, and what came of it. Sent with node:http(s) rather

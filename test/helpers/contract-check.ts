@@ -1,6 +1,6 @@
 import { Compile } from 'typebox/compile'
-import type { AnyRoute } from '../../src/http/route.js'
-import { createRouter, type Router } from '../../src/http/router.js'
+import type { AnyRoute } from '../../src/core/http/route.js'
+import { createRouter, type Router } from '../../src/core/http/router.js'
 import { allRoutes } from '../../src/app.js'
 
 // Every answer the suite receives is checked against what /openapi.json

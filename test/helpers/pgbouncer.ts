@@ -35,7 +35,7 @@ export interface PgBouncerOptions {
   poolSize?: number
 }
 
-/** As root, the account PgBouncer runs as (as src/db/local-cluster.ts chooses for PostgreSQL). */
+/** As root, the account PgBouncer runs as (as src/dev/local-cluster.ts chooses for PostgreSQL). */
 function account(): string | undefined {
   if (process.getuid?.() !== 0) return undefined
   const user = ['postgres', 'nobody'].find((u) => spawnSync('id', ['-u', u]).status === 0)

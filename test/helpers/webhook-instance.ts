@@ -1,6 +1,6 @@
 import { loadConfig } from '../../src/config.js'
-import { resolvePooler } from '../../src/db/pooler.js'
-import { createLogger } from '../../src/log.js'
+import { resolvePooler } from '../../src/core/db/pooler.js'
+import { createLogger } from '../../src/core/log.js'
 import { createService } from '../../src/service.js'
 import type { WebhookSettings } from '../../src/webhooks/worker.js'
 

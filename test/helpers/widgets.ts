@@ -1,8 +1,8 @@
 import Type from 'typebox'
-import { idMember, nameSchema, timestampMember } from '../../src/resources/common.js'
-import { member } from '../../src/resources/member.js'
-import { defineResource } from '../../src/resources/resource.js'
-import { resourceRoutes } from '../../src/resources/routes.js'
+import { idMember, nameSchema, timestampMember } from '../../src/core/resources/common.js'
+import { member } from '../../src/core/resources/member.js'
+import { defineResource } from '../../src/core/resources/resource.js'
+import { resourceRoutes } from '../../src/core/resources/routes.js'
 
 // A resource that exists only in tests: what adding a resource takes, whole.
 // Its declaration and its migration are all there is; the routes, bodies,

@@ -1,10 +1,10 @@
-import { ConfigError, type Config } from '../config.js'
+import { ConfigError, type Config } from '../../config.js'
 import { connect } from './connect.js'
 import { quoteIdentifier as quote } from './identifier.js'
 
 // Whether DATABASE_URL goes through a transaction pooler (PgBouncer with
 // pool_mode = transaction), found out once at start-up, before any pool is
-// opened, because it decides how the pool talks (src/db/connect.ts,
+// opened, because it decides how the pool talks (src/core/db/connect.ts,
 // `pooled`) and what must go elsewhere: LISTEN/NOTIFY, which the credential
 // caches, the event stream and the webhook workers rely on, and migrations
 // need a session of their own, which a transaction pooler does not give.

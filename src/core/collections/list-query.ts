@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { invalidParameter } from '../http/problem.js'
-import type { AppDeps } from '../app-deps.js'
+import type { AppDeps } from '../../app-deps.js'
 import type { Reply } from '../http/route.js'
 import { decodeCursor, encodeCursor } from './cursor.js'
 import type { Collection, FilterParameter, ListQuery, MemberType, Operand } from './declaration.js'

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { AppDeps } from '../app-deps.js'
-import { authorize } from '../auth/access.js'
-import { authenticate, credentialDeps, type CredentialDeps } from '../auth/credentials.js'
-import { looksLikeJwt } from '../auth/jwt.js'
-import { anonymous, type Principal } from '../auth/principal.js'
+import type { AppDeps } from '../../app-deps.js'
+import { authorize } from '../../auth/access.js'
+import { authenticate, credentialDeps, type CredentialDeps } from '../../auth/credentials.js'
+import { looksLikeJwt } from '../../auth/jwt.js'
+import { anonymous, type Principal } from '../../auth/principal.js'
 import { mapDatabaseError } from '../db/errors.js'
 import { describeError } from '../log.js'
 import { checkContentType, readJsonBody, type BodyKind } from './body.js'
@@ -340,7 +340,7 @@ function problemReply(err: unknown, instance: string, requestId: string, deps: A
     deps.log.error('unhandled error', { request_id: requestId, route: template ?? null, ...describeError(err) })
     http = new HttpError('internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
   } else if (http.status === 503 && http.code === 'database_unavailable' && !(err instanceof HttpError)) {
-    // A database error. (The bound on waiting, src/db/admission.ts, answers 503 itself: no error of the database's.)
+    // A database error. (The bound on waiting, src/core/db/admission.ts, answers 503 itself: no error of the database's.)
     deps.metrics.queryErrors++
     deps.log.warn('database unavailable', { request_id: requestId, ...describeError(err) })
   }

@@ -30,7 +30,7 @@ export function checkIfMatch(ifMatch: string | undefined, currentVersion: number
  * The row versions an If-Match header accepts (strong comparison: only our
  * own strong tags count): undefined when any does (no header, or `*`),
  * otherwise possibly none. checkIfMatch uses it, and so does a write that
- * checks If-Match in its own statement (src/resources/store.ts).
+ * checks If-Match in its own statement (src/core/resources/store.ts).
  */
 export function ifMatchVersions(ifMatch: string | undefined): number[] | undefined {
   if (ifMatch === undefined) return undefined

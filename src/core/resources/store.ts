@@ -2,9 +2,9 @@ import type { Sql, TransactionSql } from 'postgres'
 import { checkIfMatch } from '../http/conditional.js'
 import { HttpError, notFound } from '../http/problem.js'
 import { quoteIdentifier as quote } from '../db/identifier.js'
-import { originValues, type EventOrigin } from '../events/origin.js'
-import type { EventRecord } from '../events/record.js'
-import { representationSql } from '../events/representation.js'
+import { originValues, type EventOrigin } from '../../events/origin.js'
+import type { EventRecord } from '../../events/record.js'
+import { representationSql } from '../../events/representation.js'
 import { BoundedMap } from '../lib/bounded-map.js'
 import type { Resource } from './resource.js'
 
@@ -17,7 +17,7 @@ import type { Resource } from './resource.js'
 // checked to be plain identifiers and quoted; never from a request) and run
 // as prepared statements: every value is a parameter (behind a transaction
 // pooler, unnamed ones: the pool's `prepare: false` overrides a statement's
-// `prepare: true`, src/db/connect.ts). Built from fragments
+// `prepare: true`, src/core/db/connect.ts). Built from fragments
 // per request, a read by id cost a fifth of a GET. Functions take the
 // database handle first, so the same function runs on the pool or inside a
 // caller's transaction.

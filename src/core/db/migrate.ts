@@ -8,7 +8,7 @@ import type { Sql } from 'postgres'
 // was applied stops start-up, because the database no longer matches the
 // source and nobody should guess which is right.
 
-const SQL_DIR = new URL('../../sql/', import.meta.url)
+const SQL_DIR = new URL('../../../sql/', import.meta.url)
 // An arbitrary constant shared by every instance of this service.
 export const MIGRATION_LOCK = 4_711_000_002
 

@@ -1,19 +1,19 @@
 import { fileURLToPath } from 'node:url'
 import postgres, { type Sql } from 'postgres'
-// The patch file itself, from src/ and from dist/ alike (both are two levels under the project; the image copies it).
-import { patchProblem } from '../../src/db/postgres-patch.mjs'
+// The patch file itself, from src/ and from dist/ alike (both are three levels under the project; the image copies it).
+import { patchProblem } from '../../../src/core/db/postgres-patch.mjs'
 import { isoTimestamp, timestampParameter } from './timestamps.js'
 
 export interface PoolOptions {
   max: number
   statementTimeoutMs: number
-  /** The URL goes through a transaction pooler such as PgBouncer (src/db/pooler.ts): see `connect`. */
+  /** The URL goes through a transaction pooler such as PgBouncer (src/core/db/pooler.ts): see `connect`. */
   pooled?: boolean
   /** Called for every statement sent (metrics). */
   onQuery?: () => void
 }
 
-/** postgres.js is not the patched copy this service needs (src/db/postgres-patch.mjs). */
+/** postgres.js is not the patched copy this service needs (src/core/db/postgres-patch.mjs). */
 export class DriverPatchError extends Error {}
 
 /**
@@ -47,13 +47,13 @@ export function assertDriverPatched(): void {
  * A `host` query parameter that is a directory (libpq's way to name a Unix
  * socket) is honoured; postgres.js would otherwise send it as a setting.
  * What the pool cannot do itself (refuse work when saturated, stop waiting
- * for a server that went silent) is done per request in src/db/admission.ts.
+ * for a server that went silent) is done per request in src/core/db/admission.ts.
  *
  * `pooled`: the URL is a transaction pooler's (PgBouncer with pool_mode =
  * transaction), which hands each transaction, or each statement outside
  * one, to whichever server connection is free. So:
  * - no named prepared statement (`prepare: false`, which overrides the
- *   `prepare: true` of src/resources/store.ts and of the compiled list
+ *   `prepare: true` of src/core/resources/store.ts and of the compiled list
  *   queries): one prepared on one server connection does not exist on the
  *   next. Statements go as unnamed Parse/Bind/Execute, up to one Sync, which
  *   the pooler keeps on one server connection;
@@ -69,7 +69,7 @@ export function assertDriverPatched(): void {
  *   a server connection the pooler lends to other clients next, and be
  *   missing from the ones this client gets. They are the server's defaults
  *   for the role and database (ALTER ROLE … IN DATABASE … SET), an
- *   operator's setting that start-up checks (src/db/pooler.ts).
+ *   operator's setting that start-up checks (src/core/db/pooler.ts).
  */
 export function connect(databaseUrl: string, options: PoolOptions): Sql {
   assertDriverPatched()
@@ -89,7 +89,7 @@ export function connect(databaseUrl: string, options: PoolOptions): Sql {
     idle_timeout: 60,
     max_lifetime: 60 * 30,
     onnotice: () => {},
-    // Called once per statement sent. An option of our patch (src/db/postgres-patch.mjs):
+    // Called once per statement sent. An option of our patch (src/core/db/postgres-patch.mjs):
     // postgres.js's own hook, `debug`, captures a stack trace for every query and fragment.
     ...(options.onQuery ? ({ onquery: options.onQuery } as object) : {}),
     connection: {

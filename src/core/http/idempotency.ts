@@ -1,5 +1,5 @@
 import { createHmac } from 'node:crypto'
-import type { Principal } from '../auth/principal.js'
+import type { Principal } from '../../auth/principal.js'
 import { HttpError } from './problem.js'
 import { jsonBody } from './reply.js'
 import type { AnyRoute, HandlerContext, Reply } from './route.js'

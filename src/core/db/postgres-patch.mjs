@@ -50,7 +50,7 @@
 //    survived two scavenges and was promoted. Declared first, then
 //    assigned, the closures are young like their Query.
 //
-// And one for a transaction pooler (src/db/connect.ts, `pooled`):
+// And one for a transaction pooler (src/core/db/connect.ts, `pooled`):
 //
 // 9. With `max_pipeline: 0` (no statement sent behind another, which
 //    PgBouncer 1.18 cannot follow) every `sql.begin` failed with
@@ -67,7 +67,7 @@
 // the content: every patched file, ESM and CommonJS, must have the SHA-256
 // in PATCHED_SHA256 (its stamp line left out, since the stamp names this
 // file's digest, which these hashes are part of). The patch checks that
-// before it writes anything, and src/db/connect.ts at start-up
+// before it writes anything, and src/core/db/connect.ts at start-up
 // (`patchProblem`): a stamp appended to an unpatched file, a copy patched by
 // another version of the edits (an `npm install` that kept an old
 // node_modules) or a file edited since are all refused. The Makefile
@@ -79,7 +79,7 @@
 // above, then adapt or delete this file. After changing the edits (or the
 // version), the failed check prints the new PATCHED_SHA256 to paste here.
 //
-// Usage: node src/db/postgres-patch.mjs [folder of the postgres package]
+// Usage: node src/core/db/postgres-patch.mjs [folder of the postgres package]
 
 import { createHash } from 'node:crypto'
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
@@ -364,7 +364,7 @@ const stampLine = `${STAMP_PREFIX}${PATCH_DIGEST}\n`
 /** Why `text`, the file `name` ('cjs/src/query.js') of the package, is not what this patch makes of it; undefined when it is. */
 function fileProblem(name, text) {
   if (!text.includes(STAMP_PREFIX)) return `is not patched (${name})`
-  if (!text.endsWith(stampLine)) return `was patched by another version of src/db/postgres-patch.mjs (${name})`
+  if (!text.endsWith(stampLine)) return `was patched by another version of src/core/db/postgres-patch.mjs (${name})`
   const actual = sha256(text.slice(0, -stampLine.length))
   if (actual !== PATCHED_SHA256[name]) return `is not the copy this patch makes (${name}: SHA-256 ${actual}, expected ${PATCHED_SHA256[name]})`
   return undefined
@@ -373,7 +373,7 @@ function fileProblem(name, text) {
 /**
  * Why the package at `packageDir` is not postgres.js as this patch leaves
  * it, ESM and CommonJS copies alike, or undefined when it is: the check
- * start-up runs (src/db/connect.ts).
+ * start-up runs (src/core/db/connect.ts).
  */
 export function patchProblem(packageDir) {
   for (const name of patchedFiles()) {
@@ -405,7 +405,7 @@ export function patchPostgres(packageDir) {
       const at = text.indexOf(find)
       if (at === -1 || text.indexOf(find, at + 1) !== -1) {
         throw new PatchError(
-          `postgres.js ${version}: the code src/db/postgres-patch.mjs patches has changed in ${join(folder, file)}:\n${find}\n` +
+          `postgres.js ${version}: the code src/core/db/postgres-patch.mjs patches has changed in ${join(folder, file)}:\n${find}\n` +
             'Check whether this version fixes porsager/postgres#1154/#1208 (write on a closed socket), #1133 (transaction ' +
             'statements after its connection closed) and #1097 (end() hangs), then adapt or remove the patch.',
         )
@@ -434,7 +434,7 @@ export function patchPostgres(packageDir) {
     throw new PatchError(
       `postgres.js ${version}: the patched files are not the ones expected:\n${wrong.map((r) => `  ${r.problem}`).join('\n')}\n` +
         'This is not the package the patch was made for (check the version and the lock file), or the edits changed: then, with the ' +
-        `patched files reviewed, set PATCHED_SHA256 in src/db/postgres-patch.mjs to\n${JSON.stringify(Object.fromEntries(results.map((r) => [r.name, r.sha256])), null, 2)}`,
+        `patched files reviewed, set PATCHED_SHA256 in src/core/db/postgres-patch.mjs to\n${JSON.stringify(Object.fromEntries(results.map((r) => [r.name, r.sha256])), null, 2)}`,
     )
   }
   for (const [path, text] of pending) {
@@ -447,11 +447,11 @@ export function patchPostgres(packageDir) {
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
-  const packageDir = process.argv[2] ?? fileURLToPath(new URL('../../node_modules/postgres/', import.meta.url))
+  const packageDir = process.argv[2] ?? fileURLToPath(new URL('../../../node_modules/postgres/', import.meta.url))
   try {
     const { version, report } = patchPostgres(packageDir)
     const changed = report.filter((r) => r.endsWith(': patched')).length
-    console.log(`postgres.js ${version}: ${changed ? `${changed} changes applied` : 'already patched'} (src/db/postgres-patch.mjs)`)
+    console.log(`postgres.js ${version}: ${changed ? `${changed} changes applied` : 'already patched'} (src/core/db/postgres-patch.mjs)`)
   } catch (err) {
     console.error(err instanceof PatchError ? `\n${err.message}\n` : err)
     process.exit(1)

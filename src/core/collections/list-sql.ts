@@ -85,7 +85,7 @@ export const MAX_PREPARED_SHAPES = 200
 /** The compiled shapes of one service instance, per collection (deps.listShapes). */
 export class ListShapes {
   private readonly byTable = new Map<string, { shapes: BoundedMap<string, Compiled>; prepared: Set<string> }>()
-  /** False behind a transaction pooler, where no statement is prepared (src/db/connect.ts, `pooled`). */
+  /** False behind a transaction pooler, where no statement is prepared (src/core/db/connect.ts, `pooled`). */
   private readonly prepare: boolean
 
   constructor({ prepare = true }: { prepare?: boolean } = {}) {

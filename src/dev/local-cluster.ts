@@ -136,7 +136,7 @@ export function removeLocalCluster(): string {
 /** The development database on the local cluster, created on first use. */
 export async function localDevelopmentUrl(): Promise<string> {
   const serverUrl = startLocalCluster()
-  const { connect } = await import('./connect.js')
+  const { connect } = await import('../core/db/connect.js')
   const sql = connect(serverUrl, { max: 1, statementTimeoutMs: 30_000 })
   try {
     const [exists] = await sql`SELECT 1 FROM pg_database WHERE datname = ${DEV_DATABASE}`
@@ -147,7 +147,7 @@ export async function localDevelopmentUrl(): Promise<string> {
   return serverUrl.replace('/postgres?', `/${DEV_DATABASE}?`)
 }
 
-// `tsx src/db/local-cluster.ts start|stop|url` for the Makefile.
+// `tsx src/dev/local-cluster.ts start|stop|url` for the Makefile.
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const command = process.argv[2]
   try {

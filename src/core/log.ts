@@ -1,4 +1,4 @@
-import type { LogLevel } from './config.js'
+import type { LogLevel } from '../config.js'
 
 // One JSON object per line on stdout: what log shippers in containers expect.
 // Fields are passed explicitly by callers; nothing here serializes a request

@@ -1,8 +1,8 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import type { TSchema } from 'typebox'
-import type { Access } from '../auth/access.js'
-import type { Principal } from '../auth/principal.js'
-import type { AppDeps } from '../app-deps.js'
+import type { Access } from '../../auth/access.js'
+import type { Principal } from '../../auth/principal.js'
+import type { AppDeps } from '../../app-deps.js'
 import type { BodyKind } from './body.js'
 import type { Validator } from './validate.js'
 
@@ -16,7 +16,7 @@ export interface Reply {
   body?: unknown
   /**
    * Writes `body` as JSON in place of JSON.stringify: a representation's
-   * compiled serializer (src/resources/serializer.ts). It may write only some
+   * compiled serializer (src/core/resources/serializer.ts). It may write only some
    * of the body's members (a page's `fields=`).
    */
   serialize?: (body: any) => string
@@ -46,11 +46,11 @@ export interface HandlerContext<Query, Body> {
   principal: Principal
   headers: IncomingHttpHeaders
   requestId: string
-  /** The client's address, as TRUST_PROXY allows it to be known (src/http/client-address.ts). */
+  /** The client's address, as TRUST_PROXY allows it to be known (src/core/http/client-address.ts). */
   client: string
   /**
    * Runs database work under the bound on waiting for the database
-   * (src/db/admission.ts), for a route whose `database` is 'statements';
+   * (src/core/db/admission.ts), for a route whose `database` is 'statements';
    * elsewhere it runs the work as it is (the whole handler is bounded, or
    * touches no database).
    */
@@ -90,7 +90,7 @@ export interface Route<Query = Record<string, never>, Body = undefined> {
   /**
    * Every answer, errors included, carries `Cache-Control: no-store`: answers
    * about credentials must not be stored by any cache (RFC 6749 §5.1). OPTIONS
-   * and 405 answers on the route's path carry it too (src/http/router.ts).
+   * and 405 answers on the route's path carry it too (src/core/http/router.ts).
    */
   noStore?: true
   /** Default 'handler': everything that touches the database waits under the bound, unless it says why not. */

@@ -4,11 +4,11 @@ import { HttpError } from '../http/problem.js'
 // postgres.js puts the SQLSTATE in `code`; connection trouble has codes of its
 // own (CONNECT_TIMEOUT, CONNECTION_CLOSED, ...) or Node's (ECONNREFUSED, ...).
 // A duplicate of a unique member is the resource's to answer
-// (src/resources/store.ts, conflictOf), from its declaration.
+// (src/core/resources/store.ts, conflictOf), from its declaration.
 
 // ENOENT: the Unix socket file is gone (the server stopped). CONNECTION_CLOSED
 // is also what the patched postgres.js gives a statement of a transaction
-// whose connection died (src/db/postgres-patch.mjs).
+// whose connection died (src/core/db/postgres-patch.mjs).
 const connectionCodes = new Set([
   'CONNECT_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED',
   'ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EPIPE',
