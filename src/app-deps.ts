@@ -8,7 +8,7 @@ import type { PasswordHasher } from './auth/password.js'
 import type { RevocationList } from './auth/revocations.js'
 import type { Config } from './config.js'
 import type { ReadinessCheck } from './health/readiness.js'
-import type { DatabaseWork } from './core/db/admission.js'
+import type { DatabaseAdmission } from './core/db/admission.js'
 import type { IdempotencyCleanup } from './core/http/idempotency.js'
 import type { RateLimiter } from './core/http/rate-limit.js'
 import type { Logger } from './core/log.js'
@@ -52,8 +52,8 @@ export interface AppDeps {
   revocations: RevocationList
   /** The listener that keeps apiKeyCache and revocations right, and says whether they may be trusted; a request that revokes waits on `caughtUp` (src/auth/credential-changes.ts). */
   credentialChanges: CredentialChanges
-  /** The bound on waiting for the database: how many requests wait, and how long (src/core/db/admission.ts). */
-  databaseWork: DatabaseWork
+  /** Database admission: how many requests wait, and how long (src/core/db/admission.ts). */
+  databaseAdmission: DatabaseAdmission
   /** Requests per window per credential, user or address; undefined when RATE_LIMIT=0 (src/core/http/rate-limit.ts). */
   rateLimiter: RateLimiter | undefined
   /** Password hashing with this instance's slots on the thread pool (src/auth/password.ts). */

@@ -15,7 +15,7 @@ import { PasswordHasher } from './auth/password.js'
 import { RevocationList } from './auth/revocations.js'
 import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
-import { databaseBound } from './core/db/admission.js'
+import { admissionFor } from './core/db/admission.js'
 import { connect } from './core/db/connect.js'
 import { IdempotencyCleanup } from './core/http/idempotency.js'
 import { RateLimiter } from './core/http/rate-limit.js'
@@ -137,13 +137,13 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
     logins: new LoginGuard(config.rateLimit > 0 ? config.loginRateLimit : 0, knownAddressKeysFrom(config.jwtSecrets), log),
     revocations,
     credentialChanges: listenForCredentialChanges(sql, listenSql, apiKeyCache, revocations, log, { lifecycle }),
-    databaseWork: databaseBound(config.poolMax, config.statementTimeoutMs, log),
+    databaseAdmission: admissionFor(config.poolMax, config.statementTimeoutMs, log),
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined,
     passwords: new PasswordHasher(),
     listShapes: new ListShapes({ prepare: !pooled }),
     idempotencyCleanup: new IdempotencyCleanup(),
     eventPublisher: new EventPublisher(sql, log, { ...defaultPublisherSettings, ...tuning.publisher }),
-    // Streams are checked in the background, outside the bound on waiting for the database that requests wait under;
+    // Streams are checked in the background, outside the database admission that requests wait under;
     // before events are let through, once this instance has applied every credential change committed before (src/events/stream-authority.ts).
     eventHub: new EventHub(sql, listenSql, log, { ...defaultStreamSettings, ...tuning.streams }, async (grants, { catchUp }) => {
       if (catchUp) await deps.credentialChanges.caughtUp()

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict'
 import { after, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { DatabaseWork, SWEEP_MS } from '../src/core/db/admission.js'
+import { DatabaseAdmission, SWEEP_MS } from '../src/core/db/admission.js'
 import { HttpError } from '../src/core/http/problem.js'
 
-// The bound on waiting for the database, as a unit, with a simulated
+// Database admission, as a unit, with a simulated
 // database: `connections` statements at a time, each `serviceMs`, the rest
 // queued first in, first out (as postgres.js queues them). The fault tests
 // (test/fault-pool.test.ts, test/fault-db-outage.test.ts) show the bound
@@ -31,7 +31,7 @@ class SimulatedDatabase {
 }
 
 /** `clients` closed-loop clients (each sends its next request when its last is answered) for `durationMs`. */
-async function closedLoop(work: DatabaseWork, clients: number, durationMs: number, request: () => Promise<unknown>) {
+async function closedLoop(work: DatabaseAdmission, clients: number, durationMs: number, request: () => Promise<unknown>) {
   const end = performance.now() + durationMs
   let served = 0
   let refused = 0
@@ -62,7 +62,7 @@ const frozen = () => new Promise<void>((resolve) => thawAll.push(resolve))
 after(() => thawAll.forEach((thaw) => thaw()))
 
 test('work gives its value or its error', async () => {
-  const work = new DatabaseWork({ floor: 2, targetMs: 200, deadlineMs: 1000 })
+  const work = new DatabaseAdmission({ floor: 2, targetMs: 200, deadlineMs: 1000 })
   assert.equal(await work.run(async () => 42), 42)
   await assert.rejects(work.run(async () => { throw new Error('boom') }), /boom/)
   await assert.rejects(work.run(() => { throw new Error('sync boom') }), /sync boom/)
@@ -76,7 +76,7 @@ test('a healthy database under many times more clients than connections: every r
   // the statement's time, but the database finishes more than are waiting
   // within the 400 ms target: waiting is not the problem, so nobody is refused.
   const db = new SimulatedDatabase(10)
-  const work = new DatabaseWork({ floor: 10, targetMs: 400, deadlineMs: 5000 })
+  const work = new DatabaseAdmission({ floor: 10, targetMs: 400, deadlineMs: 5000 })
   const result = await closedLoop(work, 400, 1500, () => db.statement(4, 'row'))
   assert.equal(result.refused, 0, JSON.stringify(result))
   assert.ok(result.served > 1000, JSON.stringify(result))
@@ -85,7 +85,7 @@ test('a healthy database under many times more clients than connections: every r
 
 test('one slow statement among fast ones refuses nobody, though it is the oldest past the target', async () => {
   const db = new SimulatedDatabase(10)
-  const work = new DatabaseWork({ floor: 10, targetMs: 100, deadlineMs: 5000 })
+  const work = new DatabaseAdmission({ floor: 10, targetMs: 100, deadlineMs: 5000 })
   const slow = work.run(() => sleep(600, 'report'))
   const result = await closedLoop(work, 30, 500, () => db.statement(2, 'row'))
   assert.equal(await slow, 'report')
@@ -94,7 +94,7 @@ test('one slow statement among fast ones refuses nobody, though it is the oldest
 })
 
 test('a frozen database: newcomers are admitted until the oldest has waited the target, then refused at once, never started', async () => {
-  const work = new DatabaseWork({ floor: 2, targetMs: 300, deadlineMs: 60_000 })
+  const work = new DatabaseAdmission({ floor: 2, targetMs: 300, deadlineMs: 60_000 })
   const held = Array.from({ length: 5 }, () => work.run(frozen))
   for (const h of held) h.catch(() => {})
   await sleep(100)
@@ -115,7 +115,7 @@ test('a frozen database: newcomers are admitted until the oldest has waited the 
 })
 
 test('below the floor (the pool has a free connection) nobody is refused, even on a stalled database', async () => {
-  const work = new DatabaseWork({ floor: 3, targetMs: 100, deadlineMs: 60_000 })
+  const work = new DatabaseAdmission({ floor: 3, targetMs: 100, deadlineMs: 60_000 })
   for (let i = 0; i < 2; i++) work.run(frozen).catch(() => {})
   await sleep(200)
   const third = work.run(frozen)
@@ -125,7 +125,7 @@ test('below the floor (the pool has a free connection) nobody is refused, even o
 })
 
 test('once the database answers again, requests are admitted again', async () => {
-  const work = new DatabaseWork({ floor: 2, targetMs: 200, deadlineMs: 60_000 })
+  const work = new DatabaseAdmission({ floor: 2, targetMs: 200, deadlineMs: 60_000 })
   let thaw!: () => void
   const thawed = new Promise<void>((resolve) => (thaw = resolve))
   const held = Array.from({ length: 4 }, () => work.run(() => thawed))
@@ -142,7 +142,7 @@ test('an open-loop flood on a slow database: what waits stays near what the data
   // 2 connections, 20 ms a statement: 100 a second, 20 in the 200 ms target.
   // Requests arrive at 1,000 a second for a second: without the bound, 900 would queue.
   const db = new SimulatedDatabase(2)
-  const work = new DatabaseWork({ floor: 2, targetMs: 200, deadlineMs: 60_000 })
+  const work = new DatabaseAdmission({ floor: 2, targetMs: 200, deadlineMs: 60_000 })
   const answers: Array<Promise<string>> = []
   const end = performance.now() + 1000
   while (performance.now() < end) {
@@ -159,7 +159,7 @@ test('an open-loop flood on a slow database: what waits stays near what the data
 })
 
 test('work past its deadline is answered 503 with Retry-After: 5 within one sweep, and counts until it settles', async () => {
-  const work = new DatabaseWork({ floor: 1, targetMs: 100, deadlineMs: 200 })
+  const work = new DatabaseAdmission({ floor: 1, targetMs: 100, deadlineMs: 200 })
   let release!: () => void
   const gate = new Promise<void>((resolve) => (release = resolve))
   const started = performance.now()
@@ -178,7 +178,7 @@ test('work past its deadline is answered 503 with Retry-After: 5 within one swee
 })
 
 test('work that finishes in time is not answered twice', async () => {
-  const work = new DatabaseWork({ floor: 10, targetMs: 1000, deadlineMs: 150 })
+  const work = new DatabaseAdmission({ floor: 10, targetMs: 1000, deadlineMs: 150 })
   const results = await Promise.allSettled(Array.from({ length: 10 }, (_, i) => work.run(async () => (await sleep(20 + i * 5), i))))
   assert.deepEqual(results.map((r) => r.status === 'fulfilled' && r.value), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
   await sleep(300)

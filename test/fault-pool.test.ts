@@ -43,7 +43,7 @@ describe('a database that stops keeping up', () => {
   test(`an open-loop flood of reads while every statement waits on a lock: once the oldest has waited ${WAIT_TARGET_MS} ms, newcomers get 503 at once; every wait is bounded, memory stays flat, and reads are served again when the lock goes`, async (t) => {
     const token = api.admin.token
     const readable = await api.createUser({ name: 'Readable' })
-    const work = api.deps.databaseWork
+    const work = api.deps.databaseAdmission
     assert.equal(work.targetMs, WAIT_TARGET_MS)
 
     // The flood: 4 reads every 5 ms, each sent without waiting for any answer.

@@ -7,7 +7,7 @@ import type { LastUsedWrites } from './last-used.js'
 
 // API keys presented with requests: their Principals, undefined where a key
 // is unknown, expired or revoked. A key this instance knows costs no
-// statement (src/api-keys/key-cache.ts), so no wait under the database bound
+// statement (src/api-keys/key-cache.ts), so no wait under database admission
 // either; the keys it does not know cost one statement between them.
 // last_used_at costs one at most once a minute (src/api-keys/last-used.ts).
 // The user's current role is part of what is cached, and a role change

@@ -26,7 +26,7 @@ export interface CredentialSettings {
 /** What authentication uses: the database, the JWT settings, and the caches of one application instance. */
 export interface CredentialDeps {
   sql: Sql
-  /** Runs database work under the pipeline's bound on waiting for the database (src/core/db/admission.ts). */
+  /** Runs database work under database admission (src/core/db/admission.ts). */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
   settings: CredentialSettings
   jwtCache: JwtCache

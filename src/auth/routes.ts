@@ -55,7 +55,7 @@ export const authRoutes = [
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(LoginBody) },
-    // It waits for a password-hash slot too, which must not hold a place under the database bound.
+    // It waits for a password-hash slot too, which must not hold a place under database admission.
     database: 'statements',
     async handle({ body, headers, client, requestId, bounded, deps }) {
       const { sql, config, logins, passwords } = deps

@@ -1,7 +1,7 @@
 import { HttpError } from '../http/problem.js'
 import type { Logger } from '../log.js'
 
-// The bound on waiting for the database (docs/operations.md, "Faults").
+// Database admission (docs/operations.md, "Faults").
 //
 // postgres.js never refuses work: when every connection is busy it queues
 // statements without limit, and a statement sent to a server that stopped
@@ -50,7 +50,7 @@ interface Waiting {
   abandoned: boolean
 }
 
-export interface DatabaseWorkOptions {
+export interface DatabaseAdmissionOptions {
   /** Requests never refused for waiting: the pool's connections. */
   floor: number
   targetMs: number
@@ -58,7 +58,7 @@ export interface DatabaseWorkOptions {
   onOverdue?: () => void
 }
 
-export class DatabaseWork {
+export class DatabaseAdmission {
   /** Requests in their database stage now, and the most there ever were. */
   active = 0
   peak = 0
@@ -81,7 +81,7 @@ export class DatabaseWork {
   private readonly samples: number[]
   private sampleAt = 0
 
-  constructor(options: DatabaseWorkOptions) {
+  constructor(options: DatabaseAdmissionOptions) {
     this.floor = options.floor
     this.targetMs = options.targetMs
     this.deadlineMs = options.deadlineMs
@@ -148,9 +148,9 @@ export class DatabaseWork {
   }
 }
 
-/** The bound for a pool of `poolMax` connections whose statements may run `statementTimeoutMs`. */
-export function databaseBound(poolMax: number, statementTimeoutMs: number, log: Logger): DatabaseWork {
+/** Database admission for a pool of `poolMax` connections whose statements may run `statementTimeoutMs`. */
+export function admissionFor(poolMax: number, statementTimeoutMs: number, log: Logger): DatabaseAdmission {
   const deadlineMs = statementTimeoutMs + DEADLINE_GRACE_MS
   const onOverdue = () => log.warn('database not answering: a request passed its deadline', { deadline_ms: deadlineMs })
-  return new DatabaseWork({ floor: poolMax, targetMs: WAIT_TARGET_MS, deadlineMs, onOverdue })
+  return new DatabaseAdmission({ floor: poolMax, targetMs: WAIT_TARGET_MS, deadlineMs, onOverdue })
 }

@@ -73,15 +73,15 @@ class Exchange {
 }
 
 export function createRequestHandler(router: Router, deps: AppDeps) {
-  const { config, databaseWork } = deps
-  const runBounded = <T>(work: () => Promise<T>) => databaseWork.run(work)
+  const { config, databaseAdmission } = deps
+  const runBounded = <T>(work: () => Promise<T>) => databaseAdmission.run(work)
   const pipeline: Pipeline = {
     router,
     deps,
     config,
     prefix: config.apiPrefix,
     cors: { origins: config.corsOrigins },
-    // Only credentials read from the database wait under the bound; a JWT is checked in memory.
+    // Only credentials read from the database wait under database admission; a JWT is checked in memory.
     credentials: credentialDeps(deps, runBounded),
     runBounded,
     runAsIs: <T>(work: () => Promise<T>) => work(),
@@ -213,7 +213,7 @@ function readBody(p: Pipeline, x: Exchange, kind: BodyKind): Promise<unknown> {
 
 /**
  * Runs the handler, through the idempotency record for a creating POST,
- * under the bound on waiting for the database as the route's `database`
+ * under database admission as the route's `database`
  * says: the whole handler, only the statements it runs through
  * `ctx.bounded`, or nothing.
  */
@@ -221,7 +221,7 @@ function handle(p: Pipeline, x: Exchange, route: AnyRoute, params: Record<string
   const database = route.database ?? 'handler'
   const bounded = database === 'statements' ? p.runBounded : p.runAsIs
   const ctx: HandlerContext<unknown, unknown> = { params, query, body, principal: x.principal, headers: x.req.headers, requestId: x.requestId, client: clientOf(p, x), bounded, deps: p.deps }
-  if (database === 'handler') return p.deps.databaseWork.run(() => invoke(route, ctx, x.path))
+  if (database === 'handler') return p.deps.databaseAdmission.run(() => invoke(route, ctx, x.path))
   return invoke(route, ctx, x.path)
 }
 
@@ -340,7 +340,7 @@ function problemReply(err: unknown, instance: string, requestId: string, deps: A
     deps.log.error('unhandled error', { request_id: requestId, route: template ?? null, ...describeError(err) })
     http = new HttpError('internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
   } else if (http.status === 503 && http.code === 'database_unavailable' && !(err instanceof HttpError)) {
-    // A database error. (The bound on waiting, src/core/db/admission.ts, answers 503 itself: no error of the database's.)
+    // A database error. (Database admission, src/core/db/admission.ts, answers 503 itself: no error of the database's.)
     deps.metrics.queryErrors++
     deps.log.warn('database unavailable', { request_id: requestId, ...describeError(err) })
   }

@@ -49,7 +49,7 @@ export interface HandlerContext<Query, Body> {
   /** The client's address, as TRUST_PROXY allows it to be known (src/core/http/client-address.ts). */
   client: string
   /**
-   * Runs database work under the bound on waiting for the database
+   * Runs database work under database admission
    * (src/core/db/admission.ts), for a route whose `database` is 'statements';
    * elsewhere it runs the work as it is (the whole handler is bounded, or
    * touches no database).
@@ -60,7 +60,7 @@ export interface HandlerContext<Query, Body> {
 
 /**
  * How a route's work waits for the database: 'handler' (the default): the
- * whole handler runs under the bound on waiting for it; 'statements': the
+ * whole handler runs under database admission; 'statements': the
  * handler waits on something else too (a password-hash slot) and bounds its
  * statements itself with `ctx.bounded`; 'none': it never touches the database.
  */
@@ -93,7 +93,7 @@ export interface Route<Query = Record<string, never>, Body = undefined> {
    * and 405 answers on the route's path carry it too (src/core/http/router.ts).
    */
   noStore?: true
-  /** Default 'handler': everything that touches the database waits under the bound, unless it says why not. */
+  /** Default 'handler': everything that touches the database waits under database admission, unless it says why not. */
   database?: DatabaseUse
   /** For the OpenAPI document: the operation's name in generated clients (default: method and path, e.g. postAuthLogin). */
   operationId?: string
