@@ -8,38 +8,30 @@ import type { PasswordHasher } from './auth/password.js'
 import type { RevocationList } from './auth/revocations.js'
 import type { Config } from './config.js'
 import type { ReadinessCheck } from './health/readiness.js'
-import type { DatabaseAdmission } from './core/db/admission.js'
-import type { IdempotencyCleanup } from './core/http/idempotency.js'
+import type { CoreServices } from './core/http/services.js'
 import type { RateLimiter } from './core/http/rate-limit.js'
-import type { Logger } from './core/log.js'
-import type { Metrics } from './core/metrics.js'
 import type { EventHub } from './events/hub.js'
 import type { EventPublisher } from './events/publisher.js'
 import type { EventRetention } from './events/retention.js'
 import type { WebhookWorker } from './webhooks/worker.js'
-import type { ListShapes } from './core/collections/list-sql.js'
 
-/** Everything one service instance holds, built by `createService` (src/service.ts) and passed down; handlers get it as `ctx.deps`. */
-export interface AppDeps {
-  /** The pool, on DATABASE_URL, which may go through a transaction pooler (src/core/db/connect.ts, `pooled`). */
-  sql: Sql
+/**
+ * Everything one service instance holds, built by `createService`
+ * (src/service.ts) and passed down; handlers get it as `ctx.deps`. What core
+ * needs of it (the pool, the log, database admission, ...) core declares
+ * (CoreServices); these are the application's own.
+ */
+export interface AppDeps extends CoreServices {
   /**
    * Where `listen` is called (the credential listener, the event stream
    * reader, the webhook workers): a session on DATABASE_LISTEN_URL, or the
    * pool itself when that is unset. Nothing else runs on it.
    */
   listenSql: Sql
+  /** Every setting (src/config.ts), core's HttpSettings among them. */
   config: Config
-  log: Logger
-  /** Flipped by the entry point on SIGTERM; /readyz and new requests see it. */
-  lifecycle: { shuttingDown: boolean }
   /** The database check of /readyz, one query a second at most (src/health/readiness.ts). */
   readiness: ReadinessCheck
-  /** HMAC key for collection cursors, derived from the JWT signing secrets. */
-  cursorKeys: Buffer[]
-  metrics: Metrics
-  /** The list statements compiled for this instance, by collection and shape (src/core/collections/list-sql.ts). */
-  listShapes: ListShapes
   /** JWTs this instance has verified (src/auth/jwt-cache.ts). */
   jwtCache: JwtCache
   /** API keys this instance has read, kept right by notifications from PostgreSQL (src/api-keys/key-cache.ts). */
@@ -52,14 +44,10 @@ export interface AppDeps {
   revocations: RevocationList
   /** The listener that keeps apiKeyCache and revocations right, and says whether they may be trusted; a request that revokes waits on `caughtUp` (src/auth/credential-changes.ts). */
   credentialChanges: CredentialChanges
-  /** Database admission: how many requests wait, and how long (src/core/db/admission.ts). */
-  databaseAdmission: DatabaseAdmission
   /** Requests per window per credential, user or address; undefined when RATE_LIMIT=0 (src/core/http/rate-limit.ts). */
   rateLimiter: RateLimiter | undefined
   /** Password hashing with this instance's slots on the thread pool (src/auth/password.ts). */
   passwords: PasswordHasher
-  /** When a stored idempotent answer also deletes expired records (src/core/http/idempotency.ts). */
-  idempotencyCleanup: IdempotencyCleanup
   /** Moves committed events from the outbox to the event log, numbered in commit order (src/events/publisher.ts). */
   eventPublisher: EventPublisher
   /** The reader of new events that feeds this instance's GET /events/stream clients (src/events/hub.ts). */

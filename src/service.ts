@@ -141,6 +141,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined,
     passwords: new PasswordHasher(),
     listShapes: new ListShapes({ prepare: !pooled }),
+    idempotencySecrets: config.jwtSecrets.map((k) => k.secret),
     idempotencyCleanup: new IdempotencyCleanup(),
     eventPublisher: new EventPublisher(sql, log, { ...defaultPublisherSettings, ...tuning.publisher }),
     // Streams are checked in the background, outside the database admission that requests wait under;

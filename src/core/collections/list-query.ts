@@ -1,10 +1,19 @@
 import { createHash } from 'node:crypto'
 import { invalidParameter } from '../http/problem.js'
-import type { AppDeps } from '../../app-deps.js'
 import type { Reply } from '../http/route.js'
+import type { CoreServices } from '../http/services.js'
 import { decodeCursor, encodeCursor } from './cursor.js'
 import type { Collection, FilterParameter, ListQuery, MemberType, Operand } from './declaration.js'
-import { listStatements, type Filter, type SortKey, type Value } from './list-sql.js'
+import { listStatements, type ListShapes, type Filter, type SortKey, type Value } from './list-sql.js'
+
+declare module '../http/services.js' {
+  interface CoreServices {
+    /** HMAC keys of collection cursors: the first seals, every one opens (src/core/collections/cursor.ts). */
+    cursorKeys: Buffer[]
+    /** The list statements compiled for this instance, by collection and shape (src/core/collections/list-sql.ts). */
+    listShapes: ListShapes
+  }
+}
 
 // The one list mechanism: turns a collection's checked query parameters into
 // a filtered, sorted, keyset-paged SELECT (list-sql.ts), runs it, and answers
@@ -15,7 +24,7 @@ const DEFAULT_LIMIT = 50
 export const MAX_FILTERS = 10
 
 export interface ListContext {
-  deps: Pick<AppDeps, 'sql' | 'cursorKeys' | 'config' | 'listShapes'>
+  deps: Pick<CoreServices, 'sql' | 'cursorKeys' | 'config' | 'listShapes'>
   /**
    * Equality filters the caller cannot lift (a user sees only its own API
    * keys). Applied on top of the client's filters, and not part of the cursor:

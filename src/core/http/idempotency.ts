@@ -1,8 +1,8 @@
 import { createHmac } from 'node:crypto'
-import type { Principal } from '../../auth/principal.js'
 import { HttpError } from './problem.js'
 import { jsonBody } from './reply.js'
 import type { AnyRoute, HandlerContext, Reply } from './route.js'
+import type { CoreServices } from './services.js'
 
 // Idempotency-Key on creating POSTs. The key is scoped to the caller (the
 // user, or the client address when anonymous) and bound to a fingerprint of
@@ -46,16 +46,18 @@ interface StoredAnswer {
 
 const fingerprintKey = (secret: Buffer) => createHmac('sha256', secret).update('idempotency-fingerprint-v1').digest()
 
-const callerOf = (principal: Principal, address: string) => (principal.kind === 'user' ? `user ${principal.userId}` : `address ${address}`)
-
-export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<unknown, unknown>, path: string, address: string): Promise<Reply> {
+/**
+ * `caller`: whom the key belongs to, as the application's stages name the
+ * authenticated caller (`user 42`), or `address <client address>` for an
+ * anonymous one.
+ */
+export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<unknown, unknown>, path: string, caller: string, services: CoreServices): Promise<Reply> {
   const header = ctx.headers['idempotency-key']
   if (header === undefined) return route.handle(ctx)
   if (typeof header !== 'string' || !KEY.test(header)) {
     throw new HttpError('invalid_request', 'Idempotency-Key must be 1 to 255 printable ASCII characters.')
   }
-  const { sql } = ctx.deps
-  const caller = callerOf(ctx.principal, address)
+  const { sql, idempotencySecrets } = services
   // Keyed, not a plain SHA-256: the body may hold a password (POST /users), and
   // an unkeyed hash of it in the table let whoever reads the table test
   // guesses at SHA-256 speed instead of scrypt's. The signing secret is the one
@@ -63,8 +65,8 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   // (before a rotation of JWT_SECRETS) is matched under that key.
   const request = JSON.stringify([route.method, path, ctx.body])
   const fingerprintUnder = (secret: Buffer) => createHmac('sha256', fingerprintKey(secret)).update(request).digest('base64url')
-  const fingerprint = fingerprintUnder(ctx.deps.config.jwtSecrets[0]!.secret)
-  const sameRequest = (stored: string) => stored === fingerprint || ctx.deps.config.jwtSecrets.slice(1).some((k) => fingerprintUnder(k.secret) === stored)
+  const fingerprint = fingerprintUnder(idempotencySecrets[0]!)
+  const sameRequest = (stored: string) => stored === fingerprint || idempotencySecrets.slice(1).some((secret) => fingerprintUnder(secret) === stored)
 
   // Our own record is the one with our created_at: after a takeover (below) the
   // key may hold another request's record, which we must not finish or remove.
@@ -116,7 +118,7 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   await sql`
     UPDATE idempotency_keys SET status = ${reply.status}, headers = ${sql.json(headers)}, body = ${jsonBody(reply) ?? null}
     WHERE caller = ${caller} AND key = ${header} AND created_at = ${mine}`
-  if (ctx.deps.idempotencyCleanup.due()) {
+  if (services.idempotencyCleanup.due()) {
     await sql`DELETE FROM idempotency_keys WHERE created_at < now() - ${RETENTION}::interval`
   }
   return reply

@@ -220,13 +220,13 @@ function readBody(p: Pipeline, x: Exchange, kind: BodyKind): Promise<unknown> {
 function handle(p: Pipeline, x: Exchange, route: AnyRoute, params: Record<string, string>, query: unknown, body: unknown): Promise<Reply> {
   const database = route.database ?? 'handler'
   const bounded = database === 'statements' ? p.runBounded : p.runAsIs
-  const ctx: HandlerContext<unknown, unknown> = { params, query, body, principal: x.principal, headers: x.req.headers, requestId: x.requestId, client: clientOf(p, x), bounded, deps: p.deps }
+  const ctx: HandlerContext<unknown, unknown> = { params, query, body, principal: x.principal, headers: x.req.headers, requestId: x.requestId, client: clientOf(p, x), bounded, deps: p.deps, services: p.deps }
   if (database === 'handler') return p.deps.databaseAdmission.run(() => invoke(route, ctx, x.path))
   return invoke(route, ctx, x.path)
 }
 
 const invoke = (route: AnyRoute, ctx: HandlerContext<unknown, unknown>, path: string): Promise<Reply> =>
-  route.idempotent ? handleIdempotently(route, ctx, path, ctx.client) : route.handle(ctx)
+  route.idempotent ? handleIdempotently(route, ctx, path, ctx.principal.kind === 'user' ? `user ${ctx.principal.userId}` : `address ${ctx.client}`, ctx.services) : route.handle(ctx)
 
 /** RFC 9110 §15.4.5: a 304 repeats the validator, and nothing else of the body. */
 function conditionalGet(x: Exchange, reply: Reply): Reply {

@@ -1,9 +1,7 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import type { TSchema } from 'typebox'
-import type { Access } from '../../auth/access.js'
-import type { Principal } from '../../auth/principal.js'
-import type { AppDeps } from '../../app-deps.js'
 import type { BodyKind } from './body.js'
+import type { CoreServices } from './services.js'
 import type { Validator } from './validate.js'
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'
@@ -39,11 +37,27 @@ export interface StreamBody {
   cancel(): void
 }
 
-export interface HandlerContext<Query, Body> {
+/**
+ * What the application adds to every route's declaration (who may call it),
+ * by declaration merging in one application file (src/app-context.ts), the
+ * way fastify's TypeScript plugins add to its types. Core never reads these
+ * members: it hands the route to the application's stages as it is.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
+export interface RouteExtensions {}
+
+/**
+ * What the application adds to every handler's context beyond core's own
+ * members (the caller, its dependencies), merged in src/app-context.ts and
+ * filled by the application's stages (src/core/http/stages.ts).
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
+export interface ContextExtensions {}
+
+export interface HandlerContext<Query, Body> extends ContextExtensions {
   params: Record<string, string>
   query: Query
   body: Body
-  principal: Principal
   headers: IncomingHttpHeaders
   requestId: string
   /** The client's address, as TRUST_PROXY allows it to be known (src/core/http/client-address.ts). */
@@ -55,7 +69,8 @@ export interface HandlerContext<Query, Body> {
    * touches no database).
    */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
-  deps: AppDeps
+  /** What core's own code (resources, collections) needs of the service; the same object as the application's `deps`. */
+  services: CoreServices
 }
 
 /**
@@ -71,11 +86,10 @@ export type DatabaseUse = 'handler' | 'statements' | 'none'
  * the pipeline enforces them before the handler runs, so handlers only see
  * checked, typed input.
  */
-export interface Route<Query = Record<string, never>, Body = undefined> {
+export interface Route<Query = Record<string, never>, Body = undefined> extends RouteExtensions {
   method: Method
   /** A template such as `/users/{id}`; `{id}` only matches a positive bigint. */
   path: string
-  access: Access
   /** Query string schema (all values arrive as strings); none means no parameters at all. */
   query?: Validator<Query>
   /** `optional`: a request with no body at all is accepted and the handler gets undefined. */
@@ -85,8 +99,6 @@ export interface Route<Query = Record<string, never>, Body = undefined> {
   idempotent?: boolean
   /** A write of a versioned resource: 428 without If-Match when REQUIRE_IF_MATCH=true. */
   requiresIfMatch?: boolean
-  /** Exempt from the rate limit (health probes). */
-  unlimited?: boolean
   /**
    * Every answer, errors included, carries `Cache-Control: no-store`: answers
    * about credentials must not be stored by any cache (RFC 6749 §5.1). OPTIONS

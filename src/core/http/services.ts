@@ -1,0 +1,41 @@
+import type { Sql } from 'postgres'
+import type { DatabaseAdmission } from '../db/admission.js'
+import type { Logger } from '../log.js'
+import type { Metrics } from '../metrics.js'
+import type { TrustProxy } from './client-address.js'
+import type { IdempotencyCleanup } from './idempotency.js'
+
+/** The settings core's HTTP stages read; the application's configuration has them among its own. */
+export interface HttpSettings {
+  /** Every route's path is below it (API_PREFIX); '' for none. */
+  apiPrefix: string
+  bodyLimit: number
+  /** 428 for a write of a versioned resource without If-Match. */
+  requireIfMatch: boolean
+  trustProxy: TrustProxy
+  corsOrigins: ReadonlySet<string>
+  /** Set when the service itself serves TLS: every answer then carries Strict-Transport-Security. */
+  tls: object | undefined
+}
+
+/**
+ * What core's own code needs of a service instance at run time, filled by
+ * the application (its dependencies object is one: src/app-deps.ts) and
+ * handed to handlers as `ctx.services`. A part of core that needs more
+ * declares it beside itself by merging into this interface
+ * (src/core/collections/list-query.ts), so that this file names no folder
+ * above it.
+ */
+export interface CoreServices {
+  /** The pool; functions that take it also run inside a transaction. */
+  sql: Sql
+  config: HttpSettings
+  log: Logger
+  metrics: Metrics
+  /** Flipped by the entry point on SIGTERM: only public routes are served then. */
+  lifecycle: { shuttingDown: boolean }
+  databaseAdmission: DatabaseAdmission
+  /** The secrets idempotent requests' fingerprints are keyed under: the first makes new ones, every one matches (src/core/http/idempotency.ts). */
+  idempotencySecrets: readonly Buffer[]
+  idempotencyCleanup: IdempotencyCleanup
+}
