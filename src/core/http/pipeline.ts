@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { mapDatabaseError } from '../db/errors.js'
+import { DatabaseBusy } from '../db/admission.js'
 import { describeError, type LogFields } from '../log.js'
 import { checkContentType, readJsonBody, type BodyKind } from './body.js'
 import { clientAddress, UntrustedForwardingNotice } from './client-address.js'
 import { corsHeaders, type CorsPolicy } from './cors.js'
+import { busyProblem, failureProblem } from './database-problems.js'
 import { handleIdempotently } from './idempotency.js'
 import { etagMatches } from './conditional.js'
 import { HttpError, notFound, problemBody } from './problem.js'
@@ -268,12 +269,12 @@ function logRequest<State>(p: Pipeline<State>, x: Exchange<State>): void {
 }
 
 function problemReply(err: unknown, instance: string, requestId: string, services: CoreServices, template: string | undefined): Reply {
-  let http = err instanceof HttpError ? err : mapDatabaseError(err)
+  let http = err instanceof HttpError ? err : err instanceof DatabaseBusy ? busyProblem(err) : failureProblem(err)
   if (!http) {
     services.log.error('unhandled error', { request_id: requestId, route: template ?? null, ...describeError(err) })
     http = new HttpError('internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
-  } else if (http.status === 503 && http.code === 'database_unavailable' && !(err instanceof HttpError)) {
-    // A database error. (Database admission, src/core/db/admission.ts, answers 503 itself: no error of the database's.)
+  } else if (!(err instanceof HttpError || err instanceof DatabaseBusy)) {
+    // An error of the database itself; what database admission refused never reached it.
     services.metrics.queryErrors++
     services.log.warn('database unavailable', { request_id: requestId, ...describeError(err) })
   }
