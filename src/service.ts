@@ -29,6 +29,7 @@ import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
 import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './webhooks/worker.js'
 import { ReadinessCheck } from './health/readiness.js'
+import { originOf } from './events/origin.js'
 
 const LISTEN_BACKLOG = 4096
 
@@ -141,6 +142,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined,
     passwords: new PasswordHasher(),
     listShapes: new ListShapes({ prepare: !pooled }),
+    changeOrigin: (ctx) => originOf(ctx.principal, ctx.requestId),
     idempotencySecrets: config.jwtSecrets.map((k) => k.secret),
     idempotencyCleanup: new IdempotencyCleanup(),
     eventPublisher: new EventPublisher(sql, log, { ...defaultPublisherSettings, ...tuning.publisher }),

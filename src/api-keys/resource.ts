@@ -12,7 +12,7 @@ import { defineResource } from '../core/resources/resource.js'
 import { resourceRoutes, type ResourceHooks } from '../core/resources/routes.js'
 import { deleteRowsWhere, eventOf, type StoredRow } from '../core/resources/store.js'
 import { originOf, type EventOrigin } from '../events/origin.js'
-import { recordEvents } from '../events/record.js'
+import { recordEvents } from '../core/resources/change-events.js'
 
 // An API key is listed, read and deleted like any resource, by its owner (or
 // an admin). It is never changed, and its creation is its own: the secret is
@@ -85,8 +85,8 @@ async function insertApiKey(
 
 const hooks: ResourceHooks = {
   // Everyone sees their own keys; an admin sees anyone's.
-  scope: (principal) => (isAdmin(principal) ? undefined : { user_id: userIdOf(principal) }),
-  checkList(query, principal) {
+  scope: ({ principal }) => (isAdmin(principal) ? undefined : { user_id: userIdOf(principal) }),
+  checkList(query, { principal }) {
     if (!isAdmin(principal) && query.user_id !== undefined && String(query.user_id) !== userIdOf(principal)) {
       throw new HttpError('forbidden', 'Only an admin may list the keys of another user.')
     }
@@ -137,12 +137,12 @@ export function revokeApiKeysOf(tx: TransactionSql, userId: number, origin: Even
 
 export const apiKeyRoutes = resourceRoutes(apiKeys, {
   operations: ['list', 'create', 'read', 'delete'],
-  access: {
-    list: { kind: 'protected', scope: 'api_keys:read', who: 'any' },
-    read: { kind: 'protected', scope: 'api_keys:read', who: 'any' },
+  routes: {
+    list: { access: { kind: 'protected', scope: 'api_keys:read', who: 'any' } },
+    read: { access: { kind: 'protected', scope: 'api_keys:read', who: 'any' } },
     // A key never makes a key: one leaked key must not be able to outlive its own revocation.
-    create: { kind: 'protected', scope: 'api_keys:write', who: 'any', interactive: true },
-    write: { kind: 'protected', scope: 'api_keys:write', who: 'any' },
+    create: { access: { kind: 'protected', scope: 'api_keys:write', who: 'any', interactive: true } },
+    write: { access: { kind: 'protected', scope: 'api_keys:write', who: 'any' } },
   },
   hooks,
   summaries: {

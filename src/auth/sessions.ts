@@ -1,6 +1,7 @@
 import type { Sql, TransactionSql } from 'postgres'
 import type { Config } from '../config.js'
-import { originValues, type EventOrigin } from '../events/origin.js'
+import { originValues } from '../core/resources/change-events.js'
+import type { EventOrigin } from '../events/origin.js'
 import { signJwt } from './jwt.js'
 import type { Role } from './principal.js'
 import { effectiveScopes } from './scopes.js'

@@ -36,10 +36,10 @@ export const products = defineResource({
 })
 
 export const productRoutes = resourceRoutes(products, {
-  access: {
-    list: { kind: 'protected', scope: 'products:read', who: 'any' },
-    read: { kind: 'protected', scope: 'products:read', who: 'any' },
-    create: { kind: 'protected', scope: 'products:write', who: 'admin' },
-    write: { kind: 'protected', scope: 'products:write', who: 'admin' },
+  routes: {
+    list: { access: { kind: 'protected', scope: 'products:read', who: 'any' } },
+    read: { access: { kind: 'protected', scope: 'products:read', who: 'any' } },
+    create: { access: { kind: 'protected', scope: 'products:write', who: 'admin' } },
+    write: { access: { kind: 'protected', scope: 'products:write', who: 'admin' } },
   },
 })

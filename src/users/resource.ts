@@ -114,11 +114,11 @@ const hooks: ResourceHooks<UserWriteState> = {
 }
 
 export const userRoutes = resourceRoutes(users, {
-  access: {
-    list: { kind: 'protected', scope: 'users:read', who: 'admin' },
-    create: { kind: 'protected', scope: 'users:write', who: 'admin', signup: true },
-    read: { kind: 'protected', scope: 'users:read', who: 'admin-or-self' },
-    write: { kind: 'protected', scope: 'users:write', who: 'admin-or-self' },
+  routes: {
+    list: { access: { kind: 'protected', scope: 'users:read', who: 'admin' } },
+    create: { access: { kind: 'protected', scope: 'users:write', who: 'admin', signup: true } },
+    read: { access: { kind: 'protected', scope: 'users:read', who: 'admin-or-self' } },
+    write: { access: { kind: 'protected', scope: 'users:write', who: 'admin-or-self' } },
   },
   hooks,
   summaries: {

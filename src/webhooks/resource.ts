@@ -127,11 +127,11 @@ const hooks: ResourceHooks = {
 
 export const webhookResourceRoutes = resourceRoutes(webhooks, {
   operations: ['list', 'create', 'read', 'update', 'delete'],
-  access: {
-    list: { kind: 'protected', scope: 'webhooks:read', who: 'admin' },
-    read: { kind: 'protected', scope: 'webhooks:read', who: 'admin' },
-    create: { kind: 'protected', scope: 'webhooks:write', who: 'admin' },
-    write: { kind: 'protected', scope: 'webhooks:write', who: 'admin' },
+  routes: {
+    list: { access: { kind: 'protected', scope: 'webhooks:read', who: 'admin' } },
+    read: { access: { kind: 'protected', scope: 'webhooks:read', who: 'admin' } },
+    create: { access: { kind: 'protected', scope: 'webhooks:write', who: 'admin' } },
+    write: { access: { kind: 'protected', scope: 'webhooks:write', who: 'admin' } },
   },
   hooks,
   summaries: {

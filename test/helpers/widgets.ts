@@ -23,11 +23,11 @@ export const widgets = defineResource({
 })
 
 export const widgetRoutes = resourceRoutes(widgets, {
-  access: {
-    list: { kind: 'protected', scope: null, who: 'any' },
-    read: { kind: 'protected', scope: null, who: 'any' },
-    create: { kind: 'protected', scope: null, who: 'admin' },
-    write: { kind: 'protected', scope: null, who: 'admin' },
+  routes: {
+    list: { access: { kind: 'protected', scope: null, who: 'any' } },
+    read: { access: { kind: 'protected', scope: null, who: 'any' } },
+    create: { access: { kind: 'protected', scope: null, who: 'admin' } },
+    write: { access: { kind: 'protected', scope: null, who: 'admin' } },
   },
 })
 
