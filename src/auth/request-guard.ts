@@ -31,22 +31,36 @@ export function requestGuard(deps: AppDeps): RequestGuard<Guarded> {
   // Only credentials read from the database wait under database admission; a JWT is checked in memory.
   const credentials: CredentialDeps = credentialDeps(deps, (work) => deps.databaseAdmission.run(work))
   const isPublic = (route: AnyRoute) => route.access.kind === 'public'
+  /** The rate limiter, unless RATE_LIMIT=0 or the route is exempt. */
+  const limiterFor = (route: AnyRoute) => (route.unlimited ? undefined : limiter)
+
+  /** The request counts against its window, then the route's access is checked. */
+  function admit(state: Guarded, request: StageRequest, route: AnyRoute, params: Record<string, string>): void {
+    const limits = limiterFor(route)
+    if (limits) state.rate = rateLimit(state, limits, request, config.rateLimit)
+    authorize(route.access, state.principal, params, config.allowSignup)
+  }
+
+  async function authenticateThenAdmit(state: Guarded, request: StageRequest, route: AnyRoute, params: Record<string, string>): Promise<void> {
+    const limits = limiterFor(route)
+    if (limits) refuseSpentAddress(state, limits, request)
+    try {
+      state.principal = (await authenticate(request.req.headers, credentials)) ?? anonymous
+    } catch (err) {
+      // Failed credentials count against the address, so that guessing tokens is limited too.
+      if (limits) state.rate = enforce(limits, addressBucket(request.client()))
+      throw err
+    }
+    admit(state, request, route, params)
+  }
+
   return {
     open: () => new Guarded(),
     isPublic,
-    async check(state, request, route, params) {
+    check(state, request, route, params) {
       // Public routes never look at a credential (no database read for /healthz).
-      if (!isPublic(route)) {
-        if (limiter && !route.unlimited) refuseSpentAddress(state, limiter, request)
-        try {
-          state.principal = (await authenticate(request.req.headers, credentials)) ?? anonymous
-        } catch (err) {
-          if (limiter && !route.unlimited) state.rate = enforce(limiter, addressBucket(request.client()))
-          throw err
-        }
-      }
-      if (limiter && !route.unlimited) state.rate = rateLimit(state, limiter, request, config.rateLimit)
-      authorize(route.access, state.principal, params, config.allowSignup)
+      if (isPublic(route)) return void admit(state, request, route, params)
+      return authenticateThenAdmit(state, request, route, params)
     },
     extend(ctx, state) {
       ctx.principal = state.principal

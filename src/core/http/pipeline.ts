@@ -108,7 +108,8 @@ async function handleRequest<State>(p: Pipeline<State>, req: IncomingMessage, re
     } else {
       const { route, params } = match
       admit(p, route)
-      await p.guard.check(x.state, x, route, params)
+      const checking = p.guard.check(x.state, x, route, params)
+      if (checking) await checking
       requirePrecondition(p, x, route)
       const query = readQuery(x, route)
       const body = route.body && !(route.body.optional && hasNoBody(req)) ? route.body.validator.parseBody(await readBody(p, x, route.body.kind)) : undefined

@@ -24,8 +24,12 @@ export interface RequestGuard<State> {
   open(): State
   /** A route anyone may call with no check at all: it looks at no credential, and is still served while the service drains (the probes). */
   isPublic(route: AnyRoute): boolean
-  /** Refuses by throwing a problem (HttpError); records on `state` what it found. */
-  check(state: State, request: StageRequest, route: AnyRoute, params: Record<string, string>): Promise<void>
+  /**
+   * Refuses by throwing a problem (HttpError), or by a promise that rejects
+   * with one; records on `state` what it found. Undefined when it is done at
+   * once (nothing to wait for: no promise on the hot path of a public route).
+   */
+  check(state: State, request: StageRequest, route: AnyRoute, params: Record<string, string>): Promise<void> | undefined
   /** Sets the application's members of the handler's context (ContextExtensions, src/app-context.ts). */
   extend(ctx: HandlerContext<unknown, unknown>, state: State): void
   /** Whom an Idempotency-Key belongs to: a stable name of the authenticated caller, or undefined when anonymous (the key is then the address's). */
