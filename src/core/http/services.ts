@@ -19,7 +19,7 @@ export interface HttpSettings {
 
 /**
  * What core's own code needs of a service instance at run time, filled by
- * the application (its dependencies object is one: src/app-deps.ts) and
+ * the application (one object, which may hold the application's own too) and
  * handed to handlers as `ctx.services`. A part of core that needs more
  * declares it beside itself by merging into this interface
  * (src/core/http/idempotency.ts, src/core/collections/list-query.ts,
