@@ -17,8 +17,9 @@ const sources = (dir: string): string[] =>
   readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
     e.isDirectory() ? sources(join(dir, e.name)) : /\.(m?ts|m?js)$/.test(e.name) ? [join(dir, e.name)] : [])
 
-/** Every specifier of a file's imports and export-froms, static and dynamic (`import()`), type-only ones included. */
-const specifiers = (file: string): string[] => ts.preProcessFile(readFileSync(file, 'utf8'), true, true).importedFiles.map((f) => f.fileName)
+/** Every specifier of a source's imports and export-froms, static and dynamic (`import()`), type-only ones included. */
+const specifiersIn = (text: string): string[] => ts.preProcessFile(text, true, true).importedFiles.map((f) => f.fileName)
+const specifiers = (file: string): string[] => specifiersIn(readFileSync(file, 'utf8'))
 
 const inCore = (path: string) => path === core || path.startsWith(core + sep)
 /** The folder of src/core a file belongs to ('.' for core's own files: log.ts, metrics.ts). */
@@ -36,6 +37,11 @@ test('the scan finds src/core and its imports', () => {
   assert.ok(files.length > 30, `only ${files.length} files under src/core`)
   assert.ok(edges.some((e) => e.specifier === 'typebox'), 'no import of typebox found: the scan reads nothing')
   assert.ok(edges.some((e) => e.specifier === 'node:crypto'), 'no import of node:crypto found')
+})
+
+test('the scan sees every form of import', () => {
+  const text = `import type { A } from './a.js'\nexport { b } from '../b.js'\nexport * from 'c'\nimport 'd'\nconst e = await import('../../e.js')\n`
+  assert.deepEqual(specifiersIn(text), ['./a.js', '../b.js', 'c', 'd', '../../e.js'])
 })
 
 test('src/core imports nothing outside src/core but node:*, typebox and postgres', () => {
