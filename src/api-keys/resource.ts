@@ -3,13 +3,13 @@ import Type from 'typebox'
 import { challenge } from '../auth/credentials.js'
 import { currentPasswordMember, requireRecentPassword } from '../auth/current-password.js'
 import { isAdmin, type Principal } from '../auth/principal.js'
-import { isScope } from '../auth/scopes.js'
 import { displayPrefix, hashSecret, newSecret } from '../auth/tokens.js'
 import { HttpError, validationFailed } from '../core/http/problem.js'
 import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
 import { member } from '../core/resources/member.js'
 import { defineResource } from '../core/resources/resource.js'
-import { resourceRoutes, type ResourceHooks } from '../core/resources/routes.js'
+import type { ResourceHooks } from '../core/resources/routes.js'
+import { resourceModule } from '../resource-module.js'
 import { deleteRowsWhere, eventOf, type StoredRow } from '../core/resources/store.js'
 import { originOf, type EventOrigin } from '../events/origin.js'
 import { recordEvents } from '../events/record.js'
@@ -27,6 +27,8 @@ export const apiKeys = defineResource({
   name: 'ApiKey',
   path: '/api-keys',
   table: 'api_keys',
+  // Everyone keeps their own keys; the hooks below scope them to their owner.
+  access: { read: 'any', write: 'any' },
   versioned: false,
   deletedVerb: 'revoked',
   members: {
@@ -97,7 +99,7 @@ const hooks: ResourceHooks = {
     // Before anything about the key is looked at: a stolen access token alone learns nothing here.
     await requireRecentPassword(principal, ctx.body.current_password as string | undefined, ctx)
     const scopes = values.scopes as string[]
-    const unknown = scopes.findIndex((s) => !isScope(s))
+    const unknown = scopes.findIndex((s) => !deps.registry.scopes.isScope(s))
     if (unknown !== -1) throw validationFailed([{ path: `/scopes/${unknown}`, message: 'is not a scope' }])
     // A key can never do more than the credential that created it.
     const beyond = scopes.filter((s) => !principal.scopes.has(s as never))
@@ -135,15 +137,12 @@ export function revokeApiKeysOf(tx: TransactionSql, userId: number, origin: Even
   return deleteRowsWhere(tx, apiKeys, { user_id: String(userId) }, origin)
 }
 
-export const apiKeyRoutes = resourceRoutes(apiKeys, {
+export const apiKeyModule = resourceModule(apiKeys, {
   operations: ['list', 'create', 'read', 'delete'],
-  access: {
-    list: { kind: 'protected', scope: 'api_keys:read', who: 'any' },
-    read: { kind: 'protected', scope: 'api_keys:read', who: 'any' },
-    // A key never makes a key: one leaked key must not be able to outlive its own revocation.
-    create: { kind: 'protected', scope: 'api_keys:write', who: 'any', interactive: true },
-    write: { kind: 'protected', scope: 'api_keys:write', who: 'any' },
-  },
+  // A key never makes a key: one leaked key must not be able to outlive its own revocation.
+  access: { create: { interactive: true } },
+  // Keys are never changed, only revoked.
+  unsubscribable: [apiKeys.events.updated],
   hooks,
   summaries: {
     list: 'List API keys: one\'s own, or anyone\'s for an admin',
