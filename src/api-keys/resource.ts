@@ -30,6 +30,8 @@ export const apiKeys = defineResource({
   // Everyone keeps their own keys; the hooks below scope them to their owner.
   access: { read: 'any', write: 'any' },
   versioned: false,
+  // Only the key's hash is stored; the key itself is shown once.
+  serverColumns: ['key_hash'],
   deletedVerb: 'revoked',
   members: {
     id: idMember(),

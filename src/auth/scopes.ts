@@ -5,7 +5,7 @@ import type { Role } from './principal.js'
 // has `<table>:read` and `<table>:write`, held by the roles its access names;
 // beside them the scopes of what is no resource (the event feed, metrics).
 
-/** A scope such as `users:read`; which ones exist is the registry's (ScopePolicy). */
+/** A scope such as `<table>:read`; which ones exist is the registry's (ScopePolicy). */
 export type Scope = string
 
 /** Scopes that belong to no resource, and the roles that may hold them. */

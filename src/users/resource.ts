@@ -27,6 +27,8 @@ export const users = defineResource({
   table: 'users',
   // A user reads and changes itself; an admin anyone (the routes below: listing and creating are an admin's).
   access: { read: 'admin-or-self', write: 'admin-or-self' },
+  // The password as its scrypt hash; the epoch that a password or role change raises, voiding JWTs (sql/005).
+  serverColumns: ['password_hash', 'credential_epoch'],
   members: {
     id: idMember(),
     name: member(nameSchema(), { sort: true, search: true }),

@@ -47,6 +47,8 @@ export const defineWebhooks = (subscribableEventTypes: readonly string[]) => def
   path: '/webhooks',
   table: 'webhooks',
   access: { read: 'admin', write: 'admin' },
+  // The secret kept signing after a rotation, and since when deliveries fail (not shown: failures would change the ETag).
+  serverColumns: ['previous_secret_sealed', 'previous_secret_expires_at', 'failing_since'],
   members: {
     id: idMember(),
     url: member(urlSchema()),

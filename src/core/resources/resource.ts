@@ -23,7 +23,7 @@ export type Members = Record<string, TSchema>
 export interface ResourceAccess {}
 
 export interface ResourceDeclaration<M extends Members> {
-  /** Singular and PascalCase: the OpenAPI components (`User`, `UserCreate`, …) and operation ids (`getUser`, `listUsers`). */
+  /** Singular and PascalCase: the OpenAPI components (`Order`, `OrderCreate`, …) and operation ids (`getOrder`, `listOrders`). */
   name: string
   /** The plural for operation ids and summaries (`listCategories`); default the name and an s. */
   plural?: string
@@ -52,9 +52,15 @@ export interface ResourceDeclaration<M extends Members> {
    * to delete one's own account), for a hook. Without it a DELETE takes no body.
    */
   deleteBody?: Members
+  /**
+   * Columns of its table that are no member: the service's own, never shown
+   * or written by a client (a password's hash, a credential epoch). With
+   * `version`, these and the members are the whole table (test/resource-schema.test.ts).
+   */
+  serverColumns?: readonly string[]
   /** Rows carry a `version` column: ETags, If-Match, 304. Default true. */
   versioned?: boolean
-  /** The verb of the event a deletion writes (`api_key.revoked`). Default `deleted`. */
+  /** The verb of the event a deletion writes (`order.cancelled`). Default `deleted`. */
   deletedVerb?: string
 }
 
@@ -63,15 +69,17 @@ export type Row<M extends Members> = { [K in keyof M]: Static<M[K]> } & { versio
 
 export interface Resource<M extends Members = Members> {
   readonly name: string
-  /** `Products`, `Categories`: operation ids of the collection. */
+  /** `Orders`, `Categories`: operation ids of the collection. */
   readonly plural: string
-  /** The name in a sentence: `ApiKey` is "api key". */
+  /** The name in a sentence: `OrderLine` is "order line". */
   readonly label: string
   readonly path: string
   readonly table: string
   readonly members: M
   readonly access: ResourceAccess
   readonly versioned: boolean
+  /** Its table's columns that are no member, `version` aside (the declaration's serverColumns). */
+  readonly serverColumns: readonly string[]
   readonly traits: Readonly<Record<string, MemberTraits>>
   /** What GET answers, in output order: the non-secret stored members. */
   readonly outputMembers: readonly string[]
@@ -94,9 +102,9 @@ export interface Resource<M extends Members = Members> {
   present(row: Record<string, unknown>): Record<string, unknown>
   /** Output members that are timestamps (written as the API's timestamp text). */
   readonly timestampMembers: ReadonlySet<string>
-  /** The events its writes record (sql/007): the subject type (`api_key`) and the type of each write. */
+  /** The events its writes record (sql/007): the subject type (`order_line`) and the type of each write. */
   readonly events: { subject: string; created: string; updated: string; deleted: string }
-  /** Its schemas by OpenAPI component name: `User`, `UserPage`, `UserCreate`, `UserReplace`, `UserPatch` (and `UserDelete`, with a deleteBody). */
+  /** Its schemas by OpenAPI component name: `Order`, `OrderPage`, `OrderCreate`, `OrderReplace`, `OrderPatch` (and `OrderDelete`, with a deleteBody). */
   components(): Record<string, TSchema>
 }
 
@@ -161,6 +169,7 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     members,
     access: declaration.access,
     versioned: declaration.versioned ?? true,
+    serverColumns: declaration.serverColumns ?? [],
     traits,
     outputMembers,
     schemas,
