@@ -9,6 +9,7 @@ import { metricsRoutes } from './metrics/routes.js'
 import { buildOpenApiDocument } from './openapi/document.js'
 import { openApiRoute } from './openapi/routes.js'
 import type { AnyRoute } from './core/http/route.js'
+import { requestGuard } from './auth/request-guard.js'
 import { authRoutes } from './auth/routes.js'
 import { sessionRoutes } from './auth/session-routes.js'
 import { eventRoutes } from './events/feed.js'
@@ -53,7 +54,7 @@ export function allRoutes(registry: Registry, apiPrefix: string, extra: readonly
 export type AppServer = HttpServer | HttpsServer
 
 export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsOptions): AppServer {
-  const handle = createRequestHandler(createRouter(routes), deps)
+  const handle = createRequestHandler(createRouter(routes), deps, requestGuard(deps))
   const { config } = deps
   // handshakeTimeout: a connection that never starts (or never finishes) its TLS handshake has
   // as long as one that never sends its headers; Node's default is 120 s.

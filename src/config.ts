@@ -1,6 +1,8 @@
 import Type, { type Static } from 'typebox'
 import { Compile } from 'typebox/compile'
+import { ConfigError } from './core/config-error.js'
 import { trustedProxies, type TrustProxy } from './core/http/client-address.js'
+import type { LogLevel } from './core/log.js'
 
 // Every setting the service reads, with its default. Values arrive as strings
 // from the environment; `loadConfig` turns them into this typed record or
@@ -60,7 +62,6 @@ const EnvSchema = Type.Object({
 })
 const checkEnv = Compile(EnvSchema)
 
-export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
 
 export interface Config {
   production: boolean
@@ -125,8 +126,6 @@ export interface Config {
 }
 
 export type PoolerSetting = 'auto' | 'transaction' | 'none'
-
-export class ConfigError extends Error {}
 
 const secretVariables = new Set(['DATABASE_URL', 'DATABASE_LISTEN_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'])
 

@@ -19,7 +19,7 @@ export interface ResourceModule {
   readonly subscribable: readonly string[]
 }
 
-export interface ResourceModuleOptions<State> extends Omit<ResourceRouteOptions<State>, 'access'> {
+export interface ResourceModuleOptions<State> extends Omit<ResourceRouteOptions<State>, 'routes'> {
   /** What an operation adds to, or changes in, the access its declaration gives it. */
   access?: Partial<Record<AccessGroup, Partial<Omit<ProtectedAccess, 'kind' | 'scope'>>>>
   /** Event types no webhook may ask for (an API key is never updated). Default none. */
@@ -38,12 +38,18 @@ export function accessOf(resource: Resource, refine: ResourceModuleOptions<unkno
   }
 }
 
+/** What resourceRoutes passes through to each operation's route: its access. */
+export function routeExtensionsOf(resource: Resource, refine?: ResourceModuleOptions<unknown>['access']): ResourceRouteOptions<unknown>['routes'] {
+  const access = accessOf(resource, refine)
+  return { list: { access: access.list }, create: { access: access.create }, read: { access: access.read }, write: { access: access.write } }
+}
+
 export function resourceModule<State = undefined>(resource: Resource, options: ResourceModuleOptions<State> = {}): ResourceModule {
   const { access, unsubscribable = [], ...routeOptions } = options
   const { created, updated, deleted } = resource.events
   return {
     resource,
-    routes: resourceRoutes(resource, { ...routeOptions, access: accessOf(resource, access) }),
+    routes: resourceRoutes(resource, { ...routeOptions, routes: routeExtensionsOf(resource, access) }),
     subscribable: [created, updated, deleted].filter((t) => !unsubscribable.includes(t)),
   }
 }

@@ -31,6 +31,7 @@ import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './w
 import { ReadinessCheck } from './health/readiness.js'
 import { buildRegistry, type Registry } from './registry.js'
 import { applicationResources } from './resources.js'
+import { originOf } from './events/origin.js'
 
 const LISTEN_BACKLOG = 4096
 
@@ -146,6 +147,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined,
     passwords: new PasswordHasher(),
     listShapes: new ListShapes({ prepare: !pooled }),
+    changeOrigin: (ctx) => originOf(ctx.principal, ctx.requestId),
     idempotencySecrets: config.jwtSecrets.map((k) => k.secret),
     idempotencyCleanup: new IdempotencyCleanup(),
     eventPublisher: new EventPublisher(sql, log, { ...defaultPublisherSettings, ...tuning.publisher }),

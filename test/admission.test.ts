@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
 import { after, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { DatabaseAdmission, SWEEP_MS } from '../src/core/db/admission.js'
-import { HttpError } from '../src/core/http/problem.js'
+import { DatabaseAdmission, DatabaseBusy, SWEEP_MS } from '../src/core/db/admission.js'
+import { busyProblem } from '../src/core/http/database-problems.js'
 
 // Database admission, as a unit, with a simulated
 // database: `connections` statements at a time, each `serviceMs`, the rest
@@ -11,8 +11,12 @@ import { HttpError } from '../src/core/http/problem.js'
 // against a real pool and a frozen server, and `make bench` against a healthy
 // one under 128 to 1,000 connections.
 
-const isUnavailable = (retryAfter: string) => (err: unknown) =>
-  err instanceof HttpError && err.status === 503 && err.code === 'database_unavailable' && err.options.headers?.['retry-after'] === retryAfter
+/** A DatabaseBusy, answered 503 database_unavailable with this Retry-After. */
+const isUnavailable = (retryAfter: string) => (err: unknown) => {
+  if (!(err instanceof DatabaseBusy)) return false
+  const problem = busyProblem(err)
+  return problem.status === 503 && problem.code === 'database_unavailable' && problem.options.headers?.['retry-after'] === retryAfter
+}
 
 class SimulatedDatabase {
   private busy = 0

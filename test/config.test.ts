@@ -2,7 +2,8 @@ import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { describe, test } from 'node:test'
-import { ConfigError, loadConfig, parseJwtSecrets } from '../src/config.js'
+import { ConfigError } from '../src/core/config-error.js'
+import { loadConfig, parseJwtSecrets } from '../src/config.js'
 
 // loadConfig on its own, and once through the real entry point: a bad
 // setting must stop start-up with a message naming the variable.

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict'
 import { after, test } from 'node:test'
 import { connect } from '../src/core/db/connect.js'
-import { mapDatabaseError } from '../src/core/db/errors.js'
+import { classifyDatabaseError } from '../src/core/db/errors.js'
+import { failureProblem } from '../src/core/http/database-problems.js'
 import { createTestDatabase } from './helpers/server.js'
 
 // What a request gets when PostgreSQL aborts its transaction to resolve a
@@ -28,11 +29,37 @@ test('a deadlock PostgreSQL breaks is a 503 database_unavailable with Retry-Afte
   const failed = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected')
   assert.equal(failed.length, 1, 'PostgreSQL aborts one of the two')
   assert.equal((failed[0]!.reason as { code?: string }).code, '40P01')
-  const problem = mapDatabaseError(failed[0]!.reason)
+  assert.equal(classifyDatabaseError(failed[0]!.reason), 'deadlock')
+  const problem = failureProblem(failed[0]!.reason)
   assert.equal(problem?.code, 'database_unavailable')
   assert.equal(problem?.status, 503)
   assert.equal(problem?.options.headers?.['retry-after'], '1')
   // The aborted one changed nothing: each name carries exactly the two dots of the one that committed.
   const names = await one<Array<{ name: string }>>`SELECT name FROM users WHERE id IN (${a!.id}, ${b!.id}) ORDER BY id`
   assert.deepEqual(names.map((r) => r.name), ['Deadlock A.', 'Deadlock B.'])
+})
+
+test('the database layer classifies its errors, and the HTTP layer answers each with its 503 and Retry-After', () => {
+  const withCode = (code: string) => Object.assign(new Error('from the driver'), { code })
+  const table = [
+    ['ECONNREFUSED', 'unavailable', '5'],
+    ['CONNECTION_CLOSED', 'unavailable', '5'],
+    ['08006', 'unavailable', '5'],
+    ['57P01', 'unavailable', '5'],
+    ['57014', 'unavailable', '5'],
+    ['53300', 'unavailable', '5'],
+    ['25P03', 'unavailable', '5'],
+    ['40P01', 'deadlock', '1'],
+    ['40001', 'serialization', '1'],
+  ] as const
+  for (const [code, failure, retryAfter] of table) {
+    assert.equal(classifyDatabaseError(withCode(code)), failure, code)
+    const problem = failureProblem(withCode(code))
+    assert.deepEqual([problem?.status, problem?.code, problem?.options.headers?.['retry-after']], [503, 'database_unavailable', retryAfter], code)
+  }
+  // A unique violation is its resource's to answer; a plain error or a non-Error is nobody's: a 500.
+  for (const err of [withCode('23505'), new Error('bug'), 'thrown text']) {
+    assert.equal(classifyDatabaseError(err), undefined)
+    assert.equal(failureProblem(err), undefined)
+  }
 })

@@ -241,6 +241,14 @@ describe('request ids and the log line', () => {
     assert.doesNotMatch(JSON.stringify(line), new RegExp(`/users/${user.id}\\b`))
   })
 
+  test('logs the user id of the caller, null for an anonymous one, and the client address', async () => {
+    await api.request('GET', `/users/${api.admin.id}`, { headers: { 'x-request-id': 'log-user' } })
+    await api.request('GET', '/healthz', { auth: null, headers: { 'x-request-id': 'log-anonymous' } })
+    const [user, anonymous] = [await logLine(api, 'log-user'), await logLine(api, 'log-anonymous')]
+    assert.deepEqual([user.status, user.user_id, user.client], [200, String(api.admin.id), '127.0.0.1'])
+    assert.deepEqual([anonymous.status, anonymous.user_id, anonymous.client], [200, null, '127.0.0.1'])
+  })
+
   test('logs route null for a path no route matches', async () => {
     await api.request('GET', '/users/abc', { headers: { 'x-request-id': 'log-unmatched' } })
     const line = await logLine(api, 'log-unmatched')

@@ -12,7 +12,7 @@ import type { ResourceHooks } from '../core/resources/routes.js'
 import { resourceModule } from '../resource-module.js'
 import { deleteRowsWhere, eventOf, type StoredRow } from '../core/resources/store.js'
 import { originOf, type EventOrigin } from '../events/origin.js'
-import { recordEvents } from '../events/record.js'
+import { recordEvents } from '../core/resources/change-events.js'
 
 // An API key is listed, read and deleted like any resource, by its owner (or
 // an admin). It is never changed, and its creation is its own: the secret is
@@ -89,8 +89,8 @@ async function insertApiKey(
 
 const hooks: ResourceHooks = {
   // Everyone sees their own keys; an admin sees anyone's.
-  scope: (principal) => (isAdmin(principal) ? undefined : { user_id: userIdOf(principal) }),
-  checkList(query, principal) {
+  scope: ({ principal }) => (isAdmin(principal) ? undefined : { user_id: userIdOf(principal) }),
+  checkList(query, { principal }) {
     if (!isAdmin(principal) && query.user_id !== undefined && String(query.user_id) !== userIdOf(principal)) {
       throw new HttpError('forbidden', 'Only an admin may list the keys of another user.')
     }

@@ -1,4 +1,4 @@
-import { recordEvents } from '../events/record.js'
+import { recordEvents } from '../core/resources/change-events.js'
 import type { EventOrigin } from '../events/origin.js'
 import type { Sql } from 'postgres'
 import { addressBucket } from '../core/http/client-address.js'

@@ -1,8 +1,8 @@
-import type { LogLevel } from '../config.js'
-
 // One JSON object per line on stdout: what log shippers in containers expect.
 // Fields are passed explicitly by callers; nothing here serializes a request
 // or an error wholesale, so secrets cannot slip in by accident.
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
 
 const rank: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 }
 

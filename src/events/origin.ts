@@ -1,4 +1,5 @@
 import type { Principal } from '../auth/principal.js'
+import type { ChangeOrigin } from '../core/resources/change-events.js'
 
 // Who made a change, as its event records it: a user and the kind of
 // credential it used, and the request. A change the service makes by itself
@@ -9,10 +10,9 @@ import type { Principal } from '../auth/principal.js'
 export const actorCredentials = ['jwt', 'token', 'api_key', 'password', 'refresh_token', 'system'] as const
 export type ActorCredential = (typeof actorCredentials)[number]
 
-export interface EventOrigin {
-  actorId: number | null
+/** Core's origin of a change (src/core/resources/change-events.ts), with the credentials this application knows. */
+export interface EventOrigin extends ChangeOrigin {
   credential: ActorCredential | null
-  requestId: string | null
 }
 
 /** The origin of a change made by an authenticated request, or an anonymous one. */
@@ -23,6 +23,3 @@ export function originOf(principal: Principal, requestId: string): EventOrigin {
 
 /** A change the service makes by itself, not for a request. */
 export const systemOrigin: EventOrigin = Object.freeze({ actorId: null, credential: 'system', requestId: null })
-
-/** The three statement parameters every event insert takes after its own, in this order. */
-export const originValues = (o: EventOrigin): [number | null, string | null, string | null] => [o.actorId, o.credential, o.requestId]

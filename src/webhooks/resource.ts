@@ -6,7 +6,7 @@ import { member } from '../core/resources/member.js'
 import { defineResource } from '../core/resources/resource.js'
 import type { ResourceContext, ResourceHooks } from '../core/resources/routes.js'
 import type { Resource } from '../core/resources/resource.js'
-import { accessOf } from '../resource-module.js'
+import { routeExtensionsOf } from '../resource-module.js'
 import { resourceRoutes } from '../core/resources/routes.js'
 import { conflictOf, insertRow } from '../core/resources/store.js'
 import { nonResourceEventTypes } from './event-types.js'
@@ -146,7 +146,7 @@ const hooksOf = (webhooks: Resource): ResourceHooks => ({
 /** The six operations of a webhooks declaration but replace, as routes. */
 export const webhookResourceRoutes = (webhooks: Resource, withSecret: ReturnType<typeof webhookWithSecret>) => resourceRoutes(webhooks, {
   operations: ['list', 'create', 'read', 'update', 'delete'],
-  access: accessOf(webhooks),
+  routes: routeExtensionsOf(webhooks),
   hooks: hooksOf(webhooks),
   summaries: {
     create: 'Register a webhook; its signing secret is in this answer only',

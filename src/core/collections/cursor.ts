@@ -31,7 +31,13 @@ const MAX_LENGTH = 6000
 
 interface CursorKeys { encryption: Buffer; nonce: Buffer }
 
-/** Derived once per key (the configured keys live as long as the process): two HMACs per page were a tenth of the cursor's cost. */
+/**
+ * Subkeys derived once per key rather than twice per page. A memo of a pure
+ * function of the key, by the key's identity: the keys are each service's
+ * own buffers (CoreServices.cursorKeys, made when the service is), so an
+ * entry lives only as long as its service holds the key, and two services
+ * never share one.
+ */
 const derived = new WeakMap<Buffer, CursorKeys>()
 
 /** Two keys of one: the same key must not both encrypt and make nonces. */

@@ -82,7 +82,7 @@ export const MAX_SHAPES_PER_COLLECTION = 500
 export const PREPARE_AFTER_USES = 3
 export const MAX_PREPARED_SHAPES = 200
 
-/** The compiled shapes of one service instance, per collection (deps.listShapes). */
+/** The compiled shapes of one service instance, per collection (CoreServices.listShapes). */
 export class ListShapes {
   private readonly byTable = new Map<string, { shapes: BoundedMap<string, Compiled>; prepared: Set<string> }>()
   /** False behind a transaction pooler, where no statement is prepared (src/core/db/connect.ts, `pooled`). */

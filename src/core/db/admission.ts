@@ -1,4 +1,3 @@
-import { HttpError } from '../http/problem.js'
 import type { Logger } from '../log.js'
 
 // Database admission (docs/operations.md, "Faults").
@@ -15,8 +14,8 @@ import type { Logger } from '../log.js'
 // connections queue, and a healthy database works the queue off. What is a
 // reason is waiting that the database is not working off, so the bound is on
 // time, as CoDel's is, not on a count:
-// - a request is refused at once (503 database_unavailable, Retry-After: 1,
-//   nothing queued) only when waiting has become the problem: the oldest
+// - a request is refused at once (DatabaseBusy 'refused': a 503 to retry in
+//   a second, nothing queued) only when waiting has become the problem: the oldest
 //   request in its database stage has waited longer than `targetMs`, and more
 //   requests are in their database stage than the database finished in the
 //   last `targetMs` (so a newcomer would wait longer than that too). A frozen
@@ -26,7 +25,7 @@ import type { Logger } from '../log.js'
 //   stage, none is refused: none of them waits for another;
 // - one not finished after `deadlineMs` (STATEMENT_TIMEOUT + 5 s: the longest
 //   a statement may run, plus the connect time-out; looked for every 100 ms)
-//   is answered 503. Its work is abandoned, not cancelled (it may still
+//   is answered 503 (DatabaseBusy 'overdue'). Its work is abandoned, not cancelled (it may still
 //   complete, as a request whose answer was lost would), and still counts as
 //   in its database stage until it settles.
 // Public routes are outside: /healthz and /openapi.json do not use the
@@ -40,12 +39,25 @@ export const DEADLINE_GRACE_MS = 5000
 /** How often overdue work is looked for and the finished count sampled: a deadline fires up to this late. */
 export const SWEEP_MS = 100
 
-const unavailable = (detail: string, retryAfter: string) =>
-  new HttpError('database_unavailable', detail, { headers: { 'retry-after': retryAfter } })
+/**
+ * The work was not run ('refused': the database is not keeping up with the
+ * work waiting for it) or not waited for past its deadline ('overdue': the
+ * database is not answering). Either is worth retrying; the HTTP layer
+ * answers it 503 (src/core/http/database-problems.ts).
+ */
+export class DatabaseBusy extends Error {
+  constructor(
+    readonly reason: 'refused' | 'overdue',
+    readonly deadlineMs: number,
+  ) {
+    super(reason === 'refused' ? 'database admission refused the work: the database is not keeping up' : `the work passed its deadline of ${deadlineMs} ms`)
+    this.name = 'DatabaseBusy'
+  }
+}
 
 interface Waiting {
   started: number
-  reject: (err: HttpError) => void
+  reject: (err: DatabaseBusy) => void
   /** Answered 503 at its deadline; still unsettled, so still the oldest work if it is. */
   abandoned: boolean
 }
@@ -92,7 +104,7 @@ export class DatabaseAdmission {
   run<T>(work: () => Promise<T>): Promise<T> {
     if (this.active >= this.floor && this.waitingTooLong()) {
       this.refused++
-      return Promise.reject(unavailable('The database is not keeping up with the requests waiting for it; retry shortly.', '1'))
+      return Promise.reject(new DatabaseBusy('refused', this.deadlineMs))
     }
     this.active++
     if (this.active > this.peak) this.peak = this.active
@@ -139,7 +151,7 @@ export class DatabaseAdmission {
       entry.abandoned = true
       this.overdue++
       this.onOverdue()
-      entry.reject(unavailable(`The request could not be completed within ${this.deadlineMs / 1000} s: the database is not answering; retry shortly.`, '5'))
+      entry.reject(new DatabaseBusy('overdue', this.deadlineMs))
     }
     if (this.active === 0) {
       clearInterval(this.sweeper)

@@ -1,6 +1,5 @@
-import { HttpError } from '../http/problem.js'
-
-// Database failures that mean "unavailable" are turned into 503s here.
+// Database failures a request may meet, told apart for the HTTP layer to
+// answer (src/core/http/database-problems.ts).
 // postgres.js puts the SQLSTATE in `code`; connection trouble has codes of its
 // own (CONNECT_TIMEOUT, CONNECTION_CLOSED, ...) or Node's (ECONNREFUSED, ...).
 // A duplicate of a unique member is the resource's to answer
@@ -15,7 +14,16 @@ const connectionCodes = new Set([
   'EHOSTUNREACH', 'ENETUNREACH', 'ENOENT',
 ])
 
-export function mapDatabaseError(err: unknown): HttpError | undefined {
+/**
+ * What a database error means to the work that met it: 'unavailable' (the
+ * connection or the server failed; retry in a while), 'deadlock' or
+ * 'serialization' (PostgreSQL aborted the transaction, which changed
+ * nothing; retry at once). Undefined for any other error: not the
+ * database's to explain (a bug, or a constraint a resource answers).
+ */
+export type DatabaseFailure = 'unavailable' | 'deadlock' | 'serialization'
+
+export function classifyDatabaseError(err: unknown): DatabaseFailure | undefined {
   if (!(err instanceof Error)) return undefined
   const { code } = err as Error & { code?: string }
   if (code === undefined) return undefined
@@ -26,12 +34,10 @@ export function mapDatabaseError(err: unknown): HttpError | undefined {
   // (too many connections, disk full, out of memory); 25P03: the server ended
   // a transaction left idle too long (idle_in_transaction_session_timeout).
   if (connectionCodes.has(code) || code.startsWith('08') || code.startsWith('53') || /^57P0[1-3]$/.test(code) || code === '57014' || code === '25P03') {
-    return new HttpError('database_unavailable', 'The database is unavailable; retry shortly.', { headers: { 'retry-after': '5' } })
+    return 'unavailable'
   }
-  // 40P01, 40001: PostgreSQL broke a deadlock or a serialization conflict by aborting this
-  // transaction, which changed nothing; the same request a moment later succeeds.
-  if (code === '40P01' || code === '40001') {
-    return new HttpError('database_unavailable', 'The request collided with a concurrent change and was rolled back; retry it.', { headers: { 'retry-after': '1' } })
-  }
+  // PostgreSQL broke a deadlock, or a serialization conflict, by aborting this transaction.
+  if (code === '40P01') return 'deadlock'
+  if (code === '40001') return 'serialization'
   return undefined
 }

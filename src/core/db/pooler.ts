@@ -1,4 +1,4 @@
-import { ConfigError, type Config } from '../../config.js'
+import { ConfigError } from '../config-error.js'
 import { connect } from './connect.js'
 import { quoteIdentifier as quote } from './identifier.js'
 
@@ -26,6 +26,14 @@ import { quoteIdentifier as quote } from './identifier.js'
 // connections, which cannot be sent per connection through it (connect.ts).
 
 export type ResolvedPooler = 'transaction' | 'none'
+
+/** The settings the resolution reads (DATABASE_URL, DATABASE_LISTEN_URL, DATABASE_POOLER, STATEMENT_TIMEOUT). */
+export interface PoolerSettings {
+  databaseUrl: string
+  databaseListenUrl: string | undefined
+  databasePooler: 'auto' | ResolvedPooler
+  statementTimeoutMs: number
+}
 
 /** The probe's statement gets no server time-out (none is sent), so it has this one. */
 const PROBE_TIMEOUT_MS = 10_000
@@ -77,7 +85,7 @@ export async function probe(url: string): Promise<Probe> {
  * ConfigError that says what to set. Database errors (unreachable, refused)
  * are thrown as they are.
  */
-export async function resolvePooler(config: Config & { databaseUrl: string }): Promise<ResolvedPooler> {
+export async function resolvePooler(config: PoolerSettings): Promise<ResolvedPooler> {
   const { databaseUrl, databaseListenUrl, databasePooler: setting, statementTimeoutMs } = config
   // Nothing to find out, nothing to compare.
   if (setting === 'none' && !databaseListenUrl) return setting

@@ -36,6 +36,14 @@ export class IdempotencyCleanup {
   }
 }
 
+declare module './services.js' {
+  interface CoreServices {
+    /** The secrets fingerprints are keyed under: the first makes new ones, every one matches. */
+    idempotencySecrets: readonly Buffer[]
+    idempotencyCleanup: IdempotencyCleanup
+  }
+}
+
 interface StoredAnswer {
   fingerprint: string
   status: number | null

@@ -1,31 +1,30 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { AppDeps } from '../../app-deps.js'
-import { authorize } from '../../auth/access.js'
-import { authenticate, credentialDeps, type CredentialDeps } from '../../auth/credentials.js'
-import { looksLikeJwt } from '../../auth/jwt.js'
-import { anonymous, type Principal } from '../../auth/principal.js'
-import { mapDatabaseError } from '../db/errors.js'
-import { describeError } from '../log.js'
+import { DatabaseBusy } from '../db/admission.js'
+import { describeError, type LogFields } from '../log.js'
 import { checkContentType, readJsonBody, type BodyKind } from './body.js'
-import { addressBucket, clientAddress, UntrustedForwardingNotice } from './client-address.js'
+import { clientAddress, UntrustedForwardingNotice } from './client-address.js'
 import { corsHeaders, type CorsPolicy } from './cors.js'
+import { busyProblem, failureProblem } from './database-problems.js'
 import { handleIdempotently } from './idempotency.js'
-import type { RateDecision, RateLimiter } from './rate-limit.js'
 import { etagMatches } from './conditional.js'
 import { HttpError, notFound, problemBody } from './problem.js'
 import { checkQuery, parseQueryString } from './query.js'
 import { writeReply } from './reply.js'
 import type { AnyRoute, HandlerContext, Reply } from './route.js'
 import type { Match, Router } from './router.js'
+import type { CoreServices, HttpSettings } from './services.js'
+import type { RequestGuard, StageRequest } from './stages.js'
 
 // The whole life of a request, as named stages read top to bottom in
-// `handleRequest`: identify, match, admit, authenticate, rate-limit,
-// authorize, precondition, read the query and the body, handle, conditional
-// GET, reply, log. One `catch` turns any failure into a problem answer. This
-// is the hot path: the stages are plain functions sharing one object per
-// request (`Exchange`), so a request allocates no closures but the two that
-// outlive it (the log on 'close', the bounded handler).
+// `handleRequest`: identify, match, admit, the application's guard
+// (authentication, rate limits, authorization: src/core/http/stages.ts),
+// precondition, read the query and the body, handle, conditional GET, reply,
+// log. One `catch` turns any failure into a problem answer. This is the hot
+// path: the stages are plain functions sharing one object per request
+// (`Exchange`, and the guard's record of it), so a request allocates no
+// closures but the two that outlive it (the log on 'close', the bounded
+// handler).
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
@@ -33,66 +32,75 @@ const NO_HEADERS: Record<string, string> = Object.freeze({})
 const UNANSWERED: Reply = Object.freeze({ status: 500 })
 
 /** What every stage may use, made once per service. */
-interface Pipeline {
+interface Pipeline<State> {
   router: Router
-  deps: AppDeps
-  config: AppDeps['config']
+  services: CoreServices
+  guard: RequestGuard<State>
+  config: HttpSettings
   prefix: string
   cors: CorsPolicy
-  credentials: CredentialDeps
   runBounded: <T>(work: () => Promise<T>) => Promise<T>
   runAsIs: <T>(work: () => Promise<T>) => Promise<T>
   forwarding: UntrustedForwardingNotice
 }
 
 /** One request as the stages learn about it. */
-class Exchange {
+class Exchange<State> implements StageRequest {
   readonly started = process.hrtime.bigint()
   /** The path below the API prefix. */
   path = ''
   template: string | undefined = undefined
-  principal: Principal = anonymous
-  rate: RateDecision | undefined = undefined
   cors: Record<string, string> = NO_HEADERS
   /** The answer must not be stored by any cache (Route.noStore). */
   noStore = false
   problem = false
   /** Always replaced before it is read: by the handler's answer, or by a problem. */
   reply: Reply = UNANSWERED
-  /** The client's address, read once (clientOf). */
-  client: string | undefined = undefined
+  /** The client's address, read once (`client`). */
+  private address: string | undefined = undefined
 
   constructor(
+    readonly p: Pipeline<State>,
     readonly req: IncomingMessage,
     readonly requestId: string,
     readonly method: string,
     readonly url: string,
     readonly queryAt: number,
     readonly fullPath: string,
+    /** The guard's record of the request. */
+    readonly state: State,
   ) {}
+
+  /** The client's address as TRUST_PROXY allows it to be known, read once per request. */
+  client(): string {
+    if (this.address === undefined) {
+      this.p.forwarding.check(this.req)
+      this.address = clientAddress(this.req, this.p.config.trustProxy)
+    }
+    return this.address
+  }
 }
 
-export function createRequestHandler(router: Router, deps: AppDeps) {
-  const { config, databaseAdmission } = deps
-  const runBounded = <T>(work: () => Promise<T>) => databaseAdmission.run(work)
-  const pipeline: Pipeline = {
+/** The request handler of a service: core's stages, and the application's `guard` among them. */
+export function createRequestHandler<State>(router: Router, services: CoreServices, guard: RequestGuard<State>) {
+  const { config, databaseAdmission, log } = services
+  const pipeline: Pipeline<State> = {
     router,
-    deps,
+    services,
+    guard,
     config,
     prefix: config.apiPrefix,
     cors: { origins: config.corsOrigins },
-    // Only credentials read from the database wait under database admission; a JWT is checked in memory.
-    credentials: credentialDeps(deps, runBounded),
-    runBounded,
+    runBounded: <T>(work: () => Promise<T>) => databaseAdmission.run(work),
     runAsIs: <T>(work: () => Promise<T>) => work(),
-    forwarding: new UntrustedForwardingNotice(config.trustProxy, (message, fields) => deps.log.warn(message, fields)),
+    forwarding: new UntrustedForwardingNotice(config.trustProxy, (message, fields) => log.warn(message, fields)),
   }
   return (req: IncomingMessage, res: ServerResponse): Promise<void> => handleRequest(pipeline, req, res)
 }
 
-async function handleRequest(p: Pipeline, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const x = identify(req)
-  p.deps.metrics.inFlight++
+async function handleRequest<State>(p: Pipeline<State>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const x = identify(p, req)
+  p.services.metrics.inFlight++
   try {
     const match = matchRoute(p, x)
     if (match.kind === 'options') {
@@ -100,18 +108,8 @@ async function handleRequest(p: Pipeline, req: IncomingMessage, res: ServerRespo
     } else {
       const { route, params } = match
       admit(p, route)
-      // Public routes never look at a credential (no database read for /healthz).
-      if (route.access.kind !== 'public') {
-        refuseSpentAddress(p, x, route)
-        try {
-          x.principal = (await authenticate(req.headers, p.credentials)) ?? anonymous
-        } catch (err) {
-          countFailedCredential(p, x, route)
-          throw err
-        }
-      }
-      rateLimit(p, x, route)
-      authorize(route.access, x.principal, params, p.config.allowSignup)
+      const checking = p.guard.check(x.state, x, route, params)
+      if (checking) await checking
       requirePrecondition(p, x, route)
       const query = readQuery(x, route)
       const body = route.body && !(route.body.optional && hasNoBody(req)) ? route.body.validator.parseBody(await readBody(p, x, route.body.kind)) : undefined
@@ -119,22 +117,22 @@ async function handleRequest(p: Pipeline, req: IncomingMessage, res: ServerRespo
     }
   } catch (err) {
     x.problem = true
-    x.reply = problemReply(err, x.fullPath, x.requestId, p.deps, x.template)
+    x.reply = problemReply(err, x.fullPath, x.requestId, p.services, x.template)
   }
   reply(p, x, res)
 }
 
 /** The request id (the client's, when it is a sane one), the method and the path. */
-function identify(req: IncomingMessage): Exchange {
+function identify<State>(p: Pipeline<State>, req: IncomingMessage): Exchange<State> {
   const clientId = req.headers['x-request-id']
   const requestId = typeof clientId === 'string' && CLIENT_REQUEST_ID.test(clientId) ? clientId : randomUUID()
   const url = req.url ?? '/'
   const queryAt = url.indexOf('?')
-  return new Exchange(req, requestId, req.method ?? 'GET', url, queryAt, queryAt === -1 ? url : url.slice(0, queryAt))
+  return new Exchange(p, req, requestId, req.method ?? 'GET', url, queryAt, queryAt === -1 ? url : url.slice(0, queryAt), p.guard.open())
 }
 
 /** The route and its params, or an OPTIONS answer to give; 404 and 405 are thrown. */
-function matchRoute(p: Pipeline, x: Exchange): Extract<Match, { kind: 'found' | 'options' }> {
+function matchRoute<State>(p: Pipeline<State>, x: Exchange<State>): Extract<Match, { kind: 'found' | 'options' }> {
   // Computed before anything can fail, so that a 404 reaches a browser page as a 404, not as a CORS error.
   x.cors = corsHeaders(p.cors, x.req.headers.origin)
   const { prefix } = p
@@ -158,55 +156,36 @@ function matchRoute(p: Pipeline, x: Exchange): Extract<Match, { kind: 'found' | 
  * (a client's typo of /auth/login) or for a route deployed later; so every
  * 404 of the router says no-store.
  */
-function unmatched(x: Exchange): never {
+function unmatched<State>(x: Exchange<State>): never {
   x.noStore = true
   throw notFound()
 }
 
 /** A CORS preflight gets the methods the path allows; any other OPTIONS only the Allow list. */
-function preflight(p: Pipeline, x: Exchange, allow: string): Reply {
+function preflight<State>(p: Pipeline<State>, x: Exchange<State>, allow: string): Reply {
   if (x.req.headers['access-control-request-method'] !== undefined) x.cors = corsHeaders(p.cors, x.req.headers.origin, allow)
   return { status: 204, headers: { allow } }
 }
 
 /** While draining, only public routes (the probes) are still served. */
-function admit(p: Pipeline, route: AnyRoute): void {
-  if (p.deps.lifecycle.shuttingDown && route.access.kind !== 'public') {
+function admit<State>(p: Pipeline<State>, route: AnyRoute): void {
+  if (p.services.lifecycle.shuttingDown && !p.guard.isPublic(route)) {
     throw new HttpError('shutting_down', 'The service is shutting down; retry on another instance.', { headers: { 'retry-after': '1', connection: 'close' } })
   }
 }
 
-/** An address that has spent its window on anonymous requests and bad credentials is refused before a credential costs a database read. */
-function refuseSpentAddress(p: Pipeline, x: Exchange, route: AnyRoute): void {
-  const limiter = p.deps.rateLimiter
-  if (!limiter || route.unlimited || !needsDatabaseRead(x.req)) return
-  const bucket = addressBucket(clientOf(p, x))
-  if (limiter.exhausted(bucket)) x.rate = enforce(limiter, bucket)
-}
-
-/** Failed credentials count against the address, so that guessing tokens is limited too. */
-function countFailedCredential(p: Pipeline, x: Exchange, route: AnyRoute): void {
-  const limiter = p.deps.rateLimiter
-  if (limiter && !route.unlimited) x.rate = enforce(limiter, addressBucket(clientOf(p, x)))
-}
-
-function rateLimit(p: Pipeline, x: Exchange, route: AnyRoute): void {
-  const limiter = p.deps.rateLimiter
-  if (limiter && !route.unlimited) x.rate = enforceFor(limiter, p, x)
-}
-
-function requirePrecondition(p: Pipeline, x: Exchange, route: AnyRoute): void {
+function requirePrecondition<State>(p: Pipeline<State>, x: Exchange<State>, route: AnyRoute): void {
   if (p.config.requireIfMatch && route.requiresIfMatch && x.req.headers['if-match'] === undefined) {
     throw new HttpError('precondition_required', 'This server requires If-Match on writes: GET the resource and send its ETag.')
   }
 }
 
-function readQuery(x: Exchange, route: AnyRoute): unknown {
+function readQuery<State>(x: Exchange<State>, route: AnyRoute): unknown {
   return checkQuery(route.query, parseQueryString(x.queryAt === -1 ? '' : x.url.slice(x.queryAt + 1)))
 }
 
 /** The body as JSON, once its Content-Type is the route's; the route's validator checks it. */
-function readBody(p: Pipeline, x: Exchange, kind: BodyKind): Promise<unknown> {
+function readBody<State>(p: Pipeline<State>, x: Exchange<State>, kind: BodyKind): Promise<unknown> {
   checkContentType(x.req, kind)
   return readJsonBody(x.req, p.config.bodyLimit)
 }
@@ -217,26 +196,30 @@ function readBody(p: Pipeline, x: Exchange, kind: BodyKind): Promise<unknown> {
  * says: the whole handler, only the statements it runs through
  * `ctx.bounded`, or nothing.
  */
-function handle(p: Pipeline, x: Exchange, route: AnyRoute, params: Record<string, string>, query: unknown, body: unknown): Promise<Reply> {
+function handle<State>(p: Pipeline<State>, x: Exchange<State>, route: AnyRoute, params: Record<string, string>, query: unknown, body: unknown): Promise<Reply> {
   const database = route.database ?? 'handler'
   const bounded = database === 'statements' ? p.runBounded : p.runAsIs
-  const ctx: HandlerContext<unknown, unknown> = { params, query, body, principal: x.principal, headers: x.req.headers, requestId: x.requestId, client: clientOf(p, x), bounded, deps: p.deps, services: p.deps }
-  if (database === 'handler') return p.deps.databaseAdmission.run(() => invoke(route, ctx, x.path))
-  return invoke(route, ctx, x.path)
+  // The guard sets the application's members (ContextExtensions) on it before anything reads it.
+  const ctx = { params, query, body, headers: x.req.headers, requestId: x.requestId, client: x.client(), bounded, services: p.services } as HandlerContext<unknown, unknown>
+  p.guard.extend(ctx, x.state)
+  if (database === 'handler') return p.runBounded(() => invoke(p, x, route, ctx))
+  return invoke(p, x, route, ctx)
 }
 
-const invoke = (route: AnyRoute, ctx: HandlerContext<unknown, unknown>, path: string): Promise<Reply> =>
-  route.idempotent ? handleIdempotently(route, ctx, path, ctx.principal.kind === 'user' ? `user ${ctx.principal.userId}` : `address ${ctx.client}`, ctx.services) : route.handle(ctx)
+function invoke<State>(p: Pipeline<State>, x: Exchange<State>, route: AnyRoute, ctx: HandlerContext<unknown, unknown>): Promise<Reply> {
+  if (!route.idempotent) return route.handle(ctx)
+  return handleIdempotently(route, ctx, x.path, p.guard.caller(x.state) ?? `address ${ctx.client}`, p.services)
+}
 
 /** RFC 9110 §15.4.5: a 304 repeats the validator, and nothing else of the body. */
-function conditionalGet(x: Exchange, reply: Reply): Reply {
+function conditionalGet<State>(x: Exchange<State>, reply: Reply): Reply {
   if (reply.status === 200 && (x.method === 'GET' || x.method === 'HEAD') && etagMatches(x.req.headers['if-none-match'], reply.headers?.etag)) {
     return { status: 304, headers: { etag: reply.headers!.etag! } }
   }
   return reply
 }
 
-function reply(p: Pipeline, x: Exchange, res: ServerResponse): void {
+function reply<State>(p: Pipeline<State>, x: Exchange<State>, res: ServerResponse): void {
   // The client went away (an aborted upload, a disconnect while the handler
   // ran): nothing can be written, but the request is still logged.
   if (res.headersSent || res.destroyed) {
@@ -256,93 +239,45 @@ function reply(p: Pipeline, x: Exchange, res: ServerResponse): void {
 }
 
 /** The answer's own headers, and what the pipeline adds to every answer. */
-function answerHeaders(p: Pipeline, x: Exchange): Record<string, string> {
+function answerHeaders<State>(p: Pipeline<State>, x: Exchange<State>): Record<string, string> {
   const headers = { ...x.reply.headers }
   // While draining, every answer asks the client to take its next request elsewhere.
-  if (p.deps.lifecycle.shuttingDown) headers.connection = 'close'
+  if (p.services.lifecycle.shuttingDown) headers.connection = 'close'
   // Served over TLS itself, the service tells browsers to keep to HTTPS (RFC 6797); behind a proxy, the proxy says it.
   if (p.config.tls) headers['strict-transport-security'] = 'max-age=31536000'
   // Answers about credentials must not be stored by any cache (RFC 6749 §5.1), errors included.
   if (x.noStore) headers['cache-control'] = 'no-store'
   Object.assign(headers, x.cors)
-  if (x.rate) setRateHeaders(headers, x.rate)
+  p.guard.answerHeaders(x.state, headers)
   return headers
 }
 
-function logRequest(p: Pipeline, x: Exchange): void {
+function logRequest<State>(p: Pipeline<State>, x: Exchange<State>): void {
   const seconds = Number(process.hrtime.bigint() - x.started) / 1e9
-  const { metrics, log } = p.deps
+  const { metrics, log } = p.services
   metrics.inFlight--
   metrics.observe(x.method, x.template ?? null, x.reply.status, seconds)
-  log.info('request', {
+  const fields: LogFields = {
     request_id: x.requestId,
     method: x.method,
     route: x.template ?? null,
     status: x.reply.status,
     duration_ms: seconds * 1000,
-    user_id: x.principal.kind === 'user' ? x.principal.userId : null,
-    client: clientOf(p, x),
-  })
-}
-
-/** The client's address as TRUST_PROXY allows it to be known, read once per request. */
-const clientOf = (p: Pipeline, x: Exchange): string => (x.client ??= readClient(p, x.req))
-
-function readClient(p: Pipeline, req: IncomingMessage): string {
-  p.forwarding.check(req)
-  return clientAddress(req, p.config.trustProxy)
-}
-
-/** A user may spend this many credentials' worth of RATE_LIMIT in all: N keys do not give N times the limit. */
-const USER_LIMIT_FACTOR = 3
-
-/**
- * Counts the request against its credential's bucket and its user's (or its
- * client address when anonymous); the answer shows the credential's figures
- * unless the user's bucket is the one that refuses.
- */
-function enforceFor(limiter: RateLimiter, p: Pipeline, x: Exchange): RateDecision {
-  const { principal } = x
-  if (principal.kind === 'anonymous') return enforce(limiter, addressBucket(clientOf(p, x)))
-  const c = principal.credential
-  // A session is its user's: JWTs and opaque tokens of one login share a bucket.
-  const credential = c.type === 'api_key' ? `key ${c.apiKeyId}` : `session ${principal.userId}:${c.sessionId}`
-  enforce(limiter, `user ${principal.userId}`, p.config.rateLimit * USER_LIMIT_FACTOR)
-  return enforce(limiter, credential)
-}
-
-/** Opaque tokens and API keys may cost a database read; a JWT is checked in memory. */
-function needsDatabaseRead(req: IncomingMessage): boolean {
-  const authorization = req.headers.authorization
-  return req.headers['x-api-key'] !== undefined || (authorization !== undefined && !looksLikeJwt(authorization.replace(/^Bearer +/i, '').trim()))
-}
-
-function enforce(limiter: RateLimiter, key: string, limit?: number): RateDecision {
-  const decision = limiter.hit(key, limit)
-  if (!decision.allowed) {
-    const headers: Record<string, string> = { 'retry-after': String(decision.resetSeconds) }
-    setRateHeaders(headers, decision)
-    throw new HttpError('rate_limited', `Rate limit of ${decision.limit} requests per minute reached.`, { headers })
   }
-  return decision
+  p.guard.logFields(x.state, fields)
+  fields.client = x.client()
+  log.info('request', fields)
 }
 
-// IETF draft-ietf-httpapi-ratelimit-headers field names.
-function setRateHeaders(headers: Record<string, string>, d: RateDecision): void {
-  headers['ratelimit-limit'] = String(d.limit)
-  headers['ratelimit-remaining'] = String(d.remaining)
-  headers['ratelimit-reset'] = String(d.resetSeconds)
-}
-
-function problemReply(err: unknown, instance: string, requestId: string, deps: AppDeps, template: string | undefined): Reply {
-  let http = err instanceof HttpError ? err : mapDatabaseError(err)
+function problemReply(err: unknown, instance: string, requestId: string, services: CoreServices, template: string | undefined): Reply {
+  let http = err instanceof HttpError ? err : err instanceof DatabaseBusy ? busyProblem(err) : failureProblem(err)
   if (!http) {
-    deps.log.error('unhandled error', { request_id: requestId, route: template ?? null, ...describeError(err) })
+    services.log.error('unhandled error', { request_id: requestId, route: template ?? null, ...describeError(err) })
     http = new HttpError('internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
-  } else if (http.status === 503 && http.code === 'database_unavailable' && !(err instanceof HttpError)) {
-    // A database error. (Database admission, src/core/db/admission.ts, answers 503 itself: no error of the database's.)
-    deps.metrics.queryErrors++
-    deps.log.warn('database unavailable', { request_id: requestId, ...describeError(err) })
+  } else if (!(err instanceof HttpError || err instanceof DatabaseBusy)) {
+    // An error of the database itself; what database admission refused never reached it.
+    services.metrics.queryErrors++
+    services.log.warn('database unavailable', { request_id: requestId, ...describeError(err) })
   }
   return { status: http.status, headers: http.options.headers, body: problemBody(http, instance, requestId) }
 }

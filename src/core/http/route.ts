@@ -69,7 +69,7 @@ export interface HandlerContext<Query, Body> extends ContextExtensions {
    * touches no database).
    */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
-  /** What core's own code (resources, collections) needs of the service; the same object as the application's `deps`. */
+  /** What core's own code (resources, collections) needs of the service (src/core/http/services.ts). */
   services: CoreServices
 }
 

@@ -3,7 +3,6 @@ import type { DatabaseAdmission } from '../db/admission.js'
 import type { Logger } from '../log.js'
 import type { Metrics } from '../metrics.js'
 import type { TrustProxy } from './client-address.js'
-import type { IdempotencyCleanup } from './idempotency.js'
 
 /** The settings core's HTTP stages read; the application's configuration has them among its own. */
 export interface HttpSettings {
@@ -20,11 +19,12 @@ export interface HttpSettings {
 
 /**
  * What core's own code needs of a service instance at run time, filled by
- * the application (its dependencies object is one: src/app-deps.ts) and
+ * the application (one object, which may hold the application's own too) and
  * handed to handlers as `ctx.services`. A part of core that needs more
  * declares it beside itself by merging into this interface
- * (src/core/collections/list-query.ts), so that this file names no folder
- * above it.
+ * (src/core/http/idempotency.ts, src/core/collections/list-query.ts,
+ * src/core/resources/change-events.ts), so that this file names nothing
+ * that uses it.
  */
 export interface CoreServices {
   /** The pool; functions that take it also run inside a transaction. */
@@ -35,7 +35,4 @@ export interface CoreServices {
   /** Flipped by the entry point on SIGTERM: only public routes are served then. */
   lifecycle: { shuttingDown: boolean }
   databaseAdmission: DatabaseAdmission
-  /** The secrets idempotent requests' fingerprints are keyed under: the first makes new ones, every one matches (src/core/http/idempotency.ts). */
-  idempotencySecrets: readonly Buffer[]
-  idempotencyCleanup: IdempotencyCleanup
 }

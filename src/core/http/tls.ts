@@ -1,7 +1,7 @@
 import { readFileSync, unwatchFile, watchFile } from 'node:fs'
 import type { Server as HttpsServer } from 'node:https'
 import type { SecureContextOptions } from 'node:tls'
-import { ConfigError } from '../../config.js'
+import { ConfigError } from '../config-error.js'
 import { describeError, type Logger } from '../log.js'
 
 // HTTPS without a proxy (TLS_CERT_FILE, TLS_KEY_FILE): Mozilla's

@@ -3,6 +3,7 @@ import { defineCollection, type Collection, type MemberType } from '../collectio
 import type { ProblemType } from '../http/problem.js'
 import { compileValidator, type Validator } from '../http/validate.js'
 import { registerFormats, type FormatCheck } from './formats.js'
+import { BoundedMap } from '../lib/bounded-map.js'
 import { traitsOf, type MemberTraits } from './member.js'
 import { compileSerializer, type Serializer } from './serializer.js'
 
@@ -104,9 +105,18 @@ export interface Resource<M extends Members = Members> {
   readonly timestampMembers: ReadonlySet<string>
   /** The events its writes record (sql/007): the subject type (`order_line`) and the type of each write. */
   readonly events: { subject: string; created: string; updated: string; deleted: string }
+  /**
+   * The texts of its single-row statements, made once per statement and set
+   * of columns (src/core/resources/store.ts): derived from the declaration
+   * alone, so they belong to it, not to a module.
+   */
+  readonly statementTexts: BoundedMap<string, string>
   /** Its schemas by OpenAPI component name: `Order`, `OrderPage`, `OrderCreate`, `OrderReplace`, `OrderPatch` (and `OrderDelete`, with a deleteBody). */
   components(): Record<string, TSchema>
 }
+
+/** Column sets come from the declaration, so there are few; the bound is a guard, not a working limit. */
+const STATEMENT_TEXTS = 2000
 
 export function defineResource<M extends Members>(declaration: ResourceDeclaration<M>): Resource<M> {
   const { name, members } = declaration
@@ -193,6 +203,7 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
       ...(schemas.delete ? { [`${name}Delete`]: schemas.delete } : {}),
     }),
     serializer,
+    statementTexts: new BoundedMap(STATEMENT_TEXTS),
     present(row) {
       const out: Record<string, unknown> = {}
       for (const m of outputMembers) out[m] = row[m]

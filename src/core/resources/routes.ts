@@ -1,13 +1,10 @@
 import type { TransactionSql } from 'postgres'
 import type { TSchema } from 'typebox'
-import type { Access } from '../../auth/access.js'
-import type { Principal } from '../../auth/principal.js'
 import { listCollection } from '../collections/list-query.js'
 import type { ListQuery } from '../collections/declaration.js'
 import { etagFor, ifMatchVersions } from '../http/conditional.js'
 import { notFound, validationFailed } from '../http/problem.js'
-import { defineRoute, type AnyRoute, type HandlerContext, type Reply } from '../http/route.js'
-import { originOf } from '../../events/origin.js'
+import { defineRoute, type AnyRoute, type HandlerContext, type Reply, type RouteExtensions } from '../http/route.js'
 import type { Resource } from './resource.js'
 import { conflictOf, deleteRow, findRow, insertRow, lockRow, updateIfChanged, updateRow, type Scope, type StoredRow } from './store.js'
 
@@ -35,10 +32,10 @@ export interface LockedWrite extends Write {
 }
 
 export interface ResourceHooks<State = undefined> {
-  /** Equality filters the caller cannot lift, on list, read and delete (a user sees only its own API keys). */
-  scope?(principal: Principal): Scope | undefined
+  /** Equality filters the caller (`ctx`) cannot lift, on list, read and delete (a user sees only its own API keys). */
+  scope?(ctx: HandlerContext<unknown, unknown>): Scope | undefined
   /** Checks of a list request that depend on the caller. */
-  checkList?(query: ListQuery, principal: Principal): void
+  checkList?(query: ListQuery, ctx: HandlerContext<ListQuery, undefined>): void
   /**
    * Before the transaction of a create, replace or patch: checks of the
    * caller and values for `write.columns`. Slow work (hashing a password)
@@ -58,12 +55,16 @@ export interface ResourceHooks<State = undefined> {
   prepareDelete?(ctx: HandlerContext<unknown, Body | undefined>): Promise<State>
   /** In the transaction of a delete, the row locked; throwing keeps the row. */
   beforeDelete?(tx: TransactionSql, current: StoredRow, state: State): Promise<void>
-  afterDelete?(ctx: Pick<ResourceContext, 'deps' | 'principal'>): Promise<void>
+  afterDelete?(ctx: HandlerContext<unknown, Body | undefined>): Promise<void>
 }
 
 export interface ResourceRouteOptions<State> {
-  /** Who may call each operation; replace, update and delete share `write`. */
-  access: { list: Access; create: Access; read: Access; write: Access }
+  /**
+   * What the application adds to each operation's route (RouteExtensions:
+   * who may call it), passed through as it is; replace, update and delete
+   * share `write`.
+   */
+  routes: { list: RouteExtensions; create: RouteExtensions; read: RouteExtensions; write: RouteExtensions }
   /** Default: all six. */
   operations?: readonly Operation[]
   hooks?: ResourceHooks<State>
@@ -92,7 +93,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
     delete: `Delete a ${label}`,
     ...options.summaries,
   }
-  const scopeOf = (principal: Principal) => hooks.scope?.(principal)
+  const scopeOf = (ctx: HandlerContext<unknown, unknown>) => hooks.scope?.(ctx)
   const noStoreFor = (op: Operation) => (options.noStore?.includes(op) ? { noStore: true as const } : {})
   const reply = (status: number, row: StoredRow, extra?: { body?: Body; headers?: Record<string, string> }): Reply => ({
     status,
@@ -123,7 +124,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
   async function patchInOneStatement(ctx: ResourceContext, next: Body): Promise<StoredRow | undefined> {
     const versions = versioned ? ifMatchVersions(ctx.headers['if-match']) : undefined
     if (Object.keys(next).length === 0 || versions?.length === 0) return undefined
-    return updateIfChanged(ctx.deps.sql, resource, ctx.params.id!, next, versions, originOf(ctx.principal, ctx.requestId))
+    return updateIfChanged(ctx.services.sql, resource, ctx.params.id!, next, versions, ctx.services.changeOrigin(ctx))
       .catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
   }
 
@@ -138,12 +139,12 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
       if (row) return reply(200, row)
     }
     let locked: LockedWrite | undefined
-    const row = await ctx.deps.sql.begin(async (tx) => {
+    const row = await ctx.services.sql.begin(async (tx) => {
       const current = await lockRow(tx, resource, ctx.params.id!, ctx.headers['if-match'])
       const next = { ...(op === 'replace' ? replaced(body, current) : patched(body)), ...pending.columns }
       locked = { ...pending, current, changes: changedMembers(current, next) }
       await hooks.inTransaction?.(tx, locked, state)
-      return Object.keys(locked.changes).length ? updateRow(tx, resource, current.id, locked.changes, originOf(ctx.principal, ctx.requestId)) : current
+      return Object.keys(locked.changes).length ? updateRow(tx, resource, current.id, locked.changes, ctx.services.changeOrigin(ctx)) : current
     }).catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
     await hooks.afterCommit?.(locked!)
     return reply(200, row)
@@ -153,7 +154,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
   const writeRoute = (op: 'replace' | 'update') => defineRoute<Record<string, never>, Body>({
     method: op === 'replace' ? 'PUT' : 'PATCH', path: item, operationId: `${op}${name}`, summary: summaries[op],
     responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
-    access: options.access.write,
+    ...options.routes.write,
     requiresIfMatch: versioned,
     body: op === 'replace' ? { kind: 'json', validator: bodies.replace } : { kind: 'merge-patch', validator: bodies.patch },
     handle: (ctx) => write(ctx, op),
@@ -163,19 +164,19 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
     list: () => defineRoute<ListQuery, undefined>({
       method: 'GET', path, operationId: `list${plural}`, summary: summaries.list,
       responses: { 200: { description: `A page of ${label}s`, schema: schemas.page, headers: ['link', 'x-total-count'] } },
-      access: options.access.list,
+      ...options.routes.list,
       query: resource.collection.queryValidator,
       ...noStoreFor('list'),
-      handle: ({ query, principal, deps }) => {
-        hooks.checkList?.(query, principal)
-        return listCollection(resource.collection, query, { deps, fixedFilters: scopeOf(principal) })
+      handle: (ctx) => {
+        hooks.checkList?.(ctx.query, ctx)
+        return listCollection(resource.collection, ctx.query, { deps: ctx.services, fixedFilters: scopeOf(ctx) })
       },
     }),
 
     create: () => defineRoute<Record<string, never>, Body>({
       method: 'POST', path, operationId: `create${name}`, summary: summaries.create,
       responses: { 201: { description: `The created ${label}`, schema: options.created?.schema ?? schemas.representation, headers: [...etag, 'location'] } },
-      access: options.access.create,
+      ...options.routes.create,
       idempotent: options.idempotentCreate ?? true,
       ...noStoreFor('create'),
       body: { kind: 'json', validator: bodies.create },
@@ -192,18 +193,18 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
         Object.assign(values, pending.columns)
         const created = hooks.insert
           ? await hooks.insert(ctx, values)
-          : { row: await insertRow(ctx.deps.sql, resource, values, originOf(ctx.principal, ctx.requestId)).catch((err: unknown) => Promise.reject(conflictOf(resource, err))) }
-        return reply(201, created.row, { body: created.body, headers: { location: `${ctx.deps.config.apiPrefix}${path}/${created.row.id}`, ...created.headers } })
+          : { row: await insertRow(ctx.services.sql, resource, values, ctx.services.changeOrigin(ctx)).catch((err: unknown) => Promise.reject(conflictOf(resource, err))) }
+        return reply(201, created.row, { body: created.body, headers: { location: `${ctx.services.config.apiPrefix}${path}/${created.row.id}`, ...created.headers } })
       },
     }),
 
     read: () => defineRoute({
       method: 'GET', path: item, operationId: `get${name}`, summary: summaries.read,
       responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
-      access: options.access.read,
+      ...options.routes.read,
       ...noStoreFor('read'),
-      async handle({ params, principal, deps }) {
-        const row = await findRow(deps.sql, resource, params.id!, scopeOf(principal))
+      async handle(ctx) {
+        const row = await findRow(ctx.services.sql, resource, ctx.params.id!, scopeOf(ctx))
         if (!row) throw notFound()
         return reply(200, row)
       },
@@ -215,21 +216,21 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
     delete: () => defineRoute<Record<string, never>, Body | undefined>({
       method: 'DELETE', path: item, operationId: `delete${name}`, summary: summaries.delete,
       responses: { 204: { description: 'Deleted' } },
-      access: options.access.write,
+      ...options.routes.write,
       requiresIfMatch: versioned,
       // Optional: a DELETE without a body stays a plain DELETE.
       ...(bodies.delete ? { body: { kind: 'json' as const, validator: bodies.delete, optional: true } } : {}),
       async handle(ctx) {
-        const { params, principal, headers, deps } = ctx
-        const origin = originOf(principal, ctx.requestId)
+        const { params, headers, services } = ctx
+        const origin = services.changeOrigin(ctx)
         const state = (await hooks.prepareDelete?.(ctx)) as State
         if (versioned) {
-          await deps.sql.begin(async (tx) => {
+          await services.sql.begin(async (tx) => {
             const current = await lockRow(tx, resource, params.id!, headers['if-match'])
             await hooks.beforeDelete?.(tx, current, state)
             await deleteRow(tx, resource, current.id, origin)
           })
-        } else if (!(await deleteRow(deps.sql, resource, params.id!, origin, scopeOf(principal)))) {
+        } else if (!(await deleteRow(services.sql, resource, params.id!, origin, scopeOf(ctx)))) {
           throw notFound()
         }
         await hooks.afterDelete?.(ctx)

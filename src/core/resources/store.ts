@@ -2,10 +2,7 @@ import type { Sql, TransactionSql } from 'postgres'
 import { checkIfMatch } from '../http/conditional.js'
 import { HttpError, notFound } from '../http/problem.js'
 import { quoteIdentifier as quote } from '../db/identifier.js'
-import { originValues, type EventOrigin } from '../../events/origin.js'
-import type { EventRecord } from '../../events/record.js'
-import { representationSql } from '../../events/representation.js'
-import { BoundedMap } from '../lib/bounded-map.js'
+import { originValues, representationSql, type ChangeOrigin, type EventRecord } from './change-events.js'
 import type { Resource } from './resource.js'
 
 // The SQL of single-row reads and writes, for any declared resource. Every
@@ -13,7 +10,7 @@ import type { Resource } from './resource.js'
 // a change and its event commit together or not at all, with no extra round
 // trip (sql/007 explains how events get their commit-ordered ids).
 //
-// Texts are made once per table and set of columns (names from declarations,
+// Texts are made once per resource and set of columns (names from declarations,
 // checked to be plain identifiers and quoted; never from a request) and run
 // as prepared statements: every value is a parameter (behind a transaction
 // pooler, unnamed ones: the pool's `prepare: false` overrides a statement's
@@ -28,12 +25,9 @@ export type StoredRow = Record<string, unknown> & { id: number; version: number 
 /** Equality conditions a caller cannot lift (a user's own API keys), ANDed to the id. */
 export type Scope = Record<string, string>
 
-/** Column sets come from declarations, so there are few; the bound is a guard, not a working limit. */
-const texts = new BoundedMap<string, string>(2000)
-
-function statement(key: string, build: () => string): string {
-  let text = texts.get(key)
-  if (text === undefined) texts.set(key, (text = build()))
+function statement(resource: Resource, key: string, build: () => string): string {
+  let text = resource.statementTexts.get(key)
+  if (text === undefined) resource.statementTexts.set(key, (text = build()))
   return text
 }
 
@@ -52,14 +46,14 @@ const scopeConditions = (columns: readonly string[], first: number) => columns.m
 
 export async function findRow(db: Db, resource: Resource, id: string, scope?: Scope): Promise<StoredRow | undefined> {
   const columns = scope ? Object.keys(scope) : []
-  const text = statement(`select ${resource.table} ${columns.join(' ')}`, () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`)
+  const text = statement(resource, `select ${columns.join(' ')}`, () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`)
   const [row] = await run(db, text, [id, ...columns.map((c) => scope![c])])
   return row
 }
 
-export async function insertRow(db: Db, resource: Resource, values: Record<string, unknown>, origin: EventOrigin): Promise<StoredRow> {
+export async function insertRow(db: Db, resource: Resource, values: Record<string, unknown>, origin: ChangeOrigin): Promise<StoredRow> {
   const columns = Object.keys(values)
-  const text = statement(`insert ${resource.table} ${columns.join(' ')}`, () => withEvent(
+  const text = statement(resource, `insert ${columns.join(' ')}`, () => withEvent(
     resource,
     `INSERT INTO ${quote(resource.table)} (${columns.map(quote).join(', ')}) VALUES (${columns.map((_, i) => `$${i + 1}`).join(', ')})`,
     resource.events.created,
@@ -75,7 +69,7 @@ export async function insertRow(db: Db, resource: Resource, values: Record<strin
  * the lock, and the second sees the first's new version: one 200, one 412.
  */
 export async function lockRow(tx: TransactionSql, resource: Resource, id: string, ifMatch: string | undefined): Promise<StoredRow> {
-  const text = statement(`lock ${resource.table}`, () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1 FOR UPDATE`)
+  const text = statement(resource, 'lock', () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1 FOR UPDATE`)
   const [row] = await run(tx, text, [id])
   if (!row) throw notFound()
   if (resource.versioned) checkIfMatch(ifMatch, row.version)
@@ -91,9 +85,9 @@ function setList(resource: Resource, columns: readonly string[]): string {
   return set.join(', ')
 }
 
-export async function updateRow(tx: TransactionSql, resource: Resource, id: number, changes: Record<string, unknown>, origin: EventOrigin): Promise<StoredRow> {
+export async function updateRow(tx: TransactionSql, resource: Resource, id: number, changes: Record<string, unknown>, origin: ChangeOrigin): Promise<StoredRow> {
   const columns = Object.keys(changes)
-  const text = statement(`update ${resource.table} ${columns.join(' ')}`, () => {
+  const text = statement(resource, `update ${columns.join(' ')}`, () => {
     const idAt = columns.length + 1
     return withEvent(resource, `UPDATE ${quote(resource.table)} SET ${setList(resource, columns)} WHERE id = $${idAt}`, resource.events.updated, idAt + 1)
   })
@@ -111,9 +105,9 @@ export async function updateRow(tx: TransactionSql, resource: Resource, id: numb
  * caller then takes the locked path, which tells a missing row, a failed
  * If-Match and a patch that changes nothing apart.
  */
-export async function updateIfChanged(db: Db, resource: Resource, id: string, changes: Record<string, unknown>, versions: number[] | undefined, origin: EventOrigin): Promise<StoredRow | undefined> {
+export async function updateIfChanged(db: Db, resource: Resource, id: string, changes: Record<string, unknown>, versions: number[] | undefined, origin: ChangeOrigin): Promise<StoredRow | undefined> {
   const columns = Object.keys(changes)
-  const text = statement(`update if changed ${resource.table} ${versions ? 'if-match ' : ''}${columns.join(' ')}`, () => {
+  const text = statement(resource, `update if changed ${versions ? 'if-match ' : ''}${columns.join(' ')}`, () => {
     const idAt = columns.length + 1
     const versionAt = versions ? idAt + 1 : idAt
     const changed = columns.map((c, i) => `${quote(c)} IS DISTINCT FROM $${i + 1}`).join(' OR ')
@@ -125,9 +119,9 @@ export async function updateIfChanged(db: Db, resource: Resource, id: string, ch
 }
 
 /** Deletes the row (within the scope); whether there was one. */
-export async function deleteRow(db: Db, resource: Resource, id: number | string, origin: EventOrigin, scope?: Scope): Promise<boolean> {
+export async function deleteRow(db: Db, resource: Resource, id: number | string, origin: ChangeOrigin, scope?: Scope): Promise<boolean> {
   const columns = scope ? Object.keys(scope) : []
-  const text = statement(`delete ${resource.table} ${columns.join(' ')}`, () => withEvent(
+  const text = statement(resource, `delete ${columns.join(' ')}`, () => withEvent(
     resource,
     `DELETE FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`,
     resource.events.deleted,
@@ -139,10 +133,10 @@ export async function deleteRow(db: Db, resource: Resource, id: number | string,
 }
 
 /** Deletes every row within the scope (all API keys of a user), each with its event; how many there were. */
-export async function deleteRowsWhere(db: Db, resource: Resource, scope: Scope, origin: EventOrigin): Promise<number> {
+export async function deleteRowsWhere(db: Db, resource: Resource, scope: Scope, origin: ChangeOrigin): Promise<number> {
   const columns = Object.keys(scope)
   if (columns.length === 0) throw new Error(`${resource.name}: deleteRowsWhere needs a scope`)
-  const text = statement(`delete where ${resource.table} ${columns.join(' ')}`, () => withEvent(
+  const text = statement(resource, `delete where ${columns.join(' ')}`, () => withEvent(
     resource,
     `DELETE FROM ${quote(resource.table)} WHERE ${columns.map((c, i) => `${quote(c)} = $${i + 1}`).join(' AND ')}`,
     resource.events.deleted,
@@ -153,7 +147,7 @@ export async function deleteRowsWhere(db: Db, resource: Resource, scope: Scope, 
   return rows.length
 }
 
-/** The event of a write a hook makes itself (an API key's insert), for recordEvents in the write's transaction. */
+/** The event of a write a hook makes itself (an API key's insert), for recordEvents (change-events.ts) in the write's transaction. */
 export const eventOf = (resource: Resource, type: string, row: StoredRow): EventRecord =>
   ({ type, subject: { type: resource.events.subject, id: row.id }, data: resource.present(row) })
 
