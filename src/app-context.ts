@@ -23,3 +23,15 @@ declare module './core/http/route.js' {
     deps: AppDeps
   }
 }
+
+declare module './core/resources/resource.js' {
+  interface ResourceAccess {
+    /**
+     * Who may list and read it, and who may create and change it: any
+     * signed-in user, oneself (the user whose {id} is in the path) or an
+     * admin, and an admin only. The role scopes follow (src/auth/scopes.ts).
+     */
+    read: 'any' | 'admin-or-self' | 'admin'
+    write: 'any' | 'admin-or-self' | 'admin'
+  }
+}

@@ -7,6 +7,7 @@ import type { LoginGuard } from './auth/login-throttle.js'
 import type { PasswordHasher } from './auth/password.js'
 import type { RevocationList } from './auth/revocations.js'
 import type { Config } from './config.js'
+import type { Registry } from './registry.js'
 import type { ReadinessCheck } from './health/readiness.js'
 import type { CoreServices } from './core/http/services.js'
 import type { RateLimiter } from './core/http/rate-limit.js'
@@ -22,6 +23,8 @@ import type { WebhookWorker } from './webhooks/worker.js'
  * (CoreServices); these are the application's own.
  */
 export interface AppDeps extends CoreServices {
+  /** Its resources, and the routes, scopes, event types and problem codes derived from them (src/registry.ts). */
+  registry: Registry
   /**
    * Where `listen` is called (the credential listener, the event stream
    * reader, the webhook workers): a session on DATABASE_LISTEN_URL, or the

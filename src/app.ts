@@ -9,31 +9,31 @@ import { metricsRoutes } from './metrics/routes.js'
 import { buildOpenApiDocument } from './openapi/document.js'
 import { openApiRoute } from './openapi/routes.js'
 import type { AnyRoute } from './core/http/route.js'
-import { apiKeyRoutes } from './api-keys/resource.js'
 import { requestGuard } from './auth/request-guard.js'
 import { authRoutes } from './auth/routes.js'
 import { sessionRoutes } from './auth/session-routes.js'
 import { eventRoutes } from './events/feed.js'
 import { eventStreamRoutes } from './events/stream-routes.js'
-import { webhookRoutes } from './webhooks/routes.js'
 import { healthRoutes } from './health/routes.js'
 import type { TlsOptions } from './core/http/tls.js'
 import { createRequestHandler } from './core/http/pipeline.js'
 import { HttpError, problemBody } from './core/http/problem.js'
 import { createRouter } from './core/http/router.js'
-import { productRoutes } from './products/resource.js'
-import { userRoutes } from './users/resource.js'
+import type { Registry } from './registry.js'
 
-const apiRoutes = [...healthRoutes, ...authRoutes, ...sessionRoutes, ...userRoutes, ...productRoutes, ...apiKeyRoutes, ...eventRoutes, ...eventStreamRoutes, ...webhookRoutes, ...metricsRoutes]
+/** The routes of the service: its own, and those of its registry's resources. */
+const apiRoutes = (registry: Registry): AnyRoute[] => [
+  ...healthRoutes, ...authRoutes, ...sessionRoutes, ...registry.resourceRoutes, ...eventRoutes, ...eventStreamRoutes, ...registry.webhookRoutes, ...metricsRoutes,
+]
 
 // The version in the OpenAPI document is the package's (same path from src/ and dist/).
 const packageVersion = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version
 
 /** Every route of the service, `extra` ones appended, and /openapi.json, which describes them all. */
-export function allRoutes(apiPrefix: string, extra: readonly AnyRoute[] = []): AnyRoute[] {
+export function allRoutes(registry: Registry, apiPrefix: string, extra: readonly AnyRoute[] = []): AnyRoute[] {
   let document: unknown
-  const routes = [...apiRoutes, ...extra, openApiRoute(() => document)]
-  document = buildOpenApiDocument(routes, { version: packageVersion, apiPrefix })
+  const routes = [...apiRoutes(registry), ...extra, openApiRoute(() => document)]
+  document = buildOpenApiDocument(routes, { version: packageVersion, apiPrefix, problems: registry.problems })
   return routes
 }
 

@@ -29,6 +29,8 @@ import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
 import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './webhooks/worker.js'
 import { ReadinessCheck } from './health/readiness.js'
+import { buildRegistry, type Registry } from './registry.js'
+import { applicationResources } from './resources.js'
 import { originOf } from './events/origin.js'
 
 const LISTEN_BACKLOG = 4096
@@ -41,8 +43,10 @@ export interface ServiceOptions {
   log: Logger
   /** Entries per credential cache (JWTs, API keys, last_used_at writes); default CREDENTIAL_CACHE_SIZE. */
   cacheSize?: number
-  /** Routes appended to the service's own (a test's resource, say); /openapi.json describes them too. */
+  /** Routes appended to the service's own; /openapi.json describes them too. */
   routes?: readonly AnyRoute[]
+  /** Its resources and what is derived from them; default the application's (src/resources.ts). A test adds a resource here. */
+  registry?: Registry
   /** Tuning of the event stream, webhook deliveries and retention (tests shorten the times); defaults in each module. */
   streams?: Partial<StreamSettings>
   webhooks?: Partial<WebhookSettings>
@@ -71,7 +75,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
   // Read first: a certificate that cannot be read stops start-up before anything is opened.
   const tls = config.tls ? tlsOptions(config.tls) : undefined
   const deps = createDeps(config, options)
-  const server = createApp(deps, allRoutes(config.apiPrefix, options.routes), tls)
+  const server = createApp(deps, allRoutes(deps.registry, config.apiPrefix, options.routes), tls)
   const stopWatchingCertificate = config.tls ? watchCertificate(server as HttpsServer, config.tls, options.log) : () => {}
   return {
     deps,
@@ -111,7 +115,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
   }
 }
 
-function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ...tuning }: ServiceOptions): AppDeps {
+function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, registry = buildRegistry(applicationResources), ...tuning }: ServiceOptions): AppDeps {
   if (config.databaseUrl === undefined) throw new Error('createService: config.databaseUrl is not set')
   if (config.databasePooler === 'auto') throw new Error('createService: config.databasePooler is not resolved (resolvePooler, src/core/db/pooler.ts)')
   const metrics = new Metrics({ max: config.poolMax })
@@ -124,6 +128,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, ..
   const apiKeyCache = new ApiKeyCache(cacheSize)
   const revocations = new RevocationList()
   const deps: AppDeps = {
+    registry,
     sql,
     listenSql,
     config,

@@ -2,9 +2,12 @@ import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { PasswordHasher } from '../src/auth/password.js'
 import type { Role } from '../src/auth/principal.js'
-import { roleScopes, type Scope } from '../src/auth/scopes.js'
+import type { Scope } from '../src/auth/scopes.js'
+import { applicationRegistry } from './helpers/registry.js'
 import { displayPrefix, hashSecret, newSecret } from '../src/auth/tokens.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
+
+const roleScopes = applicationRegistry.scopes.byRole
 
 // Who may call what: every endpoint × every kind of credential × every kind
 // of caller, against the contract (docs/auth.md, "Who may call what"), with the database

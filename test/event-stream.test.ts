@@ -32,7 +32,7 @@ async function open(server: TestServer, path = '/events/stream', headers: Record
   const client = await SseClient.open(server.url, path, { headers: { authorization: `Bearer ${server.admin.token}`, ...headers } })
   clients.push(client)
   // A stream's status and type are held to /openapi.json like every other answer (its body never ends, so it is not read here).
-  checkAgainstDocument(openApi, contractRouter(), 'GET', path, '', client.status, client.headers['content-type'] ?? '', undefined)
+  checkAgainstDocument(openApi, contractRouter(server.deps.registry), 'GET', path, '', client.status, client.headers['content-type'] ?? '', undefined)
   return client
 }
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, test } from 'node:test'
-import { roleScopes } from '../src/auth/scopes.js'
+import { applicationRegistry } from './helpers/registry.js'
 import { openSession } from '../src/auth/sessions.js'
 import { hashSecret } from '../src/auth/tokens.js'
 import { connect } from '../src/core/db/connect.js'
@@ -34,7 +34,7 @@ test('a backend killed between the two writes of a refresh-token rotation, under
   const figures: string[] = []
   try {
     for (let round = 0; round < 3; round++) {
-      const opened = await openSession(api.sql, api.deps.config, { id: user.id, role: 'user', credential_epoch: 0 }, [...roleScopes.user], 'jwt', { userAgent: undefined, address: '127.0.0.1' }, 'test-request')
+      const opened = await openSession(api.sql, api.deps, { id: user.id, role: 'user', credential_epoch: 0 }, [...applicationRegistry.scopes.byRole.user], 'jwt', { userAgent: undefined, address: '127.0.0.1' }, 'test-request')
       const { refresh_token: refresh } = opened!
       const [{ session_id: sessionId }] = await admin<[{ session_id: number }]>`SELECT session_id FROM refresh_tokens WHERE token_hash = ${hashSecret(refresh)}`
 

@@ -11,7 +11,7 @@ import v8 from 'node:v8'
 import vm from 'node:vm'
 import type { Sql, TransactionSql } from 'postgres'
 import { signJwt } from '../src/auth/jwt.js'
-import { roleScopes } from '../src/auth/scopes.js'
+import { applicationRegistry } from './helpers/registry.js'
 import { connect } from '../src/core/db/connect.js'
 import { migrate } from '../src/core/db/migrate.js'
 
@@ -169,7 +169,7 @@ export function adminToken(adminId: number): string {
   return signJwt(
     {
       sub: String(adminId), iss: 'users-products-api', aud: 'users-products-api', iat: now, exp: now + 3600, role: 'admin',
-      scope: [...roleScopes.admin].join(' '),
+      scope: [...applicationRegistry.scopes.byRole.admin].join(' '),
       // No session has this id; the epoch of a user never changed: revoked only with its user.
       sid: String(2 ** 53), gen: 0,
     },

@@ -278,7 +278,7 @@ describe('GET /metrics content', () => {
     assert.equal(counter(e, 'http_requests_total', invalid) - counter(before, 'http_requests_total', invalid), 1)
     assert.equal(counter(e, 'http_requests_total', unmatched) - counter(before, 'http_requests_total', unmatched), 1)
 
-    const templates = new Set([...allRoutes(api.deps.config.apiPrefix).map((r) => r.path), 'unmatched'])
+    const templates = new Set([...allRoutes(api.deps.registry, api.deps.config.apiPrefix).map((r) => r.path), 'unmatched'])
     const routeLabels = e.samples.filter((s) => s.family.startsWith('http_request')).map((s) => s.labels.route).filter((r) => r !== undefined)
     assert.ok(routeLabels.length > 0)
     for (const route of routeLabels) assert.ok(templates.has(route!), `route label ${route} is a template`)

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs'
 import { test } from 'node:test'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { allRoutes } from '../src/app.js'
+import { applicationRegistry } from './helpers/registry.js'
 import { startServer } from './helpers/server.js'
 
 // The document itself: valid OpenAPI 3.1 by an independent validator, and
@@ -32,7 +33,7 @@ test('info.version is the package version and the server URL carries API_PREFIX'
 })
 
 test('every route is an operation with a summary, a success answer and problem answers', () => {
-  for (const route of allRoutes('')) {
+  for (const route of allRoutes(applicationRegistry, '')) {
     const op = doc.paths[route.path]?.[route.method.toLowerCase()]
     assert.ok(op, `${route.method} ${route.path} missing`)
     assert.ok(op.summary, `${route.method} ${route.path} has no summary`)

@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { allRoutes } from '../src/app.js'
+import { applicationRegistry } from './helpers/registry.js'
 
-const appRoutes = allRoutes('')
+const appRoutes = allRoutes(applicationRegistry, '')
 import { publicAccess } from '../src/auth/access.js'
 import { defineRoute, type AnyRoute, type Method } from '../src/core/http/route.js'
 import { createRouter, isBigintId, type Match } from '../src/core/http/router.js'

@@ -1,6 +1,6 @@
 import type { Sql } from 'postgres'
 import type { Role } from '../auth/principal.js'
-import { effectiveScopes } from '../auth/scopes.js'
+import type { ScopePolicy } from '../auth/scopes.js'
 import { hashList } from '../auth/tokens.js'
 import type { ApiKeyCache, CachedApiKey } from './key-cache.js'
 import type { LastUsedWrites } from './last-used.js'
@@ -28,10 +28,11 @@ export interface ApiKeyDeps {
   bounded: <T>(work: () => Promise<T>) => Promise<T>
   apiKeyCache: ApiKeyCache
   apiKeyUse: LastUsedWrites
+  scopes: ScopePolicy
 }
 
 /** The Principal of each key, by the SHA-256 of the key. */
-export async function apiKeyPrincipals(hashes: readonly Buffer[], { sql, bounded, apiKeyCache: cache }: ApiKeyDeps): Promise<Array<CachedApiKey['principal'] | undefined>> {
+export async function apiKeyPrincipals(hashes: readonly Buffer[], { sql, bounded, apiKeyCache: cache, scopes }: ApiKeyDeps): Promise<Array<CachedApiKey['principal'] | undefined>> {
   const now = Date.now()
   const entries = hashes.map((hash) => cache.lookup(hash.toString('base64'), now))
   const missing = hashes.filter((_, i) => entries[i] === undefined)
@@ -46,7 +47,7 @@ export async function apiKeyPrincipals(hashes: readonly Buffer[], { sql, bounded
       const entry: CachedApiKey = {
         principal: {
           kind: 'user', userId: String(row.user_id), role: row.role,
-          scopes: effectiveScopes(row.role, row.scopes),
+          scopes: scopes.effective(row.role, row.scopes),
           credential: { type: 'api_key', expiresAt: row.expires_at, apiKeyId: row.api_key_id },
         },
         userId: row.user_id,

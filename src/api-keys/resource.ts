@@ -3,13 +3,13 @@ import Type from 'typebox'
 import { challenge } from '../auth/credentials.js'
 import { currentPasswordMember, requireRecentPassword } from '../auth/current-password.js'
 import { isAdmin, type Principal } from '../auth/principal.js'
-import { isScope } from '../auth/scopes.js'
 import { displayPrefix, hashSecret, newSecret } from '../auth/tokens.js'
 import { HttpError, validationFailed } from '../core/http/problem.js'
 import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
 import { member } from '../core/resources/member.js'
 import { defineResource } from '../core/resources/resource.js'
-import { resourceRoutes, type ResourceHooks } from '../core/resources/routes.js'
+import type { ResourceHooks } from '../core/resources/routes.js'
+import { resourceModule } from '../resource-module.js'
 import { deleteRowsWhere, eventOf, type StoredRow } from '../core/resources/store.js'
 import { originOf, type EventOrigin } from '../events/origin.js'
 import { recordEvents } from '../core/resources/change-events.js'
@@ -27,7 +27,11 @@ export const apiKeys = defineResource({
   name: 'ApiKey',
   path: '/api-keys',
   table: 'api_keys',
+  // Everyone keeps their own keys; the hooks below scope them to their owner.
+  access: { read: 'any', write: 'any' },
   versioned: false,
+  // Only the key's hash is stored; the key itself is shown once.
+  serverColumns: ['key_hash'],
   deletedVerb: 'revoked',
   members: {
     id: idMember(),
@@ -97,7 +101,7 @@ const hooks: ResourceHooks = {
     // Before anything about the key is looked at: a stolen access token alone learns nothing here.
     await requireRecentPassword(principal, ctx.body.current_password as string | undefined, ctx)
     const scopes = values.scopes as string[]
-    const unknown = scopes.findIndex((s) => !isScope(s))
+    const unknown = scopes.findIndex((s) => !deps.registry.scopes.isScope(s))
     if (unknown !== -1) throw validationFailed([{ path: `/scopes/${unknown}`, message: 'is not a scope' }])
     // A key can never do more than the credential that created it.
     const beyond = scopes.filter((s) => !principal.scopes.has(s as never))
@@ -135,15 +139,12 @@ export function revokeApiKeysOf(tx: TransactionSql, userId: number, origin: Even
   return deleteRowsWhere(tx, apiKeys, { user_id: String(userId) }, origin)
 }
 
-export const apiKeyRoutes = resourceRoutes(apiKeys, {
+export const apiKeyModule = resourceModule(apiKeys, {
   operations: ['list', 'create', 'read', 'delete'],
-  routes: {
-    list: { access: { kind: 'protected', scope: 'api_keys:read', who: 'any' } },
-    read: { access: { kind: 'protected', scope: 'api_keys:read', who: 'any' } },
-    // A key never makes a key: one leaked key must not be able to outlive its own revocation.
-    create: { access: { kind: 'protected', scope: 'api_keys:write', who: 'any', interactive: true } },
-    write: { access: { kind: 'protected', scope: 'api_keys:write', who: 'any' } },
-  },
+  // A key never makes a key: one leaked key must not be able to outlive its own revocation.
+  access: { create: { interactive: true } },
+  // Keys are never changed, only revoked.
+  unsubscribable: [apiKeys.events.updated],
   hooks,
   summaries: {
     list: 'List API keys: one\'s own, or anyone\'s for an admin',

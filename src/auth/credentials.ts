@@ -10,7 +10,7 @@ import type { CredentialChanges } from './credential-changes.js'
 import type { JwtCache } from './jwt-cache.js'
 import type { Principal, Role, UserPrincipal } from './principal.js'
 import type { RevocationList } from './revocations.js'
-import { effectiveScopes } from './scopes.js'
+import type { ScopePolicy } from './scopes.js'
 import { hashList, hashSecret, kindOf } from './tokens.js'
 
 // Turns the credential of a request into a Principal. A request carries at
@@ -32,6 +32,8 @@ export interface CredentialDeps {
   jwtCache: JwtCache
   apiKeyCache: ApiKeyCache
   apiKeyUse: LastUsedWrites
+  /** Which scopes exist, and which each role may hold (src/registry.ts). */
+  scopes: ScopePolicy
   revocations: RevocationList
   /** Whether `revocations` (and the API key cache) may be trusted now. */
   credentialChanges: Pick<CredentialChanges, 'trusted'>
@@ -39,7 +41,7 @@ export interface CredentialDeps {
 
 /** What authentication uses of an instance's deps; `bounded` as the caller waits for the database. */
 export function credentialDeps(
-  deps: Pick<AppDeps, 'sql' | 'config' | 'jwtCache' | 'apiKeyCache' | 'apiKeyUse' | 'revocations' | 'credentialChanges'>,
+  deps: Pick<AppDeps, 'sql' | 'config' | 'jwtCache' | 'apiKeyCache' | 'apiKeyUse' | 'revocations' | 'credentialChanges' | 'registry'>,
   bounded: CredentialDeps['bounded'],
 ): CredentialDeps {
   const { config } = deps
@@ -52,6 +54,7 @@ export function credentialDeps(
     apiKeyUse: deps.apiKeyUse,
     revocations: deps.revocations,
     credentialChanges: deps.credentialChanges,
+    scopes: deps.registry.scopes,
   }
 }
 
@@ -155,7 +158,7 @@ async function opaqueTokens(tokens: ReadonlyArray<{ at: number; hash: Buffer }>,
     if (!row) return []
     const principal: UserPrincipal = {
       kind: 'user', userId: String(row.user_id), role: row.role,
-      scopes: effectiveScopes(row.role, row.scopes),
+      scopes: deps.scopes.effective(row.role, row.scopes),
       credential: { type: 'token', expiresAt: row.expires_at, sessionId: row.session_id },
     }
     return [{ at, principal }]
@@ -179,7 +182,7 @@ async function unrevokedJwts<T extends { principal: UserPrincipal }>(jwts: reado
   return jwts.filter((_, i) => live.has(i))
 }
 
-function verifiedJwt(token: string, { settings, jwtCache }: CredentialDeps): UserPrincipal | undefined {
+function verifiedJwt(token: string, { settings, jwtCache, scopes }: CredentialDeps): UserPrincipal | undefined {
   const now = Date.now() / 1000
   const cached = jwtCache.get(token, now)
   if (cached) return cached
@@ -189,7 +192,7 @@ function verifiedJwt(token: string, { settings, jwtCache }: CredentialDeps): Use
     const role: Role = claims.role === 'admin' ? 'admin' : 'user'
     const principal: UserPrincipal = {
       kind: 'user', userId: claims.sub, role,
-      scopes: effectiveScopes(role, claims.scope.split(' ')),
+      scopes: scopes.effective(role, claims.scope.split(' ')),
       credential: { type: 'jwt', expiresAt: new Date(claims.exp * 1000).toISOString(), sessionId: Number(claims.sid), epoch: claims.gen },
     }
     jwtCache.set(token, principal, claims.exp)

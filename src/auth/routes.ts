@@ -9,7 +9,6 @@ import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from 
 import { verifyInSlot } from './password.js'
 import { originOf } from '../events/origin.js'
 import { publicAccess } from './access.js'
-import { isScope, roleScopes } from './scopes.js'
 import { endSession } from './session-routes.js'
 import { openSession, rotate, sessionOfRefreshToken } from './sessions.js'
 
@@ -58,7 +57,7 @@ export const authRoutes = [
     // It waits for a password-hash slot too, which must not hold a place under database admission.
     database: 'statements',
     async handle({ body, headers, client, requestId, bounded, deps }) {
-      const { sql, config, logins, passwords } = deps
+      const { sql, logins, passwords } = deps
       const from = logins.address(client)
       logins.admit(from.bucket)
       logins.purgeNow(sql)
@@ -77,13 +76,13 @@ export const authRoutes = [
         throw invalidCredentials()
       }
       await bounded(() => passwordProven(sql, email, user.id, from))
-      const allowed = roleScopes[user.role]
+      const allowed = deps.registry.scopes.byRole[user.role]
       const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
-      const refused = requested.filter((s) => !isScope(s) || !allowed.includes(s))
+      const refused = requested.filter((s) => !allowed.includes(s))
       if (refused.length || requested.length === 0) {
         throw new HttpError('insufficient_scope', `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`)
       }
-      const tokens = await bounded(() => openSession(sql, config, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client }, requestId))
+      const tokens = await bounded(() => openSession(sql, deps, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client }, requestId))
       // The password or role changed while this login was checked: its tokens would be void already.
       if (!tokens) throw invalidCredentials()
       return { status: 200, body: tokens }
@@ -101,7 +100,7 @@ export const authRoutes = [
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(RefreshBody) },
     async handle({ body, requestId, deps }) {
-      const tokens = await rotate(deps.sql, deps.config, body.refresh_token, requestId)
+      const tokens = await rotate(deps.sql, deps, body.refresh_token, requestId)
       // A retired token presented again ended its session: its JWTs stop here before the answer.
       if (tokens === 'reused') await deps.credentialChanges.caughtUp()
       if (tokens === undefined || tokens === 'reused') throw invalidRefresh()

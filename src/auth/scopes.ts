@@ -1,22 +1,51 @@
+import type { Resource } from '../core/resources/resource.js'
 import type { Role } from './principal.js'
 
-export const allScopes = [
-  'users:read', 'users:write', 'products:read', 'products:write', 'api_keys:read', 'api_keys:write', 'events:read', 'webhooks:read', 'webhooks:write',
-  'metrics:read',
-] as const
-export type Scope = (typeof allScopes)[number]
+// Scopes come from the registry (src/registry.ts): each declared resource
+// has `<table>:read` and `<table>:write`, held by the roles its access names;
+// beside them the scopes of what is no resource (the event feed, metrics).
 
-/** What each role may do at most; a credential's scopes narrow this further. */
-export const roleScopes: Record<Role, readonly Scope[]> = {
-  admin: allScopes,
-  // A user manages itself and its keys, and reads the catalogue; events, webhooks and metrics are an admin's.
-  user: ['users:read', 'users:write', 'products:read', 'api_keys:read', 'api_keys:write'],
-}
+/** A scope such as `<table>:read`; which ones exist is the registry's (ScopePolicy). */
+export type Scope = string
 
-export const isScope = (s: string): s is Scope => (allScopes as readonly string[]).includes(s)
+/** Scopes that belong to no resource, and the roles that may hold them. */
+export const nonResourceScopes: ReadonlyArray<{ scope: Scope; roles: readonly Role[] }> = [
+  { scope: 'events:read', roles: ['admin'] },
+  { scope: 'metrics:read', roles: ['admin'] },
+]
 
-/** A credential's effective scopes: its own, narrowed by what its user's role allows now. */
-export function effectiveScopes(role: Role, granted: readonly string[]): Set<Scope> {
-  const allowed = roleScopes[role]
-  return new Set(granted.filter((s): s is Scope => isScope(s) && allowed.includes(s)))
+/** The two scopes of a resource, named after its table. */
+export const scopesOfResource = (resource: Pick<Resource, 'table'>) => ({ read: `${resource.table}:read`, write: `${resource.table}:write` })
+
+/** Every role may hold the scope of an operation open to 'any' user (or to oneself); only admins the rest. */
+const rolesFor = (who: string): readonly Role[] => (who === 'admin' ? ['admin'] : ['admin', 'user'])
+
+/** The scopes of one service: which exist, and what each role may hold at most; a credential's scopes narrow this further. */
+export class ScopePolicy {
+  readonly all: readonly Scope[]
+  readonly byRole: Readonly<Record<Role, readonly Scope[]>>
+
+  constructor(resources: readonly Resource[]) {
+    const entries = [
+      ...resources.flatMap((r) => {
+        const { read, write } = scopesOfResource(r)
+        return [{ scope: read, roles: rolesFor(r.access.read) }, { scope: write, roles: rolesFor(r.access.write) }]
+      }),
+      ...nonResourceScopes,
+    ]
+    this.all = entries.map((e) => e.scope)
+    if (new Set(this.all).size !== this.all.length) throw new Error(`two resources share a scope: ${this.all.join(' ')}`)
+    const of = (role: Role) => entries.filter((e) => e.roles.includes(role)).map((e) => e.scope)
+    this.byRole = { admin: of('admin'), user: of('user') }
+  }
+
+  isScope(s: string): boolean {
+    return this.all.includes(s)
+  }
+
+  /** A credential's effective scopes: its own, narrowed by what its user's role allows now. */
+  effective(role: Role, granted: readonly string[]): Set<Scope> {
+    const allowed = this.byRole[role]
+    return new Set(granted.filter((s) => allowed.includes(s)))
+  }
 }

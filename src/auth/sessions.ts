@@ -1,10 +1,9 @@
 import type { Sql, TransactionSql } from 'postgres'
-import type { Config } from '../config.js'
+import type { AppDeps } from '../app-deps.js'
 import { originValues } from '../core/resources/change-events.js'
 import type { EventOrigin } from '../events/origin.js'
 import { signJwt } from './jwt.js'
 import type { Role } from './principal.js'
-import { effectiveScopes } from './scopes.js'
 import { hashSecret, newSecret } from './tokens.js'
 
 // Sessions, refresh-token rotation and access tokens. A login opens a session;
@@ -37,8 +36,11 @@ export interface SessionClient {
   address: string
 }
 
-async function issuePair(tx: TransactionSql, config: Config, s: SessionUser): Promise<TokenResponse> {
-  const scopes = [...effectiveScopes(s.role, s.scopes)].sort()
+/** What sessions use of a service: its settings, and its scopes (a refresh narrows a session's to what the role allows now). */
+export type SessionDeps = Pick<AppDeps, 'config' | 'registry'>
+
+async function issuePair(tx: TransactionSql, { config, registry }: SessionDeps, s: SessionUser): Promise<TokenResponse> {
+  const scopes = [...registry.scopes.effective(s.role, s.scopes)].sort()
   const refresh = newSecret('refresh')
   await tx`INSERT INTO refresh_tokens (token_hash, session_id) VALUES (${hashSecret(refresh)}, ${s.session_id})`
   const ttl = config.accessTokenTtl
@@ -65,14 +67,14 @@ async function issuePair(tx: TransactionSql, config: Config, s: SessionUser): Pr
  * tokens of an older epoch would be void at once, so none are issued.
  */
 export async function openSession(
-  sql: Sql, config: Config, user: { id: number; role: Role; credential_epoch: number }, scopes: string[], format: TokenFormat, client: SessionClient, requestId: string,
+  sql: Sql, deps: SessionDeps, user: { id: number; role: Role; credential_epoch: number }, scopes: string[], format: TokenFormat, client: SessionClient, requestId: string,
 ): Promise<TokenResponse | undefined> {
   const [actorId, credential, request] = originValues({ actorId: user.id, credential: 'password', requestId })
   return sql.begin(async (tx) => {
     const [session] = await tx<Array<{ id: number }>>`
       WITH opened AS (
         INSERT INTO sessions (user_id, scopes, token_format, expires_at, last_used_at, user_agent, client_address)
-        SELECT id, ${scopes}, ${format}, now() + ${config.refreshTokenTtl} * interval '1 second', now(),
+        SELECT id, ${scopes}, ${format}, now() + ${deps.config.refreshTokenTtl} * interval '1 second', now(),
           ${client.userAgent?.slice(0, 256) ?? null}, ${client.address.slice(0, 64)}
         FROM users WHERE id = ${user.id} AND credential_epoch = ${user.credential_epoch} FOR KEY SHARE
         RETURNING *),
@@ -81,7 +83,7 @@ export async function openSession(
         SELECT 'session.created', 'session', o.id, ${actorId}::bigint, ${credential}::text, ${request}::text, session_data(o) FROM opened o)
       SELECT id FROM opened`
     if (!session) return undefined
-    return issuePair(tx, config, { session_id: session.id, user_id: user.id, role: user.role, credential_epoch: user.credential_epoch, scopes, token_format: format })
+    return issuePair(tx, deps, { session_id: session.id, user_id: user.id, role: user.role, credential_epoch: user.credential_epoch, scopes, token_format: format })
   })
 }
 
@@ -90,7 +92,7 @@ export async function openSession(
  * otherwise (the caller answers 401; 'reused' ended the session first). The conditional UPDATE makes rotation atomic: of
  * two refreshes racing with one token, exactly one finds it unused.
  */
-export async function rotate(sql: Sql, config: Config, refreshToken: string, requestId: string): Promise<TokenResponse | 'reused' | undefined> {
+export async function rotate(sql: Sql, deps: SessionDeps, refreshToken: string, requestId: string): Promise<TokenResponse | 'reused' | undefined> {
   const hash = hashSecret(refreshToken)
   return sql.begin(async (tx) => {
     const [live] = await tx<SessionUser[]>`
@@ -100,7 +102,7 @@ export async function rotate(sql: Sql, config: Config, refreshToken: string, req
         AND s.revoked_at IS NULL AND s.expires_at > now()
       RETURNING s.id AS session_id, u.id AS user_id, u.role, u.credential_epoch, s.scopes, s.token_format`
     if (live) {
-      const tokens = await issuePair(tx, config, live)
+      const tokens = await issuePair(tx, deps, live)
       await tx`UPDATE sessions SET last_used_at = now() WHERE id = ${live.session_id}`
       return tokens
     }

@@ -16,7 +16,7 @@ const nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T)
 
 export const Event = Type.Object({
   id: Type.Integer({ minimum: 1, description: 'the event\'s place in commit order' }),
-  type: Type.String({ description: 'subject.verb, e.g. product.updated' }),
+  type: Type.String({ description: 'subject.verb, e.g. session.created' }),
   occurred_at: Type.String({ format: 'date-time' }),
   subject: Type.Object({ type: Type.String(), id: nullable(Type.Integer()) }, { additionalProperties: false }),
   actor: Type.Object({

@@ -32,7 +32,7 @@ const DIGITS = /^[0-9]{1,20}$/
 const streamAccess: Access = { kind: 'protected', scope: 'events:read', who: 'admin' }
 
 const StreamQuery = Type.Object({
-  type: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z_]{1,40}\\.[a-z_]{1,40}$', description: 'an event type such as product.updated' }), {
+  type: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z_]{1,40}\\.[a-z_]{1,40}$', description: 'an event type such as session.created' }), {
     minItems: 1,
     maxItems: MAX_TYPES,
     description: `at most ${MAX_TYPES} comma-separated event types; only events of these types are sent`,

@@ -2,7 +2,7 @@ import Type from 'typebox'
 import { defineRoute } from '../core/http/route.js'
 
 // Prometheus scrapes this; admin only (the figures describe the whole service), with the
-// metrics:read scope: an admin's key made for something else (products:read) cannot read them.
+// metrics:read scope: an admin's key made for something else (read access to a resource) cannot read them.
 export const metricsRoutes = [
   defineRoute({
     method: 'GET',

@@ -1,14 +1,15 @@
 import Type, { type TSchema } from 'typebox'
 import type { Access } from '../auth/access.js'
 import type { AnyRoute, ResponseHeader } from '../core/http/route.js'
-import { problems } from '../core/http/problem.js'
+import type { ProblemType } from '../core/http/problem.js'
 
 // The OpenAPI 3.1 document, built once at start-up from the route table: the
 // request schemas are the very objects that validate requests, and the
 // success schemas are declared on the routes, so the document cannot drift
 // from the behaviour (the test suite checks every answer against it).
 
-const Problem = Type.Object({
+/** The problem body, its `code` one of the service's registered codes. */
+const problemSchema = (problems: Readonly<Record<string, ProblemType>>) => Type.Object({
   type: Type.String(),
   title: Type.String(),
   status: Type.Integer(),
@@ -85,7 +86,6 @@ const errorDescriptions: Record<number, string> = {
   401: 'No credential, or a bad, expired or revoked one.',
   403: 'Authenticated but not allowed, a missing scope, or current_password missing or wrong.',
   404: 'No such resource.',
-  409: 'Conflict: e-mail or SKU taken, last admin, Idempotency-Key in use, API key limit reached.',
   412: 'If-Match does not match the current ETag; nothing was changed.',
   413: 'Body larger than BODY_LIMIT.',
   415: 'Unsupported Content-Type.',
@@ -124,7 +124,7 @@ const operationId = (route: AnyRoute) =>
   route.method.toLowerCase() +
   route.path.split('/').filter(Boolean).map((s) => (s === '{id}' ? 'ById' : s.replace(/(^|[-.])([a-z])/g, (_, __, c: string) => c.toUpperCase()))).join('')
 
-function operation(route: AnyRoute, named: Named) {
+function operation(route: AnyRoute, named: Named, descriptions: Record<number, string>) {
   const parameters: unknown[] = []
   if (route.path.includes('{id}')) {
     parameters.push({ name: 'id', in: 'path', required: true, schema: { type: 'integer', format: 'int64', minimum: 1 } })
@@ -151,7 +151,7 @@ function operation(route: AnyRoute, named: Named) {
   for (const status of errorStatuses(route)) {
     const headers = ['X-Request-Id', ...(status === 401 || status === 403 ? ['WWW-Authenticate'] : []), ...(status === 429 || status === 503 ? ['Retry-After'] : [])]
     responses[String(status)] = {
-      description: errorDescriptions[status],
+      description: descriptions[status],
       headers: headerRefs(headers),
       content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
     }
@@ -178,14 +178,17 @@ function operation(route: AnyRoute, named: Named) {
   }
 }
 
-export function buildOpenApiDocument(routes: readonly AnyRoute[], info: { version: string; apiPrefix: string }) {
+/** `problems`: every code the service answers with (src/registry.ts); the 409s are named in the description of a conflict. */
+export function buildOpenApiDocument(routes: readonly AnyRoute[], info: { version: string; apiPrefix: string; problems: Readonly<Record<string, ProblemType>> }) {
+  const conflicts = Object.values(info.problems).filter((p) => p.status === 409).map((p) => p.title)
+  const descriptions = { ...errorDescriptions, 409: `Conflict: ${conflicts.join('; ')}.` }
   // Schemas routes name (a resource's representation, page and bodies) are documented once, and referred to.
   const components: Record<string, TSchema> = Object.assign({}, ...routes.map((r) => r.components ?? {}))
   const named: Named = { names: new Map(Object.entries(components).map(([name, schema]) => [schema, name])), used: new Set() }
   const paths: Record<string, Record<string, unknown>> = {}
   for (const route of routes) {
     paths[route.path] ??= {}
-    paths[route.path]![route.method.toLowerCase()] = operation(route, named)
+    paths[route.path]![route.method.toLowerCase()] = operation(route, named, descriptions)
   }
   return {
     openapi: '3.1.0',
@@ -197,7 +200,7 @@ export function buildOpenApiDocument(routes: readonly AnyRoute[], info: { versio
     servers: [{ url: info.apiPrefix || '/' }],
     paths,
     components: {
-      schemas: { Problem: json(Problem), ...Object.fromEntries(Object.entries(components).filter(([name]) => named.used.has(name)).map(([name, schema]) => [name, json(schema)])) },
+      schemas: { Problem: json(problemSchema(info.problems)), ...Object.fromEntries(Object.entries(components).filter(([name]) => named.used.has(name)).map(([name, schema]) => [name, json(schema)])) },
       headers: Object.fromEntries(Object.entries(headerDocs).map(([name, h]) => [name, { description: h.description, schema: json(h.schema) }])),
       securitySchemes: {
         bearerAuth: { type: 'http', scheme: 'bearer', description: 'A JWT or an opaque access token from /auth/login, or an API key (upa_ak_…).' },

@@ -1,25 +1,27 @@
 import Type from 'typebox'
-import Format from 'typebox/format'
 import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
 import { member } from '../core/resources/member.js'
 import { defineResource } from '../core/resources/resource.js'
-import { resourceRoutes } from '../core/resources/routes.js'
+import { resourceModule } from '../resource-module.js'
 
 // ISO 4217 codes in current use, as the ICU data shipped with Node knows them:
 // "XYZ" has the right shape but is no currency.
 const currencies = new Set(Intl.supportedValuesOf('currency'))
-Format.Set('iso4217', (value) => currencies.has(value))
+const isCurrency = (value: string) => currencies.has(value)
 
 export const products = defineResource({
   name: 'Product',
   path: '/products',
   table: 'products',
+  // Anyone signed in reads the catalogue; admins keep it.
+  access: { read: 'any', write: 'admin' },
+  formats: { iso4217: isCurrency },
   members: {
     id: idMember(),
     sku: member(Type.String({
       pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$',
       description: 'a SKU of 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit',
-    }), { sort: true, search: true, unique: { constraint: 'products_sku_key', code: 'sku_taken' } }),
+    }), { sort: true, search: true, unique: { constraint: 'products_sku_key', code: 'sku_taken', title: 'SKU already in use' } }),
     name: member(nameSchema(), { sort: true, search: true }),
     description: member(Type.String({
       maxLength: 10000,
@@ -35,11 +37,4 @@ export const products = defineResource({
   },
 })
 
-export const productRoutes = resourceRoutes(products, {
-  routes: {
-    list: { access: { kind: 'protected', scope: 'products:read', who: 'any' } },
-    read: { access: { kind: 'protected', scope: 'products:read', who: 'any' } },
-    create: { access: { kind: 'protected', scope: 'products:write', who: 'admin' } },
-    write: { access: { kind: 'protected', scope: 'products:write', who: 'admin' } },
-  },
-})
+export const productModule = resourceModule(products)

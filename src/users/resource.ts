@@ -9,7 +9,8 @@ import { HttpError } from '../core/http/problem.js'
 import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
 import { member } from '../core/resources/member.js'
 import { defineResource } from '../core/resources/resource.js'
-import { resourceRoutes, type ResourceHooks, type Write } from '../core/resources/routes.js'
+import type { ResourceHooks, Write } from '../core/resources/routes.js'
+import { resourceModule } from '../resource-module.js'
 import type { StoredRow } from '../core/resources/store.js'
 import { ensureAnotherAdmin } from './queries.js'
 
@@ -24,10 +25,14 @@ export const users = defineResource({
   name: 'User',
   path: '/users',
   table: 'users',
+  // A user reads and changes itself; an admin anyone (the routes below: listing and creating are an admin's).
+  access: { read: 'admin-or-self', write: 'admin-or-self' },
+  // The password as its scrypt hash; the epoch that a password or role change raises, voiding JWTs (sql/005).
+  serverColumns: ['password_hash', 'credential_epoch'],
   members: {
     id: idMember(),
     name: member(nameSchema(), { sort: true, search: true }),
-    email: member(emailSchema(), { sort: true, search: true, caseless: true, unique: { constraint: 'users_email_key', code: 'email_taken' } }),
+    email: member(emailSchema(), { sort: true, search: true, caseless: true, unique: { constraint: 'users_email_key', code: 'email_taken', title: 'E-mail address already in use' } }),
     // Role and password are access attributes: a PUT leaves them as they are unless it names them.
     role: member(Type.Union([Type.Literal('admin'), Type.Literal('user')]), { sort: true, default: 'user', keepOnReplace: true }),
     password: member(Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' }), {
@@ -113,13 +118,8 @@ const hooks: ResourceHooks<UserWriteState> = {
   afterDelete: (ctx) => ctx.deps.credentialChanges.caughtUp(),
 }
 
-export const userRoutes = resourceRoutes(users, {
-  routes: {
-    list: { access: { kind: 'protected', scope: 'users:read', who: 'admin' } },
-    create: { access: { kind: 'protected', scope: 'users:write', who: 'admin', signup: true } },
-    read: { access: { kind: 'protected', scope: 'users:read', who: 'admin-or-self' } },
-    write: { access: { kind: 'protected', scope: 'users:write', who: 'admin-or-self' } },
-  },
+export const userModule = resourceModule(users, {
+  access: { list: { who: 'admin' }, create: { who: 'admin', signup: true } },
   hooks,
   summaries: {
     replace: 'Replace a user\'s name and e-mail (role and password only when given)',

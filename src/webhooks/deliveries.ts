@@ -5,7 +5,8 @@ import { notFound } from '../core/http/problem.js'
 import { defineRoute } from '../core/http/route.js'
 import { compileSerializer } from '../core/resources/serializer.js'
 import { findRow } from '../core/resources/store.js'
-import { webhooks } from './resource.js'
+import type { Resource } from '../core/resources/resource.js'
+import { accessOf } from '../resource-module.js'
 import { DELIVERIES_CHANNEL } from './wake.js'
 
 // GET /webhooks/{id}/deliveries: a webhook's deliveries, newest first, each
@@ -56,10 +57,8 @@ export const deliveries = defineCollection({
   serializePage: serializer.page,
 })
 
-const read = { kind: 'protected', scope: 'webhooks:read', who: 'admin' } as const
-const write = { kind: 'protected', scope: 'webhooks:write', who: 'admin' } as const
-
-export const deliveryRoutes = [
+/** A webhook's deliveries are read and retried by whoever may read and change the webhook. */
+export const deliveryRoutes = (webhooks: Resource, { read, write } = accessOf(webhooks)) => [
   defineRoute<ListQuery, undefined>({
     method: 'GET',
     path: '/webhooks/{id}/deliveries',

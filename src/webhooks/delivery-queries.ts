@@ -1,7 +1,7 @@
 import type { Sql, TransactionSql } from 'postgres'
 import { systemOrigin } from '../events/origin.js'
 import { lockRow, updateRow } from '../core/resources/store.js'
-import { webhooks } from './resource.js'
+import { webhookStorage as webhooks } from './resource.js'
 
 // The SQL of the delivery worker. A claim takes due deliveries with
 // FOR UPDATE SKIP LOCKED and, in the same statement, moves each one's

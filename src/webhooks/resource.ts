@@ -4,10 +4,13 @@ import { validationFailed } from '../core/http/problem.js'
 import { idMember, timestampMember } from '../core/resources/common.js'
 import { member } from '../core/resources/member.js'
 import { defineResource } from '../core/resources/resource.js'
-import { resourceRoutes, type ResourceContext, type ResourceHooks } from '../core/resources/routes.js'
+import type { ResourceContext, ResourceHooks } from '../core/resources/routes.js'
+import type { Resource } from '../core/resources/resource.js'
+import { routeExtensionsOf } from '../resource-module.js'
+import { resourceRoutes } from '../core/resources/routes.js'
 import { conflictOf, insertRow } from '../core/resources/store.js'
+import { nonResourceEventTypes } from './event-types.js'
 import { hostOf, refusalOfAddresses, refusalOfUrl, type Resolver, type UrlPolicy } from './address-policy.js'
-import { subscribableEventTypes } from './event-types.js'
 import { newSigningSecret, sealSecret } from './secret.js'
 import { wakeWorkers } from './wake.js'
 
@@ -34,10 +37,18 @@ const descriptionSchema = () => Type.String({
 
 export const webhookStatuses = ['active', 'paused', 'disabled'] as const
 
-export const webhooks = defineResource({
+/**
+ * The webhook declaration for a registry's event types (src/registry.ts):
+ * the only member that depends on them is event_types. Storage, events and
+ * representation are the same for every registry.
+ */
+export const defineWebhooks = (subscribableEventTypes: readonly string[]) => defineResource({
   name: 'Webhook',
   path: '/webhooks',
   table: 'webhooks',
+  access: { read: 'admin', write: 'admin' },
+  // The secret kept signing after a rotation, and since when deliveries fail (not shown: failures would change the ETag).
+  serverColumns: ['previous_secret_sealed', 'previous_secret_expires_at', 'failing_since'],
   members: {
     id: idMember(),
     url: member(urlSchema()),
@@ -57,8 +68,15 @@ export const webhooks = defineResource({
   },
 })
 
+/**
+ * For the service's own writes to a webhook (disabling one that keeps
+ * failing): locking, updating and the event's data depend on the table and
+ * the representation, never on which event types exist.
+ */
+export const webhookStorage = defineWebhooks(nonResourceEventTypes)
+
 /** The answer to a creation or a rotation: the one time the secret is shown. */
-export const WebhookWithSecret = Type.Object({
+export const webhookWithSecret = (webhooks: Resource) => Type.Object({
   ...webhooks.schemas.representation.properties,
   secret: Type.String({ description: 'whsec_ and the base64 of 32 random bytes: keep it, it is never shown again' }),
 }, { additionalProperties: false })
@@ -95,7 +113,7 @@ export async function checkWebhookUrl(raw: string, policy: UrlPolicy, resolve: R
 const checkUrlOf = (ctx: ResourceContext, url: unknown) =>
   typeof url === 'string' ? checkWebhookUrl(url, ctx.deps.config, ctx.deps.webhooks.settings.resolve) : undefined
 
-const hooks: ResourceHooks = {
+const hooksOf = (webhooks: Resource): ResourceHooks => ({
   async prepare({ ctx }) {
     if (ctx.body.status === 'disabled') throw validationFailed([{ path: '/status', message: 'must be "active" or "paused" (only the service disables a webhook)' }])
     await checkUrlOf(ctx, ctx.body.url)
@@ -123,23 +141,19 @@ const hooks: ResourceHooks = {
     }, originOf(ctx.principal, ctx.requestId)).catch((err: unknown) => Promise.reject(conflictOf(webhooks, err)))
     return { row, body: { secret } }
   },
-}
+})
 
-export const webhookResourceRoutes = resourceRoutes(webhooks, {
+/** The six operations of a webhooks declaration but replace, as routes. */
+export const webhookResourceRoutes = (webhooks: Resource, withSecret: ReturnType<typeof webhookWithSecret>) => resourceRoutes(webhooks, {
   operations: ['list', 'create', 'read', 'update', 'delete'],
-  routes: {
-    list: { access: { kind: 'protected', scope: 'webhooks:read', who: 'admin' } },
-    read: { access: { kind: 'protected', scope: 'webhooks:read', who: 'admin' } },
-    create: { access: { kind: 'protected', scope: 'webhooks:write', who: 'admin' } },
-    write: { access: { kind: 'protected', scope: 'webhooks:write', who: 'admin' } },
-  },
-  hooks,
+  routes: routeExtensionsOf(webhooks),
+  hooks: hooksOf(webhooks),
   summaries: {
     create: 'Register a webhook; its signing secret is in this answer only',
     update: 'Change a webhook (JSON merge patch): URL, event types, description; pause with status "paused", resume or re-enable with "active"',
   },
   // Not idempotent: a replay would have to store the secret in the idempotency record.
   idempotentCreate: false,
-  created: { name: 'WebhookWithSecret', schema: WebhookWithSecret },
+  created: { name: 'WebhookWithSecret', schema: withSecret },
   noStore: ['create'],
 })

@@ -4,7 +4,9 @@ import { etagFor } from '../core/http/conditional.js'
 import { defineRoute } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
 import { lockRow, updateRow } from '../core/resources/store.js'
-import { webhooks, WebhookWithSecret } from './resource.js'
+import type { Resource } from '../core/resources/resource.js'
+import { accessOf } from '../resource-module.js'
+import type { webhookWithSecret } from './resource.js'
 import { newSigningSecret, sealSecret } from './secret.js'
 
 // POST /webhooks/{id}/rotate-secret: a new signing secret, shown once. The
@@ -21,13 +23,13 @@ const RotateSecret = Type.Object({
   })),
 }, { additionalProperties: false })
 
-export const rotateSecretRoute = defineRoute<Record<string, never>, { keep_previous_for?: number } | undefined>({
+export const rotateSecretRoute = (webhooks: Resource, withSecret: ReturnType<typeof webhookWithSecret>) => defineRoute<Record<string, never>, { keep_previous_for?: number } | undefined>({
   method: 'POST',
   path: '/webhooks/{id}/rotate-secret',
   operationId: 'rotateWebhookSecret',
   summary: 'Replace a webhook\'s signing secret; the new one is in this answer only',
-  responses: { 200: { description: 'The webhook and its new secret', schema: WebhookWithSecret, headers: ['etag'] } },
-  access: { kind: 'protected', scope: 'webhooks:write', who: 'admin' },
+  responses: { 200: { description: 'The webhook and its new secret', schema: withSecret, headers: ['etag'] } },
+  access: accessOf(webhooks).write,
   noStore: true,
   body: { kind: 'json', validator: compileValidator(RotateSecret), optional: true },
   components: { RotateSecret },

@@ -2,6 +2,8 @@ import { Compile } from 'typebox/compile'
 import type { AnyRoute } from '../../src/core/http/route.js'
 import { createRouter, type Router } from '../../src/core/http/router.js'
 import { allRoutes } from '../../src/app.js'
+import type { Registry } from '../../src/registry.js'
+import { applicationRegistry } from './registry.js'
 
 // Every answer the suite receives is checked against what /openapi.json
 // declares for its operation and status: an undeclared status, or a JSON body
@@ -13,10 +15,11 @@ type Doc = {
   components: { schemas: Record<string, unknown> }
 }
 
-const serviceRouter = createRouter(allRoutes(''))
+const serviceRouter = createRouter(allRoutes(applicationRegistry, ''))
 
 /** The routes a server answers, to find the operation of each answer: the service's, and a test's own. */
-export const contractRouter = (extra?: readonly AnyRoute[]): Router => (extra?.length ? createRouter(allRoutes('', extra)) : serviceRouter)
+export const contractRouter = (registry: Registry, extra?: readonly AnyRoute[]): Router =>
+  (extra?.length || registry !== applicationRegistry ? createRouter(allRoutes(registry, '', extra)) : serviceRouter)
 const validators = new Map<string, { Check(v: unknown): boolean; Errors(v: unknown): unknown[] }>()
 
 /** Inlines `#/components/schemas/…` references, the only kind the document uses. */

@@ -10,7 +10,8 @@ import { createLogger } from '../../src/core/log.js'
 import { createService, type ServiceOptions } from '../../src/service.js'
 import { checkAgainstDocument, contractRouter } from './contract-check.js'
 import { signJwt, type JwtClaims } from '../../src/auth/jwt.js'
-import { roleScopes } from '../../src/auth/scopes.js'
+import type { Registry } from '../../src/registry.js'
+import { applicationRegistry } from './registry.js'
 
 const REQUEST_TIMEOUT_MS = 30_000
 
@@ -113,6 +114,8 @@ export interface StartOptions {
   cacheSize?: number
   /** Routes appended to the service's own (createService); their answers are checked against /openapi.json too. */
   routes?: readonly AnyRoute[]
+  /** The service's resources (createService): the application's and a test's own, src/registry.ts. */
+  registry?: Registry
   /** Tuning of streams, webhook deliveries and retention (createService). */
   tuning?: Pick<ServiceOptions, 'streams' | 'webhooks' | 'retention' | 'publisher'>
 }
@@ -128,12 +131,13 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   const config: Config = { ...loaded, databasePooler: await resolvePooler({ ...loaded, databaseUrl: loaded.databaseUrl ?? databaseUrl }) }
   const logs: Array<Record<string, unknown>> = []
   const log = createLogger(config.logLevel, (line) => void logs.push(JSON.parse(line)))
-  const service = createService(config, { log, cacheSize: options.cacheSize, routes: options.routes, ...options.tuning })
+  const service = createService(config, { log, cacheSize: options.cacheSize, routes: options.routes, registry: options.registry ?? applicationRegistry, ...options.tuning })
   const { deps } = service
   const { sql } = deps
   after(() => service.close())
   const url = `http://127.0.0.1:${(await service.listen(0, '127.0.0.1')).port}`
-  const router = contractRouter(options.routes)
+  const router = contractRouter(deps.registry, options.routes)
+  const roleScopes = deps.registry.scopes.byRole
 
   const jwtFor = (userId: number, role: 'admin' | 'user', scopes?: string[], claims: Record<string, unknown> = {}) => {
     const now = Math.floor(Date.now() / 1000)

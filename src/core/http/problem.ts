@@ -2,26 +2,49 @@
 // HttpError becomes a 500 `internal_error` whose details stay in the log.
 // Codes are the stable contract with clients; titles are for humans.
 
-/** Every problem code with its status and title: a code always answers with the same status. */
-export const problems = {
+/** What a problem code stands for: a code always answers with the same status and title. */
+export interface ProblemType {
+  status: number
+  title: string
+}
+
+// Codes are declared once, by whoever owns them: core's below, the
+// application's where it wires itself, each resource's unique constraints by
+// its declaration. The table is the process's, like a route table: it only
+// grows, and a code registered again must mean the same thing.
+const registered = new Map<string, ProblemType>()
+
+/** Registers codes; again with the same status and title is a no-op, with another one throws (two owners disagree). */
+export function registerProblems(types: Readonly<Record<string, ProblemType>>): void {
+  for (const [code, type] of Object.entries(types)) {
+    if (!/^[a-z][a-z0-9_]*$/.test(code)) throw new Error(`problem code "${code}": lower case letters, digits and _ only`)
+    const known = registered.get(code)
+    if (known && (known.status !== type.status || known.title !== type.title)) {
+      throw new Error(`problem code "${code}" is registered as ${known.status} "${known.title}", not ${type.status} "${type.title}"`)
+    }
+    if (!known) registered.set(code, { status: type.status, title: type.title })
+  }
+}
+
+/** Every registered code, in the order of registration (the OpenAPI document lists them). */
+export const registeredProblems = (): ReadonlyMap<string, ProblemType> => registered
+
+function problemType(code: string): ProblemType {
+  const type = registered.get(code)
+  if (!type) throw new Error(`problem code "${code}" is not registered`)
+  return type
+}
+
+/** Core's own codes: malformed requests, conditions, limits, the database, stopping. */
+export const coreProblems: Readonly<Record<string, ProblemType>> = {
   malformed_json: { status: 400, title: 'Malformed JSON' },
   invalid_parameter: { status: 400, title: 'Invalid query parameter' },
   unknown_parameter: { status: 400, title: 'Unknown query parameter' },
   invalid_request: { status: 400, title: 'Invalid request' },
   request_timeout: { status: 408, title: 'Request timeout' },
   headers_too_large: { status: 431, title: 'Request header fields too large' },
-  unauthorized: { status: 401, title: 'Authentication required' },
-  invalid_token: { status: 401, title: 'Invalid credential' },
-  invalid_credentials: { status: 401, title: 'Invalid e-mail or password' },
-  forbidden: { status: 403, title: 'Forbidden' },
-  insufficient_scope: { status: 403, title: 'Insufficient scope' },
-  current_password_required: { status: 403, title: 'Current password required' },
   not_found: { status: 404, title: 'Not found' },
   method_not_allowed: { status: 405, title: 'Method not allowed' },
-  email_taken: { status: 409, title: 'E-mail address already in use' },
-  sku_taken: { status: 409, title: 'SKU already in use' },
-  last_admin: { status: 409, title: 'The last admin cannot be removed' },
-  api_key_limit: { status: 409, title: 'Too many API keys' },
   idempotency_key_in_use: { status: 409, title: 'Idempotency key in use' },
   precondition_failed: { status: 412, title: 'Precondition failed' },
   payload_too_large: { status: 413, title: 'Payload too large' },
@@ -30,14 +53,11 @@ export const problems = {
   idempotency_key_reused: { status: 422, title: 'Idempotency key reused' },
   precondition_required: { status: 428, title: 'Precondition required' },
   rate_limited: { status: 429, title: 'Too many requests' },
-  too_many_login_attempts: { status: 429, title: 'Too many login attempts' },
   internal_error: { status: 500, title: 'Internal server error' },
   database_unavailable: { status: 503, title: 'Database unavailable' },
   shutting_down: { status: 503, title: 'Shutting down' },
-  too_many_streams: { status: 503, title: 'Too many event streams' },
-} as const
-
-export type ProblemCode = keyof typeof problems
+}
+registerProblems(coreProblems)
 
 /** A member of `errors`: a JSON Pointer into the body, or a query parameter's name. */
 export interface FieldError {
@@ -46,17 +66,17 @@ export interface FieldError {
 }
 
 export class HttpError extends Error {
-  /** The status of the code (`problems`): a site names the code only. */
+  /** The status of the code (registerProblems): a site names the code only. */
   readonly status: number
 
   constructor(
-    readonly code: ProblemCode,
+    readonly code: string,
     readonly detail: string,
     readonly options: { errors?: FieldError[]; headers?: Record<string, string> } = {},
   ) {
     super(detail)
     this.name = 'HttpError'
-    this.status = problems[code].status
+    this.status = problemType(code).status
   }
 }
 
@@ -76,7 +96,7 @@ export function problemBody(err: HttpError, instance: string, requestId: string)
   return {
     // A tag URI (RFC 4151): stable and unique without promising a web page.
     type: `tag:users-products-api,2026:${err.code}`,
-    title: problems[err.code].title,
+    title: problemType(err.code).title,
     status: err.status,
     code: err.code,
     detail: err.detail,

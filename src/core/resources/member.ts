@@ -29,8 +29,11 @@ export interface MemberTraits {
   secret?: boolean
   /** Accepted in bodies but not a column: a hook stores it (a password is stored as its hash). */
   virtual?: boolean
-  /** A unique constraint on it, and the problem code a client gets for a duplicate. */
-  unique?: { constraint: string; code: 'email_taken' | 'sku_taken' }
+  /**
+   * A unique constraint on it (its name in the migration), and the problem a
+   * client gets for a duplicate: a 409 with this code and title.
+   */
+  unique?: { constraint: string; code: string; title: string }
 }
 
 const TRAITS = Symbol('member traits')

@@ -1,6 +1,8 @@
 import Type, { type Static, type TObject, type TSchema } from 'typebox'
 import { defineCollection, type Collection, type MemberType } from '../collections/declaration.js'
+import type { ProblemType } from '../http/problem.js'
 import { compileValidator, type Validator } from '../http/validate.js'
+import { registerFormats, type FormatCheck } from './formats.js'
 import { BoundedMap } from '../lib/bounded-map.js'
 import { traitsOf, type MemberTraits } from './member.js'
 import { compileSerializer, type Serializer } from './serializer.js'
@@ -13,14 +15,32 @@ import { compileSerializer, type Serializer } from './serializer.js'
 
 export type Members = Record<string, TSchema>
 
+/**
+ * Who may read and who may write a resource: empty in core, given its
+ * members by the application (src/app-context.ts), whose authorization and
+ * scopes are derived from it. Core only carries it.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
+export interface ResourceAccess {}
+
 export interface ResourceDeclaration<M extends Members> {
-  /** Singular and PascalCase: the OpenAPI components (`User`, `UserCreate`, …) and operation ids (`getUser`, `listUsers`). */
+  /** Singular and PascalCase: the OpenAPI components (`Order`, `OrderCreate`, …) and operation ids (`getOrder`, `listOrders`). */
   name: string
+  /** The plural for operation ids and summaries (`listCategories`); default the name and an s. */
+  plural?: string
   /** The collection's path, without API prefix. */
   path: string
   /** A plain lower-case identifier (checked): the list SQL is built from it. */
   table: string
   members: M
+  /** Who may read and write it (src/app-context.ts gives the members). */
+  access: ResourceAccess
+  /**
+   * String formats its members use beyond TypeBox's own, each with its check:
+   * registered before the validators are compiled (a compiled validator
+   * passes a format unknown at compile time), again with the same check a no-op.
+   */
+  formats?: Readonly<Record<string, FormatCheck>>
   /**
    * Body members that are not members of the resource (a user's
    * `current_password`), accepted in replace and patch bodies for a hook.
@@ -33,23 +53,34 @@ export interface ResourceDeclaration<M extends Members> {
    * to delete one's own account), for a hook. Without it a DELETE takes no body.
    */
   deleteBody?: Members
+  /**
+   * Columns of its table that are no member: the service's own, never shown
+   * or written by a client (a password's hash, a credential epoch). With
+   * `version`, these and the members are the whole table (test/resource-schema.test.ts).
+   */
+  serverColumns?: readonly string[]
   /** Rows carry a `version` column: ETags, If-Match, 304. Default true. */
   versioned?: boolean
-  /** The verb of the event a deletion writes (`api_key.revoked`). Default `deleted`. */
+  /** The verb of the event a deletion writes (`order.cancelled`). Default `deleted`. */
   deletedVerb?: string
 }
 
-/** A row as read from the table: the members as their schemas type them (the driver gives timestamps as Dates), and `version`. */
+/** A row as read from the table: the members as their schemas type them (timestamps as the API's text, src/core/db/timestamps.ts), and `version`. */
 export type Row<M extends Members> = { [K in keyof M]: Static<M[K]> } & { version: number }
 
 export interface Resource<M extends Members = Members> {
   readonly name: string
-  /** The name in a sentence: `ApiKey` is "api key". */
+  /** `Orders`, `Categories`: operation ids of the collection. */
+  readonly plural: string
+  /** The name in a sentence: `OrderLine` is "order line". */
   readonly label: string
   readonly path: string
   readonly table: string
   readonly members: M
+  readonly access: ResourceAccess
   readonly versioned: boolean
+  /** Its table's columns that are no member, `version` aside (the declaration's serverColumns). */
+  readonly serverColumns: readonly string[]
   readonly traits: Readonly<Record<string, MemberTraits>>
   /** What GET answers, in output order: the non-secret stored members. */
   readonly outputMembers: readonly string[]
@@ -63,14 +94,16 @@ export interface Resource<M extends Members = Members> {
   }
   readonly collection: Collection
   /** The unique constraints on its members, by constraint name: the problem code and the member it guards. */
-  readonly uniqueCodes: ReadonlyMap<string, { code: 'email_taken' | 'sku_taken'; member: string }>
+  readonly uniqueCodes: ReadonlyMap<string, { code: string; member: string }>
+  /** The problems of its unique constraints, by code (all 409), for registerProblems. */
+  readonly problems: Readonly<Record<string, ProblemType>>
   /** Writes representations as JSON, compiled from the representation's schema. */
   readonly serializer: Serializer
   /** The representation of a row: output members only, in order. */
   present(row: Record<string, unknown>): Record<string, unknown>
   /** Output members that are timestamps (written as the API's timestamp text). */
   readonly timestampMembers: ReadonlySet<string>
-  /** The events its writes record (sql/007): the subject type (`api_key`) and the type of each write. */
+  /** The events its writes record (sql/007): the subject type (`order_line`) and the type of each write. */
   readonly events: { subject: string; created: string; updated: string; deleted: string }
   /**
    * The texts of its single-row statements, made once per statement and set
@@ -78,7 +111,7 @@ export interface Resource<M extends Members = Members> {
    * alone, so they belong to it, not to a module.
    */
   readonly statementTexts: BoundedMap<string, string>
-  /** Its schemas by OpenAPI component name: `User`, `UserPage`, `UserCreate`, `UserReplace`, `UserPatch` (and `UserDelete`, with a deleteBody). */
+  /** Its schemas by OpenAPI component name: `Order`, `OrderPage`, `OrderCreate`, `OrderReplace`, `OrderPatch` (and `OrderDelete`, with a deleteBody). */
   components(): Record<string, TSchema>
 }
 
@@ -87,6 +120,7 @@ const STATEMENT_TEXTS = 2000
 
 export function defineResource<M extends Members>(declaration: ResourceDeclaration<M>): Resource<M> {
   const { name, members } = declaration
+  registerFormats(declaration.formats ?? {})
   const traits: Record<string, MemberTraits> = {}
   for (const [member, schema] of Object.entries(members)) traits[member] = { write: 'client', ...traitsOf(schema) }
   const entries = Object.entries(members)
@@ -130,18 +164,22 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
   })
   const label = name.replace(/[A-Z]/g, (c, at: number) => (at ? ' ' : '') + c.toLowerCase())
   const subject = label.replaceAll(' ', '_')
-  const uniqueCodes = new Map(entries.flatMap(([m]) => {
+  const uniques = entries.flatMap(([m]) => {
     const unique = traits[m]!.unique
-    return unique ? [[unique.constraint, { code: unique.code, member: m.replaceAll('_', ' ') }] as const] : []
-  }))
+    return unique ? [{ ...unique, member: m }] : []
+  })
+  const uniqueCodes = new Map(uniques.map((u) => [u.constraint, { code: u.code, member: u.member.replaceAll('_', ' ') }] as const))
 
   return {
     name,
+    plural: declaration.plural ?? `${name}s`,
     label,
     path: declaration.path,
     table: declaration.table,
     members,
+    access: declaration.access,
     versioned: declaration.versioned ?? true,
+    serverColumns: declaration.serverColumns ?? [],
     traits,
     outputMembers,
     schemas,
@@ -153,6 +191,7 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     },
     collection,
     uniqueCodes,
+    problems: Object.fromEntries(uniques.map((u) => [u.code, { status: 409, title: u.title }])),
     timestampMembers: new Set(outputMembers.filter((m) => isTimestamp(members[m]!))),
     events: { subject, created: `${subject}.created`, updated: `${subject}.updated`, deleted: `${subject}.${declaration.deletedVerb ?? 'deleted'}` },
     components: () => ({

@@ -81,7 +81,7 @@ export interface ResourceRouteOptions<State> {
 export function resourceRoutes<State = undefined>(resource: Resource, options: ResourceRouteOptions<State>): AnyRoute[] {
   const { name, label, path, schemas, bodies, versioned } = resource
   const hooks: ResourceHooks<State> = options.hooks ?? {}
-  const plural = `${name}s`
+  const { plural } = resource
   const item = `${path}/{id}`
   const etag = versioned ? (['etag'] as const) : []
   const summaries: Record<Operation, string> = {

@@ -1,0 +1,55 @@
+import type { Access } from './auth/access.js'
+import { scopesOfResource } from './auth/scopes.js'
+import type { AnyRoute } from './core/http/route.js'
+import type { Resource } from './core/resources/resource.js'
+import { resourceRoutes, type ResourceRouteOptions } from './core/resources/routes.js'
+
+// What the registry (src/resources.ts) lists for each resource: its
+// declaration and its routes, whose access is derived from the declaration
+// (the scope of each operation and who may call it), refined where an
+// operation needs more (sign-up, a login only).
+
+type ProtectedAccess = Access & { kind: 'protected' }
+type AccessGroup = 'list' | 'create' | 'read' | 'write'
+
+export interface ResourceModule {
+  readonly resource: Resource
+  readonly routes: readonly AnyRoute[]
+  /** The event types of its writes a webhook may subscribe to. */
+  readonly subscribable: readonly string[]
+}
+
+export interface ResourceModuleOptions<State> extends Omit<ResourceRouteOptions<State>, 'routes'> {
+  /** What an operation adds to, or changes in, the access its declaration gives it. */
+  access?: Partial<Record<AccessGroup, Partial<Omit<ProtectedAccess, 'kind' | 'scope'>>>>
+  /** Event types no webhook may ask for (an API key is never updated). Default none. */
+  unsubscribable?: readonly string[]
+}
+
+/** The access of each operation: `<table>:read` for list and read, `<table>:write` for the rest, for whom the declaration names. */
+export function accessOf(resource: Resource, refine: ResourceModuleOptions<unknown>['access'] = {}): Record<AccessGroup, ProtectedAccess> {
+  const { read, write } = scopesOfResource(resource)
+  const of = (group: AccessGroup, scope: string, who: ProtectedAccess['who']): ProtectedAccess => ({ kind: 'protected', scope, who, ...refine[group] })
+  return {
+    list: of('list', read, resource.access.read),
+    read: of('read', read, resource.access.read),
+    create: of('create', write, resource.access.write),
+    write: of('write', write, resource.access.write),
+  }
+}
+
+/** What resourceRoutes passes through to each operation's route: its access. */
+export function routeExtensionsOf(resource: Resource, refine?: ResourceModuleOptions<unknown>['access']): ResourceRouteOptions<unknown>['routes'] {
+  const access = accessOf(resource, refine)
+  return { list: { access: access.list }, create: { access: access.create }, read: { access: access.read }, write: { access: access.write } }
+}
+
+export function resourceModule<State = undefined>(resource: Resource, options: ResourceModuleOptions<State> = {}): ResourceModule {
+  const { access, unsubscribable = [], ...routeOptions } = options
+  const { created, updated, deleted } = resource.events
+  return {
+    resource,
+    routes: resourceRoutes(resource, { ...routeOptions, routes: routeExtensionsOf(resource, access) }),
+    subscribable: [created, updated, deleted].filter((t) => !unsubscribable.includes(t)),
+  }
+}
