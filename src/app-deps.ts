@@ -9,7 +9,6 @@ import type { RevocationList } from './auth/revocations.js'
 import type { Config } from './config.js'
 import type { ReadinessCheck } from './health/readiness.js'
 import type { DatabaseWork } from './core/db/admission.js'
-import type { IdempotencyCleanup } from './core/http/idempotency.js'
 import type { RateLimiter } from './core/http/rate-limit.js'
 import type { Logger } from './core/log.js'
 import type { Metrics } from './core/metrics.js'
@@ -31,7 +30,7 @@ export interface AppDeps {
   listenSql: Sql
   config: Config
   log: Logger
-  /** Flipped by the entry point on SIGTERM; /readyz and new requests see it. */
+  /** Flipped when the service begins to stop (src/service.ts); /readyz and new requests see it. */
   lifecycle: { shuttingDown: boolean }
   /** The database check of /readyz, one query a second at most (src/health/readiness.ts). */
   readiness: ReadinessCheck
@@ -46,7 +45,7 @@ export interface AppDeps {
   apiKeyCache: ApiKeyCache
   /** When this process last wrote each key's last_used_at (src/api-keys/last-used.ts). */
   apiKeyUse: LastUsedWrites
-  /** Login attempts per address on this instance, and the purge of old failure counts (src/auth/login-throttle.ts). */
+  /** Login attempts per address on this instance (src/auth/login-throttle.ts). */
   logins: LoginGuard
   /** What this instance knows was revoked: sessions, and users' credential epochs (src/auth/revocations.ts). */
   revocations: RevocationList
@@ -58,11 +57,9 @@ export interface AppDeps {
   rateLimiter: RateLimiter | undefined
   /** Password hashing with this instance's slots on the thread pool (src/auth/password.ts). */
   passwords: PasswordHasher
-  /** When a stored idempotent answer also deletes expired records (src/core/http/idempotency.ts). */
-  idempotencyCleanup: IdempotencyCleanup
   /** Moves committed events from the outbox to the event log, numbered in commit order (src/events/publisher.ts). */
   eventPublisher: EventPublisher
-  /** The reader of new events that feeds this instance's GET /events/stream clients (src/events/hub.ts). */
+  /** This instance's GET /events/stream clients, and the reader of new events that feeds them (src/events/hub.ts). */
   eventHub: EventHub
   /** This instance's share of webhook deliveries (src/webhooks/worker.ts). */
   webhooks: WebhookWorker

@@ -150,14 +150,13 @@ describe('old failure counts', () => {
     assert.deepEqual(left.map((r) => r.email), [`locked-${tag}`, `recent-${tag}`])
   })
 
-  test('a login purges them on an instance that has not for a minute', async () => {
+  test('an instance purges them when it starts (job logins.purge-failures), no login needed', async () => {
+    await open.sql`INSERT INTO login_failures (email, address, failures, last_failure) VALUES (${'stale-' + unique()}, 'x', 3, now() - interval '1 hour')`
     const fresh = await startServer({ TRUST_PROXY: '1' }, {}, { databaseUrl: open.databaseUrl })
-    await fresh.sql`INSERT INTO login_failures (email, address, failures, last_failure) VALUES (${'stale-' + unique()}, 'x', 3, now() - interval '1 hour')`
-    await login(fresh, `nobody-${unique()}@example.com`, 'whatever-1', freshAddress())
     for (let i = 0; ; i++) {
       const [{ n }] = await fresh.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM login_failures WHERE last_failure < now() - interval '30 minutes' AND locked_until IS NULL`
       if (n === 0) break
-      assert.ok(i < 100, 'purged within a second')
+      assert.ok(i < 500, 'purged within a few seconds')
       await sleep(10)
     }
   })

@@ -183,15 +183,14 @@ describe('known addresses older than 30 days', () => {
     assert.equal(n, 1)
   })
 
-  test('a login purges them on an instance that has not for a minute', async () => {
+  test('an instance purges them when it starts (job logins.purge-known-addresses), no login needed', async () => {
     const owner = await account(proxied)
     await proxied.sql`INSERT INTO login_known_addresses (user_id, address_tag, epoch, last_success_at) VALUES (${owner.id}, sha256('old'::bytea), 0, now() - interval '31 days')`
     const fresh = await startServer({ TRUST_PROXY: '1' }, {}, { databaseUrl: proxied.databaseUrl })
-    await login(fresh, `nobody-${unique()}@example.com`, 'whatever-1', freshAddress())
     for (let i = 0; ; i++) {
       const [{ n }] = await fresh.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM login_known_addresses WHERE last_success_at < now() - interval '30 days'`
       if (n === 0) break
-      assert.ok(i < 100, 'purged within a second')
+      assert.ok(i < 500, 'purged within a few seconds')
       await new Promise((resolve) => setTimeout(resolve, 10))
     }
   })

@@ -1,10 +1,9 @@
 import type { Grant, GrantEnd } from '../auth/grants.js'
-import { Periodic } from '../core/lib/periodic.js'
-import { describeError, type Logger } from '../core/log.js'
+import type { Job, Scheduler } from '../core/scheduler.js'
 import type { EventStream } from './stream.js'
 
 // Whether each open stream may still be sent events (src/auth/grants.ts),
-// checked in rounds: every open stream of the instance at once, every
+// checked in rounds (job `events.stream-authority`): every open stream of the instance at once, every
 // `intervalMs`, and before events are written (`roundSinceNow`). A stream whose
 // grant no longer holds is ended with the reason.
 //
@@ -23,14 +22,13 @@ import type { EventStream } from './stream.js'
 // and cost no statement while it is trusted.
 //
 // A round that cannot check (the database is down) ends nothing and stamps
-// nothing: events wait until a round succeeds.
+// nothing: events wait until a round succeeds (the scheduler logs the failure).
 
 /** `catchUp`: first wait until every credential change committed before the call has been applied. */
 export type GrantCheck = (grants: readonly Grant[], options: { catchUp: boolean }) => Promise<Array<GrantEnd | undefined>>
 
 export class StreamAuthority {
-  private readonly rounds: Periodic<unknown>
-  private failing = false
+  private readonly rounds: Job<void>
   /** A round was asked for to let events through: the next one catches up first. */
   private gating = false
 
@@ -38,48 +36,29 @@ export class StreamAuthority {
     private readonly streams: ReadonlySet<EventStream>,
     private readonly check: GrantCheck,
     intervalMs: number,
-    private readonly log: Logger,
+    scheduler: Scheduler,
   ) {
-    this.rounds = new Periodic(() => this.round(), intervalMs)
-  }
-
-  start(): void {
-    this.rounds.start()
-  }
-
-  stop(): Promise<void> {
-    return this.rounds.stop()
+    this.rounds = scheduler.add({ name: 'events.stream-authority', periodMs: intervalMs, run: () => this.round() })
   }
 
   /** Resolves after a round that started after this call; rejects with its error when it could not check. */
-  async roundSinceNow(): Promise<void> {
+  roundSinceNow(): Promise<void> {
     this.gating = true
-    const failure = await this.rounds.runAnew()
-    if (failure !== undefined) throw failure
+    return this.rounds.runAnew()
   }
 
-  /** One round; never rejects: resolves to the error that kept it from checking, or undefined. */
-  private async round(): Promise<unknown> {
+  /** One round: every open stream checked at once; rejects when it could not check. */
+  private async round(): Promise<void> {
     const startedAt = performance.now()
     const catchUp = this.gating
     this.gating = false
     const streams = [...this.streams].filter((s) => !s.closed)
-    if (streams.length === 0) return undefined
-    try {
-      const verdicts = await this.check(streams.map((s) => s.grant), { catchUp })
-      streams.forEach((stream, i) => {
-        const end = verdicts[i]
-        if (end) stream.end(end)
-        else stream.checkedAt = startedAt
-      })
-      if (this.failing) this.log.info('checking the authority of event streams works again')
-      this.failing = false
-      return undefined
-    } catch (err) {
-      // One warning per outage; streams are sent nothing meanwhile.
-      if (!this.failing) this.log.warn('checking the authority of event streams failed; they are sent nothing until a check succeeds', describeError(err))
-      this.failing = true
-      return err
-    }
+    if (streams.length === 0) return
+    const verdicts = await this.check(streams.map((s) => s.grant), { catchUp })
+    streams.forEach((stream, i) => {
+      const end = verdicts[i]
+      if (end) stream.end(end)
+      else stream.checkedAt = startedAt
+    })
   }
 }

@@ -1,4 +1,5 @@
 import { createHmac } from 'node:crypto'
+import type { Sql } from 'postgres'
 import type { Principal } from '../../auth/principal.js'
 import { HttpError } from './problem.js'
 import { jsonBody } from './reply.js'
@@ -19,22 +20,9 @@ const RETENTION = '24 hours'
 const ABANDONED = '1 minute'
 // Headers of the first answer worth replaying; the request id and rate figures are the retry's own.
 const REPLAYED_HEADERS = ['location', 'etag']
-const CLEANUP_EVERY = 50
 
-/**
- * Expired records go as new ones arrive, no separate job to schedule: every
- * CLEANUP_EVERY-th answer stored by an instance also deletes them.
- */
-export class IdempotencyCleanup {
-  private storedSinceCleanup = 0
-
-  /** Counts an answer stored; true when this one should clean up. */
-  due(): boolean {
-    if (++this.storedSinceCleanup < CLEANUP_EVERY) return false
-    this.storedSinceCleanup = 0
-    return true
-  }
-}
+/** The records past retention, which a purge on the scheduler deletes (job `idempotency.purge`, src/service.ts). */
+export const expiredIdempotencyRecords = (sql: Sql) => sql`created_at < now() - ${RETENTION}::interval`
 
 interface StoredAnswer {
   fingerprint: string
@@ -116,8 +104,5 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   await sql`
     UPDATE idempotency_keys SET status = ${reply.status}, headers = ${sql.json(headers)}, body = ${jsonBody(reply) ?? null}
     WHERE caller = ${caller} AND key = ${header} AND created_at = ${mine}`
-  if (ctx.deps.idempotencyCleanup.due()) {
-    await sql`DELETE FROM idempotency_keys WHERE created_at < now() - ${RETENTION}::interval`
-  }
   return reply
 }
