@@ -284,11 +284,16 @@ describe('expiry', () => {
 })
 
 describe('the listener', () => {
-  /** The backends listening for key changes on this database, but `except` (e.g. an observer of this file). */
+  /**
+   * The backends listening for key changes on this database, but `except` (e.g. an observer of this file): an
+   * instance's listening connection (its last statement a LISTEN: of this channel, or of `events`, which it listens to
+   * on the same connection), not its webhook worker's (test/helpers/freeze.ts tells them apart the same way).
+   */
   const listeners = async (except: number[] = []) =>
     (await sql<Array<{ pid: number }>>`
       SELECT pid FROM pg_stat_activity
-      WHERE datname = current_database() AND query ILIKE ${'listen %' + KEY_CHANGES_CHANNEL + '%'} AND pid <> ALL(${except})`).map((r) => r.pid)
+      WHERE datname = current_database() AND (query ILIKE ${'listen %' + KEY_CHANGES_CHANNEL + '%'} OR query ILIKE 'listen "events"')
+        AND pid <> ALL(${except})`).map((r) => r.pid)
 
   test('listener backends killed while no connection may be opened: nothing served from the cache, revocations made meanwhile hold; back, the cache starts empty', async () => {
     const revoked = await createKey()

@@ -15,7 +15,7 @@ import { EVENTS_CHANNEL } from './event-reader.js'
 // finds the lock taken leaves the batch to its holder.
 //
 // After a batch it notifies `events`, the wake-up of every instance's stream
-// reader (src/events/hub.ts), and, when the batch made webhook deliveries,
+// reader (src/events/event-reader.ts), and, when the batch made webhook deliveries,
 // the webhook workers' channel (src/webhooks/wake.ts), both at its commit.
 
 // An arbitrary constant of this service, like the migrations' lock.

@@ -51,7 +51,7 @@ export interface WebhookSettings {
   disableAfterMs: number
   /** How host names are resolved, at registration and for every attempt (tests inject one). */
   resolve: Resolver
-  /** How long stop() waits for the claims of aborted attempts to be handed back. */
+  /** How long stop() called on its own (not by the service's lifecycle, which gives its deadline) waits for the claims of aborted attempts to be handed back. */
   stopTimeoutMs: number
   /** How often secrets sealed under an older JWT secret are sealed again under the first (reseal.ts); also once at start. */
   resealIntervalMs: number
@@ -99,7 +99,7 @@ export class WebhookWorker implements Component {
     if (settings.leaseMs <= settings.timeoutMs) throw new Error('webhook settings: leaseMs must be longer than timeoutMs')
     if (settings.concurrency < 1) throw new Error('webhook settings: concurrency must be at least 1')
     this.claims = scheduler.add({ name: 'webhooks.deliver', periodMs: settings.pollMs, firstRunMs: 0, run: () => this.claimAndSend() })
-    scheduler.add({ name: 'webhooks.reseal', periodMs: settings.resealIntervalMs, firstRunMs: 0, run: () => this.reseal() })
+    scheduler.add({ name: 'webhooks.reseal', periodMs: settings.resealIntervalMs, firstRunMs: 0, run: (signal) => this.reseal(signal) })
   }
 
   /** Opens its connections and listens for new deliveries; again after a stop (tests pause an instance's worker so). */
@@ -142,9 +142,9 @@ export class WebhookWorker implements Component {
   }
 
   /** Seals again, under the first JWT secret, what an older one sealed (reseal.ts). */
-  private async reseal(): Promise<void> {
+  private async reseal(signal: AbortSignal): Promise<void> {
     if (!this.db) return
-    const count = await resealSecrets(this.db, this.config.jwtSecrets)
+    const count = await resealSecrets(this.db, this.config.jwtSecrets, signal)
     if (count) this.log.info('webhook secrets sealed again under the first JWT secret', { count, kid: this.config.jwtSecrets[0]!.kid })
   }
 
