@@ -1,6 +1,5 @@
 import { createHmac } from 'node:crypto'
 import type { Sql } from 'postgres'
-import { deleteInBatches } from '../core/db/batched-delete.js'
 import type { Config } from '../config.js'
 
 // Addresses that proved an account's password: the account-wide failure
@@ -51,5 +50,3 @@ export const rememberAddress = (sql: Sql, userId: number, from: LoginAddress) =>
 /** The rows older than KNOWN_DAYS (job `logins.purge-known-addresses`, src/service.ts). */
 export const expiredKnownAddresses = (sql: Sql) => sql`last_success_at < now() - ${KNOWN_DAYS}::int * interval '1 day'`
 
-/** Deletes the expired rows, a bounded batch at a time; returns how many. */
-export const purgeKnownAddresses = (sql: Sql): Promise<number> => deleteInBatches(sql, 'login_known_addresses', expiredKnownAddresses(sql))

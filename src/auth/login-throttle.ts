@@ -4,7 +4,6 @@ import type { Sql } from 'postgres'
 import { addressBucket } from '../core/http/client-address.js'
 import { HttpError } from '../core/http/problem.js'
 import { RateLimiter } from '../core/http/rate-limit.js'
-import { deleteInBatches } from '../core/db/batched-delete.js'
 import { knownCondition, rememberAddress, tagsOf, type LoginAddress } from './known-addresses.js'
 
 // Failed logins are counted in the database (every instance sees them), for
@@ -137,9 +136,6 @@ export async function passwordProven(sql: Sql, email: string, userId: number, fr
 /** The rows of login_failures whose window has passed and whose lock has run out (job `logins.purge-failures`, src/service.ts). */
 export const expiredLoginFailures = (sql: Sql) => sql`
   last_failure < now() - ${WINDOW_SECONDS} * interval '1 second' AND (locked_until IS NULL OR locked_until < now())`
-
-/** Deletes the expired rows, a bounded batch at a time; returns how many. */
-export const purgeLoginFailures = (sql: Sql): Promise<number> => deleteInBatches(sql, 'login_failures', expiredLoginFailures(sql))
 
 /**
  * What one instance keeps about logins: each address's attempts this minute

@@ -3,19 +3,21 @@ import type { Job, Scheduler } from '../core/scheduler.js'
 import type { EventStream } from './stream.js'
 
 // Whether each open stream may still be sent events (src/auth/grants.ts),
-// checked in rounds (job `events.stream-authority`): every open stream of the instance at once, every
-// `intervalMs`, and before events are written (`roundSinceNow`). A stream whose
-// grant no longer holds is ended with the reason.
+// checked in rounds (job `events.stream-authority`): every open stream of
+// the instance at once, every `intervalMs`, and before events are written
+// (`roundSinceNow`). A stream whose grant no longer holds is ended with the
+// reason.
 //
 // A round stamps each stream that passes with the time the round started
-// (`checkedAt`). A round the hub asks for before writing events
+// (`checkedAt`). A round asked for before writing events
 // (`roundSinceNow`) first has the check catch up: wait until this instance
 // has applied every credential change committed before the round began
 // (service.ts: credentialChanges.caughtUp, one statement; at once when the
 // instance checks against the database anyway). An event read from the
 // database before the round began was committed before it too; a revocation
-// committed before that event is then one the round's checks see. The hub
-// writes an event to a stream only once the stream's stamp is later than the
+// committed before that event is then one the round's checks see. The reader
+// and the catch-up (src/events/event-reader.ts, stream-catch-up.ts) write an
+// event to a stream only once the stream's stamp is later than the
 // event's read, so no event committed after a revocation reaches the revoked
 // stream, on any instance, however late its listener delivers. The rounds
 // of the period, which only end streams, check what is remembered as it is,
