@@ -7,6 +7,7 @@ import type { Sql } from 'postgres'
 import { connect } from '../src/core/db/connect.js'
 import { EventPublisher } from '../src/events/publisher.js'
 import { createLogger } from '../src/core/log.js'
+import { Scheduler } from '../src/core/scheduler.js'
 import { cpuBetween, cpuMicros, cpuOf, machineCpu } from './proc.js'
 import { backendPids, removeCreatedUsers, type Seeded } from './seed.js'
 import { APP_NAMES, startServer, stopServer, type ServerOptions } from './servers.js'
@@ -408,15 +409,17 @@ function parsePgbench(stdout: string): PgbenchOutput {
  */
 async function startPublisher(admin: Sql, db: Seeded, log: (msg: string) => void): Promise<{ pid: number | undefined; stop(): Promise<void> }> {
   const pool = connect(db.url, { max: 1, statementTimeoutMs: 60_000 })
-  const publisher = new EventPublisher(pool, createLogger('warn', (line) => log(`publisher: ${line.trim()}`)))
+  const scheduler = new Scheduler(createLogger('warn', (line) => log(`publisher: ${line.trim()}`)))
+  const publisher = new EventPublisher(pool, scheduler)
   await publisher.drain()
   const pids = await backendPids(admin, db, APP_NAMES.service)
-  publisher.start()
+  scheduler.start()
   return {
     pid: pids.length === 1 ? pids[0] : undefined,
     async stop() {
       await publisher.drain()
-      await publisher.stop()
+      await scheduler.stop(performance.now() + 5000)
+      await publisher.stop(performance.now() + 5000)
       await pool.end({ timeout: 5 })
     },
   }

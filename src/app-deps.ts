@@ -41,7 +41,7 @@ export interface AppDeps extends CoreServices {
   apiKeyCache: ApiKeyCache
   /** When this process last wrote each key's last_used_at (src/api-keys/last-used.ts). */
   apiKeyUse: LastUsedWrites
-  /** Login attempts per address on this instance, and the purge of old failure counts (src/auth/login-throttle.ts). */
+  /** Login attempts per address on this instance (src/auth/login-throttle.ts). */
   logins: LoginGuard
   /** What this instance knows was revoked: sessions, and users' credential epochs (src/auth/revocations.ts). */
   revocations: RevocationList
@@ -53,7 +53,7 @@ export interface AppDeps extends CoreServices {
   passwords: PasswordHasher
   /** Moves committed events from the outbox to the event log, numbered in commit order (src/events/publisher.ts). */
   eventPublisher: EventPublisher
-  /** The reader of new events that feeds this instance's GET /events/stream clients (src/events/hub.ts). */
+  /** This instance's GET /events/stream clients, and the reader of new events that feeds them (src/events/hub.ts). */
   eventHub: EventHub
   /** This instance's share of webhook deliveries (src/webhooks/worker.ts). */
   webhooks: WebhookWorker

@@ -3,27 +3,31 @@ import type { AddressInfo } from 'node:net'
 import { ApiKeyCache } from './api-keys/key-cache.js'
 import { LastUsedWrites } from './api-keys/last-used.js'
 import { allRoutes, createApp, type AppServer } from './app.js'
-import { tlsOptions, watchCertificate } from './core/http/tls.js'
+import { certificateReloadJob, tlsOptions } from './core/http/tls.js'
 import { CREDENTIAL_CACHE_SIZE, type AppDeps } from './app-deps.js'
-import { listenForCredentialChanges } from './auth/credential-changes.js'
+import { CredentialChanges } from './auth/credential-changes.js'
 import { credentialDeps } from './auth/credentials.js'
 import { checkGrants } from './auth/grants.js'
 import { JwtCache } from './auth/jwt-cache.js'
-import { knownAddressKeysFrom } from './auth/known-addresses.js'
-import { LoginGuard } from './auth/login-throttle.js'
+import { expiredKnownAddresses, knownAddressKeysFrom } from './auth/known-addresses.js'
+import { expiredLoginFailures, LoginGuard } from './auth/login-throttle.js'
 import { PasswordHasher } from './auth/password.js'
 import { RevocationList } from './auth/revocations.js'
 import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
 import { admissionFor } from './core/db/admission.js'
 import { connect } from './core/db/connect.js'
-import { IdempotencyCleanup } from './core/http/idempotency.js'
+import { addPurgeJob } from './core/db/batched-delete.js'
+import { DatabaseComponent } from './core/db/database-component.js'
+import { expiredIdempotencyRecords } from './core/http/idempotency.js'
+import { Lifecycle } from './core/lifecycle.js'
+import { Scheduler } from './core/scheduler.js'
 import { RateLimiter } from './core/http/rate-limit.js'
 import type { AnyRoute } from './core/http/route.js'
 import type { Logger } from './core/log.js'
 import { Metrics } from './core/metrics.js'
 import { ListShapes } from './core/collections/list-sql.js'
-import { closeDatabaseWork, shutdown } from './shutdown.js'
+import { HttpServerComponent } from './shutdown.js'
 import { defaultStreamSettings, EventHub, type StreamSettings } from './events/hub.js'
 import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from './events/publisher.js'
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
@@ -33,11 +37,20 @@ import { buildRegistry, type Registry } from './registry.js'
 import { applicationResources } from './resources.js'
 import { originOf } from './events/origin.js'
 
-const LISTEN_BACKLOG = 4096
-
 // One service instance owns all of its state: the pool, the caches, the
 // limits, the credential listener, the server. Nothing of it lives in a
 // module, so two services in one process (tests run several) share nothing.
+//
+// Everything it runs beside its requests is a component of one lifecycle
+// (src/core/lifecycle.ts), every repeating job a job of one scheduler
+// (src/core/scheduler.ts). Creating a service opens nothing; `listen`
+// starts the components in the order registered below, and `shutdown` and
+// `close` stop them in the reverse order, through one path.
+
+/** How long `close` gives the components to stop. */
+const CLOSE_TIMEOUT_MS = 5000
+/** How often the purges of old rows run; each deletes a bounded batch (src/core/db/batched-delete.ts). */
+const PURGE_EVERY_MS = 60_000
 
 export interface ServiceOptions {
   log: Logger
@@ -57,65 +70,74 @@ export interface ServiceOptions {
 export interface Service {
   readonly deps: AppDeps
   readonly server: AppServer
-  /** Opens the pool's first connection, then the port; resolves to the address bound (port 0 picks a free port). */
+  /** Its components, started by `listen` in this order and stopped in the reverse. */
+  readonly lifecycle: Lifecycle
+  /** Its repeating jobs. */
+  readonly scheduler: Scheduler
+  /** Starts every component, the port last but the streams; resolves to the address bound (port 0 picks a free port). */
   listen(port: number, host: string): Promise<AddressInfo>
-  /** The stop on a signal (src/shutdown.ts): drains requests in flight, bounded by SHUTDOWN_TIMEOUT; never rejects. */
+  /** The stop on a signal: drains requests in flight, then stops the rest, all within SHUTDOWN_TIMEOUT; never rejects. */
   shutdown(): Promise<void>
-  /** Stops at once: the server and every connection on it, the credential listener and its heartbeat, the pool, the listening connection. */
+  /** The same stop without the drain: the clients' connections are cut first. */
   close(): Promise<void>
 }
 
 /**
  * A service on `config.databaseUrl` (migrated already), with
- * `config.jwtSecrets` and `config.databasePooler` resolved. It opens its pool
- * and starts listening for credential changes (on `config.databaseListenUrl`
- * when set) now; `listen` opens the port.
+ * `config.jwtSecrets` and `config.databasePooler` resolved. Opens nothing
+ * until `listen`, but what its pool opens when used before (`deps.sql`),
+ * which `close` ends too.
  */
 export function createService(config: Config, options: ServiceOptions): Service {
+  const { log } = options
   // Read first: a certificate that cannot be read stops start-up before anything is opened.
   const tls = config.tls ? tlsOptions(config.tls) : undefined
-  const deps = createDeps(config, options)
+  const scheduler = new Scheduler(log)
+  const lifecycle = new Lifecycle(log)
+  const deps = createDeps(config, options, scheduler)
   const server = createApp(deps, allRoutes(deps.registry, config.apiPrefix, options.routes), tls)
-  const stopWatchingCertificate = config.tls ? watchCertificate(server as HttpsServer, config.tls, options.log) : () => {}
+  if (config.tls) scheduler.add(certificateReloadJob(server as HttpsServer, config.tls, log))
+  const http = new HttpServerComponent(server, config, log)
+
+  // Each uses, starting and stopping, what is registered before it.
+  lifecycle.register(new DatabaseComponent(deps.sql, deps.listenSql))
+  lifecycle.register(deps.credentialChanges)
+  lifecycle.register(deps.eventPublisher)
+  lifecycle.register(deps.webhooks)
+  lifecycle.register(deps.eventHub.reader)
+  lifecycle.register(scheduler)
+  lifecycle.register(http)
+  // Streams never finish by themselves: they end before the server drains, and their clients resume elsewhere.
+  lifecycle.register(deps.eventHub)
+
+  let stopped: Promise<void> | undefined
+  const stop = (deadline: number) => (stopped ??= (async () => {
+    const started = performance.now()
+    deps.lifecycle.shuttingDown = true
+    await lifecycle.stop(deadline)
+    log.info('stopped', { duration_ms: Math.round(performance.now() - started) })
+  })())
   return {
     deps,
     server,
+    lifecycle,
+    scheduler,
     async listen(port, host) {
-      // Ready before the first request: a login's timing must not depend on
-      // whether the decoy hash exists yet, and the pool's first connection is
-      // open (the first request does not pay for connecting; a database that
-      // cannot be reached fails start-up, not a request).
-      await Promise.all([deps.passwords.decoy(), deps.sql`SELECT 1`])
-      deps.eventPublisher.start()
-      deps.eventHub.start()
-      deps.webhooks.start()
-      deps.retention.start()
-      return new Promise<AddressInfo>((resolve, reject) => {
-        server.once('error', reject)
-        // Node's default backlog (511) drops connection attempts when a thousand clients connect at
-        // once, and each dropped one waits 1 s, then 3 s, for its SYN to be sent again; the kernel
-        // caps this at net.core.somaxconn.
-        server.listen({ port, host, backlog: LISTEN_BACKLOG }, () => {
-          server.off('error', reject)
-          resolve(server.address() as AddressInfo)
-        })
-      })
+      // Ready before the first request: a login's timing must not depend on whether the decoy hash exists yet.
+      await deps.passwords.decoy()
+      http.bind(port, host)
+      await lifecycle.start()
+      return http.address
     },
-    shutdown: () => {
-      stopWatchingCertificate()
-      return shutdown(server, deps)
-    },
-    async close() {
-      stopWatchingCertificate()
+    shutdown: () => stop(performance.now() + config.shutdownTimeoutMs),
+    close() {
       server.closeAllConnections()
-      // Its error, when the server never listened, is of no interest here.
-      await new Promise<unknown>((resolve) => server.close(resolve))
-      await closeDatabaseWork(deps, 5)
+      return stop(performance.now() + CLOSE_TIMEOUT_MS)
     },
   }
 }
 
-function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, registry = buildRegistry(applicationResources), ...tuning }: ServiceOptions): AppDeps {
+function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, registry = buildRegistry(applicationResources), ...tuning }: ServiceOptions, scheduler: Scheduler): AppDeps {
   if (config.databaseUrl === undefined) throw new Error('createService: config.databaseUrl is not set')
   if (config.databasePooler === 'auto') throw new Error('createService: config.databasePooler is not resolved (resolvePooler, src/core/db/pooler.ts)')
   const metrics = new Metrics({ max: config.poolMax })
@@ -127,6 +149,9 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
   const lifecycle = { shuttingDown: false }
   const apiKeyCache = new ApiKeyCache(cacheSize)
   const revocations = new RevocationList()
+  addPurgeJob(scheduler, { name: 'idempotency.purge', periodMs: PURGE_EVERY_MS, sql, table: 'idempotency_keys', where: expiredIdempotencyRecords })
+  addPurgeJob(scheduler, { name: 'logins.purge-failures', periodMs: PURGE_EVERY_MS, sql, table: 'login_failures', where: expiredLoginFailures })
+  addPurgeJob(scheduler, { name: 'logins.purge-known-addresses', periodMs: PURGE_EVERY_MS, sql, table: 'login_known_addresses', where: expiredKnownAddresses })
   const deps: AppDeps = {
     registry,
     sql,
@@ -140,25 +165,24 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
     jwtCache: new JwtCache(cacheSize),
     apiKeyCache,
     apiKeyUse: new LastUsedWrites(cacheSize),
-    logins: new LoginGuard(config.rateLimit > 0 ? config.loginRateLimit : 0, knownAddressKeysFrom(config.jwtSecrets), log),
+    logins: new LoginGuard(config.rateLimit > 0 ? config.loginRateLimit : 0, knownAddressKeysFrom(config.jwtSecrets)),
     revocations,
-    credentialChanges: listenForCredentialChanges(sql, listenSql, apiKeyCache, revocations, log, { lifecycle }),
+    credentialChanges: new CredentialChanges(sql, listenSql, apiKeyCache, revocations, log, scheduler, { lifecycle }),
     databaseAdmission: admissionFor(config.poolMax, config.statementTimeoutMs, log),
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined,
     passwords: new PasswordHasher(),
     listShapes: new ListShapes({ prepare: !pooled }),
     changeOrigin: (ctx) => originOf(ctx.principal, ctx.requestId),
     idempotencySecrets: config.jwtSecrets.map((k) => k.secret),
-    idempotencyCleanup: new IdempotencyCleanup(),
-    eventPublisher: new EventPublisher(sql, log, { ...defaultPublisherSettings, ...tuning.publisher }),
+    eventPublisher: new EventPublisher(sql, scheduler, { ...defaultPublisherSettings, ...tuning.publisher }),
     // Streams are checked in the background, outside the database admission that requests wait under;
     // before events are let through, once this instance has applied every credential change committed before (src/events/stream-authority.ts).
     eventHub: new EventHub(sql, listenSql, log, { ...defaultStreamSettings, ...tuning.streams }, async (grants, { catchUp }) => {
       if (catchUp) await deps.credentialChanges.caughtUp()
       return checkGrants(grants, credentialDeps(deps, (work) => work()), config.allowSignup)
-    }),
-    webhooks: new WebhookWorker(sql, listenSql, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }),
-    retention: new EventRetention(sql, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
+    }, scheduler),
+    webhooks: new WebhookWorker(sql, listenSql, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }, scheduler),
+    retention: new EventRetention(sql, scheduler, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
   return deps
 }

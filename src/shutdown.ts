@@ -1,67 +1,74 @@
+import type { AddressInfo } from 'node:net'
 import type { AppServer } from './app.js'
-import { setTimeout as sleep } from 'node:timers/promises'
-import type { AppDeps } from './app-deps.js'
-import { describeError } from './core/log.js'
+import type { Config } from './config.js'
+import type { Component } from './core/lifecycle.js'
+import type { Logger } from './core/log.js'
+
+const LISTEN_BACKLOG = 4096
 
 /**
- * Graceful stop, bounded by SHUTDOWN_TIMEOUT from the signal to the end:
- * - /readyz turns 503 and new requests on open connections get 503
- *   shutting_down; every answer from now on carries `Connection: close`;
+ * The HTTP server as a component: it opens the port when started, last but
+ * the event streams (src/service.ts), and stops first but them. Its stop is
+ * the drain of a graceful stop, bounded by the deadline (SHUTDOWN_TIMEOUT
+ * from the signal, src/service.ts):
+ * - /readyz already answers 503 and new requests on open connections get 503
+ *   shutting_down, every answer carrying `Connection: close`
+ *   (`lifecycle.shuttingDown`, flipped before the components stop); the
+ *   streams have ended (they never finish by themselves);
  * - the listening socket closes (new connections are refused) and idle
  *   keep-alive connections close at once;
- * - requests in flight finish; whatever still runs at SHUTDOWN_TIMEOUT is cut;
- * - the pool ends within what is left of SHUTDOWN_TIMEOUT: postgres.js waits
- *   for running statements, and without a time-out could wait forever for a
- *   database that stopped answering (porsager/postgres#1097). It also
- *   closes the connection listening for credential changes
- *   (src/auth/credential-changes.ts), the pool's or that of `listenSql` (on
- *   DATABASE_LISTEN_URL): postgres.js ends that one with no time-out, and
- *   does not open it again; the heartbeat's own connection ends alongside.
- * Never rejects: the caller exits 0 when it returns, database down or not.
+ * - requests in flight finish; whatever still runs at the deadline is cut.
+ * The components registered before it stop after it, in reverse order; the
+ * pool last, within what is left of the deadline: postgres.js waits for
+ * running statements, and without a time-out could wait forever for a
+ * database that stopped answering (porsager/postgres#1097).
  */
-export async function shutdown(server: AppServer, deps: AppDeps): Promise<void> {
-  const { config, log } = deps
-  const started = performance.now()
-  const deadline = started + config.shutdownTimeoutMs
-  deps.lifecycle.shuttingDown = true
-  // Streams never finish by themselves: they end now, cleanly, and their clients resume on another instance.
-  deps.eventHub.closeAll()
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()))
-  server.closeIdleConnections()
-  let cut = false
-  const timer = setTimeout(() => {
-    cut = true
-    server.closeAllConnections()
-  }, config.shutdownTimeoutMs)
-  await closed
-  clearTimeout(timer)
-  if (cut) log.warn('requests still running at SHUTDOWN_TIMEOUT were cut', { shutdown_timeout_s: config.shutdownTimeoutMs / 1000 })
+export class HttpServerComponent implements Component {
+  readonly name = 'http-server'
+  private bindTo: { port: number; host: string } | undefined
 
-  const left = Math.max(0, deadline - performance.now())
-  try {
-    // end() destroys the connections once `timeout` passes; the race is for an end() that would not even do that.
-    await Promise.race([
-      closeDatabaseWork(deps, left / 1000),
-      sleep(left + 500),
-    ])
-  } catch (err) {
-    log.warn('closing the database pool failed', describeError(err))
+  constructor(
+    private readonly server: AppServer,
+    private readonly config: Pick<Config, 'shutdownTimeoutMs'>,
+    private readonly log: Logger,
+  ) {}
+
+  /** Where `start` listens; port 0 picks a free port. */
+  bind(port: number, host: string): void {
+    this.bindTo = { port, host }
   }
-  log.info('stopped', { duration_ms: Math.round(performance.now() - started) })
-}
 
-/**
- * The background work first (the publisher, streams, webhook worker,
- * retention: they use the connections), then the pool, the listening
- * connection and the credential listener, each given `timeoutSeconds`.
- * The pool's end ends its own listener; `listenSql` is ended only when it is
- * a connection of its own (DATABASE_LISTEN_URL).
- */
-export async function closeDatabaseWork(deps: AppDeps, timeoutSeconds: number): Promise<void> {
-  await Promise.all([deps.eventPublisher.stop(), deps.eventHub.stop(), deps.webhooks.stop(), deps.retention.stop()])
-  await Promise.all([
-    deps.sql.end({ timeout: timeoutSeconds }),
-    deps.listenSql === deps.sql ? undefined : deps.listenSql.end({ timeout: timeoutSeconds }),
-    deps.credentialChanges.stop(timeoutSeconds),
-  ])
+  get address(): AddressInfo {
+    return this.server.address() as AddressInfo
+  }
+
+  start(): Promise<void> {
+    const { server, bindTo } = this
+    if (!bindTo) throw new Error('HttpServerComponent: bind(port, host) before start')
+    return new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      // Node's default backlog (511) drops connection attempts when a thousand clients connect at
+      // once, and each dropped one waits 1 s, then 3 s, for its SYN to be sent again; the kernel
+      // caps this at net.core.somaxconn.
+      server.listen({ port: bindTo.port, host: bindTo.host, backlog: LISTEN_BACKLOG }, () => {
+        server.off('error', reject)
+        resolve()
+      })
+    })
+  }
+
+  async stop(deadline: number): Promise<void> {
+    const { server } = this
+    // Its error, when the server never listened, is of no interest here.
+    const closed = new Promise<unknown>((resolve) => server.close(resolve))
+    server.closeIdleConnections()
+    let cut = false
+    const timer = setTimeout(() => {
+      cut = true
+      server.closeAllConnections()
+    }, Math.max(0, deadline - performance.now()))
+    await closed
+    clearTimeout(timer)
+    if (cut) this.log.warn('requests still running at SHUTDOWN_TIMEOUT were cut', { shutdown_timeout_s: this.config.shutdownTimeoutMs / 1000 })
+  }
 }

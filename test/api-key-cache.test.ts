@@ -4,7 +4,8 @@ import { after, before, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import { ApiKeyCache, MAX_AGE_MS, type CachedApiKey } from '../src/api-keys/key-cache.js'
-import { applyKeyChange, CATCH_UP_TIMEOUT_MS, CHANGES_CHANNEL as KEY_CHANGES_CHANNEL } from '../src/auth/credential-changes.js'
+import { applyKeyChange } from '../src/api-keys/key-changes.js'
+import { CATCH_UP_TIMEOUT_MS, CHANGES_CHANNEL as KEY_CHANGES_CHANNEL } from '../src/auth/credential-changes.js'
 import { LastUsedWrites } from '../src/api-keys/last-used.js'
 import { PasswordHasher } from '../src/auth/password.js'
 import { connect } from '../src/core/db/connect.js'
@@ -283,11 +284,16 @@ describe('expiry', () => {
 })
 
 describe('the listener', () => {
-  /** The backends listening for key changes on this database, but `except` (e.g. an observer of this file). */
+  /**
+   * The backends listening for key changes on this database, but `except` (e.g. an observer of this file): an
+   * instance's listening connection (its last statement a LISTEN: of this channel, or of `events`, which it listens to
+   * on the same connection), not its webhook worker's (test/helpers/freeze.ts tells them apart the same way).
+   */
   const listeners = async (except: number[] = []) =>
     (await sql<Array<{ pid: number }>>`
       SELECT pid FROM pg_stat_activity
-      WHERE datname = current_database() AND query ILIKE ${'listen %' + KEY_CHANGES_CHANNEL + '%'} AND pid <> ALL(${except})`).map((r) => r.pid)
+      WHERE datname = current_database() AND (query ILIKE ${'listen %' + KEY_CHANGES_CHANNEL + '%'} OR query ILIKE 'listen "events"')
+        AND pid <> ALL(${except})`).map((r) => r.pid)
 
   test('listener backends killed while no connection may be opened: nothing served from the cache, revocations made meanwhile hold; back, the cache starts empty', async () => {
     const revoked = await createKey()
@@ -398,15 +404,18 @@ describe('the listener', () => {
     try {
       const logs: Array<Record<string, unknown>> = []
       // Port 1: nothing listens there; every connection attempt is refused.
-      const { deps } = createService(
+      const service = createService(
         { ...A.deps.config, databaseUrl: 'postgres://postgres@127.0.0.1:1/none', poolMax: 1, statementTimeoutMs: 1000 },
         { log: createLogger('debug', (line) => void logs.push(JSON.parse(line))) },
       )
+      const { deps } = service
+      // The listener alone: listen() would fail at once (the pool's first connection), which is what start-up should do.
+      deps.credentialChanges.start()
       await sleep(1500) // several attempts (postgres.js retries every 50 to 250 ms with this pool's backoff)
       assert.equal(deps.apiKeyCache.active, false)
       assert.equal(logs.filter((l) => l.level === 'warn').length, 1, JSON.stringify(logs))
       assert.equal(logs.filter((l) => l.level === 'error').length, 0)
-      await Promise.race([deps.sql.end({ timeout: 1 }), sleep(3000).then(() => assert.fail('end() hung'))])
+      await Promise.race([service.close(), sleep(7000).then(() => assert.fail('close() hung'))])
       await sleep(500)
     } finally {
       process.off('unhandledRejection', onProblem)

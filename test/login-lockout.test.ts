@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
-import { purgeKnownAddresses } from '../src/auth/known-addresses.js'
+import { expiredKnownAddresses } from '../src/auth/known-addresses.js'
+import { deleteInBatches } from '../src/core/db/batched-delete.js'
 import { PasswordHasher } from '../src/auth/password.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
@@ -178,20 +179,19 @@ describe('known addresses older than 30 days', () => {
       INSERT INTO login_known_addresses (user_id, address_tag, epoch, last_success_at)
       SELECT ${owner.id}, sha256(g::text::bytea), 0, now() - interval '31 days' FROM generate_series(1, 2500) g`
     await proxied.sql`INSERT INTO login_known_addresses (user_id, address_tag, epoch, last_success_at) VALUES (${owner.id}, sha256('recent'::bytea), 0, now() - interval '29 days')`
-    assert.ok((await purgeKnownAddresses(proxied.sql)) >= 2500)
+    assert.ok((await deleteInBatches(proxied.sql, 'login_known_addresses', expiredKnownAddresses(proxied.sql))) >= 2500)
     const [{ n }] = await proxied.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM login_known_addresses WHERE user_id = ${owner.id}`
     assert.equal(n, 1)
   })
 
-  test('a login purges them on an instance that has not for a minute', async () => {
+  test('an instance purges them when it starts (job logins.purge-known-addresses), no login needed', async () => {
     const owner = await account(proxied)
     await proxied.sql`INSERT INTO login_known_addresses (user_id, address_tag, epoch, last_success_at) VALUES (${owner.id}, sha256('old'::bytea), 0, now() - interval '31 days')`
     const fresh = await startServer({ TRUST_PROXY: '1' }, {}, { databaseUrl: proxied.databaseUrl })
-    await login(fresh, `nobody-${unique()}@example.com`, 'whatever-1', freshAddress())
     for (let i = 0; ; i++) {
       const [{ n }] = await fresh.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM login_known_addresses WHERE last_success_at < now() - interval '30 days'`
       if (n === 0) break
-      assert.ok(i < 100, 'purged within a second')
+      assert.ok(i < 500, 'purged within a few seconds')
       await new Promise((resolve) => setTimeout(resolve, 10))
     }
   })

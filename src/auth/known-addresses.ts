@@ -1,6 +1,5 @@
 import { createHmac } from 'node:crypto'
 import type { Sql } from 'postgres'
-import { deleteInBatches } from '../core/db/batched-delete.js'
 import type { Config } from '../config.js'
 
 // Addresses that proved an account's password: the account-wide failure
@@ -48,6 +47,6 @@ export const rememberAddress = (sql: Sql, userId: number, from: LoginAddress) =>
   SELECT id, ${from.tags[0]!}, credential_epoch, now() FROM users WHERE id = ${userId}
   ON CONFLICT (user_id, address_tag) DO UPDATE SET epoch = excluded.epoch, last_success_at = excluded.last_success_at`
 
-/** Deletes rows older than KNOWN_DAYS, a batch at a time; returns how many. */
-export const purgeKnownAddresses = (sql: Sql): Promise<number> =>
-  deleteInBatches(sql, 'login_known_addresses', sql`last_success_at < now() - ${KNOWN_DAYS}::int * interval '1 day'`)
+/** The rows older than KNOWN_DAYS (job `logins.purge-known-addresses`, src/service.ts). */
+export const expiredKnownAddresses = (sql: Sql) => sql`last_success_at < now() - ${KNOWN_DAYS}::int * interval '1 day'`
+

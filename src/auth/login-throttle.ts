@@ -4,9 +4,7 @@ import type { Sql } from 'postgres'
 import { addressBucket } from '../core/http/client-address.js'
 import { HttpError } from '../core/http/problem.js'
 import { RateLimiter } from '../core/http/rate-limit.js'
-import { describeError, type Logger } from '../core/log.js'
-import { deleteInBatches } from '../core/db/batched-delete.js'
-import { knownCondition, purgeKnownAddresses, rememberAddress, tagsOf, type LoginAddress } from './known-addresses.js'
+import { knownCondition, rememberAddress, tagsOf, type LoginAddress } from './known-addresses.js'
 
 // Failed logins are counted in the database (every instance sees them), for
 // unknown e-mail addresses too, so the answer says nothing about which
@@ -38,8 +36,6 @@ const FIRST_LOCK_SECONDS = 30
 const MAX_LOCK_SECONDS = 15 * 60
 const UNKNOWN_ADDRESSES = '*'
 const KNOWN_ADDRESSES = '*known'
-
-const PURGE_EVERY_MS = 60_000
 
 const tooMany = (seconds: number) =>
   new HttpError('too_many_login_attempts', 'Too many failed logins for this account; retry later.', {
@@ -137,23 +133,19 @@ export async function passwordProven(sql: Sql, email: string, userId: number, fr
   await rememberAddress(sql, userId, from)
 }
 
-/** Deletes rows whose window has passed and whose lock has run out, a batch at a time; returns how many. */
-export const purgeLoginFailures = (sql: Sql): Promise<number> =>
-  deleteInBatches(sql, 'login_failures', sql`
-    last_failure < now() - ${WINDOW_SECONDS} * interval '1 second' AND (locked_until IS NULL OR locked_until < now())`)
+/** The rows of login_failures whose window has passed and whose lock has run out (job `logins.purge-failures`, src/service.ts). */
+export const expiredLoginFailures = (sql: Sql) => sql`
+  last_failure < now() - ${WINDOW_SECONDS} * interval '1 second' AND (locked_until IS NULL OR locked_until < now())`
 
 /**
  * What one instance keeps about logins: each address's attempts this minute
- * (off when the limit is 0), the keys that tag known addresses, and when it
- * last purged old failure counts and known addresses (at most once a minute,
- * in the background of a login).
+ * (off when the limit is 0), and the keys that tag known addresses.
  */
 export class LoginGuard {
   private readonly perAddress: RateLimiter | undefined
-  private lastPurge = 0
 
   /** `perMinute`: LOGIN_RATE_LIMIT, or 0 when RATE_LIMIT is off. `keys`: knownAddressKeysFrom(JWT_SECRETS). */
-  constructor(perMinute: number, private readonly keys: readonly Buffer[], private readonly log: Logger) {
+  constructor(perMinute: number, private readonly keys: readonly Buffer[]) {
     if (keys.length === 0) throw new Error('LoginGuard: no keys; config.jwtSecrets is not resolved (resolveSecrets, src/auth/secrets.ts)')
     this.perAddress = perMinute > 0 ? new RateLimiter(perMinute) : undefined
   }
@@ -172,12 +164,5 @@ export class LoginGuard {
         headers: { 'retry-after': String(decision.resetSeconds) },
       })
     }
-  }
-
-  purgeNow(sql: Sql, now = Date.now()): void {
-    if (now - this.lastPurge < PURGE_EVERY_MS) return
-    this.lastPurge = now
-    purgeLoginFailures(sql).catch((err: unknown) => this.log.warn('purging old login failures failed', describeError(err)))
-    purgeKnownAddresses(sql).catch((err: unknown) => this.log.warn('purging old known login addresses failed', describeError(err)))
   }
 }

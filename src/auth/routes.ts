@@ -60,7 +60,6 @@ export const authRoutes = [
       const { sql, logins, passwords } = deps
       const from = logins.address(client)
       logins.admit(from.bucket)
-      logins.purgeNow(sql)
       const email = normalizeEmail(body.email)
       const fallback = await passwords.decoy()
       // Counted once a hash slot is held (an attempt turned away is no failure), and before the password is checked, so concurrent guesses cannot outrun the lock.

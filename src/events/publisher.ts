@@ -1,21 +1,21 @@
 import type { Sql } from 'postgres'
 import { backgroundConnection } from '../core/db/connect.js'
-import { Periodic } from '../core/lib/periodic.js'
-import { describeError, type Logger } from '../core/log.js'
+import type { Component } from '../core/lifecycle.js'
+import type { Job, Scheduler } from '../core/scheduler.js'
 import { wakeWorkers } from '../webhooks/wake.js'
-import { EVENTS_CHANNEL } from './hub.js'
+import { EVENTS_CHANNEL } from './event-reader.js'
 
 // Moves committed events from the outbox to the event log, numbering them
 // (sql/007 explains why numbering happens here and not in the writes), and
 // makes their webhook deliveries in the same transaction. Every instance
-// runs one, on a connection of its own (it looks at the outbox every 50 ms,
+// runs one, job `events.publish`, on a connection of its own (it looks at the outbox every 50 ms,
 // which should neither wait behind requests nor count as their statements);
 // a batch runs under a transaction-level advisory lock, so batches
 // follow one another whichever instance runs them, and an instance that
 // finds the lock taken leaves the batch to its holder.
 //
 // After a batch it notifies `events`, the wake-up of every instance's stream
-// reader (src/events/hub.ts), and, when the batch made webhook deliveries,
+// reader (src/events/event-reader.ts), and, when the batch made webhook deliveries,
 // the webhook workers' channel (src/webhooks/wake.ts), both at its commit.
 
 // An arbitrary constant of this service, like the migrations' lock.
@@ -26,61 +26,54 @@ export interface PublisherSettings {
   intervalMs: number
   /** Events per batch (one statement). */
   batchSize: number
+  /** Batches per run at most; a run that took them all is followed by another at once. */
+  batchesPerRun: number
 }
 
-export const defaultPublisherSettings: PublisherSettings = { intervalMs: 50, batchSize: 500 }
+export const defaultPublisherSettings: PublisherSettings = { intervalMs: 50, batchSize: 500, batchesPerRun: 20 }
 
-export class EventPublisher {
-  private failing = false
+/** The publisher's connection is the component; its runs are the scheduler's job `events.publish`. */
+export class EventPublisher implements Component {
+  readonly name = 'event-publisher'
   private readonly sql: Sql
-  private readonly task: Periodic<number>
+  private readonly job: Job<number>
 
   constructor(
     pool: Sql,
-    private readonly log: Logger,
+    scheduler: Scheduler,
     private readonly settings: PublisherSettings = defaultPublisherSettings,
   ) {
     // postgres.js connects on the first statement, so an instance that never starts opens nothing.
     this.sql = backgroundConnection(pool)
-    this.task = new Periodic(() => this.publishAll(), settings.intervalMs)
+    this.job = scheduler.add({ name: 'events.publish', periodMs: settings.intervalMs, run: (signal) => this.publish(signal) })
   }
 
-  start(): void {
-    this.task.start()
-  }
+  start(): void {}
 
   /**
-   * Publishes until the outbox has nothing committed left; how many events
-   * this instance published. Never rejects: a failure is logged (once per
-   * run of failures) and the next tick tries again.
+   * One run now, or the one under way: how many events it published. Rejects
+   * when publishing failed (the scheduler logs it; the next run tries again).
    */
   drain(): Promise<number> {
-    return this.task.runNow()
+    return this.job.runNow()
   }
 
-  /** Stops looking and closes its connection once the batch under way, if any, is done. */
-  async stop(): Promise<void> {
-    await this.task.stop()
-    await this.sql.end({ timeout: 5 })
+  /** Closes its connection; the scheduler, stopped before, has waited for the run under way. */
+  async stop(deadline: number): Promise<void> {
+    await this.sql.end({ timeout: Math.max(0, deadline - performance.now()) / 1000 })
   }
 
-  private async publishAll(): Promise<number> {
+  private async publish(signal: AbortSignal): Promise<number> {
+    // One cheap look first: an idle outbox costs one index probe per tick, not a transaction.
+    const [waiting] = await this.sql`SELECT seq FROM event_outbox ORDER BY seq LIMIT 1`
+    if (!waiting) return 0
     let published = 0
-    try {
-      // One cheap look first: an idle outbox costs one index probe per tick, not a transaction.
-      const [waiting] = await this.sql`SELECT seq FROM event_outbox ORDER BY seq LIMIT 1`
-      if (!waiting) return 0
-      for (;;) {
-        const batch = await this.publishBatch()
-        published += batch
-        if (batch < this.settings.batchSize) break
-      }
-      if (this.failing) this.log.info('publishing events again')
-      this.failing = false
-    } catch (err) {
-      if (!this.failing) this.log.warn('publishing events failed; retrying every tick', describeError(err))
-      this.failing = true
+    for (let batches = 0; batches < this.settings.batchesPerRun && !signal.aborted; batches++) {
+      const batch = await this.publishBatch()
+      published += batch
+      if (batch < this.settings.batchSize) return published
     }
+    this.job.trigger()
     return published
   }
 

@@ -1,36 +1,36 @@
 import type { Grant, GrantEnd } from '../auth/grants.js'
-import { Periodic } from '../core/lib/periodic.js'
-import { describeError, type Logger } from '../core/log.js'
+import type { Job, Scheduler } from '../core/scheduler.js'
 import type { EventStream } from './stream.js'
 
 // Whether each open stream may still be sent events (src/auth/grants.ts),
-// checked in rounds: every open stream of the instance at once, every
-// `intervalMs`, and before events are written (`roundSinceNow`). A stream whose
-// grant no longer holds is ended with the reason.
+// checked in rounds (job `events.stream-authority`): every open stream of
+// the instance at once, every `intervalMs`, and before events are written
+// (`roundSinceNow`). A stream whose grant no longer holds is ended with the
+// reason.
 //
 // A round stamps each stream that passes with the time the round started
-// (`checkedAt`). A round the hub asks for before writing events
+// (`checkedAt`). A round asked for before writing events
 // (`roundSinceNow`) first has the check catch up: wait until this instance
 // has applied every credential change committed before the round began
 // (service.ts: credentialChanges.caughtUp, one statement; at once when the
 // instance checks against the database anyway). An event read from the
 // database before the round began was committed before it too; a revocation
-// committed before that event is then one the round's checks see. The hub
-// writes an event to a stream only once the stream's stamp is later than the
+// committed before that event is then one the round's checks see. The reader
+// and the catch-up (src/events/event-reader.ts, stream-catch-up.ts) write an
+// event to a stream only once the stream's stamp is later than the
 // event's read, so no event committed after a revocation reaches the revoked
 // stream, on any instance, however late its listener delivers. The rounds
 // of the period, which only end streams, check what is remembered as it is,
 // and cost no statement while it is trusted.
 //
 // A round that cannot check (the database is down) ends nothing and stamps
-// nothing: events wait until a round succeeds.
+// nothing: events wait until a round succeeds (the scheduler logs the failure).
 
 /** `catchUp`: first wait until every credential change committed before the call has been applied. */
 export type GrantCheck = (grants: readonly Grant[], options: { catchUp: boolean }) => Promise<Array<GrantEnd | undefined>>
 
 export class StreamAuthority {
-  private readonly rounds: Periodic<unknown>
-  private failing = false
+  private readonly rounds: Job<void>
   /** A round was asked for to let events through: the next one catches up first. */
   private gating = false
 
@@ -38,48 +38,29 @@ export class StreamAuthority {
     private readonly streams: ReadonlySet<EventStream>,
     private readonly check: GrantCheck,
     intervalMs: number,
-    private readonly log: Logger,
+    scheduler: Scheduler,
   ) {
-    this.rounds = new Periodic(() => this.round(), intervalMs)
-  }
-
-  start(): void {
-    this.rounds.start()
-  }
-
-  stop(): Promise<void> {
-    return this.rounds.stop()
+    this.rounds = scheduler.add({ name: 'events.stream-authority', periodMs: intervalMs, run: () => this.round() })
   }
 
   /** Resolves after a round that started after this call; rejects with its error when it could not check. */
-  async roundSinceNow(): Promise<void> {
+  roundSinceNow(): Promise<void> {
     this.gating = true
-    const failure = await this.rounds.runAnew()
-    if (failure !== undefined) throw failure
+    return this.rounds.runAnew()
   }
 
-  /** One round; never rejects: resolves to the error that kept it from checking, or undefined. */
-  private async round(): Promise<unknown> {
+  /** One round: every open stream checked at once; rejects when it could not check. */
+  private async round(): Promise<void> {
     const startedAt = performance.now()
     const catchUp = this.gating
     this.gating = false
     const streams = [...this.streams].filter((s) => !s.closed)
-    if (streams.length === 0) return undefined
-    try {
-      const verdicts = await this.check(streams.map((s) => s.grant), { catchUp })
-      streams.forEach((stream, i) => {
-        const end = verdicts[i]
-        if (end) stream.end(end)
-        else stream.checkedAt = startedAt
-      })
-      if (this.failing) this.log.info('checking the authority of event streams works again')
-      this.failing = false
-      return undefined
-    } catch (err) {
-      // One warning per outage; streams are sent nothing meanwhile.
-      if (!this.failing) this.log.warn('checking the authority of event streams failed; they are sent nothing until a check succeeds', describeError(err))
-      this.failing = true
-      return err
-    }
+    if (streams.length === 0) return
+    const verdicts = await this.check(streams.map((s) => s.grant), { catchUp })
+    streams.forEach((stream, i) => {
+      const end = verdicts[i]
+      if (end) stream.end(end)
+      else stream.checkedAt = startedAt
+    })
   }
 }

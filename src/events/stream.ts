@@ -116,7 +116,9 @@ export class EventStream {
     res.once('finish', () => socket?.destroySoon())
     // Little waited in Node, but the kernel's buffer may be full of what a
     // client no longer reads, and then the last chunk never leaves: cut it.
-    if (socket) setTimeout(() => socket.destroy(), END_GRACE_MS).unref()
+    if (!socket) return
+    const cut = setTimeout(() => socket.destroy(), END_GRACE_MS).unref()
+    socket.once('close', () => clearTimeout(cut))
   }
 
   private cutIfTooSlow(): void {

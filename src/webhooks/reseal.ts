@@ -23,7 +23,7 @@ const BATCH = 100
 interface Sealed { id: number; secret_sealed: string; previous_secret_sealed: string | null }
 
 /** Re-seals, under the first kid, every secret (and previous secret still signing) sealed under another configured kid; how many rows it rewrote. */
-export async function resealSecrets(sql: Sql, keys: Keys): Promise<number> {
+export async function resealSecrets(sql: Sql, keys: Keys, signal?: AbortSignal): Promise<number> {
   const others = keys.slice(1).map((k) => k.kid)
   if (others.length === 0) return 0
   let resealed = 0
@@ -44,7 +44,8 @@ export async function resealSecrets(sql: Sql, keys: Keys): Promise<number> {
           AND (${row.previous_secret_sealed}::text IS NULL OR previous_secret_sealed = ${row.previous_secret_sealed})`
       resealed += written.count
     }
-    if (rows.length < BATCH) return resealed
+    // Stopped: what is left, the next start takes.
+    if (rows.length < BATCH || signal?.aborted) return resealed
     after = rows.at(-1)!.id
   }
 }

@@ -2,8 +2,10 @@ import type { Sql } from 'postgres'
 import type { Config } from '../config.js'
 import { backgroundConnection } from '../core/db/connect.js'
 import { eventSerializer } from '../events/feed.js'
-import { Periodic } from '../core/lib/periodic.js'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Component } from '../core/lifecycle.js'
 import { describeError, type Logger } from '../core/log.js'
+import type { Job, Scheduler } from '../core/scheduler.js'
 import { systemResolver, type Resolver } from './address-policy.js'
 import { claimDue, recordAttempt, releaseClaim, type ClaimedDelivery } from './delivery-queries.js'
 import { resealSecrets } from './reseal.js'
@@ -16,7 +18,9 @@ import { DELIVERIES_CHANNEL } from './wake.js'
 // Every instance runs one worker; together they share the deliveries through
 // the database (delivery-queries.ts): at least once, each delivery sent by one
 // instance at a time. A worker wakes on NOTIFY `webhook_deliveries` and polls
-// for retries that come due; it keeps at most `concurrency` attempts in flight.
+// (job `webhooks.deliver`) for retries that come due; it keeps at most
+// `concurrency` attempts in flight. Job `webhooks.reseal` seals secrets again
+// under the first JWT secret (reseal.ts).
 //
 // The channel is its own, not `events`: sql/007 notifies it only in a commit
 // that created deliveries (and a resume or a manual retry does), so the
@@ -47,7 +51,7 @@ export interface WebhookSettings {
   disableAfterMs: number
   /** How host names are resolved, at registration and for every attempt (tests inject one). */
   resolve: Resolver
-  /** How long stop() waits for the claims of aborted attempts to be handed back. */
+  /** How long stop() called on its own (not by the service's lifecycle, which gives its deadline) waits for the claims of aborted attempts to be handed back. */
   stopTimeoutMs: number
   /** How often secrets sealed under an older JWT secret are sealed again under the first (reseal.ts); also once at start. */
   resealIntervalMs: number
@@ -74,20 +78,14 @@ export const defaultWebhookSettings: WebhookSettings = {
 
 const USER_AGENT = 'users-products-api-webhooks/1 (Standard Webhooks)'
 
-export class WebhookWorker {
+export class WebhookWorker implements Component {
+  readonly name = 'webhook-worker'
   private stopped = true
-  private pumping: Promise<void> | undefined
-  private pumpAgain = false
   private inFlight = new Set<Promise<void>>()
-  private poll: NodeJS.Timeout | undefined
-  /** Whether the last claim failed: a database outage is logged once, not at every poll. */
-  private claimFailing = false
   private abort = new AbortController()
   private db: Sql | undefined
   private wakeups: Sql | undefined
-  private resealing: Periodic<void> | undefined
-  /** Whether the last re-sealing failed: logged once, not at every run. */
-  private resealFailing = false
+  private readonly claims: Job<void>
 
   constructor(
     readonly sql: Sql,
@@ -96,11 +94,15 @@ export class WebhookWorker {
     readonly config: Config,
     readonly log: Logger,
     readonly settings: WebhookSettings,
+    scheduler: Scheduler,
   ) {
     if (settings.leaseMs <= settings.timeoutMs) throw new Error('webhook settings: leaseMs must be longer than timeoutMs')
     if (settings.concurrency < 1) throw new Error('webhook settings: concurrency must be at least 1')
+    this.claims = scheduler.add({ name: 'webhooks.deliver', periodMs: settings.pollMs, firstRunMs: 0, run: () => this.claimAndSend() })
+    scheduler.add({ name: 'webhooks.reseal', periodMs: settings.resealIntervalMs, firstRunMs: 0, run: (signal) => this.reseal(signal) })
   }
 
+  /** Opens its connections and listens for new deliveries; again after a stop (tests pause an instance's worker so). */
   start(): void {
     if (!this.stopped) return
     this.stopped = false
@@ -111,78 +113,48 @@ export class WebhookWorker {
     this.wakeups.listen(DELIVERIES_CHANNEL, () => this.wake()).catch((err: unknown) => {
       if (!this.stopped) this.log.warn('webhook worker: cannot listen for new deliveries; polling only', describeError(err))
     })
-    this.poll = setInterval(() => this.wake(), this.settings.pollMs)
-    this.poll.unref()
     this.wake()
-    const db = this.db
-    this.resealing = new Periodic(() => this.reseal(db), this.settings.resealIntervalMs)
-    this.resealing.start(0)
   }
 
-  /** Looks for due deliveries now. */
+  /** Looks for due deliveries now, or once the look under way has ended. */
   wake(): void {
-    if (this.stopped) return
-    if (this.pumping) {
-      this.pumpAgain = true
-      return
-    }
-    this.pumping = this.claimAndSend().finally(() => {
-      this.pumping = undefined
-      if (this.pumpAgain) {
-        this.pumpAgain = false
-        this.wake()
-      }
-    })
+    if (!this.stopped) this.claims.trigger()
   }
 
   /**
    * Stops claiming and ends the attempts in flight; their claims are handed
    * back (due now, the cut attempt recorded) so another instance sends them at
-   * once. A claim that cannot be handed back in time is left to its lease.
+   * once. A claim that cannot be handed back by `deadline` (default:
+   * `stopTimeoutMs` from now) is left to its lease.
    */
-  async stop(): Promise<void> {
+  async stop(deadline = performance.now() + this.settings.stopTimeoutMs): Promise<void> {
     if (this.stopped) return
     this.stopped = true
-    clearInterval(this.poll)
     this.abort.abort()
     // No UNLISTEN: sent to a database that stopped answering it could wait forever; ending the connections ends the listening one too.
-    const bounded = <T>(p: Promise<T>) => Promise.race([p, new Promise((r) => setTimeout(r, this.settings.stopTimeoutMs).unref())])
-    await bounded(Promise.allSettled([this.pumping, ...this.inFlight, this.resealing?.stop()]))
+    const left = () => Math.max(0, deadline - performance.now())
+    const overrun = new AbortController()
+    await Promise.race([Promise.allSettled([this.claims.settled(), ...this.inFlight]), sleep(left(), undefined, { signal: overrun.signal }).catch(() => {})])
+    overrun.abort()
     const { db, wakeups } = this
     this.db = this.wakeups = undefined
-    await Promise.all([db?.end({ timeout: this.settings.stopTimeoutMs / 1000 }), wakeups?.end({ timeout: this.settings.stopTimeoutMs / 1000 })])
+    await Promise.all([db?.end({ timeout: left() / 1000 }), wakeups?.end({ timeout: left() / 1000 })])
   }
 
-  /** Seals again, under the first JWT secret, what an older one sealed (reseal.ts); never rejects. */
-  private async reseal(db: Sql): Promise<void> {
-    try {
-      const count = await resealSecrets(db, this.config.jwtSecrets)
-      if (count) this.log.info('webhook secrets sealed again under the first JWT secret', { count, kid: this.config.jwtSecrets[0]!.kid })
-      this.resealFailing = false
-    } catch (err) {
-      if (!this.resealFailing && !this.stopped) this.log.warn('webhook worker: sealing secrets again under the first JWT secret fails; retrying later', describeError(err))
-      this.resealFailing = true
-    }
+  /** Seals again, under the first JWT secret, what an older one sealed (reseal.ts). */
+  private async reseal(signal: AbortSignal): Promise<void> {
+    if (!this.db) return
+    const count = await resealSecrets(this.db, this.config.jwtSecrets, signal)
+    if (count) this.log.info('webhook secrets sealed again under the first JWT secret', { count, kid: this.config.jwtSecrets[0]!.kid })
   }
 
+  /** One claim of as many due deliveries as there are free slots; an attempt that ends wakes the next. */
   private async claimAndSend(): Promise<void> {
     const db = this.db
-    while (!this.stopped && db) {
-      const free = this.settings.concurrency - this.inFlight.size
-      if (free <= 0) return
-      let claimed: ClaimedDelivery[]
-      try {
-        claimed = await claimDue(db, free, this.settings.leaseMs)
-      } catch (err) {
-        if (!this.claimFailing && !this.stopped) this.log.warn('webhook worker: claiming deliveries fails; every poll tries again', describeError(err))
-        this.claimFailing = true
-        return
-      }
-      if (this.claimFailing) this.log.info('webhook worker: claiming deliveries works again')
-      this.claimFailing = false
-      for (const claim of claimed) this.launch(db, claim)
-      if (claimed.length < free) return
-    }
+    const free = this.settings.concurrency - this.inFlight.size
+    if (this.stopped || !db || free <= 0) return
+    const claimed = await claimDue(db, free, this.settings.leaseMs)
+    for (const claim of claimed) this.launch(db, claim)
   }
 
   private launch(db: Sql, claim: ClaimedDelivery): void {

@@ -1,4 +1,5 @@
 import { createHmac } from 'node:crypto'
+import type { Sql } from 'postgres'
 import { HttpError } from './problem.js'
 import { jsonBody } from './reply.js'
 import type { AnyRoute, HandlerContext, Reply } from './route.js'
@@ -19,28 +20,14 @@ const RETENTION = '24 hours'
 const ABANDONED = '1 minute'
 // Headers of the first answer worth replaying; the request id and rate figures are the retry's own.
 const REPLAYED_HEADERS = ['location', 'etag']
-const CLEANUP_EVERY = 50
 
-/**
- * Expired records go as new ones arrive, no separate job to schedule: every
- * CLEANUP_EVERY-th answer stored by an instance also deletes them.
- */
-export class IdempotencyCleanup {
-  private storedSinceCleanup = 0
-
-  /** Counts an answer stored; true when this one should clean up. */
-  due(): boolean {
-    if (++this.storedSinceCleanup < CLEANUP_EVERY) return false
-    this.storedSinceCleanup = 0
-    return true
-  }
-}
+/** The records past retention, which a purge on the scheduler deletes (job `idempotency.purge`, src/service.ts). */
+export const expiredIdempotencyRecords = (sql: Sql) => sql`created_at < now() - ${RETENTION}::interval`
 
 declare module './services.js' {
   interface CoreServices {
     /** The secrets fingerprints are keyed under: the first makes new ones, every one matches. */
     idempotencySecrets: readonly Buffer[]
-    idempotencyCleanup: IdempotencyCleanup
   }
 }
 
@@ -126,8 +113,5 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   await sql`
     UPDATE idempotency_keys SET status = ${reply.status}, headers = ${sql.json(headers)}, body = ${jsonBody(reply) ?? null}
     WHERE caller = ${caller} AND key = ${header} AND created_at = ${mine}`
-  if (services.idempotencyCleanup.due()) {
-    await sql`DELETE FROM idempotency_keys WHERE created_at < now() - ${RETENTION}::interval`
-  }
   return reply
 }

@@ -32,7 +32,7 @@ export interface CoreServices {
   config: HttpSettings
   log: Logger
   metrics: Metrics
-  /** Flipped by the entry point on SIGTERM: only public routes are served then. */
+  /** Flipped when the service begins to stop (src/service.ts): only public routes are served then. */
   lifecycle: { shuttingDown: boolean }
   databaseAdmission: DatabaseAdmission
 }

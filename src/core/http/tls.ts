@@ -1,8 +1,9 @@
-import { readFileSync, unwatchFile, watchFile } from 'node:fs'
+import { readFileSync, statSync } from 'node:fs'
 import type { Server as HttpsServer } from 'node:https'
 import type { SecureContextOptions } from 'node:tls'
 import { ConfigError } from '../config-error.js'
 import { describeError, type Logger } from '../log.js'
+import type { JobSpec } from '../scheduler.js'
 
 // HTTPS without a proxy (TLS_CERT_FILE, TLS_KEY_FILE): Mozilla's
 // "intermediate" configuration (TLS 1.2 with forward secrecy and AEAD
@@ -30,7 +31,7 @@ const CIPHERS = [
   'ECDHE-ECDSA-AES256-GCM-SHA384', 'ECDHE-RSA-AES256-GCM-SHA384',
   'ECDHE-ECDSA-CHACHA20-POLY1305', 'ECDHE-RSA-CHACHA20-POLY1305',
 ].join(':')
-/** How often the files' modification times are looked at; watchFile polls, which also sees a file replaced by a rename. */
+/** How often the files' modification times are looked at. */
 const WATCH_INTERVAL_MS = 1000
 
 export type TlsOptions = SecureContextOptions & { minVersion: typeof MIN_VERSION; ciphers: string; honorCipherOrder: boolean }
@@ -54,26 +55,39 @@ export function tlsOptions(files: TlsFiles): TlsOptions {
   }
 }
 
-/**
- * Reloads the certificate whenever either file changes; returns the
- * function that stops watching. A pair that does not load (a key and a
- * certificate that do not match while a renewal writes them one after the
- * other) leaves the current certificate in place until the next change.
- */
-export function watchCertificate(server: HttpsServer, files: TlsFiles, log: Logger): () => void {
-  const reload = () => {
-    try {
-      server.setSecureContext(tlsOptions(files))
-      log.info('TLS certificate reloaded', { cert_file: files.certFile })
-    } catch (err) {
-      log.warn('TLS certificate not reloaded; the current one stays', { cert_file: files.certFile, ...describeError(err) })
-    }
+/** What tells that a file changed: a renewal writes it, or renames another over it. */
+const signature = (path: string): string => {
+  try {
+    const { mtimeMs, size, ino } = statSync(path)
+    return `${mtimeMs} ${size} ${ino}`
+  } catch {
+    return 'unreadable'
   }
-  const options = { interval: WATCH_INTERVAL_MS, persistent: false }
-  watchFile(files.certFile, options, reload)
-  watchFile(files.keyFile, options, reload)
-  return () => {
-    unwatchFile(files.certFile, reload)
-    unwatchFile(files.keyFile, reload)
+}
+
+/**
+ * The job that reloads the certificate whenever either file changes, looked
+ * at every WATCH_INTERVAL_MS (a rename over the file is seen too). A pair
+ * that does not load (a key and a certificate that do not match while a
+ * renewal writes them one after the other) leaves the current certificate
+ * in place until the next change.
+ */
+export function certificateReloadJob(server: HttpsServer, files: TlsFiles, log: Logger): JobSpec<void> {
+  const seen = () => `${signature(files.certFile)}|${signature(files.keyFile)}`
+  let last = seen()
+  return {
+    name: 'tls.certificate-reload',
+    periodMs: WATCH_INTERVAL_MS,
+    async run() {
+      const now = seen()
+      if (now === last) return
+      last = now
+      try {
+        server.setSecureContext(tlsOptions(files))
+        log.info('TLS certificate reloaded', { cert_file: files.certFile })
+      } catch (err) {
+        log.warn('TLS certificate not reloaded; the current one stays', { cert_file: files.certFile, ...describeError(err) })
+      }
+    },
   }
 }
