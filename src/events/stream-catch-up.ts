@@ -27,7 +27,7 @@ export interface CatchUpFrom {
   after: number | undefined
   /** The event types wanted; every type when undefined. */
   types: ReadonlySet<string> | undefined
-  /** The bound on waiting for the database (src/core/db/admission.ts), for the catch-up's statements. */
+  /** Database admission (src/core/db/admission.ts), for the catch-up's statements. */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
 }
 

@@ -27,7 +27,7 @@ import { DELIVERIES_CHANNEL } from './wake.js'
 // writes no webhook wants cost the workers nothing; on `events` every
 // instance would run a claim for every committed write. The worker's
 // statements go through connections of its own, outside the request pool,
-// its bound on waiting and its statement count, as the credential listener's
+// database admission and its statement count, as the credential listener's
 // heartbeat does (src/auth/credential-changes.ts).
 /** Connections of the worker's own: claims are one statement, records one short transaction each. */
 const WORKER_CONNECTIONS = 2
