@@ -22,7 +22,7 @@ interface KeyRow {
   api_key_id: number
 }
 
-/** What it needs; `bounded` runs database work under the pipeline's bound (src/core/db/admission.ts). */
+/** What it needs; `bounded` runs database work under database admission (src/core/db/admission.ts). */
 export interface ApiKeyDeps {
   sql: Sql
   bounded: <T>(work: () => Promise<T>) => Promise<T>

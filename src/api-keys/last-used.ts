@@ -1,8 +1,8 @@
 // last_used_at is kept to the minute. The UPDATE that sets it is guarded in
 // SQL (it changes nothing within a minute of the last write), but sending it
-// on every request still cost a statement per request. This remembers, per
-// key, when this process last sent it, so it is sent at most once a minute
-// per key and process (deps.apiKeyUse). Other instances write too; the SQL
+// on every request would still cost a statement per request. This
+// remembers, per key, when this process last sent it, so it is sent at most
+// once a minute per key and process (deps.apiKeyUse). Other instances write too; the SQL
 // guard keeps them from writing more than once a minute between them.
 //
 // Bounded like the caches: beyond `max` keys, the one written longest ago is

@@ -4,8 +4,8 @@ import type { UserPrincipal } from './principal.js'
 
 // Verifying a JWT (two base64url decodes, JSON.parse, the claim checks, an
 // HMAC) and building its Principal is work spent again and again on the same
-// few tokens (bench/README.md has the figures). This remembers the outcome per exact token
-// text, for one application instance (deps.jwtCache).
+// few tokens (bench/README.md has the figures). This remembers the outcome
+// per exact token text, for one application instance (deps.jwtCache).
 //
 // - Only a token that passed verifyJwt in full is put in (the caller's job:
 //   `set` after verifying). A token that differs by one character is another

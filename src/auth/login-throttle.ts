@@ -25,9 +25,10 @@ import { knownCondition, rememberAddress, tagsOf, type LoginAddress } from './kn
 // failures): refused by its pair's lock, not against its account, so one
 // address alone cannot lock the account; refused by its account's lock, not
 // against its pair, so the owner trying from a new address while others
-// hold the account locked does not lock that address for later too. A successful login clears its pair's count and takes its own
-// count back from the account's row. Before any of this, each address may
-// try LOGIN_RATE_LIMIT times a minute on this instance.
+// hold the account locked does not lock that address for later too. A
+// successful login clears its pair's count and takes its own count back from
+// the account's row. Before any of this, each address may try
+// LOGIN_RATE_LIMIT times a minute on this instance.
 
 const FREE_FAILURES = 5
 const ACCOUNT_FREE_FAILURES = 100
@@ -118,9 +119,9 @@ export async function countAttempt(sql: Sql, email: string, from: LoginAddress):
  * and the address is known to the account from now on.
  *
  * Three statements, each holding one row at a time, in countAttempt's order
- * (the pair, then the account): as one statement its row locks were taken in
- * no set order, and concurrent logins of one account deadlocked against
- * countAttempt.
+ * (the pair, then the account): as one statement its row locks would be
+ * taken in no set order, and concurrent logins of one account would deadlock
+ * against countAttempt.
  */
 export async function passwordProven(sql: Sql, email: string, userId: number, from: LoginAddress): Promise<void> {
   await sql`DELETE FROM login_failures WHERE email = ${email} AND address = ${from.bucket}`

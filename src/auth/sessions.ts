@@ -89,8 +89,9 @@ export async function openSession(
 
 /**
  * Retires the refresh token and issues the next pair; undefined or 'reused'
- * otherwise (the caller answers 401; 'reused' ended the session first). The conditional UPDATE makes rotation atomic: of
- * two refreshes racing with one token, exactly one finds it unused.
+ * otherwise (the caller answers 401; 'reused' ended the session first). The
+ * conditional UPDATE makes rotation atomic: of two refreshes racing with one
+ * token, exactly one finds it unused.
  */
 export async function rotate(sql: Sql, deps: SessionDeps, refreshToken: string, requestId: string): Promise<TokenResponse | 'reused' | undefined> {
   const hash = hashSecret(refreshToken)

@@ -25,10 +25,10 @@ export function createLogger(level: LogLevel, write: (line: string) => void = (l
 
 /**
  * A sink for stdout that writes what was logged within `delayMs` together,
- * rather than one write(2) per request line. At most
- * 64 KiB wait; `flush` writes what waits at once (the entry point calls it on
- * exit, so the last lines, a fatal error's included, are not lost; a SIGKILL
- * loses at most `delayMs` of them).
+ * rather than one write(2) per request line. At most 64 KiB wait; `flush`
+ * writes what waits at once (the entry point calls it on exit, so the last
+ * lines, a fatal error's included, are not lost; a SIGKILL loses at most
+ * `delayMs` of them).
  */
 export function batchedWriter(write: (text: string) => void, delayMs = 20): { write(line: string): void; flush(): void } {
   let pending = ''

@@ -8,8 +8,9 @@ import { EVENTS_CHANNEL } from './event-reader.js'
 // Moves committed events from the outbox to the event log, numbering them
 // (sql/007 explains why numbering happens here and not in the writes), and
 // makes their webhook deliveries in the same transaction. Every instance
-// runs one, job `events.publish`, on a connection of its own (it looks at the outbox every 50 ms,
-// which should neither wait behind requests nor count as their statements);
+// runs one, job `events.publish` (a look at the outbox every `intervalMs`),
+// on a connection of its own, which neither waits behind requests nor counts
+// as their statements;
 // a batch runs under a transaction-level advisory lock, so batches
 // follow one another whichever instance runs them, and an instance that
 // finds the lock taken leaves the batch to its holder.

@@ -5,7 +5,7 @@ import type { Job, Scheduler } from '../core/scheduler.js'
 
 // Events older than EVENTS_RETENTION_DAYS are deleted by the service itself,
 // job `events.retention`, a batch per statement (src/core/db/batched-delete.ts):
-// each statement locks a few hundred rows for a few milliseconds, never the
+// each statement locks one batch of rows (`batchSize`) briefly, never the
 // table, and writers never wait on it. Their webhook deliveries and attempts
 // go with them (ON DELETE CASCADE, sql/007). Every instance sweeps.
 

@@ -9,8 +9,8 @@ import { compileValidator } from '../core/http/validate.js'
 // GET /events/stream: the feed of GET /events as Server-Sent Events, for as
 // long as the client stays (src/events/hub.ts). The handler only checks the
 // request and takes a place among the instance's streams; the stream itself
-// reads the database through database admission, statement by
-// statement, so an open stream holds no place in it.
+// reads the database through database admission, statement by statement,
+// so an open stream holds no place in it.
 //
 // Where to resume: the Last-Event-ID header, which EventSource sends when it
 // reconnects, or `last_event_id` for a first connection from a client that

@@ -6,9 +6,9 @@ import type { Config } from '../config.js'
 // under a key derived (HKDF-SHA256) from the first JWT secret, and the sealed
 // text names that secret's kid, so any configured kid opens it; while an
 // older kid is still configured, reseal.ts moves the secrets it sealed to the
-// first, so that dropping it later breaks nothing. A copy of the database alone reveals
-// no secret; GCM's tag means a tampered sealed text fails to open rather than
-// yielding a wrong secret.
+// first, so that dropping it later breaks nothing. A copy of the database
+// alone reveals no secret; GCM's tag means a tampered sealed text fails to
+// open rather than yielding a wrong secret.
 
 type Keys = Config['jwtSecrets']
 

@@ -5,7 +5,7 @@ import { urlOrigin } from '../core/lib/url-origin.js'
 import { hostOf, refusalOfAddresses, refusalOfUrl, type Resolver, type UrlPolicy } from './address-policy.js'
 
 // One POST of a webhook, and what came of it. Sent with node:http(s) rather
-// than the global fetch the issue asked for: fetch (undici) resolves and
+// than the global fetch: fetch (undici) resolves and
 // connects by itself, and only undici's own Agent (a runtime dependency this
 // project does not take) could be told which address to connect to. A custom
 // `lookup` here resolves the name, checks every address (address-policy.ts)

@@ -83,8 +83,9 @@ export class DatabaseAdmission {
   readonly deadlineMs: number
   private readonly onOverdue: () => void
   // Unsettled work (abandoned included) in start order (a Set iterates in
-  // insertion order), so the first is the oldest. One shared sweep rather than a timer per request: a setTimeout and
-  // a Promise.race per call were a measurable part of a cheap request's cost.
+  // insertion order), so the first is the oldest. One shared sweep rather than
+  // a timer per request: a setTimeout and a Promise.race per call would weigh
+  // on a cheap request (bench/README.md).
   private readonly waiting = new Set<Waiting>()
   private sweeper: NodeJS.Timeout | undefined
   // `finished` as it was at each of the last sweeps, the oldest at `sampleAt`,

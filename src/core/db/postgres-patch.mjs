@@ -30,34 +30,34 @@
 //
 // 5. A statement counter (the `onquery` option, for db_queries_total): the
 //    only hook postgres.js has, `debug`, makes it capture a stack trace
-//    (`new Error()`) for every query and fragment built, which cost up to a
-//    fifth of the service's CPU on list requests.
+//    (`new Error()`) for every query and fragment built, a large part of
+//    the CPU of a list request (bench/README.md).
 // 6. The pool slows down the longer it stays saturated (porsager/postgres#747):
 //    its queues (src/queue.js) are consumed with shift(), which leaves a hole
 //    and resets the array only when it empties, which a busy queue under load
-//    never does; every move of a connection then scans all the holes. CPU per
-//    statement doubled within minutes; bench/pool-drift.ts shows it.
-// 7. Every failed `sql.unsafe` statement (the compiled list SQL) left about
-//    100 bytes behind for good: the stack cache of src/query.js is keyed by
+//    never does; every move of a connection then scans all the holes, so
+//    CPU per statement keeps growing under load; bench/pool-drift.ts shows it.
+// 7. Every failed `sql.unsafe` statement (the compiled list SQL) leaves an
+//    entry behind for good: the stack cache of src/query.js is keyed by
 //    the query's strings array, which unsafe makes anew for every call.
-// 8. Every query was promoted to V8's old generation with its rows, about
-//    1.7 KB each, whenever the process ran in a certain state (one run in
-//    two; bench/README.md, "The promotion puzzle"): the Query constructor
+// 8. Queries are promoted to V8's old generation with their rows whenever
+//    the process runs in a certain state (bench/README.md, "The promotion
+//    puzzle"): the Query constructor
 //    assigns two arrow functions straight to properties, which V8's parser
 //    marks for allocation in old space; each such closure (dead once the
 //    query settled, but old garbage lives until the next mark-compact)
 //    holds its young Query through the remembered set, so the Query
-//    survived two scavenges and was promoted. Declared first, then
+//    survives two scavenges and is promoted. Declared first, then
 //    assigned, the closures are young like their Query.
 //
 // And one for a transaction pooler (src/core/db/connect.ts, `pooled`):
 //
 // 9. With `max_pipeline: 0` (no statement sent behind another, which
-//    PgBouncer 1.18 cannot follow) every `sql.begin` failed with
+//    PgBouncer 1.18 cannot follow) every `sql.begin` fails with
 //    UNSAFE_TRANSACTION: the BEGIN reserves its connection in a callback
-//    that was called only while the pipeline had room, so never. It is now
-//    called first; the same failure hit a BEGIN sent as the 100th statement
-//    of a full pipeline.
+//    that is called only while the pipeline has room, so never. The edit
+//    calls it first; the same failure hits a BEGIN sent as the 100th
+//    statement of a full pipeline.
 //
 // Fourteen textual replacements in src/connection.js, src/index.js,
 // src/queue.js and src/query.js, and the

@@ -54,7 +54,7 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   }
   const { sql, idempotencySecrets } = services
   // Keyed, not a plain SHA-256: the body may hold a password (POST /users), and
-  // an unkeyed hash of it in the table let whoever reads the table test
+  // an unkeyed hash of it in the table would let whoever reads the table test
   // guesses at SHA-256 speed instead of scrypt's. The signing secret is the one
   // secret every instance shares; a record made under another configured key
   // (before a rotation of JWT_SECRETS) is matched under that key.
@@ -82,8 +82,8 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
     if (stored.stale) {
       // Deleted only if still stale when deleted: of concurrent requests that all
       // saw the stale record, one may already have replaced it with its own
-      // running record, and deleting that (same fingerprint) let a second
-      // request run the handler too.
+      // running record, and deleting that (same fingerprint) would let a
+      // second request run the handler too.
       await sql`
         DELETE FROM idempotency_keys WHERE caller = ${caller} AND key = ${header}
           AND (created_at < now() - ${RETENTION}::interval OR (status IS NULL AND created_at < now() - ${ABANDONED}::interval))`

@@ -192,9 +192,8 @@ function readBody<State>(p: Pipeline<State>, x: Exchange<State>, kind: BodyKind)
 
 /**
  * Runs the handler, through the idempotency record for a creating POST,
- * under database admission as the route's `database`
- * says: the whole handler, only the statements it runs through
- * `ctx.bounded`, or nothing.
+ * under database admission as the route's `database` says: the whole
+ * handler, only the statements it runs through `ctx.bounded`, or nothing.
  */
 function handle<State>(p: Pipeline<State>, x: Exchange<State>, route: AnyRoute, params: Record<string, string>, query: unknown, body: unknown): Promise<Reply> {
   const database = route.database ?? 'handler'

@@ -63,10 +63,9 @@ export interface HandlerContext<Query, Body> extends ContextExtensions {
   /** The client's address, as TRUST_PROXY allows it to be known (src/core/http/client-address.ts). */
   client: string
   /**
-   * Runs database work under database admission
-   * (src/core/db/admission.ts), for a route whose `database` is 'statements';
-   * elsewhere it runs the work as it is (the whole handler is bounded, or
-   * touches no database).
+   * Runs database work under database admission (src/core/db/admission.ts),
+   * for a route whose `database` is 'statements'; elsewhere it runs the work
+   * as it is (the whole handler is bounded, or touches no database).
    */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
   /** What core's own code (resources, collections) needs of the service (src/core/http/services.ts). */

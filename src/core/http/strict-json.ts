@@ -59,8 +59,8 @@ export function parseStrictJson(text: string): unknown {
     const c = text[pos]
     // `depth` is the number of arrays and objects already open. Counting only
     // containers (a scalar adds no level) makes the limit exact: 64 nested
-    // levels parse, a 65th is refused. (Counting every value let 65 levels of
-    // empty containers through but refused 65 levels around a scalar.)
+    // levels parse, a 65th is refused. (Counting every value would make the
+    // limit depend on whether the innermost level holds a scalar.)
     if ((c === '{' || c === '[') && depth >= MAX_DEPTH) fail(`nesting deeper than ${MAX_DEPTH}`)
     if (c === '{') return parseObject(depth)
     if (c === '[') return parseArray(depth)

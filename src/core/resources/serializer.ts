@@ -4,9 +4,8 @@ import Type, { type TObject, type TSchema } from 'typebox'
 // fast-json-stringify does for Fastify): member names and punctuation are
 // literals, and each value is written by the writer of its declared type. No
 // object is built per row and nothing walks a row's keys: a page is its rows'
-// texts joined. JSON.stringify of the same rows (keys looked up per object,
-// every string escaped, timestamps through Date#toJSON) was a quarter of a
-// 50-row page's cost.
+// texts joined. JSON.stringify of the same rows looks keys up per object and
+// escapes every string, a large part of what a page costs (bench/README.md).
 //
 // A writer falls back to JSON.stringify for a value that is not of the
 // declared type (null in a nullable member, a Date), so the text is always
@@ -20,9 +19,9 @@ const anyValue: Writer = (v) => (v === undefined ? 'null' : JSON.stringify(v))
 const writers = {
   // Not `${v}`: that goes through V8's number-to-string cache, and on pages of
   // ever-different ids each new string is stored there and outlives the
-  // request. Measured on random keyset pages of products: 20 times the bytes
-  // promoted to the old generation, RSS 170 MB against 113, and a fifth more
-  // CPU per page. JSON.stringify writes a number without that cache.
+  // request, to be promoted to the old generation (more memory and more CPU
+  // per page; bench/README.md). JSON.stringify writes a number without that
+  // cache.
   integer: anyValue,
   // Timestamps come from the driver as RFC 3339 text (src/core/db/timestamps.ts): digits, '-', ':', '.', 'T', 'Z', nothing to escape.
   timestamp: ((v) => (typeof v === 'string' ? `"${v}"` : anyValue(v))) as Writer,

@@ -14,8 +14,9 @@ import type { Resource } from './resource.js'
 // checked to be plain identifiers and quoted; never from a request) and run
 // as prepared statements: every value is a parameter (behind a transaction
 // pooler, unnamed ones: the pool's `prepare: false` overrides a statement's
-// `prepare: true`, src/core/db/connect.ts). Built from fragments
-// per request, a read by id cost a fifth of a GET. Functions take the
+// `prepare: true`, src/core/db/connect.ts), because building them from
+// fragments per request would be a large part of a read by id
+// (bench/README.md). Functions take the
 // database handle first, so the same function runs on the pool or inside a
 // caller's transaction.
 
