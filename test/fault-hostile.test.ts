@@ -163,31 +163,46 @@ process.stdout.write(JSON.stringify({ openedIn, min: Math.min(...cut), max: Math
 
 test('a flood of 2,000 connections that send nothing: all closed at HEADERS_TIMEOUT, others served meanwhile, memory back to its baseline', async (t) => {
   const flood = (count: number) => promisify(execFile)(process.execPath, ['--input-type=module', '-e', floodScript, String(port), String(count)], { timeout: 30_000 }).then((r) => JSON.parse(r.stdout) as { openedIn: number; min: number; max: number; answered408: number; closed: number; lagMs: number })
+  // Each connection's life as the service sees it, from its accept to its close, for those that sent
+  // nothing. The flood's own figure starts at its connect, which on a busy machine can come seconds
+  // before the accept: with the listen queue full, the kernel holds a handshake and retries it later.
+  const lived: number[] = []
+  let timing = false
+  api.onConnection((socket) => {
+    if (!timing) return
+    const acceptedAt = performance.now()
+    socket.once('close', () => socket.bytesRead === 0 && lived.push(performance.now() - acceptedAt))
+  })
   await flood(50)
   await warmUp()
   const baseline = await settledHeap()
+  timing = true
   const good = goodClients()
   let report
   let serviceLagMs = 0
   try {
     ;({ result: report, lagMs: serviceLagMs } = await withLoopLag(() => flood(2000)))
   } finally {
+    timing = false
     await good.stop()
   }
   const figures = assertGoodUnaffected(good.outcomes)
   good.outcomes.length = 0
+  const served = { min: Math.min(...lived), max: Math.max(...lived), count: lived.length }
+  lived.length = 0
   const after = await settledHeap()
   t.diagnostic(
-    `2000 connections opened in ${ms(report.openedIn)}, closed after ${ms(report.min)}–${ms(report.max)} (${report.answered408} with a 408); good clients meanwhile p50 ${ms(figures.p50)}, p99 ${ms(figures.p99)}, max ${ms(figures.max)}; ` +
-      `event loops held up at most ${ms(serviceLagMs)} (service), ${ms(report.lagMs)} (flood); heap ${MB(baseline)} before, ${MB(after)} after`,
+    `2000 connections opened in ${ms(report.openedIn)}, closed after ${ms(report.min)}–${ms(report.max)} from their connect, ${ms(served.min)}–${ms(served.max)} from their accept (${report.answered408} with a 408); ` +
+      `good clients meanwhile p50 ${ms(figures.p50)}, p99 ${ms(figures.p99)}, max ${ms(figures.max)}; event loops held up at most ${ms(serviceLagMs)} (service), ${ms(report.lagMs)} (flood); heap ${MB(baseline)} before, ${MB(after)} after`,
   )
   assert.equal(report.closed, 2000)
   // Every one cut by the time-out (the 408 is its answer), not before it, and after it within the check
-  // interval and as late as either process's loop was held up.
+  // interval and as late as the service's loop was held up (measured in this test).
   assert.equal(report.answered408, 2000)
-  assert.ok(report.min >= HEADERS_TIMEOUT * 1000 - 50, `a connection was closed after ${ms(report.min)}`)
-  const slack = 1500 + serviceLagMs + report.lagMs
-  assert.ok(report.max < (HEADERS_TIMEOUT + CHECK_INTERVAL) * 1000 + slack, `a connection lived ${ms(report.max)} (slack ${ms(slack)})`)
+  assert.equal(served.count, 2000)
+  assert.ok(report.min >= HEADERS_TIMEOUT * 1000 - 50 && served.min >= HEADERS_TIMEOUT * 1000 - 50, `a connection was closed after ${ms(Math.min(report.min, served.min))}`)
+  const slack = 1500 + serviceLagMs
+  assert.ok(served.max < (HEADERS_TIMEOUT + CHECK_INTERVAL) * 1000 + slack, `a connection lived ${ms(served.max)} after its accept (slack ${ms(slack)})`)
   assert.ok(after - baseline < 3 * 1048576, `heap grew by ${MB(after - baseline)}`)
   assert.equal((await call(api.url, 'GET', '/healthz')).status, 200)
 })

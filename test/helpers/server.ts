@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import type { Socket } from 'node:net'
 import { after } from 'node:test'
 import type { Sql } from 'postgres'
 import type { AppDeps } from '../../src/app-deps.js'
@@ -81,6 +82,8 @@ export interface TestServer {
   closeIdleConnections(): void
   /** The connections the server holds open now (its HTTP server's count). */
   openConnections(): Promise<number>
+  /** Calls `listener` with each connection the server accepts. */
+  onConnection(listener: (socket: Socket) => void): void
 }
 
 /** A fresh database copied from the run's template; its URL. */
@@ -187,6 +190,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     createUser,
     closeIdleConnections: () => service.server.closeIdleConnections(),
     openConnections: () => new Promise((resolve, reject) => service.server.getConnections((err, count) => (err ? reject(err) : resolve(count)))),
+    onConnection: (listener) => void service.server.on('connection', listener),
     async published() {
       for (const deadline = Date.now() + 5000; ;) {
         await deps.eventPublisher.drain()
