@@ -732,12 +732,7 @@ test('a flood of logins neither starves other endpoints nor queues without bound
   const product = await call('POST', '/products', { auth: api.admin.token, body: { sku: `FLOOD-${unique()}`, name: 'Flood', price: 100, currency: 'EUR' } })
   assert.equal(product.status, 201, product.text)
   const reader = await api.createUser()
-
-  // 2 hashes run and 64 wait; the rest of 100 simultaneous logins get a quick 429.
-  let settled = false
-  const flood = Promise.all(Array.from({ length: 100 }, (_, i) => login(`flood-${i}-${unique()}@example.com`, password('flood')))).finally(() => (settled = true))
-  const latencies: Array<[string, number]> = []
-  while (!settled) {
+  const probe = async (latencies: Array<[string, number]>) => {
     for (const [path, auth] of [['/healthz', undefined], [`/products/${product.body.id}`, reader.token]] as const) {
       const started = performance.now()
       const res = await call('GET', path, auth ? { auth } : {})
@@ -746,10 +741,21 @@ test('a flood of logins neither starves other endpoints nor queues without bound
     }
     await sleep(25)
   }
+  // The probes alone first: their latency on this machine now is the measure of theirs during the flood.
+  const alone: Array<[string, number]> = []
+  for (let i = 0; i < 10; i++) await probe(alone)
+  const aloneMedian = alone.map(([, ms]) => ms).sort((x, y) => x - y)[alone.length >> 1]!
+
+  // 2 hashes run and 64 wait; the rest of 100 simultaneous logins get a quick 429.
+  let settled = false
+  const flood = Promise.all(Array.from({ length: 100 }, (_, i) => login(`flood-${i}-${unique()}@example.com`, password('flood')))).finally(() => (settled = true))
+  const latencies: Array<[string, number]> = []
+  while (!settled) await probe(latencies)
   const answers = await flood
   assert.ok(latencies.length >= 10, `only ${latencies.length} probes ran during the flood`)
   const slowest = latencies.reduce((a, b) => (b[1] > a[1] ? b : a))
-  assert.ok(slowest[1] < 1000, `${slowest[0]} took ${slowest[1].toFixed(0)} ms during the flood`)
+  // Starved, a probe would wait behind dozens of hashes: seconds. A second on a quiet machine, or 20 of its median alone on a busy one.
+  assert.ok(slowest[1] < Math.max(1000, 20 * aloneMedian), `${slowest[0]} took ${slowest[1].toFixed(0)} ms during the flood, ${aloneMedian.toFixed(0)} ms alone (median)`)
 
   const rejected = answers.filter((r) => r.status === 429)
   const refused = answers.filter((r) => r.status === 401)

@@ -70,8 +70,11 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
   const built = spawnSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', join(root, 'tsconfig.json'), '--outDir', join(app, 'dist')], { encoding: 'utf8' })
   assert.equal(built.status, 0, built.stdout + built.stderr)
 
-  // RUN, as the stage does (as root, before USER), with the stage's ENV.
-  const env = { PATH: process.env.PATH!, HOME: app, NODE_ENV: 'production', npm_config_cache: join(app, '.npm') }
+  // RUN, as the stage does (as root, before USER), with the stage's ENV. The machine's npm settings
+  // (its registry, its CA) come along: npm run by a Node other than the machine's looks for its global
+  // configuration beside that Node, and NPM_CONFIG_GLOBALCONFIG is how the caller points it back.
+  const npmSettings = Object.fromEntries(Object.entries(process.env).filter(([k]) => /^npm_config_/i.test(k) && !/cache/i.test(k)))
+  const env = { ...npmSettings, PATH: process.env.PATH!, HOME: app, NODE_ENV: 'production', npm_config_cache: join(app, '.npm') }
   for (const run of stage.filter((i) => i.keyword === 'RUN')) {
     const r = spawnSync('sh', ['-c', run.args], { cwd: app, env, encoding: 'utf8', timeout: 120_000 })
     assert.equal(r.status, 0, `RUN ${run.args}\n${r.stdout}${r.stderr}`)

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { test } from 'node:test'
 import { promisify } from 'node:util'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -23,6 +24,22 @@ const api = await startServer({ HEADERS_TIMEOUT: String(HEADERS_TIMEOUT), REQUES
 const port = Number(new URL(api.url).port)
 const reader = await api.createUser({ name: 'Reader' })
 const ms = (x: number) => `${Math.round(x)} ms`
+
+/**
+ * The longest this process's event loop was held up (ms) while `work` ran: a time-out is checked
+ * on a timer, and a cut is seen on the other end in an event, so on a busy machine both come as late
+ * as the loop is. It is the slack a cut may take past its time-out, measured in the same test.
+ */
+async function withLoopLag<T>(work: () => Promise<T>): Promise<{ result: T; lagMs: number }> {
+  const delay = monitorEventLoopDelay({ resolution: 10 })
+  delay.enable()
+  try {
+    const result = await work()
+    return { result, lagMs: delay.max / 1e6 }
+  } finally {
+    delay.disable()
+  }
+}
 const MB = (x: number) => `${(x / 1048576).toFixed(1)} MB`
 
 /**
@@ -38,19 +55,31 @@ function goodClients() {
   })
 }
 
-/** The good clients' own machinery (fetch, its connection pool, compiled code) is warm before a baseline is taken. */
-async function warmUp(): Promise<void> {
-  const warm = goodClients()
-  await sleep(300)
-  await warm.stop()
+type GoodOutcomes = ReturnType<typeof goodClients>['outcomes']
+const latencyFigures = (outcomes: GoodOutcomes) => {
+  const latencies = outcomes.map((o) => o.ended - o.started)
+  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), max: Math.max(...latencies) }
 }
 
-function assertGoodUnaffected(outcomes: ReturnType<typeof goodClients>['outcomes'], atLeast = 100): { p50: number; p99: number; max: number } {
+/**
+ * The good clients alone for a second: their machinery (fetch, its connection pool, compiled code) is
+ * warm before a heap baseline is taken, and their latency on this machine now is the baseline of theirs
+ * under attack.
+ */
+let alone = { p50: 0, p99: 0, max: 0 }
+async function warmUp(): Promise<void> {
+  const warm = goodClients()
+  await sleep(1000)
+  alone = latencyFigures(await warm.stop())
+}
+
+/** Served as they were alone: within 5 times their own p99 and longest (never under 250 ms and 1.5 s, what a quiet machine shows). */
+function assertGoodUnaffected(outcomes: GoodOutcomes, atLeast = 100): { p50: number; p99: number; max: number } {
   assert.ok(outcomes.length >= atLeast, `${outcomes.length} good requests`)
   assert.deepEqual(summarize(outcomes), { 200: outcomes.length })
-  const latencies = outcomes.map((o) => o.ended - o.started)
-  const figures = { p50: percentile(latencies, 50), p99: percentile(latencies, 99), max: Math.max(...latencies) }
-  assert.ok(figures.p99 < 250 && figures.max < 1500, `good clients: p99 ${ms(figures.p99)}, max ${ms(figures.max)}`)
+  const figures = latencyFigures(outcomes)
+  const bound = { p99: Math.max(250, 5 * alone.p99), max: Math.max(1500, 5 * alone.max) }
+  assert.ok(figures.p99 < bound.p99 && figures.max < bound.max, `good clients: p99 ${ms(figures.p99)}, max ${ms(figures.max)}; alone p99 ${ms(alone.p99)}, max ${ms(alone.max)}`)
   return figures
 }
 
@@ -78,8 +107,9 @@ test(`slow-header and slow-body clients are cut off at HEADERS_TIMEOUT (${HEADER
   await warmUp()
   const baseline = await settledHeap()
   const good = goodClients()
+  let lagMs = 0
   try {
-    await attack(100)
+    lagMs = (await withLoopLag(() => attack(100))).lagMs
   } finally {
     for (const timer of trickle) clearInterval(timer)
     await good.stop()
@@ -92,12 +122,13 @@ test(`slow-header and slow-body clients are cut off at HEADERS_TIMEOUT (${HEADER
   const after = await settledHeap()
   t.diagnostic(
     `slow headers cut after ${ms(Math.min(...headersCut))}–${ms(Math.max(...headersCut))}, slow bodies after ${ms(Math.min(...bodiesCut))}–${ms(Math.max(...bodiesCut))}; ` +
-      `good clients meanwhile p50 ${ms(figures.p50)}, p99 ${ms(figures.p99)}, max ${ms(figures.max)}; heap ${MB(baseline)} before, ${MB(after)} after`,
+      `good clients meanwhile p50 ${ms(figures.p50)}, p99 ${ms(figures.p99)}, max ${ms(figures.max)}; event loop held up at most ${ms(lagMs)}; heap ${MB(baseline)} before, ${MB(after)} after`,
   )
   assert.deepEqual([...statuses.headers], [408])
   assert.deepEqual([...statuses.bodies], ['HTTP/1.1 408'])
-  assert.ok(Math.min(...headersCut) >= HEADERS_TIMEOUT * 1000 - 50 && Math.max(...headersCut) < (HEADERS_TIMEOUT + CHECK_INTERVAL) * 1000 + 500)
-  assert.ok(Math.min(...bodiesCut) >= REQUEST_TIMEOUT * 1000 - 50 && Math.max(...bodiesCut) < (REQUEST_TIMEOUT + CHECK_INTERVAL) * 1000 + 500)
+  // Not before the time-out; after it, within the check interval and as late as the loop was held up.
+  assert.ok(Math.min(...headersCut) >= HEADERS_TIMEOUT * 1000 - 50 && Math.max(...headersCut) < (HEADERS_TIMEOUT + CHECK_INTERVAL) * 1000 + 500 + lagMs, `slow headers cut after ${ms(Math.min(...headersCut))}–${ms(Math.max(...headersCut))}`)
+  assert.ok(Math.min(...bodiesCut) >= REQUEST_TIMEOUT * 1000 - 50 && Math.max(...bodiesCut) < (REQUEST_TIMEOUT + CHECK_INTERVAL) * 1000 + 500 + lagMs, `slow bodies cut after ${ms(Math.min(...bodiesCut))}–${ms(Math.max(...bodiesCut))}`)
   assert.ok(after - baseline < 3 * 1048576, `heap grew by ${MB(after - baseline)}`)
 })
 
@@ -108,7 +139,10 @@ test(`slow-header and slow-body clients are cut off at HEADERS_TIMEOUT (${HEADER
  */
 const floodScript = `
 import { connect } from 'node:net'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 const [port, count] = process.argv.slice(1).map(Number)
+const delay = monitorEventLoopDelay({ resolution: 10 })
+delay.enable()
 const started = performance.now()
 const results = []
 const closing = []
@@ -124,28 +158,51 @@ for (let i = 0; i < count; i += 100) await Promise.all(Array.from({ length: Math
 const openedIn = performance.now() - started
 await Promise.all(closing)
 const cut = results.map((r) => r.closedAt - r.openedAt)
-process.stdout.write(JSON.stringify({ openedIn, min: Math.min(...cut), max: Math.max(...cut), answered408: results.filter((r) => r.received.startsWith('HTTP/1.1 408 ')).length, closed: results.length }))
+process.stdout.write(JSON.stringify({ openedIn, min: Math.min(...cut), max: Math.max(...cut), answered408: results.filter((r) => r.received.startsWith('HTTP/1.1 408 ')).length, closed: results.length, lagMs: delay.max / 1e6 }))
 `
 
 test('a flood of 2,000 connections that send nothing: all closed at HEADERS_TIMEOUT, others served meanwhile, memory back to its baseline', async (t) => {
-  const flood = (count: number) => promisify(execFile)(process.execPath, ['--input-type=module', '-e', floodScript, String(port), String(count)], { timeout: 30_000 }).then((r) => JSON.parse(r.stdout) as { openedIn: number; min: number; max: number; answered408: number; closed: number })
+  const flood = (count: number) => promisify(execFile)(process.execPath, ['--input-type=module', '-e', floodScript, String(port), String(count)], { timeout: 30_000 }).then((r) => JSON.parse(r.stdout) as { openedIn: number; min: number; max: number; answered408: number; closed: number; lagMs: number })
+  // Each connection's life as the service sees it, from its accept to its close, for those that sent
+  // nothing. The flood's own figure starts at its connect, which on a busy machine can come seconds
+  // before the accept: with the listen queue full, the kernel holds a handshake and retries it later.
+  const lived: number[] = []
+  let timing = false
+  api.onConnection((socket) => {
+    if (!timing) return
+    const acceptedAt = performance.now()
+    socket.once('close', () => socket.bytesRead === 0 && lived.push(performance.now() - acceptedAt))
+  })
   await flood(50)
   await warmUp()
   const baseline = await settledHeap()
+  timing = true
   const good = goodClients()
   let report
+  let serviceLagMs = 0
   try {
-    report = await flood(2000)
+    ;({ result: report, lagMs: serviceLagMs } = await withLoopLag(() => flood(2000)))
   } finally {
+    timing = false
     await good.stop()
   }
   const figures = assertGoodUnaffected(good.outcomes)
   good.outcomes.length = 0
+  const served = { min: Math.min(...lived), max: Math.max(...lived), count: lived.length }
+  lived.length = 0
   const after = await settledHeap()
-  t.diagnostic(`2000 connections opened in ${ms(report.openedIn)}, closed after ${ms(report.min)}–${ms(report.max)} (${report.answered408} with a 408); good clients meanwhile p50 ${ms(figures.p50)}, p99 ${ms(figures.p99)}, max ${ms(figures.max)}; heap ${MB(baseline)} before, ${MB(after)} after`)
+  t.diagnostic(
+    `2000 connections opened in ${ms(report.openedIn)}, closed after ${ms(report.min)}–${ms(report.max)} from their connect, ${ms(served.min)}–${ms(served.max)} from their accept (${report.answered408} with a 408); ` +
+      `good clients meanwhile p50 ${ms(figures.p50)}, p99 ${ms(figures.p99)}, max ${ms(figures.max)}; event loops held up at most ${ms(serviceLagMs)} (service), ${ms(report.lagMs)} (flood); heap ${MB(baseline)} before, ${MB(after)} after`,
+  )
   assert.equal(report.closed, 2000)
-  assert.ok(report.min >= HEADERS_TIMEOUT * 1000 - 50, `a connection was closed after ${ms(report.min)}`)
-  assert.ok(report.max < (HEADERS_TIMEOUT + CHECK_INTERVAL) * 1000 + 1500, `a connection lived ${ms(report.max)}`)
+  // Every one cut by the time-out (the 408 is its answer), not before it, and after it within the check
+  // interval and as late as the service's loop was held up (measured in this test).
+  assert.equal(report.answered408, 2000)
+  assert.equal(served.count, 2000)
+  assert.ok(report.min >= HEADERS_TIMEOUT * 1000 - 50 && served.min >= HEADERS_TIMEOUT * 1000 - 50, `a connection was closed after ${ms(Math.min(report.min, served.min))}`)
+  const slack = 1500 + serviceLagMs
+  assert.ok(served.max < (HEADERS_TIMEOUT + CHECK_INTERVAL) * 1000 + slack, `a connection lived ${ms(served.max)} after its accept (slack ${ms(slack)})`)
   assert.ok(after - baseline < 3 * 1048576, `heap grew by ${MB(after - baseline)}`)
   assert.equal((await call(api.url, 'GET', '/healthz')).status, 200)
 })
@@ -170,6 +227,7 @@ test('malformed requests by the hundred (CL+TE, two Content-Lengths, oversized h
     c.write(raw)
     await c.closed
   }
+  await warmUp()
   const baseline = await settledHeap()
   const good = goodClients()
   const results = new Map<string, number[]>()

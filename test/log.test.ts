@@ -4,23 +4,25 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { batchedWriter, createLogger } from '../src/core/log.js'
 
 test('lines logged within the delay reach the sink in one write, in order, once the delay has passed', async () => {
+  // A delay far longer than a turn of the event loop, so that a busy machine's late timers do not end it between two lines.
+  const DELAY_MS = 200
   const writes: string[] = []
-  const out = batchedWriter((text) => void writes.push(text), 20)
+  const out = batchedWriter((text) => void writes.push(text), DELAY_MS)
   const log = createLogger('info', out.write)
   log.info('first', { n: 1 })
   log.debug('below the level')
-  await sleep(5)
+  await new Promise(setImmediate)
   log.warn('second')
   assert.equal(writes.length, 0)
-  await sleep(40)
+  await sleep(2 * DELAY_MS)
   assert.equal(writes.length, 1)
   const lines = writes[0]!.split('\n')
   assert.equal(lines.pop(), '')
   assert.deepEqual(lines.map((l) => JSON.parse(l).msg), ['first', 'second'])
-  await sleep(40)
+  await sleep(2 * DELAY_MS)
   assert.equal(writes.length, 1, 'nothing is written when nothing waits')
   log.info('third')
-  await sleep(40)
+  await sleep(2 * DELAY_MS)
   assert.equal(writes.length, 2, 'a later line starts a new delay')
 })
 

@@ -51,11 +51,13 @@ interface Held {
 }
 
 /** A credential of `who` that may read events. */
-async function credential(who: Account, kind: Kind, on: TestServer = A, expiresAt?: string): Promise<Held> {
+/** A credential of `kind`; an API key lives `keyTtlMs` from its creation when given (counted once the login before it is done: a login's hash takes seconds on a busy machine). */
+async function credential(who: Account, kind: Kind, on: TestServer = A, keyTtlMs?: number): Promise<Held> {
   if (kind !== 'api_key') return { kind, headers: { authorization: `Bearer ${await login(who, kind, on)}` } }
+  const auth = await login(who, 'jwt')
   const res = await A.request('POST', '/api-keys', {
-    auth: await login(who, 'jwt'),
-    body: { name: 'stream reader', scopes: ['events:read'], ...(expiresAt ? { expires_at: expiresAt } : {}) },
+    auth,
+    body: { name: 'stream reader', scopes: ['events:read'], ...(keyTtlMs ? { expires_at: new Date(Date.now() + keyTtlMs).toISOString() } : {}) },
   })
   assert.equal(res.status, 201, res.text)
   return { kind, headers: { 'x-api-key': res.body.key }, keyId: res.body.id }
@@ -204,7 +206,7 @@ describe('expiry', () => {
     test(`a stream opened with ${kind === 'api_key' ? 'an API key' : `a${kind === 'opaque' ? 'n opaque token' : ' JWT'}`} ends at its expiry, not before, and cannot be reopened with it`, async () => {
       const who = await account()
       // Tokens issued by B live TTL_S seconds; the key is given as long.
-      const held = await credential(who, kind, B, new Date(Date.now() + TTL_S * 1000).toISOString())
+      const held = await credential(who, kind, B, TTL_S * 1000)
       const me = await B.request('GET', '/auth/me', { headers: held.headers })
       assert.equal(me.status, 200, me.text)
       const expiresAt = Date.parse(me.body.credential.expires_at)

@@ -138,7 +138,8 @@ describe('a webhook follows its owner', () => {
       return (row?.attempts ?? 0) >= 1 && s.hooked.received.length >= 1
     })
     s.hooked.answer = answerWith(204)
-    assert.equal((await s.api.request('PATCH', `/users/${s.owner.id}`, { body: { role: 'user' } })).status, 200)
+    const demoted = await s.api.request('PATCH', `/users/${s.owner.id}`, { body: { role: 'user' } })
+    assert.equal(demoted.status, 200, demoted.text)
     const seen = s.hooked.received.length
     // Past the retry delay (1.5 s): the retry would have come by now.
     await sleep(2500)

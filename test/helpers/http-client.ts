@@ -20,6 +20,8 @@ export interface CallOptions {
   headers?: Record<string, string>
   /** Sent as JSON (a string as it is). */
   body?: unknown
+  /** How long the connection may be silent before the request fails; default 20 s. */
+  timeoutMs?: number
 }
 
 export function call(base: string, method: string, path: string, options: CallOptions = {}): Promise<Answer> {
@@ -28,7 +30,7 @@ export function call(base: string, method: string, path: string, options: CallOp
   const headers: Record<string, string> = { ...(body !== undefined ? { 'content-type': type } : {}), ...options.headers }
   return new Promise((resolve) => {
     const failed = (err: Error) => resolve({ status: 0, headers: {}, body: undefined, error: err.message })
-    const req = request(base + path, { method, headers, agent: options.agent, localAddress: options.agent ? undefined : options.from, timeout: 20_000 }, (res) => {
+    const req = request(base + path, { method, headers, agent: options.agent, localAddress: options.agent ? undefined : options.from, timeout: options.timeoutMs ?? 20_000 }, (res) => {
       let text = ''
       res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk))
       res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: /json/.test(res.headers['content-type'] ?? '') && text ? JSON.parse(text) : text }))

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import type { Socket } from 'node:net'
 import { after } from 'node:test'
 import type { Sql } from 'postgres'
 import type { AppDeps } from '../../src/app-deps.js'
@@ -38,6 +39,8 @@ export interface RequestOptions {
    * (anonymous). Ignored when `headers` carries Authorization or X-API-Key.
    */
   auth?: string | null
+  /** How long to wait for the answer before failing; default REQUEST_TIMEOUT_MS. */
+  timeoutMs?: number
 }
 
 export interface TestServer {
@@ -78,6 +81,10 @@ export interface TestServer {
   published(): Promise<void>
   /** Closes the server's idle keep-alive connections: for memory figures that must not count sockets a client left open. */
   closeIdleConnections(): void
+  /** The connections the server holds open now (its HTTP server's count). */
+  openConnections(): Promise<number>
+  /** Calls `listener` with each connection the server accepts. */
+  onConnection(listener: (socket: Socket) => void): void
 }
 
 /** A fresh database copied from the run's template; its URL. */
@@ -186,6 +193,8 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     loginJwtFor,
     createUser,
     closeIdleConnections: () => service.server.closeIdleConnections(),
+    openConnections: () => new Promise((resolve, reject) => service.server.getConnections((err, count) => (err ? reject(err) : resolve(count)))),
+    onConnection: (listener) => void service.server.on('connection', listener),
     async published() {
       for (const deadline = Date.now() + 5000; ;) {
         await deps.eventPublisher.drain()
@@ -207,7 +216,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
         headers['content-type'] = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
       }
       // Bounded, so a request the server never answers fails its test instead of holding the file (and a frozen backend) forever.
-      const res = await fetch(url + path, { method, headers, body, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) })
+      const res = await fetch(url + path, { method, headers, body, signal: AbortSignal.timeout(options.timeoutMs ?? REQUEST_TIMEOUT_MS) })
       const text = await res.text()
       const type = res.headers.get('content-type') ?? ''
       const parsed = /json/.test(type) && text ? JSON.parse(text) : undefined

@@ -147,10 +147,14 @@ export function rawRequest(url: string, bytes: string | Buffer): Promise<{ statu
   return new Promise((resolve, reject) => {
     const socket = connect(Number(port), hostname)
     const chunks: Buffer[] = []
+    let failure: Error | undefined
     socket.on('data', (d) => chunks.push(d))
-    socket.on('error', reject)
+    // A server that answers before reading all of a request (a header over the limit) and then closes
+    // resets the connection when the rest arrives (RFC 9112, 9.6): the answer came first and is what counts.
+    socket.on('error', (err) => (failure = err))
     socket.on('close', () => {
       const text = Buffer.concat(chunks).toString('latin1')
+      if (!text && failure) return reject(failure)
       resolve({ statusLine: text.split('\r\n', 1)[0]!, text })
     })
     socket.setTimeout(10_000, () => socket.destroy())
