@@ -40,7 +40,11 @@ test('a deadlock PostgreSQL breaks is a 503 database_unavailable with Retry-Afte
 })
 
 test('the database layer classifies its errors, and the HTTP layer answers each with its 503 and Retry-After', () => {
-  const withCode = (code: string) => Object.assign(new Error('from the driver'), { code })
+  // 'code routine': the SQLSTATE and the server function that raised it (postgres.js gives both).
+  const withCode = (text: string) => {
+    const [code, routine] = text.split(' ')
+    return Object.assign(new Error('from the driver'), { code, ...(routine ? { routine } : {}) })
+  }
   const table = [
     ['ECONNREFUSED', 'unavailable', '5'],
     ['CONNECTION_CLOSED', 'unavailable', '5'],
@@ -49,6 +53,7 @@ test('the database layer classifies its errors, and the HTTP layer answers each 
     ['57014', 'unavailable', '5'],
     ['53300', 'unavailable', '5'],
     ['25P03', 'unavailable', '5'],
+    ['55000 CheckMyDatabase', 'unavailable', '5'],
     ['40P01', 'deadlock', '1'],
     ['40001', 'serialization', '1'],
   ] as const
@@ -58,7 +63,7 @@ test('the database layer classifies its errors, and the HTTP layer answers each 
     assert.deepEqual([problem?.status, problem?.code, problem?.options.headers?.['retry-after']], [503, 'database_unavailable', retryAfter], code)
   }
   // A unique violation is its resource's to answer; a plain error or a non-Error is nobody's: a 500.
-  for (const err of [withCode('23505'), new Error('bug'), 'thrown text']) {
+  for (const err of [withCode('23505'), withCode('55000 LockAcquire'), new Error('bug'), 'thrown text']) {
     assert.equal(classifyDatabaseError(err), undefined)
     assert.equal(failureProblem(err), undefined)
   }

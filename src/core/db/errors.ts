@@ -25,7 +25,7 @@ export type DatabaseFailure = 'unavailable' | 'deadlock' | 'serialization'
 
 export function classifyDatabaseError(err: unknown): DatabaseFailure | undefined {
   if (!(err instanceof Error)) return undefined
-  const { code } = err as Error & { code?: string }
+  const { code, routine } = err as Error & { code?: string; routine?: string }
   if (code === undefined) return undefined
   // Class 08: connection exception; 57P01-03: admin shutdown (also
   // pg_terminate_backend), crash shutdown, cannot connect now (starting up,
@@ -33,7 +33,11 @@ export function classifyDatabaseError(err: unknown): DatabaseFailure | undefined
   // saturated or the database is stalled); class 53: insufficient resources
   // (too many connections, disk full, out of memory); 25P03: the server ended
   // a transaction left idle too long (idle_in_transaction_session_timeout).
-  if (connectionCodes.has(code) || code.startsWith('08') || code.startsWith('53') || /^57P0[1-3]$/.test(code) || code === '57014' || code === '25P03') {
+  // 55000 from the server's start-up of a session (CheckMyDatabase): the
+  // database refuses new connections (ALLOW_CONNECTIONS false, as during a
+  // maintenance or a restore); elsewhere 55000 is an object's state, no outage.
+  if (connectionCodes.has(code) || code.startsWith('08') || code.startsWith('53') || /^57P0[1-3]$/.test(code) || code === '57014' || code === '25P03' ||
+    (code === '55000' && routine === 'CheckMyDatabase')) {
     return 'unavailable'
   }
   // PostgreSQL broke a deadlock, or a serialization conflict, by aborting this transaction.
