@@ -26,9 +26,6 @@ export function registerProblems(types: Readonly<Record<string, ProblemType>>): 
   }
 }
 
-/** Every registered code, in the order of registration (the OpenAPI document lists them). */
-export const registeredProblems = (): ReadonlyMap<string, ProblemType> => registered
-
 function problemType(code: string): ProblemType {
   const type = registered.get(code)
   if (!type) throw new Error(`problem code "${code}" is not registered`)
