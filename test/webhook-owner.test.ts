@@ -149,6 +149,40 @@ describe('a webhook follows its owner', () => {
     assert.deepEqual(deliveries.body.map((d: { status: string }) => d.status), ['failed'])
   })
 
+  test('a demotion while the worker records a failed attempt: no deadlock, the demotion commits and the delivery fails', async () => {
+    const s = await setUp({ retryDelaysMs: [60_000] })
+    let release!: () => void
+    const held = new Promise<void>((resolve) => { release = resolve })
+    s.hooked.answer = (_req, res) => void held.then(() => answerWith(500)(_req, res, undefined as never))
+    await createProduct(s.api)
+    await s.hooked.waitFor('the attempt, held open', (r) => r.length === 1)
+
+    // The demotion's first step, taken on its own: the webhook's row (sql/010
+    // takes it, then the webhook's pending deliveries). The worker, recording
+    // the failure, must wait for it without holding the delivery's row.
+    let demotedAt: Date | undefined
+    const demotion = s.api.sql.begin(async (tx) => {
+      await tx`SELECT 1 FROM webhooks WHERE id = ${s.hook.id} FOR NO KEY UPDATE`
+      release()
+      await waitUntil('the worker to wait for the webhook', async () => {
+        const [waiting] = await s.api.sql`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE '%webhooks%'`
+        return waiting !== undefined
+      })
+      await tx`UPDATE users SET role = 'user' WHERE id = ${s.owner.id}`
+      demotedAt = new Date()
+    })
+    await demotion
+    assert.ok(demotedAt, 'the demotion committed')
+    await waitUntil('the attempt to be recorded', async () => {
+      const [row] = await s.api.sql`SELECT count(*)::int AS n FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id WHERE d.webhook_id = ${s.hook.id}`
+      return row?.n === 1
+    })
+    const deliveries = await s.api.request('GET', `/webhooks/${s.hook.id}/deliveries`)
+    assert.deepEqual(deliveries.body.map((d: { status: string }) => d.status), ['failed'])
+    await assertDisabled(s, `its owner (user ${s.owner.id}) is no longer an admin`, s.owner.id)
+    assert.equal(s.sender.logs.filter((l) => l.level === 'error').length, 0, JSON.stringify(s.sender.logs.filter((l) => l.level === 'error')))
+  })
+
   test('another admin who re-enables it becomes its owner, and deliveries resume, signed as before', async () => {
     const s = await setUp()
     assert.equal((await s.api.request('PATCH', `/users/${s.owner.id}`, { body: { role: 'user' } })).status, 200)

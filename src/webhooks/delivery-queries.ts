@@ -78,11 +78,26 @@ const MAX_ERROR_LENGTH = 1000
  * webhook's record of failing. A webhook that has failed without a success
  * for `disableAfterMs` is disabled (webhook.updated, by the system) and its
  * pending deliveries fail. Whether it was disabled now.
+ *
+ * The webhook's row is written before the delivery's: a demotion or deletion
+ * of the owner (sql/010) and disable() take them in that order too, so the two
+ * never wait on each other in a cycle (a deadlock would abort one of them, and
+ * that one may be the client's PATCH /users/{id}).
  */
 export async function recordAttempt(sql: Sql, claim: ClaimedDelivery, attempt: AttemptRecord, disableAfterMs: number): Promise<boolean> {
   const error = attempt.error?.slice(0, MAX_ERROR_LENGTH) ?? null
   const status = attempt.ok ? 'succeeded' : attempt.retryInMs === undefined ? 'failed' : 'pending'
   return sql.begin(async (tx) => {
+    let overdue = false
+    if (attempt.ok) {
+      await tx`UPDATE webhooks SET failing_since = NULL WHERE id = ${claim.webhook_id} AND failing_since IS NOT NULL`
+    } else {
+      // An UPDATE even when failing_since is already set: it is what takes the webhook's row first.
+      const [webhook] = await tx<Array<{ overdue: boolean }>>`
+        UPDATE webhooks SET failing_since = coalesce(failing_since, ${attempt.startedAt}) WHERE id = ${claim.webhook_id}
+        RETURNING status = 'active' AND failing_since <= now() - ${disableAfterMs}::bigint * interval '1 millisecond' AS overdue`
+      overdue = webhook?.overdue ?? false
+    }
     await tx`
       WITH attempt AS (
         INSERT INTO webhook_attempts (delivery_id, attempted_at, status, duration_ms, error)
@@ -95,18 +110,7 @@ export async function recordAttempt(sql: Sql, claim: ClaimedDelivery, attempt: A
         last_status = ${attempt.status ?? null},
         last_error = ${error}
       WHERE id = ${claim.delivery_id} AND attempts = ${claim.attempts} AND status = 'pending'`
-    if (attempt.ok) {
-      await tx`UPDATE webhooks SET failing_since = NULL WHERE id = ${claim.webhook_id} AND failing_since IS NOT NULL`
-      return false
-    }
-    const [webhook] = await tx<Array<{ overdue: boolean }>>`
-      WITH marked AS (
-        UPDATE webhooks SET failing_since = ${attempt.startedAt} WHERE id = ${claim.webhook_id} AND failing_since IS NULL RETURNING failing_since)
-      SELECT w.status = 'active' AND coalesce((SELECT failing_since FROM marked), w.failing_since)
-        <= now() - ${disableAfterMs}::bigint * interval '1 millisecond' AS overdue
-      FROM webhooks w WHERE w.id = ${claim.webhook_id}`
-    if (!webhook?.overdue) return false
-    return disable(tx, claim.webhook_id, error ?? 'the receiver did not accept the deliveries')
+    return overdue && disable(tx, claim.webhook_id, error ?? 'the receiver did not accept the deliveries')
   })
 }
 
