@@ -11,6 +11,7 @@ import { createLogger } from '../src/core/log.js'
 import { Scheduler } from '../src/core/scheduler.js'
 import { createService, type Service } from '../src/service.js'
 import { activeResources, openLedger, type HandleLedger } from './helpers/handles.js'
+import { connect } from '../src/core/db/connect.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 import { SseClient } from './helpers/sse.js'
 
@@ -48,6 +49,10 @@ function call(port: number, method: string, path: string, headers: Record<string
 
 /** Serves requests (a read, an idempotent create), a stream that receives the create's event, and the scheduler's runs. */
 async function exercise(service: Service): Promise<SseClient> {
+  return (await exerciseWith(service)).stream
+}
+
+async function exerciseWith(service: Service): Promise<{ stream: SseClient; port: number; auth: Record<string, string> }> {
   const { port } = await service.listen(0, '127.0.0.1')
   const [admin] = await service.deps.sql<Array<{ id: number }>>`
     INSERT INTO users (name, email, role) VALUES ('Lifecycle', ${`lifecycle-${process.hrtime.bigint()}@example.com`}, 'admin') RETURNING id`
@@ -62,7 +67,7 @@ async function exercise(service: Service): Promise<SseClient> {
   assert.equal(created.status, 201, created.body)
   // Published by the job events.publish and read by events.read: both ran on their timers.
   await stream.waitForEvents(1, 20_000)
-  return stream
+  return { stream, port, auth }
 }
 
 /**
@@ -98,6 +103,30 @@ describe('a service leaves nothing open once stopped', () => {
     await service.shutdown()
     assert.deepEqual(await stream.ended, { clean: true }, 'the drain ends the stream cleanly')
     assert.ok(logs.some((l) => l.msg === 'stopped'))
+    await assertNothingLeft(ledger, before)
+  })
+
+  test('after a database outage (new sessions refused, every session ended, then allowed again), close() still ends every connection', async () => {
+    // From the server's maintenance database: PostgreSQL refuses ALLOW_CONNECTIONS for the database one is connected to.
+    const server = connect(process.env.TEST_SERVER_URL!, { max: 1, statementTimeoutMs: 10_000 })
+    const database = new URL(databaseUrl).pathname.slice(1)
+    await server`SELECT 1`
+    const before = activeResources()
+    const ledger = openLedger()
+    const { service } = newService()
+    const { stream, port, auth } = await exerciseWith(service)
+    try {
+      await server`ALTER DATABASE ${server(database)} ALLOW_CONNECTIONS false`
+      await server`SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = ${database} AND pid <> pg_backend_pid()`
+      const answers = await Promise.all(Array.from({ length: 5 }, () => call(port, 'GET', '/users?limit=1', auth)))
+      assert.deepEqual(answers.map((a) => a.status), [503, 503, 503, 503, 503])
+    } finally {
+      await server`ALTER DATABASE ${server(database)} ALLOW_CONNECTIONS true`
+    }
+    // At once: the pool and the listeners are opening connections again, and close() must end those too.
+    await service.close()
+    await stream.ended
+    await server.end({ timeout: 5 })
     await assertNothingLeft(ledger, before)
   })
 

@@ -25,6 +25,11 @@
 //    outside any transaction, and commits; statements queued inside the
 //    transaction never settle (#1186).
 // 4. #1097: sql.end() waits forever for the stale query of a closed connection.
+//    And sql.end() leaves behind a connection that is still opening (its socket
+//    connects later and holds a backend until PostgreSQL's authentication
+//    timeout) or waiting to reconnect (its timer opens a new session after the
+//    end): after an outage, the process that closed its pool could not exit
+//    (test/lifecycle.test.ts).
 //
 // And three for speed and memory (bench/README.md, findings 1 and 6):
 //
@@ -59,7 +64,7 @@
 //    calls it first; the same failure hits a BEGIN sent as the 100th
 //    statement of a full pipeline.
 //
-// Fourteen textual replacements in src/connection.js, src/index.js,
+// Seventeen textual replacements in src/connection.js, src/index.js,
 // src/queue.js and src/query.js, and the
 // same in the CommonJS copy (cjs/src/), each marked in the patched file with
 // "users-products-api patch", and each patched file ends with a stamp naming
@@ -95,11 +100,11 @@ const STAMP = /\n\/\/ users-products-api patch: edit list [0-9a-f]{16}\n$/
 
 /** SHA-256 of each file as this patch leaves it, its last line (the stamp) left out: the patched postgres.js 3.4.9. */
 export const PATCHED_SHA256 = {
-  'src/connection.js': '31eb65332b7ecdef9a0d6ff05756c6580af784eca22b0e28c55f992a211cf947',
+  'src/connection.js': '9d65a4ebf1ce963bb549dff69df3f68ec86570770c5180d94964ba805e41d94d',
   'src/index.js': 'e876f9a6d7e8736ff857ba387bcfdd7075234f9cdc87346343c102a2a71c0acb',
   'src/queue.js': 'ecd984173a68d4af085c77af43135c82af7ee9b48dcb0e257d4579b76810287a',
   'src/query.js': 'e0ee0faee52fbda19d3c777a0d7d06108de8fc70cbf9141b2c8733d7c8188479',
-  'cjs/src/connection.js': 'a80f090f914f6453046feb25a525a4a90521c76ebce1a0a1d17af35f6d49fcd4',
+  'cjs/src/connection.js': '94d5648f11fa19f392d28bcb72ca7191bd4137caddbd8b4d15a64234cf051705',
   'cjs/src/index.js': '2eb4282e1b9c1dec05d9751608210fe39a20f0d85517c1036e1f943356113cb8',
   'cjs/src/queue.js': '021fe60656a61dd28e502efa6b33d5b51cee4bb016bc92d0e2482171f75e4820',
   'cjs/src/query.js': '2c011b36ae8be513e46eb5f37318a1673f0dcf957d5736c7261b722bfa183776',
@@ -186,6 +191,36 @@ export const edits = [
     result = new Result()
     rows = 0
     ended && (ended(), ended = null)
+`,
+  ],
+  [
+    'connection.js',
+    `    , delay = 0
+`,
+    `    , delay = 0
+    , reconnectTimer = null // ${MARKER}: see reconnect()
+`,
+  ],
+  [
+    'connection.js',
+    `  function reconnect() {
+    setTimeout(connect, closedTime ? Math.max(0, closedTime + delay - performance.now()) : 0)
+`,
+    `  function reconnect() {
+    // ${MARKER}: kept, so that terminate() can cancel it; a reconnect due after sql.end() opened a session nobody ends
+    clearTimeout(reconnectTimer)
+    reconnectTimer = setTimeout(connect, closedTime ? Math.max(0, closedTime + delay - performance.now()) : 0)
+`,
+  ],
+  [
+    'connection.js',
+    `      socket.readyState === 'open' && socket.end(b().X().end())
+    }
+`,
+    `      // ${MARKER}: a socket still connecting is destroyed; left alone, it connected after sql.end() and held a backend
+      socket.readyState === 'open' ? socket.end(b().X().end()) : socket.readyState === 'opening' && socket.destroy()
+    }
+    clearTimeout(reconnectTimer) // ${MARKER}
 `,
   ],
   [
