@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { describe, test } from 'node:test'
 import { PasswordHasher } from '../src/auth/password.js'
+import { applicationRegistry } from './helpers/registry.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // API keys: creation (what is returned, what is stored), use (both headers,
@@ -141,6 +142,16 @@ describe('POST /api-keys', () => {
   test('expires_at null means no expiry', async () => {
     const res = await createKey({ expires_at: null })
     assert.equal(res.body.expires_at, null)
+  })
+
+  test('an admin may give a key every scope it holds, however many the resources declare', async () => {
+    const every = [...applicationRegistry.scopes.byRole.admin]
+    assert.ok(every.length > 6, `${every.length} scopes`)
+    const res = await createKey({ scopes: every })
+    assert.deepEqual([...res.body.scopes].sort(), [...every].sort())
+    const seen = await me({ 'x-api-key': res.key })
+    assert.equal(seen.status, 200)
+    assert.deepEqual([...seen.body.credential.scopes].sort(), [...every].sort())
   })
 
   // A key can never do more than the credential that creates it.
