@@ -181,7 +181,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
       if (catchUp) await deps.credentialChanges.caughtUp()
       return checkGrants(grants, credentialDeps(deps, (work) => work()), config.allowSignup)
     }, scheduler),
-    webhooks: new WebhookWorker(sql, listenSql, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }, scheduler),
+    webhooks: new WebhookWorker(sql, listenSql, registry.webhooks, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }, scheduler),
     retention: new EventRetention(sql, scheduler, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
   return deps

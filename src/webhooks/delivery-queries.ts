@@ -1,7 +1,7 @@
 import type { Sql, TransactionSql } from 'postgres'
+import type { Resource } from '../core/resources/resource.js'
 import { systemOrigin } from '../events/origin.js'
 import { lockRow, updateRow } from '../core/resources/store.js'
-import { webhookStorage as webhooks } from './resource.js'
 
 // The SQL of the delivery worker. A claim takes due deliveries with
 // FOR UPDATE SKIP LOCKED and, in the same statement, moves each one's
@@ -84,7 +84,7 @@ const MAX_ERROR_LENGTH = 1000
  * never wait on each other in a cycle (a deadlock would abort one of them, and
  * that one may be the client's PATCH /users/{id}).
  */
-export async function recordAttempt(sql: Sql, claim: ClaimedDelivery, attempt: AttemptRecord, disableAfterMs: number): Promise<boolean> {
+export async function recordAttempt(sql: Sql, webhooks: Resource, claim: ClaimedDelivery, attempt: AttemptRecord, disableAfterMs: number): Promise<boolean> {
   const error = attempt.error?.slice(0, MAX_ERROR_LENGTH) ?? null
   const status = attempt.ok ? 'succeeded' : attempt.retryInMs === undefined ? 'failed' : 'pending'
   return sql.begin(async (tx) => {
@@ -110,12 +110,12 @@ export async function recordAttempt(sql: Sql, claim: ClaimedDelivery, attempt: A
         last_status = ${attempt.status ?? null},
         last_error = ${error}
       WHERE id = ${claim.delivery_id} AND attempts = ${claim.attempts} AND status = 'pending'`
-    return overdue && disable(tx, claim.webhook_id, error ?? 'the receiver did not accept the deliveries')
+    return overdue && disable(tx, webhooks, claim.webhook_id, error ?? 'the receiver did not accept the deliveries')
   })
 }
 
 /** Disables a webhook that kept failing; its pending deliveries fail. False if someone else changed its status first. */
-async function disable(tx: TransactionSql, webhookId: number, lastError: string): Promise<boolean> {
+async function disable(tx: TransactionSql, webhooks: Resource, webhookId: number, lastError: string): Promise<boolean> {
   const current = await lockRow(tx, webhooks, String(webhookId), undefined)
   if (current.status !== 'active') return false
   await updateRow(tx, webhooks, current.id, { status: 'disabled', last_error: lastError }, systemOrigin)

@@ -9,7 +9,6 @@ import type { Resource } from '../core/resources/resource.js'
 import { routeExtensionsOf } from '../resource-module.js'
 import { resourceRoutes } from '../core/resources/routes.js'
 import { conflictOf, insertRow } from '../core/resources/store.js'
-import { nonResourceEventTypes } from './event-types.js'
 import { hostOf, refusalOfAddresses, refusalOfUrl, type Resolver, type UrlPolicy } from './address-policy.js'
 import { newSigningSecret, sealSecret } from './secret.js'
 import { wakeWorkers } from './wake.js'
@@ -67,13 +66,6 @@ export const defineWebhooks = (subscribableEventTypes: readonly string[]) => def
     updated_at: timestampMember(),
   },
 })
-
-/**
- * For the service's own writes to a webhook (disabling one that keeps
- * failing): locking, updating and the event's data depend on the table and
- * the representation, never on which event types exist.
- */
-export const webhookStorage = defineWebhooks(nonResourceEventTypes)
 
 /** The answer to a creation or a rotation: the one time the secret is shown. */
 export const webhookWithSecret = (webhooks: Resource) => Type.Object({

@@ -4,6 +4,7 @@ import { backgroundConnection } from '../core/db/connect.js'
 import { eventSerializer } from '../events/feed.js'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Component } from '../core/lifecycle.js'
+import type { Resource } from '../core/resources/resource.js'
 import { describeError, type Logger } from '../core/log.js'
 import type { Job, Scheduler } from '../core/scheduler.js'
 import { systemResolver, type Resolver } from './address-policy.js'
@@ -91,6 +92,8 @@ export class WebhookWorker implements Component {
     readonly sql: Sql,
     /** Where it listens: a session (AppDeps.listenSql), not a transaction pooler's connection. */
     readonly listenSql: Sql,
+    /** The registry's webhook declaration: disabling a webhook that keeps failing writes it as the API would. */
+    readonly webhooks: Resource,
     readonly config: Config,
     readonly log: Logger,
     readonly settings: WebhookSettings,
@@ -174,7 +177,7 @@ export class WebhookWorker implements Component {
     const outcome = this.stopped ? { status: undefined, durationMs: 0, error: 'the service stopped before the attempt', ok: false, aborted: true } : await this.send(claim)
     if (outcome.aborted) return releaseClaim(db, claim, { startedAt, ...outcome })
     const retryInMs = outcome.ok ? undefined : retryDelayMs({ delaysMs: this.settings.retryDelaysMs, jitter: this.settings.retryJitter }, claim.attempts)
-    const disabled = await recordAttempt(db, claim, { startedAt, ...outcome, retryInMs }, this.settings.disableAfterMs)
+    const disabled = await recordAttempt(db, this.webhooks, claim, { startedAt, ...outcome, retryInMs }, this.settings.disableAfterMs)
     // Never the URL: its path or query may be a credential of the receiver's.
     const fields = { webhook_id: claim.webhook_id, delivery_id: claim.delivery_id, event_id: claim.event.id, attempt: claim.attempts, status: outcome.status, duration_ms: outcome.durationMs }
     if (outcome.ok) this.log.debug('webhook delivered', fields)
