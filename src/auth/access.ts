@@ -1,7 +1,6 @@
 import { HttpError } from '../core/http/problem.js'
 import { challenge, unauthorized } from './credentials.js'
-import type { Principal, UserPrincipal } from './principal.js'
-import type { Scope } from './scopes.js'
+import type { Principal, Scope, UserPrincipal } from './principal.js'
 
 // Who may call a route is declared on the route and checked here, once, by
 // the pipeline before the handler runs. Handlers only add what depends on the

@@ -1,9 +1,10 @@
-import type { Scope } from './scopes.js'
-
 // Who is calling. Authentication turns a credential into a Principal; without
 // a credential the caller is anonymous.
 
 export type Role = 'admin' | 'user'
+
+/** A scope such as `<table>:read`; which ones exist is the registry's (ScopePolicy, src/auth/scopes.ts). */
+export type Scope = string
 
 export type Credential =
   | { type: 'jwt'; expiresAt: string; sessionId: number; epoch: number }

@@ -1,12 +1,9 @@
 import type { Resource } from '../core/resources/resource.js'
-import type { Role } from './principal.js'
+import type { Role, Scope } from './principal.js'
 
 // Scopes come from the registry (src/registry.ts): each declared resource
 // has `<table>:read` and `<table>:write`, held by the roles its access names;
 // beside them the scopes of what is no resource (the event feed, metrics).
-
-/** A scope such as `<table>:read`; which ones exist is the registry's (ScopePolicy). */
-export type Scope = string
 
 /** Scopes that belong to no resource, and the roles that may hold them. */
 export const nonResourceScopes: ReadonlyArray<{ scope: Scope; roles: readonly Role[] }> = [
