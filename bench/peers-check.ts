@@ -50,7 +50,7 @@ export const peerServers: Record<'fastify' | 'minimal' | 'bare', PeerServer> = {
  * the root install patches only the root's copy.
  */
 export function installPeerDependencies(log: (msg: string) => void = () => {}): void {
-  for (const [name, peer] of Object.entries(peerServers)) {
+  for (const peer of Object.values(peerServers)) {
     const marker = join(peer.dir, 'node_modules', '.package-lock.json')
     if (existsSync(marker) && statSync(marker).mtimeMs >= statSync(join(peer.dir, 'package-lock.json')).mtimeMs) continue
     log(`npm ci in ${peer.dir}`)
