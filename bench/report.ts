@@ -322,14 +322,14 @@ export function concurrencyTargets(rows: Row[], levels: number[], series: Series
 // ---- WORKERS: throughput of N workers against one -------------------------------
 
 /**
- * When the database is not the limit: its backends (of the server measured)
- * used under a quarter of the machine's cores, and, when the database
- * ceiling was measured for the request, pgbench ran its statements at least
- * twice as fast as the server was served. Reads by id are answered from
- * shared buffers, and each worker has a pool of its own, so the database
- * can limit them only by its CPU.
+ * When the database is not the limit: the database ceiling (bench/ceiling.ts:
+ * pgbench running the request's statements on the same machine) is at least
+ * CEILING_MARGIN × the workers' req/s; when the ceiling was not measured, the
+ * backends of the server measured used under DB_SHARE_LIMIT of the machine's
+ * cores. Reads by id are answered from shared buffers and each worker has a
+ * pool of its own, so the database can limit them only by its CPU.
  */
-export const DB_SHARE_LIMIT = 0.25
+export const DB_SHARE_LIMIT = 1 / 3
 export const CEILING_MARGIN = 2
 
 /** The cores a measurement's server (its process tree) and its PostgreSQL backends kept busy on average. */
@@ -342,6 +342,8 @@ export interface WorkersVerdict {
   dbShare: number
   ceilingRatio: number
   dbNotLimit: boolean | undefined
+  /** The machine's busy share with one process and with N workers. */
+  busy: [number, number]
 }
 
 /**
@@ -369,8 +371,9 @@ export function workersTable(rows: Row[], levels: number[], series: Series, core
       const dbShare = med(many, (m) => coresOf(m).db) / cores
       const ceiling = ceilingTps[r.key]
       const ceilingRatio = ceiling === undefined ? NaN : ceiling / med(many, pick.rps)
-      const dbNotLimit = Number.isFinite(dbShare) ? dbShare < DB_SHARE_LIMIT && !(ceilingRatio < CEILING_MARGIN) : undefined
-      verdicts.push({ key: r.key, connections: c, ratio, dbShare, ceilingRatio, dbNotLimit })
+      const dbNotLimit = Number.isFinite(ceilingRatio) ? ceilingRatio >= CEILING_MARGIN : Number.isFinite(dbShare) ? dbShare < DB_SHARE_LIMIT : undefined
+      const busy: [number, number] = [med(one, (m) => m.machineBusy), med(many, (m) => m.machineBusy)]
+      verdicts.push({ key: r.key, connections: c, ratio, dbShare, ceilingRatio, dbNotLimit, busy })
       const pct = (v: number) => (Number.isFinite(v) ? `${(v * 100).toFixed(0)} %` : 'n/a')
       out.push(`| ${r.label} | ${c.toLocaleString('en')} | ${f(med(one, pick.rps), 0)} | ${f(med(many, pick.rps), 0)} | ${cell(ratios(s!, 'service', pick.rps, 'workers'), 2)} | ` +
         `${f(med(one, (m) => coresOf(m).server), 2)} / ${f(med(many, (m) => coresOf(m).server), 2)} | ${f(med(one, (m) => coresOf(m).db), 2)} / ${f(med(many, (m) => coresOf(m).db), 2)} | ` +
@@ -386,8 +389,9 @@ export function workersTargets(verdicts: WorkersVerdict[], labels: Record<string
   const check = checker(out)
   for (const v of verdicts.filter((w) => readsById.includes(w.key))) {
     const what = `${LABEL.workers} ≥ 1.5 × the req/s of one, ${labels[v.key]} at ${v.connections.toLocaleString('en')} connections: ${x(v.ratio)}`
-    const db = `PostgreSQL ${Number.isFinite(v.dbShare) ? `${(v.dbShare * 100).toFixed(0)} %` : 'n/a'} of the machine` +
-      (Number.isFinite(v.ceilingRatio) ? `, its ceiling ${v.ceilingRatio.toFixed(1)} × the workers' req/s` : '')
+    const pct = (f: number) => (Number.isFinite(f) ? `${(f * 100).toFixed(0)} %` : 'n/a')
+    const db = `PostgreSQL ${pct(v.dbShare)} of the machine` + (Number.isFinite(v.ceilingRatio) ? `, its ceiling ${v.ceilingRatio.toFixed(1)} × the workers' req/s` : '') +
+      `; machine busy ${pct(v.busy[0])} with one process, ${pct(v.busy[1])} with the workers`
     if (v.dbNotLimit === false) check(undefined, `${what}: the database may be the limit (${db})`)
     else check(Number.isFinite(v.ratio) ? v.ratio >= 1.5 : undefined, `${what} (${db})`)
   }

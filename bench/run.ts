@@ -423,8 +423,8 @@ async function mainSeries(main: Subject): Promise<Series> {
 }
 
 /** Runs of the concurrency series at `connections`: BENCH_WORKERS_RUNS where the service with WORKERS must pass that many in a row. */
-const concurrencyRoundsAt = (connections: number) =>
-  settings.workers && connections === settings.workersConnections ? Math.max(settings.concurrencyRounds, settings.workersRuns) : settings.concurrencyRounds
+const concurrencyRoundsAt = (connections: number, withWorkers = settings.workers > 0) =>
+  withWorkers && connections === settings.workersConnections ? Math.max(settings.concurrencyRounds, settings.workersRuns) : settings.concurrencyRounds
 
 /**
  * Whether this build forks workers for WORKERS: the service started with
@@ -453,7 +453,7 @@ async function concurrencySeries(main: Subject, withWorkers: boolean): Promise<S
   const kinds: Kind[] = ['service', ...(withWorkers ? (['workers'] as const) : []), ...PEERS]
   for (const key of selected(CONCURRENCY_ENDPOINTS)) {
     for (const connections of settings.concurrency) {
-      const rounds = concurrencyRoundsAt(connections)
+      const rounds = concurrencyRoundsAt(connections, withWorkers)
       for (let round = 0; round < rounds; round++) {
         await measureCell({
           subject: main, endpoint: byKey(main, key), round, seconds: settings.concurrencyDuration, connections, kinds,
@@ -556,17 +556,18 @@ function report(r: Results): { text: string; targets: string[] } {
   }
   let workerVerdicts: ReturnType<typeof workersTable>['verdicts'] = []
   if (conc.length && settings.concurrency.length) {
-    const runs = settings.concurrency.map((c) => `${concurrencyRoundsAt(c)} at ${c.toLocaleString('en')}`).join(', ')
+    const runs = settings.concurrency.map((c) => `${concurrencyRoundsAt(c, r.workers?.ok)} at ${c.toLocaleString('en')}`).join(', ')
     out.push(`### Concurrency (run(s) of ${settings.concurrencyDuration} s: ${runs} connections; wrk --timeout ${settings.timeout}s)`, '')
-    if (r.workers) out.push(`${LABEL.workers}: ${r.workers.note}. Its CPU and peak RSS are summed over its process tree (primary and workers).`, '')
+    if (r.workers) out.push(`${LABEL.workers}: ${r.workers.note}.${r.workers.ok ? ' Its CPU and peak RSS are summed over its process tree (primary and workers).' : ''}`, '')
     out.push(concurrencyTable(conc, settings.concurrency, r.concurrency), '')
     if (r.workers?.ok) {
       const w = workersTable(conc, settings.concurrency, r.concurrency, cpus().length, ceilingBest(r.ceiling))
       workerVerdicts = w.verdicts
       out.push(`#### ${LABEL.workers} against one process`, '',
-        `Cores: CPU µs/req × req/s ÷ 10⁶ (the server's process tree; its PostgreSQL backends). The database is counted as not the limit when its backends used under ` +
-        `${DB_SHARE_LIMIT * 100} % of the machine's ${cpus().length} cores and, where the database ceiling below was measured, pgbench ran the same statements at least ` +
-        `${CEILING_MARGIN} × as fast as the workers were served. Machine busy: every core, wrk and everything else included.`, '', w.text, '')
+        `Cores: CPU µs/req × req/s ÷ 10⁶ (the server's process tree; its PostgreSQL backends). The database is counted as not the limit when the database ceiling ` +
+        `below (pgbench running the same statements on this machine) is at least ${CEILING_MARGIN} × the workers' req/s, or, without the ceiling series, when ` +
+        `the backends used under ${(DB_SHARE_LIMIT * 100).toFixed(0)} % of the machine's ${cpus().length} cores. Machine busy: every core, wrk and everything else ` +
+        `included; near 100 % with one process, a second worker has no idle core to run on.`, '', w.text, '')
     }
   }
   const outbox = rowsOf(selected(OUTBOX_ENDPOINTS))
