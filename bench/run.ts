@@ -551,7 +551,7 @@ function report(r: Results): { text: string; targets: string[] } {
   if (settings.main === 'on') {
     out.push(mainTable(main, r.series), '')
     out.push('The service ÷ each peer, in the same round (median, min–max); server + PostgreSQL: the server\'s CPU and its backends\':', '', ratioTable(main, r.series), '')
-    out.push(`Against ${LABEL.minimal}, the targets of issue 25 (medians of the per-round ratios):`, '', minimalTable(main, r.series), '')
+    out.push(`Against ${LABEL.minimal}, the targets of issue 25 (medians of the per-round ratios; PASS or FAIL on the endpoints the issue names, the others for information):`, '', minimalTable(main, r.series), '')
     out.push(peakRssLine(main, r.series), '')
   }
   let workerVerdicts: ReturnType<typeof workersTable>['verdicts'] = []
