@@ -56,13 +56,14 @@ build: node_modules/.installed
 	rm -rf dist
 	$(NODE_BIN)/tsc -p tsconfig.json
 
-# The service (production build) against two independent peers, an idiomatic Fastify server
-# (bench/fastify) and a bare node:http one (bench/bare), on a benchmark database of its own
+# The service (production build) against three independent peers, a Fastify server doing its work
+# (bench/fastify), the minimal idiomatic Fastify server (bench/fastify-minimal) and a bare node:http
+# one (bench/bare), on a benchmark database of its own
 # (upa_bench_<rows>, dropped afterwards), with wrk as the load generator. Options: BENCH_ROWS=1000000,
 # BENCH_GROWTH=full|off, BENCH_DURATION, BENCH_ROUNDS, BENCH_CONCURRENCY; see bench/README.md.
 # The open-file limit is raised for the 1,000-connection runs (Node lifts its soft limit to the hard one).
 # Then bench/topology.ts: nginx, 1 to 3 instances, PgBouncer and PostgreSQL (BENCH_TOPOLOGY=off skips it).
-bench: build bench-tools test-tools bench/fastify/node_modules/.installed bench/bare/node_modules/.installed
+bench: build bench-tools test-tools bench/fastify/node_modules/.installed bench/fastify-minimal/node_modules/.installed bench/bare/node_modules/.installed
 	ulimit -n 65536 2>/dev/null || true; $(TSX) bench/run.ts && $(TSX) bench/topology.ts
 
 # Each peer has its own package.json and lock (the published postgres.js, not the root's patched copy).

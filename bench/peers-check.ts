@@ -9,15 +9,18 @@ import { connect } from '../src/core/db/connect.js'
 import { startLocalCluster } from '../src/dev/local-cluster.js'
 import { createBenchDatabase, dropBenchDatabase, type Seeded } from './seed.js'
 
-// The peer servers of the benchmark (bench/fastify, bench/bare) must answer
-// the benchmark's requests with byte for byte the bodies and the statuses of
-// the service, or comparing their costs would compare different work.
+// The peer servers of the benchmark (bench/fastify, bench/fastify-minimal,
+// bench/bare) must answer the benchmark's requests with byte for byte the
+// bodies and the statuses of the service, or comparing their costs would
+// compare different work. The minimal Fastify peer serves less (no API keys,
+// ETags, offsets, sorts or merge-patch nulls, Fastify's own refusals): it is
+// held to the requests it serves (those not marked `extended`).
 //
 //   node --import tsx bench/peers-check.ts      (after `make build`)
 //
 // starts the local cluster, seeds a small benchmark database, starts the
-// service and both peers, sends every request of `standardRequests` to all
-// three, and prints a diff of the first answer that differs. The runner
+// service and the three peers, sends every request of `standardRequests` to
+// each (the minimal peer: those it serves), and prints a diff of the first answer that differs. The runner
 // (bench/run.ts) can call `checkSameBodies` itself before measuring, with
 // `standardRequests` or requests of its own; `peerServers` and
 // `installPeerDependencies` say how to start the peers.
@@ -35,8 +38,9 @@ export interface PeerServer {
   appName: string
 }
 
-export const peerServers: Record<'fastify' | 'bare', PeerServer> = {
+export const peerServers: Record<'fastify' | 'minimal' | 'bare', PeerServer> = {
   fastify: { script: join(root, 'bench', 'fastify', 'server.js'), dir: join(root, 'bench', 'fastify'), appName: 'upa-bench-fastify' },
+  minimal: { script: join(root, 'bench', 'fastify-minimal', 'server.js'), dir: join(root, 'bench', 'fastify-minimal'), appName: 'upa-bench-fastify-minimal' },
   bare: { script: join(root, 'bench', 'bare', 'server.js'), dir: join(root, 'bench', 'bare'), appName: 'upa-bench-bare' },
 }
 
@@ -46,10 +50,10 @@ export const peerServers: Record<'fastify' | 'bare', PeerServer> = {
  * the root install patches only the root's copy.
  */
 export function installPeerDependencies(log: (msg: string) => void = () => {}): void {
-  for (const [name, peer] of Object.entries(peerServers)) {
+  for (const peer of Object.values(peerServers)) {
     const marker = join(peer.dir, 'node_modules', '.package-lock.json')
     if (existsSync(marker) && statSync(marker).mtimeMs >= statSync(join(peer.dir, 'package-lock.json')).mtimeMs) continue
-    log(`npm ci in bench/${name}`)
+    log(`npm ci in ${peer.dir}`)
     const r = spawnSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: peer.dir, encoding: 'utf8' })
     if (r.status !== 0) throw new Error(`npm ci in ${peer.dir} failed:\n${r.stdout}${r.stderr}`)
   }
@@ -89,6 +93,8 @@ export interface CheckRequest {
   location?: boolean
   /** Run before each server's request (put back a row a PATCH changed). */
   before?: (server: string) => Promise<void>
+  /** What only the full servers serve (API keys, ETags, offsets, sorts, merge-patch nulls, the service's statuses for bad input): the minimal peer is not asked. */
+  extended?: true
 }
 
 export interface Answer {
@@ -143,13 +149,15 @@ const JSON_TYPE = 'application/json; charset=utf-8'
  * Mismatch naming the request and showing the difference unless every server
  * answers with the expected status, the same body (after `normalize`), JSON
  * as `application/json; charset=utf-8`, and the ETag and Location asked for.
- * Returns the number of requests sent to each server.
+ * The servers named in `minimal` get only the requests not marked
+ * `extended`, and are not asked for ETags and Locations.
+ * Returns the number of requests sent to the reference server.
  */
-export async function checkSameBodies(urls: Record<string, string>, requests: readonly CheckRequest[]): Promise<number> {
-  const names = Object.keys(urls)
-  const reference = names[0]!
+export async function checkSameBodies(urls: Record<string, string>, requests: readonly CheckRequest[], minimal: readonly string[] = []): Promise<number> {
+  const reference = Object.keys(urls)[0]!
   const problems: string[] = []
   for (const r of requests) {
+    const names = Object.keys(urls).filter((name) => !(r.extended && minimal.includes(name)))
     const answers = new Map<string, Answer>()
     for (const name of names) {
       await r.before?.(name)
@@ -167,11 +175,11 @@ export async function checkSameBodies(urls: Record<string, string>, requests: re
       if (a.body !== '' && r.compareBody !== false && a.headers.get('content-type') !== JSON_TYPE) {
         problems.push(`${where}: Content-Type ${a.headers.get('content-type')}, expected ${JSON_TYPE}`)
       }
-      if (r.etag !== undefined) {
+      if (r.etag !== undefined && !minimal.includes(name)) {
         const want = r.etag === true ? ref.headers.get('etag') : r.etag
         if (!want || a.headers.get('etag') !== want) problems.push(`${where}: ETag ${a.headers.get('etag')}, expected ${want}`)
       }
-      if (r.location) {
+      if (r.location && !minimal.includes(name)) {
         const id = (JSON.parse(a.body) as { id?: number }).id
         if (a.headers.get('location') !== `/users/${id}`) problems.push(`${where}: Location ${a.headers.get('location')}, expected /users/${id}`)
       }
@@ -236,16 +244,16 @@ export function standardRequests(ctx: RequestContext): CheckRequest[] {
     get('keyset page of users', `/users?limit=50&id[gt]=${deep}`),
     get('keyset page of users, encoded', `/users?limit=50&id%5Bgt%5D=${deep}`),
     get('last, short page of users', `/users?limit=50&id[gt]=${tail}`),
-    get('offset page of users', `/users?limit=50&offset=${offset}`),
+    get('offset page of users', `/users?limit=50&offset=${offset}`, { extended: true }),
     get('users with fields', '/users?limit=50&fields=id,name,email'),
     get('users with fields in another order', '/users?limit=20&fields=email,id,created_at'),
     get('a product (JWT)', `/products/${someone}`, { etag: '"v1"' }),
-    get('a product (X-API-Key)', `/products/${someone}`, { headers: { 'x-api-key': apiKey }, etag: '"v1"' }),
+    get('a product (X-API-Key)', `/products/${someone}`, { headers: { 'x-api-key': apiKey }, etag: '"v1"', extended: true }),
     get('first page of products', '/products?limit=50'),
     get('keyset page of products', `/products?limit=50&id[gt]=${deep}`),
-    get('products by -price', '/products?limit=50&sort=-price'),
+    get('products by -price', '/products?limit=50&sort=-price', { extended: true }),
     get('products with fields', '/products?limit=50&fields=id,sku,price'),
-    get('products by -price with fields and a filter', `/products?limit=30&sort=-price&fields=price,id&id[gt]=${deep}`),
+    get('products by -price with fields and a filter', `/products?limit=30&sort=-price&fields=price,id&id[gt]=${deep}`, { extended: true }),
     {
       label: 'create a user', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'application/json' }, expect: 201,
       body: (server) => JSON.stringify({ name: 'Peer Check User', email: `peer-${tag}-${server}@bench.example.com` }),
@@ -256,29 +264,33 @@ export function standardRequests(ctx: RequestContext): CheckRequest[] {
       label: 'change a product', method: 'PATCH', path: `/products/${patched}`, headers: { ...patchHeaders, 'if-match': '"v1"' }, expect: 200,
       // Seeded stocks are below 1000: this one is a change, as is description's default ('').
       body: JSON.stringify({ stock: 1234, description: null }), before: putBack,
-      normalize: replaceMember('updated_at', `"${TIMESTAMP}"`, '"T"'), etag: '"v2"',
+      normalize: replaceMember('updated_at', `"${TIMESTAMP}"`, '"T"'), etag: '"v2"', extended: true,
+    },
+    {
+      label: 'change a product\'s stock', method: 'PATCH', path: `/products/${patched}`, headers: { ...patchHeaders, 'if-match': '"v1"' }, expect: 200,
+      body: JSON.stringify({ stock: 1234 }), before: putBack, normalize: replaceMember('updated_at', `"${TIMESTAMP}"`, '"T"'), etag: '"v2"',
     },
     {
       label: 'an empty merge patch changes nothing', method: 'PATCH', path: `/products/${patched}`, headers: { ...patchHeaders, 'if-match': '"v1"' }, expect: 200,
-      body: '{}', before: putBack, etag: '"v1"',
+      body: '{}', before: putBack, etag: '"v1"', extended: true,
     },
     // Refusals: statuses only.
-    { label: 'a stale If-Match', method: 'PATCH', path: `/products/${patched}`, headers: { ...patchHeaders, 'if-match': '"v999"' }, body: '{"stock":1}', before: putBack, expect: 412, compareBody: false },
+    { label: 'a stale If-Match', method: 'PATCH', path: `/products/${patched}`, headers: { ...patchHeaders, 'if-match': '"v999"' }, body: '{"stock":1}', before: putBack, expect: 412, compareBody: false, extended: true },
     { label: 'an e-mail taken', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'X', email: 'USER2@bench.example.com' }), expect: 409, compareBody: false },
-    { label: 'an invalid e-mail', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'X', email: 'nobody' }), expect: 422, compareBody: false },
+    { label: 'an invalid e-mail', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'X', email: 'nobody' }), expect: 422, compareBody: false, extended: true },
     { label: 'malformed JSON', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'application/json' }, body: '{"name":', expect: 400, compareBody: false },
-    { label: 'not JSON', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'text/plain' }, body: 'name=X', expect: 415, compareBody: false },
-    { label: 'an id in the body that is not the path\'s', method: 'PATCH', path: `/products/${patched}`, headers: patchHeaders, body: '{"id":1,"stock":1}', expect: 422, compareBody: false },
-    { label: 'a member that is not one', method: 'PATCH', path: `/products/${patched}`, headers: patchHeaders, body: '{"stok":1}', expect: 422, compareBody: false },
+    { label: 'not JSON', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'text/plain' }, body: 'name=X', expect: 415, compareBody: false, extended: true },
+    { label: 'an id in the body that is not the path\'s', method: 'PATCH', path: `/products/${patched}`, headers: patchHeaders, body: '{"id":1,"stock":1}', expect: 422, compareBody: false, extended: true },
+    { label: 'a member that is not one', method: 'PATCH', path: `/products/${patched}`, headers: patchHeaders, body: '{"stok":1}', expect: 422, compareBody: false, extended: true },
     { label: 'no credential', path: '/users?limit=50', expect: 401, compareBody: false },
     { label: 'a bad signature', path: '/users/1', headers: { authorization: ctx.authorization.slice(0, -2) + (ctx.authorization.endsWith('AA') ? 'BB' : 'AA') }, expect: 401, compareBody: false },
     { label: 'an unknown API key', path: '/products/1', headers: { 'x-api-key': 'upa_ak_' + 'A'.repeat(43) }, expect: 401, compareBody: false },
-    { label: 'an API key without users:read', path: '/users/1', headers: { 'x-api-key': apiKey }, expect: 403, compareBody: false },
+    { label: 'an API key without users:read', path: '/users/1', headers: { 'x-api-key': apiKey }, expect: 403, compareBody: false, extended: true },
     ...(ctx.jwt ? tokenChecks(ctx.jwt, someone) : []),
     get('a user that does not exist', `/users/${rows * 10}`, { expect: 404, compareBody: false }),
-    get('an id that cannot be one', '/products/abc', { expect: 404, compareBody: false }),
+    get('an id that cannot be one', '/products/abc', { expect: 404, compareBody: false, extended: true }),
     get('a limit out of range', '/users?limit=0', { expect: 400, compareBody: false }),
-    get('an unknown parameter', '/products?colour=red', { expect: 400, compareBody: false }),
+    get('an unknown parameter', '/products?colour=red', { expect: 400, compareBody: false, extended: true }),
     get('an unknown member in fields', '/users?fields=id,password_hash', { expect: 400, compareBody: false }),
   ]
 }
@@ -289,7 +301,7 @@ function tokenChecks(key: { secret: string; kid: string; issuer?: string }, self
   const refused = (label: string, overrides: JwtOverrides, expect = 401): CheckRequest => ({ label, path: '/users/1', headers: bearer(overrides), expect, compareBody: false })
   const user = { sub: String(self), role: 'user', scope: 'users:read users:write products:read' }
   return [
-    refused('a token of another kid', { header: { kid: 'other' } }),
+    { ...refused('a token of another kid', { header: { kid: 'other' } }), extended: true },
     refused('a token signed with HS384', { header: { alg: 'HS384' } }),
     refused('an expired token', { claims: { exp: Math.floor(Date.now() / 1000) - 120 } }),
     refused('a token for another audience', { claims: { aud: 'someone-else' } }),
@@ -415,24 +427,29 @@ async function main(): Promise<void> {
     const jwtKid = 'bench'
     const jwtSecret = randomBytes(36).toString('base64url')
     const common = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOST: '127.0.0.1', DATABASE_URL: seeded.url }
-    const [p1, p2, p3] = await Promise.all([freePort(), freePort(), freePort()])
+    const [p1, p2, p3, p4] = await Promise.all([freePort(), freePort(), freePort(), freePort()])
     running.push(...(await Promise.all([
       start('service', [serviceMain], { ...common, PORT: String(p1), NODE_ENV: 'production', JWT_SECRETS: `${jwtKid}:${jwtSecret}`, LOG_LEVEL: 'info', RATE_LIMIT: '0' }, '/readyz', outDir),
       start('fastify', [peerServers.fastify.script], peerEnv({ port: p2, databaseUrl: seeded.url, jwtSecret, jwtKid }), '/healthz', outDir),
       start('bare', [peerServers.bare.script], peerEnv({ port: p3, databaseUrl: seeded.url, jwtSecret, jwtKid }), '/healthz', outDir),
+      start('minimal', [peerServers.minimal.script], peerEnv({ port: p4, databaseUrl: seeded.url, jwtSecret, jwtKid }), '/healthz', outDir),
     ])))
     const urls = Object.fromEntries(running.map((s) => [s.name, s.origin]))
     const requests = standardRequests({
       rows, authorization: `Bearer ${signJwt(jwtSecret, jwtKid)}`, apiKey: seeded.apiKey, db, tag: Date.now().toString(36), jwt: { secret: jwtSecret, kid: jwtKid },
     })
-    const sent = await checkSameBodies(urls, requests)
+    const sent = await checkSameBodies(urls, requests, ['minimal'])
     const compared = requests.filter((r) => r.compareBody !== false).length
-    log(`${sent} requests to each server: ${compared} bodies identical to the service's, ${sent - compared} statuses as expected`)
+    const plain = requests.filter((r) => !r.extended)
+    log(`${sent} requests to each full server: ${compared} bodies identical to the service's, ${sent - compared} statuses as expected; ` +
+      `the minimal Fastify peer: ${plain.length} of them (${plain.filter((r) => r.compareBody !== false).length} bodies)`)
 
     const codes = new Map<string, number | null>()
     for (const s of running) codes.set(s.name, await stop(s))
-    for (const name of ['fastify', 'bare']) {
+    for (const name of ['fastify', 'bare', 'minimal']) {
       if (codes.get(name) !== 0) throw new Error(`${name} exited with ${codes.get(name)} on SIGTERM, expected 0:\n${running.find((s) => s.name === name)!.stderr.join('')}`)
+      // The minimal peer logs nothing (Fastify's default), on purpose.
+      if (name === 'minimal') continue
       const lines = requestLines(join(outDir, `${name}.log`))
       // Readiness probes are requests too: at least one line per checked request.
       if (lines.length < sent) throw new Error(`${name} logged ${lines.length} request lines for ${sent} requests`)

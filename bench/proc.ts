@@ -1,8 +1,10 @@
 import { execFileSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 
 // What a process costs, read from Linux's /proc: CPU time (utime + stime of
 // /proc/<pid>/stat, in clock ticks) and resident memory (/proc/<pid>/status).
+// A server may be a tree of processes (the service with WORKERS=N: a primary
+// and N workers): its cost is the sum over the tree (`processTree`).
 
 const ticksPerSecond = (() => {
   try {
@@ -36,17 +38,53 @@ export function statusKb(pid: number, field: 'VmRSS' | 'VmHWM'): number | undefi
   }
 }
 
-/** Samples VmRSS every `everyMs` until stopped; returns the peak in MB. */
+/**
+ * The process and its descendants, from /proc/<pid>/task/<tid>/children
+ * (every thread's: a child belongs to the thread that forked it). A process
+ * that has just exited is left out.
+ */
+export function processTree(pid: number): number[] {
+  const out: number[] = []
+  const visit = (p: number) => {
+    out.push(p)
+    let tasks: string[]
+    try {
+      tasks = readdirSync(`/proc/${p}/task`)
+    } catch {
+      return
+    }
+    for (const tid of tasks) {
+      let children = ''
+      try {
+        children = readFileSync(`/proc/${p}/task/${tid}/children`, 'utf8')
+      } catch {
+        continue
+      }
+      for (const c of children.split(' ').filter(Boolean)) visit(Number(c))
+    }
+  }
+  visit(pid)
+  return out
+}
+
+/** A field of /proc/<pid>/status summed over the process tree, in kB, or undefined when the root is gone. */
+export function treeStatusKb(pid: number, field: 'VmRSS' | 'VmHWM'): number | undefined {
+  const own = statusKb(pid, field)
+  if (own === undefined) return undefined
+  return processTree(pid).slice(1).reduce((kb, p) => kb + (statusKb(p, field) ?? 0), own)
+}
+
+/** Samples VmRSS of the process tree (summed) every `everyMs` until stopped; returns the peak in MB. */
 export function sampleRss(pid: number, everyMs = 100): { stop(): number } {
-  let peak = statusKb(pid, 'VmRSS') ?? 0
+  let peak = treeStatusKb(pid, 'VmRSS') ?? 0
   const timer = setInterval(() => {
-    const kb = statusKb(pid, 'VmRSS')
+    const kb = treeStatusKb(pid, 'VmRSS')
     if (kb !== undefined && kb > peak) peak = kb
   }, everyMs)
   return {
     stop() {
       clearInterval(timer)
-      const kb = statusKb(pid, 'VmRSS')
+      const kb = treeStatusKb(pid, 'VmRSS')
       if (kb !== undefined && kb > peak) peak = kb
       return peak / 1024
     },

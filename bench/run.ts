@@ -8,22 +8,26 @@ import type { Sql } from 'postgres'
 import { connect } from '../src/core/db/connect.js'
 import { startLocalCluster } from '../src/dev/local-cluster.js'
 import { assertCeilingTools, CEILING_KEYS, ceilingSeconds, ceilingSeries, ceilingSettings, type CeilingResults } from './ceiling.js'
-import { cpuBetween, cpuMicros, cpuOf, sampleRss, statusKb } from './proc.js'
+import { cpuBetween, cpuOf, machineCpu, processTree, sampleRss, treeStatusKb } from './proc.js'
 import { checkSameBodies, standardRequests, type CheckRequest } from './peers-check.js'
 import { formatComparison, formatSummary, summarize, type Summary } from './profile.js'
 import {
-  ceilingAgainstService, ceilingTable, concurrencyKey, concurrencyTable, concurrencyTargets, failed, growthTable, growthTargets, LABEL, mainTable, mainTargets, outboxKey, outboxTable, outboxTargets, ratioTable,
+  ceilingAgainstService, ceilingBest, ceilingTable, concurrencyKey, concurrencyTable, concurrencyTargets, failed, growthTable, growthTargets, LABEL, mainTable, mainTargets, minimalTable, nameWorkers,
+  outboxKey, outboxTable, outboxTargets, peakRssLine, ratioTable, workersTable, workersTargets, DB_SHARE_LIMIT, CEILING_MARGIN,
   type GrowthSize, type Measurement, type Series,
 } from './report.js'
 import { backendPids, createBenchDatabase, dropBenchDatabase, removeCreatedUsers, resetProductVersions, setOutbox, type Seeded } from './seed.js'
-import { KINDS, logFileOf, running, startAll, startServer, stopAll, stopServer, type Kind, type RunningServer, type ServerOptions, type Servers } from './servers.js'
+import {
+  ALL_KINDS, KINDS, logFileOf, MINIMAL_PEERS, PEERS, running, startAll, startServer, stopAll, stopServer, type Kind, type RunningServer, type ServerOptions, type Servers,
+} from './servers.js'
 import { assertWrk, runWrk, type WrkRequests } from './wrk.js'
 import { countsSetting, fail, intSetting, oneOf } from './settings.js'
 
-// `make bench`: the service (production build, request log on) against two
-// independent peers, an idiomatic Fastify server and a bare node:http one,
-// on a benchmark database of its own, in rounds that alternate the servers'
-// order; then the same at 128 to 1,000 connections, the outbox series, the
+// `make bench`: the service (production build, request log on) against three
+// independent peers, a Fastify server doing the service's work, the minimal
+// idiomatic Fastify server, and a bare node:http one, on a benchmark database
+// of its own, in rounds that alternate the servers' order; then the same at
+// 128 to 1,000 connections with the service also at WORKERS=2, the outbox series, the
 // database ceiling (bench/ceiling.ts: pgbench on the service's statements),
 // then the growth series.
 // See bench/README.md.
@@ -60,6 +64,11 @@ const settings = {
   concurrency: countsSetting('BENCH_CONCURRENCY', [128, 256, 1000], true),
   concurrencyDuration: intSetting('BENCH_CONCURRENCY_DURATION', 15),
   concurrencyRounds: intSetting('BENCH_CONCURRENCY_ROUNDS', 1),
+  /** WORKERS of the concurrency series' extra server (the service forking that many workers), or 0 (`off`). */
+  workers: env.BENCH_WORKERS === 'off' ? 0 : intSetting('BENCH_WORKERS', 2, 2),
+  /** Connections at which that server must pass `workersRuns` consecutive runs (the series runs that level as often). */
+  workersConnections: intSetting('BENCH_WORKERS_CONNECTIONS', 1000),
+  workersRuns: intSetting('BENCH_WORKERS_RUNS', 3),
   growth: oneOf('BENCH_GROWTH', ['on', 'off', 'full'], 'on'),
   outbox: oneOf('BENCH_OUTBOX', ['on', 'off'], 'on'),
   /** `off`: skip the main series (to measure only the others, e.g. BENCH_MAIN=off BENCH_CONCURRENCY=off BENCH_GROWTH=off for the outbox). */
@@ -77,6 +86,7 @@ const settings = {
 
 /** The growth series compares the service with the bare peer only: its flatness is the service's target, the peer shows the database's share. */
 const GROWTH_KINDS: readonly Kind[] = ['service', 'bare']
+nameWorkers(settings.workers)
 
 const log = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`)
 
@@ -111,7 +121,12 @@ interface Endpoint {
   sample?: string
   /** Puts the table back as seeded; run before and after every load of this endpoint. */
   reset?: () => Promise<unknown>
+  /** Beyond what the minimal Fastify peer serves (API keys): not measured there. */
+  extended?: true
 }
+
+/** The servers of `kinds` that serve `e`. */
+const serving = (e: Endpoint, kinds: readonly Kind[]) => kinds.filter((k) => !(e.extended && MINIMAL_PEERS.includes(k)))
 
 function endpoints(db: Seeded): Endpoint[] {
   const n = db.rows
@@ -126,7 +141,7 @@ function endpoints(db: Seeded): Endpoint[] {
     { key: 'product-jwt', label: 'GET /products/{id} (JWT)', load: get('id', '/products/'), sample: `/products/${Math.ceil(n / 3)}` },
     {
       key: 'product-apikey', label: 'GET /products/{id} (X-API-Key)', load: get('id', '/products/', { 'X-API-Key': db.apiKey }),
-      sample: `/products/${Math.ceil(n / 4)}`,
+      sample: `/products/${Math.ceil(n / 4)}`, extended: true,
     },
     { key: 'products-first', label: 'GET /products?limit=50', load: get('static', '/products?limit=50'), sample: '/products?limit=50' },
     { key: 'products-keyset', label: 'GET /products?limit=50&id[gt]=N', load: get('after', '/products?limit=50&id[gt]='), sample: `/products?limit=50&id[gt]=${Math.floor(n / 2)}` },
@@ -167,9 +182,9 @@ async function checkIdentity(servers: Partial<Servers>, db: Seeded, list: Endpoi
   const urls = Object.fromEntries(KINDS.map((k) => [k, servers[k]!.origin])) // the service first: the reference
   const conn = connect(db.url, { max: 1, statementTimeoutMs: 60_000 })
   try {
-    const samples: CheckRequest[] = list.flatMap((e) => (e.sample ? [{ label: e.label, path: e.sample, headers: e.load.headers, expect: 200 }] : []))
+    const samples: CheckRequest[] = list.flatMap((e) => (e.sample ? [{ label: e.label, path: e.sample, headers: e.load.headers, expect: 200, ...(e.extended ? { extended: true as const } : {}) }] : []))
     const requests = [...standardRequests({ rows: db.rows, authorization: bearer.Authorization, apiKey: db.apiKey, db: conn, tag: runTag, jwt }), ...samples]
-    return await checkSameBodies(urls, requests)
+    return await checkSameBodies(urls, requests, MINIMAL_PEERS)
   } finally {
     await conn.end({ timeout: 5 })
     // The check's POST created users: back to the seeded table.
@@ -190,22 +205,28 @@ async function backendCpu(db: Seeded, appName: string): Promise<Map<number, numb
 const runTag = Date.now().toString(36)
 let loads = 0
 
-/** One wrk run against one server, with the server's CPU, its backends' CPU and its peak RSS over the run. */
+/**
+ * One wrk run against one server, with the server's CPU, its backends' CPU
+ * and its peak RSS over the run, each summed over the server's process tree
+ * (the service with WORKERS: its primary and workers), and the machine's busy share.
+ */
 async function measure(server: RunningServer, db: Seeded, e: Endpoint, seconds: number, connections: number, seed: number): Promise<Measurement> {
   if (server.exited) throw new Error(`the ${server.kind} server has exited:\n${server.stderr.join('')}`)
   await e.reset?.()
   const dbBefore = await backendCpu(db, server.appName)
   const rss = sampleRss(server.pid)
-  const cpuBefore = cpuMicros(server.pid)!
+  const cpuBefore = cpuOf(processTree(server.pid))
+  const machineBefore = machineCpu()
   const run = ++loads
   const r = await runWrk({
     ...e.load, origin: server.origin, rows: db.rows, connections, threads: Math.min(settings.threads, connections), seconds,
     timeoutSeconds: settings.timeout, seed, tag: `${runTag}-${run}`,
   })
-  const cpuAfter = cpuMicros(server.pid)
+  const cpuAfter = cpuOf(processTree(server.pid))
+  const machineAfter = machineCpu()
   const peakRssMb = rss.stop()
   const dbAfter = await backendCpu(db, server.appName)
-  if (cpuAfter === undefined) throw new Error(`the ${server.kind} server exited during ${e.label}:\n${server.stderr.join('')}`)
+  if (server.exited || !cpuAfter.has(server.pid)) throw new Error(`the ${server.kind} server exited during ${e.label}:\n${server.stderr.join('')}`)
   await e.reset?.()
   // Throughput and costs count successful responses only: a server that sheds load with quick 503s does not look faster or cheaper for it.
   const ok = r.requests - r.errors.status
@@ -214,12 +235,13 @@ async function measure(server: RunningServer, db: Seeded, e: Endpoint, seconds: 
     rps: ok / r.seconds,
     p50: r.latencyMs.p50,
     p99: r.latencyMs.p99,
-    cpuPerRequest: ok ? (cpuAfter - cpuBefore) / ok : NaN,
+    cpuPerRequest: ok ? cpuBetween(cpuBefore, cpuAfter) / ok : NaN,
     dbCpuPerRequest: dbBefore && dbAfter && ok ? cpuBetween(dbBefore, dbAfter) / ok : undefined,
     peakRssMb,
     statusErrors: r.errors.status,
     socketErrors: r.errors.connect + r.errors.read + r.errors.write,
     timeouts: r.errors.timeout,
+    machineBusy: (machineAfter.busy - machineBefore.busy) / (machineAfter.total - machineBefore.total),
   }
 }
 
@@ -231,13 +253,14 @@ interface Subject {
 
 const serverOptions = (db: Seeded): ServerOptions => ({
   root, outDir, databaseUrl: db.url, rows: db.rows, pool: settings.pool, jwt,
-  serviceMain: settings.serviceMain, serviceNodeArgs: settings.serviceNodeArgs, logLevel: settings.logLevel,
+  serviceMain: settings.serviceMain, serviceNodeArgs: settings.serviceNodeArgs, logLevel: settings.logLevel, workers: settings.workers,
 })
 
 /** Round r's order of the servers: rotated by one each round, so no server is always first (or last) after the warm-up. */
 const rotate = <T>(xs: readonly T[], r: number): T[] => xs.map((_, i) => xs[(i + r) % xs.length]!)
 
-const peakHwmMb: Record<Kind, number> = { service: 0, fastify: 0, bare: 0 }
+/** Per server, the highest VmHWM seen (summed over its process tree: each process's own peak). */
+const peakHwmMb: Record<Kind, number> = { service: 0, workers: 0, fastify: 0, minimal: 0, bare: 0 }
 let cells = 0
 
 interface Cell {
@@ -261,9 +284,10 @@ interface Cell {
  * endpoints before would pay for them here.
  */
 async function measureCell(c: Cell): Promise<void> {
-  const servers = await startAll(serverOptions(c.subject.db), c.kinds)
+  const kinds = serving(c.endpoint, c.kinds)
+  const servers = await startAll(serverOptions(c.subject.db), kinds)
   try {
-    const order = rotate(c.kinds, c.round)
+    const order = rotate(kinds, c.round)
     // Every server of the cell gets the same sequence of ids; the warm-up another one.
     const seed = ++cells
     if (settings.warmup) for (const kind of order) await measure(servers[kind]!, c.subject.db, c.endpoint, settings.warmup, c.connections, seed + 100_000)
@@ -272,10 +296,10 @@ async function measureCell(c: Cell): Promise<void> {
       const m = await measure(servers[kind]!, c.subject.db, c.endpoint, c.seconds, c.connections, seed)
       ;(row[kind] ??= []).push(m)
       const errors = failed(m) ? `  failed ${failed(m)} (non-2xx ${m.statusErrors}, socket ${m.socketErrors}, time-outs ${m.timeouts})` : ''
-      log(`${c.label} ${c.endpoint.label.padEnd(42)} ${LABEL[kind].padEnd(7)} ${m.rps.toFixed(0).padStart(6)} req/s  p50 ${m.p50.toFixed(2).padStart(7)} ms  ` +
+      log(`${c.label} ${c.endpoint.label.padEnd(42)} ${LABEL[kind].padEnd(20)} ${m.rps.toFixed(0).padStart(6)} req/s  p50 ${m.p50.toFixed(2).padStart(7)} ms  ` +
         `p99 ${m.p99.toFixed(2).padStart(7)} ms  ${m.cpuPerRequest.toFixed(0).padStart(5)} µs CPU/req${errors}`)
     }
-    for (const kind of order) peakHwmMb[kind] = Math.max(peakHwmMb[kind], (statusKb(servers[kind]!.pid, 'VmHWM') ?? 0) / 1024)
+    for (const kind of order) peakHwmMb[kind] = Math.max(peakHwmMb[kind], (treeStatusKb(servers[kind]!.pid, 'VmHWM') ?? 0) / 1024)
   } finally {
     await stopAll(servers)
   }
@@ -314,12 +338,12 @@ async function seed(serverUrl: string, rows: number): Promise<Seeded> {
 /** Seeds a table size, then checks that every server answers its sample requests with the same bytes. */
 async function prepare(serverUrl: string, rows: number): Promise<Subject> {
   const db = await seed(serverUrl, rows)
-  for (const kind of KINDS) writeFileSync(logFileOf(outDir, kind, rows), '')
+  for (const kind of ALL_KINDS) writeFileSync(logFileOf(outDir, kind, rows), '')
   const list = endpoints(db)
   const servers = await startAll(serverOptions(db))
   try {
     const n = await checkIdentity(servers, db, list)
-    log(`byte identity: the three servers answer ${n} requests alike at ${rows.toLocaleString('en')} rows`)
+    log(`byte identity: the servers answer ${n} requests alike at ${rows.toLocaleString('en')} rows (${LABEL.minimal}: those it serves)`)
   } finally {
     await stopAll(servers)
   }
@@ -344,7 +368,8 @@ function checkOpenFiles(): void {
 function expectedSeconds(): number {
   const cell = (kinds: number, seconds: number) => 1 + kinds * (settings.warmup + seconds + 0.3)
   const main = settings.main === 'on' ? settings.rounds * selected(MAIN_ENDPOINTS).length * cell(KINDS.length, settings.duration) : 0
-  const conc = settings.concurrencyRounds * selected(CONCURRENCY_ENDPOINTS).length * settings.concurrency.length * cell(KINDS.length, settings.concurrencyDuration)
+  const concKinds = KINDS.length + (settings.workers ? 1 : 0)
+  const conc = selected(CONCURRENCY_ENDPOINTS).length * settings.concurrency.reduce((t, c) => t + concurrencyRoundsAt(c) * cell(concKinds, settings.concurrencyDuration), 0)
   const sizes = growthSizes()
   const growth = settings.growthRounds * selected(GROWTH_ENDPOINTS).length * sizes.length * cell(GROWTH_KINDS.length, settings.growthDuration)
   const outbox = settings.outbox === 'on' ? settings.rounds * selected(OUTBOX_ENDPOINTS).length * 4 * cell(1, settings.duration) : 0
@@ -368,9 +393,11 @@ function versions(): string {
     }
   }
   const fastify = join(root, 'bench', 'fastify')
+  const minimal = join(root, 'bench', 'fastify-minimal')
   const bare = join(root, 'bench', 'bare')
   return `service: postgres.js ${version(root, 'postgres')} (patched, src/core/db/postgres-patch.mjs); ` +
-    `Fastify peer: fastify ${version(fastify, 'fastify')}, postgres.js ${version(fastify, 'postgres')}; bare peer: postgres.js ${version(bare, 'postgres')} (published, unpatched)`
+    `Fastify peers: fastify ${version(fastify, 'fastify')} and ${version(minimal, 'fastify')}, @fastify/jwt ${version(fastify, '@fastify/jwt')} and ${version(minimal, '@fastify/jwt')}, ` +
+    `postgres.js ${version(fastify, 'postgres')} and ${version(minimal, 'postgres')}; bare peer: postgres.js ${version(bare, 'postgres')} (published, unpatched)`
 }
 
 function machine(pgVersion: string): string {
@@ -395,15 +422,42 @@ async function mainSeries(main: Subject): Promise<Series> {
   return series
 }
 
-/** The same servers with many more connections than their pools have. */
-async function concurrencySeries(main: Subject): Promise<Series> {
+/** Runs of the concurrency series at `connections`: BENCH_WORKERS_RUNS where the service with WORKERS must pass that many in a row. */
+const concurrencyRoundsAt = (connections: number, withWorkers = settings.workers > 0) =>
+  withWorkers && connections === settings.workersConnections ? Math.max(settings.concurrencyRounds, settings.workersRuns) : settings.concurrencyRounds
+
+/**
+ * Whether this build forks workers for WORKERS: the service started with
+ * it, and its processes counted. A build without the support ignores the
+ * variable and serves alone; its figures would be one process's again.
+ */
+async function workersSupported(main: Subject): Promise<{ ok: boolean; note: string }> {
+  const server = await startServer('workers', serverOptions(main.db))
+  try {
+    const n = server.workers ?? 0
+    const ok = n >= settings.workers
+    return { ok, note: ok ? `WORKERS=${settings.workers}: a primary and ${n} workers` : `WORKERS not supported by this build (WORKERS=${settings.workers} started ${n} worker process(es))` }
+  } finally {
+    await stopServer(server)
+  }
+}
+
+/**
+ * The same servers with many more connections than their pools have, and
+ * the service with WORKERS (when the build supports it). Each count's runs
+ * come one after the other: at BENCH_WORKERS_CONNECTIONS they are the
+ * consecutive runs the service with WORKERS must pass.
+ */
+async function concurrencySeries(main: Subject, withWorkers: boolean): Promise<Series> {
   const series: Series = {}
-  for (let round = 0; round < settings.concurrencyRounds; round++) {
-    for (const key of selected(CONCURRENCY_ENDPOINTS)) {
-      for (const connections of settings.concurrency) {
+  const kinds: Kind[] = ['service', ...(withWorkers ? (['workers'] as const) : []), ...PEERS]
+  for (const key of selected(CONCURRENCY_ENDPOINTS)) {
+    for (const connections of settings.concurrency) {
+      const rounds = concurrencyRoundsAt(connections, withWorkers)
+      for (let round = 0; round < rounds; round++) {
         await measureCell({
-          subject: main, endpoint: byKey(main, key), round, seconds: settings.concurrencyDuration, connections, kinds: KINDS,
-          series, key: concurrencyKey(key, connections), label: `c=${connections} ${round + 1}/${settings.concurrencyRounds}`,
+          subject: main, endpoint: byKey(main, key), round, seconds: settings.concurrencyDuration, connections, kinds,
+          series, key: concurrencyKey(key, connections), label: `c=${connections} ${round + 1}/${rounds}`,
         })
       }
     }
@@ -466,6 +520,8 @@ interface Results {
   main: Subject
   series: Series
   concurrency: Series
+  /** What the WORKERS check found (undefined: the concurrency series did not run). */
+  workers: { ok: boolean; note: string } | undefined
   outbox: Series
   ceiling: CeilingResults | undefined
   sizes: GrowthSize[]
@@ -479,7 +535,7 @@ function settingsText(r: Results): string {
     `${settings.connections} connections; a pool of ${settings.pool} in every server; ${settings.rows.toLocaleString('en')} users and products; ` +
     `${settings.rounds} rounds of ${settings.duration} s per endpoint and server, each on fresh processes after ${settings.warmup} s of warm-up, the servers' order rotating by round. ` +
     `Service: \`${['node', ...settings.serviceNodeArgs, 'dist/main.js'].join(' ')}\` (as \`npm start\`), NODE_ENV=production, LOG_LEVEL=${settings.logLevel} (log to a file), RATE_LIMIT=0. ` +
-    `Peers: \`node bench/fastify/server.js\`, \`node bench/bare/server.js\`, logs to files too. ${versions()}. ` +
+    `Peers: \`node bench/fastify/server.js\` (equal work), \`node bench/fastify-minimal/server.js\` (minimal, no log), \`node bench/bare/server.js\`, logs to files too. ${versions()}. ` +
     `Figures: median (min–max) over the rounds. req/s and CPU µs/req count successful responses (status below 400). CPU µs/req: utime + stime of the server process over the run ÷ those responses; DB CPU: the same for the PostgreSQL backends of its pool. ` +
     `Errors: responses above 399, socket errors and time-outs. Run time ${r.minutes} min.`
 }
@@ -494,11 +550,25 @@ function report(r: Results): { text: string; targets: string[] } {
   out.push(`## Benchmark, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`, '', settingsText(r), '')
   if (settings.main === 'on') {
     out.push(mainTable(main, r.series), '')
-    out.push('The service ÷ each peer, in the same round (median, min–max):', '', ratioTable(main, r.series), '')
+    out.push('The service ÷ each peer, in the same round (median, min–max); server + PostgreSQL: the server\'s CPU and its backends\':', '', ratioTable(main, r.series), '')
+    out.push(`Against ${LABEL.minimal}, the targets of issue 25 (medians of the per-round ratios; PASS or FAIL on the endpoints the issue names, the others for information):`, '', minimalTable(main, r.series), '')
+    out.push(peakRssLine(main, r.series), '')
   }
+  let workerVerdicts: ReturnType<typeof workersTable>['verdicts'] = []
   if (conc.length && settings.concurrency.length) {
-    out.push(`### Concurrency (${settings.concurrencyRounds} round(s) of ${settings.concurrencyDuration} s, wrk --timeout ${settings.timeout}s)`, '')
+    const runs = settings.concurrency.map((c) => `${concurrencyRoundsAt(c, r.workers?.ok)} at ${c.toLocaleString('en')}`).join(', ')
+    out.push(`### Concurrency (run(s) of ${settings.concurrencyDuration} s: ${runs} connections; wrk --timeout ${settings.timeout}s)`, '')
+    if (r.workers) out.push(`${LABEL.workers}: ${r.workers.note}.${r.workers.ok ? ' Its CPU and peak RSS are summed over its process tree (primary and workers).' : ''}`, '')
     out.push(concurrencyTable(conc, settings.concurrency, r.concurrency), '')
+    if (r.workers?.ok) {
+      const w = workersTable(conc, settings.concurrency, r.concurrency, cpus().length, ceilingBest(r.ceiling))
+      workerVerdicts = w.verdicts
+      out.push(`#### ${LABEL.workers} against one process`, '',
+        `Cores: CPU µs/req × req/s ÷ 10⁶ (the server's process tree; its PostgreSQL backends). The database is counted as not the limit when the database ceiling ` +
+        `below (pgbench running the same statements on this machine) is at least ${CEILING_MARGIN} × the workers' req/s, or, without the ceiling series, when ` +
+        `the backends used under ${(DB_SHARE_LIMIT * 100).toFixed(0)} % of the machine's ${cpus().length} cores. Machine busy: every core, wrk and everything else ` +
+        `included; near 100 % with one process, a second worker has no idle core to run on.`, '', w.text, '')
+    }
   }
   const outbox = rowsOf(selected(OUTBOX_ENDPOINTS))
   if (outbox.length && settings.outbox === 'on') {
@@ -509,11 +579,14 @@ function report(r: Results): { text: string; targets: string[] } {
   if (r.sizes.length) {
     out.push(`### Growth (${settings.growthRounds} round(s) of ${settings.growthDuration} s; medians)`, '', growthTable(growth, r.sizes, GROWTH_KINDS), '')
   }
-  const logs = [...new Set([r.main.db.rows, ...r.sizes.map((z) => z.rows)])].reduce((k, n) => k + errorLines(logFileOf(outDir, 'service', n)), 0)
-  out.push(`Peak RSS over every run (VmHWM): ${KINDS.map((k) => `${LABEL[k]} ${peakHwmMb[k].toFixed(0)} MB`).join(', ')}; error lines in the service's log: ${logs}.`, '')
+  const logs = [...new Set([r.main.db.rows, ...r.sizes.map((z) => z.rows)])].reduce((k, n) => k + errorLines(logFileOf(outDir, 'service', n)) + errorLines(logFileOf(outDir, 'workers', n)), 0)
+  const hwm = ALL_KINDS.filter((k) => peakHwmMb[k] > 0).map((k) => `${LABEL[k]} ${peakHwmMb[k].toFixed(0)} MB`)
+  out.push(`Peak RSS over every run (VmHWM, summed over a server's processes): ${hwm.join(', ')}; error lines in the service's log: ${logs}.`, '')
   const targets: string[] = []
   mainTargets(main, r.series, targets)
-  concurrencyTargets(conc, settings.concurrency, r.concurrency, targets)
+  concurrencyTargets(conc, settings.concurrency, r.concurrency, targets, { runs: settings.workersRuns, connections: settings.workersConnections })
+  if (r.workers && !r.workers.ok) targets.push(`- n/a  ${LABEL.workers}: ${r.workers.note}`)
+  workersTargets(workerVerdicts, Object.fromEntries(conc.map((c) => [c.key, c.label])), ['user'], targets)
   growthTargets(growth, r.sizes, targets)
   if (settings.outbox === 'on') outboxTargets(outbox, r.outbox, targets)
   out.push('### Targets (medians of this run)', '', ...targets, '')
@@ -537,16 +610,19 @@ async function benchmark(serverUrl: string, pgVersion: string, wrkVersion: strin
   log(`expected run time: about ${Math.round(expectedSeconds() / 60)} min`)
   const main = await prepare(serverUrl, settings.rows)
   const series = await mainSeries(main)
-  const concurrency = await concurrencySeries(main)
+  const concurrencyOn = settings.concurrency.length > 0 && selected(CONCURRENCY_ENDPOINTS).length > 0
+  const workers = concurrencyOn && settings.workers ? await workersSupported(main) : undefined
+  if (workers) log(workers.note)
+  const concurrency = await concurrencySeries(main, workers?.ok ?? false)
   const outbox = await outboxSeries(main)
   const ceiling = await ceilingSeries({ admin, db: main.db, server: serverOptions(main.db), authorization: bearer.Authorization, only: settings.only, log })
   const sizes = await growthSeries(serverUrl, main)
-  const results: Results = { main, series, concurrency, outbox, ceiling, sizes, minutes: ((Date.now() - started) / 60_000).toFixed(1), pgVersion, wrkVersion }
+  const results: Results = { main, series, concurrency, workers, outbox, ceiling, sizes, minutes: ((Date.now() - started) / 60_000).toFixed(1), pgVersion, wrkVersion }
   const { text, targets } = report(results)
   process.stdout.write('\n' + text + '\n')
   const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19)
   writeFileSync(join(outDir, `bench-${stamp}.md`), text + '\n')
-  writeFileSync(join(outDir, `bench-${stamp}.json`), JSON.stringify({ settings, ceilingSettings, machine: machine(pgVersion), wrk: wrkVersion, series, concurrency, outbox, ceiling, growth: sizes, peakHwmMb }, null, 1))
+  writeFileSync(join(outDir, `bench-${stamp}.json`), JSON.stringify({ settings, ceilingSettings, machine: machine(pgVersion), wrk: wrkVersion, series, concurrency, workers, outbox, ceiling, growth: sizes, peakHwmMb }, null, 1))
   log(`report written to bench/.out/bench-${stamp}.md (raw figures: .json); ${targets.filter((t) => t.startsWith('- FAIL')).length} of ${targets.length} targets failed`)
 }
 
@@ -565,7 +641,7 @@ async function profile(serverUrl: string, keys: string[]): Promise<void> {
   const duration = intSetting('BENCH_PROFILE_DURATION', 10)
   for (const e of list) {
     const summaries: Partial<Record<Kind, [Summary, number]>> = {}
-    for (const kind of KINDS) {
+    for (const kind of serving(e, KINDS)) {
       const name = `${kind}-${e.key}.cpuprofile`
       rmSync(join(profiles, name), { force: true })
       const server = await startServer(kind, serverOptions(db), ['--cpu-prof', `--cpu-prof-dir=${profiles}`, `--cpu-prof-name=${name}`])
@@ -580,7 +656,7 @@ async function profile(serverUrl: string, keys: string[]): Promise<void> {
       summaries[kind] = [summary, m.requests]
     }
     const [s, sn] = summaries.service!
-    for (const peer of ['fastify', 'bare'] as const) {
+    for (const peer of PEERS.filter((k) => summaries[k])) {
       const [p, pn] = summaries[peer]!
       process.stdout.write(`\n--- ${e.label}: service against ${LABEL[peer]}\n${formatComparison(s, sn, p, pn, ['service', LABEL[peer]])}\n`)
     }

@@ -2,27 +2,40 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { closeSync, existsSync, openSync } from 'node:fs'
 import { join } from 'node:path'
 import { freePort, peerServers } from './peers-check.js'
+import { processTree } from './proc.js'
 
-// The three servers `make bench` compares, each started as a fresh process:
+// The servers `make bench` compares, each started as a fresh process:
 //   service  the production build, as `npm start` runs it (dist/main.js)
-//   fastify  an idiomatic Fastify 5 server (bench/fastify/server.js)
+//   workers  the same with WORKERS=N (BENCH_WORKERS, 2): a primary and N
+//            workers on one port, measured as their process tree
+//   fastify  Fastify 5 doing the service's work (bench/fastify/server.js)
+//   minimal  the minimal idiomatic Fastify 5 server (bench/fastify-minimal/server.js)
 //   bare     a bare node:http server (bench/bare/server.js)
-// The two peers are independent of the service: each folder has its own
+// The peers are independent of the service: each folder has its own
 // package.json and lock with the published postgres.js, not the service's
 // patched copy, and they share no code with it. Their interface: PORT, HOST,
 // DATABASE_URL (a `host=/dir` query parameter names a Unix socket folder),
 // DATABASE_POOL_MAX, BENCH_JWT_SECRET, BENCH_JWT_KID, JWT_ISSUER,
-// JWT_AUDIENCE; one JSON log line per request on stdout; GET /healthz; exit
-// on SIGTERM; PostgreSQL application_name upa-bench-fastify / upa-bench-bare.
+// JWT_AUDIENCE; GET /healthz; exit on SIGTERM; PostgreSQL application_name
+// upa-bench-<folder>. The equal-work and bare peers log one JSON line per
+// request on stdout, as the service does; the minimal one logs nothing.
 
-export type Kind = 'service' | 'fastify' | 'bare'
-export const KINDS: readonly Kind[] = ['service', 'fastify', 'bare']
-export const PEERS = ['fastify', 'bare'] as const satisfies readonly Kind[]
+export type Kind = 'service' | 'workers' | 'fastify' | 'minimal' | 'bare'
+/** The servers of the main series (the service first: the reference of the byte-identity check). */
+export const KINDS: readonly Kind[] = ['service', 'fastify', 'minimal', 'bare']
+export const PEERS = ['fastify', 'minimal', 'bare'] as const satisfies readonly Kind[]
+/** Every server, the service's WORKERS variant included. */
+export const ALL_KINDS: readonly Kind[] = ['service', 'workers', 'fastify', 'minimal', 'bare']
+/** Peers that serve only the plain requests (peers-check.ts `extended`). */
+export const MINIMAL_PEERS: readonly Kind[] = ['minimal']
 
 /** application_name of each server's PostgreSQL connections: how its backends are found. */
 export const APP_NAMES: Record<Kind, string> = {
   service: 'users-products-api',
+  // The same build: measured alone (the other servers of its cell idle), so its backends' CPU is its own.
+  workers: 'users-products-api',
   fastify: peerServers.fastify.appName,
+  minimal: peerServers.minimal.appName,
   bare: peerServers.bare.appName,
 }
 
@@ -39,6 +52,8 @@ export interface ServerOptions {
   logLevel: string
   /** More environment for the service (DATABASE_LISTEN_URL behind a pooler, say). */
   serviceEnv?: Record<string, string>
+  /** WORKERS of the `workers` server. */
+  workers?: number
 }
 
 export interface RunningServer {
@@ -51,6 +66,8 @@ export interface RunningServer {
   logFile: string
   stderr: string[]
   exited: boolean
+  /** `workers` only: the worker processes it runs (0: a build without WORKERS support). */
+  workers?: number
 }
 
 export const running = new Set<RunningServer>()
@@ -68,16 +85,19 @@ function command(kind: Kind, o: ServerOptions, port: number, extraNodeArgs: stri
     JWT_ISSUER: o.jwt.issuer,
     JWT_AUDIENCE: o.jwt.issuer,
   }
-  if (kind === 'service') {
+  if (kind === 'service' || kind === 'workers') {
     if (!existsSync(o.serviceMain)) throw new Error(`${o.serviceMain} is missing: run \`make build\` first (\`make bench\` does)`)
     return {
       args: [...o.serviceNodeArgs, ...extraNodeArgs, o.serviceMain],
       cwd: o.root,
-      env: { ...common, NODE_ENV: 'production', JWT_SECRETS: `${o.jwt.kid}:${o.jwt.secret}`, LOG_LEVEL: o.logLevel, RATE_LIMIT: '0', ...o.serviceEnv },
+      env: {
+        ...common, NODE_ENV: 'production', JWT_SECRETS: `${o.jwt.kid}:${o.jwt.secret}`, LOG_LEVEL: o.logLevel, RATE_LIMIT: '0', ...o.serviceEnv,
+        ...(kind === 'workers' ? { WORKERS: String(o.workers ?? 2) } : {}),
+      },
     }
   }
   const peer = peerServers[kind]
-  if (!existsSync(join(peer.dir, 'node_modules'))) throw new Error(`bench/${kind}/node_modules is missing: \`make bench\` installs it (npm ci in bench/${kind})`)
+  if (!existsSync(join(peer.dir, 'node_modules'))) throw new Error(`${peer.dir}/node_modules is missing: \`make bench\` installs it (npm ci there)`)
   return {
     args: [...extraNodeArgs, peer.script],
     cwd: peer.dir,
@@ -103,8 +123,27 @@ export async function startServer(kind: Kind, o: ServerOptions, extraNodeArgs: s
     server.exited = true
     running.delete(server)
   })
-  await waitReady(server, kind === 'service' ? '/readyz' : '/healthz')
+  await waitReady(server, kind === 'service' || kind === 'workers' ? '/readyz' : '/healthz')
+  if (kind === 'workers') server.workers = await waitWorkers(server, o.workers ?? 2)
   return server
+}
+
+/**
+ * The workers a `workers` server runs: its processes but the primary, once
+ * all N have started (or 0 after 10 s when the build forks none: one without
+ * WORKERS support ignores the variable and serves alone), then the service
+ * answering its readiness probe a few times, so that each worker is likely
+ * to have answered one through the round robin.
+ */
+async function waitWorkers(server: RunningServer, n: number): Promise<number> {
+  const deadline = Date.now() + 10_000
+  let workers = processTree(server.pid).length - 1
+  while (workers < n && Date.now() < deadline && !server.exited) {
+    await new Promise((r) => setTimeout(r, 100))
+    workers = processTree(server.pid).length - 1
+  }
+  for (let i = 0; i < 2 * n; i++) await waitReady(server, '/readyz')
+  return workers
 }
 
 async function waitReady(server: RunningServer, path: string): Promise<void> {
@@ -134,7 +173,7 @@ export async function stopServer(server: RunningServer): Promise<void> {
 
 export type Servers = Record<Kind, RunningServer>
 
-/** Fresh processes of all three servers, started side by side. */
+/** Fresh processes of the servers, started side by side. */
 export async function startAll(o: ServerOptions, kinds: readonly Kind[] = KINDS): Promise<Partial<Servers>> {
   const started = await Promise.allSettled(kinds.map((k) => startServer(k, o)))
   const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected')
