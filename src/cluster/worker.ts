@@ -22,8 +22,11 @@ export interface WorkerLink {
   serviceMetrics(): Promise<string>
 }
 
+/** Whether this process is a worker of src/cluster/primary.ts (not of another cluster, such as PM2's cluster mode, which runs the service as a worker of its own). */
+const isOurWorker = () => cluster.isWorker && process.env[WORKER_SLOT_VARIABLE] !== undefined
+
 export function workerLink(): WorkerLink | undefined {
-  if (!cluster.isWorker) return undefined
+  if (!isOurWorker()) return undefined
   const slot = Number(process.env[WORKER_SLOT_VARIABLE])
   let metrics: Metrics | undefined
   const waiting = new Map<number, (text: string) => void>()
@@ -60,7 +63,7 @@ export function workerLink(): WorkerLink | undefined {
 
 /** In a worker, tells the primary why start-up failed (resolves once sent, so the exit that follows does not lose it); elsewhere nothing. */
 export function reportCannotStart(reason: string): Promise<void> {
-  if (!cluster.isWorker || !process.connected) return Promise.resolve()
+  if (!isOurWorker() || !process.connected) return Promise.resolve()
   return new Promise((resolve) => process.send!({ upa: 'cannot-start', reason } satisfies WorkerMessage, undefined, undefined, () => resolve()))
 }
 
