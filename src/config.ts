@@ -64,11 +64,11 @@ const EnvSchema = Type.Object({
   TLS_CERT_FILE: Type.Optional(Type.String({ minLength: 1 })),
   TLS_KEY_FILE: Type.Optional(Type.String({ minLength: 1 })),
   WEBHOOK_ALLOW_PRIVATE: Type.Optional(Bool),
-  WORKERS: Type.Optional(Type.String({ pattern: '^(auto|[0-9]+)$', description: `auto or an integer from 1 to ${MAX_WORKERS}`, minimum: 1, maximum: MAX_WORKERS })),
   WEBHOOK_ALLOWED_PORTS: Type.Optional(Type.String({
     pattern: '^[0-9]{1,5}(,[0-9]{1,5})*$',
     description: 'a comma-separated list of ports (1 to 65535) webhook URLs may name besides 443',
   })),
+  WORKERS: Type.Optional(Type.String({ pattern: '^(auto|[0-9]+)$', description: `auto or an integer from 1 to ${MAX_WORKERS}`, minimum: 1, maximum: MAX_WORKERS })),
 })
 const checkEnv = Compile(EnvSchema)
 
