@@ -4,6 +4,7 @@ import { createServer, connect as netConnect } from 'node:net'
 import { availableParallelism } from 'node:os'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { PasswordHasher } from '../src/auth/password.js'
 import { loadConfig } from '../src/config.js'
 import { connect } from '../src/core/db/connect.js'
 import { adminToken, holdRowLock, launchService, projectRoot, startLoad, summarize, waitFor, type Spawned } from './fault-kit.js'
@@ -47,6 +48,17 @@ async function servedBy(service: Spawned, requestId: string): Promise<number> {
 }
 
 describe('WORKERS', { concurrency: true }, () => {
+/** Requests with `headers` on new connections until each worker has answered one: every answer must be 200. */
+async function acceptedByBoth(service: Spawned, headers: Record<string, string>): Promise<void> {
+  const accepted = new Set<number>()
+  for (let i = 0; accepted.size < 2 && i < 40; i++) {
+    const a = await fresh(service, 'GET', '/auth/me', headers)
+    assert.equal(a.status, 200)
+    accepted.add(await servedBy(service, a.requestId))
+  }
+  assert.equal(accepted.size, 2, 'both workers accepted the token')
+}
+
 describe('WORKERS=2: one port, two processes', { concurrency: 1 }, async () => {
   const service = await startWorkers({ SHUTDOWN_TIMEOUT: '5' })
 
@@ -84,13 +96,7 @@ describe('WORKERS=2: one port, two processes', { concurrency: 1 }, async () => {
     assert.equal(login.status, 200)
     const bearer = { authorization: `Bearer ${login.body.access_token}` }
     // Accepted by both workers first (each has verified it and holds it in its JWT cache).
-    const accepted = new Set<number>()
-    for (let i = 0; accepted.size < 2 && i < 40; i++) {
-      const a = await fresh(service, 'GET', '/auth/me', bearer)
-      assert.equal(a.status, 200)
-      accepted.add(await servedBy(service, a.requestId))
-    }
-    assert.equal(accepted.size, 2, 'both workers accepted the token')
+    await acceptedByBoth(service, bearer)
 
     const logout = await fresh(service, 'POST', '/auth/logout', bearer)
     assert.equal(logout.status, 204)
@@ -202,8 +208,14 @@ describe('WORKERS=2: stops, by a signal to the group or by itself', { concurrenc
     assert.ok(delays.every((d, i) => i === 0 || d >= delays[i - 1]!), `delays ${delays.join(', ')}`)
   })
 
-  test('SIGINT to the whole process group (Ctrl-C): the primary and each worker get it at once, each worker drains once, exit 0', async () => {
-    const service = await startWorkers({}, { detached: true })
+  test('in development (no JWT_SECRETS) a login on one worker is accepted by both; SIGINT to the whole process group (Ctrl-C): each worker drains once, exit 0', async () => {
+    // JWT_SECRETS empty is unset: the secret generated into .data/jwt-secret (src/auth/secrets.ts), written by the primary before it forks.
+    const service = await startWorkers({ JWT_SECRETS: '' }, { detached: true })
+    const email = `workers-dev-${Date.now()}@example.com`
+    await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${email}, 'user', ${await new PasswordHasher().hash('a long enough password')})`
+    const login = await fresh(service, 'POST', '/auth/login', {}, { email, password: 'a long enough password' })
+    assert.equal(login.status, 200)
+    await acceptedByBoth(service, { authorization: `Bearer ${login.body.access_token}` })
     process.kill(-service.pid, 'SIGINT')
     const exit = await service.exited
     assert.equal(exit.code, 0)
