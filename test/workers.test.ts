@@ -5,6 +5,7 @@ import { availableParallelism } from 'node:os'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { PasswordHasher } from '../src/auth/password.js'
+import { RestartPolicy } from '../src/cluster/restart-policy.js'
 import { loadConfig } from '../src/config.js'
 import { connect } from '../src/core/db/connect.js'
 import { adminToken, holdRowLock, launchService, projectRoot, startLoad, summarize, waitFor, type Spawned } from './fault-kit.js'
@@ -251,6 +252,28 @@ describe('WORKERS=2: stops, by a signal to the group or by itself', { concurrenc
     assert.equal(loadConfig({ WORKERS: 'auto' }).workers, Math.min(availableParallelism(), 64))
   })
 })
+})
+
+describe('RestartPolicy (src/cluster/restart-policy.ts)', () => {
+  test('the delay doubles with each quick death of a slot up to 10 s, and starts again once a worker stayed up 30 s', () => {
+    const policy = new RestartPolicy()
+    // One death a minute apart: never a crash loop, whatever the delays.
+    const delays = Array.from({ length: 9 }, (_, i) => policy.onDeath(1, i * 61_000 + 60_000, i * 61_000 + 61_000))
+    assert.deepEqual(delays, [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000].map((replaceInMs) => ({ replaceInMs })))
+    // Up 30 s: the streak is over.
+    assert.deepEqual(policy.onDeath(1, 600_000, 630_000), { replaceInMs: 100 })
+    // Another slot has a streak of its own.
+    assert.deepEqual(policy.onDeath(2, 700_000, 700_001), { replaceInMs: 100 })
+  })
+
+  test('the fifth death within 60 s, of any slots, stops; deaths older than 60 s do not count', () => {
+    const policy = new RestartPolicy()
+    const at = [0, 20_000, 30_000, 40_000]
+    for (const [i, t] of at.entries()) assert.ok('replaceInMs' in policy.onDeath(1 + (i % 2), t, t + 10))
+    // 60 s after the first: it has left the window.
+    assert.ok('replaceInMs' in policy.onDeath(1, 60_000, 60_010))
+    assert.deepEqual(policy.onDeath(2, 61_000, 61_010), { stop: '5 workers died within 60 s: a crash loop' })
+  })
 })
 
 /** Whether a connection to 127.0.0.1:`port` is refused now. */
