@@ -6,14 +6,16 @@ import { mergeExpositions } from './metrics.js'
 import { RestartPolicy } from './restart-policy.js'
 
 // WORKERS=N (N > 1): this process serves nothing itself. It has migrated the
-// database (src/main.ts) and forks N workers, each of them today's whole
-// service (its own pool, caches, scheduler, components) on the one port:
+// database (src/main.ts) and forks N workers, each of them the whole
+// service as one process runs it (its own pool, caches, scheduler,
+// components) on the one port:
 // N instances on one database, which the service supports as it supports
 // instances on several machines (docs/scaling.md).
 //
 // The listening socket is the primary's: node:cluster's round robin
 // (SCHED_RR) accepts each connection here and hands it to the next worker.
-// A worker that dies loses only the connections it had; nothing queued on
+// A worker that dies loses the connections it had, and one the primary was
+// handing to it, which Node leaves open and unanswered; nothing queued on
 // the port goes with it (with SO_REUSEPORT, the connections waiting in a
 // closing worker's accept queue are reset). docs/scaling.md, "WORKERS".
 
@@ -34,7 +36,7 @@ interface Slot {
 /** Runs the primary until a signal or a crash loop stops the service; the process then exits (0 on a signal, 1 otherwise). */
 export function runPrimary(config: Config, log: Logger, env: Record<string, string>): void {
   const slots = new Map<number, Slot>()
-  const bySlot = new Map<Worker, number>()
+  const slotOf = new Map<Worker, number>()
   const policy = new RestartPolicy()
   let up = false
   let stopping = false
@@ -44,7 +46,7 @@ export function runPrimary(config: Config, log: Logger, env: Record<string, stri
   const fork = (slot: number) => {
     const worker = cluster.fork({ ...env, [WORKER_SLOT_VARIABLE]: String(slot) })
     slots.set(slot, { worker, startedAt: performance.now(), listened: false })
-    bySlot.set(worker, slot)
+    slotOf.set(worker, slot)
     log.info('worker started', { worker: slot, pid: worker.process.pid })
   }
 
@@ -59,7 +61,7 @@ export function runPrimary(config: Config, log: Logger, env: Record<string, stri
     for (const worker of live()) worker.process.kill('SIGTERM')
     setTimeout(() => {
       const left = live()
-      if (left.length) log.warn('workers still running past SHUTDOWN_TIMEOUT were killed', { workers: left.map((w) => bySlot.get(w)), shutdown_timeout_s: config.shutdownTimeoutMs / 1000 })
+      if (left.length) log.warn('workers still running past SHUTDOWN_TIMEOUT were killed', { workers: left.map((w) => slotOf.get(w)), shutdown_timeout_s: config.shutdownTimeoutMs / 1000 })
       for (const worker of left) worker.process.kill('SIGKILL')
     }, config.shutdownTimeoutMs + KILL_MARGIN_MS).unref()
     exitWhenAllGone()
@@ -73,9 +75,9 @@ export function runPrimary(config: Config, log: Logger, env: Record<string, stri
   }
 
   cluster.on('exit', (worker, code, signal) => {
-    const n = bySlot.get(worker)!
+    const n = slotOf.get(worker)!
     const slot = slots.get(n)!
-    bySlot.delete(worker)
+    slotOf.delete(worker)
     slot.worker = undefined
     if (stopping) {
       log.info('worker stopped', { worker: n, pid: worker.process.pid, code, signal })
@@ -93,7 +95,7 @@ export function runPrimary(config: Config, log: Logger, env: Record<string, stri
   let collectionIds = 0
   cluster.on('message', (worker, message: unknown) => {
     if (!isOurs(message)) return
-    const n = bySlot.get(worker)
+    const n = slotOf.get(worker)
     if (n === undefined) return
     const m = message as WorkerMessage
     if (m.upa === 'listening') {
