@@ -35,6 +35,8 @@ export interface AppDeps extends CoreServices {
   config: Config
   /** The database check of /readyz, one query a second at most (src/health/readiness.ts). */
   readiness: ReadinessCheck
+  /** The figures GET /metrics answers with: this instance's, or, in a cluster worker, every worker's (src/cluster/worker.ts). */
+  metricsReport(): Promise<string>
   /** JWTs this instance has verified (src/auth/jwt-cache.ts). */
   jwtCache: JwtCache
   /** API keys this instance has read, kept right by notifications from PostgreSQL (src/api-keys/key-cache.ts). */

@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os'
 import Type, { type Static } from 'typebox'
 import { Compile } from 'typebox/compile'
 import { ConfigError } from './core/config-error.js'
@@ -11,6 +12,14 @@ import type { LogLevel } from './core/log.js'
 
 const Integer = (minimum: number, maximum: number) =>
   Type.String({ pattern: '^[0-9]+$', description: `an integer from ${minimum} to ${maximum}`, minimum, maximum })
+/**
+ * Each worker is a whole instance with its own pool (DATABASE_POOL_MAX + 6
+ * connections, docs/scaling.md): 64 of them hold over 1,000 database
+ * connections, ten times PostgreSQL's default max_connections. A host with
+ * more cores than that is better split into several instances.
+ */
+const MAX_WORKERS = 64
+
 const Bool = Type.Union([Type.Literal('true'), Type.Literal('false')], { description: '"true" or "false"' })
 
 const EnvSchema = Type.Object({
@@ -59,6 +68,7 @@ const EnvSchema = Type.Object({
     pattern: '^[0-9]{1,5}(,[0-9]{1,5})*$',
     description: 'a comma-separated list of ports (1 to 65535) webhook URLs may name besides 443',
   })),
+  WORKERS: Type.Optional(Type.String({ pattern: '^(auto|[0-9]+)$', description: `auto or an integer from 1 to ${MAX_WORKERS}`, minimum: 1, maximum: MAX_WORKERS })),
 })
 const checkEnv = Compile(EnvSchema)
 
@@ -121,6 +131,8 @@ export interface Config {
   webhookAllowPrivate: boolean
   /** Ports besides 443 a webhook URL may name (unless webhookAllowPrivate, which allows any). */
   webhookAllowedPorts: ReadonlySet<number>
+  /** Processes serving the port (src/cluster/primary.ts); 1: this process alone, no primary. */
+  workers: number
   /** Serve HTTPS from these PEM files (reloaded when they change); undefined: plain HTTP, for use behind a proxy. */
   tls: { certFile: string; keyFile: string } | undefined
 }
@@ -205,6 +217,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     eventsRetentionDays: int('EVENTS_RETENTION_DAYS', 30),
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
     webhookAllowedPorts: parsePorts(e.WEBHOOK_ALLOWED_PORTS),
+    workers: e.WORKERS === 'auto' ? Math.min(availableParallelism(), MAX_WORKERS) : int('WORKERS', 1),
     tls: e.TLS_CERT_FILE && e.TLS_KEY_FILE ? { certFile: e.TLS_CERT_FILE, keyFile: e.TLS_KEY_FILE } : undefined,
   }
 }

@@ -8,19 +8,28 @@ import { dataRoot, LocalClusterError, localDevelopmentUrl } from './dev/local-cl
 import { migrate, MigrationError } from './core/db/migrate.js'
 import { resolvePooler } from './core/db/pooler.js'
 import { batchedWriter, createLogger, describeError, type Logger } from './core/log.js'
+import { runPrimary } from './cluster/primary.js'
+import { reportCannotStart, workerLink, type WorkerLink } from './cluster/worker.js'
 import { createService } from './service.js'
 import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
 // The process: configuration, database, signals, the listening socket.
 // `node dist/main.js` serves; `node dist/main.js migrate` only migrates.
+// With WORKERS > 1 this process migrates, then is the primary of that many
+// workers (src/cluster/primary.ts), each of which runs this file again and
+// goes straight to `serve`.
+
+/** What the kernel writes to a pipe whole (PIPE_BUF on Linux): workers share the primary's stdout. */
+const PIPE_BUF = 4096
 
 async function main(): Promise<void> {
   const command = process.argv[2]
   // For `admin`, ADMIN_EMAIL and ADMIN_PASSWORD name the admin to make, not the one to create at start-up.
   const config = loadConfig(command === 'admin' ? { ...process.env, ADMIN_EMAIL: undefined, ADMIN_PASSWORD: undefined } : process.env)
-  const stdout = batchedWriter((text) => process.stdout.write(text))
+  const worker = workerLink()
+  const stdout = batchedWriter((text) => process.stdout.write(text), undefined, config.workers > 1 ? PIPE_BUF : undefined)
   process.on('exit', stdout.flush)
-  const log = createLogger(config.logLevel, stdout.write)
+  const log = createLogger(config.logLevel, stdout.write, worker?.logFields)
   // Last resort. Every known way for the database driver to throw outside a
   // request is patched (src/core/db/postgres-patch.mjs), so reaching this is a bug
   // whose consequences are unknown: carrying on could serve from a broken
@@ -34,6 +43,8 @@ async function main(): Promise<void> {
   process.on('uncaughtException', fatal('uncaught exception'))
   process.on('unhandledRejection', fatal('unhandled promise rejection'))
 
+  // A worker is given both by its primary, which found them out, migrated, and wrote the development secret.
+  if (worker) return serve({ ...config, databasePooler: config.databasePooler as 'transaction' | 'none', jwtSecrets: resolveSecrets(config, dataRoot) }, log, worker)
   const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
   // Before anything else: a transaction pooler changes how every connection is opened (src/core/db/pooler.ts).
   const databasePooler = await resolvePooler({ ...config, databaseUrl })
@@ -48,10 +59,15 @@ async function main(): Promise<void> {
     if (applied.length) log.info('migrations applied', { migrations: applied })
     if (command === 'migrate') return log.info('database is up to date')
     if (command === 'admin') return await adminCommand(setup)
+    if (config.bootstrapAdmin && (await bootstrapAdminIfNone(setup, new PasswordHasher(), config.bootstrapAdmin))) {
+      log.info('created the first admin from ADMIN_EMAIL', { email: config.bootstrapAdmin.email })
+    }
   } finally {
     await setup.end({ timeout: 5 })
   }
-  await serve({ ...config, databaseUrl, databasePooler, jwtSecrets: resolveSecrets(config, dataRoot) }, log)
+  const resolved = { ...config, databaseUrl, databasePooler, jwtSecrets: resolveSecrets(config, dataRoot) }
+  if (config.workers > 1) return runPrimary(resolved, log, { DATABASE_URL: databaseUrl, DATABASE_POOLER: databasePooler })
+  await serve(resolved, log)
 }
 
 /** `make admin EMAIL=…`, the password from ADMIN_PASSWORD or standard input, never from argv (it would show in `ps`). */
@@ -62,14 +78,11 @@ async function adminCommand(sql: Sql): Promise<void> {
   process.stdout.write(`${admin.created ? 'Created' : 'Reset'} admin ${email} (id ${admin.id}). Password: ${admin.password}\n`)
 }
 
-async function serve(config: Config, log: Logger): Promise<void> {
-  const service = createService(config, { log })
-  const { deps } = service
-  if (config.bootstrapAdmin && (await bootstrapAdminIfNone(deps.sql, deps.passwords, config.bootstrapAdmin))) {
-    log.info('created the first admin from ADMIN_EMAIL', { email: config.bootstrapAdmin.email })
-  }
+async function serve(config: Config, log: Logger, worker?: WorkerLink): Promise<void> {
+  const service = createService(config, { log, metricsReport: worker && (() => worker.serviceMetrics()) })
   const { address, port } = await service.listen(config.port, config.host)
   log.info('listening', { address, port, prefix: config.apiPrefix || null })
+  worker?.listening(port, service.deps.metrics)
 
   let stopping = false
   const onSignal = (signal: NodeJS.Signals) => {
@@ -83,11 +96,10 @@ async function serve(config: Config, log: Logger): Promise<void> {
   process.on('SIGINT', onSignal)
 }
 
-main().catch((err: unknown) => {
-  if (err instanceof ConfigError || err instanceof MigrationError || err instanceof LocalClusterError || err instanceof DriverPatchError) {
-    process.stderr.write(`Cannot start: ${err.message}\n`)
-  } else {
-    process.stderr.write(`Cannot start: ${JSON.stringify(describeError(err))}\n`)
-  }
+main().catch(async (err: unknown) => {
+  const known = err instanceof ConfigError || err instanceof MigrationError || err instanceof LocalClusterError || err instanceof DriverPatchError
+  const reason = known ? err.message : JSON.stringify(describeError(err))
+  process.stderr.write(`Cannot start: ${reason}\n`)
+  await reportCannotStart(known || !(err instanceof Error) ? reason : err.message)
   process.exit(1)
 })

@@ -65,6 +65,8 @@ export interface ServiceOptions {
   webhooks?: Partial<WebhookSettings>
   retention?: Partial<RetentionSettings>
   publisher?: Partial<PublisherSettings>
+  /** What GET /metrics answers; default this service's figures. A cluster worker answers for every worker (src/cluster/worker.ts). */
+  metricsReport?: () => Promise<string>
 }
 
 export interface Service {
@@ -162,6 +164,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
     readiness: new ReadinessCheck(() => sql`SELECT 1`),
     cursorKeys: cursorKeysFrom(config.jwtSecrets),
     metrics,
+    metricsReport: tuning.metricsReport ?? (async () => metrics.render()),
     jwtCache: new JwtCache(cacheSize),
     apiKeyCache,
     apiKeyUse: new LastUsedWrites(cacheSize),

@@ -56,6 +56,7 @@ describe('defaults', () => {
       eventsRetentionDays: 30,
       webhookAllowPrivate: false,
       webhookAllowedPorts: new Set(),
+      workers: 1,
       tls: undefined,
     })
   })
@@ -111,6 +112,7 @@ describe('values', () => {
       EVENTS_RETENTION_DAYS: '7',
       WEBHOOK_ALLOW_PRIVATE: 'true',
       WEBHOOK_ALLOWED_PORTS: '8443,9443',
+      WORKERS: '4',
       TLS_CERT_FILE: '/etc/api/cert.pem',
       TLS_KEY_FILE: '/etc/api/key.pem',
     })
@@ -148,6 +150,7 @@ describe('values', () => {
       eventsRetentionDays: 7,
       webhookAllowPrivate: true,
       webhookAllowedPorts: new Set([8443, 9443]),
+      workers: 4,
       tls: { certFile: '/etc/api/cert.pem', keyFile: '/etc/api/key.pem' },
     })
   })

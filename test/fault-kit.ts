@@ -201,9 +201,11 @@ export type Launched = Omit<Spawned, 'url' | 'port'> & { listening: Promise<Spaw
  * for the migration lock); `listening` rejects, and the process is killed,
  * when it exits first or does not listen within 30 s.
  */
-export function launchService(env: Record<string, string>, entry = 'src/main.ts'): Launched {
+export function launchService(env: Record<string, string>, entry = 'src/main.ts', { detached = false } = {}): Launched {
   const child = spawn(process.execPath, ['--import', 'tsx', entry], {
     cwd: projectRoot,
+    // Detached: a process group of its own, for a test to signal as a terminal or a supervisor signals one.
+    detached,
     env: { PATH: process.env.PATH, HOME: process.env.HOME, HOST: '127.0.0.1', PORT: '0', ...serviceEnv, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })

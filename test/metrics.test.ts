@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { allRoutes } from '../src/app.js'
+import { mergeExpositions } from '../src/cluster/metrics.js'
 import { Metrics } from '../src/core/metrics.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
@@ -222,6 +223,25 @@ describe('Metrics.render', () => {
     const e = parseExposition(m.render())
     assert.equal(counter(e, 'http_requests_total', { method: 'GET', route: 'unmatched', status: '404' }), 2)
     assert.equal(counter(e, 'http_requests_total', { method: 'POST', route: 'odd "route" \\ with\nbreak', status: '200' }), 1)
+  })
+})
+
+describe('mergeExpositions (WORKERS > 1, src/cluster/metrics.ts)', () => {
+  test('two workers\' figures are one valid exposition: each series labelled with its worker, each family once', () => {
+    const parts = [1, 2].map((worker) => {
+      const m = new Metrics({ max: 3 })
+      for (let i = 0; i < worker; i++) m.observe('GET', '/things/{id}', 200, 0.003)
+      m.observe('POST', 'odd "route" \\ with\nbreak', 201, 0.3)
+      return { worker, text: m.render() }
+    })
+    const e = parseExposition(mergeExpositions(parts))
+    for (const worker of ['1', '2']) {
+      assert.equal(counter(e, 'http_requests_total', { worker, method: 'GET', route: '/things/{id}', status: '200' }), Number(worker))
+      assert.equal(counter(e, 'http_request_duration_seconds_bucket', { worker, method: 'GET', route: '/things/{id}', le: '+Inf' }), Number(worker))
+      assert.equal(counter(e, 'http_requests_total', { worker, method: 'POST', route: 'odd "route" \\ with\nbreak', status: '201' }), 1)
+      assert.equal(counter(e, 'db_pool_max_connections', { worker }), 3)
+    }
+    assert.equal(assertHistograms(e), 4)
   })
 })
 

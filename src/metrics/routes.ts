@@ -12,7 +12,7 @@ export const metricsRoutes = [
     summary: 'Request, database and process figures in Prometheus text format',
     responses: { 200: { description: 'Prometheus text format 0.0.4', schema: Type.String(), contentType: 'text/plain' } },
     async handle({ deps }) {
-      return { status: 200, headers: { 'cache-control': 'no-store' }, text: { contentType: 'text/plain; version=0.0.4; charset=utf-8', content: deps.metrics.render() } }
+      return { status: 200, headers: { 'cache-control': 'no-store' }, text: { contentType: 'text/plain; version=0.0.4; charset=utf-8', content: await deps.metricsReport() } }
     },
   }),
 ]

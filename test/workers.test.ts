@@ -1,0 +1,294 @@
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { createServer, connect as netConnect } from 'node:net'
+import { availableParallelism } from 'node:os'
+import { after, describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { PasswordHasher } from '../src/auth/password.js'
+import { RestartPolicy } from '../src/cluster/restart-policy.js'
+import { loadConfig } from '../src/config.js'
+import { connect } from '../src/core/db/connect.js'
+import { adminToken, holdRowLock, launchService, projectRoot, startLoad, summarize, waitFor, type Spawned } from './fault-kit.js'
+import { call, tally, type Answer } from './helpers/http-client.js'
+import { createTestDatabase } from './helpers/server.js'
+
+// WORKERS=2 through the real process (`node --import tsx src/main.ts`): one
+// port served by two worker processes under a primary (src/cluster/). Which
+// worker answered a request is read from its log line (`worker`), found by
+// the request id the test sends; every request goes on a connection of its
+// own (Connection: close), so that the primary's round robin spreads them.
+
+const databaseUrl = await createTestDatabase()
+const db = connect(databaseUrl, { max: 4, statementTimeoutMs: 60_000 })
+after(() => db.end({ timeout: 5 }))
+const [{ id: adminId }] = await db<[{ id: number }]>`INSERT INTO users (name, email, role) VALUES ('Workers Admin', 'workers-admin@example.com', 'admin') RETURNING id`
+const auth = { authorization: `Bearer ${adminToken(adminId)}` }
+
+/** The service with WORKERS=2 (unless `env` says otherwise), once every worker listens. */
+async function startWorkers(env: Record<string, string> = {}, options?: { detached: boolean }): Promise<Spawned> {
+  const service = await launchService({ DATABASE_URL: databaseUrl, WORKERS: '2', ...env }, undefined, options).listening
+  after(() => void (service.alive() && service.kill('SIGKILL')))
+  await waitFor('every worker to listen', () => service.logs.some((l) => l.msg === 'every worker is listening'), 20_000)
+  return service
+}
+
+const workerPids = (service: Spawned) => service.logs.filter((l) => l.msg === 'worker started').map((l) => ({ worker: l.worker as number, pid: l.pid as number }))
+
+let sent = 0
+/** A request on a new connection, with a request id of its own to find its log line by. */
+function fresh(service: Spawned, method: string, path: string, headers: Record<string, string> = auth, body?: unknown, timeoutMs?: number): Promise<Answer & { requestId: string }> {
+  const requestId = `workers-test-${process.pid}-${++sent}`
+  return call(service.url, method, path, { headers: { ...headers, connection: 'close', 'x-request-id': requestId }, body, timeoutMs }).then((a) => ({ ...a, requestId }))
+}
+
+/** The worker that answered a request (its log line; lines are written within 20 ms). */
+async function servedBy(service: Spawned, requestId: string): Promise<number> {
+  let line: Record<string, unknown> | undefined
+  await waitFor(`the log line of ${requestId}`, () => (line = service.logs.find((l) => l.msg === 'request' && l.request_id === requestId)) !== undefined, 2000, 10)
+  return line!.worker as number
+}
+
+/** Requests with `headers` on new connections until each worker has answered one: every answer must be 200. */
+async function acceptedByBoth(service: Spawned, headers: Record<string, string>): Promise<void> {
+  const accepted = new Set<number>()
+  for (let i = 0; accepted.size < 2 && i < 40; i++) {
+    const a = await fresh(service, 'GET', '/auth/me', headers)
+    assert.equal(a.status, 200)
+    accepted.add(await servedBy(service, a.requestId))
+  }
+  assert.equal(accepted.size, 2, 'both workers accepted the token')
+}
+
+describe('WORKERS', { concurrency: true }, () => {
+  describe('WORKERS=2: one port, two processes', { concurrency: 1 }, async () => {
+    const service = await startWorkers({ SHUTDOWN_TIMEOUT: '5' })
+
+    test('both workers answer on the one port; each request line names its worker, /metrics answers for both', async () => {
+      const answers = await Promise.all(Array.from({ length: 12 }, () => fresh(service, 'GET', `/users/${adminId}`)))
+      assert.deepEqual(tally(answers), { 200: 12 })
+      const workers = await Promise.all(answers.map((a) => servedBy(service, a.requestId)))
+      assert.deepEqual([...new Set(workers)].sort(), [1, 2], `served by ${workers.join(', ')}`)
+      // Two processes besides the primary, each its own pid.
+      const pids = workerPids(service)
+      assert.equal(new Set(pids.map((p) => p.pid).concat(service.pid)).size, 3)
+      // The primary's own lines carry no worker; every worker's does.
+      assert.ok(service.logs.some((l) => l.msg === 'starting workers' && !('worker' in l)))
+      assert.deepEqual(service.logs.filter((l) => l.msg === 'listening').map((l) => l.worker).sort(), [1, 2])
+
+      const metrics = await fresh(service, 'GET', '/metrics')
+      assert.equal(metrics.status, 200)
+      const text = metrics.body as string
+      for (const worker of [1, 2]) {
+        assert.match(text, new RegExp(`^http_requests_total\\{worker="${worker}",method="GET",route="/users/\\{id\\}",status="200"\\} \\d+$`, 'm'))
+        assert.match(text, new RegExp(`^process_resident_memory_bytes\\{worker="${worker}"\\} \\d+$`, 'm'))
+      }
+      // The two workers' requests by id add up to the 12 (and no more: nothing else read a user).
+      const served = [...text.matchAll(/^http_requests_total\{worker="\d",method="GET",route="\/users\/\{id\}",status="200"\} (\d+)$/gm)].map((m) => Number(m[1]))
+      assert.equal(served.reduce((a, b) => a + b, 0), 12)
+      // One family, one HELP and TYPE, whatever the number of workers (the format's rule).
+      assert.equal(text.match(/^# TYPE http_requests_total counter$/gm)?.length, 1)
+      assert.match(text, /^# HELP http_requests_total .*\(label worker\)\.$/m)
+    })
+
+    test('a logout on one worker: the same token is refused by both within a second', async () => {
+      const email = `workers-logout-${Date.now()}@example.com`
+      assert.equal((await fresh(service, 'POST', '/users', auth, { name: 'Logs out', email, password: 'a long enough password', role: 'user' })).status, 201)
+      const login = await fresh(service, 'POST', '/auth/login', {}, { email, password: 'a long enough password' })
+      assert.equal(login.status, 200)
+      const bearer = { authorization: `Bearer ${login.body.access_token}` }
+      // Accepted by both workers first (each has verified it and holds it in its JWT cache).
+      await acceptedByBoth(service, bearer)
+
+      const logout = await fresh(service, 'POST', '/auth/logout', bearer)
+      assert.equal(logout.status, 204)
+      const loggedOutAt = performance.now()
+      const loggedOutBy = await servedBy(service, logout.requestId)
+      const refusedBy = new Map<number, number>()
+      const after: Array<{ worker: number; status: number }> = []
+      while (refusedBy.size < 2 && performance.now() - loggedOutAt < 5000) {
+        const a = await fresh(service, 'GET', '/auth/me', bearer)
+        const worker = await servedBy(service, a.requestId)
+        after.push({ worker, status: a.status })
+        if (a.status === 401 && !refusedBy.has(worker)) refusedBy.set(worker, performance.now() - loggedOutAt)
+      }
+      assert.deepEqual([...refusedBy.keys()].sort(), [1, 2], `answers after the logout (worker ${loggedOutBy} logged out): ${JSON.stringify(after)}`)
+      assert.ok([...refusedBy.values()].every((ms) => ms < 1000), `refused after ${[...refusedBy.values()].map(Math.round).join(', ')} ms`)
+      // Once a worker refused it, it never accepts it again; nor does any worker after a second.
+      assert.deepEqual(after.filter((a, i) => a.status === 200 && after.slice(0, i).some((b) => b.worker === a.worker && b.status === 401)), [])
+    })
+
+    test('a worker killed with SIGKILL is replaced under load; only requests on its connections fail', async () => {
+      const [victim] = workerPids(service).filter((p) => p.worker === 1).slice(-1)
+      // A connection the primary was handing to the worker as it died is never answered (Node leaks it, docs/scaling.md): 3 s makes it a failure.
+      const load = startLoad(6, async (client, seq) => {
+        const started = performance.now()
+        const a = await fresh(service, 'GET', `/users/${adminId}`, auth, undefined, 3000)
+        return { client, seq, what: a.requestId, started, ended: performance.now(), status: a.status || undefined, error: a.error }
+      })
+      await sleep(500)
+      process.kill(victim!.pid, 'SIGKILL')
+      await waitFor('a new worker 1 to listen', () => service.logs.filter((l) => l.msg === 'listening' && l.worker === 1).length === 2, 10_000)
+      const replacedAt = performance.now()
+      await sleep(500)
+      const outcomes = await load.stop()
+      const failed = outcomes.filter((o) => o.status !== 200)
+      const died = service.logs.find((l) => l.msg === 'worker died; replacing it')
+      // At most the requests in flight on its connections when it died (one per client), each started before the primary saw it die.
+      assert.ok(failed.length <= 6, `failed: ${JSON.stringify(failed)}`)
+      const seenDead = (died as { seenAt?: number } | undefined)?.seenAt ?? Infinity
+      assert.deepEqual(failed.filter((o) => o.started > seenDead), [], 'a request started after the primary saw the death failed')
+      assert.equal(died?.pid, victim!.pid)
+      assert.equal(died?.signal, 'SIGKILL')
+      // The replacement, worker 1 again in a new process, serves.
+      const [replacement] = workerPids(service).filter((p) => p.worker === 1).slice(-1)
+      assert.notEqual(replacement!.pid, victim!.pid)
+      const servedAfter = await Promise.all(outcomes.filter((o) => o.started > replacedAt && o.status === 200).map((o) => servedBy(service, o.what)))
+      assert.ok(servedAfter.includes(1) && servedAfter.includes(2), `served after the replacement by ${[...new Set(servedAfter)].join(', ')}`)
+      assert.ok(outcomes.length > 50, `${outcomes.length} requests`)
+    })
+
+    test('SIGTERM to the primary under load: requests in flight on both workers finish, new connections are refused, exit 0 within SHUTDOWN_TIMEOUT', async () => {
+      // Writes of one user wait on a row lock this test holds: requests in flight for as long as it likes.
+      const [{ id: userId }] = await db<[{ id: number }]>`INSERT INTO users (name, email) VALUES ('Held', ${`held-${Date.now()}@example.com`}) RETURNING id`
+      const lock = await holdRowLock(db, 'users', userId)
+      const held = Array.from({ length: 6 }, (_, i) => fresh(service, 'PATCH', `/users/${userId}`, auth, { name: `Held ${i}` }))
+      await waitFor('six writes waiting on the lock', async () => (await db<[{ n: number }]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)[0].n >= 6, 5000)
+      const load = startLoad(4, async (client, seq) => {
+        const started = performance.now()
+        const a = await fresh(service, 'GET', `/users/${adminId}`, auth)
+        if (a.error) await sleep(20)
+        return { client, seq, what: a.requestId, started, ended: performance.now(), status: a.status || undefined, code: a.body?.code, error: a.error }
+      })
+      await sleep(300)
+      const termAt = performance.now()
+      service.kill('SIGTERM')
+      // Both workers drain; the port is closed once both have stopped listening.
+      await waitFor('both workers to shut down', () => service.logs.filter((l) => l.msg === 'shutting down' && l.worker !== undefined).length === 2, 2000, 10)
+      const refusedAfter = await waitFor('a new connection to be refused', () => refused(service.port), 2000, 10)
+      const whileHeld = performance.now()
+      await sleep(700)
+      lock.release()
+      await lock.done
+      const answers = await Promise.all(held)
+      const exit = await service.exited
+      const outcomes = await load.stop()
+      const exitAfter = exit.at - termAt
+      assert.deepEqual(answers.map((a) => a.status), [200, 200, 200, 200, 200, 200])
+      assert.ok(answers.every((a) => a.headers.connection === 'close'))
+      const workers = await Promise.all(answers.map((a) => servedBy(service, a.requestId)))
+      assert.deepEqual([...new Set(workers)].sort(), [1, 2], 'writes held on both workers')
+      assert.ok(whileHeld < exit.at, 'connections were refused while requests were still in flight')
+      assert.equal(exit.code, 0)
+      assert.ok(exitAfter < 5000, `exit ${Math.round(exitAfter)} ms after SIGTERM (SHUTDOWN_TIMEOUT 5 s)`)
+      // Under load: before the signal, every answer 200; after it, 200, 503 shutting_down, or a connection refused
+      // or closed before any answer (reset, or closed: "socket hang up"), as with one process (test/fault-shutdown.test.ts).
+      const unexpected = outcomes.filter((o) => !(o.status === 200 || o.code === 'shutting_down' || (o.ended > termAt && /ECONNREFUSED|ECONNRESET|socket hang up/.test(o.error ?? ''))))
+      assert.deepEqual(unexpected, [], JSON.stringify(summarize(outcomes)))
+      assert.ok(service.logs.some((l) => l.msg === 'stopped' && l.exit_code === 0))
+      console.log(`# refused ${Math.round(refusedAfter)} ms after SIGTERM; exit ${Math.round(exitAfter)} ms after; load: ${JSON.stringify(summarize(outcomes))}`)
+    })
+  })
+
+  // Beside the suite above, one service at a time: more processes starting at once only slow each other on two cores.
+  describe('WORKERS=2: stops, by a signal to the group or by itself', { concurrency: 1 }, () => {
+    test('a crash loop (5 worker deaths within a minute) stops the service: the reason in a JSON log line, exit 1', async () => {
+      const service = await startWorkers()
+      for (let deaths = 0; deaths < 5 && service.alive(); deaths++) {
+        const started = workerPids(service)
+        process.kill(started.at(-1)!.pid, 'SIGKILL')
+        if (deaths < 4) await waitFor('a replacement', () => workerPids(service).length > started.length, 15_000, 10)
+      }
+      const exit = await service.exited
+      assert.equal(exit.code, 1)
+      const reason = service.logs.find((l) => l.msg === 'stopping the service')
+      assert.equal(reason?.level, 'error')
+      assert.match(String(reason?.reason), /5 workers died within 60 s: a crash loop/)
+      assert.equal(service.logs.filter((l) => l.msg === 'worker died; replacing it').length, 4)
+      // Each replacement waited longer than the last (back-off).
+      const delays = service.logs.filter((l) => l.msg === 'worker died; replacing it').map((l) => l.replace_in_ms as number)
+      assert.ok(delays.every((d, i) => i === 0 || d >= delays[i - 1]!), `delays ${delays.join(', ')}`)
+    })
+
+    test('in development (no JWT_SECRETS) a login on one worker is accepted by both; SIGINT to the whole process group (Ctrl-C): each worker drains once, exit 0', async () => {
+      // JWT_SECRETS empty is unset: the secret generated into .data/jwt-secret (src/auth/secrets.ts), written by the primary before it forks.
+      const service = await startWorkers({ JWT_SECRETS: '' }, { detached: true })
+      const email = `workers-dev-${Date.now()}@example.com`
+      await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${email}, 'user', ${await new PasswordHasher().hash('a long enough password')})`
+      const login = await fresh(service, 'POST', '/auth/login', {}, { email, password: 'a long enough password' })
+      assert.equal(login.status, 200)
+      await acceptedByBoth(service, { authorization: `Bearer ${login.body.access_token}` })
+      process.kill(-service.pid, 'SIGINT')
+      const exit = await service.exited
+      assert.equal(exit.code, 0)
+      const lines = (msg: string) => service.logs.filter((l) => l.msg === msg)
+      assert.deepEqual(lines('shutting down').map((l) => [l.worker, l.signal]).sort(), [[undefined, 'SIGINT'], [1, 'SIGINT'], [2, 'SIGINT']])
+      assert.deepEqual(lines('worker stopped').map((l) => [l.worker, l.code]).sort(), [[1, 0], [2, 0]])
+      assert.deepEqual(lines('worker died; replacing it'), [])
+    })
+
+    test('a worker that cannot listen (the port is taken) stops the service at start, naming why, exit 1', async () => {
+      const taken = createServer()
+      await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve))
+      after(() => taken.close())
+      const port = (taken.address() as { port: number }).port
+      const service = launchService({ DATABASE_URL: databaseUrl, WORKERS: '2', PORT: String(port) })
+      after(() => void (service.alive() && service.kill('SIGKILL')))
+      const exit = await service.exited
+      assert.equal(exit.code, 1)
+      const reason = service.logs.find((l) => l.msg === 'stopping the service')
+      assert.match(String(reason?.reason), /^worker \d exited before the service was up: .*EADDRINUSE/)
+    })
+
+    test('bad WORKERS values are refused at start, naming the variable', async () => {
+      const { code, stderr } = await startOnly({ WORKERS: '0' })
+      assert.equal(code, 1)
+      assert.equal(stderr, 'Cannot start: WORKERS: must be auto or an integer from 1 to 64 (got "0")\n')
+      // The same check, without a process each: every kind of bad value.
+      for (const value of ['65', 'two', '-1', '1.5', 'AUTO', ' 2']) {
+        assert.throws(() => loadConfig({ WORKERS: value }), { message: `WORKERS: must be auto or an integer from 1 to 64 (got ${JSON.stringify(value)})` })
+      }
+      assert.equal(loadConfig({}).workers, 1)
+      assert.equal(loadConfig({ WORKERS: '64' }).workers, 64)
+      assert.equal(loadConfig({ WORKERS: 'auto' }).workers, Math.min(availableParallelism(), 64))
+    })
+  })
+})
+
+describe('RestartPolicy (src/cluster/restart-policy.ts)', () => {
+  test('the delay doubles with each quick death of a slot up to 10 s, and starts again once a worker stayed up 30 s', () => {
+    const policy = new RestartPolicy()
+    // One death a minute apart: never a crash loop, whatever the delays.
+    const delays = Array.from({ length: 9 }, (_, i) => policy.onDeath(1, i * 61_000 + 60_000, i * 61_000 + 61_000))
+    assert.deepEqual(delays, [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000].map((replaceInMs) => ({ replaceInMs })))
+    // Up 30 s: the streak is over.
+    assert.deepEqual(policy.onDeath(1, 600_000, 630_000), { replaceInMs: 100 })
+    // Another slot has a streak of its own.
+    assert.deepEqual(policy.onDeath(2, 700_000, 700_001), { replaceInMs: 100 })
+  })
+
+  test('the fifth death within 60 s, of any slots, stops; deaths older than 60 s do not count', () => {
+    const policy = new RestartPolicy()
+    const at = [0, 20_000, 30_000, 40_000]
+    for (const [i, t] of at.entries()) assert.ok('replaceInMs' in policy.onDeath(1 + (i % 2), t, t + 10))
+    // 60 s after the first: it has left the window.
+    assert.ok('replaceInMs' in policy.onDeath(1, 60_000, 60_010))
+    assert.deepEqual(policy.onDeath(2, 61_000, 61_010), { stop: '5 workers died within 60 s: a crash loop' })
+  })
+})
+
+/** Whether a connection to 127.0.0.1:`port` is refused now. */
+function refused(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = netConnect(port, '127.0.0.1')
+    socket.once('connect', () => (socket.destroy(), resolve(false)))
+    socket.once('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'ECONNREFUSED'))
+  })
+}
+
+/** The entry point with a configuration that stops it before any connection: its exit code and stderr. */
+function startOnly(env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: projectRoot, env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: databaseUrl, ...env }, stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr.setEncoding('utf8').on('data', (text: string) => void (stderr += text))
+  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stderr })))
+}
