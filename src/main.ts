@@ -8,6 +8,7 @@ import { dataRoot, LocalClusterError, localDevelopmentUrl } from './dev/local-cl
 import { migrate, MigrationError } from './core/db/migrate.js'
 import { resolvePooler } from './core/db/pooler.js'
 import { batchedWriter, createLogger, describeError, type Logger } from './core/log.js'
+import { warnIfEndOfLife } from './node-support.js'
 import { createService } from './service.js'
 import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
@@ -21,6 +22,7 @@ async function main(): Promise<void> {
   const stdout = batchedWriter((text) => process.stdout.write(text))
   process.on('exit', stdout.flush)
   const log = createLogger(config.logLevel, stdout.write)
+  warnIfEndOfLife(log)
   // Last resort. Every known way for the database driver to throw outside a
   // request is patched (src/core/db/postgres-patch.mjs), so reaching this is a bug
   // whose consequences are unknown: carrying on could serve from a broken
