@@ -1,11 +1,11 @@
 # The service's image: a build stage compiles the TypeScript; the runtime
 # stage holds only dist/, sql/, the package files, the driver patch and the
 # two runtime dependencies, and runs as the unprivileged `node` user.
-# Node 24 is the current LTS (the tests here run on Node 20; the code runs on
-# both: docs/deployment.md). test/dockerfile.test.ts runs this file's install,
+# Node 26 is the active LTS; the suite passes on 22, 24 and 26, the supported
+# lines (docs/deployment.md). test/dockerfile.test.ts runs this file's install,
 # start and health-check steps, since no container engine runs where we test.
 
-FROM node:24-bookworm-slim AS build
+FROM node:26-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY src/core/db/postgres-patch.mjs src/core/db/postgres-patch.mjs
@@ -14,7 +14,7 @@ COPY tsconfig.json ./
 COPY src src
 RUN npx tsc -p tsconfig.json
 
-FROM node:24-bookworm-slim AS runtime
+FROM node:26-bookworm-slim AS runtime
 ENV NODE_ENV=production
 WORKDIR /app
 COPY package.json package-lock.json ./

@@ -1,6 +1,20 @@
 # Everything a fresh machine needs is done by `make run` and `make test`.
 # DATABASE_URL unset: a local PostgreSQL cluster in .data/ is created/started.
 
+# The Node.js every recipe runs on (npm ci included): NODE_LINE=22, 24 or 26 picks a supported release
+# line; without it, this machine's node when its line is supported, else the active LTS. A line the machine
+# lacks is fetched from the npm registry, checked against its pinned integrity and cached outside the
+# checkout (src/dev/node-line.mjs, which prints its folder, or nothing for the machine's node).
+NODE_DIR := $(shell node src/dev/node-line.mjs $(NODE_LINE) || echo '!')
+ifeq ($(NODE_DIR),!)
+$(error no supported Node.js to run on (why: above). Supported: 22, 24, 26 (README.md, "Node.js"))
+endif
+ifneq ($(NODE_DIR),)
+# npm run by another Node looks for its global configuration (registry, CA) beside that Node: keep this machine's.
+export NPM_CONFIG_GLOBALCONFIG := $(or $(NPM_CONFIG_GLOBALCONFIG),$(shell npm config get globalconfig))
+export PATH := $(NODE_DIR):$(PATH)
+endif
+
 NODE_BIN := node_modules/.bin
 TSX := node --import tsx
 

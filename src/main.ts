@@ -10,6 +10,7 @@ import { resolvePooler } from './core/db/pooler.js'
 import { batchedWriter, createLogger, describeError, type Logger } from './core/log.js'
 import { runPrimary } from './cluster/primary.js'
 import { reportCannotStart, workerLink, type WorkerLink } from './cluster/worker.js'
+import { warnIfEndOfLife } from './node-support.js'
 import { createService } from './service.js'
 import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
@@ -30,6 +31,8 @@ async function main(): Promise<void> {
   const stdout = batchedWriter((text) => process.stdout.write(text), undefined, config.workers > 1 ? PIPE_BUF : undefined)
   process.on('exit', stdout.flush)
   const log = createLogger(config.logLevel, stdout.write, worker?.logFields)
+  // Once per service: the primary (or the only process) says it, not each worker.
+  if (!worker) warnIfEndOfLife(log)
   // Last resort. Every known way for the database driver to throw outside a
   // request is patched (src/core/db/postgres-patch.mjs), so reaching this is a bug
   // whose consequences are unknown: carrying on could serve from a broken

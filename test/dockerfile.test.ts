@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict'
 import { spawn, spawnSync } from 'node:child_process'
-import { chmodSync, cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { chmodSync, copyFileSync, cpSync, linkSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { DockerfileParser } from 'dockerfile-ast'
+import { BUILDS } from '../src/dev/node-line.mjs'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 
 // No container engine runs where the tests run, and base images cannot be
@@ -15,8 +16,9 @@ import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 // scratch folder, installed with its own RUN command, then made read-only
 // and started with its CMD as an unprivileged account, probed with its
 // HEALTHCHECK command, and stopped with its STOPSIGNAL. A broken step fails
-// `make test`. What this cannot show (the base image, the `node` user, Node
-// 24 itself) is listed in docs/deployment.md.
+// `make test`, on the Node that runs the suite (a supported line; the image's
+// is the active LTS). What this cannot show (the base image, the `node` user,
+// the image's own build of Node) is listed in docs/deployment.md.
 
 const root = fileURLToPath(new URL('../', import.meta.url))
 const asRoot = process.getuid?.() === 0
@@ -36,11 +38,14 @@ function runtimeStage() {
 /** The command of an exec-form (JSON array) CMD, or of a HEALTHCHECK's CMD. */
 const execForm = (args: string): string[] => JSON.parse(args.slice(args.indexOf('[')))
 
-test('the Dockerfile is multi-stage, runs as a non-root user on a Node LTS image, stops on SIGTERM, checks its health with Node, and bakes in no secret', () => {
+test('the Dockerfile is multi-stage, runs as a non-root user on the active Node LTS, stops on SIGTERM, checks its health with Node, and bakes in no secret', () => {
   const froms = instructions.filter((i) => i.keyword === 'FROM')
   assert.ok(froms.length >= 2, 'a build stage and a runtime stage')
+  // Every stage on the active LTS, the newest supported line (the last pinned build of src/dev/node-line.mjs).
+  const activeLts = BUILDS[BUILDS.length - 1]!.line
+  for (const from of froms) assert.match(from.args, new RegExp(`^node:${activeLts}[.-][\\w.-]*\\s+AS\\s+\\w+$`, 'i'), `FROM ${from.args}`)
   const stage = runtimeStage()
-  assert.match(stage[0]!.args, /^node:(20|22|24)[.-][\w.-]*\s+AS\s+runtime$/i)
+  assert.match(stage[0]!.args, /\s+AS\s+runtime$/i)
   const user = stage.find((i) => i.keyword === 'USER')
   assert.ok(user && !/^(root|0)(:|$)/.test(user.args), 'USER is not root')
   assert.equal(stage.find((i) => i.keyword === 'STOPSIGNAL')?.args, 'SIGTERM')
@@ -88,10 +93,22 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
   const account = spawnSync('id', ['-u', 'postgres']).status === 0 ? 'postgres' : 'nobody'
   // Node switches to the account itself, so that the stop signal reaches the service and nothing in between.
   const [uid, gid] = ['-u', '-g'].map((flag) => Number(spawnSync('id', [flag, account], { encoding: 'utf8' }).stdout.trim()))
+  // The account runs the Node that runs this suite, as the image runs its own: that Node may live where the account
+  // cannot reach (root's ~/.cache, src/dev/node-line.mjs), and PATH would then give it the machine's node instead.
+  const nodeDir = mkdtempSync(join(tmpdir(), 'upa-image-node-'))
+  after(() => rmSync(nodeDir, { recursive: true, force: true }))
+  chmodSync(nodeDir, 0o755)
+  try {
+    linkSync(process.execPath, join(nodeDir, 'node'))
+  } catch {
+    copyFileSync(process.execPath, join(nodeDir, 'node'))
+    chmodSync(join(nodeDir, 'node'), 0o755)
+  }
   const port = 20_000 + Math.floor(Math.random() * 20_000)
   const serviceEnv = {
-    ...env, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: await createTestDatabase(), JWT_SECRETS: `k1:${TEST_JWT_SECRET}`, LOG_LEVEL: 'warn',
+    ...env, PATH: `${nodeDir}:${env.PATH}`, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: await createTestDatabase(), JWT_SECRETS: `k1:${TEST_JWT_SECRET}`, LOG_LEVEL: 'warn',
   }
+  assert.equal(spawnSync('node', ['--version'], { env: serviceEnv, uid, gid, encoding: 'utf8' }).stdout.trim(), process.version, 'the account runs this Node')
   const [cmd, ...args] = execForm(stage.find((i) => i.keyword === 'CMD')!.args)
   const child = spawn(cmd!, args, { cwd: app, env: serviceEnv, uid, gid, stdio: ['ignore', 'pipe', 'pipe'] })
   let output = ''
