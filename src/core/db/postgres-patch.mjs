@@ -26,7 +26,7 @@
 //    transaction never settle (#1186).
 // 4. #1097: sql.end() waits forever for the stale query of a closed connection.
 //
-// And three for speed and memory (bench/README.md, findings 1 and 6):
+// And four for speed and memory (bench/README.md, findings 1, 6 and 7):
 //
 // 5. A statement counter (the `onquery` option, for db_queries_total): the
 //    only hook postgres.js has, `debug`, makes it capture a stack trace
