@@ -125,8 +125,6 @@ export function createService(config: Config, options: ServiceOptions): Service 
     lifecycle,
     scheduler,
     async listen(port, host) {
-      // Ready before the first request: a login's timing must not depend on whether the decoy hash exists yet.
-      await deps.passwords.decoy()
       http.bind(port, host)
       await lifecycle.start()
       return http.address

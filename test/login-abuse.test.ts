@@ -4,7 +4,7 @@ import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { expiredLoginFailures } from '../src/auth/login-throttle.js'
 import { deleteInBatches } from '../src/core/db/batched-delete.js'
-import { PasswordHasher } from '../src/auth/password.js'
+import { DECOY_HASH, PasswordHasher, verifyInSlot } from '../src/auth/password.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // Logins under attack, from the addresses a proxy reports (TRUST_PROXY=1):
@@ -109,6 +109,17 @@ describe('one address flooding logins', () => {
     // Every failure counted is one that was checked.
     const [{ n }] = await open.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM login_failures WHERE address = ${bucket(attacker)}`
     assert.equal(n, checked)
+  })
+})
+
+describe('an unknown account', () => {
+  test('its password is checked against a hash of the form and parameters of a stored one, which no password matches', async () => {
+    const decoy = DECOY_HASH.split('$')
+    const stored = passwordHash.split('$')
+    // The scheme and the cost (N, r, p) are a stored hash's, so the check takes as long; salt and key have the same lengths.
+    assert.deepEqual(decoy.slice(0, 4), stored.slice(0, 4))
+    assert.deepEqual([4, 5].map((i) => Buffer.from(decoy[i]!, 'base64').length), [4, 5].map((i) => Buffer.from(stored[i]!, 'base64').length))
+    assert.equal(await new PasswordHasher().withSlot('', () => verifyInSlot(PASSWORD, DECOY_HASH)), false)
   })
 })
 

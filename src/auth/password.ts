@@ -16,6 +16,18 @@ interface Waiter {
   turnAway: (err: HttpError) => void
 }
 
+/**
+ * What a login checks the password against when the account is unknown, so
+ * that a wrong e-mail costs the same scrypt time as a wrong password and the
+ * two cannot be told apart. Its cost is what matters, and that comes from
+ * the parameters, which are today's: the salt and the key are arbitrary bytes
+ * that no password derives (the login fails for an unknown account whatever
+ * the comparison says). A constant rather than a hash made at start-up, which
+ * allocated scrypt's 32 MiB before the first request and made that the
+ * process's peak resident memory (bench/README.md).
+ */
+export const DECOY_HASH = `scrypt$${PARAMS.N}$${PARAMS.r}$${PARAMS.p}$Qft14dr6kxTrf0YM5aGT/Q==$ouKELwtE2MCTSgD+wDJfWFheZGtKuWy99IwtBqwJ9oE=`
+
 const busy = () => new HttpError('rate_limited', 'Too many password operations in progress; retry shortly.', { headers: { 'retry-after': '1' } })
 
 /**
@@ -39,7 +51,6 @@ export class PasswordHasher {
   private waitingCount = 0
   /** Waiters by owner; owners with waiters in the order they are served. */
   private readonly waiting = new Map<string, Waiter[]>()
-  private decoyHash: Promise<string> | undefined
 
   constructor(
     private readonly maxRunning = 2,
@@ -54,15 +65,6 @@ export class PasswordHasher {
 
   verify(password: string, stored: string): Promise<boolean> {
     return this.withSlot('', () => verifyInSlot(password, stored))
-  }
-
-  /**
-   * A hash to verify against when the account is unknown, so that a wrong
-   * e-mail costs the same scrypt time as a wrong password and the two cannot
-   * be told apart. Made once per hasher, on first use.
-   */
-  decoy(): Promise<string> {
-    return (this.decoyHash ??= this.hash('not a real password, only here for timing'))
   }
 
   /**

@@ -6,7 +6,7 @@ import { findUserByEmail, findUser } from '../users/queries.js'
 import { users } from '../users/resource.js'
 import { challenge } from './credentials.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
-import { verifyInSlot } from './password.js'
+import { DECOY_HASH, verifyInSlot } from './password.js'
 import { originOf } from '../events/origin.js'
 import { publicAccess } from './access.js'
 import { endSession } from './session-routes.js'
@@ -61,14 +61,13 @@ export const authRoutes = [
       const from = logins.address(client)
       logins.admit(from.bucket)
       const email = normalizeEmail(body.email)
-      const fallback = await passwords.decoy()
       // Counted once a hash slot is held (an attempt turned away is no failure), and before the password is checked, so concurrent guesses cannot outrun the lock.
       const { user, ok } = await passwords.withSlot(from.bucket, async () => {
         const user = await bounded(async () => {
           await countAttempt(sql, email, from)
           return findUserByEmail(sql, email)
         })
-        return { user, ok: await verifyInSlot(body.password, user?.password_hash ?? fallback) }
+        return { user, ok: await verifyInSlot(body.password, user?.password_hash ?? DECOY_HASH) }
       })
       if (!user || !user.password_hash || !ok) {
         await bounded(() => recordFailedLogin(sql, { email, userId: user?.id, client }, { actorId: null, credential: null, requestId }))

@@ -59,8 +59,8 @@ export function sealCursor(plaintext: Buffer, key: Buffer): string {
   const keys = subkeys(key)
   const nonce = nonceOf(keys, plaintext)
   const cipher = createCipheriv('aes-256-gcm', keys.encryption, nonce)
-  const sealed = Buffer.concat([cipher.update(plaintext), cipher.final()])
-  return Buffer.concat([nonce, sealed, cipher.getAuthTag()]).toString('base64url')
+  // One copy of the parts (evaluated left to right: update, final, then the tag final made).
+  return Buffer.concat([nonce, cipher.update(plaintext), cipher.final(), cipher.getAuthTag()]).toString('base64url')
 }
 
 export function encodeCursor(payload: CursorPayload, key: Buffer): string {
