@@ -28,8 +28,9 @@
 //    And sql.end() leaves behind a connection that is still opening (its socket
 //    connects later and holds a backend until PostgreSQL's authentication
 //    timeout) or waiting to reconnect (its timer opens a new session after the
-//    end): after an outage, the process that closed its pool could not exit
-//    (test/lifecycle.test.ts).
+//    end), and a connection closing during the end reconnected to serve the
+//    queries still queued, then stayed open: after an outage, the process that
+//    closed its pool could not exit (test/lifecycle.test.ts).
 //
 // And four for speed and memory (bench/README.md, findings 1, 6 and 7):
 //
@@ -72,7 +73,7 @@
 //     utf8Slice, once per column, 300 times for a 50-row page of users
 //     (bench/README.md). The offsets come from the message and are in range.
 //
-// Eighteen textual replacements in src/connection.js, src/index.js,
+// Nineteen textual replacements in src/connection.js, src/index.js,
 // src/queue.js and src/query.js, and the
 // same in the CommonJS copy (cjs/src/), each marked in the patched file with
 // "users-products-api patch", and each patched file ends with a stamp naming
@@ -109,11 +110,11 @@ const STAMP = /\n\/\/ users-products-api patch: edit list [0-9a-f]{16}\n$/
 /** SHA-256 of each file as this patch leaves it, its last line (the stamp) left out: the patched postgres.js 3.4.9. */
 export const PATCHED_SHA256 = {
   'src/connection.js': 'cc3fe1f67d2e8ed33192fd67fc8236110639885a66e09759517abe13705d7332',
-  'src/index.js': 'e876f9a6d7e8736ff857ba387bcfdd7075234f9cdc87346343c102a2a71c0acb',
+  'src/index.js': 'ee883aae754fa11e9421b380bbabc9ad3ef72693e115c1d254e109ace3eb77cb',
   'src/queue.js': 'ecd984173a68d4af085c77af43135c82af7ee9b48dcb0e257d4579b76810287a',
   'src/query.js': 'e0ee0faee52fbda19d3c777a0d7d06108de8fc70cbf9141b2c8733d7c8188479',
   'cjs/src/connection.js': '7ab270e4ea594b15581d159cd43b25f96d4ca168b588106ec94ec46d9a6b29e2',
-  'cjs/src/index.js': '2eb4282e1b9c1dec05d9751608210fe39a20f0d85517c1036e1f943356113cb8',
+  'cjs/src/index.js': '6f933cb217fd4be362d6545cfda90d5cb8cccc188759e919674720a01f6b887e',
   'cjs/src/queue.js': '021fe60656a61dd28e502efa6b33d5b51cee4bb016bc92d0e2482171f75e4820',
   'cjs/src/query.js': '2c011b36ae8be513e46eb5f37318a1673f0dcf957d5736c7261b722bfa183776',
 }
@@ -243,6 +244,19 @@ export const edits = [
       socket.readyState === 'open' ? socket.end(b().X().end()) : socket.readyState === 'opening' && socket.destroy()
     }
     clearTimeout(reconnectTimer) // ${MARKER}
+`,
+  ],
+  [
+    'index.js',
+    `    options.onclose && options.onclose(c.id)
+    queries.length && connect(c, queries.shift())
+`,
+    `    options.onclose && options.onclose(c.id)
+    // ${MARKER}: after sql.end() no connection opens again (one that did served the queued query and then stayed
+    // open, its end already over): the queued queries fail as those made after end() do
+    if (ending)
+      while (queries.length) queries.shift().reject(Errors.connection('CONNECTION_ENDED', options, options))
+    queries.length && connect(c, queries.shift())
 `,
   ],
   [
