@@ -104,7 +104,7 @@ const now = Math.floor(Date.now() / 1000)
 // Admin user 1, every scope, valid for a day: what a login would issue, signed with the same secret.
 const token = signJwt({
   sub: '1', iss: jwt.issuer, aud: jwt.issuer, iat: now, exp: now + 86_400, role: 'admin',
-  scope: 'api_keys:read api_keys:write products:read products:write users:read users:write',
+  scope: 'users:read users:write products:read products:write api_keys:read api_keys:write webhooks:read webhooks:write events:read metrics:read',
   // A session no row has and the epoch of a user whose role and password never changed: checked in memory like any JWT.
   sid: String(2 ** 53), gen: 0,
 })
