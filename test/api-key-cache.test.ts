@@ -100,6 +100,9 @@ async function createKey(body: Record<string, unknown> = {}, auth?: string): Pro
 async function cacheOnBoth(key: string): Promise<void> {
   // Changes announced by earlier steps (a deletion, a TRUNCATE) reach each instance asynchronously;
   // one arriving between the two uses below would empty the cache and make the second a read.
+  // An `all` suspends the cache until the heartbeat has reloaded the revocations, and while it
+  // is suspended `heard` returns at once (nothing remembered is trusted): wait for both.
+  await until('both instances trust their cache again', () => A.deps.apiKeyCache.active && B.deps.apiKeyCache.active)
   await Promise.all([heard(A), heard(B)])
   for (const server of [A, B]) {
     assert.equal((await me(server, key)).status, 200)
