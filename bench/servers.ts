@@ -133,7 +133,7 @@ export async function startServer(kind: Kind, o: ServerOptions, extraNodeArgs: s
  * all N have started (or 0 after 10 s when the build forks none: one without
  * WORKERS support ignores the variable and serves alone), then the service
  * answering its readiness probe a few times, so that each worker is likely
- * to have answered one through the round robin.
+ * to have answered one (the kernel spreads connections among their sockets).
  */
 async function waitWorkers(server: RunningServer, n: number): Promise<number> {
   const deadline = Date.now() + 10_000

@@ -4,6 +4,7 @@ import { Compile } from 'typebox/compile'
 import { ConfigError } from './core/config-error.js'
 import { trustedProxies, type TrustProxy } from './core/http/client-address.js'
 import type { LogLevel } from './core/log.js'
+import { reusePortMissing } from './cluster/reuse-port.js'
 
 // Every setting the service reads, with its default. Values arrive as strings
 // from the environment; `loadConfig` turns them into this typed record or
@@ -183,6 +184,9 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   if (Boolean(e.ADMIN_EMAIL) !== Boolean(e.ADMIN_PASSWORD)) throw new ConfigError('ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
   if (Boolean(e.TLS_CERT_FILE) !== Boolean(e.TLS_KEY_FILE)) throw new ConfigError('TLS_CERT_FILE and TLS_KEY_FILE: set both or neither')
   const keepAliveTimeoutMs = int('KEEP_ALIVE_TIMEOUT', 65) * 1000
+  const workers = e.WORKERS === 'auto' ? Math.min(availableParallelism(), MAX_WORKERS) : int('WORKERS', 1)
+  const cannotShare = workers > 1 ? reusePortMissing() : undefined
+  if (cannotShare) throw new ConfigError(`WORKERS=${e.WORKERS}: ${cannotShare}; run one process per instance (WORKERS=1)`)
   return {
     production,
     port: int('PORT', 3000),
@@ -217,7 +221,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     eventsRetentionDays: int('EVENTS_RETENTION_DAYS', 30),
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
     webhookAllowedPorts: parsePorts(e.WEBHOOK_ALLOWED_PORTS),
-    workers: e.WORKERS === 'auto' ? Math.min(availableParallelism(), MAX_WORKERS) : int('WORKERS', 1),
+    workers,
     tls: e.TLS_CERT_FILE && e.TLS_KEY_FILE ? { certFile: e.TLS_CERT_FILE, keyFile: e.TLS_KEY_FILE } : undefined,
   }
 }

@@ -69,7 +69,7 @@ async function main(): Promise<void> {
     await setup.end({ timeout: 5 })
   }
   const resolved = { ...config, databaseUrl, databasePooler, jwtSecrets: resolveSecrets(config, dataRoot) }
-  if (config.workers > 1) return runPrimary(resolved, log, { DATABASE_URL: databaseUrl, DATABASE_POOLER: databasePooler })
+  if (config.workers > 1) return await runPrimary(resolved, log, { DATABASE_URL: databaseUrl, DATABASE_POOLER: databasePooler })
   await serve(resolved, log)
 }
 
@@ -83,7 +83,7 @@ async function adminCommand(sql: Sql): Promise<void> {
 
 async function serve(config: Config, log: Logger, worker?: WorkerLink): Promise<void> {
   const service = createService(config, { log, metricsReport: worker && (() => worker.serviceMetrics()) })
-  const { address, port } = await service.listen(config.port, config.host)
+  const { address, port } = await service.listen(config.port, config.host, { reusePort: worker !== undefined })
   log.info('listening', { address, port, prefix: config.apiPrefix || null })
   worker?.listening(port, service.deps.metrics)
 

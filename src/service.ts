@@ -76,8 +76,12 @@ export interface Service {
   readonly lifecycle: Lifecycle
   /** Its repeating jobs. */
   readonly scheduler: Scheduler
-  /** Starts every component, the port last but the streams; resolves to the address bound (port 0 picks a free port). */
-  listen(port: number, host: string): Promise<AddressInfo>
+  /**
+   * Starts every component, the port last but the streams; resolves to the
+   * address bound (port 0 picks a free port). `reusePort`: one of several
+   * sockets on the port (a worker's, src/cluster/primary.ts).
+   */
+  listen(port: number, host: string, options?: { reusePort?: boolean }): Promise<AddressInfo>
   /** The stop on a signal: drains requests in flight, then stops the rest, all within SHUTDOWN_TIMEOUT; never rejects. */
   shutdown(): Promise<void>
   /** The same stop without the drain: the clients' connections are cut first. */
@@ -124,8 +128,8 @@ export function createService(config: Config, options: ServiceOptions): Service 
     server,
     lifecycle,
     scheduler,
-    async listen(port, host) {
-      http.bind(port, host)
+    async listen(port, host, options) {
+      http.bind(port, host, options)
       await lifecycle.start()
       return http.address
     },

@@ -25,7 +25,7 @@ const LISTEN_BACKLOG = 4096
  */
 export class HttpServerComponent implements Component {
   readonly name = 'http-server'
-  private bindTo: { port: number; host: string } | undefined
+  private bindTo: { port: number; host: string; reusePort: boolean } | undefined
 
   constructor(
     private readonly server: AppServer,
@@ -33,9 +33,13 @@ export class HttpServerComponent implements Component {
     private readonly log: Logger,
   ) {}
 
-  /** Where `start` listens; port 0 picks a free port. */
-  bind(port: number, host: string): void {
-    this.bindTo = { port, host }
+  /**
+   * Where `start` listens; port 0 picks a free port. `reusePort`: a socket of
+   * this process's own, one of several on the port (SO_REUSEPORT), among
+   * which the kernel spreads new connections: a worker's (src/cluster/).
+   */
+  bind(port: number, host: string, { reusePort = false } = {}): void {
+    this.bindTo = { port, host, reusePort }
   }
 
   get address(): AddressInfo {
@@ -50,7 +54,9 @@ export class HttpServerComponent implements Component {
       // Node's default backlog (511) drops connection attempts when a thousand clients connect at
       // once, and each dropped one waits 1 s, then 3 s, for its SYN to be sent again; the kernel
       // caps this at net.core.somaxconn.
-      server.listen({ port: bindTo.port, host: bindTo.host, backlog: LISTEN_BACKLOG }, () => {
+      // `exclusive`: a cluster worker binds its own socket instead of asking the primary for one.
+      const own = bindTo.reusePort ? { reusePort: true, exclusive: true } : {}
+      server.listen({ port: bindTo.port, host: bindTo.host, backlog: LISTEN_BACKLOG, ...own }, () => {
         server.off('error', reject)
         resolve()
       })

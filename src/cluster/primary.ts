@@ -1,8 +1,10 @@
 import cluster, { type Worker } from 'node:cluster'
 import type { Config } from '../config.js'
+import { ConfigError } from '../core/config-error.js'
 import type { Logger } from '../core/log.js'
 import { isOurs, WORKER_SLOT_VARIABLE, type PrimaryMessage, type WorkerMessage } from './messages.js'
 import { mergeExpositions } from './metrics.js'
+import { claimPort } from './reuse-port.js'
 import { RestartPolicy } from './restart-policy.js'
 
 // WORKERS=N (N > 1): this process serves nothing itself. It has migrated the
@@ -12,12 +14,12 @@ import { RestartPolicy } from './restart-policy.js'
 // N instances on one database, which the service supports as it supports
 // instances on several machines (docs/scaling.md).
 //
-// The listening socket is the primary's: node:cluster's round robin
-// (SCHED_RR) accepts each connection here and hands it to the next worker.
-// A worker that dies loses the connections it had, and one the primary was
-// handing to it, which Node leaves open and unanswered; nothing queued on
-// the port goes with it (with SO_REUSEPORT, the connections waiting in a
-// closing worker's accept queue are reset). docs/scaling.md, "WORKERS".
+// Each worker listens on a socket of its own on the port, with SO_REUSEPORT
+// (src/cluster/reuse-port.ts); the primary claims the port first, alone, so
+// that a port already taken (by another copy of the service, say) stops the
+// service here, and port 0 becomes one port for every worker. A worker that
+// dies loses the connections it had and those waiting in its socket's accept
+// queue (they are reset); new ones go to the others. docs/scaling.md, "WORKERS".
 
 /** Past SHUTDOWN_TIMEOUT, how long workers are given to stop (their pool's end, the exit) before they are killed. */
 const KILL_MARGIN_MS = 2000
@@ -33,8 +35,15 @@ interface Slot {
   restart?: NodeJS.Timeout
 }
 
-/** Runs the primary until a signal or a crash loop stops the service; the process then exits (0 on a signal, 1 otherwise). */
-export function runPrimary(config: Config, log: Logger, env: Record<string, string>): void {
+/**
+ * Runs the primary until a signal or a crash loop stops the service; the
+ * process then exits (0 on a signal, 1 otherwise). Rejects, before any
+ * worker starts, when the port cannot be had.
+ */
+export async function runPrimary(config: Config, log: Logger, env: Record<string, string>): Promise<void> {
+  const port = await claimPort(config.host, config.port).catch((err: NodeJS.ErrnoException) => {
+    throw new ConfigError(`PORT=${config.port} on HOST=${config.host}: cannot listen (${err.code ?? err.message})${err.code === 'EADDRINUSE' ? '; is another copy of the service running?' : ''}`)
+  })
   const slots = new Map<number, Slot>()
   const slotOf = new Map<Worker, number>()
   const policy = new RestartPolicy()
@@ -42,9 +51,8 @@ export function runPrimary(config: Config, log: Logger, env: Record<string, stri
   let stopping = false
   let exitCode = 0
 
-  cluster.schedulingPolicy = cluster.SCHED_RR
   const fork = (slot: number) => {
-    const worker = cluster.fork({ ...env, [WORKER_SLOT_VARIABLE]: String(slot) })
+    const worker = cluster.fork({ ...env, PORT: String(port), [WORKER_SLOT_VARIABLE]: String(slot) })
     slots.set(slot, { worker, startedAt: performance.now(), listened: false })
     slotOf.set(worker, slot)
     log.info('worker started', { worker: slot, pid: worker.process.pid })
