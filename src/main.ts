@@ -11,7 +11,6 @@ import { batchedWriter, createLogger, describeError, type Logger } from './core/
 import { runPrimary } from './cluster/primary.js'
 import { reportCannotStart, workerLink, type WorkerLink } from './cluster/worker.js'
 import { warnIfEndOfLife } from './node-support.js'
-import { createService } from './service.js'
 import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
 // The process: configuration, database, signals, the listening socket.
@@ -46,8 +45,8 @@ async function main(): Promise<void> {
   process.on('uncaughtException', fatal('uncaught exception'))
   process.on('unhandledRejection', fatal('unhandled promise rejection'))
 
-  // A worker is given both by its primary, which found them out, migrated, and wrote the development secret.
-  if (worker) return serve({ ...config, databasePooler: config.databasePooler as 'transaction' | 'none', jwtSecrets: resolveSecrets(config, dataRoot) }, log, worker)
+  // A worker is given both by its primary (DATABASE_URL, DATABASE_POOLER resolved), which migrated and wrote the development secret.
+  if (worker) return serve({ ...config, jwtSecrets: resolveSecrets(config, dataRoot) }, log, worker)
   const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
   // Before anything else: a transaction pooler changes how every connection is opened (src/core/db/pooler.ts).
   const databasePooler = await resolvePooler({ ...config, databaseUrl })
@@ -82,6 +81,8 @@ async function adminCommand(sql: Sql): Promise<void> {
 }
 
 async function serve(config: Config, log: Logger, worker?: WorkerLink): Promise<void> {
+  // Loaded here, not at the top: a primary of workers never serves, and the whole application is most of a process's memory.
+  const { createService } = await import('./service.js')
   const service = createService(config, { log, metricsReport: worker && (() => worker.serviceMetrics()) })
   const { address, port } = await service.listen(config.port, config.host, { reusePort: worker !== undefined })
   log.info('listening', { address, port, prefix: config.apiPrefix || null })
