@@ -66,6 +66,12 @@ describe('address policy', () => {
       ['https://2130706433/', false, 'must not point at a loopback, link-local, private or reserved address (127.0.0.1) unless WEBHOOK_ALLOW_PRIVATE=true'],
       ['https://[::ffff:127.0.0.1]/', false, 'must not point at a loopback, link-local, private or reserved address (::ffff:7f00:1) unless WEBHOOK_ALLOW_PRIVATE=true'],
       ['https://127.0.0.1/', true, undefined],
+      // A local receiver on another port hears of WEBHOOK_ALLOW_PRIVATE, not of the port.
+      ['https://127.1.2.3:8443/', false, 'must not point at a loopback, link-local, private or reserved address (127.1.2.3) unless WEBHOOK_ALLOW_PRIVATE=true'],
+      ['https://localhost:8443/', false, 'must not point at localhost, a loopback name, unless WEBHOOK_ALLOW_PRIVATE=true'],
+      ['https://api.LOCALHOST./', false, 'must not point at api.localhost., a loopback name, unless WEBHOOK_ALLOW_PRIVATE=true'],
+      ['https://localhost:8443/', true, undefined],
+      ['https://notlocalhost.example.com/', false, undefined],
       ['https://8.8.8.8/', false, undefined],
     ]
     for (const [url, allowPrivate, refusal] of cases) {
@@ -118,6 +124,8 @@ describe('webhook URLs without WEBHOOK_ALLOW_PRIVATE', () => {
       assert.ok(res.status === 400 || res.status === 422, `${url}: ${res.status}`)
       assert.match(res.headers.get('content-type') ?? '', /^application\/problem\+json/)
       assert.equal(res.body.errors?.[0]?.path, '/url', url)
+      // What lifts the refusal is named (a name that resolves nowhere is refused for that alone).
+      if (!url.includes('nowhere')) assert.match(JSON.stringify(res.body.errors), /WEBHOOK_ALLOW_PRIVATE=true/, url)
     }
     const ok = await server.request('POST', '/webhooks', { body: { url: 'https://hooks.example.test/hook', event_types: ['product.created'] } })
     assert.equal(ok.status, 201, ok.text)

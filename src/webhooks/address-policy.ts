@@ -100,6 +100,8 @@ export const hostOf = (url: URL): string => url.hostname.replace(/^\[(.*)\]$/, '
 export type UrlPolicy = Pick<Config, 'webhookAllowPrivate' | 'webhookAllowedPorts'>
 
 const HTTPS_PORT = 443
+/** localhost and its subdomains, which always mean loopback (RFC 6761), with or without the root's dot. */
+const LOCALHOST = /^(.+\.)?localhost\.?$/i
 
 /** Why a URL is refused by its shape alone (scheme, userinfo, port, a literal address), or undefined. */
 export function refusalOfUrl(url: URL, policy: UrlPolicy): string | undefined {
@@ -112,10 +114,12 @@ export function refusalOfUrl(url: URL, policy: UrlPolicy): string | undefined {
   const host = hostOf(url)
   if (!host) return 'must name a host'
   if (allowPrivate) return undefined
+  // The address before the port: whoever points a webhook at a local receiver needs to hear of WEBHOOK_ALLOW_PRIVATE.
+  if (isIP(host) && isForbiddenAddress(host)) return `must not point at a loopback, link-local, private or reserved address (${host}) unless WEBHOOK_ALLOW_PRIVATE=true`
+  if (LOCALHOST.test(host)) return `must not point at ${host}, a loopback name, unless WEBHOOK_ALLOW_PRIVATE=true`
   // The URL parser leaves the port empty when it is the scheme's default.
   const port = url.port === '' ? HTTPS_PORT : Number(url.port)
   if (port !== HTTPS_PORT && !policy.webhookAllowedPorts.has(port)) return `must use port 443, or one WEBHOOK_ALLOWED_PORTS lists (not ${port})`
-  if (isIP(host) && isForbiddenAddress(host)) return `must not point at a loopback, link-local, private or reserved address (${host}) unless WEBHOOK_ALLOW_PRIVATE=true`
   return undefined
 }
 
