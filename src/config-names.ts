@@ -18,6 +18,13 @@ import { closestName, editDistance } from './core/lib/closest-name.js'
 /** Name families of the service: a variable starting with one of these is the service's, or a mistake. */
 export const SERVICE_PREFIXES = ['DATABASE_', 'JWT_', 'TLS_', 'WEBHOOK_', 'ADMIN_', 'SMTP_', 'MAIL_', 'OIDC_', 'PASSWORD_RESET_', 'VERIFY_EMAIL_'] as const
 
+/**
+ * Well-known variables of other software that happen to be near one of the
+ * service's names: OpenSSL's certificate bundle (SSL_CERT_FILE is two edits
+ * from TLS_CERT_FILE), set on many machines and CI runners.
+ */
+const FOREIGN_VARIABLES: ReadonlySet<string> = new Set(['SSL_CERT_FILE', 'SSL_CERT_DIR'])
+
 /** A variable that looks like one of the service's. */
 export interface Suspect {
   name: string
@@ -35,7 +42,7 @@ export interface Suspect {
 export function suspectVariables(env: Record<string, string | undefined>, known: ReadonlySet<string>, secrets: readonly string[]): Suspect[] {
   const suspects: Suspect[] = []
   for (const [name, value] of Object.entries(env)) {
-    if (!value || known.has(name) || isServiceLink(name, env)) continue
+    if (!value || known.has(name) || FOREIGN_VARIABLES.has(name) || isServiceLink(name, env)) continue
     const suspect = judge(name, known, secrets)
     if (suspect) suspects.push(suspect)
   }
@@ -53,7 +60,9 @@ function judge(name: string, known: ReadonlySet<string>, secrets: readonly strin
   if (near) return { name, meant: [near], message: `${name}: not a variable of this service; did you mean ${near}?` }
   const prefix = SERVICE_PREFIXES.find((p) => upper.startsWith(p))
   if (!prefix) return undefined
-  const family = [...known].filter((k) => k.startsWith(prefix)).sort((a, b) => editDistance(upper, a) - editDistance(upper, b))
+  // The _FILE twins go without saying; the nearest first.
+  const isTwin = (k: string) => k.endsWith('_FILE') && known.has(k.slice(0, -'_FILE'.length))
+  const family = [...known].filter((k) => k.startsWith(prefix) && !isTwin(k)).sort((a, b) => editDistance(upper, a) - editDistance(upper, b))
   const hint = family.length ? `its ${prefix}… variables are ${family.join(', ')}` : `it has no ${prefix}… variable`
   return { name, meant: family, message: `${name}: not a variable of this service (${hint}; docs/operations.md lists them all)` }
 }

@@ -289,7 +289,8 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     workers,
     tls: e.TLS_CERT_FILE && e.TLS_KEY_FILE ? { certFile: e.TLS_CERT_FILE, keyFile: e.TLS_KEY_FILE } : undefined,
   }
-  if (problems.size) throw new ConfigError([...problems.values()])
+  // Start-up stops anyway: the variables that look misspelt are said with the rest, since they may be why (DATABASE_HOST beside "DATABASE_URL: required").
+  if (problems.size) throw new ConfigError([...problems.values(), ...warnings])
   return { config, warnings }
 }
 

@@ -453,6 +453,13 @@ describe('misspelt variables', () => {
     assert.equal(readConfig({ DATABASE_URL_FILE: '', JWT_SECRET: 'x', JWT_SECRETS: `k:${SECRET}` }).warnings.length, 1)
   })
 
+  test('when start-up stops anyway, the suspects are among the lines: they may be why', () => {
+    assert.deepEqual(problemsOf({ NODE_ENV: 'production', JWT_SECRETS: `k:${SECRET}`, DATABASE_POOL_MAX: '5', DATABASE_HOST: 'db' }), [
+      'DATABASE_URL: required when NODE_ENV=production',
+      'DATABASE_HOST: not a variable of this service (its DATABASE_… variables are DATABASE_URL, DATABASE_POOLER, DATABASE_POOL_MAX, DATABASE_LISTEN_URL; docs/operations.md lists them all)',
+    ])
+  })
+
   test('a family the service has no variable of yet (mail): a warning that it is not read', () => {
     assert.deepEqual(readConfig({ SMTP_URL: 'smtp://mail:25' }).warnings, ['SMTP_URL: not a variable of this service (it has no SMTP_… variable; docs/operations.md lists them all)'])
   })
@@ -489,6 +496,7 @@ describe('misspelt variables', () => {
       RUNNER_OS: 'Linux', RUNNER_TEMP: '/tmp', RUNNER_TOOL_CACHE: '/opt/hostedtoolcache', ImageOS: 'ubuntu24', ImageVersion: '2026', ACTIONS_RUNNER_DEBUG: 'false', JAVA_HOME: '/usr/lib/jvm',
       ANDROID_HOME: '/usr/local/lib/android', GOROOT: '/usr/local/go', PIPX_HOME: '/opt/pipx', AGENT_TOOLSDIRECTORY: '/opt/hostedtoolcache', DEBIAN_FRONTEND: 'noninteractive',
     },
+    'OpenSSL and other TLS clients': { SSL_CERT_FILE: '/etc/ssl/certs/ca-certificates.crt', SSL_CERT_DIR: '/etc/ssl/certs', REQUESTS_CA_BUNDLE: '/etc/ssl/ca.pem', CURL_CA_BUNDLE: '/etc/ssl/ca.pem', NODE_EXTRA_CA_CERTS: '/etc/ssl/ca.pem' },
     'PostgreSQL clients and images': { PGHOST: 'db', PGPORT: '5432', PGUSER: 'api', PGDATABASE: 'api', PGPASSWORD: 'pw', PGDATA: '/var/lib/postgresql/data', POSTGRES_PASSWORD: 'pw', POSTGRES_USER: 'api', POSTGRES_DB: 'api' },
   }
   for (const [where, env] of Object.entries(ordinary)) {
