@@ -75,9 +75,12 @@ async function start(kind: Kind, args: string[]): Promise<void> {
   if (kind === 'serve' && config.port !== 0) await claimPort(config.host, config.port)
 
   const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
-  /** What a database error names, by the URL it met: the variable to fix. */
-  const settingOf = (url: string) =>
-    url === databaseUrl ? (config.databaseUrl ? 'DATABASE_URL' : 'DATABASE_URL (unset: the local development cluster)') : 'DATABASE_LISTEN_URL'
+  /** The variable to fix when a database cannot be reached, by the URL that failed (the first that has it). */
+  const databaseSettings: Array<[variable: string, url: string | undefined]> = [
+    [config.databaseUrl ? 'DATABASE_URL' : 'DATABASE_URL (unset: the local development cluster)', databaseUrl],
+    ['DATABASE_LISTEN_URL', config.databaseListenUrl],
+  ]
+  const settingOf = (url: string) => databaseSettings.find(([, u]) => u === url)?.[0] ?? 'DATABASE_URL'
   try {
     // Before anything else: a transaction pooler changes how every connection is opened (src/core/db/pooler.ts).
     const databasePooler = await resolvePooler({ ...config, databaseUrl })
