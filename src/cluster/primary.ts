@@ -14,10 +14,10 @@ import { RestartPolicy } from './restart-policy.js'
 // instances on several machines (docs/scaling.md).
 //
 // Each worker listens on a socket of its own on the port, with SO_REUSEPORT
-// (src/cluster/reuse-port.ts); the primary claims the port first, alone
-// (src/claim-port.ts), so
-// that a port already taken (by another copy of the service, say) stops the
-// service here, and port 0 becomes one port for every worker. A worker that
+// (src/cluster/reuse-port.ts); the port is claimed first, alone
+// (src/claim-port.ts), so that a port already taken (by another copy of the
+// service, say) stops the service before it migrates or forks, and port 0
+// becomes one port for every worker. A worker that
 // dies loses the connections it had and those waiting in its socket's accept
 // queue (they are reset); new ones go to the others. docs/scaling.md, "WORKERS".
 

@@ -7,9 +7,9 @@
 // seconds (docs/scaling.md, "WORKERS", has both measured).
 //
 // SO_REUSEPORT lets any process of the same user join the port silently, so
-// the primary first claims the port alone (`claimPort`, src/claim-port.ts): while the service's
-// workers hold it, a second copy started on it fails there with EADDRINUSE,
-// as it does without WORKERS.
+// the port is first claimed alone (`claimPort`, src/claim-port.ts): while
+// the service's workers hold it, a second copy started on it fails there
+// with EADDRINUSE, as it does without WORKERS.
 
 /** Node lines with `reusePort` on `listen`: 22.12 and later, 23.1 and later, every later line. */
 const SINCE: Record<number, number> = { 22: 12, 23: 1 }

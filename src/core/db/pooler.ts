@@ -64,7 +64,7 @@ export async function probe(url: string): Promise<Probe> {
         (SELECT setting::int FROM pg_settings WHERE name = 'statement_timeout') AS statement_timeout,
         (SELECT setting::int FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout') AS idle_timeout`
     const silent = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new DatabaseUnreachable(url, databaseTarget(sql), `connected, but no answer within ${PROBE_TIMEOUT_MS / 1000} s`)), PROBE_TIMEOUT_MS)
+      timer = setTimeout(() => reject(new DatabaseUnreachable(url, databaseTarget(sql), `no answer within ${PROBE_TIMEOUT_MS / 1000} s`)), PROBE_TIMEOUT_MS)
     })
     // The first session start-up opens: a failure here is told as where it tried to go and why (target.ts).
     const rows = await Promise.race([query, silent]).catch((err: unknown) => {
