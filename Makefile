@@ -49,8 +49,8 @@ migrate: node_modules/.installed
 # Creates an admin, or gives an existing admin a new password (ending its sessions):
 #   make admin EMAIL=you@example.com
 # The password comes from ADMIN_PASSWORD or standard input (never the command
-# line, where ps shows it); without either a generated one is printed. An
-# existing account that is not an admin is not promoted.
+# line, where ps shows it) and is never printed back; without either a
+# generated one is printed. An existing account that is not an admin is not promoted.
 admin: node_modules/.installed
 	@$(TSX) src/main.ts admin "$(EMAIL)"
 

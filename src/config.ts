@@ -4,12 +4,15 @@ import { Compile } from 'typebox/compile'
 import { ConfigError } from './core/config-error.js'
 import { trustedProxies, type TrustProxy } from './core/http/client-address.js'
 import type { LogLevel } from './core/log.js'
+import { WORKER_SLOT_VARIABLE } from './cluster/messages.js'
 import { reusePortMissing } from './cluster/reuse-port.js'
+import { suspectVariables } from './config-names.js'
+import { readSecret } from './secret-files.js'
 
 // Every setting the service reads, with its default. Values arrive as strings
-// from the environment; `loadConfig` turns them into this typed record or
-// fails naming the variable, so a typo stops start-up instead of running with
-// a silent default.
+// from the environment (secrets also from files: src/secret-files.ts);
+// `readConfig` turns them into this typed record or fails naming every bad
+// variable, so a typo stops start-up instead of running with a silent default.
 
 const Integer = (minimum: number, maximum: number) =>
   Type.String({ pattern: '^[0-9]+$', description: `an integer from ${minimum} to ${maximum}`, minimum, maximum })
@@ -140,69 +143,131 @@ export interface Config {
 
 export type PoolerSetting = 'auto' | 'transaction' | 'none'
 
-const secretVariables = new Set(['DATABASE_URL', 'DATABASE_LISTEN_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'])
+/**
+ * The secrets: each may also be given as `<NAME>_FILE` (src/secret-files.ts),
+ * and no message ever echoes its value. A new secret variable joins here.
+ */
+export const SECRET_VARIABLES = ['DATABASE_URL', 'DATABASE_LISTEN_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'] as const
+const secretVariables: ReadonlySet<string> = new Set(SECRET_VARIABLES)
 
-export function loadConfig(env: Record<string, string | undefined>): Config {
+/** Variables the service reads outside this schema: the development cluster's binaries, a worker's number. */
+const OTHER_VARIABLES = ['PG_BIN', WORKER_SLOT_VARIABLE]
+
+/** Every variable the service reads: what a misspelt one is compared with (src/config-names.ts). */
+export const KNOWN_VARIABLES: ReadonlySet<string> = new Set([...Object.keys(EnvSchema.properties), ...SECRET_VARIABLES.map((s) => `${s}_FILE`), ...OTHER_VARIABLES])
+
+type EnvName = keyof typeof EnvSchema.properties
+
+/**
+ * The configuration `env` gives, or a ConfigError holding every problem
+ * found, one line each naming the variable (all at once: an operator fixes
+ * them in one go, not one per restart). `warnings`: lines to log, about
+ * variables that look misspelt but lose nothing (src/config-names.ts).
+ *
+ * A misspelt-looking variable stops start-up when none of the variables it
+ * was probably meant to be is set: then its value is what the service lacks
+ * (DATABSE_URL alone would leave it on the development database). Beside
+ * the variable it was meant to be (a leftover DATABSE_URL beside
+ * DATABASE_URL) it is only noise, and a warning.
+ */
+export function readConfig(env: Record<string, string | undefined>): { config: Config; warnings: string[] } {
+  /** Variable → the line about it: its first problem only, so one cause gives one line. */
+  const problems = new Map<string, string>()
+  const problem = (variable: string, line: string) => void (problems.has(variable) || problems.set(variable, line))
+  /** Secrets read from a file are named by their `_FILE` variable in messages: that is what the operator set. */
+  const files = new Map<string, string>()
+  const label = (name: string) => (files.has(name) ? `${name}_FILE (${files.get(name)})` : name)
+  const report = (name: string, text: string) => problem(name, `${label(name)}: ${text}`)
+
+  const secrets = new Map<string, string | undefined>()
+  for (const name of SECRET_VARIABLES) {
+    const secret = readSecret(env, name)
+    if (secret.problem) problem(name, secret.problem)
+    else if (secret.file) files.set(name, secret.file)
+    secrets.set(name, secret.value)
+  }
   // An empty variable counts as unset, except API_PREFIX, where empty is a value.
-  const present = Object.fromEntries(
-    Object.keys(EnvSchema.properties).flatMap((k) => {
-      const value = env[k]
+  const given = Object.fromEntries(
+    (Object.keys(EnvSchema.properties) as EnvName[]).flatMap((k) => {
+      const value = secretVariables.has(k) ? secrets.get(k) : env[k]
       return value === undefined || (value === '' && k !== 'API_PREFIX') ? [] : [[k, value]]
     }),
-  )
-  const first = checkEnv.Errors(present)[0]
-  if (first) {
-    const name = first.instancePath.slice(1)
+  ) as Record<string, string>
+  for (const error of checkEnv.Errors(given)) {
+    const name = error.instancePath.slice(1)
     const schema = (EnvSchema.properties as Record<string, { description?: string }>)[name]
+    if (!schema) continue
     // Never echo a value that may hold a credential (a URL's password, signing
     // secrets): the message goes to stderr and from there into logs.
-    const got = secretVariables.has(name) ? '' : ` (got ${JSON.stringify(env[name])})`
-    throw new ConfigError(`${name}: must be ${schema?.description ?? 'valid'}${got}`)
+    report(name, `must be ${schema.description ?? 'valid'}${secretVariables.has(name) ? '' : ` (got ${JSON.stringify(given[name])})`}`)
   }
-  const e = present as Static<typeof EnvSchema>
-  const int = (name: keyof typeof EnvSchema.properties, fallback: number): number => {
+  for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL'] as const) {
+    const url = given[name]
+    if (url === undefined || problems.has(name)) continue
+    // The pattern passes `postgres://[x`, which only the URL parser refuses; the value is not echoed (a password).
+    if (!URL.canParse(url)) report(name, 'must be a postgres:// URL (it does not parse as a URL)')
+    else if (!percentEncodingValid(url)) {
+      report(name, 'its user, password or host holds a % that is not followed by two hexadecimal digits; write a % as %25 (percent-encode the password: encodeURIComponent)')
+    }
+  }
+  // What passed its own checks; a variable with a problem counts as unset below, so that it gives no second line.
+  const e = Object.fromEntries(Object.entries(given).filter(([k]) => !problems.has(k))) as Static<typeof EnvSchema>
+  const int = (name: EnvName, fallback: number): number => {
     const raw = e[name]
     if (raw === undefined) return fallback
     const { minimum, maximum, description } = EnvSchema.properties[name] as unknown as { minimum: number; maximum: number; description: string }
     const value = Number(raw)
-    if (!(value >= minimum && value <= maximum)) throw new ConfigError(`${name}: must be ${description} (got ${JSON.stringify(raw)})`)
-    return value
+    if (value >= minimum && value <= maximum) return value
+    report(name, `must be ${description} (got ${JSON.stringify(raw)})`)
+    return fallback
   }
   const production = e.NODE_ENV === 'production'
-  for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL'] as const) {
-    // The pattern passes `postgres://[x`, which only the URL parser refuses; the value is not echoed (a password).
-    if (e[name] !== undefined && !URL.canParse(e[name])) throw new ConfigError(`${name}: must be a postgres:// URL (it does not parse as a URL)`)
+  /** Given, even if wrongly: a secret whose file could not be read counts, so that it gives no second line. */
+  const isGiven = (name: string) => given[name] !== undefined || problems.has(name)
+  if (production && !isGiven('DATABASE_URL')) report('DATABASE_URL', 'required when NODE_ENV=production')
+  if (e.DATABASE_LISTEN_URL && !isGiven('DATABASE_URL')) {
+    report('DATABASE_LISTEN_URL', 'set it with DATABASE_URL (it is a direct connection to the database DATABASE_URL names)')
   }
-  if (production && !e.DATABASE_URL) throw new ConfigError('DATABASE_URL: required when NODE_ENV=production')
-  if (e.DATABASE_LISTEN_URL && !e.DATABASE_URL) {
-    throw new ConfigError('DATABASE_LISTEN_URL: set it with DATABASE_URL (it is a direct connection to the database DATABASE_URL names)')
+  if (e.DATABASE_POOLER === 'transaction' && !isGiven('DATABASE_LISTEN_URL')) {
+    report('DATABASE_POOLER', '`transaction` needs DATABASE_LISTEN_URL, a direct connection to PostgreSQL for LISTEN/NOTIFY and migrations, which a transaction pooler cannot carry')
   }
-  if (e.DATABASE_POOLER === 'transaction' && !e.DATABASE_LISTEN_URL) {
-    throw new ConfigError('DATABASE_POOLER: `transaction` needs DATABASE_LISTEN_URL, a direct connection to PostgreSQL for LISTEN/NOTIFY and migrations, which a transaction pooler cannot carry')
-  }
-  if (production && !e.JWT_SECRETS) throw new ConfigError('JWT_SECRETS: required when NODE_ENV=production')
-  if (Boolean(e.ADMIN_EMAIL) !== Boolean(e.ADMIN_PASSWORD)) throw new ConfigError('ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
-  if (Boolean(e.TLS_CERT_FILE) !== Boolean(e.TLS_KEY_FILE)) throw new ConfigError('TLS_CERT_FILE and TLS_KEY_FILE: set both or neither')
-  const keepAliveTimeoutMs = int('KEEP_ALIVE_TIMEOUT', 65) * 1000
+  if (production && !isGiven('JWT_SECRETS')) report('JWT_SECRETS', 'required when NODE_ENV=production')
+  if (isGiven('ADMIN_EMAIL') !== isGiven('ADMIN_PASSWORD')) problem('ADMIN_EMAIL', 'ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
+  if (isGiven('TLS_CERT_FILE') !== isGiven('TLS_KEY_FILE')) problem('TLS_CERT_FILE', 'TLS_CERT_FILE and TLS_KEY_FILE: set both or neither')
+  const jwtSecrets = e.JWT_SECRETS ? jwtSecretsIn(e.JWT_SECRETS) : []
+  if (typeof jwtSecrets === 'string') report('JWT_SECRETS', jwtSecrets)
+  const webhookAllowedPorts = portsIn(e.WEBHOOK_ALLOWED_PORTS)
+  if (typeof webhookAllowedPorts === 'string') report('WEBHOOK_ALLOWED_PORTS', webhookAllowedPorts)
   const workers = e.WORKERS === 'auto' ? Math.min(availableParallelism(), MAX_WORKERS) : int('WORKERS', 1)
   const cannotShare = workers > 1 ? reusePortMissing() : undefined
-  if (cannotShare) throw new ConfigError(`WORKERS=${e.WORKERS}: ${cannotShare}; run one process per instance (WORKERS=1)`)
-  return {
+  if (cannotShare) problem('WORKERS', `WORKERS=${e.WORKERS}: ${cannotShare}; run one process per instance (WORKERS=1)`)
+
+  const warnings: string[] = []
+  for (const suspect of suspectVariables(env, KNOWN_VARIABLES, SECRET_VARIABLES)) {
+    // Set: the variable, or its _FILE twin (but for the suspect itself: PORT_FILE does not set PORT). A family without any variable yet loses nothing.
+    const isSet = (name: string) => Boolean(env[name] || (`${name}_FILE` !== suspect.name && env[`${name}_FILE`]))
+    const lost = suspect.meant.length > 0 && !suspect.meant.some(isSet)
+    if (lost) problem(suspect.name, suspect.message)
+    else warnings.push(suspect.message)
+  }
+
+  const config: Config = {
     production,
     port: int('PORT', 3000),
-    host: e.HOST ?? '0.0.0.0',
+    // Development listens on this machine only: a laptop on a café's network does not serve the API with its generated secret.
+    host: e.HOST ?? (production ? '0.0.0.0' : '127.0.0.1'),
     databaseUrl: e.DATABASE_URL,
     databaseListenUrl: e.DATABASE_LISTEN_URL,
     databasePooler: e.DATABASE_POOLER ?? 'auto',
     poolMax: int('DATABASE_POOL_MAX', 10),
     apiPrefix: e.API_PREFIX ?? '',
     bodyLimit: int('BODY_LIMIT', 1048576),
-    jwtSecrets: e.JWT_SECRETS ? parseJwtSecrets(e.JWT_SECRETS) : [],
+    jwtSecrets: typeof jwtSecrets === 'string' ? [] : jwtSecrets,
     logLevel: e.LOG_LEVEL ?? 'info',
     shutdownTimeoutMs: int('SHUTDOWN_TIMEOUT', 10) * 1000,
     headersTimeoutMs: int('HEADERS_TIMEOUT', 10) * 1000,
     requestTimeoutMs: int('REQUEST_TIMEOUT', 30) * 1000,
-    keepAliveTimeoutMs,
+    keepAliveTimeoutMs: int('KEEP_ALIVE_TIMEOUT', 65) * 1000,
     maxConnections: int('MAX_CONNECTIONS', 10000),
     statementTimeoutMs: int('STATEMENT_TIMEOUT', 5) * 1000,
     allowSignup: e.ALLOW_SIGNUP === 'true',
@@ -220,32 +285,62 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     bootstrapAdmin: e.ADMIN_EMAIL && e.ADMIN_PASSWORD ? { email: e.ADMIN_EMAIL, password: e.ADMIN_PASSWORD } : undefined,
     eventsRetentionDays: int('EVENTS_RETENTION_DAYS', 30),
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
-    webhookAllowedPorts: parsePorts(e.WEBHOOK_ALLOWED_PORTS),
+    webhookAllowedPorts: typeof webhookAllowedPorts === 'string' ? new Set() : webhookAllowedPorts,
     workers,
     tls: e.TLS_CERT_FILE && e.TLS_KEY_FILE ? { certFile: e.TLS_CERT_FILE, keyFile: e.TLS_KEY_FILE } : undefined,
+  }
+  // Start-up stops anyway: the variables that look misspelt are said with the rest, since they may be why (DATABASE_HOST beside "DATABASE_URL: required").
+  if (problems.size) throw new ConfigError([...problems.values(), ...warnings])
+  return { config, warnings }
+}
+
+/** `readConfig` for callers that log nothing: the configuration, or the ConfigError. */
+export const loadConfig = (env: Record<string, string | undefined>): Config => readConfig(env).config
+
+/**
+ * postgres.js decodes the user, the password and the host of the URL with
+ * decodeURIComponent, which throws a bare `URIError: URI malformed` on a `%`
+ * not followed by two hexadecimal digits (a password with a raw %).
+ */
+function percentEncodingValid(url: string): boolean {
+  const { username, password, host } = new URL(url)
+  try {
+    for (const part of [username, password, host]) decodeURIComponent(part)
+    return true
+  } catch {
+    return false
   }
 }
 
 /** `kid:secret,kid:secret`; each secret is used as its UTF-8 bytes and must be at least 32 of them. */
 export function parseJwtSecrets(raw: string): Array<{ kid: string; secret: Buffer }> {
+  const secrets = jwtSecretsIn(raw)
+  if (typeof secrets === 'string') throw new ConfigError(`JWT_SECRETS: ${secrets}`)
+  return secrets
+}
+
+/** The pairs of `raw`, or what is wrong with it (never a secret). */
+function jwtSecretsIn(raw: string): Array<{ kid: string; secret: Buffer }> | string {
   const seen = new Set<string>()
-  return raw.split(',').map((pair, i) => {
+  const secrets: Array<{ kid: string; secret: Buffer }> = []
+  for (const [i, pair] of raw.split(',').entries()) {
     const colon = pair.indexOf(':')
     const kid = pair.slice(0, colon).trim()
     const secret = Buffer.from(pair.slice(colon + 1), 'utf8')
-    if (colon < 1 || !/^[A-Za-z0-9._-]{1,64}$/.test(kid)) throw new ConfigError(`JWT_SECRETS: entry ${i + 1} must be kid:secret with a kid of [A-Za-z0-9._-]`)
-    if (seen.has(kid)) throw new ConfigError(`JWT_SECRETS: kid "${kid}" appears twice`)
-    if (secret.length < 32) throw new ConfigError(`JWT_SECRETS: the secret of kid "${kid}" must be at least 32 bytes`)
+    if (colon < 1 || !/^[A-Za-z0-9._-]{1,64}$/.test(kid)) return `entry ${i + 1} must be kid:secret with a kid of [A-Za-z0-9._-]`
+    if (seen.has(kid)) return `kid "${kid}" appears twice`
+    if (secret.length < 32) return `the secret of kid "${kid}" must be at least 32 bytes`
     seen.add(kid)
-    return { kid, secret }
-  })
+    secrets.push({ kid, secret })
+  }
+  return secrets
 }
 
-function parsePorts(raw: string | undefined): ReadonlySet<number> {
+/** The ports of `raw`, or what is wrong with them. */
+function portsIn(raw: string | undefined): ReadonlySet<number> | string {
   const ports = raw ? raw.split(',').map(Number) : []
   const bad = ports.find((p) => p < 1 || p > 65535)
-  if (bad !== undefined) throw new ConfigError(`WEBHOOK_ALLOWED_PORTS: ${bad} is not a port (1 to 65535)`)
-  return new Set(ports)
+  return bad === undefined ? new Set(ports) : `${bad} is not a port (1 to 65535)`
 }
 
 function parseTrustProxy(raw: string | undefined): TrustProxy {

@@ -357,7 +357,8 @@ describe('the install-time patch (src/core/db/postgres-patch.mjs)', () => {
           .then(() => undefined, (err: { code: number; stderr: string }) => err)
         assert.ok(failed, 'start-up must fail')
         assert.equal(failed.code, 1)
-        assert.match(failed.stderr, /Cannot start: postgres\.js at .* is not the copy this patch makes \(cjs\/src\/connection\.js: .*npm ci/)
+        // The script to run, not `npm ci`, which would bring the development dependencies back where they were left out.
+        assert.match(failed.stderr, /Cannot start: postgres\.js at .* is not the copy this patch makes \(cjs\/src\/connection\.js: .*; run `node src\/core\/db\/postgres-patch\.mjs` to patch it/)
       } finally {
         rmSync(project, { recursive: true, force: true })
       }

@@ -1,10 +1,9 @@
 import cluster, { type Worker } from 'node:cluster'
+import { claimPort } from '../claim-port.js'
 import type { Config } from '../config.js'
-import { ConfigError } from '../core/config-error.js'
 import type { Logger } from '../core/log.js'
 import { isOurs, WORKER_SLOT_VARIABLE, type PrimaryMessage, type WorkerMessage } from './messages.js'
 import { mergeExpositions } from './metrics.js'
-import { claimPort } from './reuse-port.js'
 import { RestartPolicy } from './restart-policy.js'
 
 // WORKERS=N (N > 1): this process serves nothing itself. It has migrated the
@@ -15,9 +14,10 @@ import { RestartPolicy } from './restart-policy.js'
 // instances on several machines (docs/scaling.md).
 //
 // Each worker listens on a socket of its own on the port, with SO_REUSEPORT
-// (src/cluster/reuse-port.ts); the primary claims the port first, alone, so
-// that a port already taken (by another copy of the service, say) stops the
-// service here, and port 0 becomes one port for every worker. A worker that
+// (src/cluster/reuse-port.ts); the port is claimed first, alone
+// (src/claim-port.ts), so that a port already taken (by another copy of the
+// service, say) stops the service before it migrates or forks, and port 0
+// becomes one port for every worker. A worker that
 // dies loses the connections it had and those waiting in its socket's accept
 // queue (they are reset); new ones go to the others. docs/scaling.md, "WORKERS".
 
@@ -41,9 +41,7 @@ interface Slot {
  * worker starts, when the port cannot be had.
  */
 export async function runPrimary(config: Config, log: Logger, env: Record<string, string>): Promise<void> {
-  const port = await claimPort(config.host, config.port).catch((err: NodeJS.ErrnoException) => {
-    throw new ConfigError(`PORT=${config.port} on HOST=${config.host}: cannot listen (${err.code ?? err.message})${err.code === 'EADDRINUSE' ? '; is another copy of the service running?' : ''}`)
-  })
+  const port = await claimPort(config.host, config.port)
   const slots = new Map<number, Slot>()
   const slotOf = new Map<Worker, number>()
   const policy = new RestartPolicy()

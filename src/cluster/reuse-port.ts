@@ -1,5 +1,3 @@
-import { createServer } from 'node:net'
-
 // Workers accept their own connections: each listens on a socket of its own
 // with SO_REUSEPORT, and the kernel spreads new connections among them by a
 // hash of their addresses. node:cluster's alternative, the primary accepting
@@ -9,9 +7,9 @@ import { createServer } from 'node:net'
 // seconds (docs/scaling.md, "WORKERS", has both measured).
 //
 // SO_REUSEPORT lets any process of the same user join the port silently, so
-// the primary first claims the port alone (`claimPort`): while the service's
-// workers hold it, a second copy started on it fails there with EADDRINUSE,
-// as it does without WORKERS.
+// the port is first claimed alone (`claimPort`, src/claim-port.ts): while
+// the service's workers hold it, a second copy started on it fails there
+// with EADDRINUSE, as it does without WORKERS.
 
 /** Node lines with `reusePort` on `listen`: 22.12 and later, 23.1 and later, every later line. */
 const SINCE: Record<number, number> = { 22: 12, 23: 1 }
@@ -24,20 +22,4 @@ export function reusePortMissing(version = process.versions.node, platform: stri
   const [major = 0, minor = 0] = version.split('.').map(Number)
   if (major < 22 || minor < (SINCE[major] ?? 0)) return `several processes on one port need Node.js 22.12 or later (listen's reusePort), and this is ${version}`
   return undefined
-}
-
-/**
- * Binds host:port alone (without SO_REUSEPORT) and lets go at once: resolves
- * to the port, the one the system picked for port 0; rejects with the
- * system's error (EADDRINUSE, EACCES) when the port cannot be had.
- */
-export function claimPort(host: string, port: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer()
-    probe.once('error', reject)
-    probe.listen({ host, port, exclusive: true }, () => {
-      const { port: bound } = probe.address() as { port: number }
-      probe.close(() => resolve(bound))
-    })
-  })
 }

@@ -1,3 +1,4 @@
+import { relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import postgres, { type Sql } from 'postgres'
 // The patch file itself, from src/ and from dist/ alike (both are three levels under the project; the image copies it).
@@ -27,7 +28,11 @@ export class DriverPatchError extends Error {}
  */
 export function assertDriverPatched(): void {
   const problem = patchProblem(fileURLToPath(new URL('..', import.meta.resolve('postgres'))))
-  if (problem) throw new DriverPatchError(`${problem}; run \`npm ci\` (make run does) to install and patch it afresh`)
+  if (problem) {
+    // The script's path as it is here, relative to where the process runs: in a checkout and in the image alike.
+    const script = relative(process.cwd(), fileURLToPath(new URL('../../../src/core/db/postgres-patch.mjs', import.meta.url)))
+    throw new DriverPatchError(`${problem}; run \`node ${script}\` to patch it (npm runs it after installing, unless with --ignore-scripts)`)
+  }
 }
 
 /**

@@ -1,6 +1,7 @@
 import { ConfigError } from '../config-error.js'
 import { connect } from './connect.js'
 import { quoteIdentifier as quote } from './identifier.js'
+import { databaseTarget, DatabaseUnreachable, unreachable } from './target.js'
 
 // Whether DATABASE_URL goes through a transaction pooler (PgBouncer with
 // pool_mode = transaction), found out once at start-up, before any pool is
@@ -63,9 +64,12 @@ export async function probe(url: string): Promise<Probe> {
         (SELECT setting::int FROM pg_settings WHERE name = 'statement_timeout') AS statement_timeout,
         (SELECT setting::int FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout') AS idle_timeout`
     const silent = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`the database did not answer within ${PROBE_TIMEOUT_MS / 1000} s`)), PROBE_TIMEOUT_MS)
+      timer = setTimeout(() => reject(new DatabaseUnreachable(url, databaseTarget(sql), `no answer within ${PROBE_TIMEOUT_MS / 1000} s`)), PROBE_TIMEOUT_MS)
     })
-    const rows = await Promise.race([query, silent])
+    // The first session start-up opens: a failure here is told as where it tried to go and why (target.ts).
+    const rows = await Promise.race([query, silent]).catch((err: unknown) => {
+      throw unreachable(url, sql, err)
+    })
     const [row] = rows
     return {
       pooled: rows.state.pid !== row.pid,
@@ -82,8 +86,8 @@ export async function probe(url: string): Promise<Probe> {
 
 /**
  * DATABASE_POOLER resolved for `config` (its `auto` found out), or a
- * ConfigError that says what to set. Database errors (unreachable, refused)
- * are thrown as they are.
+ * ConfigError that says what to set. A database that cannot be reached is a
+ * DatabaseUnreachable (src/core/db/target.ts).
  */
 export async function resolvePooler(config: PoolerSettings): Promise<ResolvedPooler> {
   const { databaseUrl, databaseListenUrl, databasePooler: setting, statementTimeoutMs } = config
