@@ -29,6 +29,7 @@ const EnvSchema = Type.Object({
   HOST: Type.Optional(Type.String({ minLength: 1 })),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
   DATABASE_LISTEN_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
+  DATABASE_MIGRATION_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
   DATABASE_POOLER: Type.Optional(Type.Union(['auto', 'transaction', 'none'].map((l) => Type.Literal(l)), { description: 'auto, transaction or none' })),
   DATABASE_POOL_MAX: Type.Optional(Integer(1, 1000)),
   API_PREFIX: Type.Optional(Type.String({ pattern: '^(/[A-Za-z0-9._~-]+)*$', description: 'empty or a path such as /v1' })),
@@ -87,6 +88,13 @@ export interface Config {
    */
   databaseListenUrl: string | undefined
   /**
+   * A connection as the schema's owner, for migrations and the `migrate` and
+   * `admin` commands, when DATABASE_URL's role may only read and write the
+   * tables (deploy/postgres/runtime-role.sql); undefined: they run on
+   * databaseListenUrl, else databaseUrl.
+   */
+  databaseMigrationUrl: string | undefined
+  /**
    * Whether databaseUrl goes through a transaction pooler (src/core/db/pooler.ts):
    * `auto` is found out at start-up by `resolvePooler`, which the entry point
    * runs before `createService` (which needs `transaction` or `none`).
@@ -140,7 +148,7 @@ export interface Config {
 
 export type PoolerSetting = 'auto' | 'transaction' | 'none'
 
-const secretVariables = new Set(['DATABASE_URL', 'DATABASE_LISTEN_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'])
+const secretVariables = new Set(['DATABASE_URL', 'DATABASE_LISTEN_URL', 'DATABASE_MIGRATION_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'])
 
 export function loadConfig(env: Record<string, string | undefined>): Config {
   // An empty variable counts as unset, except API_PREFIX, where empty is a value.
@@ -169,13 +177,16 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     return value
   }
   const production = e.NODE_ENV === 'production'
-  for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL'] as const) {
+  for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL', 'DATABASE_MIGRATION_URL'] as const) {
     // The pattern passes `postgres://[x`, which only the URL parser refuses; the value is not echoed (a password).
     if (e[name] !== undefined && !URL.canParse(e[name])) throw new ConfigError(`${name}: must be a postgres:// URL (it does not parse as a URL)`)
   }
   if (production && !e.DATABASE_URL) throw new ConfigError('DATABASE_URL: required when NODE_ENV=production')
   if (e.DATABASE_LISTEN_URL && !e.DATABASE_URL) {
     throw new ConfigError('DATABASE_LISTEN_URL: set it with DATABASE_URL (it is a direct connection to the database DATABASE_URL names)')
+  }
+  if (e.DATABASE_MIGRATION_URL && !e.DATABASE_URL) {
+    throw new ConfigError('DATABASE_MIGRATION_URL: set it with DATABASE_URL (it is a connection as the schema\'s owner to the database DATABASE_URL names)')
   }
   if (e.DATABASE_POOLER === 'transaction' && !e.DATABASE_LISTEN_URL) {
     throw new ConfigError('DATABASE_POOLER: `transaction` needs DATABASE_LISTEN_URL, a direct connection to PostgreSQL for LISTEN/NOTIFY and migrations, which a transaction pooler cannot carry')
@@ -193,6 +204,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     host: e.HOST ?? '0.0.0.0',
     databaseUrl: e.DATABASE_URL,
     databaseListenUrl: e.DATABASE_LISTEN_URL,
+    databaseMigrationUrl: e.DATABASE_MIGRATION_URL,
     databasePooler: e.DATABASE_POOLER ?? 'auto',
     poolMax: int('DATABASE_POOL_MAX', 10),
     apiPrefix: e.API_PREFIX ?? '',
