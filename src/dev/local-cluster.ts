@@ -34,7 +34,8 @@ Either install them:
 and, if they are not in /usr/lib/postgresql/<version>/bin or on PATH, set PG_BIN to their folder;
 or set DATABASE_URL to an existing server, e.g. DATABASE_URL=postgres://user:password@host:5432/dbname`
 
-function findBinaries(): string {
+/** The folder of the PostgreSQL server's programs (initdb, pg_ctl, postgres; beside them psql, pg_dump, pg_restore of the same version). */
+export function findBinaries(): string {
   const has = (dir: string) => ['initdb', 'pg_ctl', 'postgres'].every((b) => existsSync(join(dir, b)))
   const candidates: string[] = []
   if (process.env.PG_BIN) candidates.push(process.env.PG_BIN)

@@ -1,0 +1,223 @@
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { readdirSync } from 'node:fs'
+import { after, describe, test } from 'node:test'
+import type { Sql } from 'postgres'
+import { connect } from '../src/core/db/connect.js'
+import { migrate } from '../src/core/db/migrate.js'
+import { launchService, projectRoot, type Spawned } from './fault-kit.js'
+import { startPgBouncer } from './helpers/pgbouncer.js'
+import { createRolePair } from './helpers/roles.js'
+import { startReceiver, type Receiver } from './helpers/webhook-receiver.js'
+import { waitUntil } from './helpers/wait.js'
+
+// Least privilege (docs/security.md): the service connects as the runtime
+// role that deploy/postgres/runtime-role.psql makes, which may read and
+// write the tables but not change the schema, and migrates as the owner
+// (DATABASE_MIGRATION_URL). The role is attacked with the statements an
+// injection would want (each refused with 42501); the real entry point,
+// started as it, migrates an empty database through the owner and serves
+// every kind of flow, straight to PostgreSQL and through a real PgBouncer in
+// transaction mode; and without the owner's URL it refuses to start,
+// saying which migration is pending and what to set.
+
+const roles = await createRolePair()
+const connections: Sql[] = []
+after(() => Promise.all(connections.map((c) => c.end({ timeout: 5 }))))
+const open = (url: string) => {
+  const sql = connect(url, { max: 1, statementTimeoutMs: 30_000 })
+  connections.push(sql)
+  return sql
+}
+const migrationFiles = readdirSync(new URL('../sql/', import.meta.url)).filter((f) => f.endsWith('.sql')).sort()
+const ADMIN = { email: 'owner-admin@example.com', password: 'an admin password of the runtime role' }
+
+/** The real entry point (src/main.ts) with `vars`, stopped when the file is done. */
+function startMain(vars: Record<string, string>) {
+  const instance = launchService({ ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, WEBHOOK_ALLOW_PRIVATE: 'true', ...vars })
+  after(() => instance.kill('SIGKILL'))
+  return instance.listening
+}
+
+/** `node src/main.ts` expected to refuse: its exit code and stderr (20 s at most). */
+function runMain(vars: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = execFile(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+      cwd: projectRoot, timeout: 20_000,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, JWT_SECRETS: `k:${'x'.repeat(32)}`, PORT: '0', HOST: '127.0.0.1', ...vars },
+    }, (_err, _stdout, stderr) => resolve({ code: child.exitCode, stderr }))
+  })
+}
+
+interface Answer { status: number; headers: Headers; body: any; text: string } // eslint-disable-line @typescript-eslint/no-explicit-any
+
+function client(base: string) {
+  return async (method: string, path: string, options: { auth?: string; body?: unknown; headers?: Record<string, string> } = {}): Promise<Answer> => {
+    const headers: Record<string, string> = { ...options.headers }
+    if (options.auth) headers.authorization = `Bearer ${options.auth}`
+    if (options.body !== undefined) headers['content-type'] = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
+    const res = await fetch(base + path, { method, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body), signal: AbortSignal.timeout(20_000) })
+    const text = await res.text()
+    return { status: res.status, headers: res.headers, text, body: /json/.test(res.headers.get('content-type') ?? '') && text ? JSON.parse(text) : undefined }
+  }
+}
+
+const nextPath = (link: string | null) => (link ? /<([^>]+)>; rel="next"/.exec(link)?.[1] : undefined)
+
+/**
+ * What a client does, through every part of the service that writes:
+ * passwords and sessions, refresh, API keys, products with If-Match, a
+ * cursor walk, the event log, a webhook delivery, logout and revocation,
+ * and deleting a user (whose triggers revoke what it held).
+ */
+async function exerciseFlows(service: Spawned, receiver: Receiver): Promise<void> {
+  const api = client(service.url)
+  const login = await api('POST', '/auth/login', { body: ADMIN })
+  assert.equal(login.status, 200, login.text)
+  const admin = login.body.access_token as string
+
+  const tag = randomBytes(3).toString('hex')
+  const person = { name: 'Runtime Person', email: `runtime-${tag}@example.com`, password: 'a runtime person password' }
+  const user = await api('POST', '/users', { auth: admin, body: person })
+  assert.equal(user.status, 201, user.text)
+  const session = await api('POST', '/auth/login', { body: { email: person.email, password: person.password } })
+  assert.equal(session.status, 200, session.text)
+  const refreshed = await api('POST', '/auth/refresh', { body: { refresh_token: session.body.refresh_token } })
+  assert.equal(refreshed.status, 200, refreshed.text)
+  assert.equal((await api('GET', '/auth/me', { auth: refreshed.body.access_token })).body.user.email, person.email)
+
+  const key = await api('POST', '/api-keys', { auth: admin, body: { name: 'runtime', scopes: ['products:read', 'products:write'] } })
+  assert.equal(key.status, 201, key.text)
+  const hook = await api('POST', '/webhooks', { auth: admin, body: { url: receiver.url, event_types: ['product.created', 'product.updated', 'product.deleted'] } })
+  assert.equal(hook.status, 201, hook.text)
+
+  const created: Answer[] = []
+  for (let i = 0; i < 5; i++) {
+    const res = await api('POST', '/products', { auth: key.body.key, body: { sku: `LP-${tag}-${i}`, name: `Least ${i}`, price: 100 + i, currency: 'EUR' } })
+    assert.equal(res.status, 201, res.text)
+    created.push(res)
+  }
+  const first = created[0]!
+  const patched = await api('PATCH', `/products/${first.body.id}`, { auth: key.body.key, headers: { 'if-match': first.headers.get('etag')! }, body: { price: 999 } })
+  assert.equal(patched.status, 200, patched.text)
+  const stale = await api('PATCH', `/products/${first.body.id}`, { auth: key.body.key, headers: { 'if-match': first.headers.get('etag')! }, body: { price: 1 } })
+  assert.equal(stale.status, 412, stale.text)
+  const seen: string[] = []
+  for (let path: string | undefined = `/products?q=LP-${tag}&sort=sku&limit=2`; path;) {
+    const page = await api('GET', path, { auth: key.body.key })
+    assert.equal(page.status, 200, page.text)
+    seen.push(...page.body.map((p: { sku: string }) => p.sku))
+    path = nextPath(page.headers.get('link'))
+  }
+  assert.deepEqual(seen, created.map((r) => r.body.sku))
+  const last = created[4]!
+  assert.equal((await api('DELETE', `/products/${last.body.id}`, { auth: admin, headers: { 'if-match': last.headers.get('etag')! } })).status, 204)
+
+  await waitUntil('the events of the product', async () => (await api('GET', `/events?subject_type=product&subject_id=${first.body.id}`, { auth: admin })).body?.length === 2)
+  const events = await api('GET', `/events?subject_type=product&subject_id=${first.body.id}`, { auth: admin })
+  assert.deepEqual(events.body.map((e: { type: string }) => e.type), ['product.created', 'product.updated'])
+  await receiver.waitFor('the deletion delivered', (received) => received.some((r) => JSON.parse(r.body).type === 'product.deleted' && r.body.includes(`"id":${last.body.id}`)))
+
+  assert.equal((await api('POST', '/auth/logout', { auth: refreshed.body.access_token })).status, 204)
+  await waitUntil('the logged-out JWT to be refused', async () => (await api('GET', '/auth/me', { auth: refreshed.body.access_token })).status === 401)
+  assert.equal((await api('DELETE', `/api-keys/${key.body.id}`, { auth: admin })).status, 204)
+  await waitUntil('the revoked API key to be refused', async () => (await api('GET', '/products?limit=1', { auth: key.body.key })).status === 401)
+  assert.equal((await api('DELETE', `/users/${user.body.id}`, { auth: admin })).status, 204)
+  assert.deepEqual(service.logs.filter((l) => l.level === 'error' || l.level === 'warn'), [], 'nothing failed inside the service')
+}
+
+describe('the runtime role', () => {
+  test('may read, write, notify and take advisory locks; every statement that changes the schema or a role is refused with 42501', async () => {
+    const db = await roles.database()
+    // As DATABASE_MIGRATION_URL does: the owner migrates.
+    assert.deepEqual(await migrate(open(db.ownerUrl)), migrationFiles)
+    const runtime = open(db.runtimeUrl)
+    const [{ tables }] = await runtime<[{ tables: number }]>`SELECT count(*)::int AS tables FROM pg_tables WHERE schemaname = 'public'`
+    assert.ok(tables > 5, 'the owner migrated the database')
+    // What the service does is allowed.
+    await runtime`INSERT INTO products (sku, name, price, currency) VALUES ('LP-ALLOWED', 'Allowed', 1, 'EUR')`
+    await runtime`UPDATE products SET price = 2 WHERE sku = 'LP-ALLOWED'`
+    await runtime`DELETE FROM products WHERE sku = 'LP-ALLOWED'`
+    await runtime`SELECT pg_notify('api_key_changes', 'probe'), pg_advisory_xact_lock(1), nextval('events_id_seq')`
+
+    const attacks = [
+      'DROP TABLE products',
+      'DROP TABLE schema_migrations',
+      'ALTER TABLE users ADD COLUMN evil int',
+      'ALTER TABLE users DISABLE TRIGGER ALL',
+      'DROP TRIGGER users_updated ON users',
+      'TRUNCATE users',
+      'CREATE TABLE evil (id int)',
+      'CREATE TEMPORARY TABLE evil (id int)',
+      'CREATE INDEX evil ON products (name)',
+      'CREATE VIEW evil AS SELECT 1',
+      "CREATE FUNCTION evil() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+      "CREATE OR REPLACE FUNCTION api_time(t timestamptz) RETURNS text LANGUAGE sql AS 'SELECT 1'",
+      'CREATE SCHEMA evil',
+      `ALTER ROLE ${roles.runtime} SUPERUSER`,
+      `ALTER ROLE ${roles.runtime} CREATEROLE`,
+      'CREATE ROLE evil',
+      `GRANT ${roles.owner} TO ${roles.runtime}`,
+      "COPY users TO PROGRAM 'true'",
+      "SELECT pg_read_file('postgresql.conf')",
+    ]
+    const answers: Record<string, string> = {}
+    for (const statement of attacks) {
+      answers[statement] = await runtime.unsafe(statement).then(() => 'allowed', (err: { code?: string }) => err.code ?? String(err))
+    }
+    assert.deepEqual(answers, Object.fromEntries(attacks.map((s) => [s, '42501'])))
+    const [after_] = await runtime<[{ tables: number }]>`SELECT count(*)::int AS tables FROM pg_tables WHERE schemaname = 'public'`
+    assert.equal(after_.tables, tables)
+  })
+})
+
+describe('the service as the runtime role, migrating as the owner', () => {
+  test('an empty database: migrated through DATABASE_MIGRATION_URL (the owner owns every table), then every flow works', async () => {
+    const db = await roles.database()
+    const receiver = await startReceiver()
+    after(() => receiver.close())
+    const service = await startMain({ DATABASE_URL: db.runtimeUrl, DATABASE_MIGRATION_URL: db.ownerUrl })
+    assert.deepEqual(service.logs.find((l) => l.msg === 'migrations applied')?.migrations, migrationFiles)
+    const superuser = open(db.superUrl)
+    const owners = await superuser<Array<{ owner: string }>>`
+      SELECT DISTINCT pg_get_userbyid(relowner) AS owner FROM pg_class WHERE relnamespace = 'public'::regnamespace`
+    assert.deepEqual(owners.map((r) => r.owner), [roles.owner])
+    await exerciseFlows(service, receiver)
+    // The bootstrap admin was made on the owner's connection; the pool and its sessions are the runtime role's.
+    const users = await superuser<Array<{ user: string }>>`
+      SELECT DISTINCT usename AS user FROM pg_stat_activity WHERE datname = ${db.name} AND pid <> pg_backend_pid() AND backend_type = 'client backend'`
+    assert.deepEqual(users.map((r) => r.user), [roles.runtime])
+  })
+
+  test('through PgBouncer in transaction mode (as the runtime role), listening directly, migrating as the owner: every flow works', async () => {
+    const db = await roles.database()
+    const bouncer = await startPgBouncer({ user: roles.runtime })
+    const receiver = await startReceiver()
+    after(() => receiver.close())
+    const service = await startMain({ DATABASE_URL: bouncer.urlFor(db.runtimeUrl), DATABASE_LISTEN_URL: db.runtimeUrl, DATABASE_MIGRATION_URL: db.ownerUrl })
+    assert.ok(service.logs.some((l) => String(l.msg).startsWith('DATABASE_URL goes through a transaction pooler')), 'the pooler was detected')
+    assert.deepEqual(service.logs.find((l) => l.msg === 'migrations applied')?.migrations, migrationFiles)
+    await exerciseFlows(service, receiver)
+    assert.doesNotMatch(bouncer.log(), /ERROR|prepared statement|unsupported startup parameter/)
+  })
+
+  test('a database already migrated: the runtime role starts without DATABASE_MIGRATION_URL (nothing pending)', async () => {
+    const db = await roles.database()
+    await migrate(open(db.ownerUrl))
+    const service = await startMain({ DATABASE_URL: db.runtimeUrl })
+    assert.equal(service.logs.some((l) => l.msg === 'migrations applied'), false)
+    const login = await client(service.url)('POST', '/auth/login', { body: ADMIN })
+    assert.equal(login.status, 200, login.text)
+  })
+
+  test('pending migrations and no DATABASE_MIGRATION_URL: refuses to start, exit 1, naming the migration, the role and what to set; the database is untouched', async () => {
+    const db = await roles.database()
+    const { code, stderr } = await runMain({ DATABASE_URL: db.runtimeUrl })
+    assert.equal(code, 1, stderr)
+    assert.equal(stderr, `Cannot start: sql/${migrationFiles[0]} and ${migrationFiles.length - 1} more are pending, and role "${roles.runtime}" may not change the schema (permission denied for schema public). ` +
+      'Set DATABASE_MIGRATION_URL to a connection as the schema\'s owner (migrations run there, the service as DATABASE_URL\'s role), or run `node dist/main.js migrate` once with it set.\n')
+    const [{ tables }] = await open(db.superUrl)<[{ tables: number }]>`SELECT count(*)::int AS tables FROM pg_tables WHERE schemaname = 'public'`
+    assert.equal(tables, 0)
+  })
+})
