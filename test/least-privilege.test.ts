@@ -1,14 +1,16 @@
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
-import { randomBytes } from 'node:crypto'
-import { readdirSync } from 'node:fs'
+import { createHmac, pbkdf2Sync, randomBytes } from 'node:crypto'
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import type { Sql } from 'postgres'
 import { connect } from '../src/core/db/connect.js'
 import { migrate } from '../src/core/db/migrate.js'
 import { launchService, projectRoot, type Spawned } from './fault-kit.js'
 import { startPgBouncer } from './helpers/pgbouncer.js'
-import { createRolePair } from './helpers/roles.js'
+import { createRolePair, postgresProgram } from './helpers/roles.js'
 import { startReceiver, type Receiver } from './helpers/webhook-receiver.js'
 import { waitUntil } from './helpers/wait.js'
 
@@ -219,5 +221,72 @@ describe('the service as the runtime role, migrating as the owner', () => {
       'Set DATABASE_MIGRATION_URL to a connection as the schema\'s owner (migrations run there, the service as DATABASE_URL\'s role), or run `node dist/main.js migrate` once with it set.\n')
     const [{ tables }] = await open(db.superUrl)<[{ tables: number }]>`SELECT count(*)::int AS tables FROM pg_tables WHERE schemaname = 'public'`
     assert.equal(tables, 0)
+  })
+})
+
+/** Whether a SCRAM-SHA-256 verifier (pg_authid.rolpassword) is the one of `password` (RFC 5802: ServerKey = HMAC(SaltedPassword, "Server Key")). */
+function scramMatches(verifier: string, password: string): boolean {
+  const m = /^SCRAM-SHA-256\$([0-9]+):([^$]+)\$[^:]+:(.+)$/.exec(verifier)
+  if (!m) return false
+  const salted = pbkdf2Sync(password, Buffer.from(m[2]!, 'base64'), Number(m[1]), 32, 'sha256')
+  return createHmac('sha256', salted).update('Server Key').digest('base64') === m[3]
+}
+
+describe('deploy/postgres/runtime-role.sh, as the postgres image runs it from /docker-entrypoint-initdb.d', () => {
+  const folder = mkdtempSync(join(tmpdir(), 'upa-initdb-'))
+  after(() => rmSync(folder, { recursive: true, force: true }))
+  const server = new URL(process.env.TEST_SERVER_URL!)
+  /** The image's environment: POSTGRES_USER on POSTGRES_DB over the local socket, psql on PATH. */
+  const initdb = (database: string, vars: Record<string, string>) => new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    const child = execFile('bash', [join(projectRoot, 'deploy/postgres/runtime-role.sh')], {
+      timeout: 30_000,
+      env: {
+        PATH: `${dirname(postgresProgram('psql'))}:${process.env.PATH}`, PGHOST: server.searchParams.get('host') ?? server.hostname,
+        POSTGRES_USER: decodeURIComponent(server.username), POSTGRES_DB: database, RUNTIME_DB_USER: roles.runtime, ...vars,
+      },
+    }, (_err, stdout, stderr) => resolve({ code: child.exitCode, stdout, stderr }))
+  })
+
+  test('on a new database, before any migration: the role with the password of RUNTIME_DB_PASSWORD_FILE; the tables the owner migrates next are its to read and write, not to truncate', async () => {
+    const db = await roles.database({ grant: false })
+    const secret = join(folder, 'runtime_password')
+    writeFileSync(secret, 'a password from a secret file\n')
+    const made = await initdb(db.name, { RUNTIME_DB_PASSWORD_FILE: secret })
+    assert.equal(made.code, 0, made.stderr)
+    const superuser = open(db.superUrl)
+    const [role] = await superuser<[{ verifier: string; superuser: boolean; createrole: boolean; createdb: boolean }]>`
+      SELECT rolpassword AS verifier, rolsuper AS superuser, rolcreaterole AS createrole, rolcreatedb AS createdb FROM pg_authid WHERE rolname = ${roles.runtime}`
+    assert.ok(scramMatches(role.verifier, 'a password from a secret file'), 'the password is the file\'s, without its newline')
+    assert.deepEqual({ ...role, verifier: undefined }, { verifier: undefined, superuser: false, createrole: false, createdb: false })
+
+    await migrate(open(db.ownerUrl))
+    const rights = await superuser<Array<{ table: string; dml: boolean; truncate: boolean }>>`
+      SELECT tablename AS table, has_table_privilege(${roles.runtime}, format('%I', tablename), 'SELECT, INSERT, UPDATE, DELETE') AS dml,
+        has_table_privilege(${roles.runtime}, format('%I', tablename), 'TRUNCATE') AS truncate
+      FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`
+    assert.ok(rights.length > 10)
+    assert.deepEqual(rights.filter((r) => !r.dml || r.truncate), [])
+    const [settings] = await superuser<[{ config: string[] }]>`
+      SELECT setconfig AS config FROM pg_db_role_setting WHERE setrole = ${roles.runtime}::regrole AND setdatabase = (SELECT oid FROM pg_database WHERE datname = ${db.name})`
+    assert.deepEqual(settings.config, ['statement_timeout=5s', 'idle_in_transaction_session_timeout=5s'])
+    // Run again (a restart of the image does not, but an operator may): the same, no error.
+    assert.equal((await initdb(db.name, { RUNTIME_DB_PASSWORD: 'a changed password' })).code, 0)
+    const [changed] = await superuser<[{ verifier: string }]>`SELECT rolpassword AS verifier FROM pg_authid WHERE rolname = ${roles.runtime}`
+    assert.ok(scramMatches(changed.verifier, 'a changed password'))
+  })
+
+  test('without a password, or with both RUNTIME_DB_PASSWORD and RUNTIME_DB_PASSWORD_FILE: exit 1 with one line saying so, nothing made', async () => {
+    const db = await roles.database({ grant: false })
+    const none = await initdb(db.name, {})
+    assert.equal(none.code, 1)
+    assert.match(none.stderr, /^runtime-role\.sh: set RUNTIME_DB_PASSWORD_FILE \(or RUNTIME_DB_PASSWORD\)/)
+    const secret = join(folder, 'both')
+    writeFileSync(secret, 'x')
+    const both = await initdb(db.name, { RUNTIME_DB_PASSWORD: 'y', RUNTIME_DB_PASSWORD_FILE: secret })
+    assert.equal(both.code, 1)
+    assert.equal(both.stderr, 'runtime-role.sh: set RUNTIME_DB_PASSWORD or RUNTIME_DB_PASSWORD_FILE, not both\n')
+    const [{ granted }] = await open(db.superUrl)<[{ granted: boolean }]>`
+      SELECT EXISTS (SELECT FROM pg_default_acl) AS granted`
+    assert.equal(granted, false)
   })
 })
