@@ -7,6 +7,7 @@ import { join } from 'node:path'
 import { after, test } from 'node:test'
 import { promisify } from 'node:util'
 import { launchService, type Spawned } from './fault-kit.js'
+import { callAs } from './helpers/http-client.js'
 import { createRolePair, postgresProgram } from './helpers/roles.js'
 import { startReceiver } from './helpers/webhook-receiver.js'
 import { waitUntil } from './helpers/wait.js'
@@ -32,27 +33,12 @@ function startMain(vars: Record<string, string>): Promise<Spawned> {
   return instance.listening
 }
 
-interface Answer { status: number; body: any; text: string } // eslint-disable-line @typescript-eslint/no-explicit-any
-
-function client(base: string, token?: string) {
-  return async (method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Answer> => {
-    const res = await fetch(base + path, {
-      method,
-      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout(20_000),
-    })
-    const text = await res.text()
-    return { status: res.status, text, body: text && /json/.test(res.headers.get('content-type') ?? '') ? JSON.parse(text) : undefined }
-  }
-}
-
 /** Everything a client can read of the data, keyed by what it is. */
 async function contents(base: string, token: string, apiKey: string) {
-  const api = client(base, token)
+  const api = callAs(base, token)
   const read = async (path: string) => {
     const res = await api('GET', path)
-    assert.equal(res.status, 200, `${path}: ${res.text}`)
+    assert.equal(res.status, 200, `${path}: ${JSON.stringify(res.body)}`)
     return res.body
   }
   return {
@@ -63,7 +49,7 @@ async function contents(base: string, token: string, apiKey: string) {
     // Without last_used_at, which reading `asKey` below moves on.
     apiKeys: (await read('/api-keys?limit=200')).map(({ last_used_at: _, ...key }: { last_used_at: unknown }) => key),
     // The key itself, not only its listing: it authenticates.
-    asKey: (await client(base, apiKey)('GET', '/auth/me')).body,
+    asKey: (await callAs(base, apiKey)('GET', '/auth/me')).body,
   }
 }
 
@@ -73,17 +59,17 @@ test('pg_dump -Fc of a serving database, pg_restore into a new one: the service 
   after(() => receiver.close())
   const first = await startMain({ DATABASE_URL: source.runtimeUrl, DATABASE_MIGRATION_URL: source.ownerUrl })
 
-  const login = await client(first.url)('POST', '/auth/login', ADMIN)
-  assert.equal(login.status, 200, login.text)
+  const login = await callAs(first.url)('POST', '/auth/login', { body: ADMIN })
+  assert.equal(login.status, 200, JSON.stringify(login.body))
   const token = login.body.access_token as string
-  const api = client(first.url, token)
+  const api = callAs(first.url, token)
   const people = Array.from({ length: 3 }, (_, i) => ({ name: `Kept ${i}`, email: `kept-${i}@example.com`, password: `kept password number ${i}` }))
-  for (const person of people) assert.equal((await api('POST', '/users', person)).status, 201)
-  const key = await api('POST', '/api-keys', { name: 'survives', scopes: ['products:read', 'users:read'] })
-  assert.equal(key.status, 201, key.text)
-  const hook = await api('POST', '/webhooks', { url: receiver.url, event_types: ['product.created'] })
-  assert.equal(hook.status, 201, hook.text)
-  for (let i = 0; i < 6; i++) assert.equal((await api('POST', '/products', { sku: `KEPT-${i}`, name: `Kept ${i}`, price: 10 + i, currency: 'EUR' })).status, 201)
+  for (const person of people) assert.equal((await api('POST', '/users', { body: person })).status, 201)
+  const key = await api('POST', '/api-keys', { body: { name: 'survives', scopes: ['products:read', 'users:read'] } })
+  assert.equal(key.status, 201, JSON.stringify(key.body))
+  const hook = await api('POST', '/webhooks', { body: { url: receiver.url, event_types: ['product.created'] } })
+  assert.equal(hook.status, 201, JSON.stringify(hook.body))
+  for (let i = 0; i < 6; i++) assert.equal((await api('POST', '/products', { body: { sku: `KEPT-${i}`, name: `Kept ${i}`, price: 10 + i, currency: 'EUR' } })).status, 201)
   await waitUntil('six deliveries', () => receiver.received.length === 6)
   await waitUntil('every event published', async () => (await api('GET', '/events?type=product.created&limit=200')).body.length === 6)
   const before = await contents(first.url, token, key.body.key)
@@ -92,7 +78,7 @@ test('pg_dump -Fc of a serving database, pg_restore into a new one: the service 
   let writing = true
   const during: number[] = []
   const writer = (async () => {
-    for (let i = 0; writing; i++) during.push((await api('POST', '/products', { sku: `DURING-${i}`, name: 'During', price: 1, currency: 'EUR' })).status)
+    for (let i = 0; writing; i++) during.push((await api('POST', '/products', { body: { sku: `DURING-${i}`, name: 'During', price: 1, currency: 'EUR' } })).status)
   })()
   const dump = join(folder, 'api.dump')
   const dumpStarted = performance.now()
@@ -120,8 +106,8 @@ test('pg_dump -Fc of a serving database, pg_restore into a new one: the service 
     assert.deepEqual(kept(restored[name], ids), before[name], name)
   }
   assert.deepEqual(restored.asKey, before.asKey)
-  assert.equal((await client(second.url, key.body.key)('GET', '/products?limit=1')).status, 200, 'the API key authenticates')
-  for (const person of people) assert.equal((await client(second.url)('POST', '/auth/login', { email: person.email, password: person.password })).status, 200, person.email)
+  assert.equal((await callAs(second.url, key.body.key)('GET', '/products?limit=1')).status, 200, 'the API key authenticates')
+  for (const person of people) assert.equal((await callAs(second.url)('POST', '/auth/login', { body: { email: person.email, password: person.password } })).status, 200, person.email)
   // The dump's snapshot: the products written while dumping are there up to some point, each whole.
   const duringRestored = restored.products.filter((p: { sku: string }) => p.sku.startsWith('DURING-'))
   assert.ok(duringRestored.length <= during.length)
@@ -129,7 +115,7 @@ test('pg_dump -Fc of a serving database, pg_restore into a new one: the service 
 
   // It goes on: a write on the restored service is delivered to the restored webhook.
   const sku = `AFTER-${randomBytes(2).toString('hex')}`
-  assert.equal((await client(second.url, token)('POST', '/products', { sku, name: 'After', price: 3, currency: 'EUR' })).status, 201)
+  assert.equal((await callAs(second.url, token)('POST', '/products', { body: { sku, name: 'After', price: 3, currency: 'EUR' } })).status, 201)
   await receiver.waitFor('the restored webhook to deliver', (received) => received.some((r) => r.body.includes(sku)))
   assert.deepEqual(second.logs.filter((l) => l.level === 'error'), [])
 })

@@ -11,6 +11,7 @@ import { migrate } from '../src/core/db/migrate.js'
 import { launchService, projectRoot, type Spawned } from './fault-kit.js'
 import { startPgBouncer } from './helpers/pgbouncer.js'
 import { createRolePair, postgresProgram } from './helpers/roles.js'
+import { callAs, type Answer } from './helpers/http-client.js'
 import { startReceiver, type Receiver } from './helpers/webhook-receiver.js'
 import { waitUntil } from './helpers/wait.js'
 
@@ -52,20 +53,7 @@ function runMain(vars: Record<string, string>): Promise<{ code: number | null; s
   })
 }
 
-interface Answer { status: number; headers: Headers; body: any; text: string } // eslint-disable-line @typescript-eslint/no-explicit-any
-
-function client(base: string) {
-  return async (method: string, path: string, options: { auth?: string; body?: unknown; headers?: Record<string, string> } = {}): Promise<Answer> => {
-    const headers: Record<string, string> = { ...options.headers }
-    if (options.auth) headers.authorization = `Bearer ${options.auth}`
-    if (options.body !== undefined) headers['content-type'] = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
-    const res = await fetch(base + path, { method, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body), signal: AbortSignal.timeout(20_000) })
-    const text = await res.text()
-    return { status: res.status, headers: res.headers, text, body: /json/.test(res.headers.get('content-type') ?? '') && text ? JSON.parse(text) : undefined }
-  }
-}
-
-const nextPath = (link: string | null) => (link ? /<([^>]+)>; rel="next"/.exec(link)?.[1] : undefined)
+const nextPath = (link: string | undefined) => (link ? /<([^>]+)>; rel="next"/.exec(link)?.[1] : undefined)
 
 /**
  * What a client does, through every part of the service that writes:
@@ -74,58 +62,58 @@ const nextPath = (link: string | null) => (link ? /<([^>]+)>; rel="next"/.exec(l
  * and deleting a user (whose triggers revoke what it held).
  */
 async function exerciseFlows(service: Spawned, receiver: Receiver): Promise<void> {
-  const api = client(service.url)
-  const login = await api('POST', '/auth/login', { body: ADMIN })
-  assert.equal(login.status, 200, login.text)
+  const api = (token?: string) => callAs(service.url, token)
+  const login = await api()('POST', '/auth/login', { body: ADMIN })
+  assert.equal(login.status, 200, JSON.stringify(login.body))
   const admin = login.body.access_token as string
 
   const tag = randomBytes(3).toString('hex')
   const person = { name: 'Runtime Person', email: `runtime-${tag}@example.com`, password: 'a runtime person password' }
-  const user = await api('POST', '/users', { auth: admin, body: person })
-  assert.equal(user.status, 201, user.text)
-  const session = await api('POST', '/auth/login', { body: { email: person.email, password: person.password } })
-  assert.equal(session.status, 200, session.text)
-  const refreshed = await api('POST', '/auth/refresh', { body: { refresh_token: session.body.refresh_token } })
-  assert.equal(refreshed.status, 200, refreshed.text)
-  assert.equal((await api('GET', '/auth/me', { auth: refreshed.body.access_token })).body.user.email, person.email)
+  const user = await api(admin)('POST', '/users', { body: person })
+  assert.equal(user.status, 201, JSON.stringify(user.body))
+  const session = await api()('POST', '/auth/login', { body: { email: person.email, password: person.password } })
+  assert.equal(session.status, 200, JSON.stringify(session.body))
+  const refreshed = await api()('POST', '/auth/refresh', { body: { refresh_token: session.body.refresh_token } })
+  assert.equal(refreshed.status, 200, JSON.stringify(refreshed.body))
+  assert.equal((await api(refreshed.body.access_token)('GET', '/auth/me')).body.user.email, person.email)
 
-  const key = await api('POST', '/api-keys', { auth: admin, body: { name: 'runtime', scopes: ['products:read', 'products:write'] } })
-  assert.equal(key.status, 201, key.text)
-  const hook = await api('POST', '/webhooks', { auth: admin, body: { url: receiver.url, event_types: ['product.created', 'product.updated', 'product.deleted'] } })
-  assert.equal(hook.status, 201, hook.text)
+  const key = await api(admin)('POST', '/api-keys', { body: { name: 'runtime', scopes: ['products:read', 'products:write'] } })
+  assert.equal(key.status, 201, JSON.stringify(key.body))
+  const hook = await api(admin)('POST', '/webhooks', { body: { url: receiver.url, event_types: ['product.created', 'product.updated', 'product.deleted'] } })
+  assert.equal(hook.status, 201, JSON.stringify(hook.body))
 
   const created: Answer[] = []
   for (let i = 0; i < 5; i++) {
-    const res = await api('POST', '/products', { auth: key.body.key, body: { sku: `LP-${tag}-${i}`, name: `Least ${i}`, price: 100 + i, currency: 'EUR' } })
-    assert.equal(res.status, 201, res.text)
+    const res = await api(key.body.key)('POST', '/products', { body: { sku: `LP-${tag}-${i}`, name: `Least ${i}`, price: 100 + i, currency: 'EUR' } })
+    assert.equal(res.status, 201, JSON.stringify(res.body))
     created.push(res)
   }
   const first = created[0]!
-  const patched = await api('PATCH', `/products/${first.body.id}`, { auth: key.body.key, headers: { 'if-match': first.headers.get('etag')! }, body: { price: 999 } })
-  assert.equal(patched.status, 200, patched.text)
-  const stale = await api('PATCH', `/products/${first.body.id}`, { auth: key.body.key, headers: { 'if-match': first.headers.get('etag')! }, body: { price: 1 } })
-  assert.equal(stale.status, 412, stale.text)
+  const patched = await api(key.body.key)('PATCH', `/products/${first.body.id}`, { headers: { 'if-match': first.headers.etag! }, body: { price: 999 } })
+  assert.equal(patched.status, 200, JSON.stringify(patched.body))
+  const stale = await api(key.body.key)('PATCH', `/products/${first.body.id}`, { headers: { 'if-match': first.headers.etag! }, body: { price: 1 } })
+  assert.equal(stale.status, 412, JSON.stringify(stale.body))
   const seen: string[] = []
   for (let path: string | undefined = `/products?q=LP-${tag}&sort=sku&limit=2`; path;) {
-    const page = await api('GET', path, { auth: key.body.key })
-    assert.equal(page.status, 200, page.text)
+    const page = await api(key.body.key)('GET', path)
+    assert.equal(page.status, 200, JSON.stringify(page.body))
     seen.push(...page.body.map((p: { sku: string }) => p.sku))
-    path = nextPath(page.headers.get('link'))
+    path = nextPath(page.headers.link as string | undefined)
   }
   assert.deepEqual(seen, created.map((r) => r.body.sku))
   const last = created[4]!
-  assert.equal((await api('DELETE', `/products/${last.body.id}`, { auth: admin, headers: { 'if-match': last.headers.get('etag')! } })).status, 204)
+  assert.equal((await api(admin)('DELETE', `/products/${last.body.id}`, { headers: { 'if-match': last.headers.etag! } })).status, 204)
 
-  await waitUntil('the events of the product', async () => (await api('GET', `/events?subject_type=product&subject_id=${first.body.id}`, { auth: admin })).body?.length === 2)
-  const events = await api('GET', `/events?subject_type=product&subject_id=${first.body.id}`, { auth: admin })
+  await waitUntil('the events of the product', async () => (await api(admin)('GET', `/events?subject_type=product&subject_id=${first.body.id}`)).body?.length === 2)
+  const events = await api(admin)('GET', `/events?subject_type=product&subject_id=${first.body.id}`)
   assert.deepEqual(events.body.map((e: { type: string }) => e.type), ['product.created', 'product.updated'])
   await receiver.waitFor('the deletion delivered', (received) => received.some((r) => JSON.parse(r.body).type === 'product.deleted' && r.body.includes(`"id":${last.body.id}`)))
 
-  assert.equal((await api('POST', '/auth/logout', { auth: refreshed.body.access_token })).status, 204)
-  await waitUntil('the logged-out JWT to be refused', async () => (await api('GET', '/auth/me', { auth: refreshed.body.access_token })).status === 401)
-  assert.equal((await api('DELETE', `/api-keys/${key.body.id}`, { auth: admin })).status, 204)
-  await waitUntil('the revoked API key to be refused', async () => (await api('GET', '/products?limit=1', { auth: key.body.key })).status === 401)
-  assert.equal((await api('DELETE', `/users/${user.body.id}`, { auth: admin })).status, 204)
+  assert.equal((await api(refreshed.body.access_token)('POST', '/auth/logout')).status, 204)
+  await waitUntil('the logged-out JWT to be refused', async () => (await api(refreshed.body.access_token)('GET', '/auth/me')).status === 401)
+  assert.equal((await api(admin)('DELETE', `/api-keys/${key.body.id}`)).status, 204)
+  await waitUntil('the revoked API key to be refused', async () => (await api(key.body.key)('GET', '/products?limit=1')).status === 401)
+  assert.equal((await api(admin)('DELETE', `/users/${user.body.id}`)).status, 204)
   assert.deepEqual(service.logs.filter((l) => l.level === 'error' || l.level === 'warn'), [], 'nothing failed inside the service')
 }
 
@@ -209,8 +197,8 @@ describe('the service as the runtime role, migrating as the owner', () => {
     await migrate(open(db.ownerUrl))
     const service = await startMain({ DATABASE_URL: db.runtimeUrl })
     assert.equal(service.logs.some((l) => l.msg === 'migrations applied'), false)
-    const login = await client(service.url)('POST', '/auth/login', { body: ADMIN })
-    assert.equal(login.status, 200, login.text)
+    const login = await callAs(service.url)('POST', '/auth/login', { body: ADMIN })
+    assert.equal(login.status, 200, JSON.stringify(login.body))
   })
 
   test('pending migrations and no DATABASE_MIGRATION_URL: refuses to start, exit 1, naming the migration, the role and what to set; the database is untouched', async () => {
