@@ -90,7 +90,7 @@ export interface Config {
   /**
    * A connection as the schema's owner, for migrations and the `migrate` and
    * `admin` commands, when DATABASE_URL's role may only read and write the
-   * tables (deploy/postgres/runtime-role.sql); undefined: they run on
+   * tables (deploy/postgres/runtime-role.psql); undefined: they run on
    * databaseListenUrl, else databaseUrl.
    */
   databaseMigrationUrl: string | undefined

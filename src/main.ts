@@ -54,7 +54,7 @@ async function main(): Promise<void> {
     log.info('DATABASE_URL goes through a transaction pooler: no prepared statements there; LISTEN and migrations on DATABASE_LISTEN_URL', { pooler: config.databasePooler === 'auto' ? 'detected' : 'DATABASE_POOLER' })
   }
   // Migrations and the commands run on a short connection of their own: as the schema's owner on DATABASE_MIGRATION_URL
-  // when DATABASE_URL's role may only read and write (deploy/postgres/runtime-role.sql), else on DATABASE_LISTEN_URL when set:
+  // when DATABASE_URL's role may only read and write (deploy/postgres/runtime-role.psql), else on DATABASE_LISTEN_URL when set:
   // PostgreSQL itself, so that what a migration file does never depends on a pooler. The service opens its pool after them.
   const setup = connect(config.databaseMigrationUrl ?? config.databaseListenUrl ?? databaseUrl, { max: 1, statementTimeoutMs: config.statementTimeoutMs })
   try {

@@ -40,7 +40,7 @@ const INSUFFICIENT_PRIVILEGE = '42501'
 
 /**
  * Applies pending migrations; returns the names applied. A role that may
- * only read and write the tables (deploy/postgres/runtime-role.sql) passes
+ * only read and write the tables (deploy/postgres/runtime-role.psql) passes
  * when nothing is pending; with something pending it gets a MigrationError
  * naming the migration and the connection to use, not the driver's error.
  */
@@ -60,7 +60,7 @@ export async function migrate(sql: Sql, dir?: URL): Promise<string[]> {
     if (exists) {
       const applied = new Map<number, { name: string; checksum: string }>()
       const rows = await tx<Array<{ version: number; name: string; checksum: string }>>`SELECT version, name, checksum FROM schema_migrations`
-        .catch(refused((reason) => `Role "${role}" may not read schema_migrations (${reason}): grant it what deploy/postgres/runtime-role.sql grants, or connect as the schema's owner.`))
+        .catch(refused((reason) => `Role "${role}" may not read schema_migrations (${reason}): grant it what deploy/postgres/runtime-role.psql grants, or connect as the schema's owner.`))
       for (const row of rows) applied.set(row.version, row)
       for (const [version, row] of applied) {
         const file = files.find((f) => f.version === version)
