@@ -220,6 +220,18 @@ function scramMatches(verifier: string, password: string): boolean {
   return createHmac('sha256', salted).update('Server Key').digest('base64') === m[3]
 }
 
+describe('a runtime role without its grants', () => {
+  test('a migrated database whose grants were never given: refuses to start, exit 1, naming the role and the script', async () => {
+    await roles.database() // the role exists (the script made it there)
+    const bare = await roles.database({ grant: false })
+    await migrate(open(bare.ownerUrl))
+    const { code, stderr } = await runMain({ DATABASE_URL: bare.runtimeUrl })
+    assert.equal(code, 1, stderr)
+    assert.equal(stderr, `Cannot start: Role "${roles.runtime}" may not read schema_migrations (permission denied for table schema_migrations): ` +
+      'grant it what deploy/postgres/runtime-role.psql grants, or connect as the schema\'s owner.\n')
+  })
+})
+
 describe('deploy/postgres/runtime-role.sh, as the postgres image runs it from /docker-entrypoint-initdb.d', () => {
   const folder = mkdtempSync(join(tmpdir(), 'upa-initdb-'))
   after(() => rmSync(folder, { recursive: true, force: true }))
