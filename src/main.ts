@@ -4,7 +4,7 @@ import { resolveSecrets } from './auth/secrets.js'
 import { ConfigError } from './core/config-error.js'
 import { loadConfig, type Config } from './config.js'
 import { connect, DriverPatchError } from './core/db/connect.js'
-import { dataRoot, LocalClusterError, localDevelopmentUrl } from './dev/local-cluster.js'
+import { dataRoot, LocalClusterError, localDevelopmentDatabase } from './dev/local-cluster.js'
 import { migrate, MigrationError } from './core/db/migrate.js'
 import { resolvePooler } from './core/db/pooler.js'
 import { batchedWriter, createLogger, describeError, type Logger } from './core/log.js'
@@ -47,7 +47,9 @@ async function main(): Promise<void> {
 
   // A worker is given both by its primary (DATABASE_URL, DATABASE_POOLER resolved), which migrated and wrote the development secret.
   if (worker) return serve({ ...config, jwtSecrets: resolveSecrets(config, dataRoot) }, log, worker)
-  const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
+  // Without DATABASE_URL, the local cluster's database, served as a runtime role and migrated as its owner, as in production.
+  const local = config.databaseUrl === undefined ? await localDevelopmentDatabase() : undefined
+  const databaseUrl = config.databaseUrl ?? local!.url
   // Before anything else: a transaction pooler changes how every connection is opened (src/core/db/pooler.ts).
   const databasePooler = await resolvePooler({ ...config, databaseUrl })
   if (databasePooler === 'transaction') {
@@ -56,7 +58,7 @@ async function main(): Promise<void> {
   // Migrations and the commands run on a short connection of their own: as the schema's owner on DATABASE_MIGRATION_URL
   // when DATABASE_URL's role may only read and write (deploy/postgres/runtime-role.psql), else on DATABASE_LISTEN_URL when set:
   // PostgreSQL itself, so that what a migration file does never depends on a pooler. The service opens its pool after them.
-  const setup = connect(config.databaseMigrationUrl ?? config.databaseListenUrl ?? databaseUrl, { max: 1, statementTimeoutMs: config.statementTimeoutMs })
+  const setup = connect(config.databaseMigrationUrl ?? local?.ownerUrl ?? config.databaseListenUrl ?? databaseUrl, { max: 1, statementTimeoutMs: config.statementTimeoutMs })
   try {
     const applied = await migrate(setup)
     if (applied.length) log.info('migrations applied', { migrations: applied })
