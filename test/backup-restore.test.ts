@@ -70,7 +70,7 @@ test('pg_dump -Fc of a serving database, pg_restore into a new one: the service 
   const hook = await api('POST', '/webhooks', { body: { url: receiver.url, event_types: ['product.created'] } })
   assert.equal(hook.status, 201, JSON.stringify(hook.body))
   for (let i = 0; i < 6; i++) assert.equal((await api('POST', '/products', { body: { sku: `KEPT-${i}`, name: `Kept ${i}`, price: 10 + i, currency: 'EUR' } })).status, 201)
-  await waitUntil('six deliveries', () => receiver.received.length === 6)
+  await waitUntil('six deliveries', () => receiver.received.length >= 6)
   await waitUntil('every event published', async () => (await api('GET', '/events?type=product.created&limit=200')).body.length === 6)
   const before = await contents(first.url, token, key.body.key)
 
