@@ -32,6 +32,7 @@ const EnvSchema = Type.Object({
   HOST: Type.Optional(Type.String({ minLength: 1 })),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
   DATABASE_LISTEN_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
+  DATABASE_MIGRATION_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
   DATABASE_POOLER: Type.Optional(Type.Union(['auto', 'transaction', 'none'].map((l) => Type.Literal(l)), { description: 'auto, transaction or none' })),
   DATABASE_POOL_MAX: Type.Optional(Integer(1, 1000)),
   API_PREFIX: Type.Optional(Type.String({ pattern: '^(/[A-Za-z0-9._~-]+)*$', description: 'empty or a path such as /v1' })),
@@ -90,6 +91,13 @@ export interface Config {
    */
   databaseListenUrl: string | undefined
   /**
+   * A connection as the schema's owner, for migrations and the `migrate` and
+   * `admin` commands, when DATABASE_URL's role may only read and write the
+   * tables (deploy/postgres/runtime-role.psql); undefined: they run on
+   * databaseListenUrl, else databaseUrl.
+   */
+  databaseMigrationUrl: string | undefined
+  /**
    * Whether databaseUrl goes through a transaction pooler (src/core/db/pooler.ts):
    * `auto` is found out at start-up by `resolvePooler`, which the entry point
    * runs before `createService` (which needs `transaction` or `none`).
@@ -147,7 +155,7 @@ export type PoolerSetting = 'auto' | 'transaction' | 'none'
  * The secrets: each may also be given as `<NAME>_FILE` (src/secret-files.ts),
  * and no message ever echoes its value. A new secret variable joins here.
  */
-export const SECRET_VARIABLES = ['DATABASE_URL', 'DATABASE_LISTEN_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'] as const
+export const SECRET_VARIABLES = ['DATABASE_URL', 'DATABASE_LISTEN_URL', 'DATABASE_MIGRATION_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'] as const
 const secretVariables: ReadonlySet<string> = new Set(SECRET_VARIABLES)
 
 /** Variables the service reads outside this schema: the development cluster's binaries, a worker's number. */
@@ -201,7 +209,7 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     // secrets): the message goes to stderr and from there into logs.
     report(name, `must be ${schema.description ?? 'valid'}${secretVariables.has(name) ? '' : ` (got ${JSON.stringify(given[name])})`}`)
   }
-  for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL'] as const) {
+  for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL', 'DATABASE_MIGRATION_URL'] as const) {
     const url = given[name]
     if (url === undefined || problems.has(name)) continue
     // The pattern passes `postgres://[x`, which only the URL parser refuses; the value is not echoed (a password).
@@ -227,6 +235,9 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
   if (production && !isGiven('DATABASE_URL')) report('DATABASE_URL', 'required when NODE_ENV=production')
   if (e.DATABASE_LISTEN_URL && !isGiven('DATABASE_URL')) {
     report('DATABASE_LISTEN_URL', 'set it with DATABASE_URL (it is a direct connection to the database DATABASE_URL names)')
+  }
+  if (e.DATABASE_MIGRATION_URL && !isGiven('DATABASE_URL')) {
+    report('DATABASE_MIGRATION_URL', 'set it with DATABASE_URL (it is a connection as the schema\'s owner to the database DATABASE_URL names)')
   }
   if (e.DATABASE_POOLER === 'transaction' && !isGiven('DATABASE_LISTEN_URL')) {
     report('DATABASE_POOLER', '`transaction` needs DATABASE_LISTEN_URL, a direct connection to PostgreSQL for LISTEN/NOTIFY and migrations, which a transaction pooler cannot carry')
@@ -258,6 +269,7 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     host: e.HOST ?? (production ? '0.0.0.0' : '127.0.0.1'),
     databaseUrl: e.DATABASE_URL,
     databaseListenUrl: e.DATABASE_LISTEN_URL,
+    databaseMigrationUrl: e.DATABASE_MIGRATION_URL,
     databasePooler: e.DATABASE_POOLER ?? 'auto',
     poolMax: int('DATABASE_POOL_MAX', 10),
     apiPrefix: e.API_PREFIX ?? '',

@@ -8,7 +8,7 @@ import { ConfigError } from './core/config-error.js'
 import { readConfig, type Config } from './config.js'
 import { connect, DriverPatchError } from './core/db/connect.js'
 import { DatabaseUnreachable, unreachable, urlTarget } from './core/db/target.js'
-import { dataRoot, LocalClusterError, localDevelopmentUrl } from './dev/local-cluster.js'
+import { dataRoot, LocalClusterError, localDevelopmentDatabase } from './dev/local-cluster.js'
 import { migrate, MigrationError } from './core/db/migrate.js'
 import { resolvePooler } from './core/db/pooler.js'
 import { batchedWriter, createLogger, describeError, type Logger } from './core/log.js'
@@ -74,11 +74,14 @@ async function start(kind: Kind, args: string[]): Promise<void> {
   // Port 0 cannot be taken; the system picks one when the service listens (a primary claims it for its workers).
   if (kind === 'serve' && config.port !== 0) await claimPort(config.host, config.port)
 
-  const databaseUrl = config.databaseUrl ?? (await localDevelopmentUrl())
+  // Without DATABASE_URL, the local cluster's database, served as a runtime role and migrated as its owner, as in production.
+  const local = config.databaseUrl === undefined ? await localDevelopmentDatabase() : undefined
+  const databaseUrl = config.databaseUrl ?? local!.url
   /** The variable to fix when a database cannot be reached, by the URL that failed (the first that has it). */
   const databaseSettings: Array<[variable: string, url: string | undefined]> = [
     [config.databaseUrl ? 'DATABASE_URL' : 'DATABASE_URL (unset: the local development cluster)', databaseUrl],
     ['DATABASE_LISTEN_URL', config.databaseListenUrl],
+    ['DATABASE_MIGRATION_URL', config.databaseMigrationUrl],
   ]
   const settingOf = (url: string) => databaseSettings.find(([, u]) => u === url)?.[0] ?? 'DATABASE_URL'
   try {
@@ -86,11 +89,12 @@ async function start(kind: Kind, args: string[]): Promise<void> {
     const databasePooler = await resolvePooler({ ...config, databaseUrl })
     if (kind === 'serve') logStart(config, databaseUrl, databasePooler, log)
     if (databasePooler === 'transaction') {
-      log.info('DATABASE_URL goes through a transaction pooler: no prepared statements there; LISTEN and migrations on DATABASE_LISTEN_URL', { pooler: config.databasePooler === 'auto' ? 'detected' : 'DATABASE_POOLER' })
+      log.info('DATABASE_URL goes through a transaction pooler: no prepared statements there; LISTEN (and migrations, without DATABASE_MIGRATION_URL) on DATABASE_LISTEN_URL', { pooler: config.databasePooler === 'auto' ? 'detected' : 'DATABASE_POOLER' })
     }
-    // Migrations and the commands run on a short connection of their own, on DATABASE_LISTEN_URL when set:
+    // Migrations and the commands run on a short connection of their own: as the schema's owner on DATABASE_MIGRATION_URL
+    // when DATABASE_URL's role may only read and write (deploy/postgres/runtime-role.psql), else on DATABASE_LISTEN_URL when set:
     // PostgreSQL itself, so that what a migration file does never depends on a pooler. The service opens its pool after them.
-    const setupUrl = config.databaseListenUrl ?? databaseUrl
+    const setupUrl = config.databaseMigrationUrl ?? local?.ownerUrl ?? config.databaseListenUrl ?? databaseUrl
     const setup = connect(setupUrl, { max: 1, statementTimeoutMs: config.statementTimeoutMs })
     try {
       const applied = await migrate(setup).catch((err: unknown) => {

@@ -32,6 +32,7 @@ describe('defaults', () => {
       host: '127.0.0.1',
       databaseUrl: undefined,
       databaseListenUrl: undefined,
+      databaseMigrationUrl: undefined,
       databasePooler: 'auto',
       poolMax: 10,
       apiPrefix: '',
@@ -96,6 +97,7 @@ describe('values', () => {
       HOST: '127.0.0.1',
       DATABASE_URL: 'postgresql://u:p@db:5432/app',
       DATABASE_LISTEN_URL: 'postgres://u:p@db-direct:5432/app',
+      DATABASE_MIGRATION_URL: 'postgres://owner:p@db-direct:5432/app',
       DATABASE_POOLER: 'transaction',
       DATABASE_POOL_MAX: '25',
       API_PREFIX: '/api/v1',
@@ -135,6 +137,7 @@ describe('values', () => {
       host: '127.0.0.1',
       databaseUrl: 'postgresql://u:p@db:5432/app',
       databaseListenUrl: 'postgres://u:p@db-direct:5432/app',
+      databaseMigrationUrl: 'postgres://owner:p@db-direct:5432/app',
       databasePooler: 'transaction',
       poolMax: 25,
       apiPrefix: '/api/v1',
@@ -283,6 +286,18 @@ describe('DATABASE_LISTEN_URL and DATABASE_POOLER', () => {
 
   test('refuses DATABASE_POOLER=transaction without DATABASE_LISTEN_URL, naming what to set', () => {
     assertRefused({ DATABASE_URL: url, DATABASE_POOLER: 'transaction' }, 'DATABASE_POOLER', /DATABASE_LISTEN_URL/)
+  })
+})
+
+describe('DATABASE_MIGRATION_URL', () => {
+  const owner = 'postgres://owner:hunter2-secret@db:5432/app'
+  test('is read; refused without DATABASE_URL (it names the same database); never echoed when malformed', () => {
+    assert.equal(loadConfig({ DATABASE_URL: 'postgres://app@db/app', DATABASE_MIGRATION_URL: owner }).databaseMigrationUrl, owner)
+    assertRefused({ DATABASE_MIGRATION_URL: owner }, 'DATABASE_MIGRATION_URL', /DATABASE_URL/)
+    for (const bad of ['mysql://owner:hunter2-secret@db/app', 'postgres://owner:hunter2-secret@[db/app']) {
+      const err = assertRefused({ DATABASE_URL: 'postgres://app@db/app', DATABASE_MIGRATION_URL: bad }, 'DATABASE_MIGRATION_URL', /postgres:\/\/ URL/)
+      assert.doesNotMatch(err.message, /hunter2/)
+    }
   })
 })
 

@@ -34,7 +34,8 @@ Either install them:
 and, if they are not in /usr/lib/postgresql/<version>/bin or on PATH, set PG_BIN to their folder;
 or set DATABASE_URL to an existing server, e.g. DATABASE_URL=postgres://user:password@host:5432/dbname`
 
-function findBinaries(): string {
+/** The folder of the PostgreSQL server's programs (initdb, pg_ctl, postgres; beside them psql, pg_dump, pg_restore of the same version). */
+export function findBinaries(): string {
   const has = (dir: string) => ['initdb', 'pg_ctl', 'postgres'].every((b) => existsSync(join(dir, b)))
   const candidates: string[] = []
   if (process.env.PG_BIN) candidates.push(process.env.PG_BIN)
@@ -133,8 +134,23 @@ export function removeLocalCluster(): string {
   return `${stopped} Removed ${home}.`
 }
 
-/** The development database on the local cluster, created on first use. */
-export async function localDevelopmentUrl(): Promise<string> {
+/**
+ * The role the service connects as in development, made by the script that
+ * makes it in production (deploy/postgres/runtime-role.psql): it may read and
+ * write the tables, not change the schema, so that code needing more (a
+ * TRUNCATE, a temporary table) fails here first rather than in production.
+ */
+export const DEV_RUNTIME_ROLE = 'users_products_runtime'
+
+export interface LocalDatabase {
+  /** As DEV_RUNTIME_ROLE: what the service connects as (DATABASE_URL's part). */
+  url: string
+  /** As the cluster's superuser, the database's owner: migrations and the commands (DATABASE_MIGRATION_URL's part). */
+  ownerUrl: string
+}
+
+/** The development database on the local cluster, created on first use, with its runtime role. */
+export async function localDevelopmentDatabase(): Promise<LocalDatabase> {
   const serverUrl = startLocalCluster()
   const { connect } = await import('../core/db/connect.js')
   const sql = connect(serverUrl, { max: 1, statementTimeoutMs: 30_000 })
@@ -144,7 +160,12 @@ export async function localDevelopmentUrl(): Promise<string> {
   } finally {
     await sql.end({ timeout: 5 })
   }
-  return serverUrl.replace('/postgres?', `/${DEV_DATABASE}?`)
+  const ownerUrl = serverUrl.replace('/postgres?', `/${DEV_DATABASE}?`)
+  // On every start (idempotent, some 50 ms): also a database made before the role existed gets it.
+  const script = join(projectRoot, 'deploy/postgres/runtime-role.psql')
+  const granted = spawnSync(join(findBinaries(), 'psql'), ['--no-psqlrc', '--quiet', '-d', ownerUrl, '-v', `runtime_role=${DEV_RUNTIME_ROLE}`, '-f', script], { encoding: 'utf8' })
+  if (granted.status !== 0) throw new LocalClusterError(`Could not give the development database its runtime role (psql -f ${script}):\n${granted.stderr}${granted.error ?? ''}`)
+  return { url: ownerUrl.replace('postgres://postgres@', `postgres://${DEV_RUNTIME_ROLE}@`), ownerUrl }
 }
 
 // `tsx src/dev/local-cluster.ts start|stop|url` for the Makefile.
@@ -154,7 +175,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     if (command === 'stop') console.log(stopLocalCluster())
     else if (command === 'remove') console.log(removeLocalCluster())
     else if (command === 'start') console.log(`Local PostgreSQL is running: ${startLocalCluster()}`)
-    else if (command === 'url') console.log(await localDevelopmentUrl())
+    else if (command === 'url') console.log((await localDevelopmentDatabase()).ownerUrl)
     else throw new LocalClusterError('usage: local-cluster start|stop|remove|url')
   } catch (err) {
     console.error(err instanceof LocalClusterError ? err.message : err)

@@ -49,3 +49,7 @@ export const tally = (answers: readonly Answer[]): Record<string, number> =>
     t[key] = (t[key] ?? 0) + 1
     return t
   }, {})
+
+/** `call` on `base` as the holder of `token` (a JWT, an opaque token or an API key; none: anonymous). */
+export const callAs = (base: string, token?: string) => (method: string, path: string, options: CallOptions = {}): Promise<Answer> =>
+  call(base, method, path, { ...options, headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...options.headers } })

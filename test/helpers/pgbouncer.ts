@@ -33,6 +33,8 @@ export interface PgBouncer {
 export interface PgBouncerOptions {
   /** Server connections per database and user (default_pool_size). */
   poolSize?: number
+  /** The role every connection logs in as, on both sides (default: the server URL's user); the server must trust it on its socket. */
+  user?: string
 }
 
 /** As root, the account PgBouncer runs as (as src/dev/local-cluster.ts chooses for PostgreSQL). */
@@ -56,14 +58,14 @@ export async function startPgBouncer(options: PgBouncerOptions = {}): Promise<Pg
 }
 
 /** PgBouncer in front of the server of `serverUrl`, outside a test (the benchmark): the caller stops it. */
-export async function launchPgBouncer(serverUrl: string, { poolSize = 3 }: PgBouncerOptions = {}): Promise<PgBouncer> {
+export async function launchPgBouncer(serverUrl: string, { poolSize = 3, user: asUser }: PgBouncerOptions = {}): Promise<PgBouncer> {
   const server = new URL(serverUrl)
-  const user = decodeURIComponent(server.username) || 'postgres'
+  const user = asUser ?? (decodeURIComponent(server.username) || 'postgres')
   const target = [
     `host=${value(server.searchParams.get('host') ?? server.hostname)}`,
     `port=${server.port || 5432}`,
     `user=${value(user)}`,
-    ...(server.password ? [`password=${value(decodeURIComponent(server.password))}`] : []),
+    ...(server.password && !asUser ? [`password=${value(decodeURIComponent(server.password))}`] : []),
   ].join(' ')
   const runAs = account()
   const dir = mkdtempSync(join(tmpdir(), 'upa-pgbouncer-'))

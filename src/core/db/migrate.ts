@@ -35,35 +35,64 @@ export async function loadMigrations(dir: URL = SQL_DIR): Promise<MigrationFile[
   return files
 }
 
-/** Applies pending migrations; returns the names applied. */
+/** PostgreSQL's insufficient_privilege: the connection's role may not do what a statement asks. */
+const INSUFFICIENT_PRIVILEGE = '42501'
+
+/**
+ * Applies pending migrations; returns the names applied. A role that may
+ * only read and write the tables (deploy/postgres/runtime-role.psql) passes
+ * when nothing is pending; with something pending it gets a MigrationError
+ * naming the migration and the connection to use, not the driver's error.
+ */
 export async function migrate(sql: Sql, dir?: URL): Promise<string[]> {
   const files = await loadMigrations(dir)
   return sql.begin(async (tx) => {
     await tx`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`
-    await tx`
-      CREATE TABLE IF NOT EXISTS schema_migrations (
-        version    integer PRIMARY KEY,
-        name       text NOT NULL,
-        checksum   text NOT NULL,
-        applied_at timestamptz NOT NULL DEFAULT now()
-      )`
-    const applied = new Map<number, { name: string; checksum: string }>()
-    for (const row of await tx<Array<{ version: number; name: string; checksum: string }>>`SELECT version, name, checksum FROM schema_migrations`) {
-      applied.set(row.version, row)
+    // Looked up, not CREATE TABLE IF NOT EXISTS: that needs CREATE on the schema even when the table is there.
+    const [{ role, exists }] = await tx<[{ role: string; exists: boolean }]>`SELECT current_user AS role, to_regclass('schema_migrations') IS NOT NULL AS exists`
+    let pending = files
+    /** A refusal of the role's becomes what to do about it; any other error stays as it is. */
+    const refused = (explain: (reason: string) => string) => (err: unknown): never => {
+      if ((err as { code?: string }).code !== INSUFFICIENT_PRIVILEGE) throw err
+      throw new MigrationError(explain((err as Error).message))
     }
-    for (const [version, row] of applied) {
-      const file = files.find((f) => f.version === version)
-      if (!file) throw new MigrationError(`The database has migration ${row.name}, which is not in sql/: is this an older build?`)
-      if (file.checksum !== row.checksum) {
-        throw new MigrationError(`sql/${file.name} was edited after it was applied (checksum differs). Restore it and put the change in a new numbered file.`)
+    const cannotChange = refused((reason) => cannotMigrate(role, pending, reason))
+    if (exists) {
+      const applied = new Map<number, { name: string; checksum: string }>()
+      const rows = await tx<Array<{ version: number; name: string; checksum: string }>>`SELECT version, name, checksum FROM schema_migrations`
+        .catch(refused((reason) => `Role "${role}" may not read schema_migrations (${reason}): grant it what deploy/postgres/runtime-role.psql grants, or connect as the schema's owner.`))
+      for (const row of rows) applied.set(row.version, row)
+      for (const [version, row] of applied) {
+        const file = files.find((f) => f.version === version)
+        if (!file) throw new MigrationError(`The database has migration ${row.name}, which is not in sql/: is this an older build?`)
+        if (file.checksum !== row.checksum) {
+          throw new MigrationError(`sql/${file.name} was edited after it was applied (checksum differs). Restore it and put the change in a new numbered file.`)
+        }
       }
+      pending = files.filter((f) => !applied.has(f.version))
+    } else {
+      await tx`
+        CREATE TABLE schema_migrations (
+          version    integer PRIMARY KEY,
+          name       text NOT NULL,
+          checksum   text NOT NULL,
+          applied_at timestamptz NOT NULL DEFAULT now()
+        )`.catch(cannotChange)
     }
-    const pending = files.filter((f) => !applied.has(f.version))
     for (const file of pending) {
       // Our own files, never client input: the one place unsafe() is right.
-      await tx.unsafe(file.text)
+      await tx.unsafe(file.text).catch(cannotChange)
       await tx`INSERT INTO schema_migrations (version, name, checksum) VALUES (${file.version}, ${file.name}, ${file.checksum})`
     }
     return pending.map((f) => f.name)
   })
+}
+
+/** Why a role that may not change the schema cannot start the service, and what to do. */
+function cannotMigrate(role: string, pending: MigrationFile[], reason: string): string {
+  const [first] = pending
+  const which = !first ? 'schema_migrations is missing' : pending.length > 1 ? `sql/${first.name} and ${pending.length - 1} more are pending` : `sql/${first.name} is pending`
+  return `${which}, and role "${role}" may not change the schema (${reason}). ` +
+    'Set DATABASE_MIGRATION_URL to a connection as the schema\'s owner (migrations run there, the service as DATABASE_URL\'s role), ' +
+    'or run `node dist/main.js migrate` once with it set.'
 }
