@@ -36,6 +36,7 @@ const EnvSchema = Type.Object({
   JWT_SECRETS: Type.Optional(Type.String({ minLength: 1 })),
   LOG_LEVEL: Type.Optional(Type.Union(['debug', 'info', 'warn', 'error'].map((l) => Type.Literal(l)), { description: 'debug, info, warn or error' })),
   SHUTDOWN_TIMEOUT: Type.Optional(Integer(0, 3600)),
+  SHUTDOWN_DELAY: Type.Optional(Integer(0, 3600)),
   HEADERS_TIMEOUT: Type.Optional(Integer(1, 3600)),
   REQUEST_TIMEOUT: Type.Optional(Integer(1, 3600)),
   KEEP_ALIVE_TIMEOUT: Type.Optional(Integer(1, 3600)),
@@ -98,7 +99,10 @@ export interface Config {
   /** kid → secret bytes; the first entry signs. Empty until resolved at start-up in development. */
   jwtSecrets: Array<{ kid: string; secret: Buffer }>
   logLevel: LogLevel
+  /** How long the drain may take, counted from its start (after shutdownDelayMs). */
   shutdownTimeoutMs: number
+  /** From the signal to the drain: /readyz fails, requests are still served, so that load balancers stop routing here first. */
+  shutdownDelayMs: number
   headersTimeoutMs: number
   requestTimeoutMs: number
   keepAliveTimeoutMs: number
@@ -140,7 +144,10 @@ export interface Config {
 
 export type PoolerSetting = 'auto' | 'transaction' | 'none'
 
-const secretVariables = new Set(['DATABASE_URL', 'DATABASE_LISTEN_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'])
+/** Every variable the service reads (test/k8s.test.ts holds the manifests' names against it). */
+export const variableNames: readonly string[] = Object.keys(EnvSchema.properties)
+
+export const secretVariables: ReadonlySet<string> = new Set(['DATABASE_URL', 'DATABASE_LISTEN_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'])
 
 export function loadConfig(env: Record<string, string | undefined>): Config {
   // An empty variable counts as unset, except API_PREFIX, where empty is a value.
@@ -200,6 +207,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     jwtSecrets: e.JWT_SECRETS ? parseJwtSecrets(e.JWT_SECRETS) : [],
     logLevel: e.LOG_LEVEL ?? 'info',
     shutdownTimeoutMs: int('SHUTDOWN_TIMEOUT', 10) * 1000,
+    shutdownDelayMs: int('SHUTDOWN_DELAY', 0) * 1000,
     headersTimeoutMs: int('HEADERS_TIMEOUT', 10) * 1000,
     requestTimeoutMs: int('REQUEST_TIMEOUT', 30) * 1000,
     keepAliveTimeoutMs,
