@@ -167,6 +167,9 @@ test('the migration Job runs `migrate` of the image\'s own command as the owner;
   assert.equal(migrate.image, api.image, 'the same image as the Deployment (the migrations are the sql/ files it ships)')
   assert.ok('DATABASE_MIGRATION_URL_FILE' in envOf(migrate))
   assert.equal(job.spec.template.spec.restartPolicy, 'Never')
+  // The Service and the PodDisruptionBudget must not count the Job's pod as one of the service's.
+  const jobLabels = job.spec.template.metadata?.labels ?? {}
+  assert.ok(!Object.entries(service.spec.selector).every(([key, value]) => jobLabels[key] === value), 'the Service would route requests to the migration pod')
   const mounted = (pod: Manifest) => (pod.volumes as Manifest[]).map((v) => v.secret?.secretName)
   assert.ok(mounted(job.spec.template.spec).includes(migrationSecret.metadata.name))
   assert.ok(!mounted(deployment.spec.template.spec).includes(migrationSecret.metadata.name), 'the serving pods never see the owner\'s URL')
@@ -183,6 +186,8 @@ test('terminationGracePeriodSeconds outlasts SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT a
 })
 
 test('pods run as the image\'s numeric user, non-root, read-only, without privileges, capabilities or a service-account token', () => {
+  // The pods' settings are checked as production's (a numeric user, secrets required): the image must say so.
+  assert.match(dockerfile, /^ENV NODE_ENV=production$/m)
   const user = /^USER ([0-9]+)(?::([0-9]+))?$/m.exec(dockerfile)
   assert.ok(user, 'the Dockerfile names its USER by number (runAsNonRoot cannot check a name)')
   for (const [kind, pod] of [['Deployment', deployment.spec.template.spec], ['Job', job.spec.template.spec]] as const) {
