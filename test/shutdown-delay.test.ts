@@ -14,7 +14,7 @@ import { createTestDatabase } from './helpers/server.js'
 // balancer (a Kubernetes Service's endpoints) stops routing here before new
 // connections are refused. Then the drain of test/fault-shutdown.test.ts,
 // bounded by SHUTDOWN_TIMEOUT from its start. Without the variable (0), the
-// drain begins at the signal as before: test/fault-shutdown.test.ts and
+// drain begins at the signal: test/fault-shutdown.test.ts and
 // test/workers.test.ts run with the default.
 
 const databaseUrl = await createTestDatabase()
