@@ -40,6 +40,7 @@ const EnvSchema = Type.Object({
   JWT_SECRETS: Type.Optional(Type.String({ minLength: 1 })),
   LOG_LEVEL: Type.Optional(Type.Union(['debug', 'info', 'warn', 'error'].map((l) => Type.Literal(l)), { description: 'debug, info, warn or error' })),
   SHUTDOWN_TIMEOUT: Type.Optional(Integer(0, 3600)),
+  SHUTDOWN_DELAY: Type.Optional(Integer(0, 3600)),
   HEADERS_TIMEOUT: Type.Optional(Integer(1, 3600)),
   REQUEST_TIMEOUT: Type.Optional(Integer(1, 3600)),
   KEEP_ALIVE_TIMEOUT: Type.Optional(Integer(1, 3600)),
@@ -109,7 +110,10 @@ export interface Config {
   /** kid → secret bytes; the first entry signs. Empty until resolved at start-up in development. */
   jwtSecrets: Array<{ kid: string; secret: Buffer }>
   logLevel: LogLevel
+  /** How long the drain may take, counted from its start (after shutdownDelayMs). */
   shutdownTimeoutMs: number
+  /** From the signal to the drain: /readyz fails, requests are still served, so that load balancers stop routing here first. */
+  shutdownDelayMs: number
   headersTimeoutMs: number
   requestTimeoutMs: number
   keepAliveTimeoutMs: number
@@ -277,6 +281,7 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     jwtSecrets: typeof jwtSecrets === 'string' ? [] : jwtSecrets,
     logLevel: e.LOG_LEVEL ?? 'info',
     shutdownTimeoutMs: int('SHUTDOWN_TIMEOUT', 10) * 1000,
+    shutdownDelayMs: int('SHUTDOWN_DELAY', 0) * 1000,
     headersTimeoutMs: int('HEADERS_TIMEOUT', 10) * 1000,
     requestTimeoutMs: int('REQUEST_TIMEOUT', 30) * 1000,
     keepAliveTimeoutMs: int('KEEP_ALIVE_TIMEOUT', 65) * 1000,

@@ -174,12 +174,14 @@ async function serve(config: Config, log: Logger, worker?: WorkerLink): Promise<
   log.info('listening', { address, port, prefix: config.apiPrefix || null })
   worker?.listening(port, service.deps.metrics)
 
-  let stopping = false
+  let stopping: NodeJS.Signals | undefined
   const onSignal = (signal: NodeJS.Signals) => {
-    if (stopping) return
-    stopping = true
+    // The same signal again (Ctrl-C twice) ends SHUTDOWN_DELAY. Not another one: a worker stopped
+    // by Ctrl-C gets the terminal's SIGINT and its primary's SIGTERM, and must wait all the same.
+    if (stopping) return void (signal === stopping && service.shutdown())
+    stopping = signal
     log.info('shutting down', { signal })
-    // shutdown() never rejects and is bounded by SHUTDOWN_TIMEOUT, also with the database down.
+    // shutdown() never rejects and is bounded by SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT, also with the database down.
     void service.shutdown().then(() => process.exit(0))
   }
   process.on('SIGTERM', onSignal)

@@ -27,7 +27,7 @@ import type { AnyRoute } from './core/http/route.js'
 import type { Logger } from './core/log.js'
 import { Metrics } from './core/metrics.js'
 import { ListShapes } from './core/collections/list-sql.js'
-import { HttpServerComponent } from './shutdown.js'
+import { DrainDelay, HttpServerComponent } from './shutdown.js'
 import { defaultStreamSettings, EventHub, type StreamSettings } from './events/hub.js'
 import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from './events/publisher.js'
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
@@ -82,7 +82,13 @@ export interface Service {
    * sockets on the port (a worker's, src/cluster/primary.ts).
    */
   listen(port: number, host: string, options?: { reusePort?: boolean }): Promise<AddressInfo>
-  /** The stop on a signal: drains requests in flight, then stops the rest, all within SHUTDOWN_TIMEOUT; never rejects. */
+  /**
+   * The stop on a signal: /readyz fails at once; requests are still served
+   * for SHUTDOWN_DELAY (src/shutdown.ts, DrainDelay); then requests in flight
+   * are drained and the rest stopped, within SHUTDOWN_TIMEOUT from the
+   * drain's start. A second call (a second signal) ends the delay at once.
+   * Never rejects.
+   */
   shutdown(): Promise<void>
   /** The same stop without the drain: the clients' connections are cut first. */
   close(): Promise<void>
@@ -123,6 +129,24 @@ export function createService(config: Config, options: ServiceOptions): Service 
     await lifecycle.stop(deadline)
     log.info('stopped', { duration_ms: Math.round(performance.now() - started) })
   })())
+  let leaving: { delay: DrainDelay | undefined; stopped: Promise<void> } | undefined
+  const shutdown = () => {
+    if (leaving) {
+      const left = leaving.delay?.skip() ?? 0
+      if (left > 0) log.info('the drain begins now, before the end of SHUTDOWN_DELAY (a second signal)', { skipped_ms: Math.round(left) })
+      return leaving.stopped
+    }
+    const drain = () => stop(performance.now() + config.shutdownTimeoutMs)
+    if (config.shutdownDelayMs === 0) return (leaving = { delay: undefined, stopped: drain() }).stopped
+    const delay = new DrainDelay(config.shutdownDelayMs)
+    deps.lifecycle.drainsAt = delay.drainsAt
+    log.info('not ready: serving for SHUTDOWN_DELAY while load balancers stop sending requests here, then draining', { shutdown_delay_s: config.shutdownDelayMs / 1000 })
+    const stopped = delay.over.then(() => {
+      log.info('draining')
+      return drain()
+    })
+    return (leaving = { delay, stopped }).stopped
+  }
   return {
     deps,
     server,
@@ -133,8 +157,9 @@ export function createService(config: Config, options: ServiceOptions): Service 
       await lifecycle.start()
       return http.address
     },
-    shutdown: () => stop(performance.now() + config.shutdownTimeoutMs),
+    shutdown,
     close() {
+      leaving?.delay?.skip()
       server.closeAllConnections()
       return stop(performance.now() + CLOSE_TIMEOUT_MS)
     },

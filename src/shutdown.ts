@@ -1,4 +1,5 @@
 import type { AddressInfo } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { AppServer } from './app.js'
 import type { Config } from './config.js'
 import type { Component } from './core/lifecycle.js'
@@ -7,10 +8,45 @@ import type { Logger } from './core/log.js'
 const LISTEN_BACKLOG = 4096
 
 /**
+ * SHUTDOWN_DELAY: the wait between the signal and the drain. A load balancer
+ * (a Kubernetes Service's endpoints, an ingress, a cloud balancer) learns that
+ * an instance is leaving from its failing readiness probe or from the
+ * orchestrator, some time after the signal; a listener that closed at the
+ * signal would refuse whatever it still sends meanwhile. So for this long the
+ * instance fails /readyz but serves every request as usual, on its open
+ * connections and on new ones, each answer saying `Connection: close` so that
+ * kept-alive clients reconnect to an instance that stays; then it drains.
+ * `skip` ends the wait early (a second signal of the same kind: Ctrl-C twice).
+ */
+export class DrainDelay {
+  /** The performance.now() instant the drain begins, unless skipped before. */
+  readonly drainsAt: number
+  /** Resolves when the wait is over: at drainsAt, or at once on `skip`. */
+  readonly over: Promise<void>
+  private readonly skipped = new AbortController()
+  private ended = false
+
+  constructor(delayMs: number) {
+    this.drainsAt = performance.now() + delayMs
+    this.over = sleep(delayMs, undefined, { signal: this.skipped.signal })
+      .catch(() => {})
+      .then(() => void (this.ended = true))
+  }
+
+  /** Ends the wait now; returns how long was left of it (ms), 0 when it was over already. */
+  skip(): number {
+    if (this.ended || this.skipped.signal.aborted) return 0
+    this.skipped.abort()
+    return Math.max(0, this.drainsAt - performance.now())
+  }
+}
+
+/**
  * The HTTP server as a component: it opens the port when started, last but
  * the event streams (src/service.ts), and stops first but them. Its stop is
  * the drain of a graceful stop, bounded by the deadline (SHUTDOWN_TIMEOUT
- * from the signal, src/service.ts):
+ * from the drain's start, which is the signal, or SHUTDOWN_DELAY after it,
+ * src/service.ts):
  * - /readyz already answers 503 and new requests on open connections get 503
  *   shutting_down, every answer carrying `Connection: close`
  *   (`lifecycle.shuttingDown`, flipped before the components stop); the

@@ -21,7 +21,7 @@ import { RestartPolicy } from './restart-policy.js'
 // dies loses the connections it had and those waiting in its socket's accept
 // queue (they are reset); new ones go to the others. docs/scaling.md, "WORKERS".
 
-/** Past SHUTDOWN_TIMEOUT, how long workers are given to stop (their pool's end, the exit) before they are killed. */
+/** Past SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT, how long workers are given to stop (their pool's end, the exit) before they are killed. */
 const KILL_MARGIN_MS = 2000
 /** How long a GET /metrics waits for the other workers' figures; a worker that has not answered by then is left out. */
 const COLLECT_TIMEOUT_MS = 1000
@@ -67,9 +67,9 @@ export async function runPrimary(config: Config, log: Logger, env: Record<string
     for (const worker of live()) worker.process.kill('SIGTERM')
     setTimeout(() => {
       const left = live()
-      if (left.length) log.warn('workers still running past SHUTDOWN_TIMEOUT were killed', { workers: left.map((w) => slotOf.get(w)), shutdown_timeout_s: config.shutdownTimeoutMs / 1000 })
+      if (left.length) log.warn('workers still running past SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT were killed', { workers: left.map((w) => slotOf.get(w)), shutdown_delay_s: config.shutdownDelayMs / 1000, shutdown_timeout_s: config.shutdownTimeoutMs / 1000 })
       for (const worker of left) worker.process.kill('SIGKILL')
-    }, config.shutdownTimeoutMs + KILL_MARGIN_MS).unref()
+    }, config.shutdownDelayMs + config.shutdownTimeoutMs + KILL_MARGIN_MS).unref()
     exitWhenAllGone()
   }
   const live = () => [...slots.values()].flatMap((s) => (s.worker && !s.worker.isDead() ? [s.worker] : []))
@@ -137,7 +137,13 @@ export async function runPrimary(config: Config, log: Logger, env: Record<string
     for (const worker of asked) send(worker, { upa: 'collect-metrics', id })
   }
 
-  const onSignal = (signal: NodeJS.Signals) => stop({ signal }, 0)
+  let firstSignal: NodeJS.Signals | undefined
+  const onSignal = (signal: NodeJS.Signals) => {
+    // The same signal again (Ctrl-C twice) is passed on: each worker then ends its SHUTDOWN_DELAY (src/main.ts).
+    if (stopping && signal === firstSignal) return void live().forEach((worker) => worker.process.kill('SIGTERM'))
+    firstSignal ??= signal
+    stop({ signal }, 0)
+  }
   process.on('SIGTERM', onSignal)
   process.on('SIGINT', onSignal)
   log.info('starting workers', { workers: config.workers })

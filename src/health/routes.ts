@@ -40,11 +40,17 @@ export const healthRoutes = [
     },
     access: publicAccess,
     unlimited: true,
-    // Not ready: the database does not answer, or the service is draining.
+    // Not ready: the database does not answer, or the service is stopping: draining, or
+    // still serving for SHUTDOWN_DELAY so that load balancers stop routing here before the drain.
     errorStatuses: [503],
     async handle({ deps }) {
-      if (deps.lifecycle.shuttingDown) {
+      const { drainsAt, shuttingDown } = deps.lifecycle
+      if (shuttingDown) {
         throw new HttpError('shutting_down', 'The service is shutting down.', { headers: { 'retry-after': '1' } })
+      }
+      if (drainsAt !== undefined) {
+        const seconds = Math.max(0, Math.ceil((drainsAt - performance.now()) / 1000))
+        throw new HttpError('shutting_down', `The service is shutting down: it still serves for ${seconds} s (SHUTDOWN_DELAY) while load balancers stop sending requests here, then drains.`, { headers: { 'retry-after': '1' } })
       }
       await deps.readiness.database()
       const distrust = deps.credentialChanges.distrustReason

@@ -240,8 +240,8 @@ function reply<State>(p: Pipeline<State>, x: Exchange<State>, res: ServerRespons
 /** The answer's own headers, and what the pipeline adds to every answer. */
 function answerHeaders<State>(p: Pipeline<State>, x: Exchange<State>): Record<string, string> {
   const headers = { ...x.reply.headers }
-  // While draining, every answer asks the client to take its next request elsewhere.
-  if (p.services.lifecycle.shuttingDown) headers.connection = 'close'
+  // While stopping (draining, or waiting to), every answer asks the client to take its next request elsewhere.
+  if (p.services.lifecycle.shuttingDown || p.services.lifecycle.drainsAt !== undefined) headers.connection = 'close'
   // Served over TLS itself, the service tells browsers to keep to HTTPS (RFC 6797); behind a proxy, the proxy says it.
   if (p.config.tls) headers['strict-transport-security'] = 'max-age=31536000'
   // Answers about credentials must not be stored by any cache (RFC 6749 §5.1), errors included.

@@ -32,7 +32,14 @@ export interface CoreServices {
   config: HttpSettings
   log: Logger
   metrics: Metrics
-  /** Flipped when the service begins to stop (src/service.ts): only public routes are served then. */
-  lifecycle: { shuttingDown: boolean }
+  /**
+   * How far the service is in stopping (src/service.ts). `drainsAt`: set at
+   * the signal when the drain is put off (SHUTDOWN_DELAY), the
+   * performance.now() instant it begins; until then every route is served,
+   * but readiness fails and every answer says `Connection: close`, so that
+   * load balancers and kept-alive clients move elsewhere first.
+   * `shuttingDown`: the drain has begun; only public routes are served.
+   */
+  lifecycle: { shuttingDown: boolean; drainsAt?: number }
   databaseAdmission: DatabaseAdmission
 }
