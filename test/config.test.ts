@@ -452,7 +452,7 @@ describe('misspelt variables', () => {
   test('the wrong case, and _FILE on a variable that is not a secret', () => {
     assert.deepEqual(problemsOf({ database_url: url }), ['database_url: not read (names are case-sensitive); did you mean DATABASE_URL?'])
     assert.deepEqual(problemsOf({ PORT_FILE: '/run/secrets/port' }), [
-      'PORT_FILE: not read: only DATABASE_URL, DATABASE_LISTEN_URL, JWT_SECRETS, ADMIN_PASSWORD can be read from a file (<NAME>_FILE); set PORT itself',
+      'PORT_FILE: not read: only DATABASE_URL, DATABASE_LISTEN_URL, DATABASE_MIGRATION_URL, JWT_SECRETS, ADMIN_PASSWORD can be read from a file (<NAME>_FILE); set PORT itself',
     ])
   })
 
@@ -476,7 +476,7 @@ describe('misspelt variables', () => {
   test('when start-up stops anyway, the suspects are among the lines: they may be why', () => {
     assert.deepEqual(problemsOf({ NODE_ENV: 'production', JWT_SECRETS: `k:${SECRET}`, DATABASE_POOL_MAX: '5', DATABASE_HOST: 'db' }), [
       'DATABASE_URL: required when NODE_ENV=production',
-      'DATABASE_HOST: not a variable of this service (its DATABASE_… variables are DATABASE_URL, DATABASE_POOLER, DATABASE_POOL_MAX, DATABASE_LISTEN_URL; docs/operations.md lists them all)',
+      'DATABASE_HOST: not a variable of this service (its DATABASE_… variables are DATABASE_URL, DATABASE_POOLER, DATABASE_POOL_MAX, DATABASE_LISTEN_URL, DATABASE_MIGRATION_URL; docs/operations.md lists them all)',
     ])
   })
 

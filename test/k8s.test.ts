@@ -150,7 +150,7 @@ test('the example Secrets hold placeholders only, with every key the pods read; 
     for (const [key, value] of Object.entries(secret.stringData as Record<string, string>)) assert.match(value, /CHANGE-ME/, `${secret.metadata.name}: ${key}`)
   }
   const example = { [runtimeSecret.metadata.name]: runtimeSecret.stringData, [migrationSecret.metadata.name]: migrationSecret.stringData }
-  assert.throws(() => loadConfig(materialize(deployment.spec.template.spec, api, example)), /JWT_SECRETS: the secret of kid "k1" must be at least 32 bytes/)
+  assert.throws(() => loadConfig(materialize(deployment.spec.template.spec, api, example)), /JWT_SECRETS_FILE \([^)]*\): the secret of kid "k1" must be at least 32 bytes/)
   // With a real-looking secret in its place, the Deployment's and the Job's settings load, the database URL read from its file.
   const jwt = `k1:${'x'.repeat(48)}`
   const real = { ...example, 'users-products-api': { ...runtimeSecret.stringData, 'jwt-secrets': jwt } }

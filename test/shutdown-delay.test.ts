@@ -4,7 +4,7 @@ import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { reusePortMissing } from '../src/cluster/reuse-port.js'
 import { connect } from '../src/core/db/connect.js'
-import { adminToken, holdRowLock, launchService, RawClient, waitFor, type Spawned } from './fault-kit.js'
+import { adminToken, holdRowLock, launchService, RawClient, troubleIn, waitFor, type Spawned } from './fault-kit.js'
 import { call, type Answer } from './helpers/http-client.js'
 import { createTestDatabase } from './helpers/server.js'
 
@@ -107,7 +107,7 @@ test('SIGTERM with SHUTDOWN_DELAY=5: for 5 s /readyz is 503 and says why, /healt
   assert.equal(stored.name, 'Drained')
   assert.equal(logged(service, 'draining').length, 1)
   assert.equal(logged(service, 'stopped').length, 1)
-  assert.deepEqual(service.logs.filter((l) => l.level === 'error' || l.level === 'warn'), [])
+  assert.deepEqual(troubleIn(service.logs), [])
   console.log(`# SHUTDOWN_DELAY ${DELAY} s: the checks within it done ${ms(stillAccepting - termAt)} after SIGTERM; connections refused ${ms(refusedAt - termAt)} after, exit ${ms(exit.at - termAt)} after`)
 })
 
