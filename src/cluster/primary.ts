@@ -1,6 +1,5 @@
 import cluster, { type Worker } from 'node:cluster'
 import { claimPort } from '../claim-port.js'
-import type { Config } from '../config.js'
 import type { Logger } from '../core/log.js'
 import { isOurs, WORKER_SLOT_VARIABLE, type PrimaryMessage, type WorkerMessage } from './messages.js'
 import { mergeExpositions } from './metrics.js'
@@ -26,6 +25,15 @@ const KILL_MARGIN_MS = 2000
 /** How long a GET /metrics waits for the other workers' figures; a worker that has not answered by then is left out. */
 const COLLECT_TIMEOUT_MS = 1000
 
+/** What the primary needs of the configuration (src/config.ts): where to listen, how many workers, how long a stop may take. */
+export interface PrimarySettings {
+  host: string
+  port: number
+  workers: number
+  shutdownDelayMs: number
+  shutdownTimeoutMs: number
+}
+
 interface Slot {
   worker: Worker | undefined
   startedAt: number
@@ -40,7 +48,7 @@ interface Slot {
  * process then exits (0 on a signal, 1 otherwise). Rejects, before any
  * worker starts, when the port cannot be had.
  */
-export async function runPrimary(config: Config, log: Logger, env: Record<string, string>): Promise<void> {
+export async function runPrimary(config: PrimarySettings, log: Logger, env: Record<string, string>): Promise<void> {
   const port = await claimPort(config.host, config.port)
   const slots = new Map<number, Slot>()
   const slotOf = new Map<Worker, number>()
