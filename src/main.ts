@@ -11,6 +11,7 @@ import { batchedWriter, createLogger, describeError, type Logger } from './core/
 import { runPrimary } from './cluster/primary.js'
 import { reportCannotStart, workerLink, type WorkerLink } from './cluster/worker.js'
 import { warnIfEndOfLife } from './node-support.js'
+import { healthcheckCommand } from './healthcheck.js'
 import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
 // The process: configuration, database, signals, the listening socket.
@@ -24,6 +25,8 @@ const PIPE_BUF = 4096
 
 async function main(): Promise<void> {
   const command = process.argv[2]
+  // The image's HEALTHCHECK (src/healthcheck.ts): no logger, no database, every few seconds.
+  if (command === 'healthcheck') process.exit(await healthcheckCommand(process.argv.slice(3), process.env))
   // For `admin`, ADMIN_EMAIL and ADMIN_PASSWORD name the admin to make, not the one to create at start-up.
   const config = loadConfig(command === 'admin' ? { ...process.env, ADMIN_EMAIL: undefined, ADMIN_PASSWORD: undefined } : process.env)
   const worker = workerLink()
