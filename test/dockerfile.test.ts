@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { spawn, spawnSync } from 'node:child_process'
 import { chmodSync, copyFileSync, cpSync, linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
@@ -8,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { DockerfileParser } from 'dockerfile-ast'
 import { BUILDS } from '../src/dev/node-line.mjs'
+import { healthUrl } from '../src/healthcheck.js'
 import { launchService } from './fault-kit.js'
 import { selfSignedCertificate } from './helpers/certificates.js'
 import { freePort } from './helpers/ports.js'
@@ -117,6 +119,21 @@ describe('the image\'s HEALTHCHECK command follows the configuration the service
     const { TLS_CERT_FILE: _c, TLS_KEY_FILE: _k, ...plain } = running
     assertUnhealthy(healthcheck(plain), /GET http:\/\/127\.0\.0\.1:[0-9]+\/v1\/healthz closed without an answer: does the service serve HTTPS/)
     assertUnhealthy(healthcheck({ ...running, PORT: String(await freePort()) }), /connection refused: is the service running, on PORT=[0-9]+\?/)
+  })
+
+  test('unhealthy when something on the port accepts and never answers: it gives up within the image\'s time-out, saying so', async () => {
+    const silent = createServer(() => {})
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+    after(() => silent.close())
+    const { TLS_CERT_FILE: _c, TLS_KEY_FILE: _k, ...plain } = running
+    assertUnhealthy(healthcheck({ ...plain, PORT: String((silent.address() as AddressInfo).port) }), /no answer within 2 s$/m)
+  })
+
+  test('an unspecified listen address is asked on loopback, of its family; any other on itself', () => {
+    const at = (host: string) => healthUrl({ host, port: 3000, apiPrefix: '/v1', tls: { certFile: 'c', keyFile: 'k' } }, 'liveness').href
+    assert.equal(at('0.0.0.0'), 'https://127.0.0.1:3000/v1/healthz')
+    assert.equal(at('::'), 'https://[::1]:3000/v1/healthz')
+    assert.equal(at('10.0.0.5'), 'https://10.0.0.5:3000/v1/healthz')
   })
 
   test('refuses what it cannot check: a configuration that does not load, PORT=0, an unknown argument', () => {
