@@ -15,6 +15,7 @@ import { batchedWriter, createLogger, describeError, type Logger } from './core/
 import { runPrimary } from './cluster/primary.js'
 import { reportCannotStart, workerLink, type WorkerLink } from './cluster/worker.js'
 import { warnIfEndOfLife } from './node-support.js'
+import { healthcheckCommand } from './healthcheck.js'
 import { readSecret } from './secret-files.js'
 import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
@@ -36,6 +37,13 @@ const commands: Commands = {
     // It says itself why a second argument is refused: a password there would show in ps.
     maxArgs: Infinity,
     run: (args) => start('admin', args),
+  },
+  healthcheck: {
+    args: '[--ready]',
+    summary: 'ask this service, where its configuration says it listens, for liveness (or readiness): exit 0 healthy, 1 not; no database (the image\'s HEALTHCHECK)',
+    // It checks its own argument, and exits 1 on a bad one: Docker reserves 2.
+    maxArgs: Infinity,
+    run: async (args) => process.exit(await healthcheckCommand(args, process.env)),
   },
   help: { summary: 'print this help', run: async () => void process.stdout.write(usage(commands)) },
 }

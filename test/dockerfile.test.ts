@@ -1,13 +1,18 @@
 import assert from 'node:assert/strict'
 import { spawn, spawnSync } from 'node:child_process'
-import { chmodSync, copyFileSync, cpSync, linkSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { chmodSync, copyFileSync, cpSync, linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { after, test } from 'node:test'
+import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { DockerfileParser } from 'dockerfile-ast'
 import { BUILDS } from '../src/dev/node-line.mjs'
+import { healthUrl } from '../src/healthcheck.js'
+import { launchService } from './fault-kit.js'
+import { selfSignedCertificate } from './helpers/certificates.js'
+import { freePort } from './helpers/ports.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 
 // No container engine runs where the tests run, and base images cannot be
@@ -46,12 +51,16 @@ test('the Dockerfile is multi-stage, runs as a non-root user on the active Node 
   for (const from of froms) assert.match(from.args, new RegExp(`^node:${activeLts}[.-][\\w.-]*\\s+AS\\s+\\w+$`, 'i'), `FROM ${from.args}`)
   const stage = runtimeStage()
   assert.match(stage[0]!.args, /\s+AS\s+runtime$/i)
+  // By number, so that Kubernetes' runAsNonRoot can check it (a name it cannot), and not root's.
   const user = stage.find((i) => i.keyword === 'USER')
-  assert.ok(user && !/^(root|0)(:|$)/.test(user.args), 'USER is not root')
+  assert.match(user?.args ?? '', /^[0-9]+:[0-9]+$/, 'USER uid:gid, numeric')
+  assert.ok(!/^0:|:0$/.test(user!.args), 'USER is not root, nor in its group')
   assert.equal(stage.find((i) => i.keyword === 'STOPSIGNAL')?.args, 'SIGTERM')
   const health = stage.find((i) => i.keyword === 'HEALTHCHECK')
   assert.ok(health, 'a HEALTHCHECK')
-  assert.equal(execForm(health.args)[0], 'node', 'the health check needs no tool but node')
+  assert.deepEqual(execForm(health.args), ['node', 'dist/main.js', 'healthcheck'], 'the health check needs no tool but node, and reads the service\'s configuration')
+  // Docker's own time-out is the last resort: the command gives up first, and says why.
+  assert.match(health.args, /--timeout=3s /)
   assert.deepEqual(execForm(stage.find((i) => i.keyword === 'CMD')!.args), ['node', 'dist/main.js'])
   // What the runtime stage holds: the compiled service, its SQL, the package files and the driver patch; no source, no tests.
   const copies = stage.filter((i) => i.keyword === 'COPY').map((i) => i.args)
@@ -60,10 +69,87 @@ test('the Dockerfile is multi-stage, runs as a non-root user on the active Node 
     assert.doesNotMatch(i.args, /JWT_SECRETS|DATABASE_URL|ADMIN_PASSWORD|PASSWORD|SECRET/i, `${i.keyword} ${i.args}`)
   }
   const ignored = readFileSync(join(root, '.dockerignore'), 'utf8').split('\n')
-  for (const path of ['node_modules', '.data', 'dist', '.git']) assert.ok(ignored.includes(path), `.dockerignore keeps ${path} out`)
+  for (const path of ['node_modules', '.data', 'dist', '.git', '**/.env*', 'secrets']) assert.ok(ignored.includes(path), `.dockerignore keeps ${path} out`)
 })
 
-test('the runtime stage\'s steps work: install with its RUN, start read-only as an unprivileged account, healthy by its HEALTHCHECK, exit 0 on SIGTERM', { skip: !asRoot && 'runs as root only (it starts the service as another account)', timeout: 180_000 }, async () => {
+describe('the image\'s HEALTHCHECK command follows the configuration the service runs with', async () => {
+  // The command as the Dockerfile gives it, run on the sources (tsx) instead of dist/: the same entry point.
+  const command = execForm(runtimeStage().find((i) => i.keyword === 'HEALTHCHECK')!.args)
+  assert.deepEqual(command.slice(0, 2), ['node', 'dist/main.js'])
+  const healthcheck = (env: Record<string, string>, ...extra: string[]) => {
+    const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/main.ts', ...command.slice(2), ...extra], { cwd: root, env: { PATH: process.env.PATH!, ...env }, encoding: 'utf8', timeout: 10_000 })
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr }
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'upa-healthcheck-'))
+  after(() => rmSync(dir, { recursive: true, force: true }))
+  const certificate = selfSignedCertificate(dir, 'service')
+  // As in a container: production, a prefix, HTTPS, on every address.
+  const env = {
+    NODE_ENV: 'production', HOST: '0.0.0.0', API_PREFIX: '/v1', TLS_CERT_FILE: certificate.cert, TLS_KEY_FILE: certificate.key,
+    DATABASE_URL: await createTestDatabase(), JWT_SECRETS: `k1:${TEST_JWT_SECRET}`,
+  }
+  const service = await launchService({ ...env, PORT: '0' }).listening
+  after(() => service.alive() && service.kill('SIGKILL'))
+  const running = { ...env, PORT: String(service.port) }
+  /** One line on stderr, the reason, and exit 1: what Docker shows in `docker inspect`. */
+  const assertUnhealthy = (r: ReturnType<typeof healthcheck>, reason: RegExp) => {
+    assert.equal(r.status, 1, r.stdout + r.stderr)
+    assert.match(r.stderr, /^healthcheck: [^\n]+\n$/)
+    assert.match(r.stderr, reason)
+  }
+
+  test('healthy: liveness at https://127.0.0.1:PORT/v1/healthz, and readiness with --ready, as the service is configured', () => {
+    const live = healthcheck(running)
+    assert.equal(live.status, 0, live.stderr)
+    assert.match(live.stdout, new RegExp(`^healthcheck: healthy, liveness: GET https://127\\.0\\.0\\.1:${service.port}/v1/healthz answered 200`))
+    assert.equal(live.stderr, '')
+    const ready = healthcheck(running, '--ready')
+    assert.equal(ready.status, 0, ready.stderr)
+    assert.match(ready.stdout, /readiness: GET https:\/\/127\.0\.0\.1:[0-9]+\/v1\/readyz answered 200/)
+  })
+
+  test('liveness never touches the database: healthy with a DATABASE_URL nothing answers at', () => {
+    const r = healthcheck({ ...running, DATABASE_URL: 'postgres://nobody:pw@127.0.0.1:1/none' })
+    assert.equal(r.status, 0, r.stderr)
+  })
+
+  test('unhealthy, saying why, when its configuration differs from the service\'s: another prefix, no prefix, plain HTTP, another port', async () => {
+    assertUnhealthy(healthcheck({ ...running, API_PREFIX: '/v2' }), /\/v2\/healthz answered 404: does the service run with API_PREFIX="\/v2"\?/)
+    assertUnhealthy(healthcheck({ ...running, API_PREFIX: '' }), /:[0-9]+\/healthz answered 404/)
+    const { TLS_CERT_FILE: _c, TLS_KEY_FILE: _k, ...plain } = running
+    assertUnhealthy(healthcheck(plain), /GET http:\/\/127\.0\.0\.1:[0-9]+\/v1\/healthz closed without an answer: does the service serve HTTPS/)
+    assertUnhealthy(healthcheck({ ...running, PORT: String(await freePort()) }), /connection refused: is the service running, on PORT=[0-9]+\?/)
+  })
+
+  test('unhealthy when something on the port accepts and never answers: it gives up within the image\'s time-out, saying so', async () => {
+    const silent = createServer(() => {})
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+    after(() => silent.close())
+    const { TLS_CERT_FILE: _c, TLS_KEY_FILE: _k, ...plain } = running
+    assertUnhealthy(healthcheck({ ...plain, PORT: String((silent.address() as AddressInfo).port) }), /no answer within 2 s$/m)
+  })
+
+  test('an unspecified listen address is asked on loopback, of its family; any other on itself', () => {
+    const at = (host: string) => healthUrl({ host, port: 3000, apiPrefix: '/v1', tls: { certFile: 'c', keyFile: 'k' } }, 'liveness').href
+    assert.equal(at('0.0.0.0'), 'https://127.0.0.1:3000/v1/healthz')
+    assert.equal(at('::'), 'https://[::1]:3000/v1/healthz')
+    assert.equal(at('10.0.0.5'), 'https://10.0.0.5:3000/v1/healthz')
+  })
+
+  test('refuses what it cannot check: a configuration that does not load, PORT=0, an unknown argument', () => {
+    assertUnhealthy(healthcheck({ ...running, API_PREFIX: 'v1' }), /^healthcheck: the configuration does not load: API_PREFIX: /)
+    assertUnhealthy(healthcheck({ ...running, PORT: '0' }), /PORT=0/)
+    assertUnhealthy(healthcheck(running, '--live'), /unknown argument "--live"; usage: healthcheck \[--ready\]/)
+  })
+
+  test('unhealthy once the service has stopped', async () => {
+    service.kill('SIGTERM')
+    assert.equal((await service.exited).code, 0)
+    assertUnhealthy(healthcheck(running), /connection refused/)
+  })
+})
+
+test('the runtime stage\'s steps work: install with its RUN, start read-only as an unprivileged account (under /v1, over HTTPS), healthy by its HEALTHCHECK, exit 0 on SIGTERM', { skip: !asRoot && 'runs as root only (it starts the service as another account)', timeout: 180_000 }, async () => {
   const stage = runtimeStage()
   const app = mkdtempSync(join(tmpdir(), 'upa-image-'))
   after(() => rmSync(app, { recursive: true, force: true }))
@@ -86,6 +172,10 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
   }
   assert.deepEqual(spawnSync('ls', [join(app, 'node_modules')], { encoding: 'utf8' }).stdout.split('\n').filter((n) => n && !n.startsWith('.')).sort(), ['postgres', 'typebox'])
 
+  // Served as the case the health check must follow: a path prefix, and HTTPS (its files where the account can read them).
+  mkdirSync(join(app, 'tls'))
+  const certificate = selfSignedCertificate(join(app, 'tls'), 'service')
+
   // The application folder read-only, for an account that owns none of it: the one that runs PostgreSQL here can reach its socket.
   rmSync(join(app, '.npm'), { recursive: true, force: true })
   spawnSync('chmod', ['-R', 'a-w,a+rX', app])
@@ -107,6 +197,7 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
   const port = 20_000 + Math.floor(Math.random() * 20_000)
   const serviceEnv = {
     ...env, PATH: `${nodeDir}:${env.PATH}`, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: await createTestDatabase(), JWT_SECRETS: `k1:${TEST_JWT_SECRET}`, LOG_LEVEL: 'warn',
+    API_PREFIX: '/v1', TLS_CERT_FILE: certificate.cert, TLS_KEY_FILE: certificate.key,
   }
   assert.equal(spawnSync('node', ['--version'], { env: serviceEnv, uid, gid, encoding: 'utf8' }).stdout.trim(), process.version, 'the account runs this Node')
   const [cmd, ...args] = execForm(stage.find((i) => i.keyword === 'CMD')!.args)

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict'
-import { execFileSync } from 'node:child_process'
 import { X509Certificate } from 'node:crypto'
 import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { Agent, request } from 'node:https'
@@ -11,6 +10,7 @@ import { after, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ConfigError } from '../src/core/config-error.js'
 import { loadConfig } from '../src/config.js'
+import { selfSignedCertificate } from './helpers/certificates.js'
 import { assertConnectionCap } from './helpers/connection-cap.js'
 import { startServer } from './helpers/server.js'
 
@@ -25,15 +25,7 @@ import { startServer } from './helpers/server.js'
 const dir = mkdtempSync(join(tmpdir(), 'upa-tls-'))
 after(() => rmSync(dir, { recursive: true, force: true }))
 
-/** A self-signed certificate for 127.0.0.1 and its key (ECDSA P-256 unless `rsa`), as PEM files under `name`; the certificate's PEM. */
-function makeCertificate(name: string, cn: string, rsa = false): { cert: string; key: string; pem: string } {
-  const cert = join(dir, `${name}.cert.pem`)
-  const key = join(dir, `${name}.key.pem`)
-  const keyArgs = rsa ? ['-newkey', 'rsa:2048'] : ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256']
-  execFileSync('openssl', ['req', '-x509', ...keyArgs, '-nodes', '-keyout', key, '-out', cert,
-    '-days', '2', '-subj', `/CN=${cn}`, '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'pipe' })
-  return { cert, key, pem: readFileSync(cert, 'utf8') }
-}
+const makeCertificate = (name: string, cn: string, rsa = false) => selfSignedCertificate(dir, name, cn, rsa)
 
 const first = makeCertificate('first', 'first')
 const second = makeCertificate('second', 'second')

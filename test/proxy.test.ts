@@ -1,12 +1,20 @@
 import assert from 'node:assert/strict'
-import { readFileSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { Agent } from 'node:http'
+import { Agent as HttpsAgent } from 'node:https'
+import { connect as tcpConnect } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { loadConfig } from '../src/config.js'
 import { adminToken, spawnService, type Spawned } from './fault-kit.js'
 import { call, tally, type Answer } from './helpers/http-client.js'
-import { startNginx } from './helpers/nginx.js'
+import { selfSignedCertificate } from './helpers/certificates.js'
+import { checkConfig, renderConfig, startNginx } from './helpers/nginx.js'
+import { installedProgram } from './helpers/programs.js'
+import { freePort } from './helpers/ports.js'
 import { createTestDatabase, startServer } from './helpers/server.js'
 import { insertEvents, SseClient } from './helpers/sse.js'
 import { connect } from '../src/core/db/connect.js'
@@ -15,6 +23,8 @@ import { connect } from '../src/core/db/connect.js'
 // Clients connect from addresses of their own on the loopback network
 // (127.0.0.2, 127.0.0.3, ...), so the address nginx sees differs from its own
 // (127.0.0.1), which is the only address the service sees on the socket.
+// Most tests speak plain HTTP to its API server; those of what nginx answers
+// itself (TLS, HSTS, its JSON problems, its request rate) run it as shipped.
 
 
 const keepAlive = (from = '127.0.0.1', sockets = 64) => new Agent({ keepAlive: true, maxSockets: sockets, localAddress: from })
@@ -49,6 +59,110 @@ describe('deploy/nginx.conf against the service defaults', () => {
   test('nginx lets through every body the service accepts, and no more than the service reads away to answer 413', () => {
     const limit = bytes(block('server'), 'client_max_body_size')
     assert.ok(limit > service.bodyLimit && limit <= 2 * service.bodyLimit)
+  })
+})
+
+/** A problem as the service writes one (src/core/http/problem.ts), here from nginx itself. */
+function assertProblem(answer: Answer, status: number, code: string, instance: string) {
+  assert.equal(answer.status, status, JSON.stringify(answer.body))
+  assert.match(answer.headers['content-type'] ?? '', /^application\/problem\+json/)
+  assert.deepEqual(Object.keys(answer.body), ['type', 'title', 'status', 'code', 'detail', 'instance', 'request_id'])
+  assert.equal(answer.body.type, `tag:users-products-api,2026:${code}`)
+  assert.equal(answer.body.status, status)
+  assert.equal(answer.body.code, code)
+  assert.equal(answer.body.instance, instance)
+  assert.match(answer.body.detail, /\w/)
+  assert.match(answer.body.request_id, /^[0-9a-f]{32}$/)
+}
+
+/** nginx's version, e.g. [1, 22, 1]. */
+function nginxVersion(): number[] {
+  const said = spawnSync(installedProgram('nginx'), ['-v'], { encoding: 'utf8' }).stderr
+  return (/nginx\/([0-9.]+)/.exec(said)?.[1] ?? '0').split('.').map(Number)
+}
+
+describe('deploy/nginx.conf as shipped: HTTPS with HSTS, its own errors as JSON problems, a request rate per client', async () => {
+  const server = await startServer({ TRUST_PROXY: '1' })
+  const nginx = await startNginx([hostOf(server.url)], { tls: true, shippedRate: true })
+  after(() => nginx.stop())
+  const tls = { ca: nginx.ca }
+
+  test('the 443 server speaks TLS and sends HSTS on every answer, the service\'s errors too', async () => {
+    const ok = await call(nginx.url, 'GET', '/healthz', { ...tls, from: '127.0.0.2' })
+    assert.equal(ok.status, 200)
+    assert.deepEqual(ok.body, { status: 'ok' })
+    assert.equal(ok.headers['strict-transport-security'], 'max-age=31536000')
+    const missing = await call(nginx.url, 'GET', '/no-such-thing', { ...tls, from: '127.0.0.2' })
+    assert.equal(missing.status, 404)
+    assert.equal(missing.body.code, 'not_found', 'the service\'s own problem, passed through')
+    assert.equal(missing.headers['strict-transport-security'], 'max-age=31536000')
+  })
+
+  test('a body over the proxy\'s limit is refused by nginx with a JSON problem (payload_too_large), never an HTML page', async () => {
+    const auth = { authorization: `Bearer ${server.admin.token}` }
+    const big = JSON.stringify({ name: 'x'.repeat(3_000_000) })
+    const answer = await call(nginx.url, 'POST', '/products?x=1', { ...tls, from: '127.0.0.2', headers: auth, body: big })
+    assertProblem(answer, 413, 'payload_too_large', '/products')
+    assert.equal(answer.headers['strict-transport-security'], 'max-age=31536000')
+    // As the client sent it: percent-encoded, nothing JSON needs escaped.
+    const encoded = await call(nginx.url, 'POST', '/products/"},"x":"', { ...tls, from: '127.0.0.2', headers: auth, body: big })
+    assertProblem(encoded, 413, 'payload_too_large', '/products/%22%7D,%22x%22:%22')
+    // The service never saw either.
+    assert.equal(server.logs.filter((l) => l.msg === 'request' && l.status === 413).length, 0)
+  })
+
+  test('past its burst, a client gets 429 JSON problems with Retry-After, from nginx; another client is served meanwhile', async () => {
+    const agent = new HttpsAgent({ keepAlive: true, maxSockets: 20, localAddress: '127.0.0.7', ca: nginx.ca })
+    after(() => agent.destroy())
+    const answers = await Promise.all(Array.from({ length: 400 }, () => call(nginx.url, 'GET', '/healthz', { agent })))
+    const counts = tally(answers)
+    // burst=100, then 50 a second: 400 requests at once are more than it lets through, however slowly they go.
+    assert.ok((counts[200] ?? 0) >= 100 && (counts[429] ?? 0) > 0 && (counts[200] ?? 0) + (counts[429] ?? 0) === 400, JSON.stringify(counts))
+    const refused = answers.find((a) => a.status === 429)!
+    assertProblem(refused, 429, 'rate_limited', '/healthz')
+    assert.equal(refused.headers['retry-after'], '1')
+    assert.equal(refused.headers['strict-transport-security'], 'max-age=31536000')
+    assert.equal((await call(nginx.url, 'GET', '/healthz', { ...tls, from: '127.0.0.8' })).status, 200)
+    assert.match(nginx.errors(), /limiting requests/)
+  })
+
+  test('plain HTTP (the port 80 server) serves no API: a JSON problem says to use HTTPS, without HSTS', async () => {
+    const answer = await call(nginx.httpUrl, 'GET', '/users/1', { from: '127.0.0.2' })
+    assertProblem(answer, 403, 'https_required', '/users/1')
+    assert.equal(answer.headers['strict-transport-security'], undefined)
+    assert.equal(server.logs.filter((l) => l.msg === 'request' && l.route === '/users/{id}').length, 0)
+  })
+
+  test('a path JSON would need escaped, sent raw, is left out of a problem rather than written into it as it is', async () => {
+    for (const path of ['/a"b', '/a\\"},"x":"', '/a\\b']) {
+      const text = await new Promise<string>((resolve, reject) => {
+        const socket = tcpConnect(Number(new URL(nginx.httpUrl).port), '127.0.0.1', () => socket.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`))
+        let raw = ''
+        socket.setEncoding('utf8').on('data', (chunk: string) => (raw += chunk)).on('end', () => resolve(raw)).on('error', reject)
+      })
+      const body = JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4))
+      assert.deepEqual([body.code, body.instance], ['https_required', ''], path)
+    }
+  })
+
+  test('no instance to reach: 502 as a JSON problem (bad_gateway)', async () => {
+    const gone = await startNginx([`127.0.0.1:${await freePort()}`], { tls: true })
+    after(() => gone.stop())
+    assertProblem(await call(gone.url, 'GET', '/products', { ca: gone.ca }), 502, 'bad_gateway', '/products')
+  })
+
+  test('the configuration passes `nginx -t`, with the upstream as shipped (`api:3000 ... resolve`) where this nginx has `resolve` (1.27.3 and later)', async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'upa-nginx-t-'))
+    after(() => rmSync(dir, { recursive: true, force: true }))
+    const certificate = selfSignedCertificate(dir, 'proxy')
+    const ports = { api: await freePort(), http: await freePort() }
+    const checked = checkConfig(renderConfig({ ports, upstreams: ['127.0.0.1:3000'], dir, certificate, tls: true, shippedRate: true }), dir)
+    assert.equal(checked.status, 0, checked.output)
+    assert.match(checked.output, /test is successful/)
+    const [major = 0, minor = 0, patch = 0] = nginxVersion()
+    if (major * 1e6 + minor * 1e3 + patch < 1_027_003) return t.skip(`nginx ${major}.${minor}.${patch} here: \`resolve\` in an upstream needs 1.27.3`)
+    const shipped = checkConfig(renderConfig({ ports, upstreams: ['api:3000'], dir, certificate, tls: true, shippedRate: true }), dir)
+    assert.equal(shipped.status, 0, shipped.output)
   })
 })
 

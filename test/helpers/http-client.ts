@@ -1,10 +1,11 @@
-import { request, type Agent, type IncomingHttpHeaders } from 'node:http'
+import { request as httpRequest, type Agent, type IncomingHttpHeaders } from 'node:http'
+import { request as httpsRequest } from 'node:https'
 
-// A client for tests that go through a proxy: node:http rather than fetch,
-// because a request must be able to leave from an address of its own on the
-// loopback network (127.0.0.2, 127.0.0.3, ...) or through a keep-alive agent
-// bound to one, so that the client, the proxy and the service are three
-// addresses. It never throws: a failed request is status 0 with the error.
+// A client for tests that go through a proxy: node:http (node:https for an
+// https:// base) rather than fetch, because a request must be able to leave
+// from an address of its own on the loopback network (127.0.0.2, 127.0.0.3,
+// ...) or through a keep-alive agent bound to one, so that the client, the
+// proxy and the service are three addresses. It never throws: a failed request is status 0 with the error.
 
 export interface Answer {
   status: number
@@ -22,6 +23,8 @@ export interface CallOptions {
   body?: unknown
   /** How long the connection may be silent before the request fails; default 20 s. */
   timeoutMs?: number
+  /** For an https:// base: the certificate to trust (the server's own, self-signed). */
+  ca?: string
 }
 
 export function call(base: string, method: string, path: string, options: CallOptions = {}): Promise<Answer> {
@@ -30,7 +33,8 @@ export function call(base: string, method: string, path: string, options: CallOp
   const headers: Record<string, string> = { ...(body !== undefined ? { 'content-type': type } : {}), ...options.headers }
   return new Promise((resolve) => {
     const failed = (err: Error) => resolve({ status: 0, headers: {}, body: undefined, error: err.message })
-    const req = request(base + path, { method, headers, agent: options.agent, localAddress: options.agent ? undefined : options.from, timeout: options.timeoutMs ?? 20_000 }, (res) => {
+    const request = base.startsWith('https:') ? httpsRequest : httpRequest
+    const req = request(base + path, { method, headers, agent: options.agent, localAddress: options.agent ? undefined : options.from, timeout: options.timeoutMs ?? 20_000, ca: options.ca }, (res) => {
       let text = ''
       res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk))
       res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: /json/.test(res.headers['content-type'] ?? '') && text ? JSON.parse(text) : text }))
