@@ -23,8 +23,14 @@ missing() {
 if missing postgres_password; then
   password=$(random 24)
   printf '%s' "$password" > secrets/postgres_password
-  # The same password: the service connects as the account PostgreSQL creates with it.
-  printf 'postgres://api:%s@db:5432/api' "$password" > secrets/database_url
+  # The same password: migrations run as the owner PostgreSQL creates with it.
+  printf 'postgres://api:%s@db:5432/api' "$password" > secrets/database_migration_url
+fi
+if missing runtime_db_password; then
+  password=$(random 24)
+  printf '%s' "$password" > secrets/runtime_db_password
+  # The same password: the service serves as the role deploy/postgres/runtime-role.sh creates with it.
+  printf 'postgres://api_runtime:%s@db:5432/api' "$password" > secrets/database_url
 fi
 if missing jwt_secrets; then
   printf 'k1:%s' "$(random 32)" > secrets/jwt_secrets
@@ -34,4 +40,4 @@ if missing tls/fullchain.pem; then
     -keyout secrets/tls/privkey.pem -out secrets/tls/fullchain.pem \
     -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null
 fi
-chmod 444 secrets/postgres_password secrets/database_url secrets/jwt_secrets secrets/tls/fullchain.pem secrets/tls/privkey.pem
+chmod 444 secrets/postgres_password secrets/database_migration_url secrets/runtime_db_password secrets/database_url secrets/jwt_secrets secrets/tls/fullchain.pem secrets/tls/privkey.pem

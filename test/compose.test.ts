@@ -6,7 +6,6 @@ import { join } from 'node:path'
 import { after, test } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import { parse } from 'yaml'
-import { ConfigError } from '../src/core/config-error.js'
 import { loadConfig } from '../src/config.js'
 
 // No container engine runs here (docs/deployment.md), so compose.yaml is
@@ -86,15 +85,16 @@ test('nginx ≥ 1.28 gets deploy/nginx.conf and the TLS folder, reaches the inst
 
 test('no secret is written in it: each is a compose secret from ./secrets/, read through a _FILE variable, and none of it is in the image or in git', () => {
   const text = readFileSync(new URL('compose.yaml', root), 'utf8')
-  assert.doesNotMatch(text, /POSTGRES_PASSWORD:|DATABASE_URL:|JWT_SECRETS:|ADMIN_PASSWORD:/, 'no secret as a plain variable')
+  assert.doesNotMatch(text, /POSTGRES_PASSWORD:|RUNTIME_DB_PASSWORD:|DATABASE_URL:|DATABASE_MIGRATION_URL:|JWT_SECRETS:|ADMIN_PASSWORD:/, 'no secret as a plain variable')
   for (const [name, secret] of Object.entries(compose.secrets as Record<string, { file: string }>)) {
     assert.ok(secret.file.startsWith('./secrets/'), `${name} from ./secrets/`)
   }
   assert.equal(db.environment.POSTGRES_PASSWORD_FILE, secretPath('postgres_password'))
-  assert.deepEqual(db.secrets, ['postgres_password'])
+  assert.deepEqual(db.secrets, ['postgres_password', 'runtime_db_password'])
   assert.equal(api.environment.DATABASE_URL_FILE, secretPath('database_url'))
+  assert.equal(api.environment.DATABASE_MIGRATION_URL_FILE, secretPath('database_migration_url'))
   assert.equal(api.environment.JWT_SECRETS_FILE, secretPath('jwt_secrets'))
-  assert.deepEqual([...api.secrets].sort(), ['database_url', 'jwt_secrets'])
+  assert.deepEqual([...api.secrets].sort(), ['database_migration_url', 'database_url', 'jwt_secrets'])
   assert.match(readFileSync(new URL('.gitignore', root), 'utf8'), /^secrets\/$/m)
   const ignored = readFileSync(new URL('.dockerignore', root), 'utf8').split('\n')
   assert.ok(ignored.includes('secrets') && ignored.includes('**/.env*'), 'secrets and .env files stay out of the image')
@@ -105,7 +105,7 @@ test('no secret is written in it: each is a compose secret from ./secrets/, read
   assert.deepEqual(proxy.ports.map((p: string) => interpolate(p, {})), ['8443:443', '8080:80'])
 })
 
-test('deploy/secrets.sh writes every secret compose reads, in forms the service and PostgreSQL accept, readable by the containers\' accounts; run again, it keeps them', { skip: !spawnSync('openssl', ['version']).stdout?.length && 'needs openssl' }, (t) => {
+test('deploy/secrets.sh writes every secret compose reads, in forms the service and PostgreSQL accept, readable by the containers\' accounts; run again, it keeps them', { skip: !spawnSync('openssl', ['version']).stdout?.length && 'needs openssl' }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'upa-secrets-'))
   after(() => rmSync(dir, { recursive: true, force: true }))
   mkdirSync(join(dir, 'deploy'))
@@ -123,24 +123,23 @@ test('deploy/secrets.sh writes every secret compose reads, in forms the service 
   for (const file of ['fullchain.pem', 'privkey.pem']) assert.ok(statSync(join(dir, 'secrets/tls', file)).isFile(), `secrets/tls/${file}`)
   const password = read('postgres_password')
   assert.match(password, /^[0-9a-f]{48}$/)
-  assert.equal(read('database_url'), `postgres://api:${password}@db:5432/api`)
+  assert.equal(read('database_migration_url'), `postgres://api:${password}@db:5432/api`)
+  // The service serves as the runtime role the database's init script creates with that password (deploy/postgres/).
+  const runtimePassword = read('runtime_db_password')
+  assert.match(runtimePassword, /^[0-9a-f]{48}$/)
+  assert.notEqual(runtimePassword, password)
+  assert.equal(read('database_url'), `postgres://${db.environment.RUNTIME_DB_USER}:${runtimePassword}@db:5432/api`)
+  assert.ok(db.volumes.includes('./deploy/postgres:/docker-entrypoint-initdb.d:ro'), 'the runtime role is made when the database is initialized')
+  assert.equal(db.environment.RUNTIME_DB_PASSWORD_FILE, secretPath('runtime_db_password'))
 
   // The instances' environment passes the service's own configuration check, the secrets read from the files written.
   const files = Object.fromEntries(Object.keys(compose.secrets).map((name) => [secretPath(name), join(dir, compose.secrets[name].file)]))
   const env = Object.fromEntries(Object.entries(api.environment as Record<string, string>).map(([k, v]) => [k, files[v] ?? v]))
-  let config
-  try {
-    config = loadConfig(env)
-  } catch (err) {
-    // <NAME>_FILE is another part of this work (src/config.ts); until it is in, only the files' own forms are checked here.
-    if (err instanceof ConfigError && /^DATABASE_URL: required/.test(err.message)) {
-      config = loadConfig({ ...env, DATABASE_URL: read('database_url'), JWT_SECRETS: read('jwt_secrets') })
-      t.diagnostic('src/config.ts does not read <NAME>_FILE yet: the secrets were passed as variables')
-    } else throw err
-  }
+  const config = loadConfig(env)
   assert.equal(config.production, true)
   assert.equal(config.trustProxy, 1)
   assert.equal(config.databaseUrl, read('database_url'))
+  assert.equal(config.databaseMigrationUrl, read('database_migration_url'))
   assert.equal(config.jwtSecrets.length, 1)
   // compose gives the stopping container this long before SIGKILL: longer than the service's drain.
   assert.ok(Number.parseInt(api.stop_grace_period) * 1000 > config.shutdownTimeoutMs)
