@@ -8,6 +8,7 @@ import { after, test } from 'node:test'
 import { promisify } from 'node:util'
 import { launchService, type Spawned } from './fault-kit.js'
 import { callAs } from './helpers/http-client.js'
+import { startPgBouncer } from './helpers/pgbouncer.js'
 import { createRolePair, postgresProgram } from './helpers/roles.js'
 import { startReceiver } from './helpers/webhook-receiver.js'
 import { waitUntil } from './helpers/wait.js'
@@ -19,7 +20,7 @@ import { waitUntil } from './helpers/wait.js'
 // `pg_restore --no-owner` into a new database of the owner, the runtime
 // role's script is run on it, and the service started there answers the
 // same: the same users, products, events and webhooks, the API key and the
-// passwords still working.
+// passwords still working; and the same through PgBouncer in transaction mode.
 
 const run = promisify(execFile)
 const roles = await createRolePair()
@@ -118,4 +119,19 @@ test('pg_dump -Fc of a serving database, pg_restore into a new one: the service 
   assert.equal((await callAs(second.url, token)('POST', '/products', { body: { sku, name: 'After', price: 3, currency: 'EUR' } })).status, 201)
   await receiver.waitFor('the restored webhook to deliver', (received) => received.some((r) => r.body.includes(sku)))
   assert.deepEqual(second.logs.filter((l) => l.level === 'error'), [])
+
+  // The restored database served through PgBouncer in transaction mode, as the runtime role (LISTEN direct): the same.
+  second.kill('SIGTERM')
+  await second.exited
+  const bouncer = await startPgBouncer({ user: roles.runtime })
+  const third = await startMain({ DATABASE_URL: bouncer.urlFor(target.runtimeUrl), DATABASE_LISTEN_URL: target.runtimeUrl, DATABASE_MIGRATION_URL: target.ownerUrl })
+  assert.ok(third.logs.some((l) => String(l.msg).startsWith('DATABASE_URL goes through a transaction pooler')), 'the pooler was detected')
+  const pooled = await contents(third.url, token, key.body.key)
+  for (const name of ['users', 'products', 'events', 'webhooks', 'apiKeys'] as const) {
+    const ids = new Set<number>(before[name].map((item: { id: number }) => item.id))
+    assert.deepEqual(kept(pooled[name], ids), before[name], `${name} through PgBouncer`)
+  }
+  assert.deepEqual(pooled.asKey, before.asKey)
+  assert.doesNotMatch(bouncer.log(), /ERROR|prepared statement|unsupported startup parameter/)
+  assert.deepEqual(third.logs.filter((l) => l.level === 'error'), [])
 })
