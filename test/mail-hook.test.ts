@@ -8,7 +8,7 @@ import { createHookTransport, hookSettingProblems, type HookSettings } from '../
 import { MailSendError, type MailMessage } from '../src/mail/message.js'
 import { accepts, freePort } from './helpers/ports.js'
 import { waitUntil } from './helpers/wait.js'
-import { answerWith, startReceiver, type Answer, type Receiver, type Reception } from './helpers/webhook-receiver.js'
+import { answerEndlessly, answerWith, startReceiver, type Answer, type Receiver, type Reception } from './helpers/webhook-receiver.js'
 
 // The mail hook transport against a real HTTP receiver on this machine,
 // which checks each request the way a team's receiver would: the signature
@@ -180,21 +180,8 @@ describe('what a send makes of the answer', () => {
 
   test('an endless answer is read only up to the bound: the connection is closed, and the status decides', async () => {
     const receiver = await startReceiver('/mail')
-    let status = 503
     let sentWhenClosed: number | undefined
-    // Up to 10 MB in chunks of 64 KiB, a chunk every 2 ms, so that socket buffers cannot swallow it all before the client closes.
-    receiver.answer = (_req, res) => {
-      let sent = 0
-      sentWhenClosed = undefined
-      res.on('close', () => (sentWhenClosed = sent))
-      res.writeHead(status, { 'content-type': 'application/octet-stream' })
-      const chunk = Buffer.alloc(64 * 1024, 'x')
-      const timer = setInterval(() => {
-        if (res.destroyed || sent >= 10 * 1024 * 1024) return void (clearInterval(timer), res.destroyed || res.end())
-        res.write(chunk)
-        sent += chunk.length
-      }, 2)
-    }
+    receiver.answer = answerEndlessly(503, (sent) => (sentWhenClosed = sent))
     // The time-out is far away: what ends the attempt is the bound.
     const transport = hook(receiver.url, { timeoutMs: 60_000, maxResponseBytes: 64 * 1024 })
     const err = await failure(transport.send(message()))
@@ -203,7 +190,8 @@ describe('what a send makes of the answer', () => {
     await waitUntil('the receiver to see the connection closed', async () => sentWhenClosed !== undefined)
     assert.ok(sentWhenClosed! < 5 * 1024 * 1024, `the connection was closed after ${sentWhenClosed} bytes`)
 
-    status = 200
+    sentWhenClosed = undefined
+    receiver.answer = answerEndlessly(200, (sent) => (sentWhenClosed = sent))
     await transport.send(message()) // a 2xx took the message; the bound only limits what is read
     await waitUntil('the receiver to see the connection closed', async () => sentWhenClosed !== undefined)
     assert.ok(sentWhenClosed! < 5 * 1024 * 1024, `the connection was closed after ${sentWhenClosed} bytes`)
