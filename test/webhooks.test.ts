@@ -6,7 +6,7 @@ import { signJwt, type JwtClaims } from '../src/auth/jwt.js'
 import { signatureOf } from '../src/webhooks/signature.js'
 import { waitUntil } from './helpers/wait.js'
 import { startServer, type TestServer } from './helpers/server.js'
-import { answerWith, startReceiver, type Reception } from './helpers/webhook-receiver.js'
+import { answerEndlessly, answerWith, startReceiver, type Reception } from './helpers/webhook-receiver.js'
 
 // Webhooks through the real server: registration and its refusals, the
 // deliveries a receiver gets (checked with the standardwebhooks package, an
@@ -330,19 +330,8 @@ describe('webhook deliveries', () => {
     const silent = await startReceiver()
     silent.answer = () => {} // holds the request open
     const huge = await startReceiver()
-    // 10 MB in 160 chunks of 64 KiB, a chunk every 2 ms, so that socket buffers cannot swallow it all before the client closes.
     let sentWhenClosed: number | undefined
-    huge.answer = (_req, res) => {
-      let sent = 0
-      res.on('close', () => (sentWhenClosed = sent))
-      res.writeHead(200, { 'content-type': 'application/octet-stream' })
-      const chunk = Buffer.alloc(64 * 1024, 'x')
-      const timer = setInterval(() => {
-        if (res.destroyed || sent >= 10 * 1024 * 1024) return void (clearInterval(timer), res.destroyed || res.end())
-        res.write(chunk)
-        sent += chunk.length
-      }, 2)
-    }
+    huge.answer = answerEndlessly(200, (sent) => (sentWhenClosed = sent))
     const target = await startReceiver()
     const redirecting = await startReceiver()
     redirecting.answer = (_req, res) => {

@@ -1,6 +1,7 @@
 import { lookup } from 'node:dns/promises'
 import { BlockList, isIP } from 'node:net'
 import type { Config } from '../config.js'
+import { hostOf } from '../core/http/outbound.js'
 
 // Where a webhook may be sent (server-side request forgery). Unless
 // WEBHOOK_ALLOW_PRIVATE=true, a URL must be https, and every address its host
@@ -92,9 +93,6 @@ export interface ResolvedAddress { address: string; family: number }
 export type Resolver = (hostname: string) => Promise<ResolvedAddress[]>
 
 export const systemResolver: Resolver = (hostname) => lookup(hostname, { all: true, verbatim: true })
-
-/** A URL's host without the brackets of an IPv6 literal. */
-export const hostOf = (url: URL): string => url.hostname.replace(/^\[(.*)\]$/, '$1')
 
 /** Where a webhook may be sent: WEBHOOK_ALLOW_PRIVATE and WEBHOOK_ALLOWED_PORTS. */
 export type UrlPolicy = Pick<Config, 'webhookAllowPrivate' | 'webhookAllowedPorts'>

@@ -23,6 +23,21 @@ const IV_BYTES = 12
 /** A new secret in the Standard Webhooks form: `whsec_` and the base64 of its bytes. */
 export const newSigningSecret = (): string => PREFIX + randomBytes(SECRET_BYTES).toString('base64')
 
+/** Standard Webhooks' bounds for a secret someone else made (the mail hook's MAIL_HOOK_SECRET). */
+const MIN_SECRET_BYTES = 24
+const MAX_SECRET_BYTES = 64
+
+/** What is wrong with `secret` as a Standard Webhooks secret, or undefined; never quotes the secret. */
+export function signingSecretProblem(secret: string): string | undefined {
+  if (!secret.startsWith(PREFIX)) return `must start with ${PREFIX} (the Standard Webhooks form: ${PREFIX} and the base64 of ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} random bytes)`
+  const encoded = secret.slice(PREFIX.length)
+  // Buffer.from(…, 'base64') skips what is not base64, so a typo would silently sign with other bytes than the receiver's.
+  if (!/^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/.test(encoded)) return `must be ${PREFIX} and standard base64 (A-Z a-z 0-9 + /, padded with =)`
+  const bytes = Buffer.from(encoded, 'base64').length
+  if (bytes < MIN_SECRET_BYTES || bytes > MAX_SECRET_BYTES) return `must hold ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} bytes after ${PREFIX} (it holds ${bytes}); make one with: echo ${PREFIX}$(openssl rand -base64 32)`
+  return undefined
+}
+
 /** The bytes a signature is keyed with: the base64 after `whsec_`. */
 export function secretBytes(secret: string): Buffer {
   if (!secret.startsWith(PREFIX)) throw new Error('not a webhook secret')

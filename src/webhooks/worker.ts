@@ -13,7 +13,7 @@ import { resealSecrets } from './reseal.js'
 import { retryDelayMs } from './retry-schedule.js'
 import { openSecret, SealingKeyMissing } from './secret.js'
 import { sendWebhook, type SendOutcome } from './send.js'
-import { signatureHeader } from './signature.js'
+import { standardWebhookHeaders } from './signature.js'
 import { DELIVERIES_CHANNEL } from './wake.js'
 
 // Every instance runs one worker; together they share the deliveries through
@@ -202,18 +202,10 @@ export class WebhookWorker implements Component {
       }
     }
     const body = eventSerializer.one(claim.event)
-    const messageId = String(claim.event.id)
-    const timestamp = Math.floor(Date.now() / 1000)
     return sendWebhook({
       url: claim.url,
       body,
-      headers: {
-        'content-type': 'application/json',
-        'user-agent': USER_AGENT,
-        'webhook-id': messageId,
-        'webhook-timestamp': String(timestamp),
-        'webhook-signature': signatureHeader(secrets, messageId, timestamp, body),
-      },
+      headers: standardWebhookHeaders(secrets, String(claim.event.id), body, USER_AGENT),
       policy: this.config,
       resolve: this.settings.resolve,
       timeoutMs: this.settings.timeoutMs,

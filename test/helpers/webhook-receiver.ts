@@ -35,6 +35,23 @@ export const answerWith = (status: number, body = ''): Answer => (_req, res) => 
   res.end(body)
 }
 
+/**
+ * Answers `status` with 10 MB in 160 chunks of 64 KiB, a chunk every 2 ms, so
+ * that socket buffers cannot swallow it all before the client closes;
+ * `closed` is told how many bytes were written when the connection closed.
+ */
+export const answerEndlessly = (status: number, closed: (sent: number) => void): Answer => (_req, res) => {
+  let sent = 0
+  res.on('close', () => closed(sent))
+  res.writeHead(status, { 'content-type': 'application/octet-stream' })
+  const chunk = Buffer.alloc(64 * 1024, 'x')
+  const timer = setInterval(() => {
+    if (res.destroyed || sent >= 10 * 1024 * 1024) return void (clearInterval(timer), res.destroyed || res.end())
+    res.write(chunk)
+    sent += chunk.length
+  }, 2)
+}
+
 export async function startReceiver(path = '/hook'): Promise<Receiver> {
   const received: Reception[] = []
   const receiver: Receiver = {
