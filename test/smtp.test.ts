@@ -232,6 +232,30 @@ describe('failures the outbox sees', () => {
     assert.match(error.message, /no answer to the greeting within 0\.3 s/)
   })
 
+  test('a server that sends more after its STARTTLS reply (an injection before TLS): refused, nothing read as encrypted', async () => {
+    // RFC 3207 6: the extra line came in clear, from anyone on the path; read after the handshake it would pass as the server's.
+    const commands: string[] = []
+    const hostile = createServer((socket) => {
+      socket.write('220 mx.test ESMTP\r\n')
+      socket.setEncoding('latin1').on('data', (chunk: string) => {
+        for (const line of chunk.split('\r\n').filter(Boolean)) {
+          commands.push(line.split(' ')[0]!)
+          if (line.startsWith('EHLO')) socket.write('250-mx.test\r\n250-AUTH PLAIN\r\n250 STARTTLS\r\n')
+          else if (line === 'STARTTLS') socket.write('220 2.0.0 Ready to start TLS\r\n250 2.0.0 injected\r\n')
+        }
+      })
+      socket.on('error', () => undefined)
+    })
+    await new Promise<void>((resolve) => hostile.listen(0, '127.0.0.1', resolve))
+    after(() => void hostile.close())
+    const port = (hostile.address() as { port: number }).port
+    const transport = createSmtpTransport({ server: parseSmtpUrl(`smtp://u:p@127.0.0.1:${port}`) as SmtpServer, from: FROM, timeoutMs: 5000 })
+    const error = await failure(transport.send(message()))
+    assert.equal(error.permanent, false)
+    assert.match(error.message, /sent data after its STARTTLS reply/)
+    assert.deepEqual(commands, ['EHLO', 'STARTTLS'])
+  })
+
   test('nothing listening: a connection failure, transient', async () => {
     const port = await freePort()
     const transport = createSmtpTransport({ server: parseSmtpUrl(`smtp://u:p@127.0.0.1:${port}`) as SmtpServer, from: FROM, timeoutMs: 5000 })
