@@ -13,9 +13,9 @@ import { parseSmtpUrl, type SmtpServer } from '../src/mail/smtp-url.js'
 import { startSmtpServer, type TestSmtpServer } from './helpers/smtp-server.js'
 import { freePort } from './helpers/ports.js'
 
-// The SMTP transport against a real SMTP server (test/helpers/smtp-server.ts):
-// what arrives is parsed by an independent parser (postal-mime) and compared
-// with what was sent; what a failure looks like is the MailSendError the
+// The SMTP transport against a real SMTP server process
+// (test/helpers/smtp-server.ts): what it delivered into its maildir is parsed
+// by an independent parser (postal-mime) and compared with what was sent; what a failure looks like is the MailSendError the
 // outbox sees (its text and whether it is retried).
 
 const FROM = parseMailFrom('Exämple Accounts <accounts@example.com>') as MailFrom
@@ -93,9 +93,9 @@ describe('sending through a real SMTP server', () => {
     const sent = message()
     await transportFor(server, urlOf(server)).send(sent)
 
-    assert.deepEqual(server.auths, [{ method: 'PLAIN', secure: true, accepted: true }])
-    assert.equal(server.received.length, 1)
-    const [mail] = server.received
+    assert.deepEqual(server.auths(), [{ method: 'PLAIN', secure: true, accepted: true }])
+    assert.equal(server.received().length, 1)
+    const [mail] = server.received()
     assert.equal(mail!.secure, true)
     assert.equal(mail!.from, 'accounts@example.com')
     assert.deepEqual(mail!.to, ['ada@example.org'])
@@ -119,7 +119,7 @@ describe('sending through a real SMTP server', () => {
     const subject = 'Réinitialisez votre mot de passe — 密码重置 ✉ '.repeat(3).trim()
     await transportFor(server, urlOf(server)).send(message({ subject, text }))
 
-    const raw = server.received[0]!.raw.toString('latin1')
+    const raw = server.received()[0]!.raw.toString('latin1')
     const lines = raw.split('\r\n')
     // Seven-bit, and no line past 78 (headers) or 76 (the quoted-printable body).
     assert.match(raw, /^[\x00-\x7f]*$/)
@@ -130,7 +130,7 @@ describe('sending through a real SMTP server', () => {
     assert.ok(lines.every((l) => !/[ \t]$/.test(l)), 'a line ends with white space')
     // The server undid the dot-stuffing: a line that is a lone "." did not end the data early.
     assert.ok(lines.includes('.') && lines.includes('.hidden line') && lines.includes('..two dots'), 'the lines starting with "." did not arrive as written')
-    const parsed = await parse(server.received[0]!.raw)
+    const parsed = await parse(server.received()[0]!.raw)
     assert.equal(parsed.subject, subject)
     assert.equal(parsed.text, text)
   })
@@ -140,7 +140,7 @@ describe('sending through a real SMTP server', () => {
     const transport = transportFor(server, urlOf(server))
     await transport.send(message())
     await transport.send(message())
-    const [first, second] = await Promise.all(server.received.map((m) => parse(m.raw)))
+    const [first, second] = await Promise.all(server.received().map((m) => parse(m.raw)))
     assert.equal(first!.messageId, second!.messageId)
     assert.equal(first!.messageId, '<7f9c2a6e-0b7d-4c1e-9d7a-3f1e2b4c5d6e@example.com>')
   })
@@ -148,22 +148,22 @@ describe('sending through a real SMTP server', () => {
   test('AUTH LOGIN when the server offers only LOGIN', async () => {
     const server = await startSmtpServer({ authMethods: ['LOGIN'] })
     await transportFor(server, urlOf(server)).send(message())
-    assert.deepEqual(server.auths, [{ method: 'LOGIN', secure: true, accepted: true }])
-    assert.equal(server.received.length, 1)
+    assert.deepEqual(server.auths(), [{ method: 'LOGIN', secure: true, accepted: true }])
+    assert.equal(server.received().length, 1)
   })
 
   test('smtps://: TLS from the first byte', async () => {
     const server = await startSmtpServer({ tls: 'implicit' })
     await transportFor(server, urlOf(server, 'smtps')).send(message())
-    assert.deepEqual(server.auths, [{ method: 'PLAIN', secure: true, accepted: true }])
-    assert.equal(server.received[0]!.secure, true)
+    assert.deepEqual(server.auths(), [{ method: 'PLAIN', secure: true, accepted: true }])
+    assert.equal(server.received()[0]!.secure, true)
   })
 
   test('smtp://…?starttls=off to this machine: AUTH and the message in clear, as asked', async () => {
     const server = await startSmtpServer({ tls: 'none' })
     await transportFor(server, urlOf(server, 'smtp', '?starttls=off')).send(message())
-    assert.deepEqual(server.auths, [{ method: 'PLAIN', secure: false, accepted: true }])
-    assert.equal(server.received.length, 1)
+    assert.deepEqual(server.auths(), [{ method: 'PLAIN', secure: false, accepted: true }])
+    assert.equal(server.received().length, 1)
   })
 })
 
@@ -174,7 +174,7 @@ describe('failures the outbox sees', () => {
     assert.equal(error.permanent, true)
     assert.match(error.message, /^SMTP 127\.0\.0\.1:\d+: AUTH PLAIN refused: 535 5\.7\.8 /)
     assert.doesNotMatch(error.message, /wrong/)
-    assert.equal(server.mailFroms.length, 0)
+    assert.equal(server.mailFroms().length, 0)
   })
 
   test('a temporary refusal (451 4.3.0): transient, with the server\'s words and enhanced code', async () => {
@@ -182,7 +182,7 @@ describe('failures the outbox sees', () => {
     const error = await failure(transportFor(server, urlOf(server)).send(message()))
     assert.equal(error.permanent, false)
     assert.match(error.message, /RCPT TO refused: 451 4\.\d\.\d+ Try again later/)
-    assert.equal(server.received.length, 0)
+    assert.equal(server.received().length, 0)
   })
 
   test('a refused recipient (550 5.1.1): permanent', async () => {
@@ -198,8 +198,8 @@ describe('failures the outbox sees', () => {
     assert.equal(error.permanent, true)
     assert.match(error.message, /does not offer STARTTLS, which SMTP_URL requires/)
     assert.equal(server.connections(), 1)
-    assert.deepEqual(server.auths, [])
-    assert.deepEqual(server.mailFroms, [])
+    assert.deepEqual(server.auths(), [])
+    assert.deepEqual(server.mailFroms(), [])
   })
 
   test('a certificate the client does not trust: refused before anything is sent', async () => {
@@ -208,13 +208,13 @@ describe('failures the outbox sees', () => {
     const error = await failure(untrusting.send(message()))
     assert.equal(error.permanent, false)
     assert.match(error.message, /TLS certificate is not trusted \((DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN)/)
-    assert.deepEqual(server.auths, [])
-    assert.deepEqual(server.mailFroms, [])
+    assert.deepEqual(server.auths(), [])
+    assert.deepEqual(server.mailFroms(), [])
 
     const implicit = await startSmtpServer({ tls: 'implicit' })
     const direct = createSmtpTransport({ server: parseSmtpUrl(urlOf(implicit, 'smtps')) as SmtpServer, from: FROM, timeoutMs: 5000 })
     assert.match((await failure(direct.send(message()))).message, /TLS certificate is not trusted/)
-    assert.deepEqual(implicit.auths, [])
+    assert.deepEqual(implicit.auths(), [])
   })
 
   test('a server that accepts the connection and never answers: a time-out naming the step, transient', async () => {
@@ -299,5 +299,5 @@ test('the server certificate is trusted through NODE_EXTRA_CA_CERTS, as an opera
   child.stderr.setEncoding('utf8').on('data', (t: string) => (stderr += t))
   const status = await new Promise<number | null>((resolve) => child.once('exit', resolve))
   assert.equal(status, 0, stderr)
-  assert.equal(server.received.length, 1)
+  assert.equal(server.received().length, 1)
 })
