@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { after } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { selfSignedCertificate } from './certificates.js'
+import { superviseChild } from './child-process.js'
 import type { ServerOptions } from './smtp-server-process.js'
 
 // A real SMTP server process for the SMTP transport's tests: Nodemailer's
@@ -65,22 +66,13 @@ export async function startSmtpServer(options: SmtpServerOptions = {}): Promise<
   let output = ''
   child.stdout.setEncoding('utf8').on('data', (text: string) => (output += text))
   child.stderr.setEncoding('utf8').on('data', (text: string) => (output += text))
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  let running = true
-  // A test process that ends without its `after` hooks leaves no server behind.
-  const orphaned = () => void child.kill('SIGKILL')
-  process.once('exit', orphaned)
-  void exited.then(() => {
-    running = false
-    process.off('exit', orphaned)
-  })
+  const supervised = superviseChild(child)
   after(async () => {
-    if (running) child.kill('SIGTERM')
-    await Promise.race([exited, sleep(5000).then(() => child.kill('SIGKILL'))])
+    await supervised.stop()
     rmSync(dir, { recursive: true, force: true })
   })
   for (const deadline = Date.now() + 15_000; !/^listening \d+$/m.test(output);) {
-    if (!running || Date.now() > deadline) throw new Error(`the SMTP server did not start:\n${output}`)
+    if (!supervised.running() || Date.now() > deadline) throw new Error(`the SMTP server did not start:\n${output}`)
     await sleep(20)
   }
   const port = Number(/^listening (\d+)$/m.exec(output)![1])
