@@ -49,6 +49,35 @@ async function failure(sending: Promise<void>): Promise<MailSendError> {
 
 const parse = (raw: Buffer) => PostalMime.parse(raw)
 
+/**
+ * A loopback server that speaks from a script, for what no well-behaved
+ * server does (silence, extra data, refusing EHLO): it sends `greeting`, then
+ * to each command line what `answer` gives (nothing for ''). `commands`: the
+ * verbs it got.
+ */
+async function scriptedServer(greeting: string, answer: (line: string) => string): Promise<{ port: number; commands: string[] }> {
+  const commands: string[] = []
+  const sockets = new Set<Socket>()
+  const server = createServer((socket) => {
+    sockets.add(socket)
+    socket.on('error', () => undefined)
+    if (greeting) socket.write(greeting)
+    socket.setEncoding('latin1').on('data', (chunk: string) => {
+      for (const line of chunk.split('\r\n').filter(Boolean)) {
+        commands.push(line.split(' ')[0]!)
+        const reply = answer(line)
+        if (reply) socket.write(reply)
+      }
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  after(() => {
+    for (const socket of sockets) socket.destroy()
+    server.close()
+  })
+  return { port: (server.address() as { port: number }).port, commands }
+}
+
 describe('SMTP_URL and MAIL_FROM', () => {
   test('default ports, TLS modes and percent-decoded credentials', () => {
     assert.deepEqual(parseSmtpUrl('smtp://u%40x.com:p%2Fa%25ss@mail.example.com'), {
@@ -218,15 +247,8 @@ describe('failures the outbox sees', () => {
   })
 
   test('a server that accepts the connection and never answers: a time-out naming the step, transient', async () => {
-    const sockets = new Set<Socket>()
-    const silent = createServer((socket) => sockets.add(socket))
-    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
-    after(() => {
-      for (const s of sockets) s.destroy()
-      silent.close()
-    })
-    const port = (silent.address() as { port: number }).port
-    const transport = createSmtpTransport({ server: parseSmtpUrl(`smtp://u:p@127.0.0.1:${port}`) as SmtpServer, from: FROM, timeoutMs: 300 })
+    const silent = await scriptedServer('', () => '')
+    const transport = createSmtpTransport({ server: parseSmtpUrl(`smtp://u:p@127.0.0.1:${silent.port}`) as SmtpServer, from: FROM, timeoutMs: 300 })
     const error = await failure(transport.send(message()))
     assert.equal(error.permanent, false)
     assert.match(error.message, /no answer to the greeting within 0\.3 s/)
@@ -234,26 +256,28 @@ describe('failures the outbox sees', () => {
 
   test('a server that sends more after its STARTTLS reply (an injection before TLS): refused, nothing read as encrypted', async () => {
     // RFC 3207 6: the extra line came in clear, from anyone on the path; read after the handshake it would pass as the server's.
-    const commands: string[] = []
-    const hostile = createServer((socket) => {
-      socket.write('220 mx.test ESMTP\r\n')
-      socket.setEncoding('latin1').on('data', (chunk: string) => {
-        for (const line of chunk.split('\r\n').filter(Boolean)) {
-          commands.push(line.split(' ')[0]!)
-          if (line.startsWith('EHLO')) socket.write('250-mx.test\r\n250-AUTH PLAIN\r\n250 STARTTLS\r\n')
-          else if (line === 'STARTTLS') socket.write('220 2.0.0 Ready to start TLS\r\n250 2.0.0 injected\r\n')
-        }
-      })
-      socket.on('error', () => undefined)
-    })
-    await new Promise<void>((resolve) => hostile.listen(0, '127.0.0.1', resolve))
-    after(() => void hostile.close())
-    const port = (hostile.address() as { port: number }).port
-    const transport = createSmtpTransport({ server: parseSmtpUrl(`smtp://u:p@127.0.0.1:${port}`) as SmtpServer, from: FROM, timeoutMs: 5000 })
+    const hostile = await scriptedServer('220 mx.test ESMTP\r\n', (line) =>
+      line.startsWith('EHLO') ? '250-mx.test\r\n250-AUTH PLAIN\r\n250 STARTTLS\r\n'
+      : line === 'STARTTLS' ? '220 2.0.0 Ready to start TLS\r\n250 2.0.0 injected\r\n' : '')
+    const transport = createSmtpTransport({ server: parseSmtpUrl(`smtp://u:p@127.0.0.1:${hostile.port}`) as SmtpServer, from: FROM, timeoutMs: 5000 })
     const error = await failure(transport.send(message()))
     assert.equal(error.permanent, false)
     assert.match(error.message, /sent data after its STARTTLS reply/)
-    assert.deepEqual(commands, ['EHLO', 'STARTTLS'])
+    assert.deepEqual(hostile.commands, ['EHLO', 'STARTTLS'])
+  })
+
+  test('EHLO refused as unknown (502): HELO instead, which offers no STARTTLS, so nothing more; EHLO refused for now (421): no HELO, transient', async () => {
+    const old = await scriptedServer('220 old.test SMTP\r\n', (line) => (line.startsWith('EHLO') ? '502 5.5.1 Unrecognized command\r\n' : line.startsWith('HELO') ? '250 old.test\r\n' : ''))
+    const error = await failure(createSmtpTransport({ server: parseSmtpUrl(`smtp://u:p@127.0.0.1:${old.port}`) as SmtpServer, from: FROM, timeoutMs: 5000 }).send(message()))
+    assert.equal(error.permanent, true)
+    assert.match(error.message, /does not offer STARTTLS/)
+    assert.deepEqual(old.commands, ['EHLO', 'HELO'])
+
+    const busy = await scriptedServer('220 busy.test ESMTP\r\n', (line) => (line.startsWith('EHLO') ? '421 4.3.2 Too busy\r\n' : ''))
+    const later = await failure(createSmtpTransport({ server: parseSmtpUrl(`smtp://u:p@127.0.0.1:${busy.port}`) as SmtpServer, from: FROM, timeoutMs: 5000 }).send(message()))
+    assert.equal(later.permanent, false)
+    assert.match(later.message, /EHLO refused: 421 4\.3\.2 Too busy/)
+    assert.deepEqual(busy.commands, ['EHLO'])
   })
 
   test('nothing listening: a connection failure, transient', async () => {
