@@ -101,7 +101,11 @@ export class SmtpConnection {
   /** STARTTLS accepted: the same socket goes on inside TLS, the server's certificate checked. */
   async startTls(): Promise<void> {
     // RFC 3207 6: what the server sent after its 220 came in clear, and could be a man in the middle's; it is an error, never a reply.
-    if (this.buffer || this.replies.length) throw this.fail('the server sent data after its STARTTLS reply, before TLS began', false)
+    if (this.buffer || this.replies.length) {
+      const error = this.fail('the server sent data after its STARTTLS reply, before TLS began', false)
+      this.broken(error)
+      throw error
+    }
     const plain = this.socket
     plain.removeAllListeners('data')
     const secured = connectTls({ ...tlsOptions(this.server, this.options), socket: plain })
@@ -110,6 +114,18 @@ export class SmtpConnection {
     await this.within('TLS handshake', new Promise<void>((resolve) => secured.once('secureConnect', () => resolve())))
   }
 
+  /**
+   * Ends the session: QUIT and its reply while the connection is whole (a
+   * server logs a session cut short as an error), then TLS's close_notify
+   * and the end of the socket.
+   */
+  async quit(): Promise<void> {
+    if (!this.failure) await this.command('QUIT').catch(() => undefined)
+    this.socket.end()
+    setTimeout(() => this.socket.destroy(), 1000).unref()
+  }
+
+  /** Cuts the connection at once. */
   close(): void {
     this.socket.destroy()
   }

@@ -123,9 +123,12 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
       checkFields(message)
       const c = await SmtpConnection.open(server, { timeoutMs, trustedCertificates: settings.trustedCertificates })
       const sent = (async () => {
-        await deliver(c, message)
-        // The message is the server's now: a QUIT that goes wrong changes nothing.
-        await c.command('QUIT').catch(() => undefined)
+        try {
+          await deliver(c, message)
+        } finally {
+          // After the message was taken, a QUIT that goes wrong changes nothing; after a refusal, it only ends the session.
+          await c.quit()
+        }
       })()
       open.set(c, sent.catch(() => undefined))
       try {
