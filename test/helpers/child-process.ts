@@ -22,7 +22,8 @@ export function superviseChild(child: ChildProcess): SupervisedChild {
     running: () => running,
     async stop() {
       if (running) child.kill('SIGTERM')
-      await Promise.race([exited, sleep(5000).then(() => child.kill('SIGKILL'))])
+      // Unreferenced: once the child has exited, the pending kill must not keep the test process alive.
+      await Promise.race([exited, sleep(5000, undefined, { ref: false }).then(() => child.kill('SIGKILL'))])
     },
   }
 }
