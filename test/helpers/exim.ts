@@ -150,11 +150,19 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
 
   // Standard error into a file: a pipe would be inherited by the processes exim forks and hold the test's event loop.
   const stderr = openSync(join(dir, 'stderr.txt'), 'w')
-  const child = spawn(binary, ['-C', join(dir, 'exim.conf'), '-bdf'], { stdio: ['ignore', 'ignore', stderr] })
+  // A process group of its own: the processes it forks for each connection go with it.
+  const child = spawn(binary, ['-C', join(dir, 'exim.conf'), '-bdf'], { stdio: ['ignore', 'ignore', stderr], detached: true })
   closeSync(stderr)
   const supervised = superviseChild(child)
   after(async () => {
+    // The daemon and what it forked (a connection the client cut may still be logging): all of it at once, nothing
+    // there is worth a clean shutdown; the folder goes once none of them runs (the killed linger as zombies
+    // where nothing reaps orphans, as in a container: they write nothing).
+    try {
+      process.kill(-child.pid!, 'SIGKILL')
+    } catch {}
     await supervised.stop()
+    await waitUntil('exim\'s processes to end', () => !groupRuns(child.pid!), 5000)
     rmSync(dir, { recursive: true, force: true })
   })
   // Exim logs that it listens once it does (a probe connection would be logged as one more connection).
@@ -183,7 +191,7 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
       })
     },
     accepted: () => lines().flatMap((line) => {
-      const m = / <= (\S+) .* P=(\S+)/.exec(line)
+      const m = / <= (\S+) /.exec(line)
       if (!m) return []
       const auth = / A=(\w+):/.exec(line)?.[1]
       return [{ from: m[1]!, tls: / X=TLS/.test(line), ...(auth ? { auth } : {}) }]
@@ -198,4 +206,17 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
     connections: () => lines().filter((line) => /SMTP connection from .*\(TCP\/IP connection count/.test(line)).length,
     log: () => lines().join('\n'),
   }
+}
+
+/** Whether a process of process group `group` still runs (Linux: /proc/<pid>/stat, whose fields after the name are state, ppid, pgrp). */
+function groupRuns(group: number): boolean {
+  return readdirSync('/proc').some((pid) => {
+    if (!/^\d+$/.test(pid)) return false
+    try {
+      const [state, , pgrp] = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
+      return Number(pgrp) === group && state !== 'Z'
+    } catch {
+      return false
+    }
+  })
 }
