@@ -62,7 +62,6 @@ const plainHeaderText = (text: string, room: number) => /^[\x20-\x7e]*$/.test(te
  */
 export function encodedWords(text: string): string {
   const prefix = '=?UTF-8?B?'
-  const room = WORD_BYTES
   const words: string[] = []
   let bytes: Buffer[] = []
   let size = 0
@@ -73,7 +72,7 @@ export function encodedWords(text: string): string {
   }
   for (const character of text) {
     const encoded = Buffer.from(character, 'utf8')
-    if (size + encoded.length > room) flush()
+    if (size + encoded.length > WORD_BYTES) flush()
     bytes.push(encoded)
     size += encoded.length
   }

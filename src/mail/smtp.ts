@@ -139,7 +139,6 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
         throw new MailSendError(`SMTP ${server.host}:${server.port}: ${error instanceof Error ? error.message : 'unexpected failure'}`, false)
       } finally {
         open.delete(c)
-        c.close()
       }
     },
     /** Waits for the messages under way until `deadline`, then cuts their connections (they fail as transient: the outbox sends them again). */
