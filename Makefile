@@ -58,9 +58,9 @@ typecheck: node_modules/.installed
 	$(NODE_BIN)/tsc --noEmit -p test/tsconfig.json
 	$(NODE_BIN)/tsc --noEmit -p bench/tsconfig.json
 
-# nginx (the reverse proxy of deploy/nginx.conf) and PgBouncer, which the proxy and pooler tests run.
+# nginx (the reverse proxy of deploy/nginx.conf), PgBouncer and exim (a mail server), which the proxy, pooler and SMTP tests run.
 test-tools:
-	$(call debian-tools,nginx nginx pgbouncer pgbouncer,the proxy and pooler tests)
+	$(call debian-tools,nginx nginx pgbouncer pgbouncer exim4 exim4-daemon-light,the proxy and pooler tests and the SMTP tests)
 
 # Type-check, then the whole node:test suite against a database of its own.
 test: typecheck test-tools

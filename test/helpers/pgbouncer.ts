@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { superviseChild } from './child-process.js'
 import { accepts, freePort } from './ports.js'
 import { installedProgram } from './programs.js'
 
@@ -96,23 +97,13 @@ ignore_startup_parameters =
   const child = spawn(installedProgram('pgbouncer'), [...(runAs ? ['-u', runAs] : []), join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
   child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text))
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  let running = true
-  // A process that exits without running its `after` hooks (a test cancelled at its time-out, a crash) leaves no PgBouncer behind.
-  const orphaned = () => void child.kill('SIGKILL')
-  process.once('exit', orphaned)
-  void exited.then(() => {
-    running = false
-    process.off('exit', orphaned)
-  })
-
+  const supervised = superviseChild(child)
   const stop = async () => {
-    if (running) child.kill('SIGTERM')
-    await Promise.race([exited, sleep(5000).then(() => child.kill('SIGKILL'))])
+    await supervised.stop()
     rmSync(dir, { recursive: true, force: true })
   }
   for (const deadline = Date.now() + 10_000; !(await accepts(port));) {
-    if (!running || Date.now() > deadline) {
+    if (!supervised.running() || Date.now() > deadline) {
       await stop()
       throw new Error(`PgBouncer did not start on port ${port}:\n${stderr}`)
     }
