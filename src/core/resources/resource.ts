@@ -235,12 +235,15 @@ function responseSchema(schema: TSchema): TSchema {
     const { minimum } = schema as { minimum?: number }
     return Type.Integer(minimum !== undefined && minimum >= 0 ? { minimum } : {})
   }
-  if (Type.IsString(schema)) return isTimestamp(schema) ? Type.String({ format: 'date-time' }) : Type.String()
+  if (Type.IsString(schema)) return isTimestampString(schema) ? Type.String({ format: 'date-time' }) : Type.String()
   return schema
 }
 
 const isEnum = (schema: TSchema) => Type.IsUnion(schema) && (schema.anyOf as TSchema[]).every((o) => Type.IsLiteral(o))
-const isTimestamp = (schema: TSchema) => Type.IsString(schema) && (schema as { format?: string }).format === 'date-time'
+const isTimestampString = (schema: TSchema) => Type.IsString(schema) && (schema as { format?: string }).format === 'date-time'
+/** A date-time string, or one that may be null (a time something has not happened yet). */
+const isTimestamp = (schema: TSchema) => isTimestampString(schema) ||
+  (Type.IsUnion(schema) && (schema.anyOf as TSchema[]).some(isTimestampString) && (schema.anyOf as TSchema[]).every((s) => isTimestampString(s) || Type.IsNull(s)))
 
 /** How a sortable member is compared and filtered, from its schema. */
 function memberType(resource: string, member: string, schema: TSchema, traits: MemberTraits): MemberType {
