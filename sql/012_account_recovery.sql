@@ -41,6 +41,19 @@ CREATE TABLE one_time_tokens (
 CREATE INDEX one_time_tokens_user_idx ON one_time_tokens (user_id, purpose, created_at);
 CREATE INDEX one_time_tokens_expires_at_idx ON one_time_tokens (expires_at);
 
+-- Every password-reset request, for an account or not: the per-address
+-- count of the last hour (at most 5 messages), and a write that a request
+-- for an unknown address makes as much as one for a known address (the
+-- commit of a write waits for the WAL flush, a read-only statement does not:
+-- without it, the time of the answer would tell). The address as the
+-- SHA-256 of its normalized form; rows older than an hour are purged.
+CREATE TABLE password_reset_requests (
+  email_hash    bytea NOT NULL CHECK (octet_length(email_hash) = 32),
+  requested_at  timestamptz(3) NOT NULL DEFAULT now()
+);
+CREATE INDEX password_reset_requests_idx ON password_reset_requests (email_hash, requested_at);
+CREATE INDEX password_reset_requests_at_idx ON password_reset_requests (requested_at);
+
 -- Messages waiting to be sent (src/mail/message.ts has their fields). The
 -- text and the link hold a one-time token, a secret: a row goes once its
 -- message is sent, and what a failure leaves (last_error) is the

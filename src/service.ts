@@ -35,7 +35,7 @@ import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './w
 import { oldFailedMail } from './mail/outbox.js'
 import { mailTransportFor } from './mail/transport.js'
 import { defaultMailSettings, MailWorker, type MailSettings } from './mail/worker.js'
-import { spentOneTimeTokens } from './auth/recovery.js'
+import { oldResetRequests, spentOneTimeTokens } from './auth/recovery.js'
 import { ReadinessCheck } from './health/readiness.js'
 import { buildRegistry, type Registry } from './registry.js'
 import { applicationResources } from './resources.js'
@@ -189,6 +189,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
   addPurgeJob(scheduler, { name: 'logins.purge-failures', periodMs: PURGE_EVERY_MS, sql, table: 'login_failures', where: expiredLoginFailures })
   addPurgeJob(scheduler, { name: 'logins.purge-known-addresses', periodMs: PURGE_EVERY_MS, sql, table: 'login_known_addresses', where: expiredKnownAddresses })
   addPurgeJob(scheduler, { name: 'recovery.purge-tokens', periodMs: PURGE_EVERY_MS, sql, table: 'one_time_tokens', where: spentOneTimeTokens })
+  addPurgeJob(scheduler, { name: 'recovery.purge-requests', periodMs: PURGE_EVERY_MS, sql, table: 'password_reset_requests', where: oldResetRequests })
   addPurgeJob(scheduler, { name: 'mail.purge-failed', periodMs: PURGE_EVERY_MS, sql, table: 'mail_outbox', where: oldFailedMail })
   const mailSettings = { ...defaultMailSettings, ...tuning.mail }
   const deps: AppDeps = {

@@ -3,8 +3,9 @@ import { createHash, randomBytes } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
 import { describe, test } from 'node:test'
 import { createConsoleTransport } from '../src/mail/console.js'
+import { call, spawnService } from './fault-kit.js'
 import { passwordAccount, passwordLogin } from './helpers/accounts.js'
-import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
+import { createTestDatabase, startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // Account recovery through the real server (docs/auth.md, "Account recovery:
 // rules"): password reset, address verification, address changes, and what
@@ -136,8 +137,12 @@ describe('password reset', () => {
     const opaque = await passwordLogin(api, account, 'opaque')
     const key = await api.request('POST', '/api-keys', { auth: jwt, body: { name: 'k', scopes: ['users:read'] } })
     assert.equal(key.status, 201, key.text)
-    // The account is locked for the address that guessed wrong.
-    await api.sql`INSERT INTO login_failures (email, address, failures, last_failure, locked_until) VALUES (${account.email.toLowerCase()}, '*', 200, now(), now() + interval '10 minutes')`
+    // The account is locked, for known and unknown client addresses alike (src/auth/login-throttle.ts).
+    await api.sql`
+      INSERT INTO login_failures (email, address, failures, last_failure, locked_until)
+      SELECT ${account.email.toLowerCase()}, a, 200, now(), now() + interval '10 minutes' FROM unnest(ARRAY['*', '*known']) a
+      ON CONFLICT (email, address) DO UPDATE SET failures = 200, locked_until = excluded.locked_until`
+    assertProblem(await anonymous('POST', '/auth/login', { email: account.email, password: account.password }), 429, 'too_many_login_attempts')
     const token = await resetToken(account.email)
     assertProblem(await confirm(token, 'short'), 422, 'validation_failed')
     const fresh = `new-${unique()}`
@@ -146,6 +151,8 @@ describe('password reset', () => {
     assertProblem(await anonymous('POST', '/auth/refresh', { refresh_token: opaque.refresh_token }), 401, 'invalid_token')
     assertProblem(await anonymous('POST', '/auth/login', { email: account.email, password: account.password }), 401, 'invalid_credentials')
     assert.equal((await anonymous('POST', '/auth/login', { email: account.email, password: fresh })).status, 200)
+    const [locks] = await api.sql`SELECT count(*)::int AS n FROM login_failures WHERE email = ${account.email.toLowerCase()} AND locked_until > now()`
+    assert.equal(locks!.n, 0)
     const [row] = await api.sql`SELECT used_at IS NOT NULL AS used FROM one_time_tokens WHERE token_hash = ${createHash('sha256').update(token).digest()}`
     assert.equal(row!.used, true)
     assertProblem(await confirm(token, `again-${unique()}`), 400, 'invalid_one_time_token')
@@ -234,6 +241,17 @@ describe('address verification', () => {
   })
 })
 
+test('/openapi.json documents the recovery endpoints: anonymous but the resend, their answers and problems', async () => {
+  const doc = (await api.request('GET', '/openapi.json', { auth: null })).body
+  const op = (path: string) => doc.paths[path].post
+  for (const status of ['202', '404', '422', '429', '503']) assert.ok(status in op('/auth/password-reset').responses, status)
+  for (const path of ['/auth/password-reset', '/auth/password-reset/confirm', '/auth/verify-email']) assert.deepEqual(op(path).security, [], path)
+  assert.notDeepEqual(op('/auth/verify-email/resend').security, [])
+  assert.ok('400' in op('/auth/password-reset/confirm').responses && '422' in op('/auth/password-reset/confirm').responses)
+  assert.ok('409' in op('/auth/verify-email/resend').responses)
+  assert.equal(op('/auth/password-reset/confirm').requestBody.content['application/json'].schema.properties.password.minLength, 8)
+})
+
 describe('recovery off, mail not configured', () => {
   test('without the link templates the endpoints are 404; in production without a transport, 503 mail_not_configured and a warning at start', async () => {
     const off = await startServer()
@@ -305,5 +323,36 @@ describe('the mail worker', () => {
     assert.deepEqual({ ...row }, { body: '', link: null, last_error: 'refused: 550 no such user', attempts: 1 })
     assert.equal(flaky.taken.length, 0)
     assert.equal(await metric(server, 'mail_failed_total'), 1)
+  })
+})
+
+describe('the console transport of development', () => {
+  test('the real entry point prints the message on standard error, never in its log; the printed link resets the password', async () => {
+    const databaseUrl = await createTestDatabase()
+    const service = await spawnService({ DATABASE_URL: databaseUrl, PASSWORD_RESET_URL: RESET_URL })
+    try {
+      const account = { email: `dev-${unique()}@example.com`, password: `pw-${unique()}` }
+      // In the spawned service's database.
+      const { PasswordHasher } = await import('../src/auth/password.js')
+      const { connect } = await import('../src/core/db/connect.js')
+      const db = connect(databaseUrl, { max: 1, statementTimeoutMs: 5000 })
+      try {
+        await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${account.email}, 'user', ${await new PasswordHasher().hash(account.password)})`
+      } finally {
+        await db.end({ timeout: 5 })
+      }
+      assert.equal((await call(service.url, 'POST', '/auth/password-reset', { body: { email: account.email } })).status, 202)
+      for (const deadline = Date.now() + 5000; !service.stderr().includes(`To: ${account.email}`);) {
+        if (Date.now() > deadline) throw new Error(`no message on stderr: ${service.stderr()}`)
+        await new Promise((r) => setTimeout(r, 20))
+      }
+      const token = /upa_ot_[A-Za-z0-9_-]{43}/.exec(service.stderr())![0]
+      assert.ok(service.stderr().includes(RESET_URL.replace('{token}', token)))
+      assert.ok(!JSON.stringify(service.logs).includes(token.slice(7)), 'the token is not in the log')
+      assert.equal((await call(service.url, 'POST', '/auth/password-reset/confirm', { body: { token, password: `dev-${unique()}` } })).status, 204)
+    } finally {
+      service.kill('SIGTERM')
+      await service.exited
+    }
   })
 })

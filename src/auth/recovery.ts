@@ -8,6 +8,7 @@ import { normalizeEmail } from './login-throttle.js'
 import { linkFor, newOneTimeToken } from './one-time-tokens.js'
 import { emailChangedMail, passwordResetMail, verifyEmailMail } from './recovery-mail.js'
 import { revokeSessionsOf } from './sessions.js'
+import { hashSecret } from './tokens.js'
 
 // Account recovery's writes (the routes are src/auth/recovery-routes.ts;
 // the rules in docs/auth.md, "Account recovery: rules"). Each message is
@@ -29,18 +30,24 @@ const underHourlyLimit = (db: Db, purpose: Purpose) => db`
 
 /**
  * POST /auth/password-reset: one statement whatever the address, so that an
- * unknown address costs what a known one does (the token is made and hashed
- * either way; the rows written follow from the user found, if any). For an
- * account under its hourly limit: its open reset tokens are retired, a new
- * one is stored as its hash, the message is queued, and
- * user.password_reset_requested recorded. True when a message was queued.
+ * unknown address costs what a known one does: the token is made and hashed
+ * either way, and the request is logged either way (a write, whose commit
+ * waits for the WAL flush as the known address's does). For an account
+ * whose address had fewer than MESSAGES_PER_HOUR requests this hour: its
+ * open reset tokens are retired, a new one is stored as its hash, the
+ * message is queued, and user.password_reset_requested recorded. True when
+ * a message was queued.
  */
 export async function requestPasswordReset(sql: Sql, email: string, template: string, ttlSeconds: number, origin: EventOrigin): Promise<boolean> {
   const { token, hash } = newOneTimeToken()
   const mail = passwordResetMail(linkFor(template, token), ttlSeconds)
+  const emailHash = hashSecret(email)
   const [row] = await sql<[{ queued: number }]>`
-    WITH target AS (
-      SELECT u.id, u.email FROM users u WHERE lower(u.email) = ${email} AND ${underHourlyLimit(sql, 'password_reset')}),
+    WITH recent AS (
+      SELECT count(*) AS n FROM password_reset_requests WHERE email_hash = ${emailHash} AND requested_at > now() - interval '1 hour'),
+    logged AS (INSERT INTO password_reset_requests (email_hash) VALUES (${emailHash})),
+    target AS (
+      SELECT u.id, u.email FROM users u, recent WHERE lower(u.email) = ${email} AND recent.n < ${MESSAGES_PER_HOUR}),
     retired AS (
       UPDATE one_time_tokens SET used_at = now()
       WHERE user_id IN (SELECT id FROM target) AND purpose = 'password_reset' AND used_at IS NULL),
@@ -151,3 +158,6 @@ export async function addressChanged(tx: Db, deps: VerificationDeps, userId: num
 
 /** Tokens no message count or link needs any more (job `recovery.purge-tokens`): expired, and older than the hourly count's window. */
 export const spentOneTimeTokens = (db: Sql) => db`expires_at < now() AND created_at < now() - interval '1 hour'`
+
+/** Reset requests older than the hourly count's window (job `recovery.purge-requests`). */
+export const oldResetRequests = (db: Sql) => db`requested_at < now() - interval '1 hour'`
