@@ -212,12 +212,18 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
   }
 }
 
+/** A timestamp echoed back (any text, ignored), or null where the member may be null. */
+const echoedTimestamp = (schema: TSchema) => {
+  const text = Type.String({ maxLength: 64, description: 'read-only; ignored' })
+  return isTimestampString(schema) ? text : Type.Union([text, Type.Null()])
+}
+
 function readOnlyEcho(entries: Array<[string, TSchema]>): Record<string, TSchema> {
   const echo: Record<string, TSchema> = {}
   for (const [member, schema] of entries) {
     echo[member] = member === 'id'
       ? Type.Optional(Type.Integer({ minimum: 1, description: 'read-only; must equal the id in the path' }))
-      : Type.Optional(isTimestamp(schema) ? Type.String({ maxLength: 64, description: 'read-only; ignored' }) : schema)
+      : Type.Optional(isTimestamp(schema) ? echoedTimestamp(schema) : schema)
   }
   return echo
 }
