@@ -195,6 +195,20 @@ describe('password reset', () => {
   })
 })
 
+test('each client address may make LOGIN_RATE_LIMIT recovery requests a minute, counted apart from its logins', async () => {
+  const limited = await startServer({ PASSWORD_RESET_URL: RESET_URL, RATE_LIMIT: '1000', LOGIN_RATE_LIMIT: '2', TRUST_PROXY: '1' }, {}, { tuning })
+  const ask = (address: string) => limited.request('POST', '/auth/password-reset', { auth: null, body: { email: `x-${unique()}@example.com` }, headers: { 'x-forwarded-for': address } })
+  assert.equal((await ask('203.0.113.1')).status, 202)
+  assert.equal((await ask('203.0.113.1')).status, 202)
+  const refused = await ask('203.0.113.1')
+  assertProblem(refused, 429, 'rate_limited')
+  assert.ok(Number(refused.headers.get('retry-after')) >= 1)
+  assert.equal((await ask('203.0.113.2')).status, 202)
+  // Its logins are a count of their own: still two this minute.
+  const login = () => limited.request('POST', '/auth/login', { auth: null, body: { email: 'a@example.com', password: 'whatever-1' }, headers: { 'x-forwarded-for': '203.0.113.1' } })
+  assertProblem(await login(), 401, 'invalid_credentials')
+})
+
 describe('address verification', () => {
   test('an admin-created user is sent a link; verifying sets email_verified_at once, and the token is spent', async () => {
     const email = `new-${unique()}@example.com`
@@ -206,9 +220,25 @@ describe('address verification', () => {
     const user = await api.request('GET', `/users/${created.body.id}`)
     assert.match(user.body.email_verified_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
     assertProblem(await anonymous('POST', '/auth/verify-email', { token }, from()), 400, 'invalid_one_time_token')
+    await api.published()
+    const [event] = await api.sql`SELECT data FROM events WHERE type = 'user.email_verified' AND subject_id = ${created.body.id}`
+    assert.deepEqual(event!.data, { id: created.body.id })
     const self = await api.createUser({ email: `v-${unique()}@example.com` })
     await api.sql`UPDATE users SET email_verified_at = now() WHERE id = ${self.id}`
     assertProblem(await api.request('POST', '/auth/verify-email/resend', { auth: self.token }), 409, 'email_already_verified')
+  })
+
+  test('the resend: 204 up to 5 links an hour, then 429; each new link retires the older ones', async () => {
+    const self = await api.createUser({ email: `r-${unique()}@example.com` })
+    for (let i = 0; i < 5; i++) assert.equal((await api.request('POST', '/auth/verify-email/resend', { auth: self.token })).status, 204)
+    assertProblem(await api.request('POST', '/auth/verify-email/resend', { auth: self.token }), 429, 'rate_limited')
+    const tokens = (await messagesTo(self.email, 'mail.verify_email', 5)).map((m) => tokenIn(m, VERIFY_URL))
+    const open = await api.sql<Array<{ token_hash: Buffer }>>`SELECT token_hash FROM one_time_tokens WHERE user_id = ${self.id} AND used_at IS NULL`
+    assert.equal(open.length, 1)
+    const live = tokens.filter((t) => createHash('sha256').update(t).digest().equals(open[0]!.token_hash))
+    assert.equal(live.length, 1)
+    for (const token of tokens.filter((t) => t !== live[0])) assertProblem(await anonymous('POST', '/auth/verify-email', { token }, from()), 400, 'invalid_one_time_token')
+    assert.equal((await anonymous('POST', '/auth/verify-email', { token: live[0]! }, from())).status, 204)
   })
 
   test('an address change: the new address gets a link, the old one word of the change; a link for the old address no longer verifies', async () => {
