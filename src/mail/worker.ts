@@ -1,6 +1,7 @@
 import type { Sql } from 'postgres'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { backgroundConnection } from '../core/db/connect.js'
+import { listenForWork, settledBy } from '../core/db/wakeups.js'
 import type { Component } from '../core/lifecycle.js'
 import { describeError, type Logger } from '../core/log.js'
 import type { Metrics } from '../core/metrics.js'
@@ -92,8 +93,7 @@ export class MailWorker implements Component {
     if (!this.stopped || !this.transport) return
     this.stopped = false
     this.db = backgroundConnection(this.sql, 1)
-    this.wakeups = backgroundConnection(this.listenSql, 1)
-    this.wakeups.listen(MAIL_CHANNEL, () => this.wake()).catch((err: unknown) => {
+    this.wakeups = listenForWork(this.listenSql, MAIL_CHANNEL, () => this.wake(), (err) => {
       if (!this.stopped) this.log.warn('mail worker: cannot listen for new messages; polling only', describeError(err))
     })
     this.wake()
@@ -109,9 +109,7 @@ export class MailWorker implements Component {
     if (this.stopped) return
     this.stopped = true
     const left = () => Math.max(0, deadline - performance.now())
-    const overrun = new AbortController()
-    await Promise.race([this.job.settled(), sleep(left(), undefined, { signal: overrun.signal }).catch(() => {})])
-    overrun.abort()
+    await settledBy(this.job.settled(), deadline)
     const { db, wakeups } = this
     this.db = this.wakeups = undefined
     await Promise.all([db?.end({ timeout: left() / 1000 }), wakeups?.end({ timeout: left() / 1000 }), this.transport?.close?.(deadline)])
