@@ -14,6 +14,7 @@ import type { RateLimiter } from './core/http/rate-limit.js'
 import type { EventHub } from './events/hub.js'
 import type { EventPublisher } from './events/publisher.js'
 import type { EventRetention } from './events/retention.js'
+import type { MailWorker } from './mail/worker.js'
 import type { WebhookWorker } from './webhooks/worker.js'
 
 /**
@@ -59,6 +60,8 @@ export interface AppDeps extends CoreServices {
   eventHub: EventHub
   /** This instance's share of webhook deliveries (src/webhooks/worker.ts). */
   webhooks: WebhookWorker
+  /** Sends the mail outbox with the configured transport (`mail.transport`: undefined when none is, src/mail/transport.ts). */
+  mail: MailWorker
   /** Deletes events and deliveries older than EVENTS_RETENTION_DAYS, a batch at a time (src/events/retention.ts). */
   retention: EventRetention
 }

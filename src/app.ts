@@ -11,6 +11,7 @@ import { openApiRoute } from './openapi/routes.js'
 import type { AnyRoute } from './core/http/route.js'
 import { requestGuard } from './auth/request-guard.js'
 import { authRoutes } from './auth/routes.js'
+import { recoveryRoutes } from './auth/recovery-routes.js'
 import { sessionRoutes } from './auth/session-routes.js'
 import { eventRoutes } from './events/feed.js'
 import { eventStreamRoutes } from './events/stream-routes.js'
@@ -23,7 +24,7 @@ import type { Registry } from './registry.js'
 
 /** The routes of the service: its own, and those of its registry's resources. */
 const apiRoutes = (registry: Registry): AnyRoute[] => [
-  ...healthRoutes, ...authRoutes, ...sessionRoutes, ...registry.resourceRoutes, ...eventRoutes, ...eventStreamRoutes, ...registry.webhookRoutes, ...metricsRoutes,
+  ...healthRoutes, ...authRoutes, ...recoveryRoutes, ...sessionRoutes, ...registry.resourceRoutes, ...eventRoutes, ...eventStreamRoutes, ...registry.webhookRoutes, ...metricsRoutes,
 ]
 
 // The version in the OpenAPI document is the package's (same path from src/ and dist/).

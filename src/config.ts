@@ -6,6 +6,9 @@ import { trustedProxies, type TrustProxy } from './core/http/client-address.js'
 import type { LogLevel } from './core/log.js'
 import { WORKER_SLOT_VARIABLE } from './cluster/messages.js'
 import { reusePortMissing } from './cluster/reuse-port.js'
+import { parseMailFrom } from './mail/address.js'
+import { hookSettingProblems } from './mail/hook.js'
+import { parseSmtpUrl } from './mail/smtp-url.js'
 import { suspectVariables } from './config-names.js'
 import { readSecret } from './secret-files.js'
 
@@ -74,6 +77,15 @@ const EnvSchema = Type.Object({
     pattern: '^[0-9]{1,5}(,[0-9]{1,5})*$',
     description: 'a comma-separated list of ports (1 to 65535) webhook URLs may name besides 443',
   })),
+  PASSWORD_RESET_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s]*\\{token\\}', maxLength: 1000, description: 'an http(s) URL holding {token}' })),
+  VERIFY_EMAIL_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s]*\\{token\\}', maxLength: 1000, description: 'an http(s) URL holding {token}' })),
+  PASSWORD_RESET_TTL: Type.Optional(Integer(60, 86400)),
+  REQUIRE_VERIFIED_EMAIL: Type.Optional(Bool),
+  SMTP_URL: Type.Optional(Type.String({ description: 'an smtp:// or smtps:// URL (src/mail/smtp-url.ts checks it)' })),
+  // One line: it becomes a header, and a line break would let it add headers.
+  MAIL_FROM: Type.Optional(Type.String({ pattern: '^[^\\r\\n]*@[^\\r\\n]*$', maxLength: 320, description: 'an address such as "Example <no-reply@example.com>", on one line' })),
+  MAIL_HOOK_URL: Type.Optional(Type.String({ description: 'an http(s) URL (src/mail/hook.ts checks it)' })),
+  MAIL_HOOK_SECRET: Type.Optional(Type.String({ description: 'whsec_ and the base64 of 24 to 64 random bytes (src/mail/hook.ts checks it)' })),
   WORKERS: Type.Optional(Type.String({ pattern: '^(auto|[0-9]+)$', description: `auto or an integer from 1 to ${MAX_WORKERS}`, minimum: 1, maximum: MAX_WORKERS })),
 })
 const checkEnv = Compile(EnvSchema)
@@ -149,17 +161,36 @@ export interface Config {
   webhookAllowedPorts: ReadonlySet<number>
   /** Processes serving the port (src/cluster/primary.ts); 1: this process alone, no primary. */
   workers: number
+  /** Account recovery (src/auth/recovery-routes.ts): link templates with `{token}`; undefined: that flow is off (404). */
+  passwordResetUrl: string | undefined
+  verifyEmailUrl: string | undefined
+  /** Seconds a password-reset link lives. */
+  passwordResetTtl: number
+  /** A password login before the address is verified is 403 email_not_verified. */
+  requireVerifiedEmail: boolean
+  /** Outgoing mail (src/mail/transport.ts): at most one of SMTP and the hook; neither is the console in development, nothing in production. */
+  mail: MailSettings
   /** Serve HTTPS from these PEM files (reloaded when they change); undefined: plain HTTP, for use behind a proxy. */
   tls: { certFile: string; keyFile: string } | undefined
 }
 
 export type PoolerSetting = 'auto' | 'transaction' | 'none'
 
+export interface MailSettings {
+  /** smtp:// or smtps://, with its credentials (a secret). */
+  smtpUrl: string | undefined
+  /** The From of every message; set whenever smtpUrl is. */
+  from: string | undefined
+  hookUrl: string | undefined
+  /** whsec_…, set whenever hookUrl is (a secret). */
+  hookSecret: string | undefined
+}
+
 /**
  * The secrets: each may also be given as `<NAME>_FILE` (src/secret-files.ts),
  * and no message ever echoes its value. A new secret variable joins here.
  */
-export const SECRET_VARIABLES = ['DATABASE_URL', 'DATABASE_LISTEN_URL', 'DATABASE_MIGRATION_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD'] as const
+export const SECRET_VARIABLES = ['DATABASE_URL', 'DATABASE_LISTEN_URL', 'DATABASE_MIGRATION_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD', 'SMTP_URL', 'MAIL_HOOK_SECRET'] as const
 const secretVariables: ReadonlySet<string> = new Set(SECRET_VARIABLES)
 
 /** Variables the service reads outside this schema: the development cluster's binaries, a worker's number. */
@@ -249,6 +280,21 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
   if (production && !isGiven('JWT_SECRETS')) report('JWT_SECRETS', 'required when NODE_ENV=production')
   if (isGiven('ADMIN_EMAIL') !== isGiven('ADMIN_PASSWORD')) problem('ADMIN_EMAIL', 'ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
   if (isGiven('TLS_CERT_FILE') !== isGiven('TLS_KEY_FILE')) problem('TLS_CERT_FILE', 'TLS_CERT_FILE and TLS_KEY_FILE: set both or neither')
+  if (isGiven('SMTP_URL') && isGiven('MAIL_HOOK_URL')) problem('SMTP_URL', 'SMTP_URL and MAIL_HOOK_URL: set one of them (mail goes out one way)')
+  if (isGiven('SMTP_URL') && !isGiven('MAIL_FROM')) report('MAIL_FROM', 'required with SMTP_URL (the From of every message)')
+  // The transports' own checks (src/mail/smtp-url.ts, address.ts, hook.ts): what they will be given must parse now, not at the first mail.
+  const smtpServer = e.SMTP_URL ? parseSmtpUrl(e.SMTP_URL) : undefined
+  if (typeof smtpServer === 'string') report('SMTP_URL', smtpServer)
+  const mailFrom = e.MAIL_FROM ? parseMailFrom(e.MAIL_FROM) : undefined
+  if (typeof mailFrom === 'string') report('MAIL_FROM', mailFrom)
+  for (const { variable, problem: wrong } of hookSettingProblems({ url: e.MAIL_HOOK_URL, secret: e.MAIL_HOOK_SECRET, production })) report(variable, wrong)
+  for (const name of ['PASSWORD_RESET_URL', 'VERIFY_EMAIL_URL'] as const) {
+    const url = e[name]
+    if (url === undefined) continue
+    // The link a person is sent: readable by anyone on the way unless it is https.
+    if (!URL.canParse(url.replace('{token}', 'x'))) report(name, `must be an http(s) URL (it does not parse as a URL; got ${JSON.stringify(url)})`)
+    else if (production && !url.startsWith('https://')) report(name, 'must be an https:// URL when NODE_ENV=production (the link carries a one-time token)')
+  }
   const jwtSecrets = e.JWT_SECRETS ? jwtSecretsIn(e.JWT_SECRETS) : []
   if (typeof jwtSecrets === 'string') report('JWT_SECRETS', jwtSecrets)
   const webhookAllowedPorts = portsIn(e.WEBHOOK_ALLOWED_PORTS)
@@ -304,6 +350,11 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
     webhookAllowedPorts: typeof webhookAllowedPorts === 'string' ? new Set() : webhookAllowedPorts,
     workers,
+    passwordResetUrl: e.PASSWORD_RESET_URL,
+    verifyEmailUrl: e.VERIFY_EMAIL_URL,
+    passwordResetTtl: int('PASSWORD_RESET_TTL', 3600),
+    requireVerifiedEmail: e.REQUIRE_VERIFIED_EMAIL === 'true',
+    mail: { smtpUrl: e.SMTP_URL, from: e.MAIL_FROM, hookUrl: e.MAIL_HOOK_URL, hookSecret: e.MAIL_HOOK_SECRET },
     tls: e.TLS_CERT_FILE && e.TLS_KEY_FILE ? { certFile: e.TLS_CERT_FILE, keyFile: e.TLS_KEY_FILE } : undefined,
   }
   // Start-up stops anyway: the variables that look misspelt are said with the rest, since they may be why (DATABASE_HOST beside "DATABASE_URL: required").

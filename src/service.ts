@@ -32,6 +32,10 @@ import { defaultStreamSettings, EventHub, type StreamSettings } from './events/h
 import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from './events/publisher.js'
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
 import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './webhooks/worker.js'
+import { oldFailedMail } from './mail/outbox.js'
+import { mailTransportFor } from './mail/transport.js'
+import { defaultMailSettings, MailWorker, type MailSettings } from './mail/worker.js'
+import { oldResetRequests, spentOneTimeTokens } from './auth/recovery.js'
 import { ReadinessCheck } from './health/readiness.js'
 import { buildRegistry, type Registry } from './registry.js'
 import { applicationResources } from './resources.js'
@@ -65,6 +69,8 @@ export interface ServiceOptions {
   webhooks?: Partial<WebhookSettings>
   retention?: Partial<RetentionSettings>
   publisher?: Partial<PublisherSettings>
+  /** The mail worker's times, and a transport in place of the configuration's (a test's that fails, then recovers). */
+  mail?: Partial<MailSettings>
   /** What GET /metrics answers; default this service's figures. A cluster worker answers for every worker (src/cluster/worker.ts). */
   metricsReport?: () => Promise<string>
 }
@@ -116,6 +122,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
   lifecycle.register(deps.credentialChanges)
   lifecycle.register(deps.eventPublisher)
   lifecycle.register(deps.webhooks)
+  lifecycle.register(deps.mail)
   lifecycle.register(deps.eventHub.reader)
   lifecycle.register(scheduler)
   lifecycle.register(http)
@@ -181,6 +188,10 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
   addPurgeJob(scheduler, { name: 'idempotency.purge', periodMs: PURGE_EVERY_MS, sql, table: 'idempotency_keys', where: expiredIdempotencyRecords })
   addPurgeJob(scheduler, { name: 'logins.purge-failures', periodMs: PURGE_EVERY_MS, sql, table: 'login_failures', where: expiredLoginFailures })
   addPurgeJob(scheduler, { name: 'logins.purge-known-addresses', periodMs: PURGE_EVERY_MS, sql, table: 'login_known_addresses', where: expiredKnownAddresses })
+  addPurgeJob(scheduler, { name: 'recovery.purge-tokens', periodMs: PURGE_EVERY_MS, sql, table: 'one_time_tokens', where: spentOneTimeTokens })
+  addPurgeJob(scheduler, { name: 'recovery.purge-requests', periodMs: PURGE_EVERY_MS, sql, table: 'password_reset_requests', where: oldResetRequests })
+  addPurgeJob(scheduler, { name: 'mail.purge-failed', periodMs: PURGE_EVERY_MS, sql, table: 'mail_outbox', where: oldFailedMail })
+  const mailSettings = { ...defaultMailSettings, ...tuning.mail }
   const deps: AppDeps = {
     registry,
     sql,
@@ -212,6 +223,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
       return checkGrants(grants, credentialDeps(deps, (work) => work()), config.allowSignup)
     }, scheduler),
     webhooks: new WebhookWorker(sql, listenSql, registry.webhooks, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }, scheduler),
+    mail: new MailWorker(sql, listenSql, mailSettings.transport ?? mailTransportFor(config, log), log, metrics, mailSettings, scheduler),
     retention: new EventRetention(sql, scheduler, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
   return deps

@@ -627,7 +627,7 @@ describe('POST /auth/logout', () => {
 // /auth/me
 
 describe('GET /auth/me', () => {
-  const userMembers = ['created_at', 'email', 'id', 'name', 'role', 'updated_at']
+  const userMembers = ['created_at', 'email', 'email_verified_at', 'id', 'name', 'role', 'updated_at']
 
   test('with a JWT: the user and {type: "jwt", scopes, expires_at}', async () => {
     const pair = await loggedIn(refreshUser)

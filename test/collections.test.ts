@@ -82,7 +82,7 @@ const specialUsers = [
 ]
 
 interface ProductRow { id: number; sku: string; name: string; description: string; price: number; currency: string; stock: number; created_at: string; updated_at: string }
-interface UserRow { id: number; name: string; email: string; role: string; created_at: string; updated_at: string }
+interface UserRow { id: number; name: string; email: string; role: string; email_verified_at: string | null; created_at: string; updated_at: string }
 let products: ProductRow[] = []
 let users: UserRow[] = []
 
@@ -123,7 +123,7 @@ before(async () => {
   await sql`ANALYZE users`
 
   products = await sql<ProductRow[]>`SELECT id, sku, name, description, price, currency, stock, created_at, updated_at FROM products ORDER BY id`
-  users = await sql<UserRow[]>`SELECT id, name, email, role, created_at, updated_at FROM users ORDER BY id`
+  users = await sql<UserRow[]>`SELECT id, name, email, role, email_verified_at, created_at, updated_at FROM users ORDER BY id`
 })
 
 // -------------------------------------------------------------------- helpers
@@ -182,7 +182,7 @@ const oracleIds = async (table: string, where: string, order: string): Promise<n
   (await sql.unsafe<Row[]>(`SELECT id FROM ${table} WHERE ${where} ORDER BY ${order}`)).map((r) => r.id as number)
 
 const PRODUCT_MEMBERS = ['id', 'sku', 'name', 'description', 'price', 'currency', 'stock', 'created_at', 'updated_at']
-const USER_MEMBERS = ['id', 'name', 'email', 'role', 'created_at', 'updated_at']
+const USER_MEMBERS = ['id', 'name', 'email', 'role', 'email_verified_at', 'created_at', 'updated_at']
 const BASE64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
 
 const time = (k: number) => timePool[k]!.toISOString()

@@ -63,6 +63,11 @@ describe('defaults', () => {
       webhookAllowPrivate: false,
       webhookAllowedPorts: new Set(),
       workers: 1,
+      passwordResetUrl: undefined,
+      verifyEmailUrl: undefined,
+      passwordResetTtl: 3600,
+      requireVerifiedEmail: false,
+      mail: { smtpUrl: undefined, from: undefined, hookUrl: undefined, hookSecret: undefined },
       tls: undefined,
     })
   })
@@ -170,6 +175,11 @@ describe('values', () => {
       webhookAllowPrivate: true,
       webhookAllowedPorts: new Set([8443, 9443]),
       workers: 4,
+      passwordResetUrl: undefined,
+      verifyEmailUrl: undefined,
+      passwordResetTtl: 3600,
+      requireVerifiedEmail: false,
+      mail: { smtpUrl: undefined, from: undefined, hookUrl: undefined, hookSecret: undefined },
       tls: { certFile: '/etc/api/cert.pem', keyFile: '/etc/api/key.pem' },
     })
   })
@@ -452,7 +462,7 @@ describe('misspelt variables', () => {
   test('the wrong case, and _FILE on a variable that is not a secret', () => {
     assert.deepEqual(problemsOf({ database_url: url }), ['database_url: not read (names are case-sensitive); did you mean DATABASE_URL?'])
     assert.deepEqual(problemsOf({ PORT_FILE: '/run/secrets/port' }), [
-      'PORT_FILE: not read: only DATABASE_URL, DATABASE_LISTEN_URL, DATABASE_MIGRATION_URL, JWT_SECRETS, ADMIN_PASSWORD can be read from a file (<NAME>_FILE); set PORT itself',
+      'PORT_FILE: not read: only DATABASE_URL, DATABASE_LISTEN_URL, DATABASE_MIGRATION_URL, JWT_SECRETS, ADMIN_PASSWORD, SMTP_URL, MAIL_HOOK_SECRET can be read from a file (<NAME>_FILE); set PORT itself',
     ])
   })
 
@@ -480,8 +490,8 @@ describe('misspelt variables', () => {
     ])
   })
 
-  test('a family the service has no variable of yet (mail): a warning that it is not read', () => {
-    assert.deepEqual(readConfig({ SMTP_URL: 'smtp://mail:25' }).warnings, ['SMTP_URL: not a variable of this service (it has no SMTP_… variable; docs/operations.md lists them all)'])
+  test('a family the service has no variable of yet (OpenID Connect): a warning that it is not read', () => {
+    assert.deepEqual(readConfig({ OIDC_ISSUER: 'https://id.example.com' }).warnings, ['OIDC_ISSUER: not a variable of this service (it has no OIDC_… variable; docs/operations.md lists them all)'])
   })
 
   test('an empty variable carries nothing: not reported', () => {

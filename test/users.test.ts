@@ -22,7 +22,7 @@ const adminPasswordHash = await api.deps.passwords.hash(ADMIN_PASSWORD)
 
 const RFC3339_MS_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
 const SCRYPT_HASH = /^scrypt\$(\d+)\$(\d+)\$(\d+)\$([A-Za-z0-9+/]+={0,2})\$([A-Za-z0-9+/]+={0,2})$/
-const USER_MEMBERS = ['created_at', 'email', 'id', 'name', 'role', 'updated_at']
+const USER_MEMBERS = ['created_at', 'email', 'email_verified_at', 'id', 'name', 'role', 'updated_at']
 /** A syntactically valid scrypt hash, planted with SQL where a test only needs "some password" (real hashing costs ~100 ms). */
 const PLANTED_HASH = `scrypt$32768$8$3$${Buffer.alloc(16, 1).toString('base64')}$${Buffer.alloc(32, 2).toString('base64')}`
 
@@ -111,6 +111,7 @@ function assertMatchesRow(body: Record<string, unknown>, row: UserRow): void {
     name: row.name,
     email: row.email,
     role: row.role,
+    email_verified_at: row.email_verified_at,
     created_at: row.created_at,
     updated_at: row.updated_at,
   })

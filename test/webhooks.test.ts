@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import { createHash, randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Webhook } from 'standardwebhooks'
@@ -15,8 +16,17 @@ import { answerEndlessly, answerWith, startReceiver, type Reception } from './he
 
 const fast = { pollMs: 50, retryDelaysMs: [50, 50, 50, 50], retryJitter: 0, timeoutMs: 1000, leaseMs: 3000 }
 
-function webhookServer(tuning: Record<string, unknown> = {}): Promise<TestServer> {
-  return startServer({ WEBHOOK_ALLOW_PRIVATE: 'true' }, {}, { tuning: { webhooks: { ...fast, ...tuning } } })
+function webhookServer(tuning: Record<string, unknown> = {}, env: Record<string, string> = {}): Promise<TestServer> {
+  return startServer({ WEBHOOK_ALLOW_PRIVATE: 'true', ...env }, {}, { tuning: { webhooks: { ...fast, ...tuning } } })
+}
+
+/** A one-time token of `purpose` for the user, made in the database as the recovery endpoints make one (its message is not the point here). */
+async function oneTimeToken(server: TestServer, userId: number, purpose: 'password_reset' | 'verify_email', email: string | null = null): Promise<string> {
+  const token = `upa_ot_${randomBytes(32).toString('base64url')}`
+  await server.sql`
+    INSERT INTO one_time_tokens (purpose, user_id, token_hash, email, expires_at)
+    VALUES (${purpose}, ${userId}, ${createHash('sha256').update(token).digest()}, ${email}, now() + interval '1 hour')`
+  return token
 }
 
 interface Created { id: number; secret: string; [member: string]: unknown }
@@ -214,7 +224,8 @@ describe('webhook registration', () => {
 
 describe('webhook deliveries', () => {
   test('delivers every event type asked for once per event, with the event as GET /events shows it, signed', async () => {
-    const server = await webhookServer()
+    // Account recovery on, for its events; its messages go to the console transport (this process's standard error).
+    const server = await webhookServer({}, { PASSWORD_RESET_URL: 'https://app.example.com/reset/{token}', VERIFY_EMAIL_URL: 'https://app.example.com/verify/{token}' })
     const receiver = await startReceiver()
     const hook = await register(server, { url: receiver.url, event_types: [...server.deps.registry.eventTypes] })
     await server.published()
@@ -233,6 +244,11 @@ describe('webhook deliveries', () => {
     assert.equal(login.status, 200)
     assert.equal((await server.request('POST', '/auth/logout', { auth: login.body.access_token })).status, 204)
     assert.equal((await server.request('POST', '/auth/login', { body: { email: 'hook-user@example.com', password: 'wrong password' }, auth: null })).status, 401)
+    assert.equal((await server.request('POST', '/auth/password-reset', { body: { email: 'hook-user@example.com' }, auth: null })).status, 202)
+    const resetToken = await oneTimeToken(server, user.body.id, 'password_reset')
+    assert.equal((await server.request('POST', '/auth/password-reset/confirm', { body: { token: resetToken, password: 'another long password' }, auth: null })).status, 204)
+    const verifyToken = await oneTimeToken(server, user.body.id, 'verify_email', 'hook-user@example.com')
+    assert.equal((await server.request('POST', '/auth/verify-email', { body: { token: verifyToken }, auth: null })).status, 204)
     assert.equal((await server.request('DELETE', `/users/${user.body.id}`)).status, 204)
 
     await server.published()

@@ -144,11 +144,14 @@ export const expiredLoginFailures = (sql: Sql) => sql`
  */
 export class LoginGuard {
   private readonly perAddress: RateLimiter | undefined
+  /** The anonymous recovery requests (a reset, its confirmation, a verification): as many again, counted apart, so that neither uses up the other. */
+  private readonly recoveryPerAddress: RateLimiter | undefined
 
   /** `perMinute`: LOGIN_RATE_LIMIT, or 0 when RATE_LIMIT is off. `keys`: knownAddressKeysFrom(JWT_SECRETS). */
   constructor(perMinute: number, private readonly keys: readonly Buffer[]) {
     if (keys.length === 0) throw new Error('LoginGuard: no keys; config.jwtSecrets is not resolved (resolveSecrets, src/auth/secrets.ts)')
     this.perAddress = perMinute > 0 ? new RateLimiter(perMinute) : undefined
+    this.recoveryPerAddress = perMinute > 0 ? new RateLimiter(perMinute) : undefined
   }
 
   /** The client address as the throttle counts it. */
@@ -159,11 +162,20 @@ export class LoginGuard {
 
   /** Refuses (429) an address past its attempts for this minute. */
   admit(addressBucket: string): void {
-    const decision = this.perAddress?.hit(addressBucket)
-    if (decision && !decision.allowed) {
-      throw new HttpError('rate_limited', `At most ${decision.limit} login attempts per minute from one address.`, {
-        headers: { 'retry-after': String(decision.resetSeconds) },
-      })
-    }
+    admitTo(this.perAddress, addressBucket, 'login attempts')
+  }
+
+  /** The same for the anonymous recovery endpoints (src/auth/recovery-routes.ts), on a count of their own; `client` as the request gives it. */
+  admitRecovery(client: string): void {
+    admitTo(this.recoveryPerAddress, addressBucket(client), 'account recovery requests')
+  }
+}
+
+function admitTo(limiter: RateLimiter | undefined, bucket: string, what: string): void {
+  const decision = limiter?.hit(bucket)
+  if (decision && !decision.allowed) {
+    throw new HttpError('rate_limited', `At most ${decision.limit} ${what} per minute from one address.`, {
+      headers: { 'retry-after': String(decision.resetSeconds) },
+    })
   }
 }

@@ -10,6 +10,7 @@ import { DECOY_HASH, verifyInSlot } from './password.js'
 import { originOf } from '../events/origin.js'
 import { publicAccess } from './access.js'
 import { endSession } from './session-routes.js'
+import { mayResendVerification, queueVerification } from './recovery.js'
 import { openSession, rotate, sessionOfRefreshToken } from './sessions.js'
 
 const LoginBody = Type.Object(
@@ -74,6 +75,13 @@ export const authRoutes = [
         throw invalidCredentials()
       }
       await bounded(() => passwordProven(sql, email, user.id, from))
+      if (deps.config.requireVerifiedEmail && user.email_verified_at === null) {
+        // Only once the password is proven, so the answer tells nothing to anyone without it. The way out is a link: a fresh one, within the hourly limit.
+        await bounded(() => deps.sql.begin(async (tx) => {
+          if (await mayResendVerification(tx, user.id)) await queueVerification(tx, deps, user)
+        }))
+        throw new HttpError('email_not_verified', 'Verify your e-mail address first: a link was sent to it.')
+      }
       const allowed = deps.registry.scopes.byRole[user.role]
       const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
       const refused = requested.filter((s) => !allowed.includes(s))

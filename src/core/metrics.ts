@@ -22,9 +22,20 @@ export class Metrics {
   inFlight = 0
   /** Connections closed on arrival because MAX_CONNECTIONS were open. */
   connectionsDropped = 0
+  /** The application's own counters (counter()), rendered after the rest. */
+  private readonly counters = new Map<string, { help: string; value: number }>()
 
   constructor(private readonly pool: { max: number }) {
     this.loopDelay.enable()
+  }
+
+  /** A counter of the application's (mail sent, say): one family without labels; the same name gives the same counter. */
+  counter(name: string, help: string): { inc(): void; readonly value: number } {
+    if (!/^[a-z_][a-z0-9_]*_total$/.test(name)) throw new Error(`counter "${name}": lower case, digits and _, ending in _total`)
+    let entry = this.counters.get(name)
+    if (!entry) this.counters.set(name, (entry = { help, value: 0 }))
+    const counted = entry
+    return { inc: () => void counted.value++, get value() { return counted.value } }
   }
 
   observe(method: string, route: string | null, status: number, seconds: number): void {
@@ -59,6 +70,10 @@ export class Metrics {
     lines.push(`db_queries_total ${this.queries}`)
     family('db_errors_total', 'counter', 'Requests that failed because of the database (503 database_unavailable).')
     lines.push(`db_errors_total ${this.queryErrors}`)
+    for (const [name, { help, value }] of this.counters) {
+      family(name, 'counter', help)
+      lines.push(`${name} ${value}`)
+    }
     const memory = process.memoryUsage()
     const cpu = process.cpuUsage()
     family('process_resident_memory_bytes', 'gauge', 'Resident set size.')

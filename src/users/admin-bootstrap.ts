@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import type { Sql } from 'postgres'
+import type { Sql, TransactionSql } from 'postgres'
 import { normalizeEmail } from '../auth/login-throttle.js'
 import type { PasswordHasher } from '../auth/password.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
@@ -39,11 +39,18 @@ export async function createOrResetAdmin(sql: Sql, passwords: PasswordHasher, em
       // A new password: the trigger of sql/005 voids the JWTs issued before; the sessions end here.
       await updateRow(tx, users, existing.id, { password_hash: passwordHash }, systemOrigin)
       await revokeSessionsOf(tx, existing.id, systemOrigin)
+      await markVerified(tx, existing.id)
       return { id: existing.id, password: secret, created: false }
     }
     const row = await insertRow(tx, users, { name: 'Administrator', email, role: 'admin', password_hash: passwordHash }, systemOrigin)
+    await markVerified(tx, row.id)
     return { id: row.id, password: secret, created: true }
   })
+}
+
+/** The operator typed the admin's address where the service runs: it counts as verified (REQUIRE_VERIFIED_EMAIL must not lock the first admin out). */
+async function markVerified(tx: TransactionSql, id: number): Promise<void> {
+  await tx`UPDATE users SET email_verified_at = coalesce(email_verified_at, now()) WHERE id = ${id}`
 }
 
 export async function bootstrapAdminIfNone(sql: Sql, passwords: PasswordHasher, admin: { email: string; password: string }): Promise<boolean> {

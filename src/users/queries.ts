@@ -7,9 +7,10 @@ import type { users } from './resource.js'
 // function runs on the pool or inside a caller's transaction.
 
 /** A user's row: the declared members, and the columns only the service reads (src/users/resource.ts). */
-export type UserRow = Omit<Row<typeof users.members>, 'password' | 'created_at' | 'updated_at'> & {
+export type UserRow = Omit<Row<typeof users.members>, 'password' | 'created_at' | 'updated_at' | 'email_verified_at'> & {
   created_at: string
   updated_at: string
+  email_verified_at: string | null
   password_hash: string | null
   /** Raised by a role or password change and by "log out everywhere"; JWTs of an older epoch are void (sql/005). */
   credential_epoch: number

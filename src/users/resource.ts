@@ -11,7 +11,8 @@ import { member } from '../core/resources/member.js'
 import { defineResource } from '../core/resources/resource.js'
 import type { ResourceHooks, Write } from '../core/resources/routes.js'
 import { resourceModule } from '../resource-module.js'
-import type { StoredRow } from '../core/resources/store.js'
+import { conflictOf, insertRow, type StoredRow } from '../core/resources/store.js'
+import { addressChanged, queueVerification } from '../auth/recovery.js'
 import { ensureAnotherAdmin } from './queries.js'
 
 const emailSchema = () => Type.String({
@@ -39,6 +40,8 @@ export const users = defineResource({
       // Stored as its scrypt hash by `prepare` below; null in a patch removes it (no password login).
       virtual: true, secret: true, optional: true, keepOnReplace: true, nullable: true,
     }),
+    // Set by POST /auth/verify-email; null until then, and again when the address changes (the trigger of sql/012).
+    email_verified_at: member(Type.Union([Type.String({ format: 'date-time' }), Type.Null()], { description: 'when the address was verified; null until it is' }), { write: 'server' }),
     created_at: timestampMember(),
     updated_at: timestampMember(),
   },
@@ -87,6 +90,8 @@ const hooks: ResourceHooks<UserWriteState> = {
     if (changes.role !== undefined) assertMaySetRole(ctx.principal)
     if (self && (changes.email !== undefined || changes.password_hash !== undefined)) assertMayChangeOwnCredentials(self, provenHash, current)
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
+    // A new address is verified anew, and the old one hears of the change (src/auth/recovery.ts).
+    if (typeof changes.email === 'string') await addressChanged(tx, ctx.deps, current.id, current.email as string, changes.email)
     // A new password ends the user's other sessions (all of them when an admin sets another user's); the trigger of sql/005 voids its JWTs.
     if (changes.password_hash !== undefined) {
       const origin = originOf(ctx.principal, ctx.requestId)
@@ -94,6 +99,19 @@ const hooks: ResourceHooks<UserWriteState> = {
       // An admin setting another user's password is account recovery: whoever held the account may have minted keys, and they go too.
       if (!self) await revokeApiKeysOf(tx, current.id, origin)
     }
+  },
+  // A new user is sent a verification link, queued with its row (with verification off, the one INSERT alone).
+  async insert(ctx, values) {
+    const origin = ctx.services.changeOrigin(ctx)
+    if (ctx.deps.config.verifyEmailUrl === undefined) {
+      return { row: await insertRow(ctx.deps.sql, users, values, origin).catch((err: unknown) => Promise.reject(conflictOf(users, err))) }
+    }
+    const row = await ctx.deps.sql.begin(async (tx) => {
+      const row = await insertRow(tx, users, values, origin)
+      await queueVerification(tx, ctx.deps, { id: row.id as number, email: row.email as string })
+      return row
+    }).catch((err: unknown) => Promise.reject(conflictOf(users, err)))
+    return { row }
   },
   // A role or password change revoked JWTs: answer once this instance has heard it (src/auth/credential-changes.ts).
   async afterCommit({ ctx, changes }) {

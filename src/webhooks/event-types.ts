@@ -5,7 +5,11 @@ import type { ResourceModule } from '../resource-module.js'
 // and logins, which are written by their own statements
 // (src/auth/sessions.ts, src/auth/login-throttle.ts).
 
-export const nonResourceEventTypes: readonly string[] = ['session.created', 'session.revoked', 'login.failed']
+export const nonResourceEventTypes: readonly string[] = [
+  'session.created', 'session.revoked', 'login.failed',
+  // Account recovery (src/auth/recovery.ts): the user's id only, never a token or a link.
+  'user.password_reset_requested', 'user.password_reset', 'user.email_verified',
+]
 
 export const subscribableEventTypes = (modules: readonly ResourceModule[]): readonly string[] =>
   [...modules.flatMap((m) => m.subscribable), ...nonResourceEventTypes]

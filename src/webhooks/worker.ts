@@ -1,8 +1,8 @@
 import type { Sql } from 'postgres'
 import type { Config } from '../config.js'
 import { backgroundConnection } from '../core/db/connect.js'
+import { listenForWork, settledBy } from '../core/db/wakeups.js'
 import { eventSerializer } from '../events/feed.js'
-import { setTimeout as sleep } from 'node:timers/promises'
 import type { Component } from '../core/lifecycle.js'
 import type { Resource } from '../core/resources/resource.js'
 import { describeError, type Logger } from '../core/log.js'
@@ -111,9 +111,7 @@ export class WebhookWorker implements Component {
     this.stopped = false
     this.abort = new AbortController()
     this.db = backgroundConnection(this.sql, WORKER_CONNECTIONS)
-    // On a listening connection of its own, not listenSql's, which is the credential listener's to watch.
-    this.wakeups = backgroundConnection(this.listenSql, 1)
-    this.wakeups.listen(DELIVERIES_CHANNEL, () => this.wake()).catch((err: unknown) => {
+    this.wakeups = listenForWork(this.listenSql, DELIVERIES_CHANNEL, () => this.wake(), (err) => {
       if (!this.stopped) this.log.warn('webhook worker: cannot listen for new deliveries; polling only', describeError(err))
     })
     this.wake()
@@ -134,11 +132,8 @@ export class WebhookWorker implements Component {
     if (this.stopped) return
     this.stopped = true
     this.abort.abort()
-    // No UNLISTEN: sent to a database that stopped answering it could wait forever; ending the connections ends the listening one too.
     const left = () => Math.max(0, deadline - performance.now())
-    const overrun = new AbortController()
-    await Promise.race([Promise.allSettled([this.claims.settled(), ...this.inFlight]), sleep(left(), undefined, { signal: overrun.signal }).catch(() => {})])
-    overrun.abort()
+    await settledBy(Promise.allSettled([this.claims.settled(), ...this.inFlight]), deadline)
     const { db, wakeups } = this
     this.db = this.wakeups = undefined
     await Promise.all([db?.end({ timeout: left() / 1000 }), wakeups?.end({ timeout: left() / 1000 })])

@@ -212,12 +212,18 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
   }
 }
 
+/** A timestamp echoed back (any text, ignored), or null where the member may be null. */
+const echoedTimestamp = (schema: TSchema) => {
+  const text = Type.String({ maxLength: 64, description: 'read-only; ignored' })
+  return isTimestampString(schema) ? text : Type.Union([text, Type.Null()])
+}
+
 function readOnlyEcho(entries: Array<[string, TSchema]>): Record<string, TSchema> {
   const echo: Record<string, TSchema> = {}
   for (const [member, schema] of entries) {
     echo[member] = member === 'id'
       ? Type.Optional(Type.Integer({ minimum: 1, description: 'read-only; must equal the id in the path' }))
-      : Type.Optional(isTimestamp(schema) ? Type.String({ maxLength: 64, description: 'read-only; ignored' }) : schema)
+      : Type.Optional(isTimestamp(schema) ? echoedTimestamp(schema) : schema)
   }
   return echo
 }
@@ -235,12 +241,15 @@ function responseSchema(schema: TSchema): TSchema {
     const { minimum } = schema as { minimum?: number }
     return Type.Integer(minimum !== undefined && minimum >= 0 ? { minimum } : {})
   }
-  if (Type.IsString(schema)) return isTimestamp(schema) ? Type.String({ format: 'date-time' }) : Type.String()
+  if (Type.IsString(schema)) return isTimestampString(schema) ? Type.String({ format: 'date-time' }) : Type.String()
   return schema
 }
 
 const isEnum = (schema: TSchema) => Type.IsUnion(schema) && (schema.anyOf as TSchema[]).every((o) => Type.IsLiteral(o))
-const isTimestamp = (schema: TSchema) => Type.IsString(schema) && (schema as { format?: string }).format === 'date-time'
+const isTimestampString = (schema: TSchema) => Type.IsString(schema) && (schema as { format?: string }).format === 'date-time'
+/** A date-time string, or one that may be null (a time something has not happened yet). */
+const isTimestamp = (schema: TSchema) => isTimestampString(schema) ||
+  (Type.IsUnion(schema) && (schema.anyOf as TSchema[]).some(isTimestampString) && (schema.anyOf as TSchema[]).every((s) => isTimestampString(s) || Type.IsNull(s)))
 
 /** How a sortable member is compared and filtered, from its schema. */
 function memberType(resource: string, member: string, schema: TSchema, traits: MemberTraits): MemberType {

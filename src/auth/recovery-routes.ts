@@ -1,0 +1,128 @@
+import Type from 'typebox'
+import type { AppDeps } from '../app-deps.js'
+import { HttpError } from '../core/http/problem.js'
+import { defineRoute } from '../core/http/route.js'
+import { compileValidator } from '../core/http/validate.js'
+import { publicAccess } from './access.js'
+import { challenge } from './credentials.js'
+import { normalizeEmail } from './login-throttle.js'
+import { oneTimeTokenHash } from './one-time-tokens.js'
+import { liveTokenUser, mayResendVerification, MESSAGES_PER_HOUR, queueVerification, requestPasswordReset, resetPassword, verifyEmail } from './recovery.js'
+
+// Account recovery's endpoints (the rules: docs/auth.md, "Account
+// recovery: rules"). Anonymous but the resend; each anonymous one counts
+// against its client address as logins do (LOGIN_RATE_LIMIT a minute, a
+// count of its own). A flow whose link template is not configured is off
+// (404); with it configured but no way to send mail (production without
+// SMTP_URL or MAIL_HOOK_URL), 503 mail_not_configured.
+
+const TokenMember = Type.String({ minLength: 1, maxLength: 200, description: 'the token from the link' })
+const ResetRequestBody = Type.Object({ email: Type.String({ minLength: 1, maxLength: 254 }) }, { additionalProperties: false })
+const ResetConfirmBody = Type.Object({
+  token: TokenMember,
+  // The rules of every password (POST /users): the same schema.
+  password: Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' }),
+}, { additionalProperties: false })
+const VerifyBody = Type.Object({ token: TokenMember }, { additionalProperties: false })
+
+const invalidToken = () => new HttpError('invalid_one_time_token', 'The link is invalid, expired or used already; ask for a new one.')
+
+/** The flow's link template; 404 when the flow is off, 503 when there is no way to send its message. */
+function flowOn(deps: AppDeps, template: string | undefined, variable: string): string {
+  if (template === undefined) throw new HttpError('not_found', `Account recovery is off on this service (${variable} is not set).`)
+  if (!deps.mail.transport) throw new HttpError('mail_not_configured', 'This service cannot send mail yet (neither SMTP_URL nor MAIL_HOOK_URL is set).')
+  return template
+}
+
+export const recoveryRoutes = [
+  defineRoute({
+    method: 'POST',
+    path: '/auth/password-reset',
+    operationId: 'requestPasswordReset',
+    errorStatuses: [404, 429, 503],
+    noStore: true,
+    summary: 'Send a password-reset link to an account\'s address (202 whether or not an account has it)',
+    responses: { 202: { description: 'Accepted: if an account has this address and is under its hourly limit, a message is on its way' } },
+    access: publicAccess,
+    body: { kind: 'json', validator: compileValidator(ResetRequestBody) },
+    async handle({ body, client, requestId, deps }) {
+      const template = flowOn(deps, deps.config.passwordResetUrl, 'PASSWORD_RESET_URL')
+      deps.logins.admitRecovery(client)
+      await requestPasswordReset(deps.sql, normalizeEmail(body.email), template, deps.config.passwordResetTtl, { actorId: null, credential: null, requestId })
+      return { status: 202 }
+    },
+  }),
+
+  defineRoute({
+    method: 'POST',
+    path: '/auth/password-reset/confirm',
+    operationId: 'confirmPasswordReset',
+    errorStatuses: [400, 404, 429, 503],
+    noStore: true,
+    summary: 'Set a new password with the token of a reset link; ends every session, JWT and API key of the account',
+    responses: { 204: { description: 'The password is set' } },
+    access: publicAccess,
+    body: { kind: 'json', validator: compileValidator(ResetConfirmBody) },
+    // It waits for a password-hash slot, which must not hold a place under database admission.
+    database: 'statements',
+    async handle({ body, client, requestId, bounded, deps }) {
+      flowOn(deps, deps.config.passwordResetUrl, 'PASSWORD_RESET_URL')
+      deps.logins.admitRecovery(client)
+      const hash = oneTimeTokenHash(body.token)
+      // A guess costs a hash and an index lookup, never scrypt: the password is hashed only for a live token.
+      if (!hash || (await bounded(() => liveTokenUser(deps.sql, hash, 'password_reset'))) === undefined) throw invalidToken()
+      const passwordHash = await deps.passwords.hash(body.password)
+      if (!(await bounded(() => resetPassword(deps.sql, hash, passwordHash, requestId)))) throw invalidToken()
+      // Its JWTs, sessions and keys were revoked: answer once this instance has heard it (src/auth/credential-changes.ts).
+      await deps.credentialChanges.caughtUp()
+      return { status: 204 }
+    },
+  }),
+
+  defineRoute({
+    method: 'POST',
+    path: '/auth/verify-email',
+    operationId: 'verifyEmail',
+    errorStatuses: [400, 404, 429],
+    noStore: true,
+    summary: 'Confirm an address with the token of a verification link',
+    responses: { 204: { description: 'The address is verified' } },
+    access: publicAccess,
+    body: { kind: 'json', validator: compileValidator(VerifyBody) },
+    async handle({ body, client, requestId, deps }) {
+      // No mail is sent here: it works without a transport, for links sent before one went away.
+      if (deps.config.verifyEmailUrl === undefined) throw new HttpError('not_found', 'Address verification is off on this service (VERIFY_EMAIL_URL is not set).')
+      deps.logins.admitRecovery(client)
+      const hash = oneTimeTokenHash(body.token)
+      if (!hash || !(await verifyEmail(deps.sql, hash, requestId))) throw invalidToken()
+      return { status: 204 }
+    },
+  }),
+
+  defineRoute({
+    method: 'POST',
+    path: '/auth/verify-email/resend',
+    operationId: 'resendVerification',
+    errorStatuses: [404, 409, 429, 503],
+    noStore: true,
+    summary: 'Send the caller a new verification link (the older ones stop working)',
+    responses: { 204: { description: 'A message is on its way' } },
+    access: { kind: 'protected', scope: null, who: 'any' },
+    async handle({ principal, deps }) {
+      flowOn(deps, deps.config.verifyEmailUrl, 'VERIFY_EMAIL_URL')
+      if (principal.kind !== 'user') throw new Error('unreachable: the resend is protected')
+      await deps.sql.begin(async (tx) => {
+        const [user] = await tx<Array<{ id: number; email: string; email_verified_at: string | null }>>`
+          SELECT id, email, email_verified_at FROM users WHERE id = ${principal.userId} FOR UPDATE`
+        if (!user) throw new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+        if (user.email_verified_at !== null) throw new HttpError('email_already_verified', 'This address is verified already.')
+        if (!(await mayResendVerification(tx, user.id))) {
+          throw new HttpError('rate_limited', `At most ${MESSAGES_PER_HOUR} verification messages an hour; retry later.`, { headers: { 'retry-after': '3600' } })
+        }
+        await queueVerification(tx, deps, user)
+      })
+      return { status: 204 }
+    },
+  }),
+]
+

@@ -1,0 +1,163 @@
+import type { Sql, TransactionSql } from 'postgres'
+import { revokeApiKeysOf } from '../api-keys/resource.js'
+import type { AppDeps } from '../app-deps.js'
+import { recordEvents } from '../core/resources/change-events.js'
+import type { EventOrigin } from '../events/origin.js'
+import { queueMail, queueMailTo } from '../mail/outbox.js'
+import { normalizeEmail } from './login-throttle.js'
+import { linkFor, newOneTimeToken } from './one-time-tokens.js'
+import { emailChangedMail, passwordResetMail, verifyEmailMail } from './recovery-mail.js'
+import { revokeSessionsOf } from './sessions.js'
+import { hashSecret } from './tokens.js'
+
+// Account recovery's writes (the routes are src/auth/recovery-routes.ts;
+// the rules in docs/auth.md, "Account recovery: rules"). Each message is
+// queued in the statement or transaction of the token it carries
+// (src/mail/outbox.ts), so a token exists exactly when its message will be
+// sent.
+
+/** Messages of one purpose one account is sent per hour at most; past it, silently none (a reset) or 429 (a resend). */
+export const MESSAGES_PER_HOUR = 5
+/** How long a verification link lives. */
+export const VERIFY_EMAIL_TTL_SECONDS = 24 * 3600
+
+type Db = Sql | TransactionSql
+type Purpose = 'password_reset' | 'verify_email'
+
+/** Whether the user may be sent another message of `purpose` this hour (MESSAGES_PER_HOUR): as SQL on a user row named `u`. */
+const underHourlyLimit = (db: Db, purpose: Purpose) => db`
+  (SELECT count(*) FROM one_time_tokens t WHERE t.user_id = u.id AND t.purpose = ${purpose} AND t.created_at > now() - interval '1 hour') < ${MESSAGES_PER_HOUR}`
+
+/**
+ * POST /auth/password-reset: one statement whatever the address, so that an
+ * unknown address costs what a known one does: the token is made and hashed
+ * either way, and the request is logged either way (a write, whose commit
+ * waits for the WAL flush as the known address's does). For an account
+ * whose address had fewer than MESSAGES_PER_HOUR requests this hour: its
+ * open reset tokens are retired, a new one is stored as its hash, the
+ * message is queued, and user.password_reset_requested recorded. True when
+ * a message was queued.
+ */
+export async function requestPasswordReset(sql: Sql, email: string, template: string, ttlSeconds: number, origin: EventOrigin): Promise<boolean> {
+  const { token, hash } = newOneTimeToken()
+  const mail = passwordResetMail(linkFor(template, token), ttlSeconds)
+  const emailHash = hashSecret(email)
+  const [row] = await sql<[{ queued: number }]>`
+    WITH recent AS (
+      SELECT count(*) AS n FROM password_reset_requests WHERE email_hash = ${emailHash} AND requested_at > now() - interval '1 hour'),
+    logged AS (INSERT INTO password_reset_requests (email_hash) VALUES (${emailHash})),
+    target AS (
+      SELECT u.id, u.email FROM users u, recent WHERE lower(u.email) = ${email} AND recent.n < ${MESSAGES_PER_HOUR}),
+    retired AS (
+      UPDATE one_time_tokens SET used_at = now()
+      WHERE user_id IN (SELECT id FROM target) AND purpose = 'password_reset' AND used_at IS NULL),
+    token AS (
+      INSERT INTO one_time_tokens (purpose, user_id, token_hash, expires_at)
+      SELECT 'password_reset', id, ${hash}, now() + ${ttlSeconds}::int * interval '1 second' FROM target),
+    mail AS (${queueMailTo(sql, sql`target`, mail)}),
+    event AS (
+      INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
+      SELECT 'user.password_reset_requested', 'user', id, ${origin.actorId}::bigint, ${origin.credential}::text, ${origin.requestId}::text, json_build_object('id', id)
+      FROM target)
+    SELECT count(*)::int AS queued FROM target`
+  return row.queued > 0
+}
+
+/** The user a live token of `purpose` belongs to (one index lookup), without using it. */
+export async function liveTokenUser(sql: Sql, hash: Buffer, purpose: Purpose): Promise<number | undefined> {
+  const [row] = await sql<Array<{ user_id: number }>>`
+    SELECT user_id FROM one_time_tokens WHERE token_hash = ${hash} AND purpose = ${purpose} AND used_at IS NULL AND expires_at > now()`
+  return row?.user_id
+}
+
+/**
+ * POST /auth/password-reset/confirm, once the new password is hashed: uses
+ * the token (false when it was used or expired meanwhile: nothing changes),
+ * sets the password (the trigger of sql/005 voids every JWT), ends every
+ * session, revokes every API key, retires the user's other reset tokens and
+ * lifts the login throttle's locks on the account. Recovery assumes the
+ * account was in someone else's hands.
+ */
+export async function resetPassword(sql: Sql, hash: Buffer, passwordHash: string, requestId: string): Promise<boolean> {
+  return sql.begin(async (tx) => {
+    const [used] = await tx<Array<{ user_id: number }>>`
+      UPDATE one_time_tokens SET used_at = now()
+      WHERE token_hash = ${hash} AND purpose = 'password_reset' AND used_at IS NULL AND expires_at > now()
+      RETURNING user_id`
+    if (!used) return false
+    const userId = used.user_id
+    const origin: EventOrigin = { actorId: userId, credential: null, requestId }
+    const [user] = await tx<Array<{ email: string }>>`UPDATE users SET password_hash = ${passwordHash} WHERE id = ${userId} RETURNING email`
+    if (!user) return false
+    await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id = ${userId} AND purpose = 'password_reset' AND used_at IS NULL`
+    await revokeSessionsOf(tx, userId, origin)
+    await revokeApiKeysOf(tx, userId, origin)
+    // Every row of the account: its pairs with client addresses and its account-wide rows (src/auth/login-throttle.ts keys them by normalizeEmail).
+    await tx`DELETE FROM login_failures WHERE email = ${normalizeEmail(user.email)}`
+    await recordEvents(tx, [{ type: 'user.password_reset', subject: { type: 'user', id: userId }, data: { id: userId } }], origin)
+    return true
+  })
+}
+
+/**
+ * POST /auth/verify-email: uses the token and marks the address verified,
+ * when the user's address is still the one the token was sent to; false
+ * otherwise (the token stays as it is).
+ */
+export async function verifyEmail(sql: Sql, hash: Buffer, requestId: string): Promise<boolean> {
+  return sql.begin(async (tx) => {
+    const [used] = await tx<Array<{ user_id: number }>>`
+      UPDATE one_time_tokens t SET used_at = now()
+      FROM users u
+      WHERE t.token_hash = ${hash} AND t.purpose = 'verify_email' AND t.used_at IS NULL AND t.expires_at > now()
+        AND u.id = t.user_id AND lower(u.email) = lower(t.email)
+      RETURNING t.user_id`
+    if (!used) return false
+    await tx`UPDATE users SET email_verified_at = now() WHERE id = ${used.user_id}`
+    await recordEvents(tx, [{ type: 'user.email_verified', subject: { type: 'user', id: used.user_id }, data: { id: used.user_id } }], { actorId: used.user_id, credential: null, requestId })
+    return true
+  })
+}
+
+/** What queueing a verification needs of the service. */
+export type VerificationDeps = Pick<AppDeps, 'config'>
+
+/**
+ * Queues a verification link for the user's address `email`, retiring the
+ * user's open verification tokens, on the transaction of the change that
+ * asks for it (a new user, a new address). Nothing when VERIFY_EMAIL_URL is
+ * unset (verification is off).
+ */
+export async function queueVerification(tx: Db, deps: VerificationDeps, user: { id: number; email: string }): Promise<void> {
+  const template = deps.config.verifyEmailUrl
+  if (template === undefined) return
+  const { token, hash } = newOneTimeToken()
+  await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id = ${user.id} AND purpose = 'verify_email' AND used_at IS NULL`
+  await tx`
+    INSERT INTO one_time_tokens (purpose, user_id, token_hash, email, expires_at)
+    VALUES ('verify_email', ${user.id}, ${hash}, ${user.email}, now() + ${VERIFY_EMAIL_TTL_SECONDS}::int * interval '1 second')`
+  await queueMail(tx, user.id, user.email, verifyEmailMail(linkFor(template, token)))
+}
+
+/** Whether the user may be sent another verification link this hour. */
+export async function mayResendVerification(db: Db, userId: number): Promise<boolean> {
+  const [row] = await db<Array<{ ok: boolean }>>`SELECT ${underHourlyLimit(db, 'verify_email')} AS ok FROM users u WHERE u.id = ${userId}`
+  return row?.ok ?? false
+}
+
+/**
+ * An address changed (in the transaction of the change): the new one gets a
+ * verification link, the old one word of the change, so that an owner whose
+ * account was taken over hears of it. Nothing when VERIFY_EMAIL_URL is unset.
+ */
+export async function addressChanged(tx: Db, deps: VerificationDeps, userId: number, from: string, to: string): Promise<void> {
+  if (deps.config.verifyEmailUrl === undefined || from.toLowerCase() === to.toLowerCase()) return
+  await queueVerification(tx, deps, { id: userId, email: to })
+  await queueMail(tx, userId, from, emailChangedMail())
+}
+
+/** Tokens no message count or link needs any more (job `recovery.purge-tokens`): expired, and older than the hourly count's window. */
+export const spentOneTimeTokens = (db: Sql) => db`expires_at < now() AND created_at < now() - interval '1 hour'`
+
+/** Reset requests older than the hourly count's window (job `recovery.purge-requests`). */
+export const oldResetRequests = (db: Sql) => db`requested_at < now() - interval '1 hour'`

@@ -1,0 +1,388 @@
+import assert from 'node:assert/strict'
+import { createHash, randomBytes } from 'node:crypto'
+import { request as httpRequest } from 'node:http'
+import { describe, test } from 'node:test'
+import { createConsoleTransport } from '../src/mail/console.js'
+import { call, spawnService } from './fault-kit.js'
+import { passwordAccount, passwordLogin } from './helpers/accounts.js'
+import { createTestDatabase, startServer, type TestResponse, type TestServer } from './helpers/server.js'
+
+// Account recovery through the real server (docs/auth.md, "Account recovery:
+// rules"): password reset, address verification, address changes, and what
+// they leave in the database. Mail goes through the real console transport,
+// its output kept here instead of on standard error, so that a test follows
+// the link a person would.
+
+const RESET_URL = 'https://app.example.com/reset?token={token}'
+const VERIFY_URL = 'https://app.example.com/verify/{token}'
+
+interface Sent { type: string; to: string; subject: string; text: string; id: string }
+const outputs: string[] = []
+const transport = createConsoleTransport((text) => void outputs.push(text))
+const sent = (): Sent[] => outputs.map((text) => {
+  const header = (name: string) => new RegExp(`^${name}: (.*)$`, 'm').exec(text)![1]!
+  return { id: header('Message-ID'), type: header('Type'), to: header('To'), subject: header('Subject'), text }
+})
+const tuning = { mail: { transport, pollMs: 50 } }
+
+const api = await startServer({ PASSWORD_RESET_URL: RESET_URL, VERIFY_EMAIL_URL: VERIFY_URL, TRUST_PROXY: '1' }, {}, { tuning })
+
+const unique = () => `${process.pid}-${randomBytes(4).toString('hex')}`
+
+function assertProblem(res: TestResponse, status: number, code: string): void {
+  assert.equal(res.status, status, res.text)
+  assert.equal(res.body?.code, code, res.text)
+}
+
+/** The messages to `to` of `type`, once the worker has sent them (the outbox row gone). */
+async function messagesTo(to: string, type: string, count = 1): Promise<Sent[]> {
+  for (const deadline = Date.now() + 5000; ;) {
+    const found = sent().filter((m) => m.to === to && m.type === type)
+    if (found.length >= count) {
+      const [left] = await api.sql`SELECT count(*)::int AS n FROM mail_outbox WHERE recipient = ${to} AND type = ${type}`
+      if (left!.n === 0) return found
+    }
+    if (Date.now() > deadline) throw new Error(`${count} ${type} to ${to} not sent within 5 s (found ${found.length})`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+}
+
+const tokenIn = (message: Sent, template: string): string => {
+  const prefix = template.slice(0, template.indexOf('{token}')).replace(/[.?/]/g, (c) => `\\${c}`)
+  const m = new RegExp(`^${prefix}(upa_ot_[A-Za-z0-9_-]{43})$`, 'm').exec(message.text)
+  assert.ok(m, `no link in ${message.text}`)
+  return m[1]!
+}
+
+const anonymous = (method: string, path: string, body: unknown, headers: Record<string, string> = {}) => api.request(method, path, { auth: null, body, headers })
+let octet = 0
+/** A client address of its own (TRUST_PROXY=1), so that per-address limits of one test do not reach another. */
+const from = () => ({ 'x-forwarded-for': `198.51.100.${++octet}` })
+const askReset = (email: string, headers = from()) => anonymous('POST', '/auth/password-reset', { email }, headers)
+const confirm = (token: string, password: string) => anonymous('POST', '/auth/password-reset/confirm', { token, password }, from())
+
+async function resetToken(email: string, count = 1): Promise<string> {
+  assert.equal((await askReset(email)).status, 202)
+  const messages = await messagesTo(email, 'mail.password_reset', count)
+  return tokenIn(messages[count - 1]!, RESET_URL)
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+
+describe('password reset', () => {
+  test('a known and an unknown address get the same 202, headers and time; only the known one is sent a message', async () => {
+    const account = await passwordAccount(api)
+    const unknown = `nobody-${unique()}@example.com`
+    const headerNames = (res: TestResponse) => [...res.headers.keys()].filter((h) => h !== 'date' && h !== 'x-request-id').sort()
+    const known: number[] = []
+    const missing: number[] = []
+    const baseline: number[] = []
+    for (let i = 0; i < 4; i++) {
+      let started = performance.now()
+      const a = await askReset(account.email)
+      known.push(performance.now() - started)
+      started = performance.now()
+      const b = await askReset(unknown)
+      missing.push(performance.now() - started)
+      // The baseline: a request refused before any work (422), to size the noise of this machine now.
+      started = performance.now()
+      await anonymous('POST', '/auth/password-reset', { email: 1 }, from())
+      baseline.push(performance.now() - started)
+      assert.equal(a.status, 202)
+      assert.equal(b.status, 202)
+      assert.equal(a.text, b.text)
+      assert.deepEqual(headerNames(a), headerNames(b))
+    }
+    const [k, u, base] = [median(known), median(missing), median(baseline)]
+    console.log(`password-reset medians: known ${k.toFixed(2)} ms, unknown ${u.toFixed(2)} ms, refused before any work ${base.toFixed(2)} ms`)
+    // The login test's bound (test/auth-flows.test.ts): neither path is three times the other.
+    assert.ok(u * 3 >= k && k * 3 >= u, `known ${k.toFixed(1)} ms vs unknown ${u.toFixed(1)} ms`)
+    await messagesTo(account.email, 'mail.password_reset', 4)
+    assert.equal(sent().filter((m) => m.to === unknown).length, 0)
+    const [tokens] = await api.sql`SELECT count(*)::int AS n FROM one_time_tokens t JOIN users u ON u.id = t.user_id WHERE lower(u.email) = ${unknown}`
+    assert.equal(tokens!.n, 0)
+  })
+
+  test('the token is stored only as its SHA-256; the link comes from PASSWORD_RESET_URL whatever Host and X-Forwarded-Host say', async () => {
+    const account = await passwordAccount(api)
+    const body = JSON.stringify({ email: account.email })
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = httpRequest(`${api.url}/auth/password-reset`, {
+        method: 'POST',
+        headers: { host: 'evil.example', 'x-forwarded-host': 'evil.example', 'x-forwarded-proto': 'http', 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...from() },
+      }, (res) => { res.resume(); resolve(res.statusCode!) })
+      req.on('error', reject)
+      req.end(body)
+    })
+    assert.equal(status, 202)
+    const [message] = await messagesTo(account.email, 'mail.password_reset')
+    assert.ok(!message!.text.includes('evil.example'))
+    const token = tokenIn(message!, RESET_URL)
+    const rows = await api.sql<Array<{ token_hash: Buffer; used_at: string | null }>>`SELECT token_hash, used_at FROM one_time_tokens WHERE user_id = ${account.id}`
+    assert.equal(rows.length, 1)
+    assert.deepEqual(rows[0]!.token_hash, createHash('sha256').update(token).digest())
+    assert.equal(rows[0]!.used_at, null)
+    // Nowhere else in the database: not in the events, not in a log line.
+    await api.published()
+    const [events] = await api.sql`SELECT count(*)::int AS n FROM events WHERE data::text LIKE ${'%' + token.slice(7, 30) + '%'}`
+    assert.equal(events!.n, 0)
+    assert.ok(!JSON.stringify(api.logs).includes(token.slice(7)))
+    const [event] = await api.sql`SELECT data FROM events WHERE type = 'user.password_reset_requested' AND subject_id = ${account.id}`
+    assert.deepEqual(event!.data, { id: account.id })
+  })
+
+  test('confirming: a weak password is 422 and leaves the token usable; then 204, every credential of the user ends, the lock is lifted, the token is spent', async () => {
+    const account = await passwordAccount(api)
+    const jwt = (await passwordLogin(api, account)).access_token
+    const opaque = await passwordLogin(api, account, 'opaque')
+    const key = await api.request('POST', '/api-keys', { auth: jwt, body: { name: 'k', scopes: ['users:read'] } })
+    assert.equal(key.status, 201, key.text)
+    // The account is locked, for known and unknown client addresses alike (src/auth/login-throttle.ts).
+    await api.sql`
+      INSERT INTO login_failures (email, address, failures, last_failure, locked_until)
+      SELECT ${account.email.toLowerCase()}, a, 200, now(), now() + interval '10 minutes' FROM unnest(ARRAY['*', '*known']) a
+      ON CONFLICT (email, address) DO UPDATE SET failures = 200, locked_until = excluded.locked_until`
+    assertProblem(await anonymous('POST', '/auth/login', { email: account.email, password: account.password }), 429, 'too_many_login_attempts')
+    const token = await resetToken(account.email)
+    assertProblem(await confirm(token, 'short'), 422, 'validation_failed')
+    const fresh = `new-${unique()}`
+    assert.equal((await confirm(token, fresh)).status, 204)
+    for (const auth of [jwt, opaque.access_token, key.body.key as string]) assertProblem(await api.request('GET', '/auth/me', { auth }), 401, 'invalid_token')
+    assertProblem(await anonymous('POST', '/auth/refresh', { refresh_token: opaque.refresh_token }), 401, 'invalid_token')
+    assertProblem(await anonymous('POST', '/auth/login', { email: account.email, password: account.password }), 401, 'invalid_credentials')
+    assert.equal((await anonymous('POST', '/auth/login', { email: account.email, password: fresh })).status, 200)
+    const [locks] = await api.sql`SELECT count(*)::int AS n FROM login_failures WHERE email = ${account.email.toLowerCase()} AND locked_until > now()`
+    assert.equal(locks!.n, 0)
+    const [row] = await api.sql`SELECT used_at IS NOT NULL AS used FROM one_time_tokens WHERE token_hash = ${createHash('sha256').update(token).digest()}`
+    assert.equal(row!.used, true)
+    assertProblem(await confirm(token, `again-${unique()}`), 400, 'invalid_one_time_token')
+    await api.published()
+    const [event] = await api.sql`SELECT count(*)::int AS n FROM events WHERE type = 'user.password_reset' AND subject_id = ${account.id}`
+    assert.equal(event!.n, 1)
+  })
+
+  test('a new request retires the older token; an expired, forged or malformed token is 400 invalid_one_time_token', async () => {
+    const account = await passwordAccount(api)
+    const first = await resetToken(account.email)
+    const second = await resetToken(account.email, 2)
+    assertProblem(await confirm(first, `pw-${unique()}`), 400, 'invalid_one_time_token')
+    await api.sql`UPDATE one_time_tokens SET expires_at = now() - interval '1 second' WHERE token_hash = ${createHash('sha256').update(second).digest()}`
+    assertProblem(await confirm(second, `pw-${unique()}`), 400, 'invalid_one_time_token')
+    const forged = `upa_ot_${randomBytes(32).toString('base64url')}`
+    for (const token of [forged, 'upa_ot_short', 'x'.repeat(200), second.replace('upa_ot_', 'upa_ak_')]) {
+      assertProblem(await confirm(token, `pw-${unique()}`), 400, 'invalid_one_time_token')
+    }
+  })
+
+  test('hostile bodies are 422 and change nothing', async () => {
+    const account = await passwordAccount(api)
+    for (const body of [{}, { email: account.email, extra: 1 }, { email: 42 }, { email: 'a\u0000b@example.com' }, { email: 'a'.repeat(300) }, [account.email], { email: null }]) {
+      assertProblem(await anonymous('POST', '/auth/password-reset', body, from()), 422, 'validation_failed')
+    }
+    for (const body of [{ token: 'x' }, { password: 'long-enough-1' }, { token: 'x'.repeat(201), password: 'long-enough-1' }, { token: 'a\u0000', password: 'long-enough-1' }, { token: 'x', password: 'p'.repeat(257) }, { token: 1, password: 'long-enough-1' }]) {
+      assertProblem(await anonymous('POST', '/auth/password-reset/confirm', body, from()), 422, 'validation_failed')
+    }
+    const [tokens] = await api.sql`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${account.id}`
+    assert.equal(tokens!.n, 0)
+  })
+
+  test('one account is sent 5 messages an hour at most; the 6th request is 202 all the same', async () => {
+    const account = await passwordAccount(api)
+    for (let i = 0; i < 6; i++) assert.equal((await askReset(account.email)).status, 202)
+    await messagesTo(account.email, 'mail.password_reset', 5)
+    await new Promise((r) => setTimeout(r, 200))
+    assert.equal(sent().filter((m) => m.to === account.email).length, 5)
+  })
+})
+
+test('each client address may make LOGIN_RATE_LIMIT recovery requests a minute, counted apart from its logins', async () => {
+  const limited = await startServer({ PASSWORD_RESET_URL: RESET_URL, RATE_LIMIT: '1000', LOGIN_RATE_LIMIT: '2', TRUST_PROXY: '1' }, {}, { tuning })
+  const ask = (address: string) => limited.request('POST', '/auth/password-reset', { auth: null, body: { email: `x-${unique()}@example.com` }, headers: { 'x-forwarded-for': address } })
+  assert.equal((await ask('203.0.113.1')).status, 202)
+  assert.equal((await ask('203.0.113.1')).status, 202)
+  const refused = await ask('203.0.113.1')
+  assertProblem(refused, 429, 'rate_limited')
+  assert.ok(Number(refused.headers.get('retry-after')) >= 1)
+  assert.equal((await ask('203.0.113.2')).status, 202)
+  // Its logins are a count of their own: still two this minute.
+  const login = () => limited.request('POST', '/auth/login', { auth: null, body: { email: 'a@example.com', password: 'whatever-1' }, headers: { 'x-forwarded-for': '203.0.113.1' } })
+  assertProblem(await login(), 401, 'invalid_credentials')
+})
+
+describe('address verification', () => {
+  test('an admin-created user is sent a link; verifying sets email_verified_at once, and the token is spent', async () => {
+    const email = `new-${unique()}@example.com`
+    const created = await api.request('POST', '/users', { body: { name: 'New', email, password: `pw-${unique()}` } })
+    assert.equal(created.status, 201, created.text)
+    assert.equal(created.body.email_verified_at, null)
+    const token = tokenIn((await messagesTo(email, 'mail.verify_email'))[0]!, VERIFY_URL)
+    assert.equal((await anonymous('POST', '/auth/verify-email', { token }, from())).status, 204)
+    const user = await api.request('GET', `/users/${created.body.id}`)
+    assert.match(user.body.email_verified_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
+    assertProblem(await anonymous('POST', '/auth/verify-email', { token }, from()), 400, 'invalid_one_time_token')
+    await api.published()
+    const [event] = await api.sql`SELECT data FROM events WHERE type = 'user.email_verified' AND subject_id = ${created.body.id}`
+    assert.deepEqual(event!.data, { id: created.body.id })
+    const self = await api.createUser({ email: `v-${unique()}@example.com` })
+    await api.sql`UPDATE users SET email_verified_at = now() WHERE id = ${self.id}`
+    assertProblem(await api.request('POST', '/auth/verify-email/resend', { auth: self.token }), 409, 'email_already_verified')
+  })
+
+  test('the resend: 204 up to 5 links an hour, then 429; each new link retires the older ones', async () => {
+    const self = await api.createUser({ email: `r-${unique()}@example.com` })
+    for (let i = 0; i < 5; i++) assert.equal((await api.request('POST', '/auth/verify-email/resend', { auth: self.token })).status, 204)
+    assertProblem(await api.request('POST', '/auth/verify-email/resend', { auth: self.token }), 429, 'rate_limited')
+    const tokens = (await messagesTo(self.email, 'mail.verify_email', 5)).map((m) => tokenIn(m, VERIFY_URL))
+    const open = await api.sql<Array<{ token_hash: Buffer }>>`SELECT token_hash FROM one_time_tokens WHERE user_id = ${self.id} AND used_at IS NULL`
+    assert.equal(open.length, 1)
+    const live = tokens.filter((t) => createHash('sha256').update(t).digest().equals(open[0]!.token_hash))
+    assert.equal(live.length, 1)
+    for (const token of tokens.filter((t) => t !== live[0])) assertProblem(await anonymous('POST', '/auth/verify-email', { token }, from()), 400, 'invalid_one_time_token')
+    assert.equal((await anonymous('POST', '/auth/verify-email', { token: live[0]! }, from())).status, 204)
+  })
+
+  test('an address change: the new address gets a link, the old one word of the change; a link for the old address no longer verifies', async () => {
+    const account = await passwordAccount(api)
+    const jwt = (await passwordLogin(api, account)).access_token
+    assert.equal((await api.request('POST', '/auth/verify-email/resend', { auth: jwt })).status, 204)
+    const oldToken = tokenIn((await messagesTo(account.email, 'mail.verify_email'))[0]!, VERIFY_URL)
+    const next = `moved-${unique()}@example.com`
+    const changed = await api.request('PATCH', `/users/${account.id}`, { auth: jwt, body: { email: next, current_password: account.password } })
+    assert.equal(changed.status, 200, changed.text)
+    const [notice] = await messagesTo(account.email, 'mail.email_changed')
+    assert.ok(!notice!.text.includes(next), 'the old address is not told the new one')
+    const newToken = tokenIn((await messagesTo(next, 'mail.verify_email'))[0]!, VERIFY_URL)
+    assertProblem(await anonymous('POST', '/auth/verify-email', { token: oldToken }, from()), 400, 'invalid_one_time_token')
+    assert.equal((await anonymous('POST', '/auth/verify-email', { token: newToken }, from())).status, 204)
+    // Verified, then changed again: no longer verified (the trigger of sql/012).
+    await api.sql`UPDATE users SET email = ${`again-${unique()}@example.com`} WHERE id = ${account.id}`
+    const [row] = await api.sql`SELECT email_verified_at FROM users WHERE id = ${account.id}`
+    assert.equal(row!.email_verified_at, null)
+  })
+
+  test('REQUIRE_VERIFIED_EMAIL=true: a right password before verification is 403 email_not_verified and sends a link; a wrong one stays 401', async () => {
+    const strict = await startServer({ PASSWORD_RESET_URL: RESET_URL, VERIFY_EMAIL_URL: VERIFY_URL, REQUIRE_VERIFIED_EMAIL: 'true' }, {}, { tuning })
+    const account = await passwordAccount(strict)
+    assertProblem(await strict.request('POST', '/auth/login', { auth: null, body: { email: account.email, password: 'wrong-password' } }), 401, 'invalid_credentials')
+    assertProblem(await strict.request('POST', '/auth/login', { auth: null, body: { email: account.email, password: account.password } }), 403, 'email_not_verified')
+    const token = tokenIn((await messagesTo(account.email, 'mail.verify_email'))[0]!, VERIFY_URL)
+    assert.equal((await strict.request('POST', '/auth/verify-email', { auth: null, body: { token } })).status, 204)
+    assert.equal((await strict.request('POST', '/auth/login', { auth: null, body: { email: account.email, password: account.password } })).status, 200)
+  })
+})
+
+test('/openapi.json documents the recovery endpoints: anonymous but the resend, their answers and problems', async () => {
+  const doc = (await api.request('GET', '/openapi.json', { auth: null })).body
+  const op = (path: string) => doc.paths[path].post
+  for (const status of ['202', '404', '422', '429', '503']) assert.ok(status in op('/auth/password-reset').responses, status)
+  for (const path of ['/auth/password-reset', '/auth/password-reset/confirm', '/auth/verify-email']) assert.deepEqual(op(path).security, [], path)
+  assert.notDeepEqual(op('/auth/verify-email/resend').security, [])
+  assert.ok('400' in op('/auth/password-reset/confirm').responses && '422' in op('/auth/password-reset/confirm').responses)
+  assert.ok('409' in op('/auth/verify-email/resend').responses)
+  assert.equal(op('/auth/password-reset/confirm').requestBody.content['application/json'].schema.properties.password.minLength, 8)
+})
+
+describe('recovery off, mail not configured', () => {
+  test('without the link templates the endpoints are 404; in production without a transport, 503 mail_not_configured and a warning at start', async () => {
+    const off = await startServer()
+    assertProblem(await off.request('POST', '/auth/password-reset', { auth: null, body: { email: 'a@example.com' } }), 404, 'not_found')
+    assertProblem(await off.request('POST', '/auth/verify-email', { auth: null, body: { token: 'x' } }), 404, 'not_found')
+    const production = await startServer({ NODE_ENV: 'production', DATABASE_URL: 'postgres://replaced@localhost/x', PASSWORD_RESET_URL: RESET_URL, VERIFY_EMAIL_URL: VERIFY_URL })
+    assertProblem(await production.request('POST', '/auth/password-reset', { auth: null, body: { email: 'a@example.com' } }), 503, 'mail_not_configured')
+    assert.ok(production.logs.some((l) => l.level === 'warn' && String(l.msg).includes('mail_not_configured')), 'start-up says mail is not configured')
+  })
+})
+
+/** A transport that fails `failures` times (transiently or for good), then takes every message: the worker's retry logic at the unit boundary. */
+function flakyTransport(failures: number, permanent: boolean) {
+  const taken: string[] = []
+  let left = failures
+  return {
+    taken,
+    transport: {
+      name: 'hook' as const,
+      async send(message: { id: string }) {
+        if (left-- > 0) {
+          const { MailSendError } = await import('../src/mail/message.js')
+          throw new MailSendError(permanent ? 'refused: 550 no such user' : 'receiver answered 503', permanent)
+        }
+        taken.push(message.id)
+      },
+    },
+  }
+}
+
+async function until<T>(what: string, check: () => Promise<T | undefined>): Promise<T> {
+  for (const deadline = Date.now() + 5000; ;) {
+    const value = await check()
+    if (value !== undefined) return value
+    if (Date.now() > deadline) throw new Error(`${what}: not within 5 s`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+}
+
+const metric = async (server: TestServer, name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec((await server.request('GET', '/metrics')).text)?.[1])
+
+describe('the mail worker', () => {
+  test('a transient failure is retried with back-off until it is sent; the row goes once sent', async () => {
+    const flaky = flakyTransport(2, false)
+    const server = await startServer({ PASSWORD_RESET_URL: RESET_URL }, {}, { tuning: { mail: { transport: flaky.transport, pollMs: 50, retryDelaysMs: [100, 100, 100], retryJitter: 0 } } })
+    const account = await passwordAccount(server)
+    assert.equal((await server.request('POST', '/auth/password-reset', { auth: null, body: { email: account.email } })).status, 202)
+    const [row] = await until('a failed attempt recorded', async () => {
+      const rows = await server.sql<Array<{ id: string; attempts: number; last_error: string | null }>>`SELECT id::text, attempts, last_error FROM mail_outbox`
+      return rows[0]?.last_error ? rows : undefined
+    })
+    assert.equal(row!.last_error, 'receiver answered 503')
+    await until('sent', async () => (flaky.taken.length ? true : undefined))
+    assert.deepEqual(flaky.taken, [row!.id])
+    await until('the row gone', async () => ((await server.sql`SELECT 1 FROM mail_outbox`).length === 0 ? true : undefined))
+    assert.equal(await metric(server, 'mail_retried_total'), 2)
+    assert.equal(await metric(server, 'mail_sent_total'), 1)
+  })
+
+  test('a permanent failure gives up at once: the row stays without its text and link, and mail_failed_total counts it', async () => {
+    const flaky = flakyTransport(1, true)
+    const server = await startServer({ PASSWORD_RESET_URL: RESET_URL }, {}, { tuning: { mail: { transport: flaky.transport, pollMs: 50, retryDelaysMs: [100], retryJitter: 0 } } })
+    const account = await passwordAccount(server)
+    assert.equal((await server.request('POST', '/auth/password-reset', { auth: null, body: { email: account.email } })).status, 202)
+    const row = await until('given up', async () => {
+      const [r] = await server.sql<Array<{ body: string; link: string | null; last_error: string; attempts: number }>>`SELECT body, link, last_error, attempts FROM mail_outbox WHERE failed_at IS NOT NULL`
+      return r
+    })
+    assert.deepEqual({ ...row }, { body: '', link: null, last_error: 'refused: 550 no such user', attempts: 1 })
+    assert.equal(flaky.taken.length, 0)
+    assert.equal(await metric(server, 'mail_failed_total'), 1)
+  })
+})
+
+describe('the console transport of development', () => {
+  test('the real entry point prints the message on standard error, never in its log; the printed link resets the password', async () => {
+    const databaseUrl = await createTestDatabase()
+    const service = await spawnService({ DATABASE_URL: databaseUrl, PASSWORD_RESET_URL: RESET_URL })
+    try {
+      const account = { email: `dev-${unique()}@example.com`, password: `pw-${unique()}` }
+      // In the spawned service's database.
+      const { PasswordHasher } = await import('../src/auth/password.js')
+      const { connect } = await import('../src/core/db/connect.js')
+      const db = connect(databaseUrl, { max: 1, statementTimeoutMs: 5000 })
+      try {
+        await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${account.email}, 'user', ${await new PasswordHasher().hash(account.password)})`
+      } finally {
+        await db.end({ timeout: 5 })
+      }
+      assert.equal((await call(service.url, 'POST', '/auth/password-reset', { body: { email: account.email } })).status, 202)
+      for (const deadline = Date.now() + 5000; !service.stderr().includes(`To: ${account.email}`);) {
+        if (Date.now() > deadline) throw new Error(`no message on stderr: ${service.stderr()}`)
+        await new Promise((r) => setTimeout(r, 20))
+      }
+      const token = /upa_ot_[A-Za-z0-9_-]{43}/.exec(service.stderr())![0]
+      assert.ok(service.stderr().includes(RESET_URL.replace('{token}', token)))
+      assert.ok(!JSON.stringify(service.logs).includes(token.slice(7)), 'the token is not in the log')
+      assert.equal((await call(service.url, 'POST', '/auth/password-reset/confirm', { body: { token, password: `dev-${unique()}` } })).status, 204)
+    } finally {
+      service.kill('SIGTERM')
+      await service.exited
+    }
+  })
+})
