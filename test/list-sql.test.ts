@@ -18,7 +18,7 @@ const compiledShapes = (collection: Parameters<typeof compileWith>[0]) => shapes
 // the values in parameter order, and the bound on compiled shapes. No server,
 // no database (the HTTP tests in collections.test.ts run these statements).
 
-const USERS = 'SELECT "id", "name", "email", "role", "created_at", "updated_at" FROM "users"'
+const USERS = 'SELECT "id", "name", "email", "role", "email_verified_at", "created_at", "updated_at" FROM "users"'
 const PRODUCTS = 'SELECT "id", "sku", "name", "description", "price", "currency", "stock", "created_at", "updated_at" FROM "products"'
 const asc = (member: string) => ({ member, descending: false })
 const desc = (member: string) => ({ member, descending: true })

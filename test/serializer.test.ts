@@ -84,7 +84,7 @@ test('a member name that needs escaping is written escaped, and cannot inject co
 })
 
 test('the resources\' serializers write their representations as JSON.stringify of present()', () => {
-  const user = { id: 1, name: 'A "quoted" name', email: 'a@example.com', role: 'user', created_at: '2026-01-02T03:04:05.006Z', updated_at: '2026-01-02T03:04:05.006Z', password_hash: 'x', credential_epoch: 3, version: 2 }
+  const user = { id: 1, name: 'A "quoted" name', email: 'a@example.com', role: 'user', email_verified_at: null, created_at: '2026-01-02T03:04:05.006Z', updated_at: '2026-01-02T03:04:05.006Z', password_hash: 'x', credential_epoch: 3, version: 2 }
   assert.equal(users.serializer.one(user), JSON.stringify(users.present(user)))
   const product = { id: 2, sku: 'SKU-1', name: 'n', description: 'd\n', price: 100, currency: 'EUR', stock: null, created_at: '2026-01-02T03:04:05.006Z', updated_at: '2026-01-02T03:04:05.006Z', version: 1 }
   assert.equal(products.serializer.one(product), JSON.stringify(products.present(product)))

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { Webhook } from 'standardwebhooks'
 import { retryDelayMs } from '../src/webhooks/retry-schedule.js'
-import { newSigningSecret, openSecret, SealingKeyMissing, sealSecret } from '../src/webhooks/secret.js'
-import { signatureHeader, signatureOf } from '../src/webhooks/signature.js'
+import { newSigningSecret, signatureHeader, signatureOf } from '../src/core/http/standard-webhooks.js'
+import { openSecret, SealingKeyMissing, sealSecret } from '../src/webhooks/secret.js'
 
 // The pure parts of webhooks: sealing the signing secret, the Standard
 // Webhooks signature (held to the standardwebhooks package), the retry schedule.

@@ -1,14 +1,13 @@
 import { BlockList, isIP } from 'node:net'
 import { hostOf, postOnce, type PostOutcome } from '../core/http/outbound.js'
-import { signingSecretProblem } from '../webhooks/secret.js'
-import { standardWebhookHeaders } from '../webhooks/signature.js'
+import { signingSecretProblem, standardWebhookHeaders } from '../core/http/standard-webhooks.js'
 import { MailSendError, type MailMessage, type MailTransport } from './message.js'
 
 // The mail hook: each message is a Standard Webhooks POST to MAIL_HOOK_URL,
 // signed with MAIL_HOOK_SECRET, so that a small receiver of the operator's
 // hands it to a mail provider's HTTP API (docs/auth.md, "A receiver for the
 // mail hook"), as Supabase's "send email hook" does. The signing and the
-// bounded POST are the webhooks' (src/webhooks/signature.ts,
+// bounded POST are the webhooks' (src/core/http/standard-webhooks.ts,
 // src/core/http/outbound.ts); what differs is whose URL it is. A webhook's
 // URL comes from an API caller, so it is held to the SSRF policy; this one
 // comes from the operator's configuration, so loopback and private

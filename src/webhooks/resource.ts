@@ -11,7 +11,8 @@ import { resourceRoutes } from '../core/resources/routes.js'
 import { conflictOf, insertRow } from '../core/resources/store.js'
 import { hostOf } from '../core/http/outbound.js'
 import { refusalOfAddresses, refusalOfUrl, type Resolver, type UrlPolicy } from './address-policy.js'
-import { newSigningSecret, sealSecret } from './secret.js'
+import { newSigningSecret } from '../core/http/standard-webhooks.js'
+import { sealSecret } from './secret.js'
 import { wakeWorkers } from './wake.js'
 
 // A webhook subscription: a URL, the event types it wants, and a signing

@@ -7,7 +7,8 @@ import { lockRow, updateRow } from '../core/resources/store.js'
 import type { Resource } from '../core/resources/resource.js'
 import { accessOf } from '../resource-module.js'
 import type { webhookWithSecret } from './resource.js'
-import { newSigningSecret, sealSecret } from './secret.js'
+import { newSigningSecret } from '../core/http/standard-webhooks.js'
+import { sealSecret } from './secret.js'
 
 // POST /webhooks/{id}/rotate-secret: a new signing secret, shown once. The
 // old one may keep signing beside it for a while (Standard Webhooks sends

@@ -1,5 +1,4 @@
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto'
-import type { Config } from '../config.js'
 
 // A webhook's signing secret. HMAC needs the secret itself, so unlike an API
 // key it cannot be stored as a hash: it is stored sealed with AES-256-GCM
@@ -10,39 +9,13 @@ import type { Config } from '../config.js'
 // alone reveals no secret; GCM's tag means a tampered sealed text fails to
 // open rather than yielding a wrong secret.
 
-type Keys = Config['jwtSecrets']
+/** JWT_SECRETS as src/config.ts gives them: the first seals, any opens what its kid sealed. */
+type Keys = ReadonlyArray<{ kid: string; secret: Buffer }>
 
-const PREFIX = 'whsec_'
-/** Standard Webhooks asks for 24 to 64 bytes; 32 is HMAC-SHA256's block-size sweet spot. */
-const SECRET_BYTES = 32
 const FORMAT = 'v1'
 /** Binds the derived key to this use: it can never double as a cursor or token key. */
 const HKDF_INFO = 'users-products-api webhook secret v1'
 const IV_BYTES = 12
-
-/** A new secret in the Standard Webhooks form: `whsec_` and the base64 of its bytes. */
-export const newSigningSecret = (): string => PREFIX + randomBytes(SECRET_BYTES).toString('base64')
-
-/** Standard Webhooks' bounds for a secret someone else made (the mail hook's MAIL_HOOK_SECRET). */
-const MIN_SECRET_BYTES = 24
-const MAX_SECRET_BYTES = 64
-
-/** What is wrong with `secret` as a Standard Webhooks secret, or undefined; never quotes the secret. */
-export function signingSecretProblem(secret: string): string | undefined {
-  if (!secret.startsWith(PREFIX)) return `must start with ${PREFIX} (the Standard Webhooks form: ${PREFIX} and the base64 of ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} random bytes)`
-  const encoded = secret.slice(PREFIX.length)
-  // Buffer.from(…, 'base64') skips what is not base64, so a typo would silently sign with other bytes than the receiver's.
-  if (!/^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/.test(encoded)) return `must be ${PREFIX} and standard base64 (A-Z a-z 0-9 + /, padded with =)`
-  const bytes = Buffer.from(encoded, 'base64').length
-  if (bytes < MIN_SECRET_BYTES || bytes > MAX_SECRET_BYTES) return `must hold ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} bytes after ${PREFIX} (it holds ${bytes}); make one with: echo ${PREFIX}$(openssl rand -base64 32)`
-  return undefined
-}
-
-/** The bytes a signature is keyed with: the base64 after `whsec_`. */
-export function secretBytes(secret: string): Buffer {
-  if (!secret.startsWith(PREFIX)) throw new Error('not a webhook secret')
-  return Buffer.from(secret.slice(PREFIX.length), 'base64')
-}
 
 /** Opening failed because the kid that sealed the secret is no longer configured. */
 export class SealingKeyMissing extends Error {

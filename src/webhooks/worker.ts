@@ -11,9 +11,9 @@ import { systemResolver, type Resolver } from './address-policy.js'
 import { claimDue, recordAttempt, releaseClaim, type ClaimedDelivery } from './delivery-queries.js'
 import { resealSecrets } from './reseal.js'
 import { retryDelayMs } from './retry-schedule.js'
+import { standardWebhookHeaders } from '../core/http/standard-webhooks.js'
 import { openSecret, SealingKeyMissing } from './secret.js'
 import { sendWebhook, type SendOutcome } from './send.js'
-import { standardWebhookHeaders } from './signature.js'
 import { DELIVERIES_CHANNEL } from './wake.js'
 
 // Every instance runs one worker; together they share the deliveries through

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { readFile } from 'node:fs/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
+import { MAIL_CHANNEL } from '../../src/mail/worker.js'
 import { DELIVERIES_CHANNEL } from '../../src/webhooks/wake.js'
 import { startServer, type TestServer } from './server.js'
 
@@ -40,13 +41,15 @@ export async function freezeBackend(sql: Sql, pid: number): Promise<(() => void)
 /**
  * The backends of this database listening for credential changes: each
  * instance's listening connection (src/auth/credential-changes.ts; its event
- * hub shares it), not its webhook worker's, which listens on a connection of
- * its own and is no proof of anything about credentials.
+ * hub shares it), not its webhook or mail worker's, which listen on
+ * connections of their own (src/core/db/wakeups.ts) and are no proof of
+ * anything about credentials.
  */
 export async function credentialListeners(sql: Sql): Promise<number[]> {
   const rows = await sql<Array<{ pid: number }>>`
     SELECT pid FROM pg_stat_activity
-    WHERE datname = current_database() AND query ILIKE 'listen %' AND query NOT ILIKE ${`%${DELIVERIES_CHANNEL}%`}`
+    WHERE datname = current_database() AND query ILIKE 'listen %'
+      AND query NOT ILIKE ${`%${DELIVERIES_CHANNEL}%`} AND query NOT ILIKE ${`%${MAIL_CHANNEL}%`}`
   return rows.map((r) => r.pid)
 }
 
