@@ -438,8 +438,17 @@ test('a thousand open streams, half of them not reading, and a flood of events k
   // Nothing of a round stays: the second ends where the first did.
   assert.ok(second.closed.heapUsed - first.closed.heapUsed < 5e6, `${mb(second.closed.heapUsed - first.closed.heapUsed)} MB of heap more after the second round`)
   // RSS is not compared with the base: the allocator keeps the pages a round freed (Node 22 and later keep
-  // hundreds of MB after the heap is back). A leak would take more again in the second round; reuse does not.
-  assert.ok(second.flooded.rss - first.flooded.rss < (first.flooded.rss - first.base.rss) / 2, `rss ${mb(first.base.rss)} → ${mb(first.flooded.rss)} MB in the first round, ${mb(second.flooded.rss)} MB in the second`)
+  // hundreds of MB after the heap is back). A leak takes as much again in every round; the allocator's own
+  // growth levels off, though not always by the second round (glibc's arenas took 80 MB, then 58 MB, in one
+  // fresh-clone run, the heap back at 45 MB each time). So a round that adds less than half of what the
+  // first took, the second or else a third, shows the plateau.
+  const firstGrowth = first.flooded.rss - first.base.rss
+  const rounds = [first, second]
+  const levelled = (r: typeof first, before: typeof first) => r.flooded.rss - before.flooded.rss < firstGrowth / 2
+  if (!levelled(second, first)) rounds.push(await round())
+  const last = rounds.at(-1)!
+  assert.ok(levelled(last, rounds.at(-2)!), `rss at the flood, MB: ${rounds.map((r) => mb(r.flooded.rss)).join(', ')} (from ${mb(first.base.rss)})`)
+  assert.ok(last.closed.heapUsed - first.closed.heapUsed < 5e6, `${mb(last.closed.heapUsed - first.closed.heapUsed)} MB of heap more after round ${rounds.length}`)
 })
 
 test('refuses a bad Last-Event-ID, a bad type filter and unknown parameters with 400, streaming nothing', async () => {
