@@ -12,6 +12,7 @@ import { createSmtpTransport } from '../src/mail/smtp.js'
 import { parseSmtpUrl, type SmtpServer } from '../src/mail/smtp-url.js'
 import { startExim, type Exim } from './helpers/exim.js'
 import { freePort } from './helpers/ports.js'
+import { waitUntil } from './helpers/wait.js'
 
 // The SMTP transport against a real mail server, Debian's exim4
 // (test/helpers/exim.ts): what it delivered into its maildir is parsed by an
@@ -254,6 +255,21 @@ describe('failures the outbox sees', () => {
     const error = await failure(transport.send(message()))
     assert.equal(error.permanent, false)
     assert.match(error.message, /no answer to the greeting within 0\.3 s/)
+  })
+
+  test('a sender that gives up (its time is out) ends the session at once: the step under way fails as transient, nothing can complete behind its retry', async () => {
+    // A server that is slow at the end of the data (a content scan, say): the message would be taken after the sender retried.
+    const slow = await scriptedServer('220 slow.test ESMTP\r\n', (line) =>
+      line.startsWith('EHLO') ? '250 slow.test\r\n' : line.startsWith('MAIL') || line.startsWith('RCPT') ? '250 2.1.0 Ok\r\n' : line === 'DATA' ? '354 Go ahead\r\n' : '')
+    const transport = createSmtpTransport({ server: parseSmtpUrl(`smtp://127.0.0.1:${slow.port}?starttls=off`) as SmtpServer, from: FROM, timeoutMs: 30_000 })
+    const giveUp = new AbortController()
+    const started = performance.now()
+    const sending = failure(transport.send(message(), giveUp.signal))
+    await waitUntil('the DATA command', () => slow.commands.includes('DATA'))
+    giveUp.abort()
+    const error = await sending
+    assert.equal(error.permanent, false)
+    assert.ok(performance.now() - started < 5000, 'ended at the give-up, not at the 60 s end-of-data time-out')
   })
 
   test('a server that sends more after its STARTTLS reply (an injection before TLS): refused, nothing read as encrypted', async () => {

@@ -55,11 +55,12 @@ export function createHookTransport(settings: HookSettings): Required<MailTransp
 
   return {
     name: 'hook',
-    async send(message: MailMessage): Promise<void> {
+    async send(message: MailMessage, giveUp?: AbortSignal): Promise<void> {
       // Exactly these members: the id travels as webhook-id, and nothing else of the outbox leaves the service.
       const body = JSON.stringify({ type: message.type, to: message.to, subject: message.subject, text: message.text, link: message.link })
       const headers = standardWebhookHeaders([settings.secret], message.id, body, USER_AGENT)
-      const attempt = postOnce({ url, headers, body, timeoutMs, maxResponseBytes, signal: stopping.signal })
+      const signal = giveUp ? AbortSignal.any([stopping.signal, giveUp]) : stopping.signal
+      const attempt = postOnce({ url, headers, body, timeoutMs, maxResponseBytes, signal })
       inFlight.add(attempt)
       const outcome = await attempt.finally(() => inFlight.delete(attempt))
       if (outcome.ok) return

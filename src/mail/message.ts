@@ -33,7 +33,12 @@ export class MailSendError extends Error {
 /** Sends one message; resolves once the receiving side has taken it, rejects with MailSendError otherwise. */
 export interface MailTransport {
   readonly name: 'smtp' | 'hook' | 'console'
-  send(message: MailMessage): Promise<void>
+  /**
+   * `giveUp` aborts when the sender stops waiting (its time for the attempt is
+   * out): the transport ends the attempt at once, so that it cannot complete
+   * behind the retry that follows (the message would arrive twice).
+   */
+  send(message: MailMessage, giveUp?: AbortSignal): Promise<void>
   /** Releases what it holds (a kept-open connection), within the deadline (performance.now() milliseconds). */
   close?(deadline: number): Promise<void>
 }

@@ -119,9 +119,13 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
 
   return {
     name: 'smtp',
-    async send(message) {
+    async send(message, giveUp) {
       checkFields(message)
       const c = await SmtpConnection.open(server, { timeoutMs, trustedCertificates: settings.trustedCertificates })
+      // The sender stopped waiting: the session ends now, failing the step under way, so that no 250 can follow the retry.
+      const cut = () => c.close()
+      if (giveUp?.aborted) cut()
+      giveUp?.addEventListener('abort', cut, { once: true })
       const sent = (async () => {
         try {
           await deliver(c, message)
@@ -139,6 +143,7 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
         throw new MailSendError(`SMTP ${server.host}:${server.port}: ${error instanceof Error ? error.message : 'unexpected failure'}`, false)
       } finally {
         open.delete(c)
+        giveUp?.removeEventListener('abort', cut)
       }
     },
     /** Waits for the messages under way until `deadline`, then cuts their connections (they fail as transient: the outbox sends them again). */

@@ -151,10 +151,13 @@ export class MailWorker implements Component {
   /** undefined when the transport took the message; else why not. Never the message in the reason. */
   private async send(transport: MailTransport, message: ClaimedMail['message']): Promise<MailSendError | undefined> {
     const timeout = new AbortController()
+    // Told to the transport when the time is out: an attempt left running could take the message after its retry has.
+    const giveUp = new AbortController()
     try {
       await Promise.race([
-        transport.send(message),
+        transport.send(message, giveUp.signal),
         sleep(this.settings.sendTimeoutMs, undefined, { signal: timeout.signal }).then(() => {
+          giveUp.abort()
           throw new MailSendError(`no answer within ${this.settings.sendTimeoutMs} ms`, false)
         }),
       ])
