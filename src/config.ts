@@ -280,6 +280,8 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
   if (production && !isGiven('JWT_SECRETS')) report('JWT_SECRETS', 'required when NODE_ENV=production')
   if (isGiven('ADMIN_EMAIL') !== isGiven('ADMIN_PASSWORD')) problem('ADMIN_EMAIL', 'ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
   if (isGiven('TLS_CERT_FILE') !== isGiven('TLS_KEY_FILE')) problem('TLS_CERT_FILE', 'TLS_CERT_FILE and TLS_KEY_FILE: set both or neither')
+  // Without links to send, an unverified user could never become verified, and could never log in again.
+  if (e.REQUIRE_VERIFIED_EMAIL === 'true' && !isGiven('VERIFY_EMAIL_URL')) report('REQUIRE_VERIFIED_EMAIL', 'needs VERIFY_EMAIL_URL: without verification links, no unverified user could ever log in')
   if (isGiven('SMTP_URL') && isGiven('MAIL_HOOK_URL')) problem('SMTP_URL', 'SMTP_URL and MAIL_HOOK_URL: set one of them (mail goes out one way)')
   if (isGiven('SMTP_URL') && !isGiven('MAIL_FROM')) report('MAIL_FROM', 'required with SMTP_URL (the From of every message)')
   // The transports' own checks (src/mail/smtp-url.ts, address.ts, hook.ts): what they will be given must parse now, not at the first mail.

@@ -290,6 +290,11 @@ describe('recovery off, mail not configured', () => {
     const production = await startServer({ NODE_ENV: 'production', DATABASE_URL: 'postgres://replaced@localhost/x', PASSWORD_RESET_URL: RESET_URL, VERIFY_EMAIL_URL: VERIFY_URL })
     assertProblem(await production.request('POST', '/auth/password-reset', { auth: null, body: { email: 'a@example.com' } }), 503, 'mail_not_configured')
     assert.ok(production.logs.some((l) => l.level === 'warn' && String(l.msg).includes('mail_not_configured')), 'start-up says mail is not configured')
+    // A user made meanwhile gets no link that nothing would send: no live token waits in the outbox.
+    const made = await production.request('POST', '/users', { body: { name: 'Unsent', email: `unsent-${process.pid}@example.com` } })
+    assert.equal(made.status, 201, made.text)
+    assert.equal((await production.sql`SELECT count(*)::int AS n FROM mail_outbox WHERE user_id = ${made.body.id}`)[0]!.n, 0)
+    assert.equal((await production.sql`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${made.body.id}`)[0]!.n, 0)
   })
 })
 
