@@ -78,9 +78,10 @@ async function start(kind: Kind, args: string[]): Promise<void> {
   warnIfEndOfLife(log)
   for (const warning of warnings) log.warn('a variable looks misspelt; it is ignored', { problem: warning })
   if (kind === 'serve' && !config.production) warnDevelopment(config, log)
-  // Before anything lasts (migrations, the first admin): a port that is taken stops the start here.
-  // Port 0 cannot be taken; the system picks one when the service listens (a primary claims it for its workers).
-  if (kind === 'serve' && config.port !== 0) await claimPort(config.host, config.port)
+  // Before anything lasts (migrations, the first admin): a port that is taken stops the start here, once.
+  // Port 0 cannot be taken: one process lets the system pick when it listens; a primary needs one port for all
+  // its workers, so it has the system pick it here.
+  const port = kind === 'serve' && (config.port !== 0 || config.workers > 1) ? await claimPort(config.host, config.port) : config.port
 
   // Without DATABASE_URL, the local cluster's database, served as a runtime role and migrated as its owner, as in production.
   const local = config.databaseUrl === undefined ? await localDevelopmentDatabase() : undefined
@@ -117,7 +118,7 @@ async function start(kind: Kind, args: string[]): Promise<void> {
     } finally {
       await setup.end({ timeout: 5 })
     }
-    const resolved = { ...config, databaseUrl, databasePooler, jwtSecrets: resolveSecrets(config, dataRoot) }
+    const resolved = { ...config, port, databaseUrl, databasePooler, jwtSecrets: resolveSecrets(config, dataRoot) }
     // Workers read the configuration as this process did (secret files included); they are given only what it found out.
     if (config.workers > 1) return await runPrimary(resolved, log, { ...(config.databaseUrl ? {} : { DATABASE_URL: databaseUrl }), DATABASE_POOLER: databasePooler })
     await serve(resolved, log)

@@ -1,5 +1,4 @@
 import cluster, { type Worker } from 'node:cluster'
-import { claimPort } from '../claim-port.js'
 import type { Logger } from '../core/log.js'
 import { isOurs, WORKER_SLOT_VARIABLE, type PrimaryMessage, type WorkerMessage } from './messages.js'
 import { mergeExpositions } from './metrics.js'
@@ -45,11 +44,11 @@ interface Slot {
 
 /**
  * Runs the primary until a signal or a crash loop stops the service; the
- * process then exits (0 on a signal, 1 otherwise). Rejects, before any
- * worker starts, when the port cannot be had.
+ * process then exits (0 on a signal, 1 otherwise). `config.port` is one
+ * claimed already (src/claim-port.ts): every worker is given it.
  */
 export async function runPrimary(config: PrimarySettings, log: Logger, env: Record<string, string>): Promise<void> {
-  const port = await claimPort(config.host, config.port)
+  const { port } = config
   const slots = new Map<number, Slot>()
   const slotOf = new Map<Worker, number>()
   const policy = new RestartPolicy()
