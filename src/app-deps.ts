@@ -32,6 +32,12 @@ export interface AppDeps extends CoreServices {
    * pool itself when that is unset. Nothing else runs on it.
    */
   listenSql: Sql
+  /**
+   * The purges' connection (every addPurgeJob of the service, events.retention):
+   * one of its own, so that a purge neither holds a connection requests wait
+   * for nor counts in db_queries_total, which counts what requests cost.
+   */
+  maintenanceSql: Sql
   /** Every setting (src/config.ts), core's HttpSettings among them. */
   config: Config
   /** The database check of /readyz, one query a second at most (src/health/readiness.ts). */

@@ -16,7 +16,7 @@ import { RevocationList } from './auth/revocations.js'
 import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
 import { admissionFor } from './core/db/admission.js'
-import { connect } from './core/db/connect.js'
+import { backgroundConnection, connect } from './core/db/connect.js'
 import { addPurgeJob } from './core/db/batched-delete.js'
 import { DatabaseComponent } from './core/db/database-component.js'
 import { expiredIdempotencyRecords } from './core/http/idempotency.js'
@@ -118,7 +118,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
   const http = new HttpServerComponent(server, config, log)
 
   // Each uses, starting and stopping, what is registered before it.
-  lifecycle.register(new DatabaseComponent(deps.sql, deps.listenSql))
+  lifecycle.register(new DatabaseComponent(deps.sql, deps.listenSql, deps.maintenanceSql))
   lifecycle.register(deps.credentialChanges)
   lifecycle.register(deps.eventPublisher)
   lifecycle.register(deps.webhooks)
@@ -183,19 +183,21 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
   // Its `listen` opens one connection of its own (postgres.js), and nothing else does; without a listen URL, the pool's does.
   const listenSql = config.databaseListenUrl ? connect(config.databaseListenUrl, { max: 1, statementTimeoutMs, onQuery: () => void metrics.queries++ }) : sql
   const lifecycle = { shuttingDown: false }
+  const maintenanceSql = backgroundConnection(sql)
   const apiKeyCache = new ApiKeyCache(cacheSize)
   const revocations = new RevocationList()
-  addPurgeJob(scheduler, { name: 'idempotency.purge', periodMs: PURGE_EVERY_MS, sql, table: 'idempotency_keys', where: expiredIdempotencyRecords })
-  addPurgeJob(scheduler, { name: 'logins.purge-failures', periodMs: PURGE_EVERY_MS, sql, table: 'login_failures', where: expiredLoginFailures })
-  addPurgeJob(scheduler, { name: 'logins.purge-known-addresses', periodMs: PURGE_EVERY_MS, sql, table: 'login_known_addresses', where: expiredKnownAddresses })
-  addPurgeJob(scheduler, { name: 'recovery.purge-tokens', periodMs: PURGE_EVERY_MS, sql, table: 'one_time_tokens', where: spentOneTimeTokens })
-  addPurgeJob(scheduler, { name: 'recovery.purge-requests', periodMs: PURGE_EVERY_MS, sql, table: 'password_reset_requests', where: oldResetRequests })
-  addPurgeJob(scheduler, { name: 'mail.purge-failed', periodMs: PURGE_EVERY_MS, sql, table: 'mail_outbox', where: oldFailedMail })
+  addPurgeJob(scheduler, { name: 'idempotency.purge', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'idempotency_keys', where: expiredIdempotencyRecords })
+  addPurgeJob(scheduler, { name: 'logins.purge-failures', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'login_failures', where: expiredLoginFailures })
+  addPurgeJob(scheduler, { name: 'logins.purge-known-addresses', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'login_known_addresses', where: expiredKnownAddresses })
+  addPurgeJob(scheduler, { name: 'recovery.purge-tokens', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'one_time_tokens', where: spentOneTimeTokens })
+  addPurgeJob(scheduler, { name: 'recovery.purge-requests', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'password_reset_requests', where: oldResetRequests })
+  addPurgeJob(scheduler, { name: 'mail.purge-failed', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'mail_outbox', where: oldFailedMail })
   const mailSettings = { ...defaultMailSettings, ...tuning.mail }
   const deps: AppDeps = {
     registry,
     sql,
     listenSql,
+    maintenanceSql,
     config,
     log,
     lifecycle,
@@ -224,7 +226,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
     }, scheduler),
     webhooks: new WebhookWorker(sql, listenSql, registry.webhooks, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }, scheduler),
     mail: new MailWorker(sql, listenSql, mailSettings.transport ?? mailTransportFor(config, log), log, metrics, mailSettings, scheduler),
-    retention: new EventRetention(sql, scheduler, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
+    retention: new EventRetention(maintenanceSql, scheduler, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
   return deps
 }

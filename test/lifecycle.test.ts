@@ -26,9 +26,9 @@ const databaseUrl = await createTestDatabase()
 const loaded: Config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0' }), databaseUrl }
 const config: Config = { ...loaded, databasePooler: await resolvePooler({ ...loaded, databaseUrl }) }
 
-function newService(tuning: { publisher?: { intervalMs: number } } = {}): { service: Service; logs: Array<Record<string, unknown>> } {
+function newService(tuning: { publisher?: { intervalMs: number } } = {}, overrides: Partial<Config> = {}): { service: Service; logs: Array<Record<string, unknown>> } {
   const logs: Array<Record<string, unknown>> = []
-  const service = createService(config, { log: createLogger('debug', (line) => void logs.push(JSON.parse(line))), ...tuning })
+  const service = createService({ ...config, ...overrides }, { log: createLogger('debug', (line) => void logs.push(JSON.parse(line))), ...tuning })
   return { service, logs }
 }
 
@@ -142,6 +142,27 @@ describe('a service leaves nothing open once stopped', () => {
     await service.deps.sql`SELECT 1`
     await service.close()
     await assertNothingLeft(ledger, before)
+  })
+})
+
+describe('connections', () => {
+  test('serving, streaming and running its jobs, an instance holds at most DATABASE_POOL_MAX + 9 connections (the count of docs/scaling.md)', async () => {
+    const server = connect(process.env.TEST_SERVER_URL!, { max: 1, statementTimeoutMs: 10_000 })
+    const database = new URL(databaseUrl).pathname.slice(1)
+    const { service } = newService({}, { poolMax: 2 })
+    try {
+      const stream = await exercise(service)
+      // Every job has run at least once by now (their first runs are at start), and the webhook worker claimed.
+      const held = await server<Array<{ backend_type: string; query: string }>>`
+        SELECT backend_type, left(query, 60) AS query FROM pg_stat_activity WHERE datname = ${database} AND pid <> pg_backend_pid()`
+      assert.ok(held.length <= 2 + 9, `${held.length} connections: ${JSON.stringify(held)}`)
+      assert.ok(held.length >= 1 + 8, `the count is of connections the instance opened: ${JSON.stringify(held)}`)
+      await service.close()
+      await stream.ended
+    } finally {
+      await service.close()
+      await server.end({ timeout: 5 })
+    }
   })
 })
 

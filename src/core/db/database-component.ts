@@ -2,11 +2,11 @@ import type { Sql } from 'postgres'
 import type { Component } from '../lifecycle.js'
 
 /**
- * The pool and the listening connection as a component, registered first so
- * that it ends last: everything else uses them while it stops. Stopped
- * whether or not it was started, since the pool may be used before (a
- * service's start-up work). The pool's end ends its own listener too;
- * `listenSql` is ended when it is a connection of its own.
+ * The pool, the listening connection and the purges' connection as a
+ * component, registered first so that it ends last: everything else uses
+ * them while it stops. Stopped whether or not it was started, since the pool
+ * may be used before (a service's start-up work). The pool's end ends its
+ * own listener too; `listenSql` is ended when it is a connection of its own.
  */
 export class DatabaseComponent implements Component {
   readonly name = 'database'
@@ -14,6 +14,7 @@ export class DatabaseComponent implements Component {
   constructor(
     private readonly sql: Sql,
     private readonly listenSql: Sql,
+    private readonly maintenanceSql: Sql,
   ) {}
 
   /** The pool's first connection: the first request does not pay for connecting, and a database that cannot be reached fails start-up. */
@@ -24,6 +25,10 @@ export class DatabaseComponent implements Component {
   /** end() destroys the connections once its time-out passes: statements still running then are cut. */
   async stop(deadline: number): Promise<void> {
     const timeout = Math.max(0, deadline - performance.now()) / 1000
-    await Promise.all([this.sql.end({ timeout }), this.listenSql === this.sql ? undefined : this.listenSql.end({ timeout })])
+    await Promise.all([
+      this.sql.end({ timeout }),
+      this.listenSql === this.sql ? undefined : this.listenSql.end({ timeout }),
+      this.maintenanceSql.end({ timeout }),
+    ])
   }
 }
