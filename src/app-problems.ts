@@ -21,4 +21,6 @@ export const applicationProblems: Record<string, ProblemType> = {
   email_not_verified: { status: 403, title: 'E-mail address not verified' },
   email_already_verified: { status: 409, title: 'E-mail address already verified' },
   mail_not_configured: { status: 503, title: 'Mail is not configured' },
+  // Tokens of the identity provider (src/auth/oidc/).
+  identity_provider_unavailable: { status: 503, title: 'Identity provider unavailable' },
 }

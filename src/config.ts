@@ -11,6 +11,7 @@ import { hookSettingProblems } from './mail/hook.js'
 import { parseSmtpUrl } from './mail/smtp-url.js'
 import { suspectVariables } from './config-names.js'
 import { readSecret } from './secret-files.js'
+import type { ProviderSettings } from './auth/oidc/provider-token.js'
 
 // Every setting the service reads, with its default. Values arrive as strings
 // from the environment (secrets also from files: src/secret-files.ts);
@@ -86,6 +87,11 @@ const EnvSchema = Type.Object({
   MAIL_FROM: Type.Optional(Type.String({ pattern: '^[^\\r\\n]*@[^\\r\\n]*$', maxLength: 320, description: 'an address such as "Example <no-reply@example.com>", on one line' })),
   MAIL_HOOK_URL: Type.Optional(Type.String({ description: 'an http(s) URL (src/mail/hook.ts checks it)' })),
   MAIL_HOOK_SECRET: Type.Optional(Type.String({ description: 'whsec_ and the base64 of 24 to 64 random bytes (src/mail/hook.ts checks it)' })),
+  OIDC_ISSUER: Type.Optional(Type.String({ pattern: '^https://[^\\s]+$', maxLength: 1000, description: 'the https:// URL of the identity provider, exactly as its tokens\' iss says it' })),
+  OIDC_AUDIENCE: Type.Optional(Type.String({ pattern: '^[^\\s]+$', maxLength: 1000, description: 'the audience (aud) the provider issues this API\'s tokens for' })),
+  OIDC_ADMIN_CLAIM: Type.Optional(Type.String({ pattern: '^[^\\s]+$', maxLength: 200, description: 'a claim name or dotted path, such as realm_access.roles' })),
+  OIDC_ADMIN_VALUE: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+  OIDC_REPROVISION: Type.Optional(Bool),
   WORKERS: Type.Optional(Type.String({ pattern: '^(auto|[0-9]+)$', description: `auto or an integer from 1 to ${MAX_WORKERS}`, minimum: 1, maximum: MAX_WORKERS })),
 })
 const checkEnv = Compile(EnvSchema)
@@ -170,6 +176,8 @@ export interface Config {
   requireVerifiedEmail: boolean
   /** Outgoing mail (src/mail/transport.ts): at most one of SMTP and the hook; neither is the console in development, nothing in production. */
   mail: MailSettings
+  /** The identity provider whose access tokens are accepted beside ours (src/auth/oidc/); undefined: none. */
+  oidc: ProviderSettings | undefined
   /** Serve HTTPS from these PEM files (reloaded when they change); undefined: plain HTTP, for use behind a proxy. */
   tls: { certFile: string; keyFile: string } | undefined
 }
@@ -297,6 +305,12 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     if (!URL.canParse(url.replace('{token}', 'x'))) report(name, `must be an http(s) URL (it does not parse as a URL; got ${JSON.stringify(url)})`)
     else if (production && !url.startsWith('https://')) report(name, 'must be an https:// URL when NODE_ENV=production (the link carries a one-time token)')
   }
+  if (isGiven('OIDC_ISSUER') !== isGiven('OIDC_AUDIENCE')) problem('OIDC_ISSUER', 'OIDC_ISSUER and OIDC_AUDIENCE: set both or neither (a provider token is accepted only for this API\'s audience)')
+  if (isGiven('OIDC_ADMIN_CLAIM') !== isGiven('OIDC_ADMIN_VALUE')) problem('OIDC_ADMIN_CLAIM', 'OIDC_ADMIN_CLAIM and OIDC_ADMIN_VALUE: set both or neither')
+  if (!isGiven('OIDC_ISSUER')) for (const name of ['OIDC_ADMIN_CLAIM', 'OIDC_REPROVISION'] as const) if (isGiven(name)) report(name, 'needs OIDC_ISSUER and OIDC_AUDIENCE')
+  if (e.OIDC_ISSUER !== undefined && !URL.canParse(e.OIDC_ISSUER)) report('OIDC_ISSUER', `must be an https:// URL (it does not parse as a URL; got ${JSON.stringify(e.OIDC_ISSUER)})`)
+  // The issuer picks which verification a JWT goes through: ours (HMAC only) or the provider's (keys only).
+  if (e.OIDC_ISSUER !== undefined && e.OIDC_ISSUER === (e.JWT_ISSUER ?? 'users-products-api')) report('OIDC_ISSUER', 'must differ from JWT_ISSUER (the issuer tells the provider\'s tokens from ours)')
   const jwtSecrets = e.JWT_SECRETS ? jwtSecretsIn(e.JWT_SECRETS) : []
   if (typeof jwtSecrets === 'string') report('JWT_SECRETS', jwtSecrets)
   const webhookAllowedPorts = portsIn(e.WEBHOOK_ALLOWED_PORTS)
@@ -357,6 +371,9 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     passwordResetTtl: int('PASSWORD_RESET_TTL', 3600),
     requireVerifiedEmail: e.REQUIRE_VERIFIED_EMAIL === 'true',
     mail: { smtpUrl: e.SMTP_URL, from: e.MAIL_FROM, hookUrl: e.MAIL_HOOK_URL, hookSecret: e.MAIL_HOOK_SECRET },
+    oidc: e.OIDC_ISSUER && e.OIDC_AUDIENCE
+      ? { issuer: e.OIDC_ISSUER, audience: e.OIDC_AUDIENCE, adminClaim: e.OIDC_ADMIN_CLAIM, adminValue: e.OIDC_ADMIN_VALUE, reprovision: e.OIDC_REPROVISION === 'true' }
+      : undefined,
     tls: e.TLS_CERT_FILE && e.TLS_KEY_FILE ? { certFile: e.TLS_CERT_FILE, keyFile: e.TLS_KEY_FILE } : undefined,
   }
   // Start-up stops anyway: the variables that look misspelt are said with the rest, since they may be why (DATABASE_HOST beside "DATABASE_URL: required").

@@ -40,6 +40,9 @@ import { ReadinessCheck } from './health/readiness.js'
 import { buildRegistry, type Registry } from './registry.js'
 import { applicationResources } from './resources.js'
 import { originOf } from './events/origin.js'
+import { DEFAULT_LEEWAY_SECONDS } from './auth/jwt.js'
+import { IdentityProvider, type ProviderTuning } from './auth/oidc/provider-principals.js'
+import { users } from './users/resource.js'
 
 // One service instance owns all of its state: the pool, the caches, the
 // limits, the credential listener, the server. Nothing of it lives in a
@@ -71,6 +74,8 @@ export interface ServiceOptions {
   publisher?: Partial<PublisherSettings>
   /** The mail worker's times, and a transport in place of the configuration's (a test's that fails, then recovers). */
   mail?: Partial<MailSettings>
+  /** How the identity provider's keys are fetched (src/auth/oidc/key-set.ts): tests shorten the wait between fetches for unknown kids. */
+  identityProvider?: ProviderTuning
   /** What GET /metrics answers; default this service's figures. A cluster worker answers for every worker (src/cluster/worker.ts). */
   metricsReport?: () => Promise<string>
 }
@@ -123,6 +128,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
   lifecycle.register(deps.eventPublisher)
   lifecycle.register(deps.webhooks)
   lifecycle.register(deps.mail)
+  if (deps.identityProvider) lifecycle.register(deps.identityProvider)
   lifecycle.register(deps.eventHub.reader)
   lifecycle.register(scheduler)
   lifecycle.register(http)
@@ -226,6 +232,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
     }, scheduler),
     webhooks: new WebhookWorker(sql, listenSql, registry.webhooks, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }, scheduler),
     mail: new MailWorker(sql, listenSql, mailSettings.transport ?? mailTransportFor(config, log), log, metrics, mailSettings, scheduler),
+    identityProvider: config.oidc ? new IdentityProvider(config.oidc, users, log, cacheSize, DEFAULT_LEEWAY_SECONDS, tuning.identityProvider) : undefined,
     retention: new EventRetention(maintenanceSql, scheduler, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
   return deps

@@ -71,9 +71,12 @@ test('request bodies are the validating schemas: strict, with the contract bound
   assert.equal(schema.properties.name.maxLength, 200)
 })
 
-test('security: bearer and API key schemes, with the scope each operation needs', () => {
-  assert.deepEqual(Object.keys(doc.components.securitySchemes).sort(), ['apiKeyAuth', 'bearerAuth'])
-  assert.deepEqual(doc.paths['/products'].post.security, [{ bearerAuth: ['products:write'] }, { apiKeyAuth: ['products:write'] }])
+test('security: our bearer tokens, the identity provider\'s and API keys, with the scope each operation needs', () => {
+  assert.deepEqual(Object.keys(doc.components.securitySchemes).sort(), ['apiKeyAuth', 'bearerAuth', 'identityProviderAuth'])
+  assert.equal(doc.components.securitySchemes.identityProviderAuth.bearerFormat, 'JWT')
+  assert.deepEqual(doc.paths['/products'].post.security, [{ bearerAuth: ['products:write'] }, { identityProviderAuth: ['products:write'] }, { apiKeyAuth: ['products:write'] }])
+  // Session management is for a person: no API key.
+  assert.deepEqual(doc.paths['/auth/sessions'].get.security, [{ bearerAuth: [] }, { identityProviderAuth: [] }])
   assert.deepEqual(doc.paths['/healthz'].get.security, [])
   assert.deepEqual(doc.paths['/auth/login'].post.security, [])
 })

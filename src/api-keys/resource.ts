@@ -2,7 +2,7 @@ import type { Sql, TransactionSql } from 'postgres'
 import Type from 'typebox'
 import { challenge } from '../auth/credentials.js'
 import { currentPasswordMember, requireRecentPassword } from '../auth/current-password.js'
-import { isAdmin, type Principal } from '../auth/principal.js'
+import { isAdmin, sessionOf, type Principal } from '../auth/principal.js'
 import { displayPrefix, hashSecret, newSecret } from '../auth/tokens.js'
 import { HttpError, validationFailed } from '../core/http/problem.js'
 import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
@@ -55,9 +55,9 @@ const ApiKeyCreated = Type.Object({ ...apiKeys.schemas.representation.properties
 
 const userIdOf = (p: Principal) => (p.kind === 'user' ? p.userId : '')
 
-/** The credential creating a key: its session, and for a JWT the credential epoch it was issued at. */
+/** The credential creating a key: its session (none for a provider token), and for a JWT or a provider token the credential epoch it was checked at. */
 interface Creator {
-  sessionId: number
+  sessionId: number | undefined
   epoch?: number
 }
 
@@ -78,7 +78,7 @@ async function insertApiKey(
   return sql.begin(async (tx) => {
     const [user] = await tx<Array<{ epoch: number }>>`SELECT credential_epoch AS epoch FROM users WHERE id = ${key.user_id} FOR NO KEY UPDATE`
     if (!user || (creator.epoch !== undefined && creator.epoch !== user.epoch)) return 'gone'
-    const [ended] = await tx`SELECT 1 FROM sessions WHERE id = ${creator.sessionId} AND revoked_at IS NOT NULL`
+    const [ended] = creator.sessionId === undefined ? [] : await tx`SELECT 1 FROM sessions WHERE id = ${creator.sessionId} AND revoked_at IS NOT NULL`
     if (ended) return 'gone'
     const [{ live }] = await tx<[{ live: number }]>`
       SELECT count(*)::int AS live FROM api_keys WHERE user_id = ${key.user_id} AND (expires_at IS NULL OR expires_at > now())`
@@ -119,7 +119,7 @@ const hooks: ResourceHooks = {
     const { maxApiKeysPerUser } = deps.config
     const { credential } = principal
     if (credential.type === 'api_key') throw new Error('unreachable: an interactive route')
-    const creator: Creator = { sessionId: credential.sessionId, epoch: credential.type === 'jwt' ? credential.epoch : undefined }
+    const creator: Creator = { sessionId: sessionOf(credential), epoch: credential.type === 'token' ? undefined : credential.epoch }
     const row = await insertApiKey(deps.sql, {
       user_id: Number(principal.userId), name: values.name as string, prefix: displayPrefix(key), key_hash: hashSecret(key), scopes, expires_at: expiresAt,
     }, creator, maxApiKeysPerUser, originOf(principal, requestId))

@@ -12,6 +12,9 @@ import type { Principal, Role, UserPrincipal } from './principal.js'
 import type { RevocationList } from './revocations.js'
 import type { ScopePolicy } from './scopes.js'
 import { hashList, hashSecret, kindOf } from './tokens.js'
+import type { EventOrigin } from '../events/origin.js'
+import { ProviderUnavailable } from './oidc/key-set.js'
+import type { IdentityProvider } from './oidc/provider-principals.js'
 
 // Turns the credential of a request into a Principal. A request carries at
 // most one: `Authorization: Bearer <JWT | opaque token | API key>` or
@@ -37,11 +40,13 @@ export interface CredentialDeps {
   revocations: RevocationList
   /** Whether `revocations` (and the API key cache) may be trusted now. */
   credentialChanges: Pick<CredentialChanges, 'trusted'>
+  /** The identity provider whose tokens are accepted too (OIDC_ISSUER); undefined when none is configured. */
+  identityProvider: IdentityProvider | undefined
 }
 
 /** What authentication uses of an instance's deps; `bounded` as the caller waits for the database. */
 export function credentialDeps(
-  deps: Pick<AppDeps, 'sql' | 'config' | 'jwtCache' | 'apiKeyCache' | 'apiKeyUse' | 'revocations' | 'credentialChanges' | 'registry'>,
+  deps: Pick<AppDeps, 'sql' | 'config' | 'jwtCache' | 'apiKeyCache' | 'apiKeyUse' | 'revocations' | 'credentialChanges' | 'registry' | 'identityProvider'>,
   bounded: CredentialDeps['bounded'],
 ): CredentialDeps {
   const { config } = deps
@@ -55,6 +60,7 @@ export function credentialDeps(
     revocations: deps.revocations,
     credentialChanges: deps.credentialChanges,
     scopes: deps.registry.scopes,
+    identityProvider: deps.identityProvider,
   }
 }
 
@@ -91,11 +97,12 @@ export function presentedCredential(headers: IncomingHttpHeaders): string | unde
 /** A credential as presented, its form checked and nothing looked up yet: what `checkCredentials` takes. */
 export type Presented =
   | { kind: 'jwt'; token: string }
+  | { kind: 'provider'; token: string }
   | { kind: 'apiKey' | 'access'; hash: Buffer }
 
-/** What a presented secret is; a secret of no kind we issue is invalid. */
-export function classifySecret(secret: string): Presented {
-  if (looksLikeJwt(secret)) return { kind: 'jwt', token: secret }
+/** What a presented secret is; a secret of no kind we issue is invalid. A JWT naming the identity provider as its issuer is the provider's to verify. */
+export function classifySecret(secret: string, provider: IdentityProvider | undefined): Presented {
+  if (looksLikeJwt(secret)) return { kind: provider?.issued(secret) ? 'provider' : 'jwt', token: secret }
   const kind = kindOf(secret)
   if (kind !== 'apiKey' && kind !== 'access') throw invalidToken()
   return { kind, hash: hashSecret(secret) }
@@ -104,7 +111,7 @@ export function classifySecret(secret: string): Presented {
 export async function authenticate(headers: IncomingHttpHeaders, deps: CredentialDeps): Promise<Principal | undefined> {
   const secret = presentedCredential(headers)
   if (secret === undefined) return undefined
-  const [principal] = await checkCredentials([classifySecret(secret)], deps)
+  const [principal] = await checkCredentials([classifySecret(secret, deps.identityProvider)], deps)
   if (!principal) throw invalidToken()
   if (principal.credential.type === 'api_key') await recordKeyUse(principal.credential.apiKeyId, deps)
   return principal
@@ -122,19 +129,45 @@ export async function checkCredentials(presented: readonly Presented[], deps: Cr
   const jwts: Array<{ at: number; principal: UserPrincipal }> = []
   const keys: Array<{ at: number; hash: Buffer }> = []
   const tokens: Array<{ at: number; hash: Buffer }> = []
+  const providerTokens: Array<{ at: number; token: string }> = []
   presented.forEach((p, at) => {
-    if (p.kind !== 'jwt') return void (p.kind === 'apiKey' ? keys : tokens).push({ at, hash: p.hash })
-    const principal = verifiedJwt(p.token, deps)
-    if (principal) jwts.push({ at, principal })
+    switch (p.kind) {
+      case 'provider': return void providerTokens.push({ at, token: p.token })
+      case 'apiKey': return void keys.push({ at, hash: p.hash })
+      case 'access': return void tokens.push({ at, hash: p.hash })
+      case 'jwt': {
+        const principal = verifiedJwt(p.token, deps)
+        if (principal) jwts.push({ at, principal })
+      }
+    }
   })
   const found = await Promise.all([
     unrevokedJwts(jwts, deps),
+    providerPrincipals(providerTokens, deps),
     keys.length === 0 ? [] : apiKeyPrincipals(keys.map((k) => k.hash), deps).then((found) => keys.map((k, i) => ({ at: k.at, principal: found[i] }))),
     opaqueTokens(tokens, deps),
   ])
   for (const { at, principal } of found.flat()) principals[at] = principal
   return principals
 }
+
+/** Principals of the identity provider's tokens; a provider that cannot be reached with no keys cached is a 503. */
+async function providerPrincipals(tokens: ReadonlyArray<{ at: number; token: string }>, deps: CredentialDeps): Promise<Array<{ at: number; principal: UserPrincipal | undefined }>> {
+  const provider = deps.identityProvider
+  if (tokens.length === 0 || !provider) return []
+  const providerDeps = { ...deps, trusted: deps.credentialChanges.trusted, origin: PROVISIONED }
+  try {
+    return await Promise.all(tokens.map(async ({ at, token }) => ({ at, principal: await provider.principalOf(token, providerDeps) })))
+  } catch (err) {
+    if (!(err instanceof ProviderUnavailable)) throw err
+    throw new HttpError('identity_provider_unavailable', 'The identity provider that issued this token cannot be reached, and its keys are not known yet; try again shortly.', {
+      headers: { 'retry-after': String(err.retryAfterSeconds) },
+    })
+  }
+}
+
+/** A user made from a provider token is made by that token, before it has a user. */
+const PROVISIONED: EventOrigin = Object.freeze({ actorId: null, credential: 'oidc', requestId: null })
 
 interface CredentialRow {
   token_hash: Buffer

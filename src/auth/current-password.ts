@@ -58,6 +58,8 @@ export async function proveCurrentPassword(caller: UserPrincipal, currentPasswor
 async function loggedInWithin(caller: UserPrincipal, windowSeconds: number, ctx: ProofContext): Promise<boolean> {
   const { credential } = caller
   if (credential.type === 'api_key') return false
+  // The provider says when the person last signed in there (auth_time); without it, the token proves nothing recent.
+  if (credential.type === 'oidc') return credential.authenticatedAt !== undefined && Date.now() / 1000 - credential.authenticatedAt < windowSeconds
   const [fresh] = await ctx.deps.sql`
     SELECT 1 FROM sessions
     WHERE id = ${credential.sessionId} AND user_id = ${caller.userId} AND revoked_at IS NULL

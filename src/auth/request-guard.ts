@@ -91,8 +91,8 @@ function refuseSpentAddress(state: Guarded, limiter: RateLimiter, request: Stage
 function rateLimit({ principal }: Guarded, limiter: RateLimiter, request: StageRequest, limit: number): RateDecision {
   if (principal.kind === 'anonymous') return enforce(limiter, addressBucket(request.client()))
   const c = principal.credential
-  // A session is its user's: JWTs and opaque tokens of one login share a bucket.
-  const credential = c.type === 'api_key' ? `key ${c.apiKeyId}` : `session ${principal.userId}:${c.sessionId}`
+  // A session is its user's: JWTs and opaque tokens of one login share a bucket; a user's provider tokens share one.
+  const credential = c.type === 'api_key' ? `key ${c.apiKeyId}` : c.type === 'oidc' ? `oidc ${principal.userId}` : `session ${principal.userId}:${c.sessionId}`
   enforce(limiter, `user ${principal.userId}`, limit * USER_LIMIT_FACTOR)
   return enforce(limiter, credential)
 }

@@ -38,7 +38,11 @@ export class RevocationList {
 
   /** Whether a JWT of `userId`, naming session `sessionId`, issued at `epoch`, has been revoked. */
   revokes(userId: number, sessionId: number, epoch: number): boolean {
-    if (this.sessions.has(sessionId)) return true
+    return this.sessions.has(sessionId) || this.revokesUser(userId, epoch)
+  }
+
+  /** Whether credentials of `userId` held at `epoch` (a provider token's user, src/auth/oidc/identities.ts) have been revoked. */
+  revokesUser(userId: number, epoch: number): boolean {
     const floor = this.epochs.get(userId)
     return floor !== undefined && epoch < floor.epoch
   }

@@ -8,6 +8,7 @@ import { challenge } from './credentials.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
 import { DECOY_HASH, verifyInSlot } from './password.js'
 import { originOf } from '../events/origin.js'
+import { sessionOf } from './principal.js'
 import { publicAccess } from './access.js'
 import { endSession } from './session-routes.js'
 import { mayResendVerification, queueVerification } from './recovery.js'
@@ -32,9 +33,12 @@ const Tokens = Type.Object({
 const Me = Type.Object({
   user: users.schemas.representation,
   credential: Type.Object({
-    type: Type.Union([Type.Literal('jwt'), Type.Literal('token'), Type.Literal('api_key')]),
+    type: Type.Union([Type.Literal('jwt'), Type.Literal('token'), Type.Literal('api_key'), Type.Literal('oidc')], {
+      description: 'jwt and token: a login here; api_key; oidc: an access token of the identity provider (OIDC_ISSUER)',
+    }),
     scopes: Type.Array(Type.String()),
     expires_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+    issuer: Type.Optional(Type.String({ description: 'with type oidc: the identity provider that issued the token' })),
   }, { additionalProperties: false }),
 }, { additionalProperties: false })
 const RefreshBody = Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false })
@@ -131,8 +135,10 @@ export const authRoutes = [
         if (owner === undefined) throw invalidRefresh()
         return endSession(deps, owner.sessionId, { actorId: owner.userId, credential: 'refresh_token', requestId })
       }
-      if (principal.kind === 'user' && principal.credential.type !== 'api_key') {
-        return endSession(deps, principal.credential.sessionId, originOf(principal, requestId))
+      const session = principal.kind === 'user' ? sessionOf(principal.credential) : undefined
+      if (session !== undefined) return endSession(deps, session, originOf(principal, requestId))
+      if (principal.kind === 'user' && principal.credential.type === 'oidc') {
+        throw new HttpError('invalid_request', 'A token of the identity provider has no session here: log out at the provider, or POST /auth/logout-all to refuse every token issued until now.')
       }
       throw new HttpError('invalid_request', 'Send {"refresh_token": …}, or call with an access token of the session to end.')
     },
@@ -151,10 +157,11 @@ export const authRoutes = [
       const user = await findUser(deps.sql, principal.userId)
       // A JWT may outlive its user; the token is then no longer good for anything.
       if (!user) throw new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
-      const { type, expiresAt } = principal.credential
+      const { credential } = principal
+      const { type, expiresAt } = credential
       return {
         status: 200,
-        body: { user: users.present(user), credential: { type, scopes: [...principal.scopes].sort(), expires_at: expiresAt } },
+        body: { user: users.present(user), credential: { type, scopes: [...principal.scopes].sort(), expires_at: expiresAt, ...(credential.type === 'oidc' ? { issuer: credential.issuer } : {}) } },
       }
     },
   }),

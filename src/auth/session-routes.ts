@@ -5,7 +5,7 @@ import { notFound } from '../core/http/problem.js'
 import { defineRoute, type Reply } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
 import { originOf, type EventOrigin } from '../events/origin.js'
-import type { Principal, UserPrincipal } from './principal.js'
+import { sessionOf as sessionOfCredential, type Principal, type UserPrincipal } from './principal.js'
 import { raiseCredentialEpoch, revokeSession, revokeSessionsOf } from './sessions.js'
 
 // A user's view of where it is logged in, and the way out of each place or
@@ -43,8 +43,8 @@ interface SessionRow {
   client_address: string | null
 }
 
-/** The session of the calling credential; undefined for an API key, which has none (and is refused here anyway). */
-const sessionOf = (principal: UserPrincipal) => (principal.credential.type === 'api_key' ? undefined : principal.credential.sessionId)
+/** The session of the calling credential; undefined for an API key (refused here anyway) or a provider token, which have none. */
+const sessionOf = (principal: UserPrincipal) => sessionOfCredential(principal.credential)
 
 function asUser(principal: Principal): UserPrincipal {
   if (principal.kind !== 'user') throw new Error('unreachable: a protected route')

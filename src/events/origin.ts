@@ -6,8 +6,8 @@ import type { ChangeOrigin } from '../core/resources/change-events.js'
 // (the first admin at start-up) has the actor `system`; one made anonymously
 // (a self sign-up, a failed login) has no user.
 
-/** The kinds of credential an event's actor used (the CHECK of sql/007 lists the same). */
-export const actorCredentials = ['jwt', 'token', 'api_key', 'password', 'refresh_token', 'system'] as const
+/** The kinds of credential an event's actor used (the CHECK of sql/014 lists the same). */
+export const actorCredentials = ['jwt', 'token', 'api_key', 'oidc', 'password', 'refresh_token', 'system'] as const
 export type ActorCredential = (typeof actorCredentials)[number]
 
 /** Core's origin of a change (src/core/resources/change-events.ts), with the credentials this application knows. */

@@ -1,5 +1,5 @@
 import { BlockList, isIP } from 'node:net'
-import { hostOf, postOnce, type PostOutcome } from '../core/http/outbound.js'
+import { hostOf, requestOnce, type OutboundOutcome } from '../core/http/outbound.js'
 import { signingSecretProblem, standardWebhookHeaders } from '../core/http/standard-webhooks.js'
 import { MailSendError, type MailMessage, type MailTransport } from './message.js'
 
@@ -51,7 +51,7 @@ export function createHookTransport(settings: HookSettings): Required<MailTransp
   const maxResponseBytes = settings.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES
   // Aborted once close's deadline passes: an attempt cut short is retried later, by this instance or another.
   const stopping = new AbortController()
-  const inFlight = new Set<Promise<PostOutcome>>()
+  const inFlight = new Set<Promise<OutboundOutcome>>()
 
   return {
     name: 'hook',
@@ -60,7 +60,7 @@ export function createHookTransport(settings: HookSettings): Required<MailTransp
       const body = JSON.stringify({ type: message.type, to: message.to, subject: message.subject, text: message.text, link: message.link })
       const headers = standardWebhookHeaders([settings.secret], message.id, body, USER_AGENT)
       const signal = giveUp ? AbortSignal.any([stopping.signal, giveUp]) : stopping.signal
-      const attempt = postOnce({ url, headers, body, timeoutMs, maxResponseBytes, signal })
+      const attempt = requestOnce({ url, headers, body, timeoutMs, maxResponseBytes, signal })
       inFlight.add(attempt)
       const outcome = await attempt.finally(() => inFlight.delete(attempt))
       if (outcome.ok) return

@@ -115,7 +115,8 @@ function security(access: Access): Array<Record<string, string[]>> | undefined {
   const scopes: string[] = access.kind === 'protected' && access.scope ? [access.scope] : []
   // An interactive route takes the credentials of a login only: no API key.
   const interactive = access.kind === 'protected' && access.interactive
-  const required: Array<Record<string, string[]>> = interactive ? [{ bearerAuth: scopes }] : [{ bearerAuth: scopes }, { apiKeyAuth: scopes }]
+  const bearers: Array<Record<string, string[]>> = [{ bearerAuth: scopes }, { identityProviderAuth: scopes }]
+  const required: Array<Record<string, string[]>> = interactive ? bearers : [...bearers, { apiKeyAuth: scopes }]
   return access.kind === 'optional' ? [{}, ...required] : required
 }
 
@@ -204,6 +205,10 @@ export function buildOpenApiDocument(routes: readonly AnyRoute[], info: { versio
       headers: Object.fromEntries(Object.entries(headerDocs).map(([name, h]) => [name, { description: h.description, schema: json(h.schema) }])),
       securitySchemes: {
         bearerAuth: { type: 'http', scheme: 'bearer', description: 'A JWT or an opaque access token from /auth/login, or an API key (upa_ak_…).' },
+        identityProviderAuth: {
+          type: 'http', scheme: 'bearer', bearerFormat: 'JWT',
+          description: 'An access token of your identity provider, where the service is configured with OIDC_ISSUER and OIDC_AUDIENCE: a JWT signed RS256, PS256, ES256 or EdDSA with a key of the provider\'s JWKS, for that audience. Its user is the local user linked to its subject, made on first sight from its verified e-mail address; its `scope` narrows what the user\'s role allows.',
+        },
         apiKeyAuth: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'An API key from POST /api-keys.' },
       },
     },

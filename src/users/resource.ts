@@ -2,7 +2,7 @@ import Type from 'typebox'
 import { revokeApiKeysOf } from '../api-keys/resource.js'
 import { requireInteractive } from '../auth/access.js'
 import { currentPasswordMember, currentPasswordRequired, proveCurrentPassword } from '../auth/current-password.js'
-import { isAdmin, type Principal, type UserPrincipal } from '../auth/principal.js'
+import { isAdmin, sessionOf, type Principal, type UserPrincipal } from '../auth/principal.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { originOf } from '../events/origin.js'
 import { HttpError } from '../core/http/problem.js'
@@ -28,8 +28,9 @@ export const users = defineResource({
   table: 'users',
   // A user reads and changes itself; an admin anyone (the routes below: listing and creating are an admin's).
   access: { read: 'admin-or-self', write: 'admin-or-self' },
-  // The password as its scrypt hash; the epoch that a password or role change raises, voiding JWTs (sql/005).
-  serverColumns: ['password_hash', 'credential_epoch'],
+  // The password as its scrypt hash; the epoch that a password or role change raises, voiding JWTs (sql/005),
+  // and when it was raised, voiding the identity provider's tokens issued before (sql/014).
+  serverColumns: ['password_hash', 'credential_epoch', 'credential_epoch_at'],
   members: {
     id: idMember(),
     name: member(nameSchema(), { sort: true, search: true }),
@@ -95,7 +96,7 @@ const hooks: ResourceHooks<UserWriteState> = {
     // A new password ends the user's other sessions (all of them when an admin sets another user's); the trigger of sql/005 voids its JWTs.
     if (changes.password_hash !== undefined) {
       const origin = originOf(ctx.principal, ctx.requestId)
-      await revokeSessionsOf(tx, current.id, origin, self && self.credential.type !== 'api_key' ? self.credential.sessionId : undefined)
+      await revokeSessionsOf(tx, current.id, origin, self ? sessionOf(self.credential) : undefined)
       // An admin setting another user's password is account recovery: whoever held the account may have minted keys, and they go too.
       if (!self) await revokeApiKeysOf(tx, current.id, origin)
     }

@@ -1,5 +1,5 @@
 import type { LookupFunction } from 'node:net'
-import { LookupRefusal, postOnce, type PostOutcome } from '../core/http/outbound.js'
+import { LookupRefusal, requestOnce, type OutboundOutcome } from '../core/http/outbound.js'
 import { refusalOfAddresses, refusalOfUrl, type Resolver, type UrlPolicy } from './address-policy.js'
 
 // One POST of a webhook, and what came of it: src/core/http/outbound.ts
@@ -24,7 +24,7 @@ export interface SendOptions {
   signal?: AbortSignal
 }
 
-export type SendOutcome = PostOutcome
+export type SendOutcome = OutboundOutcome
 
 export function sendWebhook(options: SendOptions): Promise<SendOutcome> {
   const refused = (error: string): Promise<SendOutcome> => Promise.resolve({ status: undefined, durationMs: 0, error, ok: false })
@@ -38,7 +38,7 @@ export function sendWebhook(options: SendOptions): Promise<SendOutcome> {
   const refusal = refusalOfUrl(url, options.policy)
   if (refusal) return refused(`refused: the URL ${refusal}`)
   const { headers, body, timeoutMs, maxResponseBytes, signal } = options
-  return postOnce({
+  return requestOnce({
     url, headers, body, timeoutMs, maxResponseBytes, signal,
     // A literal address never reaches `lookup` (net connects to it directly); refusalOfUrl checked it above.
     lookup: options.policy.webhookAllowPrivate ? undefined : checkedLookup(options.resolve),

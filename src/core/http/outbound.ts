@@ -3,8 +3,9 @@ import { request as httpsRequest } from 'node:https'
 import { isIP, type LookupFunction } from 'node:net'
 import { urlOrigin } from '../lib/url-origin.js'
 
-// One POST the service makes to someone else's HTTP server (a webhook, the
-// mail hook), and what came of it, bounded in every way a receiver could
+// One request the service makes to someone else's HTTP server (a webhook or
+// the mail hook: a POST; the identity provider's keys: a GET whose answer is
+// kept), and what came of it, bounded in every way a receiver could
 // hold the service up: one time-out from the start of the attempt to the end
 // of the answer's body (connect, TLS, headers, body), at most so many bytes
 // of the answer read, no redirect followed (node:http never follows one: a
@@ -19,10 +20,15 @@ import { urlOrigin } from '../lib/url-origin.js'
 // admin: it never holds the request's body, the answer's body, or anything
 // of a URL but its origin (a path or query may carry a credential).
 
-export interface PostOptions {
+export interface OutboundRequest {
   url: URL
   headers: Record<string, string>
-  body: string
+  /** What a POST sends. */
+  body?: string
+  /** Default POST; a GET sends no body. */
+  method?: 'GET' | 'POST'
+  /** Keep the answer's body (at most maxResponseBytes) in the outcome's `body`. */
+  keepBody?: boolean
   /** From the start of the attempt to the end of the answer's body. */
   timeoutMs: number
   /** Bytes of the answer's body read at most; then the connection is closed. */
@@ -33,7 +39,7 @@ export interface PostOptions {
   lookup?: LookupFunction
 }
 
-export interface PostOutcome {
+export interface OutboundOutcome {
   /** The receiver's HTTP status; undefined when there was no answer. */
   status: number | undefined
   durationMs: number
@@ -43,29 +49,35 @@ export interface PostOutcome {
   ok: boolean
   /** Cut short by `signal`: nothing is known of the receiver's answer. */
   aborted?: boolean
+  /** The answer's body, whole, with `keepBody` and an answer that came complete within its bounds. */
+  body?: Buffer
+  /** The answer's headers, when there was an answer. */
+  headers?: IncomingMessage['headers']
 }
 
 /** A `lookup` declining to hand over an address; its message is safe to show (the outcome says `refused: <message>`). */
 export class LookupRefusal extends Error {}
 
-export function postOnce(options: PostOptions): Promise<PostOutcome> {
+export function requestOnce(options: OutboundRequest): Promise<OutboundOutcome> {
   const started = performance.now()
   const { url } = options
-  return new Promise<PostOutcome>((resolve) => {
+  return new Promise<OutboundOutcome>((resolve) => {
     let settled = false
+    let answer: Pick<OutboundOutcome, 'body' | 'headers'> = {}
     const finish = (status: number | undefined, error: string | undefined, aborted = false) => {
       if (settled) return
       settled = true
       clearTimeout(timer)
       options.signal?.removeEventListener('abort', abort)
       req.destroy()
-      const outcome: PostOutcome = { status, durationMs: Math.round(performance.now() - started), error, ok: status !== undefined && status >= 200 && status < 300 }
+      const outcome: OutboundOutcome = { status, durationMs: Math.round(performance.now() - started), error, ok: status !== undefined && status >= 200 && status < 300, ...answer }
       resolve(aborted ? { ...outcome, aborted } : outcome)
     }
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest
+    const method = options.method ?? 'POST'
     const req = send(url, {
-      method: 'POST',
-      headers: { ...options.headers, 'content-length': String(Buffer.byteLength(options.body)) },
+      method,
+      headers: method === 'GET' ? options.headers : { ...options.headers, 'content-length': String(Buffer.byteLength(options.body ?? '')) },
       agent: false,
       lookup: options.lookup,
     })
@@ -79,17 +91,23 @@ export function postOnce(options: PostOptions): Promise<PostOutcome> {
       const redirect = status >= 300 && status < 400 ? `redirect to ${urlOrigin(String(res.headers.location ?? ''), url) ?? 'an unreadable location'} not followed` : undefined
       const failed = status >= 300 ? redirect ?? `the receiver answered ${status}` : undefined
       let read = 0
+      const chunks: Buffer[] = []
+      answer = { headers: res.headers }
       res.on('data', (chunk: Buffer) => {
         read += chunk.length
         if (read > options.maxResponseBytes) finish(status, [failed, `the answer exceeded ${options.maxResponseBytes} bytes; the rest was not read`].filter(Boolean).join('; '))
+        else if (options.keepBody) chunks.push(chunk)
       })
-      res.on('end', () => finish(status, failed))
+      res.on('end', () => {
+        if (options.keepBody) answer = { ...answer, body: Buffer.concat(chunks) }
+        finish(status, failed)
+      })
       // After 'end' this finds the attempt settled; before it, the receiver cut its answer short.
       const brokeOff = () => finish(status, [failed, 'the answer broke off'].filter(Boolean).join('; '))
       res.on('error', brokeOff)
       res.on('close', brokeOff)
     })
-    req.end(options.body)
+    req.end(method === 'GET' ? undefined : options.body ?? '')
   })
 }
 
