@@ -68,6 +68,7 @@ describe('defaults', () => {
       passwordResetTtl: 3600,
       requireVerifiedEmail: false,
       mail: { smtpUrl: undefined, from: undefined, hookUrl: undefined, hookSecret: undefined },
+      oidc: undefined,
       tls: undefined,
     })
   })
@@ -180,6 +181,7 @@ describe('values', () => {
       passwordResetTtl: 3600,
       requireVerifiedEmail: false,
       mail: { smtpUrl: undefined, from: undefined, hookUrl: undefined, hookSecret: undefined },
+      oidc: undefined,
       tls: { certFile: '/etc/api/cert.pem', keyFile: '/etc/api/key.pem' },
     })
   })
@@ -490,8 +492,10 @@ describe('misspelt variables', () => {
     ])
   })
 
-  test('a family the service has no variable of yet (OpenID Connect): a warning that it is not read', () => {
-    assert.deepEqual(readConfig({ OIDC_ISSUER: 'https://id.example.com' }).warnings, ['OIDC_ISSUER: not a variable of this service (it has no OIDC_… variable; docs/operations.md lists them all)'])
+  test('a variable of a family the service reads, but not one of its own (OIDC_CLIENT_ID: no client is needed to check tokens): start-up stops, naming the family', () => {
+    assert.deepEqual(problemsOf({ OIDC_CLIENT_ID: 'api' }), [
+      'OIDC_CLIENT_ID: not a variable of this service (its OIDC_… variables are OIDC_AUDIENCE, OIDC_ISSUER, OIDC_ADMIN_CLAIM, OIDC_ADMIN_VALUE, OIDC_REPROVISION; docs/operations.md lists them all)',
+    ])
   })
 
   test('an empty variable carries nothing: not reported', () => {
