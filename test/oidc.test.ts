@@ -12,6 +12,7 @@ import { ConfigError } from '../src/core/config-error.js'
 import { certificateFromAuthority } from './helpers/certificates.js'
 import { API_SCOPES, SIGNING_ALGS, startTestProvider, type SignOptions } from './helpers/oidc-provider.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
+import { SseClient } from './helpers/sse.js'
 
 // Access tokens of the team's identity provider (OIDC_ISSUER), against a real
 // OpenID provider (panva's oidc-provider, test/helpers/oidc-provider.ts) over
@@ -305,6 +306,20 @@ describe('withdrawn access', () => {
     await sleep(1100)
     const later = provider.sign(tokenClaims(who.claims, now()))
     for (const server of both) assert.equal((await me(server, later)).status, 200)
+  })
+
+  test('an event stream opened with a provider token ends within a second of its user\'s deletion on another instance', async () => {
+    const who = person({ realm_access: { roles: ['admin'] } })
+    const token = signed(who.claims)
+    const stream = await SseClient.open(B.url, '/events/stream', { headers: { authorization: `Bearer ${token}` } })
+    assert.equal(stream.res.statusCode, 200)
+    await stream.waitFor(() => stream.retry !== undefined, 5000, 'retry:')
+    const { body } = await me(A, token)
+    const started = performance.now()
+    assert.equal((await A.request('DELETE', `/users/${body.user.id}`)).status, 204)
+    const ended = await Promise.race([stream.ended.then(() => true), sleep(3000).then(() => false)])
+    assert.ok(ended, 'the stream outlived its user')
+    assert.ok(performance.now() - started < 1500, `${Math.round(performance.now() - started)} ms`)
   })
 
   test('POST /auth/logout with a provider token is a 400: it has no session here', async () => {
