@@ -252,6 +252,19 @@ describe('role from OIDC_ADMIN_CLAIM, on every token', () => {
     assert.equal(event?.actor_credential, 'oidc')
   })
 
+  test('the last admin: a token whose claim says user leaves the account admin in the database, and acts as a user', async () => {
+    const L = await startServer(oidcEnv())
+    const who = person({ realm_access: { roles: ['admin'] } })
+    const made = await me(L, provider.sign(tokenClaims(who.claims, now() - 5)))
+    assert.equal(made.body.user.role, 'admin')
+    // The file's own admin steps down: the provider's user is the last admin.
+    await L.sql`UPDATE users SET role = 'user' WHERE id = ${L.admin.id}`
+    const plain = provider.sign(tokenClaims({ ...who.claims, realm_access: { roles: [] } }, now()))
+    assert.equal((await L.request('GET', '/users?limit=1', { auth: plain })).status, 403, 'the token acts as a user')
+    assert.equal((await L.sql<Array<{ role: string }>>`SELECT role FROM users WHERE id = ${made.body.user.id}`)[0]?.role, 'admin')
+    assert.equal((await me(L, plain)).status, 200)
+  })
+
   test('a claim named by a URL, dots and all (Auth0\'s namespaced claims), is a claim of its own', async () => {
     const H = await startServer(oidcEnv({ OIDC_ADMIN_CLAIM: 'https://example.com/roles' }))
     const who = person({ 'https://example.com/roles': ['admin'] })

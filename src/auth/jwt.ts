@@ -55,7 +55,8 @@ export function signJwt(claims: JwtClaims, key: SigningKey): string {
 /** A JWS compact serialization: three base64url segments. Opaque tokens and API keys never look like this. */
 export const looksLikeJwt = (token: string) => token.split('.').length === 3
 
-function decodeSegment(segment: string): Record<string, unknown> {
+/** A base64url segment holding a JSON object, decoded; anything else is an InvalidTokenError. */
+export function decodeSegment(segment: string): Record<string, unknown> {
   try {
     const value: unknown = JSON.parse(Buffer.from(segment, 'base64url').toString('utf8'))
     if (value && typeof value === 'object' && !Array.isArray(value)) return value as Record<string, unknown>
@@ -65,13 +66,17 @@ function decodeSegment(segment: string): Record<string, unknown> {
   throw new InvalidTokenError('segment is not a JSON object')
 }
 
-export function verifyJwt(token: string, options: VerifyOptions): JwtClaims {
-  if (token.length > MAX_TOKEN_LENGTH) throw new InvalidTokenError('too long')
+/** A JWS compact serialization of at most `maxLength` characters taken apart, its header decoded: the first step of every verification. */
+export function parseJws(token: string, maxLength: number): { header: Record<string, unknown>; headerText: string; payloadText: string; signature: string } {
+  if (token.length > maxLength) throw new InvalidTokenError('too long')
   const parts = token.split('.')
   if (parts.length !== 3 || !parts.every((p) => SEGMENT.test(p))) throw new InvalidTokenError('not a JWS compact serialization')
   const [headerText, payloadText, signature] = parts as [string, string, string]
+  return { header: decodeSegment(headerText), headerText, payloadText, signature }
+}
 
-  const header = decodeSegment(headerText)
+export function verifyJwt(token: string, options: VerifyOptions): JwtClaims {
+  const { header, headerText, payloadText, signature } = parseJws(token, MAX_TOKEN_LENGTH)
   // Exactly HS256: `none` in any spelling, other HMACs and public-key
   // algorithms (the RS256/HS256 confusion attack) are all refused here.
   if (header.alg !== 'HS256') throw new InvalidTokenError('algorithm not accepted')

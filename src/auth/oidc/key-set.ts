@@ -21,7 +21,7 @@ export interface KeySetSettings {
   issuer: string
   /** At most one fetch for unknown kids in this long. */
   unknownKidRefetchMs: number
-  /** Each GET, from its start to the end of the answer's body. */
+  /** One fetch, both of its GETs (discovery and JWKS), from the start of the first to the end of the last answer's body. */
   fetchTimeoutMs: number
   /** After a failed fetch, none before this long. */
   retryAfterMs: number
@@ -65,7 +65,7 @@ export class ProviderKeySet {
   private lastFailure: { at: number; reason: string } | undefined
   private lastUnknownKidFetch = -Infinity
   private readonly stopping = new AbortController()
-  /** GETs of the JWKS made so far (tests and /metrics read it). */
+  /** GETs of the JWKS made so far. */
   fetches = 0
 
   constructor(
@@ -76,7 +76,7 @@ export class ProviderKeySet {
     private readonly now: () => number = () => performance.now(),
   ) {}
 
-  /** Whether keys are held (for /readyz: a provider that was never reached). */
+  /** Whether keys are held. Not a readiness condition: our own credentials work without the provider. */
   get loaded(): boolean {
     return this.keys !== undefined
   }
@@ -138,10 +138,11 @@ export class ProviderKeySet {
 
   private async fetchKeys(): Promise<void> {
     try {
-      const discovery = await this.getJson(discoveryUrl(this.settings.issuer), MAX_DOCUMENT_BYTES, 'the discovery document')
+      const deadline = this.now() + this.settings.fetchTimeoutMs
+      const discovery = await this.getJson(discoveryUrl(this.settings.issuer), MAX_DOCUMENT_BYTES, 'the discovery document', deadline)
       const jwksUri = jwksUriOf(discovery.body, this.settings.issuer)
       this.fetches++
-      const jwks = await this.getJson(jwksUri, MAX_JWKS_BYTES, 'the JWKS')
+      const jwks = await this.getJson(jwksUri, MAX_JWKS_BYTES, 'the JWKS', deadline)
       const keys = keysOf(jwks.body, this.log)
       const changed = !sameKeys(this.keys, keys)
       const recovered = this.lastFailure !== undefined
@@ -161,8 +162,9 @@ export class ProviderKeySet {
     }
   }
 
-  private async getJson(url: URL, maxBytes: number, what: string): Promise<{ body: unknown; cacheControl: string | undefined }> {
-    const outcome = await requestOnce({ url, method: 'GET', headers: { accept: 'application/json' }, timeoutMs: this.settings.fetchTimeoutMs, maxResponseBytes: maxBytes, keepBody: true, signal: this.stopping.signal })
+  private async getJson(url: URL, maxBytes: number, what: string, deadline: number): Promise<{ body: unknown; cacheControl: string | undefined }> {
+    const timeoutMs = Math.max(1, Math.round(deadline - this.now()))
+    const outcome = await requestOnce({ url, method: 'GET', headers: { accept: 'application/json' }, timeoutMs, maxResponseBytes: maxBytes, keepBody: true, signal: this.stopping.signal })
     if (!outcome.ok || !outcome.body) throw new Error(`${what} at ${url.origin}: ${outcome.error ?? `answered ${outcome.status}`}`)
     try {
       return { body: JSON.parse(outcome.body.toString('utf8')), cacheControl: headerText(outcome.headers?.['cache-control']) }

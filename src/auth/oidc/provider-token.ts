@@ -1,4 +1,4 @@
-import { InvalidTokenError } from '../jwt.js'
+import { decodeSegment, InvalidTokenError, parseJws } from '../jwt.js'
 import { PROVIDER_ALGORITHMS, verifySignature, type ProviderAlgorithm } from './jws.js'
 import type { ProviderKeySet } from './key-set.js'
 
@@ -45,22 +45,11 @@ const MAX_TOKEN_LENGTH = 8 * 1024
  * provider token must not outlive what can refuse it.
  */
 export const MAX_TOKEN_AGE_SECONDS = 86_400
-const SEGMENT = /^[A-Za-z0-9_-]+$/
 /** RFC 9068 names access tokens `at+jwt`; most providers still say `JWT`. */
 const ACCEPTED_TYPES = new Set(['jwt', 'at+jwt', 'application/at+jwt'])
 const MAX_SUBJECT_LENGTH = 255
 /** A string fit to be stored and shown: no NUL (PostgreSQL text cannot hold it) nor any other control character. */
 const PRINTABLE = /^[^\u0000-\u001f\u007f]+$/
-
-function decodeSegment(segment: string): Record<string, unknown> {
-  try {
-    const value: unknown = JSON.parse(Buffer.from(segment, 'base64url').toString('utf8'))
-    if (value && typeof value === 'object' && !Array.isArray(value)) return value as Record<string, unknown>
-  } catch {
-    // fall through
-  }
-  throw new InvalidTokenError('segment is not a JSON object')
-}
 
 /**
  * Whether a JWT says it comes from `issuer`, read without trusting it: only
@@ -71,7 +60,7 @@ function decodeSegment(segment: string): Record<string, unknown> {
 export function claimsIssuer(token: string, issuer: string): boolean {
   if (token.length > MAX_TOKEN_LENGTH) return false
   const payload = token.split('.')[1]
-  if (payload === undefined || !SEGMENT.test(payload)) return false
+  if (payload === undefined) return false
   try {
     return decodeSegment(payload).iss === issuer
   } catch {
@@ -80,11 +69,7 @@ export function claimsIssuer(token: string, issuer: string): boolean {
 }
 
 export async function verifyProviderToken(token: string, keys: ProviderKeySet, settings: ProviderSettings, now: number, leewaySeconds: number): Promise<ProviderClaims> {
-  if (token.length > MAX_TOKEN_LENGTH) throw new InvalidTokenError('too long')
-  const parts = token.split('.')
-  if (parts.length !== 3 || !parts.every((p) => SEGMENT.test(p))) throw new InvalidTokenError('not a JWS compact serialization')
-  const [headerText, payloadText, signature] = parts as [string, string, string]
-  const header = decodeSegment(headerText)
+  const { header, headerText, payloadText, signature } = parseJws(token, MAX_TOKEN_LENGTH)
   if (!PROVIDER_ALGORITHMS.includes(header.alg as ProviderAlgorithm)) throw new InvalidTokenError('algorithm not accepted')
   if ('crit' in header) throw new InvalidTokenError('critical extension')
   if ('typ' in header && !(typeof header.typ === 'string' && ACCEPTED_TYPES.has(header.typ.toLowerCase()))) throw new InvalidTokenError('unexpected typ')
