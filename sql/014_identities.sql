@@ -19,8 +19,9 @@ BEGIN
   IF NEW.role IS DISTINCT FROM OLD.role OR NEW.password_hash IS DISTINCT FROM OLD.password_hash THEN
     NEW.credential_epoch := greatest(NEW.credential_epoch, OLD.credential_epoch + 1);
   END IF;
+  -- The clock, not now(): the start of a long transaction would let the tokens issued during it through.
   IF NEW.credential_epoch > OLD.credential_epoch AND NEW.credential_epoch_at IS NOT DISTINCT FROM OLD.credential_epoch_at THEN
-    NEW.credential_epoch_at := now();
+    NEW.credential_epoch_at := clock_timestamp();
   END IF;
   RETURN NEW;
 END $$;
@@ -47,7 +48,7 @@ CREATE FUNCTION identities_user_deleted() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.user_id IS NULL AND OLD.user_id IS NOT NULL THEN
-    NEW.user_deleted_at := now();
+    NEW.user_deleted_at := clock_timestamp();
   END IF;
   RETURN NEW;
 END $$;

@@ -285,8 +285,8 @@ describe('withdrawn access', () => {
     const link = await identityOf(who.sub)
     assert.equal(link?.user_id, null)
     assert.ok(link?.user_deleted_at, 'the link remembers the deletion')
-    await sleep(1100)
-    const later = provider.sign(tokenClaims(who.claims, now()))
+    // Issued after the deletion: iat is in seconds, so a second on (within the clock leeway).
+    const later = provider.sign(tokenClaims(who.claims, now() + 2))
     assertInvalidToken(await me(A, later))
     assertInvalidToken(await me(B, later))
     assert.equal(await usersWithEmail(who.email), 0)
@@ -300,11 +300,38 @@ describe('withdrawn access', () => {
     assert.equal(first.status, 200)
     assert.equal((await R.request('DELETE', `/users/${first.body.user.id}`)).status, 204)
     assertInvalidToken(await me(R, before))
-    await sleep(1100)
-    const again = await me(R, provider.sign(tokenClaims(who.claims, now())))
+    const again = await me(R, provider.sign(tokenClaims(who.claims, now() + 2)))
     assert.equal(again.status, 200, again.text)
     assert.notEqual(again.body.user.id, first.body.user.id)
     assertInvalidToken(await me(R, before))
+  })
+
+  test('with OIDC_REPROVISION=true, deleted twice: an instance that remembers only the first deletion does not let a token issued between the two make the user again', async () => {
+    const R = await startServer(oidcEnv({ OIDC_REPROVISION: 'true' }))
+    const R2 = await startServer(oidcEnv({ OIDC_REPROVISION: 'true' }), {}, { databaseUrl: R.databaseUrl })
+    const who = person()
+    const first = provider.sign(tokenClaims(who.claims, now() - 5))
+    const made = await me(R, first)
+    assert.equal((await R.request('DELETE', `/users/${made.body.user.id}`)).status, 204)
+    assertInvalidToken(await me(R2, first), 'R2 now remembers the first deletion')
+    const between = provider.sign(tokenClaims(who.claims, now() + 1))
+    const issuedAt = (now() + 1) * 1000
+    while (Date.now() <= issuedAt + 50) await sleep(50)
+    const again = await me(R, between)
+    assert.equal(again.status, 200, again.text)
+    assert.equal((await R.request('DELETE', `/users/${again.body.user.id}`)).status, 204)
+    assertInvalidToken(await me(R2, between))
+    assert.equal((await R.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM users WHERE email = ${who.email}`)[0].n, 0)
+  })
+
+  test('two accounts of the provider with one new address, at once on two instances: one user, the other token 401, never a 500', async () => {
+    for (let round = 0; round < 3; round++) {
+      const one = person()
+      const other = person({ email: one.email })
+      const answers = await Promise.all([me(A, signed(one.claims)), me(B, signed(other.claims))])
+      assert.deepEqual(answers.map((a) => a.status).sort(), [200, 401], answers.map((a) => a.text).join('\n'))
+      assert.equal(await usersWithEmail(one.email), 1)
+    }
   })
 
   test('POST /auth/logout-all with a provider token refuses every provider token of the user issued until then, on every instance; later ones work', async () => {
@@ -316,8 +343,8 @@ describe('withdrawn access', () => {
     assert.equal((await A.request('POST', '/auth/logout-all', { auth: current, body: {} })).status, 204)
     await refusedEverywhere(earlier)
     await refusedEverywhere(current)
-    await sleep(1100)
-    const later = provider.sign(tokenClaims(who.claims, now()))
+    // Issued after the deletion: iat is in seconds, so a second on (within the clock leeway).
+    const later = provider.sign(tokenClaims(who.claims, now() + 2))
     for (const server of both) assert.equal((await me(server, later)).status, 200)
   })
 
@@ -333,6 +360,28 @@ describe('withdrawn access', () => {
     const ended = await Promise.race([stream.ended.then(() => true), sleep(3000).then(() => false)])
     assert.ok(ended, 'the stream outlived its user')
     assert.ok(performance.now() - started < 1500, `${Math.round(performance.now() - started)} ms`)
+  })
+
+  test('a remembered link is read again after its time even if no revocation names it (the list forgets after a day): a role changed unannounced holds', async () => {
+    const S = await startServer({ OIDC_ISSUER: provider.issuer, OIDC_AUDIENCE: provider.audience }, {}, { tuning: { identityProvider: { linkMaxAgeMs: 300 } } })
+    const who = person()
+    const made = await me(S, signed(who.claims))
+    await S.sql`UPDATE users SET role = 'admin' WHERE id = ${made.body.user.id}`
+    await sleep(350)
+    // Issued after the change (a role change refuses the provider's tokens issued before it).
+    const promoted = provider.sign(tokenClaims(who.claims, now() + 1))
+    assert.equal((await S.request('GET', '/users?limit=1', { auth: promoted })).status, 200, 'promoted: the link was read again')
+    // What the revocation list would have said, had it not forgotten: the role changes without an announcement.
+    await S.sql`ALTER TABLE users DISABLE TRIGGER users_epoch_raised`
+    try {
+      await S.sql`UPDATE users SET role = 'user' WHERE id = ${made.body.user.id}`
+    } finally {
+      await S.sql`ALTER TABLE users ENABLE TRIGGER users_epoch_raised`
+    }
+    await sleep(350)
+    const after = provider.sign(tokenClaims(who.claims, now() + 2))
+    const res = await S.request('GET', '/users?limit=1', { auth: after })
+    assert.equal(res.status, 403, `demoted: the link was read again; ${res.text}`)
   })
 
   test('POST /auth/logout with a provider token is a 400: it has no session here', async () => {

@@ -155,7 +155,7 @@ export async function checkCredentials(presented: readonly Presented[], deps: Cr
 async function providerPrincipals(tokens: ReadonlyArray<{ at: number; token: string }>, deps: CredentialDeps): Promise<Array<{ at: number; principal: UserPrincipal | undefined }>> {
   const provider = deps.identityProvider
   if (tokens.length === 0 || !provider) return []
-  const providerDeps = { ...deps, trusted: deps.credentialChanges.trusted, origin: PROVISIONED }
+  const providerDeps = { ...deps, trusted: () => deps.credentialChanges.trusted, origin: PROVISIONED }
   try {
     return await Promise.all(tokens.map(async ({ at, token }) => ({ at, principal: await provider.principalOf(token, providerDeps) })))
   } catch (err) {

@@ -31,9 +31,14 @@ export async function findUserByEmail(db: Sql | TransactionSql, normalizedEmail:
 // each see the other admin and together leave none.
 const LAST_ADMIN_LOCK = 4_711_000_001
 
-/** Refuses (409) to remove the admin role from the only admin left. Call inside the transaction that does it. */
-export async function ensureAnotherAdmin(tx: TransactionSql, leavingId: number): Promise<void> {
+/** Whether an admin other than `leavingId` exists, holding the lock until the transaction ends: call it inside the transaction that removes the role. */
+export async function anotherAdminExists(tx: TransactionSql, leavingId: number): Promise<boolean> {
   await tx`SELECT pg_advisory_xact_lock(${LAST_ADMIN_LOCK})`
   const [other] = await tx`SELECT 1 FROM users WHERE role = 'admin' AND id <> ${leavingId} LIMIT 1`
-  if (!other) throw new HttpError('last_admin', 'This is the last admin; make another user admin first.')
+  return other !== undefined
+}
+
+/** Refuses (409) to remove the admin role from the only admin left. Call inside the transaction that does it. */
+export async function ensureAnotherAdmin(tx: TransactionSql, leavingId: number): Promise<void> {
+  if (!(await anotherAdminExists(tx, leavingId))) throw new HttpError('last_admin', 'This is the last admin; make another user admin first.')
 }

@@ -9,6 +9,7 @@ import type { EventOrigin } from '../../events/origin.js'
 import { InvalidTokenError } from '../jwt.js'
 import type { Role } from '../principal.js'
 import type { RevocationList } from '../revocations.js'
+import { anotherAdminExists } from '../../users/queries.js'
 import type { ProviderClaims, ProviderSettings } from './provider-token.js'
 
 // Which local user a verified provider token is (table `identities`,
@@ -36,15 +37,23 @@ export interface LinkedUser {
   keptFrom?: Role
 }
 
-type Link = LinkedUser | { deletedAtMs: number }
+/** What a link was read as, and when (performance.now()): a link is read again after LINK_MAX_AGE_MS. */
+type Link = (LinkedUser | { deletedAtMs: number }) & { readAt?: number }
+
+/**
+ * A link remembered longer than the revocation list remembers a revocation
+ * (a day, src/auth/revocations.ts) could outlive the entry that makes it be
+ * read again: it is read again well before.
+ */
+export const LINK_MAX_AGE_MS = 3600_000
 
 export interface IdentityDeps {
   sql: Sql
   /** Runs database work under database admission. */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
   revocations: RevocationList
-  /** Whether `revocations` may be trusted now (src/auth/credential-changes.ts). */
-  trusted: boolean
+  /** Whether `revocations` may be trusted now (src/auth/credential-changes.ts): asked when it is used, after any wait for keys. */
+  trusted: () => boolean
   /** Who a user made from a token was made by, for its event. */
   origin: EventOrigin
 }
@@ -73,6 +82,7 @@ export class ProviderIdentities {
     /** The users declaration (src/users/resource.ts): a user made from a token is written as the API writes one, with its event. */
     private readonly users: Resource,
     size: number,
+    private readonly linkMaxAgeMs = LINK_MAX_AGE_MS,
   ) {
     this.links = new BoundedMap(size)
     this.newUser = compileValidator(Type.Object({ name: users.members.name!, email: users.members.email! }))
@@ -80,7 +90,8 @@ export class ProviderIdentities {
 
   /** The local user of a verified token; a NoLocalUser when it has none (deleted, no verified address, access withdrawn). */
   async userOf(claims: ProviderClaims, deps: IdentityDeps): Promise<LinkedUser> {
-    let link = deps.trusted ? this.links.get(claims.subject) : undefined
+    let link = deps.trusted() ? this.links.get(claims.subject) : undefined
+    if (link && performance.now() - (link.readAt ?? 0) > this.linkMaxAgeMs) link = undefined
     if (link && 'userId' in link && deps.revocations.revokesUser(link.userId, link.epoch)) link = undefined
     if (link && 'deletedAtMs' in link && this.reprovisions(claims, link)) link = undefined
     link ??= await this.read(claims.subject, deps)
@@ -116,7 +127,7 @@ export class ProviderIdentities {
   }
 
   private remember(subject: string, link: Link): Link {
-    this.links.set(subject, link)
+    this.links.set(subject, { ...link, readAt: link.readAt ?? performance.now() })
     return link
   }
 
@@ -126,7 +137,7 @@ export class ProviderIdentities {
    * verified is not linked: whoever signed up with it may not be its owner
    * (the pre-hijacking of an account the provider's user would then use).
    */
-  private async provision(claims: ProviderClaims, deps: IdentityDeps): Promise<LinkedUser> {
+  private async provision(claims: ProviderClaims, deps: IdentityDeps, again = true): Promise<LinkedUser> {
     const email = claims.verifiedEmail
     if (email === undefined) throw refused('the token carries no verified e-mail address (email with email_verified true): no user can be made for it')
     const name = [claims.name?.trim(), email.split('@')[0]].find((n) => n && this.newUser.errors({ name: n, email }).length === 0)
@@ -146,7 +157,8 @@ export class ProviderIdentities {
           WHERE u.id = ${userId} AND i.issuer = ${this.settings.issuer} AND i.subject = ${claims.subject} AND i.user_id IS NULL`
         const [linked] = await tx<Array<{ user_id: number }>>`
           INSERT INTO identities (issuer, subject, user_id) VALUES (${this.settings.issuer}, ${claims.subject}, ${userId})
-          ON CONFLICT (issuer, subject) DO UPDATE SET user_id = excluded.user_id, user_deleted_at = NULL WHERE identities.user_id IS NULL
+          ON CONFLICT (issuer, subject) DO UPDATE SET user_id = excluded.user_id, user_deleted_at = NULL
+            WHERE identities.user_id IS NULL AND identities.user_deleted_at < to_timestamp(${claims.issuedAt})
           RETURNING user_id`
         if (!linked) throw new LinkedMeanwhile()
         const [user] = await tx<LinkRow[]>`
@@ -157,10 +169,14 @@ export class ProviderIdentities {
     } catch (err) {
       const { code, constraint_name: constraint } = err as { code?: string; constraint_name?: string }
       if (code === '23505' && constraint === 'identities_issuer_user_id_key') throw refused('the user with this address is linked to another account of the identity provider')
-      // Another request linked it, or made the user, at the same moment: what it did is in the database now.
+      // Another request linked it, or made a user with the address, at the same moment: what it did is in the
+      // database now. Read as it is, or tried once more (a user made for another subject is then refused).
       if (err instanceof LinkedMeanwhile || (code === '23505' && constraint === 'users_email_key')) {
         const link = await this.read(claims.subject, deps)
         if (link && 'userId' in link) return link
+        if (link) throw refused('the user of this token was deleted')
+        if (again) return this.provision(claims, deps, false)
+        throw refused('the user of this token could not be linked; try again')
       }
       throw err
     }
@@ -175,10 +191,14 @@ export class ProviderIdentities {
    */
   private async takeRole(link: LinkedUser, role: Role, claims: ProviderClaims, deps: IdentityDeps): Promise<LinkedUser> {
     const row = await deps.bounded(() => deps.sql.begin(async (tx) => {
+      // Under the lock the API's demotions take (src/users/queries.ts): two at once cannot leave no admin.
+      if (role === 'user' && !(await anotherAdminExists(tx, link.userId))) return undefined
+      // Set explicitly, so that the trigger of sql/014 does not stamp the time of the change instead; never moved back.
       const [user] = await tx<Array<Record<string, unknown>>>`
-        UPDATE users SET role = ${role}, credential_epoch_at = greatest(credential_epoch_at, to_timestamp(${claims.issuedAt}) - interval '1 millisecond')
+        UPDATE users SET role = ${role}, credential_epoch_at = CASE
+            WHEN to_timestamp(${claims.issuedAt}) - interval '1 millisecond' > credential_epoch_at THEN to_timestamp(${claims.issuedAt}) - interval '1 millisecond'
+            ELSE clock_timestamp() END
         WHERE id = ${link.userId} AND role <> ${role}
-          AND (${role} = 'admin' OR EXISTS (SELECT 1 FROM users other WHERE other.role = 'admin' AND other.id <> ${link.userId}))
         RETURNING *, (extract(epoch FROM credential_epoch_at) * 1000)::float8 AS epoch_at_ms`
       if (user) await recordEvents(tx, [eventOf(this.users, this.users.events.updated, user as StoredRow)], deps.origin)
       return user

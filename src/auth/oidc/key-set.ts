@@ -122,8 +122,9 @@ export class ProviderKeySet {
   private find(kid: string | undefined, alg: ProviderAlgorithm): ProviderKey | undefined {
     const keys = this.keys ?? []
     // RFC 7515 §4.1.4 lets a token leave kid out; only an unambiguous set may be used then.
-    const key = kid === undefined ? (keys.length === 1 ? keys[0] : undefined) : keys.find((k) => k.kid === kid)
-    return key && keyAllows(key, alg) ? key : undefined
+    if (kid !== undefined) return keys.find((k) => k.kid === kid && keyAllows(k, alg))
+    const [only] = keys
+    return keys.length === 1 && keyAllows(only!, alg) ? only : undefined
   }
 
   /** One fetch at a time; none within retryAfterMs of a failed one. */

@@ -22,12 +22,16 @@ export interface ProviderDeps {
   sql: Sql
   bounded: <T>(work: () => Promise<T>) => Promise<T>
   revocations: RevocationList
-  trusted: boolean
+  /** Whether `revocations` may be trusted now: asked when it is used. */
+  trusted: () => boolean
   scopes: ScopePolicy
   origin: EventOrigin
 }
 
-export type ProviderTuning = Partial<Omit<KeySetSettings, 'issuer'>>
+export type ProviderTuning = Partial<Omit<KeySetSettings, 'issuer'>> & {
+  /** How long a link of a token's subject to its user is remembered before it is read again (identities.ts). */
+  linkMaxAgeMs?: number
+}
 
 export class IdentityProvider implements Component {
   readonly name = 'identity-provider'
@@ -44,8 +48,9 @@ export class IdentityProvider implements Component {
     tuning: ProviderTuning = {},
   ) {
     this.verified = new BoundedMap(cacheSize)
-    this.identities = new ProviderIdentities(settings, users, cacheSize)
-    this.keys = new ProviderKeySet({ ...defaultKeySetSettings, ...tuning, issuer: settings.issuer }, log, () => this.verified.clear())
+    const { linkMaxAgeMs, ...keySet } = tuning
+    this.identities = new ProviderIdentities(settings, users, cacheSize, linkMaxAgeMs)
+    this.keys = new ProviderKeySet({ ...defaultKeySetSettings, ...keySet, issuer: settings.issuer }, log, () => this.verified.clear())
   }
 
   /** Fetches the provider's keys at start-up, in the background: the first token need not wait, and start-up does not wait for the provider. */
@@ -78,7 +83,7 @@ export class IdentityProvider implements Component {
     return {
       kind: 'user', userId: String(user.userId), role,
       scopes: deps.scopes.effective(role, claims.scopes),
-      credential: { type: 'oidc', issuer: this.settings.issuer, subject: claims.subject, expiresAt: new Date(claims.expiresAt * 1000).toISOString(), epoch: user.epoch, authenticatedAt: claims.authenticatedAt },
+      credential: { type: 'oidc', issuer: this.settings.issuer, subject: claims.subject, expiresAt: new Date(Math.min(claims.expiresAt, claims.issuedAt + MAX_TOKEN_AGE_SECONDS) * 1000).toISOString(), epoch: user.epoch, authenticatedAt: claims.authenticatedAt },
     }
   }
 

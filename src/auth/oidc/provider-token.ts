@@ -95,7 +95,8 @@ function checkClaims(claims: Record<string, unknown>, settings: ProviderSettings
   if (claims.iat > now + leeway) throw new InvalidTokenError('issued in the future')
   if (now - claims.iat > MAX_TOKEN_AGE_SECONDS + leeway) throw new InvalidTokenError('issued too long ago')
   const sub = claims.sub
-  if (typeof sub !== 'string' || sub.length > MAX_SUBJECT_LENGTH || !PRINTABLE.test(sub)) throw new InvalidTokenError('bad subject')
+  // A lone surrogate would be stored as U+FFFD: two subjects would share one link.
+  if (typeof sub !== 'string' || sub.length > MAX_SUBJECT_LENGTH || !PRINTABLE.test(sub) || !sub.isWellFormed()) throw new InvalidTokenError('bad subject')
   const verified = claims.email_verified === true || claims.email_verified === 'true'
   const email = typeof claims.email === 'string' && verified ? claims.email : undefined
   const name = [claims.name, claims.preferred_username].find((n): n is string => typeof n === 'string')
