@@ -194,7 +194,9 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
     copyFileSync(process.execPath, join(nodeDir, 'node'))
     chmodSync(join(nodeDir, 'node'), 0o755)
   }
-  const port = 20_000 + Math.floor(Math.random() * 20_000)
+  // Below the kernel's ephemeral range (32768 and up): no socket of another test, bound to port 0 or
+  // connecting out, can be given this port between our choice and the service's bind.
+  const port = 20_000 + Math.floor(Math.random() * 12_000)
   const serviceEnv = {
     ...env, PATH: `${nodeDir}:${env.PATH}`, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: await createTestDatabase(), JWT_SECRETS: `k1:${TEST_JWT_SECRET}`, LOG_LEVEL: 'warn',
     API_PREFIX: '/v1', TLS_CERT_FILE: certificate.cert, TLS_KEY_FILE: certificate.key,

@@ -235,7 +235,7 @@ export function resourceConformance(api: TestServer, spec: ResourceSpec): void {
       assert.deepEqual(ids, [`list${plural}`, `create${name}`, `get${name}`, `replace${name}`, `update${name}`, `delete${name}`])
       assert.equal(doc.paths[path].post.requestBody.content['application/json'].schema.$ref, `#/components/schemas/${name}Create`)
       assert.equal(doc.paths[`${path}/{id}`].get.responses['200'].content['application/json'].schema.$ref, `#/components/schemas/${name}`)
-      assert.deepEqual(doc.paths[path].post.security, [{ bearerAuth: [scopesOfResource(resource).write] }, { apiKeyAuth: [scopesOfResource(resource).write] }])
+      assert.deepEqual(doc.paths[path].post.security, [{ bearerAuth: [scopesOfResource(resource).write] }, { identityProviderAuth: [scopesOfResource(resource).write] }, { apiKeyAuth: [scopesOfResource(resource).write] }])
       const codes = doc.components.schemas.Problem.properties.code.anyOf.map((c: { const: string }) => c.const)
       for (const { code } of resource.uniqueCodes.values()) assert.ok(codes.includes(code), code)
     })
