@@ -12,6 +12,7 @@ import { ConfigError } from '../src/core/config-error.js'
 import { certificateFromAuthority } from './helpers/certificates.js'
 import { API_SCOPES, SIGNING_ALGS, startTestProvider, type SignOptions } from './helpers/oidc-provider.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
+import type { ProviderTuning } from '../src/auth/oidc/provider-principals.js'
 import { SseClient } from './helpers/sse.js'
 
 // Access tokens of the team's identity provider (OIDC_ISSUER), against a real
@@ -502,6 +503,105 @@ describe('the provider\'s keys', () => {
       silent.close()
       rmSync(dir, { recursive: true, force: true })
     }
+  })
+})
+
+/**
+ * A provider that answers as an attacker or a broken deployment would: an
+ * HTTPS server (the run's CA) whose discovery document and JWKS the test
+ * writes, signing with a key of its own. Not a stand-in for the real
+ * provider above: the hostile input the service must survive.
+ */
+async function hostileProvider() {
+  const dir = mkdtempSync(join(tmpdir(), 'oidc-hostile-'))
+  const certificate = certificateFromAuthority(dir, 'hostile')
+  const { privateKey, publicKey } = generateKeyPairSync('ed25519')
+  const jwk = { ...(publicKey.export({ format: 'jwk' }) as Record<string, unknown>), kid: 'hostile-1', alg: 'EdDSA', use: 'sig' }
+  let discovery: (issuer: string) => { status?: number; headers?: Record<string, string>; body: string | Buffer } = (issuer) => ({ body: JSON.stringify({ issuer, jwks_uri: `${issuer}/jwks` }) })
+  let jwks: () => { status?: number; headers?: Record<string, string>; body: string | Buffer } = () => ({ body: JSON.stringify({ keys: [jwk] }) })
+  let fetches = 0
+  const server = createHttpsServer({ cert: readFileSync(certificate.cert), key: readFileSync(certificate.key) }, (req, res) => {
+    const answer = req.url === '/.well-known/openid-configuration' ? discovery(issuer)
+      : req.url === '/jwks' ? (fetches++, jwks())
+      // Where a redirect points: a good document, so that following it would work.
+      : req.url === '/moved' ? { body: JSON.stringify({ issuer, jwks_uri: `${issuer}/jwks` }) }
+      : { status: 404, body: '' }
+    res.writeHead(answer.status ?? 200, { 'content-type': 'application/json', ...answer.headers })
+    res.end(answer.body)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const issuer = `https://127.0.0.1:${(server.address() as AddressInfo).port}`
+  after(() => {
+    server.closeAllConnections()
+    server.close()
+    rmSync(dir, { recursive: true, force: true })
+  })
+  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
+  return {
+    issuer,
+    jwk,
+    get fetches() {
+      return fetches
+    },
+    answerDiscovery(answer: typeof discovery) {
+      discovery = answer
+    },
+    answerJwks(answer: typeof jwks) {
+      jwks = answer
+    },
+    /** A token of its own key, for the audience of this file's provider. */
+    token(claims: Record<string, unknown> = person().claims): string {
+      const input = `${encode({ alg: 'EdDSA', typ: 'at+jwt', kid: jwk.kid })}.${encode({ ...tokenClaims(claims), iss: issuer })}`
+      return `${input}.${signData(null, Buffer.from(input), privateKey).toString('base64url')}`
+    },
+    /** An instance of the service on a database of its own that trusts it. */
+    service(tuning: ProviderTuning = {}) {
+      return startServer({ OIDC_ISSUER: issuer, OIDC_AUDIENCE: provider.audience }, {}, { tuning: { identityProvider: { retryAfterMs: 100, ...tuning } } })
+    },
+  }
+}
+
+describe('a provider that answers badly', () => {
+  const unusable: Array<[string, (h: Awaited<ReturnType<typeof hostileProvider>>) => void]> = [
+    ['a discovery document naming another issuer', (h) => h.answerDiscovery(() => ({ body: JSON.stringify({ issuer: 'https://evil.example.test', jwks_uri: `${h.issuer}/jwks` }) }))],
+    ['a jwks_uri over plain http', (h) => h.answerDiscovery((issuer) => ({ body: JSON.stringify({ issuer, jwks_uri: 'http://127.0.0.1:1/jwks' }) }))],
+    ['a redirect (to a good document), which is not followed', (h) => h.answerDiscovery((issuer) => ({ status: 302, headers: { location: `${issuer}/moved` }, body: '' }))],
+    ['a JWKS that is not JSON', (h) => h.answerJwks(() => ({ body: '<html>gateway</html>' }))],
+    ['a JWKS of 300 KiB', (h) => h.answerJwks(() => ({ body: JSON.stringify({ keys: [h.jwk], padding: 'x'.repeat(300 * 1024) }) }))],
+    ['a JWKS of private and symmetric keys only', (h) => h.answerJwks(() => ({ body: JSON.stringify({ keys: [{ ...h.jwk, d: 'AAAA' }, { kty: 'oct', k: 'c2VjcmV0', kid: 'hostile-1', alg: 'HS256' }] }) }))],
+    ['a JWKS whose keys are not an array', (h) => h.answerJwks(() => ({ body: JSON.stringify({ keys: { 0: h.jwk } }) }))],
+    ['an error answer', (h) => h.answerJwks(() => ({ status: 500, body: '{}' }))],
+  ]
+  for (const [name, arrange] of unusable) {
+    test(`${name}: its tokens get 503 identity_provider_unavailable, never a 500, and nothing is made`, async () => {
+      const hostile = await hostileProvider()
+      arrange(hostile)
+      const S = await hostile.service()
+      const who = person()
+      const res = await me(S, hostile.token(who.claims))
+      assert.equal(res.status, 503, res.text)
+      assert.equal(res.body.code, 'identity_provider_unavailable')
+      assert.ok(!/evil|gateway|<html>/.test(res.text), 'nothing of the provider\'s answer reaches the client')
+      assert.equal((await S.sql`SELECT 1 FROM users WHERE email = ${who.email}`).length, 0)
+    })
+  }
+
+  test('one unusable key beside a good one leaves the good one working', async () => {
+    const hostile = await hostileProvider()
+    hostile.answerJwks(() => ({ body: JSON.stringify({ keys: [{ kty: 'EC', crv: 'P-384', x: 'AA', y: 'AA', kid: 'odd' }, { ...hostile.jwk, use: 'enc', kid: 'enc' }, hostile.jwk] }) }))
+    const S = await hostile.service()
+    assert.equal((await me(S, hostile.token())).status, 200)
+  })
+
+  test('keys past their Cache-Control max-age are fetched again in the background, the cached ones answering meanwhile', async () => {
+    const hostile = await hostileProvider()
+    hostile.answerJwks(() => ({ headers: { 'cache-control': 'public, max-age=1' }, body: JSON.stringify({ keys: [hostile.jwk] }) }))
+    const S = await hostile.service({ minMaxAgeMs: 200 })
+    assert.equal((await me(S, hostile.token())).status, 200)
+    const fetched = hostile.fetches
+    await sleep(1100)
+    assert.equal((await me(S, hostile.token())).status, 200, 'answered with the cached keys')
+    await until(() => hostile.fetches === fetched + 1)
   })
 })
 
