@@ -194,6 +194,15 @@ describe('password reset', () => {
     await new Promise((r) => setTimeout(r, 200))
     assert.equal(sent().filter((m) => m.to === account.email).length, 5)
   })
+
+  test('twelve requests at once for one account still send it 5 messages at most', async () => {
+    const account = await passwordAccount(api)
+    const answers = await Promise.all(Array.from({ length: 12 }, () => askReset(account.email)))
+    assert.deepEqual([...new Set(answers.map((a) => a.status))], [202])
+    const [tokens] = await api.sql`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${account.id} AND purpose = 'password_reset'`
+    assert.equal(tokens!.n, 5)
+    await messagesTo(account.email, 'mail.password_reset', 5)
+  })
 })
 
 test('each client address may make LOGIN_RATE_LIMIT recovery requests a minute, counted apart from its logins', async () => {

@@ -29,8 +29,9 @@ const underHourlyLimit = (db: Db, purpose: Purpose) => db`
   (SELECT count(*) FROM one_time_tokens t WHERE t.user_id = u.id AND t.purpose = ${purpose} AND t.created_at > now() - interval '1 hour') < ${MESSAGES_PER_HOUR}`
 
 /**
- * POST /auth/password-reset: one statement whatever the address, so that an
- * unknown address costs what a known one does: the token is made and hashed
+ * POST /auth/password-reset: the same statements whatever the address (a
+ * lock on the address, then one statement), so that an unknown address
+ * costs what a known one does: the token is made and hashed
  * either way, and the request is logged either way (a write, whose commit
  * waits for the WAL flush as the known address's does). For an account
  * whose address had fewer than MESSAGES_PER_HOUR requests this hour: its
@@ -42,7 +43,11 @@ export async function requestPasswordReset(sql: Sql, email: string, template: st
   const { token, hash } = newOneTimeToken()
   const mail = passwordResetMail(linkFor(template, token), ttlSeconds)
   const emailHash = hashSecret(email)
-  const [row] = await sql<[{ queued: number }]>`
+  const [row] = await sql.begin(async (tx) => {
+    // One request of an address at a time: the count below must see the requests made at the same moment,
+    // which one statement's snapshot would not (twelve at once would each count the same four).
+    await tx`SELECT pg_advisory_xact_lock(('x' || encode(substring(${emailHash}::bytea FROM 1 FOR 8), 'hex'))::bit(64)::bigint)`
+    return tx<[{ queued: number }]>`
     WITH recent AS (
       SELECT count(*) AS n FROM password_reset_requests WHERE email_hash = ${emailHash} AND requested_at > now() - interval '1 hour'),
     logged AS (INSERT INTO password_reset_requests (email_hash) VALUES (${emailHash})),
@@ -54,12 +59,13 @@ export async function requestPasswordReset(sql: Sql, email: string, template: st
     token AS (
       INSERT INTO one_time_tokens (purpose, user_id, token_hash, expires_at)
       SELECT 'password_reset', id, ${hash}, now() + ${ttlSeconds}::int * interval '1 second' FROM target),
-    mail AS (${queueMailTo(sql, sql`target`, mail)}),
+    mail AS (${queueMailTo(tx, tx`target`, mail)}),
     event AS (
       INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
       SELECT 'user.password_reset_requested', 'user', id, ${origin.actorId}::bigint, ${origin.credential}::text, ${origin.requestId}::text, json_build_object('id', id)
       FROM target)
     SELECT count(*)::int AS queued FROM target`
+  })
   return row.queued > 0
 }
 
