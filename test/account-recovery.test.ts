@@ -270,6 +270,22 @@ describe('address verification', () => {
     assert.equal(row!.email_verified_at, null)
   })
 
+  test('a verification and an address change of one user at the same moment: one waits for the other, never a deadlock (503)', async () => {
+    for (let round = 0; round < 40; round++) {
+      const user = await api.createUser({ email: `race-${unique()}@example.com` })
+      const token = `upa_ot_${randomBytes(32).toString('base64url')}`
+      await api.sql`
+        INSERT INTO one_time_tokens (purpose, user_id, token_hash, email, expires_at)
+        VALUES ('verify_email', ${user.id}, ${createHash('sha256').update(token).digest()}, ${user.email}, now() + interval '1 hour')`
+      const [verified, changed] = await Promise.all([
+        anonymous('POST', '/auth/verify-email', { token }, from()),
+        api.request('PATCH', `/users/${user.id}`, { body: { email: `race-moved-${unique()}@example.com` } }),
+      ])
+      assert.ok([204, 400].includes(verified.status), verified.text)
+      assert.equal(changed.status, 200, changed.text)
+    }
+  })
+
   test('REQUIRE_VERIFIED_EMAIL=true: a right password before verification is 403 email_not_verified and sends a link; a wrong one stays 401', async () => {
     const strict = await startServer({ PASSWORD_RESET_URL: RESET_URL, VERIFY_EMAIL_URL: VERIFY_URL, REQUIRE_VERIFIED_EMAIL: 'true' }, {}, { tuning })
     const account = await passwordAccount(strict)

@@ -112,6 +112,12 @@ export async function resetPassword(sql: Sql, hash: Buffer, passwordHash: string
  */
 export async function verifyEmail(sql: Sql, hash: Buffer, requestId: string): Promise<boolean> {
   return sql.begin(async (tx) => {
+    // The user first, then its tokens: the order an address change takes them in (the user's row, then
+    // queueVerification's retiring of its tokens), so that the two wait for each other instead of deadlocking.
+    const [owner] = await tx`
+      SELECT u.id FROM one_time_tokens t JOIN users u ON u.id = t.user_id
+      WHERE t.token_hash = ${hash} AND t.purpose = 'verify_email' FOR UPDATE OF u`
+    if (!owner) return false
     const [used] = await tx<Array<{ user_id: number }>>`
       UPDATE one_time_tokens t SET used_at = now()
       FROM users u
