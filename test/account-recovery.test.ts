@@ -270,6 +270,26 @@ describe('address verification', () => {
     assert.equal(row!.email_verified_at, null)
   })
 
+  test('changing the address again and again sends 5 links an hour at most, and word of the change to unverified old addresses no more; a verified old address always hears of it', async () => {
+    const user = await api.createUser({ email: `hops-${unique()}@example.com` })
+    const addresses = Array.from({ length: 7 }, (_, i) => `hop-${i}-${unique()}@example.com`)
+    for (const email of addresses) assert.equal((await api.request('PATCH', `/users/${user.id}`, { body: { email } })).status, 200)
+    const [tokens] = await api.sql`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${user.id} AND purpose = 'verify_email'`
+    assert.equal(tokens!.n, 5)
+    for (const email of addresses.slice(0, 5)) await messagesTo(email, 'mail.verify_email')
+    await messagesTo(user.email, 'mail.email_changed')
+    for (const email of addresses.slice(0, 4)) await messagesTo(email, 'mail.email_changed')
+    // The owner proves the last address; changing it once more, over the limit, still tells that address.
+    await api.sql`UPDATE users SET email_verified_at = now() WHERE id = ${user.id}`
+    assert.equal((await api.request('PATCH', `/users/${user.id}`, { body: { email: `hop-last-${unique()}@example.com` } })).status, 200)
+    await messagesTo(addresses[6]!, 'mail.email_changed')
+    const [queued] = await api.sql`SELECT count(*)::int AS n FROM mail_outbox WHERE recipient = ANY(${addresses.slice(4, 6)}) AND type = 'mail.email_changed'`
+    await new Promise((r) => setTimeout(r, 200))
+    assert.equal(queued!.n, 0)
+    assert.equal(sent().filter((m) => addresses.slice(4, 6).includes(m.to) && m.type === 'mail.email_changed').length, 0, 'past the limit, unverified old addresses are not told')
+    assert.equal(sent().filter((m) => addresses.slice(5).includes(m.to) && m.type === 'mail.verify_email').length, 0)
+  })
+
   test('a verification and an address change of one user at the same moment: one waits for the other, never a deadlock (503)', async () => {
     for (let round = 0; round < 40; round++) {
       const user = await api.createUser({ email: `race-${unique()}@example.com` })

@@ -162,11 +162,17 @@ export async function mayResendVerification(db: Db, userId: number): Promise<boo
  * An address changed (in the transaction of the change): the new one gets a
  * verification link, the old one word of the change, so that an owner whose
  * account was taken over hears of it. Nothing when VERIFY_EMAIL_URL is unset.
+ * Within MESSAGES_PER_HOUR links an hour per account, as every verification
+ * link: an account changing its address again and again must not make the
+ * service mail any address it names. Past it the change holds, no link is
+ * sent (the resend, later, sends one), and the old address hears of it only
+ * if it was verified: an owner's address always does.
  */
-export async function addressChanged(tx: Db, deps: VerificationDeps, userId: number, from: string, to: string): Promise<void> {
-  if (deps.config.verifyEmailUrl === undefined || from.toLowerCase() === to.toLowerCase()) return
-  await queueVerification(tx, deps, { id: userId, email: to })
-  await queueMail(tx, userId, from, emailChangedMail())
+export async function addressChanged(tx: Db, deps: VerificationDeps, user: { id: number; email: string; emailVerified: boolean }, to: string): Promise<void> {
+  if (deps.config.verifyEmailUrl === undefined || user.email.toLowerCase() === to.toLowerCase()) return
+  const within = await mayResendVerification(tx, user.id)
+  if (within) await queueVerification(tx, deps, { id: user.id, email: to })
+  if (within || user.emailVerified) await queueMail(tx, user.id, user.email, emailChangedMail())
 }
 
 /** Tokens no message count or link needs any more (job `recovery.purge-tokens`): expired, and older than the hourly count's window. */

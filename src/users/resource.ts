@@ -92,7 +92,9 @@ const hooks: ResourceHooks<UserWriteState> = {
     if (self && (changes.email !== undefined || changes.password_hash !== undefined)) assertMayChangeOwnCredentials(self, provenHash, current)
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
     // A new address is verified anew, and the old one hears of the change (src/auth/recovery.ts).
-    if (typeof changes.email === 'string') await addressChanged(tx, ctx.deps, current.id, current.email as string, changes.email)
+    if (typeof changes.email === 'string') {
+      await addressChanged(tx, ctx.deps, { id: current.id, email: current.email as string, emailVerified: current.email_verified_at !== null }, changes.email)
+    }
     // A new password ends the user's other sessions (all of them when an admin sets another user's); the trigger of sql/005 voids its JWTs.
     if (changes.password_hash !== undefined) {
       const origin = originOf(ctx.principal, ctx.requestId)
