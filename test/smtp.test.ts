@@ -216,11 +216,12 @@ describe('failures the outbox sees', () => {
     assert.deepEqual(server.accepted(), [])
   })
 
-  test('a refused recipient (550 5.1.1): permanent', async () => {
+  test('a refused recipient (550 5.1.1): permanent, with the server\'s words but not the address they name (the error is logged and stored)', async () => {
     const server = await startExim()
     const error = await failure(transportFor(server, urlOf(server)).send(message({ to: 'nobody@bounce.test' })))
     assert.equal(error.permanent, true)
-    assert.match(error.message, /RCPT TO refused: 550 5\.1\.1 No such user$/)
+    assert.match(error.message, /RCPT TO refused: 550 5\.1\.1 <address>: No such user$/)
+    assert.ok(!error.message.includes('nobody'))
   })
 
   test('STARTTLS required but not offered: permanent, and neither AUTH nor the message goes in clear', async () => {

@@ -21,7 +21,12 @@ export interface Reply {
 const MAX_LINE = 4096
 const MAX_LINES = 200
 /** A server's text in an error is shortened and stripped of control characters: it goes to a log. */
-const quoted = (text: string) => text.replace(/[\p{Cc}]/gu, ' ').slice(0, 300)
+/**
+ * A server's words as an error may carry them into the log and the outbox
+ * row: without control characters, bounded, and without the addresses they
+ * name (a refusal often repeats the recipient's).
+ */
+const quoted = (text: string) => text.replace(/[\p{Cc}]/gu, ' ').replace(/[^\s<>"'(),;:@]+@[^\s<>"'(),;:]+/g, 'address').slice(0, 300)
 
 export interface ConnectionOptions {
   /** Each step's limit, in milliseconds. */

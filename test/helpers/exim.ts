@@ -106,7 +106,7 @@ check_recipient:
   defer   domains = defer.test
           message = 4.3.0 Try again later
   deny    domains = bounce.test
-          message = 5.1.1 No such user
+          message = 5.1.1 <$local_part@$domain>: No such user
   accept  authenticated = *
   deny    message = 5.7.1 Authentication required
 
