@@ -6,9 +6,9 @@ import { trustedProxies, type TrustProxy } from './core/http/client-address.js'
 import type { LogLevel } from './core/log.js'
 import { WORKER_SLOT_VARIABLE } from './cluster/messages.js'
 import { reusePortMissing } from './cluster/reuse-port.js'
-import { parseMailFrom } from './mail/address.js'
+import { parseMailFrom, type MailFrom } from './mail/address.js'
 import { hookSettingProblems } from './mail/hook.js'
-import { parseSmtpUrl } from './mail/smtp-url.js'
+import { parseSmtpUrl, type SmtpServer } from './mail/smtp-url.js'
 import { suspectVariables } from './config-names.js'
 import { readSecret } from './secret-files.js'
 import type { ProviderSettings } from './auth/oidc/provider-token.js'
@@ -184,15 +184,13 @@ export interface Config {
 
 export type PoolerSetting = 'auto' | 'transaction' | 'none'
 
-export interface MailSettings {
-  /** smtp:// or smtps://, with its credentials (a secret). */
-  smtpUrl: string | undefined
-  /** The From of every message; set whenever smtpUrl is. */
-  from: string | undefined
-  hookUrl: string | undefined
-  /** whsec_…, set whenever hookUrl is (a secret). */
-  hookSecret: string | undefined
-}
+/** How mail goes out, parsed once here: SMTP_URL with MAIL_FROM, MAIL_HOOK_URL with MAIL_HOOK_SECRET, or neither. */
+export type MailSettings =
+  /** The server holds the credentials of SMTP_URL (a secret). */
+  | { via: 'smtp'; server: SmtpServer; from: MailFrom }
+  /** `secret`: whsec_… (a secret). */
+  | { via: 'hook'; url: string; secret: string }
+  | { via: 'none' }
 
 /**
  * The secrets: each may also be given as `<NAME>_FILE` (src/secret-files.ts),
@@ -370,7 +368,9 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     verifyEmailUrl: e.VERIFY_EMAIL_URL,
     passwordResetTtl: int('PASSWORD_RESET_TTL', 3600),
     requireVerifiedEmail: e.REQUIRE_VERIFIED_EMAIL === 'true',
-    mail: { smtpUrl: e.SMTP_URL, from: e.MAIL_FROM, hookUrl: e.MAIL_HOOK_URL, hookSecret: e.MAIL_HOOK_SECRET },
+    mail: typeof smtpServer === 'object' && typeof mailFrom === 'object' ? { via: 'smtp', server: smtpServer, from: mailFrom }
+      : e.MAIL_HOOK_URL && e.MAIL_HOOK_SECRET ? { via: 'hook', url: e.MAIL_HOOK_URL, secret: e.MAIL_HOOK_SECRET }
+      : { via: 'none' },
     oidc: e.OIDC_ISSUER && e.OIDC_AUDIENCE
       ? { issuer: e.OIDC_ISSUER, audience: e.OIDC_AUDIENCE, adminClaim: e.OIDC_ADMIN_CLAIM, adminValue: e.OIDC_ADMIN_VALUE, reprovision: e.OIDC_REPROVISION === 'true' }
       : undefined,

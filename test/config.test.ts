@@ -67,7 +67,7 @@ describe('defaults', () => {
       verifyEmailUrl: undefined,
       passwordResetTtl: 3600,
       requireVerifiedEmail: false,
-      mail: { smtpUrl: undefined, from: undefined, hookUrl: undefined, hookSecret: undefined },
+      mail: { via: 'none' },
       oidc: undefined,
       tls: undefined,
     })
@@ -180,7 +180,7 @@ describe('values', () => {
       verifyEmailUrl: undefined,
       passwordResetTtl: 3600,
       requireVerifiedEmail: false,
-      mail: { smtpUrl: undefined, from: undefined, hookUrl: undefined, hookSecret: undefined },
+      mail: { via: 'none' },
       oidc: undefined,
       tls: { certFile: '/etc/api/cert.pem', keyFile: '/etc/api/key.pem' },
     })

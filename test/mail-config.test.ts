@@ -54,8 +54,12 @@ describe('mail and recovery settings', () => {
     after(() => rmSync(dir, { recursive: true, force: true }))
     writeFileSync(join(dir, 'smtp'), 'smtps://u:p@mail.example.com:465\n')
     writeFileSync(join(dir, 'hook'), `${HOOK_SECRET}\n`)
-    assert.equal(loadConfig({ SMTP_URL_FILE: join(dir, 'smtp'), MAIL_FROM: 'a@example.com' }).mail.smtpUrl, 'smtps://u:p@mail.example.com:465')
-    assert.equal(loadConfig({ MAIL_HOOK_URL: 'http://127.0.0.1:9000/mail', MAIL_HOOK_SECRET_FILE: join(dir, 'hook') }).mail.hookSecret, HOOK_SECRET)
+    assert.deepEqual(loadConfig({ SMTP_URL_FILE: join(dir, 'smtp'), MAIL_FROM: 'a@example.com' }).mail, {
+      via: 'smtp',
+      server: { host: 'mail.example.com', port: 465, security: 'tls', credentials: { user: 'u', password: 'p' } },
+      from: { address: 'a@example.com', domain: 'example.com' },
+    })
+    assert.deepEqual(loadConfig({ MAIL_HOOK_URL: 'http://127.0.0.1:9000/mail', MAIL_HOOK_SECRET_FILE: join(dir, 'hook') }).mail, { via: 'hook', url: 'http://127.0.0.1:9000/mail', secret: HOOK_SECRET })
   })
 
   test('the transport: the console in development, none in production (with a warning)', () => {

@@ -1,12 +1,9 @@
 import type { Config } from '../config.js'
-import { ConfigError } from '../core/config-error.js'
 import type { Logger } from '../core/log.js'
-import { parseMailFrom } from './address.js'
 import { createConsoleTransport } from './console.js'
 import { createHookTransport } from './hook.js'
 import type { MailTransport } from './message.js'
 import { createSmtpTransport } from './smtp.js'
-import { parseSmtpUrl } from './smtp-url.js'
 
 // Which transport sends the service's mail, from the configuration alone:
 // SMTP_URL → SMTP (src/mail/smtp.ts); MAIL_HOOK_URL → the signed hook
@@ -19,17 +16,13 @@ export const MAIL_NOT_CONFIGURED = 'no mail transport: set SMTP_URL (with MAIL_F
 /** The transport of `config`, or undefined in production with none configured (start-up logs MAIL_NOT_CONFIGURED). */
 export function mailTransportFor(config: Config, log: Logger): MailTransport | undefined {
   const { mail } = config
-  if (mail.smtpUrl !== undefined) {
-    // readConfig checked both: they parse (and MAIL_FROM is set with SMTP_URL).
-    const server = parseSmtpUrl(mail.smtpUrl)
-    const from = parseMailFrom(mail.from ?? '')
-    if (typeof server === 'string' || typeof from === 'string') throw new ConfigError(`SMTP_URL, MAIL_FROM: ${typeof server === 'string' ? server : from}`)
-    log.info('mail goes out by SMTP', { host: server.host, port: server.port, security: server.security })
-    return createSmtpTransport({ server, from })
+  if (mail.via === 'smtp') {
+    log.info('mail goes out by SMTP', { host: mail.server.host, port: mail.server.port, security: mail.server.security })
+    return createSmtpTransport({ server: mail.server, from: mail.from })
   }
-  if (mail.hookUrl !== undefined && mail.hookSecret !== undefined) {
-    log.info('mail goes out through the signed hook', { origin: new URL(mail.hookUrl).origin })
-    return createHookTransport({ url: mail.hookUrl, secret: mail.hookSecret })
+  if (mail.via === 'hook') {
+    log.info('mail goes out through the signed hook', { origin: new URL(mail.url).origin })
+    return createHookTransport({ url: mail.url, secret: mail.secret })
   }
   if (config.production) {
     log.warn(MAIL_NOT_CONFIGURED)
