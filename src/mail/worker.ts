@@ -9,6 +9,7 @@ import type { Job, Scheduler } from '../core/scheduler.js'
 import { retryDelayMs } from '../webhooks/retry-schedule.js'
 import { MailSendError, type MailTransport } from './message.js'
 import { claimMail, mailFailed, mailRetry, mailSent, type ClaimedMail } from './outbox.js'
+import { HOUR, MINUTE, SECOND } from '../core/lib/durations.js'
 
 // Sends what the mail outbox holds (src/mail/outbox.ts), on every instance:
 // the instances share the messages through their claims, as the webhook
@@ -44,10 +45,6 @@ export interface MailSettings {
   /** The transport, instead of the configuration's (tests: one that fails and then recovers, at the unit boundary). */
   transport?: MailTransport
 }
-
-const SECOND = 1000
-const MINUTE = 60 * SECOND
-const HOUR = 60 * MINUTE
 
 export const defaultMailSettings: MailSettings = {
   pollMs: SECOND,

@@ -15,6 +15,7 @@ import { standardWebhookHeaders } from '../core/http/standard-webhooks.js'
 import { openSecret, SealingKeyMissing } from './secret.js'
 import { sendWebhook, type SendOutcome } from './send.js'
 import { DELIVERIES_CHANNEL } from './wake.js'
+import { HOUR, MINUTE, SECOND } from '../core/lib/durations.js'
 
 // Every instance runs one worker; together they share the deliveries through
 // the database (delivery-queries.ts): at least once, each delivery sent by one
@@ -57,10 +58,6 @@ export interface WebhookSettings {
   /** How often secrets sealed under an older JWT secret are sealed again under the first (reseal.ts); also once at start. */
   resealIntervalMs: number
 }
-
-const SECOND = 1000
-const MINUTE = 60 * SECOND
-const HOUR = 60 * MINUTE
 
 export const defaultWebhookSettings: WebhookSettings = {
   pollMs: SECOND,

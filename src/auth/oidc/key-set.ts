@@ -1,4 +1,5 @@
 import { requestOnce } from '../../core/http/outbound.js'
+import { HOUR, MINUTE, SECOND } from '../../core/lib/durations.js'
 import { describeError, type Logger } from '../../core/log.js'
 import { importProviderKey, keyAllows, type ProviderAlgorithm, type ProviderKey } from './jws.js'
 
@@ -32,12 +33,12 @@ export interface KeySetSettings {
 }
 
 export const defaultKeySetSettings: Omit<KeySetSettings, 'issuer'> = {
-  unknownKidRefetchMs: 30_000,
-  fetchTimeoutMs: 5000,
-  retryAfterMs: 5000,
-  minMaxAgeMs: 60_000,
-  maxMaxAgeMs: 24 * 3600_000,
-  defaultMaxAgeMs: 15 * 60_000,
+  unknownKidRefetchMs: 30 * SECOND,
+  fetchTimeoutMs: 5 * SECOND,
+  retryAfterMs: 5 * SECOND,
+  minMaxAgeMs: MINUTE,
+  maxMaxAgeMs: 24 * HOUR,
+  defaultMaxAgeMs: 15 * MINUTE,
 }
 
 const MAX_DOCUMENT_BYTES = 64 * 1024
