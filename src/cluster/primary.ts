@@ -5,7 +5,7 @@ import { mergeExpositions } from './metrics.js'
 import { RestartPolicy } from './restart-policy.js'
 
 // WORKERS=N (N > 1): this process serves nothing itself. It has migrated the
-// database (src/main.ts) and forks N workers, each of them the whole
+// database (src/start.ts) and forks N workers, each of them the whole
 // service as one process runs it (its own pool, caches, scheduler,
 // components) on the one port:
 // N instances on one database, which the service supports as it supports
@@ -70,7 +70,7 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
     if (code === 0) log.info('shutting down', why)
     else log.error('stopping the service', why)
     for (const slot of slots.values()) clearTimeout(slot.restart)
-    // Each worker runs its own drain (src/main.ts `serve`): the same path as a SIGTERM sent to it alone.
+    // Each worker runs its own drain (src/start.ts `serve`): the same path as a SIGTERM sent to it alone.
     for (const worker of live()) worker.process.kill('SIGTERM')
     setTimeout(() => {
       const left = live()
@@ -146,7 +146,7 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
 
   let firstSignal: NodeJS.Signals | undefined
   const onSignal = (signal: NodeJS.Signals) => {
-    // The same signal again (Ctrl-C twice) is passed on: each worker then ends its SHUTDOWN_DELAY (src/main.ts).
+    // The same signal again (Ctrl-C twice) is passed on: each worker then ends its SHUTDOWN_DELAY (src/start.ts).
     if (stopping && signal === firstSignal) return void live().forEach((worker) => worker.process.kill('SIGTERM'))
     firstSignal ??= signal
     stop({ signal }, 0)
