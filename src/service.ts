@@ -232,7 +232,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
     }, scheduler),
     webhooks: new WebhookWorker(sql, listenSql, registry.webhooks, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }, scheduler),
     mail: new MailWorker(sql, listenSql, mailSettings.transport ?? mailTransportFor(config, log), log, metrics, mailSettings, scheduler),
-    identityProvider: config.oidc ? new IdentityProvider(config.oidc, users, log, cacheSize, DEFAULT_LEEWAY_SECONDS, tuning.identityProvider) : undefined,
+    identityProvider: config.oidc ? new IdentityProvider(config.oidc, users, log, cacheSize, DEFAULT_LEEWAY_SECONDS, metrics, tuning.identityProvider) : undefined,
     retention: new EventRetention(maintenanceSql, scheduler, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
   return deps

@@ -464,6 +464,18 @@ describe('the provider\'s keys', () => {
     }
   })
 
+  test('/metrics counts the fetches of the keys that worked and that failed', async () => {
+    const hostile = await hostileProvider()
+    const S = await hostile.service()
+    assert.equal((await me(S, hostile.token())).status, 200)
+    hostile.answerJwks(() => ({ status: 500, body: '{}' }))
+    // A token of a kid the set lacks makes the instance fetch again, which fails.
+    assertInvalidToken(await me(S, hostile.token({ ...person().claims }).replace(/^[^.]+/, Buffer.from(JSON.stringify({ alg: 'EdDSA', kid: 'rotated-in' })).toString('base64url'))))
+    const text = (await S.request('GET', '/metrics')).text
+    assert.match(text, /^identity_provider_key_fetches_total 1$/m)
+    assert.match(text, /^identity_provider_key_fetch_failures_total 1$/m)
+  })
+
   test('a provider that never answers holds no request longer than one bounded fetch', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'oidc-silent-'))
     const certificate = certificateFromAuthority(dir, 'silent')

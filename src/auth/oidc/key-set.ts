@@ -59,6 +59,14 @@ export class ProviderUnavailable extends Error {
 /** What a token's header asks for: a key of the set, none (the token is invalid), after at most one bounded fetch. */
 export type KeyLookup = ProviderKey | undefined
 
+/** Counters of the fetches (GET /metrics). */
+export interface FetchCounts {
+  fetched: { inc(): void }
+  failed: { inc(): void }
+}
+
+const uncounted: FetchCounts = { fetched: { inc() {} }, failed: { inc() {} } }
+
 export class ProviderKeySet {
   private keys: readonly ProviderKey[] | undefined
   private expiresAt = 0
@@ -66,14 +74,13 @@ export class ProviderKeySet {
   private lastFailure: { at: number; reason: string } | undefined
   private lastUnknownKidFetch = -Infinity
   private readonly stopping = new AbortController()
-  /** GETs of the JWKS made so far. */
-  fetches = 0
 
   constructor(
     private readonly settings: KeySetSettings,
     private readonly log: Logger,
     /** Told when a fetch changed the set: what was verified with a key that left must be forgotten. */
     private readonly onChange: () => void = () => {},
+    private readonly counts: FetchCounts = uncounted,
     private readonly now: () => number = () => performance.now(),
   ) {}
 
@@ -143,7 +150,6 @@ export class ProviderKeySet {
       const deadline = this.now() + this.settings.fetchTimeoutMs
       const discovery = await this.getJson(discoveryUrl(this.settings.issuer), MAX_DOCUMENT_BYTES, 'the discovery document', deadline)
       const jwksUri = jwksUriOf(discovery.body, this.settings.issuer)
-      this.fetches++
       const jwks = await this.getJson(jwksUri, MAX_JWKS_BYTES, 'the JWKS', deadline)
       const keys = keysOf(jwks.body, this.log)
       const changed = !sameKeys(this.keys, keys)
@@ -151,11 +157,13 @@ export class ProviderKeySet {
       this.keys = keys
       this.expiresAt = this.now() + maxAgeOf(jwks.cacheControl, this.settings)
       this.lastFailure = undefined
+      this.counts.fetched.inc()
       if (changed) {
         this.log.info('identity provider keys loaded', { issuer: this.settings.issuer, kids: keys.map((k) => k.kid ?? '(none)') })
         this.onChange()
       } else if (recovered) this.log.info('identity provider reachable again', { issuer: this.settings.issuer })
     } catch (err) {
+      this.counts.failed.inc()
       const reason = err instanceof Error ? err.message : String(err)
       // Once per outage: a provider that stays down is not a new line every few seconds.
       if (!this.lastFailure) this.log.warn(`cannot fetch the identity provider's keys; ${this.keys ? 'the cached keys go on working' : 'its tokens are answered 503 until it can be reached'}`, { issuer: this.settings.issuer, ...describeError(err) })

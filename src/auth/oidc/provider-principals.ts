@@ -1,6 +1,7 @@
 import type { Sql } from 'postgres'
 import type { Component } from '../../core/lifecycle.js'
 import type { Logger } from '../../core/log.js'
+import type { Metrics } from '../../core/metrics.js'
 import { BoundedMap } from '../../core/lib/bounded-map.js'
 import type { Resource } from '../../core/resources/resource.js'
 import type { EventOrigin } from '../../events/origin.js'
@@ -45,12 +46,17 @@ export class IdentityProvider implements Component {
     log: Logger,
     cacheSize: number,
     private readonly leewaySeconds: number,
+    metrics: Metrics,
     tuning: ProviderTuning = {},
   ) {
     this.verified = new BoundedMap(cacheSize)
     const { linkMaxAgeMs, ...keySet } = tuning
     this.identities = new ProviderIdentities(settings, users, cacheSize, linkMaxAgeMs)
-    this.keys = new ProviderKeySet({ ...defaultKeySetSettings, ...keySet, issuer: settings.issuer }, log, () => this.verified.clear())
+    const counts = {
+      fetched: metrics.counter('identity_provider_key_fetches_total', 'Fetches of the identity provider\'s keys (its discovery document, then its JWKS) that succeeded.'),
+      failed: metrics.counter('identity_provider_key_fetch_failures_total', 'Fetches of the identity provider\'s keys that failed: its tokens were checked with the keys cached, or answered 503 without any.'),
+    }
+    this.keys = new ProviderKeySet({ ...defaultKeySetSettings, ...keySet, issuer: settings.issuer }, log, () => this.verified.clear(), counts)
   }
 
   /** Fetches the provider's keys at start-up, in the background: the first token need not wait, and start-up does not wait for the provider. */
