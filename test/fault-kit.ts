@@ -195,13 +195,6 @@ export interface Spawned {
 export type Launched = Omit<Spawned, 'url' | 'port'> & { listening: Promise<Spawned> }
 
 /**
- * The real service, `node --import tsx src/main.ts` (or another entry that
- * logs as it does), with this environment. Its log lines are collected from
- * the start, so a test can watch it before it listens (two instances waiting
- * for the migration lock); `listening` rejects, and the process is killed,
- * when it exits first or does not listen within 30 s.
- */
-/**
  * The lines of a service's log that say something went wrong: errors and
  * warnings, but the notice every start in development mode gives (launchService
  * does not set NODE_ENV).
@@ -209,6 +202,13 @@ export type Launched = Omit<Spawned, 'url' | 'port'> & { listening: Promise<Spaw
 export const troubleIn = (logs: ReadonlyArray<Record<string, unknown>>) =>
   logs.filter((l) => l.level === 'error' || (l.level === 'warn' && l.msg !== 'development mode: NODE_ENV is not "production"'))
 
+/**
+ * The real service, `node --import tsx src/main.ts` (or another entry that
+ * logs as it does), with this environment. Its log lines are collected from
+ * the start, so a test can watch it before it listens (two instances waiting
+ * for the migration lock); `listening` rejects, and the process is killed,
+ * when it exits first or does not listen within 30 s.
+ */
 export function launchService(env: Record<string, string>, entry = 'src/main.ts', { detached = false } = {}): Launched {
   const child = spawn(process.execPath, ['--import', 'tsx', entry], {
     cwd: projectRoot,
