@@ -1,15 +1,14 @@
 import assert from 'node:assert/strict'
-import { spawn, type ChildProcess } from 'node:child_process'
-import { createServer } from 'node:net'
-import type { AddressInfo } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { fileURLToPath } from 'node:url'
 import type { Sql } from 'postgres'
 import { loadConfig } from '../src/config.js'
 import { createLogger } from '../src/core/log.js'
 import { createService } from '../src/service.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
+import { freePort } from './helpers/ports.js'
+import { spawnCommand, type CommandExit } from './fault-kit.js'
+import type { ChildProcess } from 'node:child_process'
 
 // The first admin: `node src/main.ts admin <email> [password]` (make admin),
 // ADMIN_EMAIL + ADMIN_PASSWORD at start-up, and the start-up refusal without
@@ -17,7 +16,6 @@ import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 // process against a database of its own, and checks the result through the
 // database and a login.
 
-const root = fileURLToPath(new URL('..', import.meta.url))
 const JWT_SECRETS = `test:${TEST_JWT_SECRET}`
 /** A line of a stack trace: operators get a message, not a trace. */
 const STACK_LINE = /\bat .*\.ts:\d+/
@@ -25,44 +23,9 @@ const STACK_LINE = /\bat .*\.ts:\d+/
 // ---------------------------------------------------------------------------
 // Helpers
 
-interface Exit {
-  code: number | null
-  signal: NodeJS.Signals | null
-  stdout: string
-  stderr: string
-}
-
-/** The entry point with exactly this environment (nothing inherited but PATH and HOME). */
-function spawnMain(args: string[], env: Record<string, string>, input?: string): { child: ChildProcess; exited: Promise<Exit>; stdout(): string } {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], {
-    cwd: root,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', LOG_LEVEL: 'error', ...env },
-    stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-  })
-  if (input !== undefined) child.stdin!.end(input)
-  let stdout = ''
-  let stderr = ''
-  child.stdout!.on('data', (d: Buffer) => (stdout += d))
-  child.stderr!.on('data', (d: Buffer) => (stderr += d))
-  const timer = setTimeout(() => child.kill('SIGKILL'), 30_000)
-  const exited = new Promise<Exit>((resolve) =>
-    child.on('close', (code, signal) => {
-      clearTimeout(timer)
-      resolve({ code, signal, stdout, stderr })
-    }),
-  )
-  return { child, exited, stdout: () => stdout }
-}
-
+/** The entry point as a command, quiet but for errors unless the test says otherwise. */
+const spawnMain = (args: string[], env: Record<string, string>, input?: string) => spawnCommand(args, { LOG_LEVEL: 'error', ...env }, input)
 const runMain = (args: string[], env: Record<string, string>, input?: string) => spawnMain(args, env, input).exited
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
 
 /**
  * Starts the service on a free port and waits for its own "listening" log
@@ -71,11 +34,11 @@ async function freePort(): Promise<number> {
  * the child binding it, another test process may have taken it. Then it
  * tries another port.
  */
-async function startMain(env: Record<string, string>): Promise<{ url: string; child: ChildProcess; exited: Promise<Exit> }> {
+async function startMain(env: Record<string, string>): Promise<{ url: string; child: ChildProcess; exited: Promise<CommandExit> }> {
   for (let attempt = 1; ; attempt++) {
     const port = await freePort()
     const { child, exited, stdout } = spawnMain([], { PORT: String(port), HOST: '127.0.0.1', JWT_SECRETS, ...env, LOG_LEVEL: 'info' })
-    let gone: Exit | undefined
+    let gone: CommandExit | undefined
     void exited.then((e) => (gone = e))
     after(() => void child.kill('SIGKILL'))
     const deadline = Date.now() + 20_000
@@ -130,7 +93,7 @@ const usersIn = (sql: Sql) => sql<UserRow[]>`SELECT id, email, name, role, passw
 
 // A generated password is printed (it is shown nowhere else); a given one never is, only where it came from.
 const CREATED = /^(Created|Reset) admin (\S+) \(id (\d+)\)(?:\. Password: (.+)| with the password from (ADMIN_PASSWORD|standard input)\.)\n$/
-function parseAdminOutput(exit: Exit): { verb: string; email: string; id: number; password: string | undefined; source: string | undefined } {
+function parseAdminOutput(exit: CommandExit): { verb: string; email: string; id: number; password: string | undefined; source: string | undefined } {
   assert.equal(exit.code, 0, exit.stderr)
   const m = CREATED.exec(exit.stdout)
   assert.ok(m, `unexpected output: ${JSON.stringify(exit.stdout)}`)

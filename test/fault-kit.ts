@@ -1,4 +1,4 @@
-import { execFile, spawn, spawnSync } from 'node:child_process'
+import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { connect as netConnect, type Socket } from 'node:net'
@@ -193,6 +193,43 @@ export interface Spawned {
 
 /** A process started by `launchService`, before it listens: `listening` gives it with its address. */
 export type Launched = Omit<Spawned, 'url' | 'port'> & { listening: Promise<Spawned> }
+
+/** How a command of the entry point ended. */
+export interface CommandExit {
+  code: number | null
+  signal: NodeJS.Signals | null
+  stdout: string
+  stderr: string
+}
+
+/**
+ * The entry point run as a command (`src/main.ts <args>`) with exactly this
+ * environment, nothing inherited but PATH and HOME; `input` on its standard
+ * input. Killed after 30 s, so a command that hangs fails its test.
+ */
+export function spawnCommand(args: string[], env: Record<string, string>, input?: string): { child: ChildProcess; exited: Promise<CommandExit>; stdout(): string } {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], {
+    cwd: projectRoot,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
+    stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+  })
+  if (input !== undefined) child.stdin!.end(input)
+  let stdout = ''
+  let stderr = ''
+  child.stdout!.setEncoding('utf8').on('data', (text: string) => void (stdout += text))
+  child.stderr!.setEncoding('utf8').on('data', (text: string) => void (stderr += text))
+  const timer = setTimeout(() => child.kill('SIGKILL'), 30_000)
+  const exited = new Promise<CommandExit>((resolve) =>
+    child.on('close', (code, signal) => {
+      clearTimeout(timer)
+      resolve({ code, signal, stdout, stderr })
+    }),
+  )
+  return { child, exited, stdout: () => stdout }
+}
+
+/** spawnCommand, once it has ended. */
+export const runCommand = (args: string[], env: Record<string, string>, input?: string) => spawnCommand(args, env, input).exited
 
 /**
  * The lines of a service's log that say something went wrong: errors and

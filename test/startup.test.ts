@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer, type Server } from 'node:net'
@@ -8,7 +7,7 @@ import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { pickCommand, usage, UsageError, type Commands } from '../src/cli.js'
 import { connect } from '../src/core/db/connect.js'
-import { call, launchService, OwnCluster, projectRoot, waitFor } from './fault-kit.js'
+import { call, launchService, OwnCluster, projectRoot, runCommand, waitFor, type CommandExit } from './fault-kit.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 import { freePort } from './helpers/ports.js'
 import { MAIL_NOT_CONFIGURED } from '../src/mail/transport.js'
@@ -18,27 +17,6 @@ import { MAIL_NOT_CONFIGURED } from '../src/mail/transport.js'
 // exactly the environment given (PATH and HOME besides), its exit code,
 // stderr and stdout. Each bad input must give one line per problem naming
 // what to fix, no stack trace, never a password, and start nothing.
-
-interface Exit {
-  code: number | null
-  stdout: string
-  stderr: string
-}
-
-function runEntry(args: string[], env: Record<string, string>, input?: string): Promise<Exit> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], {
-    cwd: projectRoot,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
-    stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-  })
-  if (input !== undefined) child.stdin!.end(input)
-  let stdout = ''
-  let stderr = ''
-  child.stdout!.setEncoding('utf8').on('data', (text: string) => void (stdout += text))
-  child.stderr!.setEncoding('utf8').on('data', (text: string) => void (stderr += text))
-  const timer = setTimeout(() => child.kill('SIGKILL'), 30_000)
-  return new Promise((resolve) => child.on('close', (code) => (clearTimeout(timer), resolve({ code, stdout, stderr }))))
-}
 
 /** A line of a stack trace, or the JSON of one. */
 const STACK = /\n\s+at |"stack"/
@@ -77,7 +55,7 @@ async function emptyDatabase(): Promise<{ url: string; migrated(): Promise<boole
   }
 }
 
-function assertOneLine(exit: Exit, expected: string | RegExp): void {
+function assertOneLine(exit: CommandExit, expected: string | RegExp): void {
   assert.equal(exit.code, 1, exit.stderr)
   const lines = exit.stderr.split('\n').filter(Boolean)
   assert.equal(lines.length, 1, `one line expected: ${exit.stderr}`)
@@ -88,14 +66,14 @@ function assertOneLine(exit: Exit, expected: string | RegExp): void {
 
 describe('configuration', () => {
   test('NODE_ENV=production with nothing set: every missing variable at once, one line each', async () => {
-    const exit = await runEntry([], { NODE_ENV: 'production' })
+    const exit = await runCommand([], { NODE_ENV: 'production' })
     assert.equal(exit.code, 1)
     assert.equal(exit.stderr, 'Cannot start: DATABASE_URL: required when NODE_ENV=production\nCannot start: JWT_SECRETS: required when NODE_ENV=production\n')
     assert.equal(exit.stdout, '')
   })
 
   test('DATABSE_URL=… (a typo): refused naming DATABASE_URL, before the development database is started or anything logged', async () => {
-    const exit = await runEntry([], { DATABSE_URL: clusterUrl('postgres'), PORT: '0' })
+    const exit = await runCommand([], { DATABSE_URL: clusterUrl('postgres'), PORT: '0' })
     assertOneLine(exit, 'Cannot start: DATABSE_URL: not a variable of this service; did you mean DATABASE_URL?')
     assert.equal(exit.stdout, '')
   })
@@ -105,7 +83,7 @@ describe('configuration', () => {
     after(() => rmSync(dir, { recursive: true, force: true }))
     const file = join(dir, 'jwt')
     writeFileSync(file, `k1:${TEST_JWT_SECRET}\n`)
-    const exit = await runEntry([], { NODE_ENV: 'production', DATABASE_URL: 'postgres://app:pw@127.0.0.1:1/app', JWT_SECRETS: `k1:${TEST_JWT_SECRET}`, JWT_SECRETS_FILE: file })
+    const exit = await runCommand([], { NODE_ENV: 'production', DATABASE_URL: 'postgres://app:pw@127.0.0.1:1/app', JWT_SECRETS: `k1:${TEST_JWT_SECRET}`, JWT_SECRETS_FILE: file })
     assertOneLine(exit, 'Cannot start: JWT_SECRETS and JWT_SECRETS_FILE: both are set; set one or the other')
   })
 })
@@ -113,21 +91,21 @@ describe('configuration', () => {
 describe('a database that cannot be had: one line naming the variable, host, port, database and user, never the password', () => {
   test('connection refused', async () => {
     const port = await freePort()
-    const exit = await runEntry([], { DATABASE_URL: `postgres://api:hunter2-secret@127.0.0.1:${port}/app`, PORT: '0' })
+    const exit = await runCommand([], { DATABASE_URL: `postgres://api:hunter2-secret@127.0.0.1:${port}/app`, PORT: '0' })
     assertOneLine(exit, `Cannot start: DATABASE_URL: cannot connect to database "app" on 127.0.0.1:${port} as user "api": connection refused (is PostgreSQL running there, listening on that address and port?)`)
     assert.doesNotMatch(exit.stdout + exit.stderr, /hunter2/)
   })
 
   test('unknown host', async () => {
-    const exit = await runEntry([], { DATABASE_URL: 'postgres://api:hunter2-secret@db.invalid:5432/app', PORT: '0' })
+    const exit = await runCommand([], { DATABASE_URL: 'postgres://api:hunter2-secret@db.invalid:5432/app', PORT: '0' })
     assertOneLine(exit, /^Cannot start: DATABASE_URL: cannot connect to database "app" on db\.invalid:5432 as user "api": (unknown host|the host name could not be resolved now \(EAI_AGAIN\))$/)
     assert.doesNotMatch(exit.stdout + exit.stderr, /hunter2/)
   })
 
   test('no such role, no such database (the server\'s own words)', async () => {
-    const role = await runEntry([], { DATABASE_URL: clusterUrl('postgres', 'no_such_role', 'hunter2-secret'), PORT: '0' })
+    const role = await runCommand([], { DATABASE_URL: clusterUrl('postgres', 'no_such_role', 'hunter2-secret'), PORT: '0' })
     assertOneLine(role, /^Cannot start: DATABASE_URL: cannot connect to database "postgres" on the Unix socket \/.*\/\.s\.PGSQL\.\d+ as user "no_such_role": role "no_such_role" does not exist$/)
-    const database = await runEntry([], { DATABASE_URL: clusterUrl('no_such_database', undefined, 'hunter2-secret'), PORT: '0' })
+    const database = await runCommand([], { DATABASE_URL: clusterUrl('no_such_database', undefined, 'hunter2-secret'), PORT: '0' })
     assertOneLine(database, /^Cannot start: DATABASE_URL: cannot connect to database "no_such_database" on .* as user "\w+": database "no_such_database" does not exist$/)
     assert.doesNotMatch(role.stderr + role.stdout + database.stderr + database.stdout, /hunter2/)
   })
@@ -135,12 +113,12 @@ describe('a database that cannot be had: one line naming the variable, host, por
   test('DATABASE_LISTEN_URL is named when it is the one that fails', async () => {
     const { url } = await emptyDatabase()
     const port = await freePort()
-    const exit = await runEntry([], { DATABASE_URL: url, DATABASE_LISTEN_URL: `postgres://api:hunter2-secret@127.0.0.1:${port}/app`, PORT: '0' })
+    const exit = await runCommand([], { DATABASE_URL: url, DATABASE_LISTEN_URL: `postgres://api:hunter2-secret@127.0.0.1:${port}/app`, PORT: '0' })
     assertOneLine(exit, new RegExp(`^Cannot start: DATABASE_LISTEN_URL: cannot connect to database "app" on 127\\.0\\.0\\.1:${port} as user "api": connection refused`))
   })
 
   test('%zz in the password: refused as a configuration error naming DATABASE_URL, not the driver\'s "URI malformed"', async () => {
-    const exit = await runEntry([], { DATABASE_URL: 'postgres://api:hunter2%zz@127.0.0.1:5432/app', PORT: '0' })
+    const exit = await runCommand([], { DATABASE_URL: 'postgres://api:hunter2%zz@127.0.0.1:5432/app', PORT: '0' })
     assertOneLine(exit, 'Cannot start: DATABASE_URL: its user, password or host holds a % that is not followed by two hexadecimal digits; write a % as %25 (percent-encode the password: encodeURIComponent)')
     assert.doesNotMatch(exit.stdout + exit.stderr, /hunter2|URIError/)
   })
@@ -163,7 +141,7 @@ describe('a database that cannot be had: one line naming the variable, host, por
     after(() => cluster?.destroy())
 
     test('names the user and database, never the password given', async () => {
-      const exit = await runEntry([], { DATABASE_URL: `postgres://upa_password_role:a-wrong-password@localhost/postgres?host=${encodeURIComponent(cluster.sockets)}`, PORT: '0' })
+      const exit = await runCommand([], { DATABASE_URL: `postgres://upa_password_role:a-wrong-password@localhost/postgres?host=${encodeURIComponent(cluster.sockets)}`, PORT: '0' })
       assertOneLine(exit, /^Cannot start: DATABASE_URL: cannot connect to database "postgres" on the Unix socket .* as user "upa_password_role": password authentication failed for user "upa_password_role"$/)
       assert.doesNotMatch(exit.stdout + exit.stderr, /a-wrong-password|the-right-password/)
     })
@@ -183,7 +161,7 @@ describe('the port', () => {
   for (const workers of ['1', '2']) {
     test(`in use (WORKERS=${workers}): one line, the same as a primary's, and no migration has run`, async () => {
       const db = await emptyDatabase()
-      const exit = await runEntry([], { DATABASE_URL: db.url, HOST: '127.0.0.1', PORT: String(port), WORKERS: workers })
+      const exit = await runCommand([], { DATABASE_URL: db.url, HOST: '127.0.0.1', PORT: String(port), WORKERS: workers })
       assertOneLine(exit, `Cannot start: PORT=${port} on HOST=127.0.0.1: cannot listen (EADDRINUSE); is another copy of the service running?`)
       assert.equal(await db.migrated(), false, 'migrations ran before the port was claimed')
     })
@@ -193,7 +171,7 @@ describe('the port', () => {
 describe('commands', () => {
   for (const args of [['--help'], ['help'], ['-h']]) {
     test(`${args[0]}: the usage on stdout, exit 0, nothing started`, async () => {
-      const exit = await runEntry(args, {})
+      const exit = await runCommand(args, {})
       assert.equal(exit.code, 0, exit.stderr)
       assert.equal(exit.stderr, '')
       assert.match(exit.stdout, /^Usage: node src\/main\.ts \[command\]\n/)
@@ -203,7 +181,7 @@ describe('commands', () => {
 
   test('an unknown command (mgirate): refused with the closest and the list, exit 2, nothing started', async () => {
     const db = await emptyDatabase()
-    const exit = await runEntry(['mgirate'], { DATABASE_URL: db.url })
+    const exit = await runCommand(['mgirate'], { DATABASE_URL: db.url })
     assert.equal(exit.code, 2)
     assert.equal(exit.stdout, '')
     assert.match(exit.stderr, /^unknown command "mgirate"; did you mean migrate\?\n\nUsage: node src\/main\.ts \[command\]\n/)
@@ -212,7 +190,7 @@ describe('commands', () => {
   })
 
   test('arguments a command does not take: exit 2', async () => {
-    const exit = await runEntry(['migrate', 'now'], {})
+    const exit = await runCommand(['migrate', 'now'], {})
     assert.equal(exit.code, 2)
     assert.match(exit.stderr, /^migrate takes no arguments, not "now"\n/)
   })
@@ -236,14 +214,14 @@ describe('commands', () => {
 describe('make admin', () => {
   test('a password given on standard input is never printed back; one from ADMIN_PASSWORD_FILE neither', async () => {
     const url = await createTestDatabase()
-    const piped = await runEntry(['admin', 'piped.admin@example.com'], { DATABASE_URL: url, JWT_SECRETS: `k:${TEST_JWT_SECRET}`, LOG_LEVEL: 'error' }, 'piped password 123\n')
+    const piped = await runCommand(['admin', 'piped.admin@example.com'], { DATABASE_URL: url, JWT_SECRETS: `k:${TEST_JWT_SECRET}`, LOG_LEVEL: 'error' }, 'piped password 123\n')
     assert.equal(piped.code, 0, piped.stderr)
     assert.match(piped.stdout, /^Created admin piped\.admin@example\.com \(id \d+\) with the password from standard input\.\n$/)
 
     const dir = mkdtempSync(join(tmpdir(), 'upa-admin-'))
     after(() => rmSync(dir, { recursive: true, force: true }))
     writeFileSync(join(dir, 'password'), 'password from a file\n')
-    const filed = await runEntry(['admin', 'piped.admin@example.com'], { DATABASE_URL: url, JWT_SECRETS: `k:${TEST_JWT_SECRET}`, LOG_LEVEL: 'error', ADMIN_PASSWORD_FILE: join(dir, 'password') })
+    const filed = await runCommand(['admin', 'piped.admin@example.com'], { DATABASE_URL: url, JWT_SECRETS: `k:${TEST_JWT_SECRET}`, LOG_LEVEL: 'error', ADMIN_PASSWORD_FILE: join(dir, 'password') })
     assert.equal(filed.code, 0, filed.stderr)
     assert.match(filed.stdout, /^Reset admin piped\.admin@example\.com \(id \d+\) with the password from ADMIN_PASSWORD_FILE\.\n$/)
     for (const exit of [piped, filed]) assert.doesNotMatch(exit.stdout + exit.stderr, /piped password|password from a file/)
