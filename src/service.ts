@@ -192,12 +192,15 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
   const maintenanceSql = backgroundConnection(sql)
   const apiKeyCache = new ApiKeyCache(cacheSize)
   const revocations = new RevocationList()
-  addPurgeJob(scheduler, { name: 'idempotency.purge', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'idempotency_keys', where: expiredIdempotencyRecords })
-  addPurgeJob(scheduler, { name: 'logins.purge-failures', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'login_failures', where: expiredLoginFailures })
-  addPurgeJob(scheduler, { name: 'logins.purge-known-addresses', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'login_known_addresses', where: expiredKnownAddresses })
-  addPurgeJob(scheduler, { name: 'recovery.purge-tokens', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'one_time_tokens', where: spentOneTimeTokens })
-  addPurgeJob(scheduler, { name: 'recovery.purge-requests', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'password_reset_requests', where: oldResetRequests })
-  addPurgeJob(scheduler, { name: 'mail.purge-failed', periodMs: PURGE_EVERY_MS, sql: maintenanceSql, table: 'mail_outbox', where: oldFailedMail })
+  const purges = [
+    { name: 'idempotency.purge', table: 'idempotency_keys', where: expiredIdempotencyRecords },
+    { name: 'logins.purge-failures', table: 'login_failures', where: expiredLoginFailures },
+    { name: 'logins.purge-known-addresses', table: 'login_known_addresses', where: expiredKnownAddresses },
+    { name: 'recovery.purge-tokens', table: 'one_time_tokens', where: spentOneTimeTokens },
+    { name: 'recovery.purge-requests', table: 'password_reset_requests', where: oldResetRequests },
+    { name: 'mail.purge-failed', table: 'mail_outbox', where: oldFailedMail },
+  ]
+  for (const purge of purges) addPurgeJob(scheduler, { ...purge, periodMs: PURGE_EVERY_MS, sql: maintenanceSql })
   const mailSettings = { ...defaultMailSettings, ...tuning.mail }
   const deps: AppDeps = {
     registry,

@@ -1,6 +1,6 @@
 import type { Sql, TransactionSql } from 'postgres'
 import Type from 'typebox'
-import { challenge } from '../auth/credentials.js'
+import { challenge, invalidToken } from '../auth/credentials.js'
 import { currentPasswordMember, requireRecentPassword } from '../auth/current-password.js'
 import { isAdmin, sessionOf, type Principal } from '../auth/principal.js'
 import { displayPrefix, hashSecret, newSecret } from '../auth/tokens.js'
@@ -124,7 +124,7 @@ const hooks: ResourceHooks = {
       user_id: Number(principal.userId), name: values.name as string, prefix: displayPrefix(key), key_hash: hashSecret(key), scopes, expires_at: expiresAt,
     }, creator, maxApiKeysPerUser, originOf(principal, requestId))
     // The user was deleted, or the credential revoked, while this request ran: it is good for nothing now.
-    if (row === 'gone') throw new HttpError('invalid_token', 'The credential is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
+    if (row === 'gone') throw invalidToken()
     if (row === 'limit') throw new HttpError('api_key_limit', `This user already holds ${maxApiKeysPerUser} live API keys (MAX_API_KEYS_PER_USER); delete one first.`)
     return { row, body: { key } }
   },

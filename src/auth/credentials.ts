@@ -75,6 +75,9 @@ export const unauthorized = () =>
   new HttpError('unauthorized', 'This endpoint needs a credential: Authorization: Bearer <token> or X-API-Key.', { headers: { 'www-authenticate': challenge.missing } })
 export const invalidToken = () =>
   new HttpError('invalid_token', 'The credential is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
+/** A credential accepted a moment ago whose user was deleted since (a JWT may outlive its user by that moment). */
+export const userGone = () =>
+  new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
 
 /** The presented secret, or undefined when there is none. Two credentials are a 400. */
 export function presentedCredential(headers: IncomingHttpHeaders): string | undefined {
@@ -100,9 +103,9 @@ export type Presented =
   | { kind: 'provider'; token: string }
   | { kind: 'apiKey' | 'access'; hash: Buffer }
 
-/** What a presented secret is; a secret of no kind we issue is invalid. A JWT naming the identity provider as its issuer is the provider's to verify. */
-export function classifySecret(secret: string, provider: IdentityProvider | undefined): Presented {
-  if (looksLikeJwt(secret)) return { kind: provider?.issued(secret) ? 'provider' : 'jwt', token: secret }
+/** What a presented secret is; a secret of no kind we issue is invalid. Whose a JWT is, ours or the identity provider's, checkCredentials tells. */
+export function classifySecret(secret: string): Presented {
+  if (looksLikeJwt(secret)) return { kind: 'jwt', token: secret }
   const kind = kindOf(secret)
   if (kind !== 'apiKey' && kind !== 'access') throw invalidToken()
   return { kind, hash: hashSecret(secret) }
@@ -111,7 +114,7 @@ export function classifySecret(secret: string, provider: IdentityProvider | unde
 export async function authenticate(headers: IncomingHttpHeaders, deps: CredentialDeps): Promise<Principal | undefined> {
   const secret = presentedCredential(headers)
   if (secret === undefined) return undefined
-  const [principal] = await checkCredentials([classifySecret(secret, deps.identityProvider)], deps)
+  const [principal] = await checkCredentials([classifySecret(secret)], deps)
   if (!principal) throw invalidToken()
   if (principal.credential.type === 'api_key') await recordKeyUse(principal.credential.apiKeyId, deps)
   return principal
@@ -136,6 +139,8 @@ export async function checkCredentials(presented: readonly Presented[], deps: Cr
       case 'apiKey': return void keys.push({ at, hash: p.hash })
       case 'access': return void tokens.push({ at, hash: p.hash })
       case 'jwt': {
+        // One this instance verified before is ours, and costs no decoding; a new one is the provider's when its iss says so.
+        if (!deps.jwtCache.has(p.token) && deps.identityProvider?.issued(p.token)) return void providerTokens.push({ at, token: p.token })
         const principal = verifiedJwt(p.token, deps)
         if (principal) jwts.push({ at, principal })
       }

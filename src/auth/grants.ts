@@ -41,7 +41,7 @@ export function holdGrant(headers: IncomingHttpHeaders, principal: UserPrincipal
   if (secret === undefined) throw new Error('unreachable: a principal without a credential')
   const at = principal.credential.expiresAt
   // The credential was told apart when the request came in: a provider token stays the provider's to check.
-  const presented: Presented = principal.credential.type === 'oidc' ? { kind: 'provider', token: secret } : classifySecret(secret, undefined)
+  const presented: Presented = principal.credential.type === 'oidc' ? { kind: 'provider', token: secret } : classifySecret(secret)
   const grant: Grant = { presented, access, params, principal, expiresAt: at === null ? null : Date.parse(at) }
   if (expired(grant, Date.now())) throw invalidToken()
   return grant

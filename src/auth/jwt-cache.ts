@@ -56,6 +56,11 @@ export class JwtCache {
     return entry.principal
   }
 
+  /** Whether the token was verified here (expired or not): then it is one of ours. */
+  has(token: string): boolean {
+    return this.entries.has(token)
+  }
+
   /** Remembers a token that verifyJwt has just accepted, with its exp claim. */
   set(token: string, principal: UserPrincipal, exp: number): void {
     this.entries.set(token, { principal, exp })

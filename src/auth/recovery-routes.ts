@@ -4,7 +4,7 @@ import { HttpError } from '../core/http/problem.js'
 import { defineRoute } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
 import { publicAccess } from './access.js'
-import { challenge } from './credentials.js'
+import { userGone } from './credentials.js'
 import { normalizeEmail } from './login-throttle.js'
 import { oneTimeTokenHash } from './one-time-tokens.js'
 import { liveTokenUser, mayResendVerification, MESSAGES_PER_HOUR, queueVerification, requestPasswordReset, resetPassword, verifyEmail } from './recovery.js'
@@ -27,11 +27,17 @@ const VerifyBody = Type.Object({ token: TokenMember }, { additionalProperties: f
 
 const invalidToken = () => new HttpError('invalid_one_time_token', 'The link is invalid, expired or used already; ask for a new one.')
 
+/** The flow's link template; 404 when the flow is off. */
+function templateOf(template: string | undefined, variable: string, flow = 'Account recovery'): string {
+  if (template === undefined) throw new HttpError('not_found', `${flow} is off on this service (${variable} is not set).`)
+  return template
+}
+
 /** The flow's link template; 404 when the flow is off, 503 when there is no way to send its message. */
 function flowOn(deps: AppDeps, template: string | undefined, variable: string): string {
-  if (template === undefined) throw new HttpError('not_found', `Account recovery is off on this service (${variable} is not set).`)
+  const on = templateOf(template, variable)
   if (!deps.mail.transport) throw new HttpError('mail_not_configured', 'This service cannot send mail yet (neither SMTP_URL nor MAIL_HOOK_URL is set).')
-  return template
+  return on
 }
 
 export const recoveryRoutes = [
@@ -91,7 +97,7 @@ export const recoveryRoutes = [
     body: { kind: 'json', validator: compileValidator(VerifyBody) },
     async handle({ body, client, requestId, deps }) {
       // No mail is sent here: it works without a transport, for links sent before one went away.
-      if (deps.config.verifyEmailUrl === undefined) throw new HttpError('not_found', 'Address verification is off on this service (VERIFY_EMAIL_URL is not set).')
+      templateOf(deps.config.verifyEmailUrl, 'VERIFY_EMAIL_URL', 'Address verification')
       deps.logins.admitRecovery(client)
       const hash = oneTimeTokenHash(body.token)
       if (!hash || !(await verifyEmail(deps.sql, hash, requestId))) throw invalidToken()
@@ -114,7 +120,7 @@ export const recoveryRoutes = [
       await deps.sql.begin(async (tx) => {
         const [user] = await tx<Array<{ id: number; email: string; email_verified_at: string | null }>>`
           SELECT id, email, email_verified_at FROM users WHERE id = ${principal.userId} FOR UPDATE`
-        if (!user) throw new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+        if (!user) throw userGone()
         if (user.email_verified_at !== null) throw new HttpError('email_already_verified', 'This address is verified already.')
         if (!(await mayResendVerification(tx, user.id))) {
           throw new HttpError('rate_limited', `At most ${MESSAGES_PER_HOUR} verification messages an hour; retry later.`, { headers: { 'retry-after': '3600' } })

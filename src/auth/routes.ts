@@ -4,7 +4,7 @@ import { defineRoute } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
 import { findUserByEmail, findUser } from '../users/queries.js'
 import { users } from '../users/resource.js'
-import { challenge } from './credentials.js'
+import { challenge, userGone } from './credentials.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
 import { DECOY_HASH, verifyInSlot } from './password.js'
 import { originOf } from '../events/origin.js'
@@ -156,7 +156,7 @@ export const authRoutes = [
       if (principal.kind !== 'user') throw new Error('unreachable: /auth/me is protected')
       const user = await findUser(deps.sql, principal.userId)
       // A JWT may outlive its user; the token is then no longer good for anything.
-      if (!user) throw new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+      if (!user) throw userGone()
       const { credential } = principal
       const { type, expiresAt } = credential
       return {

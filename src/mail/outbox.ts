@@ -18,21 +18,20 @@ export interface MailDraft {
 
 type Db = Sql | TransactionSql
 
-/** Queues one message to `to`; run it on the transaction of the change it tells about. */
-export async function queueMail(db: Db, userId: number, to: string, draft: MailDraft): Promise<void> {
-  await db`
-    INSERT INTO mail_outbox (type, user_id, recipient, subject, body, link)
-    VALUES (${draft.type}, ${userId}, ${to}, ${draft.subject}, ${draft.text}, ${draft.link})`
-}
-
 /**
- * The same INSERT as a statement part, one message for each row of the
- * relation `recipients` (columns `id` and `email`, a user's): for a
- * statement that decides in SQL whether there is anyone to write to.
+ * The INSERT that queues a message, as a statement part: one message for
+ * each row of the relation `recipients` (columns `id` and `email`, a
+ * user's), for a statement that decides in SQL whether there is anyone to
+ * write to.
  */
 export const queueMailTo = (db: Db, recipients: ReturnType<Sql>, draft: MailDraft) => db`
   INSERT INTO mail_outbox (type, user_id, recipient, subject, body, link)
   SELECT ${draft.type}, r.id, r.email, ${draft.subject}, ${draft.text}, ${draft.link} FROM ${recipients} r`
+
+/** Queues one message to `to`; run it on the transaction of the change it tells about. */
+export async function queueMail(db: Db, userId: number, to: string, draft: MailDraft): Promise<void> {
+  await queueMailTo(db, db`(SELECT ${userId}::bigint AS id, ${to}::text AS email)`, draft)
+}
 
 export interface ClaimedMail {
   message: MailMessage
