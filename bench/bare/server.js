@@ -297,10 +297,10 @@ const PRODUCT_DEFAULTS = { description: '', stock: 0 }
 
 // ---- representations (the service's outputMembers, in order) ----------------
 
-const USER_MEMBERS = ['id', 'name', 'email', 'role', 'created_at', 'updated_at']
+const USER_MEMBERS = ['id', 'name', 'email', 'role', 'email_verified_at', 'created_at', 'updated_at']
 const PRODUCT_MEMBERS = ['id', 'sku', 'name', 'description', 'price', 'currency', 'stock', 'created_at', 'updated_at']
 
-const presentUser = (r) => ({ id: r.id, name: r.name, email: r.email, role: r.role, created_at: r.created_at, updated_at: r.updated_at })
+const presentUser = (r) => ({ id: r.id, name: r.name, email: r.email, role: r.role, email_verified_at: r.email_verified_at, created_at: r.created_at, updated_at: r.updated_at })
 const presentProduct = (r) => ({
   id: r.id, sku: r.sku, name: r.name, description: r.description, price: r.price, currency: r.currency, stock: r.stock, created_at: r.created_at, updated_at: r.updated_at,
 })
@@ -345,7 +345,7 @@ async function listUsers(x, search) {
   const q = listQuery(search, users)
   // The service's statement for sort=id: the representation's columns, one row more than the page to know if there is a next one.
   const rows = await sql`
-    SELECT id, name, email, role, created_at, updated_at FROM users
+    SELECT id, name, email, role, email_verified_at, created_at, updated_at FROM users
     WHERE true ${q.idGt !== undefined ? sql`AND id > ${q.idGt}` : sql``} ${q.after ? sql`AND id > ${q.after[0]}` : sql``}
     ORDER BY id ASC LIMIT ${q.limit + 1} ${q.offset ? sql`OFFSET ${q.offset}` : sql``}`
   const headers = {}

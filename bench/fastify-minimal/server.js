@@ -70,7 +70,10 @@ const allow = (scope, who = 'admin') => async (request, reply) => {
 const date = { type: 'string', format: 'date-time' }
 const user = {
   type: 'object',
-  properties: { id: { type: 'integer' }, name: { type: 'string' }, email: { type: 'string' }, role: { type: 'string' }, created_at: date, updated_at: date },
+  properties: {
+    id: { type: 'integer' }, name: { type: 'string' }, email: { type: 'string' }, role: { type: 'string' },
+    email_verified_at: { type: ['string', 'null'], format: 'date-time' }, created_at: date, updated_at: date,
+  },
 }
 const product = {
   type: 'object',
@@ -90,7 +93,7 @@ const page = (item) => ({
 })
 const only = (fields) => (row) => Object.fromEntries(fields.split(',').map((f) => [f, row[f]]))
 
-const USER = sql`id, name, email, role, created_at, updated_at`
+const USER = sql`id, name, email, role, email_verified_at, created_at, updated_at`
 const PRODUCT = sql`id, sku, name, description, price, currency, stock, created_at, updated_at`
 
 app.get('/healthz', async () => ({ status: 'ok' }))

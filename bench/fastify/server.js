@@ -189,6 +189,7 @@ const userMembers = {
   name: { type: 'string' },
   email: { type: 'string' },
   role: { type: 'string', enum: ['admin', 'user'] },
+  email_verified_at: { type: ['string', 'null'], format: 'date-time' },
   created_at: timestamp,
   updated_at: timestamp,
 }
@@ -320,7 +321,7 @@ app.get('/users', {
   if (after && after.length !== 1) throw httpError(400, 'after: is not a cursor of this sort')
   // The service's statement for sort=id: the representation's columns, one row more than the page to know if there is a next one.
   const rows = await sql`
-    SELECT id, name, email, role, created_at, updated_at FROM users
+    SELECT id, name, email, role, email_verified_at, created_at, updated_at FROM users
     WHERE true ${idGt !== undefined ? sql`AND id > ${idGt}` : sql``} ${after ? sql`AND id > ${after[0]}` : sql``}
     ORDER BY id ASC LIMIT ${q.limit + 1} ${q.offset ? sql`OFFSET ${q.offset}` : sql``}`
   if (rows.length > q.limit) {
