@@ -15,6 +15,7 @@ import type { EventHub } from './events/hub.js'
 import type { EventPublisher } from './events/publisher.js'
 import type { EventRetention } from './events/retention.js'
 import type { MailWorker } from './mail/worker.js'
+import type { BackgroundWork } from './core/background-work.js'
 import type { WebhookWorker } from './webhooks/worker.js'
 import type { IdentityProvider } from './auth/oidc/provider-principals.js'
 
@@ -69,6 +70,8 @@ export interface AppDeps extends CoreServices {
   webhooks: WebhookWorker
   /** Sends the mail outbox with the configured transport (`mail.transport`: undefined when none is, src/mail/transport.ts). */
   mail: MailWorker
+  /** Password-reset requests, worked on after their answer (src/auth/recovery-routes.ts). */
+  recoveryRequests: BackgroundWork
   /** The identity provider whose access tokens are accepted beside ours (OIDC_ISSUER, src/auth/oidc/); undefined without one. */
   identityProvider: IdentityProvider | undefined
   /** Deletes events and deliveries older than EVENTS_RETENTION_DAYS, a batch at a time (src/events/retention.ts). */

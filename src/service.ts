@@ -35,6 +35,8 @@ import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './w
 import { oldFailedMail } from './mail/outbox.js'
 import { mailTransportFor } from './mail/transport.js'
 import { defaultMailSettings, MailWorker, type MailSettings } from './mail/worker.js'
+import { BackgroundWork, type BackgroundWorkSettings } from './core/background-work.js'
+import { defaultRecoveryRequestSettings } from './auth/recovery-routes.js'
 import { oldResetRequests, spentOneTimeTokens } from './auth/recovery.js'
 import { ReadinessCheck } from './health/readiness.js'
 import { buildRegistry, type Registry } from './registry.js'
@@ -76,6 +78,8 @@ export interface ServiceOptions {
   mail?: Partial<MailSettings>
   /** How the identity provider's keys are fetched (src/auth/oidc/key-set.ts): tests shorten the wait between fetches for unknown kids. */
   identityProvider?: ProviderTuning
+  /** How many password-reset requests are worked on at once and held at most (src/auth/recovery-routes.ts). */
+  recoveryRequests?: Partial<BackgroundWorkSettings>
   /** What GET /metrics answers; default this service's figures. A cluster worker answers for every worker (src/cluster/worker.ts). */
   metricsReport?: () => Promise<string>
 }
@@ -128,6 +132,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
   lifecycle.register(deps.eventPublisher)
   lifecycle.register(deps.webhooks)
   lifecycle.register(deps.mail)
+  lifecycle.register(deps.recoveryRequests)
   if (deps.identityProvider) lifecycle.register(deps.identityProvider)
   lifecycle.register(deps.eventHub.reader)
   lifecycle.register(scheduler)
@@ -235,6 +240,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
     }, scheduler),
     webhooks: new WebhookWorker(sql, listenSql, registry.webhooks, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }, scheduler),
     mail: new MailWorker(sql, listenSql, mailSettings.transport ?? mailTransportFor(config, log), log, metrics, mailSettings, scheduler),
+    recoveryRequests: new BackgroundWork('recovery-requests', log, { ...defaultRecoveryRequestSettings, ...tuning.recoveryRequests }),
     identityProvider: config.oidc ? new IdentityProvider(config.oidc, users, log, cacheSize, DEFAULT_LEEWAY_SECONDS, metrics, tuning.identityProvider) : undefined,
     retention: new EventRetention(maintenanceSql, scheduler, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
 import { describe, test } from 'node:test'
+import { normalizeEmail } from '../src/auth/login-throttle.js'
 import { createConsoleTransport } from '../src/mail/console.js'
 import { call, spawnService } from './fault-kit.js'
 import { passwordAccount, passwordLogin } from './helpers/accounts.js'
@@ -60,6 +61,31 @@ let octet = 0
 const from = () => ({ 'x-forwarded-for': `198.51.100.${++octet}` })
 const askReset = (email: string, headers = from()) => anonymous('POST', '/auth/password-reset', { email }, headers)
 const confirm = (token: string, password: string) => anonymous('POST', '/auth/password-reset/confirm', { token, password }, from())
+
+/**
+ * Once `n` reset requests for `email` have been worked on: the service answers before it works on
+ * one (src/auth/recovery-routes.ts), and each leaves a row whether or not an account has the address.
+ */
+async function resetRequestsWorked(server: TestServer, email: string, n: number): Promise<void> {
+  const hash = createHash('sha256').update(normalizeEmail(email)).digest()
+  for (const deadline = Date.now() + 5000; ;) {
+    const [row] = await server.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM password_reset_requests WHERE email_hash = ${hash}`
+    if (row.n >= n) return
+    if (Date.now() > deadline) throw new Error(`${n} reset requests for ${email} not worked on within 5 s (${row.n})`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+}
+
+/** Holds up the work of every reset request (its statement writes the table locked here) until the returned function is called. */
+async function holdResetWork(server: TestServer): Promise<() => Promise<void>> {
+  const held = await server.sql.reserve()
+  await held`BEGIN`
+  await held`LOCK TABLE password_reset_requests IN ACCESS EXCLUSIVE MODE`
+  return async () => {
+    await held`COMMIT`
+    held.release()
+  }
+}
 
 async function resetToken(email: string, count = 1): Promise<string> {
   assert.equal((await askReset(email)).status, 202)
@@ -191,7 +217,8 @@ describe('password reset', () => {
     const account = await passwordAccount(api)
     for (let i = 0; i < 6; i++) assert.equal((await askReset(account.email)).status, 202)
     await messagesTo(account.email, 'mail.password_reset', 5)
-    await new Promise((r) => setTimeout(r, 200))
+    await resetRequestsWorked(api, account.email, 6)
+    await new Promise((r) => setTimeout(r, 100))
     assert.equal(sent().filter((m) => m.to === account.email).length, 5)
   })
 
@@ -199,9 +226,55 @@ describe('password reset', () => {
     const account = await passwordAccount(api)
     const answers = await Promise.all(Array.from({ length: 12 }, () => askReset(account.email)))
     assert.deepEqual([...new Set(answers.map((a) => a.status))], [202])
+    await resetRequestsWorked(api, account.email, 12)
     const [tokens] = await api.sql`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${account.id} AND purpose = 'password_reset'`
     assert.equal(tokens!.n, 5)
     await messagesTo(account.email, 'mail.password_reset', 5)
+  })
+
+  test('the answer does not wait for the work: held up by a lock, a known and an unknown address are both answered 202, and the known one\'s message follows once the lock goes', async () => {
+    const account = await passwordAccount(api)
+    const unknown = `nobody-${unique()}@example.com`
+    const release = await holdResetWork(api)
+    try {
+      const answers = await Promise.all([askReset(account.email), askReset(unknown)])
+      assert.deepEqual(answers.map((a) => a.status), [202, 202])
+      assert.equal(answers[0]!.text, answers[1]!.text)
+      const [tokens] = await api.sql`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${account.id}`
+      assert.equal(tokens!.n, 0, 'answered while its work was still held up')
+    } finally {
+      await release()
+    }
+    await messagesTo(account.email, 'mail.password_reset')
+    await resetRequestsWorked(api, unknown, 1)
+    assert.equal(sent().filter((m) => m.to === unknown).length, 0)
+  })
+
+  test('work held past its bound: further requests are 429 alike for known and unknown addresses, nothing of theirs is done, and the held work is', async () => {
+    const bounded = await startServer({ PASSWORD_RESET_URL: RESET_URL, TRUST_PROXY: '1' }, {}, { tuning: { ...tuning, recoveryRequests: { concurrency: 1, capacity: 2 } } })
+    const [held, known] = [await passwordAccount(bounded), await passwordAccount(bounded)]
+    const unknown = `nobody-${unique()}@example.com`
+    const ask = (email: string) => bounded.request('POST', '/auth/password-reset', { auth: null, body: { email }, headers: from() })
+    const release = await holdResetWork(bounded)
+    let refused: TestResponse[]
+    try {
+      assert.equal((await ask(held.email)).status, 202)
+      assert.equal((await ask(unknown)).status, 202)
+      refused = [await ask(known.email), await ask(`other-${unique()}@example.com`)]
+    } finally {
+      await release()
+    }
+    for (const res of refused) {
+      assertProblem(res, 429, 'rate_limited')
+      assert.equal(res.headers.get('retry-after'), '1')
+    }
+    assert.equal(refused[0]!.body.detail, refused[1]!.body.detail)
+    await resetRequestsWorked(bounded, held.email, 1)
+    await resetRequestsWorked(bounded, unknown, 1)
+    const [tokens] = await bounded.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${known.id}`
+    assert.equal(tokens.n, 0, 'a refused request made no token')
+    assert.equal((await ask(known.email)).status, 202, 'served again once the held work is done')
+    await resetRequestsWorked(bounded, known.email, 1)
   })
 })
 
@@ -405,6 +478,34 @@ describe('the mail worker', () => {
     assert.equal(flaky.taken.length, 0)
     assert.equal(await metric(server, 'mail_failed_total'), 1)
   })
+})
+
+test('SIGTERM waits for the reset requests already answered: their work is done before the process exits 0', async () => {
+  const databaseUrl = await createTestDatabase()
+  const { connect } = await import('../src/core/db/connect.js')
+  const db = connect(databaseUrl, { max: 2, statementTimeoutMs: 10_000 })
+  const service = await spawnService({ DATABASE_URL: databaseUrl, PASSWORD_RESET_URL: RESET_URL })
+  try {
+    // Three: two at work (held up by the lock) and one still waiting its turn when the signal comes.
+    const emails = [1, 2, 3].map((i) => `held-${i}-${unique()}@example.com`)
+    for (const email of emails) await db`INSERT INTO users (name, email, role) VALUES ('Held', ${email}, 'user')`
+    const held = await db.reserve()
+    await held`BEGIN`
+    await held`LOCK TABLE password_reset_requests IN ACCESS EXCLUSIVE MODE`
+    for (const email of emails) assert.equal((await call(service.url, 'POST', '/auth/password-reset', { body: { email } })).status, 202)
+    service.kill('SIGTERM')
+    await new Promise((r) => setTimeout(r, 300))
+    assert.ok(service.alive(), 'still at work on the request it answered')
+    await held`COMMIT`
+    held.release()
+    assert.equal((await service.exited).code, 0)
+    const [tokens] = await db<[{ n: number }]>`SELECT count(*)::int AS n FROM one_time_tokens t JOIN users u ON u.id = t.user_id WHERE u.email = ANY(${emails})`
+    assert.equal(tokens.n, 3)
+    assert.ok(!service.logs.some((l) => l.msg === 'background work dropped at shutdown' || l.msg === 'background work failed'))
+  } finally {
+    if (service.alive()) service.kill('SIGKILL')
+    await db.end({ timeout: 5 })
+  }
 })
 
 describe('the console transport of development', () => {

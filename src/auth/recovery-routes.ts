@@ -25,6 +25,15 @@ const ResetConfirmBody = Type.Object({
 }, { additionalProperties: false })
 const VerifyBody = Type.Object({ token: TokenMember }, { additionalProperties: false })
 
+/**
+ * Password-reset requests are worked on after their 202 (src/core/background-work.ts): two at a
+ * time, 256 held at most, so that the answer and its time are the same whether or not an account
+ * has the address, however busy the database is with the accounts that do.
+ */
+export const defaultRecoveryRequestSettings = { concurrency: 2, capacity: 256 }
+
+const recoveryBusy = () => new HttpError('rate_limited', 'Too many password-reset requests are being worked on; retry shortly.', { headers: { 'retry-after': '1' } })
+
 const invalidToken = () => new HttpError('invalid_one_time_token', 'The link is invalid, expired or used already; ask for a new one.')
 
 /** The flow's link template; 404 when the flow is off. */
@@ -54,7 +63,10 @@ export const recoveryRoutes = [
     async handle({ body, client, requestId, deps }) {
       const template = flowOn(deps, deps.config.passwordResetUrl, 'PASSWORD_RESET_URL')
       deps.logins.admitRecovery(client)
-      await requestPasswordReset(deps.sql, normalizeEmail(body.email), template, deps.config.passwordResetTtl, { actorId: null, credential: null, requestId })
+      const email = normalizeEmail(body.email)
+      const origin = { actorId: null, credential: null, requestId }
+      const taken = deps.recoveryRequests.submit('password reset', () => requestPasswordReset(deps.sql, email, template, deps.config.passwordResetTtl, origin))
+      if (!taken) throw recoveryBusy()
       return { status: 202 }
     },
   }),

@@ -29,11 +29,12 @@ const underHourlyLimit = (db: Db, purpose: Purpose) => db`
   (SELECT count(*) FROM one_time_tokens t WHERE t.user_id = u.id AND t.purpose = ${purpose} AND t.created_at > now() - interval '1 hour') < ${MESSAGES_PER_HOUR}`
 
 /**
- * POST /auth/password-reset: the same statements whatever the address (a
- * lock on the address, then one statement), so that an unknown address
- * costs what a known one does: the token is made and hashed
- * either way, and the request is logged either way (a write, whose commit
- * waits for the WAL flush as the known address's does). For an account
+ * The work of POST /auth/password-reset, done after its answer
+ * (recovery-routes.ts): the same statements whatever the address (a lock on
+ * the address, then one statement), so that an unknown address costs the
+ * database what a known one does: the token is made and hashed either way,
+ * and the request is logged either way (a write, whose commit waits for the
+ * WAL flush as the known address's does). For an account
  * whose address had fewer than MESSAGES_PER_HOUR requests this hour: its
  * open reset tokens are retired, a new one is stored as its hash, the
  * message is queued, and user.password_reset_requested recorded. True when

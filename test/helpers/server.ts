@@ -124,7 +124,7 @@ export interface StartOptions {
   /** The service's resources (createService): the application's and a test's own, src/registry.ts. */
   registry?: Registry
   /** Tuning of streams, webhook deliveries and retention (createService). */
-  tuning?: Pick<ServiceOptions, 'streams' | 'webhooks' | 'retention' | 'publisher' | 'mail' | 'identityProvider'>
+  tuning?: Pick<ServiceOptions, 'streams' | 'webhooks' | 'retention' | 'publisher' | 'mail' | 'identityProvider' | 'recoveryRequests'>
 }
 
 export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}, options: StartOptions = {}): Promise<TestServer> {
