@@ -3,6 +3,8 @@ import { createHash, randomBytes } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
 import { describe, test } from 'node:test'
 import { normalizeEmail } from '../src/auth/login-throttle.js'
+import { connect } from '../src/core/db/connect.js'
+import { READINESS_TTL_MS } from '../src/health/readiness.js'
 import { createConsoleTransport } from '../src/mail/console.js'
 import { call, spawnService } from './fault-kit.js'
 import { passwordAccount, passwordLogin } from './helpers/accounts.js'
@@ -250,6 +252,37 @@ describe('password reset', () => {
     assert.equal(sent().filter((m) => m.to === unknown).length, 0)
   })
 
+  test('with the database down, every address is answered 503 database_unavailable, not a 202 for work that would be lost; 202 again once it is back', async () => {
+    const server = await startServer({ PASSWORD_RESET_URL: RESET_URL, TRUST_PROXY: '1' }, {}, { tuning })
+    const account = await passwordAccount(server)
+    const unknown = `nobody-${unique()}@example.com`
+    const ask = (email: string) => server.request('POST', '/auth/password-reset', { auth: null, body: { email }, headers: from() })
+    const name = new URL(server.databaseUrl).pathname.slice(1)
+    const admin = connect(process.env.TEST_SERVER_URL!, { max: 1, statementTimeoutMs: 10_000 })
+    try {
+      await admin`ALTER DATABASE ${admin(name)} ALLOW_CONNECTIONS false`
+      await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${name}`
+      // The database check's answer serves for a second (src/health/readiness.ts).
+      await new Promise((r) => setTimeout(r, READINESS_TTL_MS + 100))
+      const answers = [await ask(account.email), await ask(unknown)]
+      for (const res of answers) {
+        assertProblem(res, 503, 'database_unavailable')
+        assert.ok(Number(res.headers.get('retry-after')) >= 1)
+      }
+      assert.equal(answers[0]!.body.detail, answers[1]!.body.detail)
+    } finally {
+      await admin`ALTER DATABASE ${admin(name)} ALLOW_CONNECTIONS true`
+      await admin.end({ timeout: 5 })
+    }
+    for (const deadline = Date.now() + 5000; (await ask(account.email)).status !== 202;) {
+      if (Date.now() > deadline) throw new Error('not served again within 5 s of the database coming back')
+      await new Promise((r) => setTimeout(r, 100))
+    }
+    await resetRequestsWorked(server, account.email, 1)
+    const [tokens] = await server.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${account.id}`
+    assert.equal(tokens.n, 1, 'only the request answered 202 made a token')
+  })
+
   test('work held past its bound: further requests are 429 alike for known and unknown addresses, nothing of theirs is done, and the held work is', async () => {
     const bounded = await startServer({ PASSWORD_RESET_URL: RESET_URL, TRUST_PROXY: '1' }, {}, { tuning: { ...tuning, recoveryRequests: { concurrency: 1, capacity: 2 } } })
     const [held, known] = [await passwordAccount(bounded), await passwordAccount(bounded)]
@@ -482,7 +515,6 @@ describe('the mail worker', () => {
 
 test('SIGTERM waits for the reset requests already answered: their work is done before the process exits 0', async () => {
   const databaseUrl = await createTestDatabase()
-  const { connect } = await import('../src/core/db/connect.js')
   const db = connect(databaseUrl, { max: 2, statementTimeoutMs: 10_000 })
   const service = await spawnService({ DATABASE_URL: databaseUrl, PASSWORD_RESET_URL: RESET_URL })
   try {
@@ -516,7 +548,6 @@ describe('the console transport of development', () => {
       const account = { email: `dev-${unique()}@example.com`, password: `pw-${unique()}` }
       // In the spawned service's database.
       const { PasswordHasher } = await import('../src/auth/password.js')
-      const { connect } = await import('../src/core/db/connect.js')
       const db = connect(databaseUrl, { max: 1, statementTimeoutMs: 5000 })
       try {
         await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${account.email}, 'user', ${await new PasswordHasher().hash(account.password)})`

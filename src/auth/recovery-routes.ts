@@ -63,6 +63,9 @@ export const recoveryRoutes = [
     async handle({ body, client, requestId, deps }) {
       const template = flowOn(deps, deps.config.passwordResetUrl, 'PASSWORD_RESET_URL')
       deps.logins.admitRecovery(client)
+      // A database that is down is said so (503, as to any request that needs it, and to every address
+      // alike: the check's answer is shared for a second), rather than a 202 for work that would be lost.
+      await deps.readiness.database()
       const email = normalizeEmail(body.email)
       const origin = { actorId: null, credential: null, requestId }
       const taken = deps.recoveryRequests.submit('password reset', () => requestPasswordReset(deps.sql, email, template, deps.config.passwordResetTtl, origin))
