@@ -196,6 +196,10 @@ describe('POST /api-keys', () => {
     { label: 'expires_at in the past', body: { expires_at: new Date(Date.now() - 60_000).toISOString() }, path: '/expires_at' },
     { label: 'expires_at that is not a timestamp', body: { expires_at: 'tomorrow' }, path: '/expires_at' },
     { label: 'expires_at as a number', body: { expires_at: Date.now() + 60_000 }, path: '/expires_at' },
+    // RFC 3339 all three, but no instant a timestamp holds: a leap second, year 10000 once in UTC, a zone suffix.
+    { label: 'expires_at on a leap second', body: { expires_at: '2030-06-30T23:59:60Z' }, path: '/expires_at' },
+    { label: 'expires_at past year 9999 in UTC', body: { expires_at: '9999-12-31T23:59:59-23:59' }, path: '/expires_at' },
+    { label: 'expires_at with an RFC 9557 zone suffix', body: { expires_at: '2030-01-01T00:00:00Z[Europe/Paris]' }, path: '/expires_at' },
   ]
   for (const c of invalid) {
     test(`${c.label} → 422 naming ${c.path}, no row`, async () => {

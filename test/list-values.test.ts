@@ -55,3 +55,31 @@ test('q finds quotes, braces and backslashes literally', async () => {
     assert.deepEqual(ids(res.body), idsNamed(awkward.filter((n) => n.includes(v))), v)
   }
 })
+
+// RFC 3339 date-times that are no instant a timestamp holds: refused as any invalid value, never a 500.
+const unholdable = ['2026-06-30T23:59:60Z', '0000-01-01T00:00:00Z', '0000-12-31T23:59:59Z', '0001-01-01T00:30:00+01:00', '9999-12-31T23:59:59-23:59', '2026-01-01T00:00:00Z[Europe/Paris]']
+
+test('a timestamp filter outside what a timestamp holds (a leap second, year 0, past 9999 in UTC, a zone suffix) is 400 invalid_parameter, with every operator, on every collection', async () => {
+  const paths = ['/products', '/users', '/api-keys', '/events', '/webhooks']
+  const filters = ['created_at', 'created_at[gt]', 'created_at[gte]', 'created_at[lt]', 'created_at[lte]', 'created_at[ne]', 'created_at[in]']
+  for (const path of paths) {
+    const member = path === '/events' ? 'occurred_at' : 'created_at'
+    for (const filter of filters) {
+      for (const value of unholdable) {
+        const operand = filter.endsWith('[in]') ? `2026-01-01T00:00:00Z,${value}` : value
+        const res = await api.request('GET', `${path}?${filter.replace('created_at', member)}=${encodeURIComponent(operand)}`)
+        assert.equal(res.status, 400, `${path} ${filter}=${operand}: ${res.text}`)
+        assert.equal(res.body.code, 'invalid_parameter', res.text)
+      }
+    }
+  }
+})
+
+test('the first and the last instants a timestamp holds are accepted as filters, in any offset', async () => {
+  for (const value of ['0001-01-01T00:00:00Z', '0001-01-01T01:00:00+01:00', '9999-12-31T23:59:59.999Z', '9999-12-31T22:59:59-01:00']) {
+    for (const filter of ['created_at[gt]', 'created_at[lt]', 'created_at']) {
+      const res = await api.request('GET', `/products?${filter}=${encodeURIComponent(value)}`)
+      assert.equal(res.status, 200, `${filter}=${value}: ${res.text}`)
+    }
+  }
+})

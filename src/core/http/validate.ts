@@ -1,5 +1,7 @@
 import type { Static, TSchema } from 'typebox'
 import { Compile } from 'typebox/compile'
+import Format from 'typebox/format'
+import { isApiDateTime } from './date-time.js'
 import { validationFailed, type FieldError } from './problem.js'
 
 // The one way input is checked: a TypeBox schema compiled once, when the
@@ -23,6 +25,11 @@ export interface ValidatorOptions {
    */
   fromWire?: (value: unknown) => unknown
 }
+
+// TypeBox's format table is the process's, and a compiled check takes the
+// format's function when it is compiled: set here, before any schema of this
+// module's callers compiles, so every date-time in the API means one thing.
+Format.Set('date-time', isApiDateTime)
 
 export function compileValidator<S extends TSchema>(schema: S, options: ValidatorOptions = {}): Validator<Static<S>> {
   const compiled = Compile(schema)
