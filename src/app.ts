@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { createServer, type Server as HttpServer } from 'node:http'
+import { createServer, STATUS_CODES, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http'
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https'
 import type { Duplex } from 'node:stream'
 import type { AppDeps } from './app-deps.js'
@@ -69,6 +69,8 @@ export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsO
       maxHeaderSize: 16 * 1024,
       // Node checks the two request time-outs on this interval (default 30 s).
       connectionsCheckingInterval: 1000,
+      // Node would answer a missing Host itself, with an empty 400; the pipeline answers a problem.
+      requireHostHeader: false,
     },
     (req, res) => {
       handle(req, res).catch((err: unknown) => {
@@ -82,6 +84,14 @@ export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsO
   server.maxConnections = config.maxConnections
   server.on('drop', () => void deps.metrics.connectionsDropped++)
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => answerClientError(err, socket, deps))
+  // An expectation other than 100-continue: Node would answer an empty 417; RFC 9110 (10.1.1) lets a
+  // server ignore it instead, and the request is served as if it had none.
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => server.emit('request', req, res))
+  // CONNECT asks for a tunnel, which this server does not make: without a listener Node closes the connection unanswered.
+  server.on('connect', (req: IncomingMessage, socket: Duplex) => {
+    const problem = new HttpError('method_not_allowed', 'CONNECT is not supported: this server is not a proxy.')
+    answerOnSocket(socket, problem, deps, { method: req.method ?? 'CONNECT', error: 'connect' })
+  })
   return server
 }
 
@@ -100,11 +110,16 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, deps: App
     err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'invalid_request',
     'The request could not be read.',
   )
+  answerOnSocket(socket, problem, deps, { method: null, error: err.code ?? 'client_error' })
+}
+
+/** A problem written on the socket itself, outside the pipeline (no response object exists), and the connection closed. */
+function answerOnSocket(socket: Duplex, problem: HttpError, deps: AppDeps, logged: { method: string | null; error: string }): void {
   const { status } = problem
   const requestId = randomUUID()
-  const reason = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' }[status]
+  const reason = STATUS_CODES[status] ?? 'Error'
   const body = JSON.stringify(problemBody(problem, '', requestId))
-  deps.log.info('request', { request_id: requestId, method: null, route: null, status, error: err.code ?? 'client_error' })
+  deps.log.info('request', { request_id: requestId, method: logged.method, route: null, status, error: logged.error })
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
       `X-Request-Id: ${requestId}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n${body}`,

@@ -796,4 +796,38 @@ describe('requests Node refuses before the pipeline', () => {
       assert.equal(body.request_id, res.headers['x-request-id'])
     })
   }
+
+  test('an HTTP/1.1 request without Host gets 400 invalid_request as a problem through the pipeline, logged; HTTP/1.0 needs none', async () => {
+    const res = await raw(api, ['GET /users HTTP/1.1\r\nConnection: close\r\n\r\n'])
+    assert.equal(res.status, 400)
+    assert.equal(res.headers['content-type'], 'application/problem+json; charset=utf-8')
+    assert.equal(res.headers['x-content-type-options'], 'nosniff')
+    const body = JSON.parse(res.body)
+    assert.equal(body.code, 'invalid_request')
+    assert.match(body.detail, /Host/)
+    assert.equal(body.request_id, res.headers['x-request-id'])
+    assert.equal((await logLine(api, body.request_id)).status, 400)
+    const old = parseResponses(await rawExchange(api, ['GET /healthz HTTP/1.0\r\n\r\n']))
+    assert.equal(old[0]?.status, 200)
+  })
+
+  test('an Expect other than 100-continue is ignored, as RFC 9110 allows: the request is served (not Node\'s empty 417)', async () => {
+    const res = await raw(api, ['GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nConnection: close\r\n\r\n'])
+    assert.equal(res.status, 200, res.body)
+    assert.ok(res.headers['x-request-id'])
+    const created = await raw(api, [`POST /users HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nAuthorization: Bearer ${api.admin.token}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`])
+    assert.equal(created.status, 422, 'the body was read and checked')
+  })
+
+  test('CONNECT gets 405 method_not_allowed as a problem with a request id, and the connection closes (not an unanswered close)', async () => {
+    const res = await raw(api, ['CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n'])
+    assert.equal(res.status, 405)
+    assert.equal(res.headers['content-type'], 'application/problem+json; charset=utf-8')
+    assert.equal(res.headers.connection, 'close')
+    const body = JSON.parse(res.body)
+    assert.equal(body.code, 'method_not_allowed')
+    assert.equal(body.request_id, res.headers['x-request-id'])
+    const line = await logLine(api, body.request_id)
+    assert.deepEqual([line.method, line.status], ['CONNECT', 405])
+  })
 })
