@@ -88,10 +88,7 @@ export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsO
   // server ignore it instead, and the request is served as if it had none.
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => server.emit('request', req, res))
   // CONNECT asks for a tunnel, which this server does not make: without a listener Node closes the connection unanswered.
-  server.on('connect', (req: IncomingMessage, socket: Duplex) => {
-    const problem = new HttpError('method_not_allowed', 'CONNECT is not supported: this server is not a proxy.')
-    answerOnSocket(socket, problem, deps, { method: req.method ?? 'CONNECT', error: 'connect' })
-  })
+  server.on('connect', (req: IncomingMessage, socket: Duplex) => refuseTunnel(req, socket, deps))
   return server
 }
 
@@ -111,6 +108,24 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, deps: App
     'The request could not be read.',
   )
   answerOnSocket(socket, problem, deps, { method: null, error: err.code ?? 'client_error' })
+}
+
+/**
+ * The answer to CONNECT. Node hands the socket over as it is: outside the
+ * server's time-outs and connection tracking, with no error listener, and
+ * half-open after `end` (allowHalfOpen). So it gets a listener (a reset
+ * would otherwise be an uncaught error), whatever the client sends is read
+ * and dropped, and it is destroyed once the answer is written, or at the
+ * header time-out if the client does not read it.
+ */
+function refuseTunnel(req: IncomingMessage, socket: Duplex, deps: AppDeps): void {
+  socket.on('error', () => socket.destroy())
+  socket.resume()
+  const timer = setTimeout(() => socket.destroy(), deps.config.headersTimeoutMs)
+  socket.once('close', () => clearTimeout(timer))
+  socket.once('finish', () => socket.destroy())
+  const problem = new HttpError('invalid_request', 'CONNECT is not supported: this server is not a proxy.')
+  answerOnSocket(socket, problem, deps, { method: req.method ?? 'CONNECT', error: 'connect' })
 }
 
 /** A problem written on the socket itself, outside the pipeline (no response object exists), and the connection closed. */

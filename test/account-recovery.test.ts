@@ -2,12 +2,11 @@ import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
 import { describe, test } from 'node:test'
-import { normalizeEmail } from '../src/auth/login-throttle.js'
 import { connect } from '../src/core/db/connect.js'
 import { READINESS_TTL_MS } from '../src/health/readiness.js'
 import { createConsoleTransport } from '../src/mail/console.js'
 import { call, spawnService } from './fault-kit.js'
-import { passwordAccount, passwordLogin } from './helpers/accounts.js'
+import { passwordAccount, passwordLogin, resetRequestsWorked } from './helpers/accounts.js'
 import { createTestDatabase, startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // Account recovery through the real server (docs/auth.md, "Account recovery:
@@ -63,20 +62,6 @@ let octet = 0
 const from = () => ({ 'x-forwarded-for': `198.51.100.${++octet}` })
 const askReset = (email: string, headers = from()) => anonymous('POST', '/auth/password-reset', { email }, headers)
 const confirm = (token: string, password: string) => anonymous('POST', '/auth/password-reset/confirm', { token, password }, from())
-
-/**
- * Once `n` reset requests for `email` have been worked on: the service answers before it works on
- * one (src/auth/recovery-routes.ts), and each leaves a row whether or not an account has the address.
- */
-async function resetRequestsWorked(server: TestServer, email: string, n: number): Promise<void> {
-  const hash = createHash('sha256').update(normalizeEmail(email)).digest()
-  for (const deadline = Date.now() + 5000; ;) {
-    const [row] = await server.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM password_reset_requests WHERE email_hash = ${hash}`
-    if (row.n >= n) return
-    if (Date.now() > deadline) throw new Error(`${n} reset requests for ${email} not worked on within 5 s (${row.n})`)
-    await new Promise((r) => setTimeout(r, 20))
-  }
-}
 
 /** Holds up the work of every reset request (its statement writes the table locked here) until the returned function is called. */
 async function holdResetWork(server: TestServer): Promise<() => Promise<void>> {

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
+import { normalizeEmail } from '../../src/auth/login-throttle.js'
 import type { TestServer } from './server.js'
 
 // Accounts that log in with a password, as a person does: for the tests of
@@ -29,4 +30,18 @@ export async function passwordLogin(on: TestServer, who: Pick<Account, 'email' |
   const res = await on.request('POST', '/auth/login', { auth: null, headers, body: { email: who.email, password: who.password, token_format: format } })
   assert.equal(res.status, 200, res.text)
   return res.body
+}
+
+/**
+ * Once `n` reset requests for `email` have been worked on: the service answers before it works on
+ * one (src/auth/recovery-routes.ts), and each leaves a row whether or not an account has the address.
+ */
+export async function resetRequestsWorked(server: TestServer, email: string, n: number): Promise<void> {
+  const hash = createHash('sha256').update(normalizeEmail(email)).digest()
+  for (const deadline = Date.now() + 5000; ;) {
+    const [row] = await server.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM password_reset_requests WHERE email_hash = ${hash}`
+    if (row.n >= n) return
+    if (Date.now() > deadline) throw new Error(`${n} reset requests for ${email} not worked on within 5 s (${row.n})`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
 }
