@@ -15,6 +15,14 @@ function setUp(concurrency: number, capacity: number) {
   return { work: new BackgroundWork('test-work', log, { concurrency, capacity }), lines }
 }
 
+/** Once `condition` holds (work starts on a later turn of the event loop than its submit, and log lines are written in batches). */
+async function until(what: string, condition: () => boolean): Promise<void> {
+  for (const deadline = Date.now() + 2000; !condition();) {
+    if (Date.now() > deadline) assert.fail(`not within 2 s: ${what}`)
+    await sleep(5)
+  }
+}
+
 /** A piece of work that ends when `finish` is called, and counts how many run at once. */
 function gated(counter: { now: number; most: number }) {
   let finish: () => void = () => {}
@@ -32,16 +40,15 @@ test('runs `concurrency` at a time, holds `capacity` at most, and takes more as 
   const counter = { now: 0, most: 0 }
   const pieces = [gated(counter), gated(counter), gated(counter), gated(counter)]
   assert.deepEqual(pieces.map((p) => work.submit('piece', p.run)), [true, true, true, false])
-  await sleep(10)
-  assert.equal(counter.now, 2)
+  await until('two pieces running', () => counter.now === 2)
+  await sleep(20)
+  assert.equal(counter.now, 2, 'no third piece started')
   pieces[0]!.finish()
-  await sleep(10)
-  assert.equal(counter.now, 2, 'the waiting piece started in the freed place')
-  assert.equal(work.held, 2)
+  await until('the first piece done', () => work.held === 2)
+  await until('the waiting piece started in the freed place', () => counter.now === 2)
   assert.equal(work.submit('piece', pieces[3]!.run), true)
   for (const p of pieces) p.finish()
-  await sleep(10)
-  assert.equal(work.held, 0)
+  await until('every piece done', () => work.held === 0)
   assert.equal(counter.most, 2)
 })
 
@@ -51,8 +58,7 @@ test('a failure is logged with the work\'s name and the error\'s message, never 
   let ran = false
   work.submit('password reset', () => Promise.reject(new Error('connection refused')))
   work.submit('password reset', async () => void (ran = secret.length > 0))
-  await sleep(50)
-  assert.equal(ran, true)
+  await until('the second piece ran and the failure was logged', () => ran && lines.some((l) => l.msg === 'background work failed'))
   const failed = lines.filter((l) => l.msg === 'background work failed')
   assert.equal(failed.length, 1)
   assert.equal(failed[0]!.component, 'test-work')
@@ -79,8 +85,9 @@ test('stop takes nothing new, waits for the held work, and drops what is left at
   const stuck = gated(counter)
   late.work.submit('piece', stuck.run)
   late.work.submit('piece', async () => {})
+  await until('the stuck piece running', () => counter.now === 1)
   await late.work.stop(performance.now() + 30)
-  await sleep(30)
+  await until('the drop logged', () => late.lines.some((l) => l.msg === 'background work dropped at shutdown'))
   const dropped = late.lines.find((l) => l.msg === 'background work dropped at shutdown')
   assert.deepEqual({ running: dropped?.running, waiting: dropped?.waiting }, { running: 1, waiting: 1 })
   stuck.finish()
