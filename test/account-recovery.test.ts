@@ -8,6 +8,7 @@ import { createConsoleTransport } from '../src/mail/console.js'
 import { call, spawnService } from './fault-kit.js'
 import { passwordAccount, passwordLogin, resetRequestsWorked } from './helpers/accounts.js'
 import { createTestDatabase, startServer, type TestResponse, type TestServer } from './helpers/server.js'
+import { waitUntil } from './helpers/wait.js'
 
 // Account recovery through the real server (docs/auth.md, "Account recovery:
 // rules"): password reset, address verification, address changes, and what
@@ -259,10 +260,7 @@ describe('password reset', () => {
       await admin`ALTER DATABASE ${admin(name)} ALLOW_CONNECTIONS true`
       await admin.end({ timeout: 5 })
     }
-    for (const deadline = Date.now() + 5000; (await ask(account.email)).status !== 202;) {
-      if (Date.now() > deadline) throw new Error('not served again within 5 s of the database coming back')
-      await new Promise((r) => setTimeout(r, 100))
-    }
+    await waitUntil('served again once the database is back', async () => (await ask(account.email)).status === 202, 5000)
     await resetRequestsWorked(server, account.email, 1)
     const [tokens] = await server.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${account.id}`
     assert.equal(tokens.n, 1, 'only the request answered 202 made a token')

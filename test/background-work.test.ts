@@ -3,6 +3,7 @@ import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { BackgroundWork } from '../src/core/background-work.js'
 import { createLogger } from '../src/core/log.js'
+import { waitUntil } from './helpers/wait.js'
 
 // The bound and the stop of work a request does not wait for
 // (src/core/background-work.ts); through the API in test/account-recovery.test.ts.
@@ -13,14 +14,6 @@ function setUp(concurrency: number, capacity: number) {
     for (const line of text.split('\n')) if (line) lines.push(JSON.parse(line) as Record<string, unknown>)
   })
   return { work: new BackgroundWork('test-work', log, { concurrency, capacity }), lines }
-}
-
-/** Once `condition` holds (work starts on a later turn of the event loop than its submit, and log lines are written in batches). */
-async function until(what: string, condition: () => boolean): Promise<void> {
-  for (const deadline = Date.now() + 2000; !condition();) {
-    if (Date.now() > deadline) assert.fail(`not within 2 s: ${what}`)
-    await sleep(5)
-  }
 }
 
 /** A piece of work that ends when `finish` is called, and counts how many run at once. */
@@ -40,15 +33,15 @@ test('runs `concurrency` at a time, holds `capacity` at most, and takes more as 
   const counter = { now: 0, most: 0 }
   const pieces = [gated(counter), gated(counter), gated(counter), gated(counter)]
   assert.deepEqual(pieces.map((p) => work.submit('piece', p.run)), [true, true, true, false])
-  await until('two pieces running', () => counter.now === 2)
+  await waitUntil('two pieces running', () => counter.now === 2, 2000)
   await sleep(20)
   assert.equal(counter.now, 2, 'no third piece started')
   pieces[0]!.finish()
-  await until('the first piece done', () => work.held === 2)
-  await until('the waiting piece started in the freed place', () => counter.now === 2)
+  await waitUntil('the first piece done', () => work.held === 2, 2000)
+  await waitUntil('the waiting piece started in the freed place', () => counter.now === 2, 2000)
   assert.equal(work.submit('piece', pieces[3]!.run), true)
   for (const p of pieces) p.finish()
-  await until('every piece done', () => work.held === 0)
+  await waitUntil('every piece done', () => work.held === 0, 2000)
   assert.equal(counter.most, 2)
 })
 
@@ -58,7 +51,7 @@ test('a failure is logged with the work\'s name and the error\'s message, never 
   let ran = false
   work.submit('password reset', () => Promise.reject(new Error('connection refused')))
   work.submit('password reset', async () => void (ran = secret.length > 0))
-  await until('the second piece ran and the failure was logged', () => ran && lines.some((l) => l.msg === 'background work failed'))
+  await waitUntil('the second piece ran and the failure was logged', () => ran && lines.some((l) => l.msg === 'background work failed'), 2000)
   const failed = lines.filter((l) => l.msg === 'background work failed')
   assert.equal(failed.length, 1)
   assert.equal(failed[0]!.component, 'test-work')
@@ -85,9 +78,9 @@ test('stop takes nothing new, waits for the held work, and drops what is left at
   const stuck = gated(counter)
   late.work.submit('piece', stuck.run)
   late.work.submit('piece', async () => {})
-  await until('the stuck piece running', () => counter.now === 1)
+  await waitUntil('the stuck piece running', () => counter.now === 1, 2000)
   await late.work.stop(performance.now() + 30)
-  await until('the drop logged', () => late.lines.some((l) => l.msg === 'background work dropped at shutdown'))
+  await waitUntil('the drop logged', () => late.lines.some((l) => l.msg === 'background work dropped at shutdown'), 2000)
   const dropped = late.lines.find((l) => l.msg === 'background work dropped at shutdown')
   assert.deepEqual({ running: dropped?.running, waiting: dropped?.waiting }, { running: 1, waiting: 1 })
   stuck.finish()

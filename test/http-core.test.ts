@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto'
 import { connect as netConnect, type Socket } from 'node:net'
 import { describe, test } from 'node:test'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
+import { waitUntil } from './helpers/wait.js'
 
 // The request pipeline as a client sees it: ids and headers on every answer,
 // problem bodies, routing answers, content types, body limits, strict JSON,
@@ -846,10 +847,7 @@ describe('requests Node refuses before the pipeline', () => {
     try {
       const ours = accepted.find((a) => a.port === socket.localPort)?.socket
       assert.ok(ours, 'the server side of the connection')
-      for (const deadline = Date.now() + 2000; !ours.destroyed;) {
-        if (Date.now() > deadline) assert.fail('the server still holds the CONNECT\'s connection, half-open')
-        await new Promise((r) => setTimeout(r, 20))
-      }
+      await waitUntil('the server to let go of the CONNECT\'s half-open connection', () => ours.destroyed, 2000)
     } finally {
       socket.destroy()
     }

@@ -1,3 +1,4 @@
+import { settledBy } from './db/wakeups.js'
 import type { Component } from './lifecycle.js'
 import { describeError, type Logger } from './log.js'
 
@@ -53,12 +54,7 @@ export class BackgroundWork implements Component {
   /** Takes nothing new; waits for the work held until the deadline. What is left then is dropped, and logged. */
   async stop(deadline: number): Promise<void> {
     this.stopping = true
-    if (this.held === 0) return
-    const done = new Promise<void>((resolve) => (this.idle = resolve))
-    const left = Math.max(0, deadline - performance.now())
-    let timer: NodeJS.Timeout | undefined
-    await Promise.race([done, new Promise<void>((resolve) => (timer = setTimeout(resolve, left)))])
-    clearTimeout(timer)
+    if (this.held > 0) await settledBy(new Promise<void>((resolve) => (this.idle = resolve)), deadline)
     if (this.held > 0) {
       this.log.warn('background work dropped at shutdown', { component: this.name, running: this.running, waiting: this.waiting.length })
       this.waiting.length = 0

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
 import { normalizeEmail } from '../../src/auth/login-throttle.js'
 import type { TestServer } from './server.js'
+import { waitUntil } from './wait.js'
 
 // Accounts that log in with a password, as a person does: for the tests of
 // what a login's credentials may do and when they stop. (server.createUser's
@@ -38,10 +39,8 @@ export async function passwordLogin(on: TestServer, who: Pick<Account, 'email' |
  */
 export async function resetRequestsWorked(server: TestServer, email: string, n: number): Promise<void> {
   const hash = createHash('sha256').update(normalizeEmail(email)).digest()
-  for (const deadline = Date.now() + 5000; ;) {
+  await waitUntil(`${n} reset requests for ${email} worked on`, async () => {
     const [row] = await server.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM password_reset_requests WHERE email_hash = ${hash}`
-    if (row.n >= n) return
-    if (Date.now() > deadline) throw new Error(`${n} reset requests for ${email} not worked on within 5 s (${row.n})`)
-    await new Promise((r) => setTimeout(r, 20))
-  }
+    return row.n >= n
+  }, 5000)
 }

@@ -13,7 +13,8 @@ import { IsDateTime } from 'typebox/format'
 export function isApiDateTime(value: string): boolean {
   if (!IsDateTime(value)) return false
   const ms = Date.parse(value)
-  if (!Number.isFinite(ms)) return false
-  const year = new Date(ms).getUTCFullYear()
-  return year >= 1 && year <= 9999
+  return ms >= FIRST_INSTANT && ms <= LAST_INSTANT
 }
+
+const FIRST_INSTANT = Date.parse('0001-01-01T00:00:00.000Z')
+const LAST_INSTANT = Date.parse('9999-12-31T23:59:59.999Z')
