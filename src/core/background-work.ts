@@ -1,4 +1,4 @@
-import { settledBy } from './db/wakeups.js'
+import { settledBy } from './lib/settled-by.js'
 import type { Component } from './lifecycle.js'
 import { describeError, type Logger } from './log.js'
 

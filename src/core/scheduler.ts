@@ -1,4 +1,4 @@
-import { setTimeout as sleep } from 'node:timers/promises'
+import { settledBy } from './lib/settled-by.js'
 import type { Component } from './lifecycle.js'
 import { describeError, type Logger } from './log.js'
 
@@ -154,11 +154,6 @@ export class Scheduler implements Component {
   async stop(deadline: number): Promise<void> {
     this.stopping.abort()
     for (const job of this.jobs.values()) job.cancel()
-    const runs = Promise.all([...this.jobs.values()].map((job) => job.settled()))
-    const left = deadline - performance.now()
-    if (left <= 0) return
-    const overrun = new AbortController()
-    await Promise.race([runs, sleep(left, undefined, { signal: overrun.signal }).catch(() => {})])
-    overrun.abort()
+    await settledBy(Promise.all([...this.jobs.values()].map((job) => job.settled())), deadline)
   }
 }

@@ -1,12 +1,11 @@
 import type { Sql } from 'postgres'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { backgroundConnection } from './connect.js'
 
 // What a background worker of the outbox kind (webhook deliveries, mail)
 // shares: a connection of its own listening for the NOTIFY that a commit
-// sends when there is new work, and a stop that waits for the work under
-// way no longer than a deadline. The table is the truth: a wake-up lost is
-// only a delay until the worker's next poll.
+// sends when there is new work (and its stop waits for the work under way
+// with settledBy, src/core/lib/settled-by.ts). The table is the truth: a
+// wake-up lost is only a delay until the worker's next poll.
 
 /**
  * A connection of its own (not `listenSql`'s, which the credential listener
@@ -19,11 +18,4 @@ export function listenForWork(listenSql: Sql, channel: string, wake: () => void,
   const connection = backgroundConnection(listenSql, 1)
   connection.listen(channel, wake).catch(cannot)
   return connection
-}
-
-/** Waits for `work` to settle, or until `deadline` (performance.now() milliseconds), whichever comes first; never rejects. */
-export async function settledBy(work: Promise<unknown>, deadline: number): Promise<void> {
-  const overrun = new AbortController()
-  await Promise.race([work.then(() => {}, () => {}), sleep(Math.max(0, deadline - performance.now()), undefined, { signal: overrun.signal }).catch(() => {})])
-  overrun.abort()
 }
