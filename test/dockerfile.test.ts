@@ -12,7 +12,7 @@ import { BUILDS } from '../src/dev/node-line.mjs'
 import { healthUrl } from '../src/healthcheck.js'
 import { launchService } from './fault-kit.js'
 import { selfSignedCertificate } from './helpers/certificates.js'
-import { freePort } from './helpers/ports.js'
+import { freePort, portBelowEphemeral } from './helpers/ports.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 
 // No container engine runs where the tests run, and base images cannot be
@@ -194,9 +194,7 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
     copyFileSync(process.execPath, join(nodeDir, 'node'))
     chmodSync(join(nodeDir, 'node'), 0o755)
   }
-  // Below the kernel's ephemeral range (32768 and up): no socket of another test, bound to port 0 or
-  // connecting out, can be given this port between our choice and the service's bind.
-  const port = 20_000 + Math.floor(Math.random() * 12_000)
+  const port = portBelowEphemeral()
   const serviceEnv = {
     ...env, PATH: `${nodeDir}:${env.PATH}`, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: await createTestDatabase(), JWT_SECRETS: `k1:${TEST_JWT_SECRET}`, LOG_LEVEL: 'warn',
     API_PREFIX: '/v1', TLS_CERT_FILE: certificate.cert, TLS_KEY_FILE: certificate.key,

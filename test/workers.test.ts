@@ -13,6 +13,7 @@ import { connect } from '../src/core/db/connect.js'
 import { adminToken, holdRowLock, launchService, projectRoot, startLoad, summarize, waitFor, type Spawned } from './fault-kit.js'
 import { call, tally, type Answer } from './helpers/http-client.js'
 import { createTestDatabase } from './helpers/server.js'
+import { portBelowEphemeral } from './helpers/ports.js'
 
 // WORKERS=2 through the real process (`node --import tsx src/main.ts`): one
 // port served by two worker processes under a primary (src/cluster/). Which
@@ -29,7 +30,9 @@ const auth = { authorization: `Bearer ${adminToken(adminId)}` }
 
 /** The service with WORKERS=2 (unless `env` says otherwise), once every worker listens. */
 async function startWorkers(env: Record<string, string> = {}, options?: { detached: boolean }): Promise<Spawned> {
-  const service = await launchService({ DATABASE_URL: databaseUrl, WORKERS: '2', ...env }, undefined, options).listening
+  // PORT=0 is claimed by the primary and let go before the workers bind it (src/claim-port.ts): a port of the kernel's
+  // ephemeral range could be taken in between by another test's socket.
+  const service = await launchService({ DATABASE_URL: databaseUrl, WORKERS: '2', PORT: String(portBelowEphemeral()), ...env }, undefined, options).listening
   after(() => void (service.alive() && service.kill('SIGKILL')))
   await waitFor('every worker to listen', () => service.logs.some((l) => l.msg === 'every worker is listening'), 20_000)
   return service

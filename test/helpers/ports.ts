@@ -12,6 +12,14 @@ export async function freePort(): Promise<number> {
   return port
 }
 
+/**
+ * A port below the kernel's ephemeral range (32768 and up), for a service
+ * told its port that binds it some time after the choice: no socket of
+ * another test, bound to port 0 or connecting out, can be given it meanwhile
+ * (`freePort`'s pick can be, and was, on a busy machine).
+ */
+export const portBelowEphemeral = () => 20_000 + Math.floor(Math.random() * 12_000)
+
 /** Whether something accepts TCP connections on 127.0.0.1:`port`. */
 export function accepts(port: number): Promise<boolean> {
   return new Promise((resolve) => {
