@@ -18,6 +18,7 @@ import type { MailWorker } from './mail/worker.js'
 import type { BackgroundWork } from './core/background-work.js'
 import type { WebhookWorker } from './webhooks/worker.js'
 import type { IdentityProvider } from './auth/oidc/provider-principals.js'
+import type { Clock } from './core/lib/clock.js'
 
 /**
  * Everything one service instance holds, built by `createService`
@@ -42,6 +43,8 @@ export interface AppDeps extends CoreServices {
   maintenanceSql: Sql
   /** Every setting (src/config.ts), core's HttpSettings among them. */
   config: Config
+  /** The time this instance's own expiry checks read (src/core/lib/clock.ts); the database keeps its own now(). */
+  clock: Clock
   /** The database check of /readyz, one query a second at most (src/health/readiness.ts). */
   readiness: ReadinessCheck
   /** The figures GET /metrics answers with: this instance's, or, in a cluster worker, every worker's (src/cluster/worker.ts). */

@@ -12,6 +12,7 @@ import { parseSmtpUrl, type SmtpServer } from './mail/smtp-url.js'
 import { suspectVariables } from './config-names.js'
 import { readSecret } from './secret-files.js'
 import type { ProviderSettings } from './auth/oidc/provider-token.js'
+import { PASSWORD_HASH_COST } from './auth/password.js'
 
 // Every setting the service reads, with its default. Values arrive as strings
 // from the environment (secrets also from files: src/secret-files.ts);
@@ -81,6 +82,7 @@ const EnvSchema = Type.Object({
   PASSWORD_RESET_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s]*\\{token\\}', maxLength: 1000, description: 'an http(s) URL holding {token}' })),
   VERIFY_EMAIL_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s]*\\{token\\}', maxLength: 1000, description: 'an http(s) URL holding {token}' })),
   PASSWORD_RESET_TTL: Type.Optional(Integer(60, 86400)),
+  PASSWORD_HASH_COST: Type.Optional(Integer(PASSWORD_HASH_COST.min, PASSWORD_HASH_COST.max)),
   REQUIRE_VERIFIED_EMAIL: Type.Optional(Bool),
   SMTP_URL: Type.Optional(Type.String({ description: 'an smtp:// or smtps:// URL (src/mail/smtp-url.ts checks it)' })),
   // One line: it becomes a header, and a line break would let it add headers.
@@ -172,6 +174,8 @@ export interface Config {
   verifyEmailUrl: string | undefined
   /** Seconds a password-reset link lives. */
   passwordResetTtl: number
+  /** log2 of scrypt's N for new password hashes (src/auth/password.ts); never below 15 in production. */
+  passwordHashCost: number
   /** A password login before the address is verified is 403 email_not_verified. */
   requireVerifiedEmail: boolean
   /** Outgoing mail (src/mail/transport.ts): at most one of SMTP and the hook; neither is the console in development, nothing in production. */
@@ -284,6 +288,10 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     report('DATABASE_POOLER', '`transaction` needs DATABASE_LISTEN_URL, a direct connection to PostgreSQL for LISTEN/NOTIFY and migrations, which a transaction pooler cannot carry')
   }
   if (production && !isGiven('JWT_SECRETS')) report('JWT_SECRETS', 'required when NODE_ENV=production')
+  // A cheap hash turns a stolen table into passwords within hours; the low end of the range is for tests.
+  if (production && Number(e.PASSWORD_HASH_COST) < PASSWORD_HASH_COST.productionFloor) {
+    report('PASSWORD_HASH_COST', `must be at least ${PASSWORD_HASH_COST.productionFloor} when NODE_ENV=production (got ${JSON.stringify(e.PASSWORD_HASH_COST)}); lower costs are for tests`)
+  }
   if (isGiven('ADMIN_EMAIL') !== isGiven('ADMIN_PASSWORD')) problem('ADMIN_EMAIL', 'ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
   if (isGiven('TLS_CERT_FILE') !== isGiven('TLS_KEY_FILE')) problem('TLS_CERT_FILE', 'TLS_CERT_FILE and TLS_KEY_FILE: set both or neither')
   // Without links to send, an unverified user could never become verified, and could never log in again.
@@ -367,6 +375,7 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     passwordResetUrl: e.PASSWORD_RESET_URL,
     verifyEmailUrl: e.VERIFY_EMAIL_URL,
     passwordResetTtl: int('PASSWORD_RESET_TTL', 3600),
+    passwordHashCost: int('PASSWORD_HASH_COST', PASSWORD_HASH_COST.default),
     requireVerifiedEmail: e.REQUIRE_VERIFIED_EMAIL === 'true',
     mail: typeof smtpServer === 'object' && typeof mailFrom === 'object' ? { via: 'smtp', server: smtpServer, from: mailFrom }
       : e.MAIL_HOOK_URL && e.MAIL_HOOK_SECRET ? { via: 'hook', url: e.MAIL_HOOK_URL, secret: e.MAIL_HOOK_SECRET }

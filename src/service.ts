@@ -45,6 +45,7 @@ import { originOf } from './events/origin.js'
 import { DEFAULT_LEEWAY_SECONDS } from './auth/jwt.js'
 import { IdentityProvider, type ProviderTuning } from './auth/oidc/provider-principals.js'
 import { users } from './users/resource.js'
+import { systemClock, type Clock } from './core/lib/clock.js'
 
 // One service instance owns all of its state: the pool, the caches, the
 // limits, the credential listener, the server. Nothing of it lives in a
@@ -80,6 +81,8 @@ export interface ServiceOptions {
   identityProvider?: ProviderTuning
   /** How many password-reset requests are worked on at once and held at most (src/auth/recovery-routes.ts). */
   recoveryRequests?: Partial<BackgroundWorkSettings>
+  /** The time its own expiry checks read; default the system's. Tests move theirs forward instead of waiting (src/core/lib/clock.ts). */
+  clock?: Clock
   /** What GET /metrics answers; default this service's figures. A cluster worker answers for every worker (src/cluster/worker.ts). */
   metricsReport?: () => Promise<string>
 }
@@ -184,7 +187,11 @@ export function createService(config: Config, options: ServiceOptions): Service 
   }
 }
 
-function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, registry = buildRegistry(applicationResources), ...tuning }: ServiceOptions, scheduler: Scheduler): AppDeps {
+function createDeps(
+  config: Config,
+  { log, cacheSize = CREDENTIAL_CACHE_SIZE, registry = buildRegistry(applicationResources), clock = systemClock, ...tuning }: ServiceOptions,
+  scheduler: Scheduler,
+): AppDeps {
   if (config.databaseUrl === undefined) throw new Error('createService: config.databaseUrl is not set')
   if (config.databasePooler === 'auto') throw new Error('createService: config.databasePooler is not resolved (resolvePooler, src/core/db/pooler.ts)')
   const metrics = new Metrics({ max: config.poolMax })
@@ -195,7 +202,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
   const listenSql = config.databaseListenUrl ? connect(config.databaseListenUrl, { max: 1, statementTimeoutMs, onQuery: () => void metrics.queries++ }) : sql
   const lifecycle = { shuttingDown: false }
   const maintenanceSql = backgroundConnection(sql)
-  const apiKeyCache = new ApiKeyCache(cacheSize)
+  const apiKeyCache = new ApiKeyCache(cacheSize, () => clock.now())
   const revocations = new RevocationList()
   const purges = [
     { name: 'idempotency.purge', table: 'idempotency_keys', where: expiredIdempotencyRecords },
@@ -213,6 +220,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
     listenSql,
     maintenanceSql,
     config,
+    clock,
     log,
     lifecycle,
     readiness: new ReadinessCheck(() => sql`SELECT 1`),
@@ -227,7 +235,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
     credentialChanges: new CredentialChanges(sql, listenSql, apiKeyCache, revocations, log, scheduler, { lifecycle }),
     databaseAdmission: admissionFor(config.poolMax, config.statementTimeoutMs, log),
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit) : undefined,
-    passwords: new PasswordHasher(),
+    passwords: new PasswordHasher(config.passwordHashCost),
     listShapes: new ListShapes({ prepare: !pooled }),
     changeOrigin: (ctx) => originOf(ctx.principal, ctx.requestId),
     idempotencySecrets: config.jwtSecrets.map((k) => k.secret),
@@ -241,7 +249,7 @@ function createDeps(config: Config, { log, cacheSize = CREDENTIAL_CACHE_SIZE, re
     webhooks: new WebhookWorker(sql, listenSql, registry.webhooks, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }, scheduler),
     mail: new MailWorker(sql, listenSql, mailSettings.transport ?? mailTransportFor(config, log), log, metrics, mailSettings, scheduler),
     recoveryRequests: new BackgroundWork('recovery-requests', log, { ...defaultRecoveryRequestSettings, ...tuning.recoveryRequests }),
-    identityProvider: config.oidc ? new IdentityProvider(config.oidc, users, log, cacheSize, DEFAULT_LEEWAY_SECONDS, metrics, tuning.identityProvider) : undefined,
+    identityProvider: config.oidc ? new IdentityProvider(config.oidc, users, log, cacheSize, DEFAULT_LEEWAY_SECONDS, metrics, clock, tuning.identityProvider) : undefined,
     retention: new EventRetention(maintenanceSql, scheduler, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
   return deps

@@ -90,8 +90,8 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
       })
       if (applied.length) log.info('migrations applied', { migrations: applied })
       if (kind === 'migrate') return log.info('database is up to date')
-      if (kind === 'admin') return await adminCommand(setup, args)
-      if (config.bootstrapAdmin && (await bootstrapAdminIfNone(setup, new PasswordHasher(), config.bootstrapAdmin))) {
+      if (kind === 'admin') return await adminCommand(setup, new PasswordHasher(config.passwordHashCost), args)
+      if (config.bootstrapAdmin && (await bootstrapAdminIfNone(setup, new PasswordHasher(config.passwordHashCost), config.bootstrapAdmin))) {
         log.info('created the first admin from ADMIN_EMAIL', { email: config.bootstrapAdmin.email })
       }
     } finally {
@@ -139,13 +139,13 @@ function warnDevelopment(config: Config, log: Logger): void {
  * is never printed back (it would land in a terminal's scroll-back or a CI
  * log); a generated one is printed, since it is shown nowhere else.
  */
-async function adminCommand(sql: Sql, args: string[]): Promise<void> {
+async function adminCommand(sql: Sql, passwords: PasswordHasher, args: string[]): Promise<void> {
   if (args.length > 1) throw new ConfigError('admin takes the e-mail only; give the password in ADMIN_PASSWORD or on standard input, not on the command line (it would show in ps).')
   const email = args[0] || process.env.ADMIN_EMAIL || 'admin@example.com'
   const secret = readSecret(process.env, 'ADMIN_PASSWORD')
   if (secret.problem) throw new ConfigError(secret.problem)
   const given = await adminPasswordFrom({ ADMIN_PASSWORD: secret.value }, process.stdin)
-  const admin = await createOrResetAdmin(sql, new PasswordHasher(), email, given)
+  const admin = await createOrResetAdmin(sql, passwords, email, given)
   const verb = admin.created ? 'Created' : 'Reset'
   const source = secret.file ? 'ADMIN_PASSWORD_FILE' : secret.value ? 'ADMIN_PASSWORD' : 'standard input'
   process.stdout.write(given === undefined ? `${verb} admin ${email} (id ${admin.id}). Password: ${admin.password}\n` : `${verb} admin ${email} (id ${admin.id}) with the password from ${source}.\n`)

@@ -530,10 +530,10 @@ describe('the console transport of development', () => {
     try {
       const account = { email: `dev-${unique()}@example.com`, password: `pw-${unique()}` }
       // In the spawned service's database.
-      const { PasswordHasher } = await import('../src/auth/password.js')
+      const { testPasswords } = await import('./helpers/passwords.js')
       const db = connect(databaseUrl, { max: 1, statementTimeoutMs: 5000 })
       try {
-        await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${account.email}, 'user', ${await new PasswordHasher().hash(account.password)})`
+        await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${account.email}, 'user', ${await testPasswords.hash(account.password)})`
       } finally {
         await db.end({ timeout: 5 })
       }

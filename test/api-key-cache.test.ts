@@ -7,7 +7,7 @@ import { ApiKeyCache, MAX_AGE_MS, type CachedApiKey } from '../src/api-keys/key-
 import { applyKeyChange } from '../src/api-keys/key-changes.js'
 import { CATCH_UP_TIMEOUT_MS, CHANGES_CHANNEL as KEY_CHANGES_CHANNEL } from '../src/auth/credential-changes.js'
 import { LastUsedWrites } from '../src/api-keys/last-used.js'
-import { PasswordHasher } from '../src/auth/password.js'
+import { testPasswords } from './helpers/passwords.js'
 import { connect } from '../src/core/db/connect.js'
 import { createLogger } from '../src/core/log.js'
 import { createService } from '../src/service.js'
@@ -228,7 +228,7 @@ describe('revocation through one instance holds at once on both', () => {
     const { key } = await createKey({}, user.token)
     await cacheOnBoth(key)
     assert.equal((await B.request('GET', '/users?limit=1', { headers: { 'x-api-key': key } })).status, 403)
-    await assert.rejects(createOrResetAdmin(sql, new PasswordHasher(), user.email, 'a-new-password-for-the-admin'), /not an admin/)
+    await assert.rejects(createOrResetAdmin(sql, testPasswords, user.email, 'a-new-password-for-the-admin'), /not an admin/)
     await heard(B)
     for (const server of [A, B]) assert.equal((await server.request('GET', '/users?limit=1', { headers: { 'x-api-key': key } })).status, 403)
   })
@@ -486,9 +486,9 @@ describe('what the triggers announce', () => {
     assert.deepEqual(await announced(() => sql`UPDATE users SET name = 'Renamed' WHERE id = ${user.id}`), [])
     assert.deepEqual(await announced(() => sql`UPDATE users SET role = 'admin' WHERE id = ${user.id}`), [`users ${user.id}`])
     assert.deepEqual(await announced(() => sql`UPDATE users SET role = 'admin' WHERE id = ${user.id}`), [])
-    assert.deepEqual(await announced(() => createOrResetAdmin(sql, new PasswordHasher(), user.email, 'yet-another-password')), [], 'already an admin')
+    assert.deepEqual(await announced(() => createOrResetAdmin(sql, testPasswords, user.email, 'yet-another-password')), [], 'already an admin')
     await sql`UPDATE users SET role = 'user' WHERE id = ${user.id}`
-    assert.deepEqual(await announced(() => assert.rejects(createOrResetAdmin(sql, new PasswordHasher(), user.email, 'yet-another-password'), /not an admin/)), [], 'a plain user is not promoted')
+    assert.deepEqual(await announced(() => assert.rejects(createOrResetAdmin(sql, testPasswords, user.email, 'yet-another-password'), /not an admin/)), [], 'a plain user is not promoted')
   })
 
   test('a user deleted through the API: its keys and the user', async () => {

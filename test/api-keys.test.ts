@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { describe, test } from 'node:test'
-import { PasswordHasher } from '../src/auth/password.js'
+import { testPasswords } from './helpers/passwords.js'
 import { applicationRegistry } from './helpers/registry.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
@@ -448,7 +448,7 @@ describe('hostile bodies are refused with no row', () => {
 
 describe('deleting a user', async () => {
   const password = 'api-keys-test-password'
-  const passwordHash = await new PasswordHasher().hash(password)
+  const passwordHash = await testPasswords.hash(password)
 
   async function userWithCredentials(role: 'admin' | 'user') {
     const user = await api.createUser({ role, passwordHash })

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { PasswordHasher } from '../src/auth/password.js'
+import { testPasswords } from './helpers/passwords.js'
 import type { Role, Scope } from '../src/auth/principal.js'
 import { applicationRegistry } from './helpers/registry.js'
 import { displayPrefix, hashSecret, newSecret } from '../src/auth/tokens.js'
@@ -25,7 +25,7 @@ const api = await startServer()
 
 /** One real scrypt hash for every user of this file that logs in (hashing costs ~100 ms each). */
 const PASSWORD = 'authorization-test-password'
-const passwordHash = await new PasswordHasher().hash(PASSWORD)
+const passwordHash = await testPasswords.hash(PASSWORD)
 
 let sequence = 0
 const unique = (tag: string) => `${tag}-${process.pid}-${++sequence}`

@@ -66,6 +66,7 @@ describe('defaults', () => {
       passwordResetUrl: undefined,
       verifyEmailUrl: undefined,
       passwordResetTtl: 3600,
+      passwordHashCost: 15,
       requireVerifiedEmail: false,
       mail: { via: 'none' },
       oidc: undefined,
@@ -179,6 +180,7 @@ describe('values', () => {
       passwordResetUrl: undefined,
       verifyEmailUrl: undefined,
       passwordResetTtl: 3600,
+      passwordHashCost: 15,
       requireVerifiedEmail: false,
       mail: { via: 'none' },
       oidc: undefined,
@@ -257,6 +259,9 @@ describe('refused values', () => {
     ['REAUTH_WINDOW', '-1'],
     ['LOGIN_RATE_LIMIT', '-1'],
     ['LOGIN_RATE_LIMIT', '1000001'],
+    ['PASSWORD_HASH_COST', '9'],
+    ['PASSWORD_HASH_COST', '18'],
+    ['PASSWORD_HASH_COST', 'high'],
   ]
   for (const [name, value] of refused) {
     test(`refuses ${name}=${JSON.stringify(value)} with a ConfigError naming ${name}`, () => {
@@ -334,6 +339,16 @@ describe('production', () => {
     assert.equal(config.production, true)
     assert.equal(config.databaseUrl, url)
     assert.equal(config.jwtSecrets.length, 1)
+    assert.equal(config.passwordHashCost, 15)
+  })
+
+  test('refuses a PASSWORD_HASH_COST below 15 in production, which development and tests may use', () => {
+    const production = { NODE_ENV: 'production', DATABASE_URL: url, JWT_SECRETS: `k:${SECRET}` }
+    assertRefused({ ...production, PASSWORD_HASH_COST: '14' }, 'PASSWORD_HASH_COST', /at least 15 when NODE_ENV=production/)
+    assertRefused({ ...production, PASSWORD_HASH_COST: '10' }, 'PASSWORD_HASH_COST', /got "10"/)
+    assert.equal(loadConfig({ ...production, PASSWORD_HASH_COST: '15' }).passwordHashCost, 15)
+    assert.equal(loadConfig({ ...production, PASSWORD_HASH_COST: '17' }).passwordHashCost, 17)
+    assert.equal(loadConfig({ PASSWORD_HASH_COST: '10' }).passwordHashCost, 10)
   })
 })
 

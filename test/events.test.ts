@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { PasswordHasher } from '../src/auth/password.js'
+import { testPasswords } from './helpers/passwords.js'
 import { recordEvents } from '../src/core/resources/change-events.js'
 import { createOrResetAdmin } from '../src/users/admin-bootstrap.js'
 import type { TransactionSql } from 'postgres'
@@ -229,11 +229,11 @@ describe('a write records exactly its event, with the subject as GET shows it', 
 
   test('the first admin made by the service itself has the system actor', async () => {
     const email = `boot-${unique()}@example.com`
-    const made = await eventsOf(async () => void (await createOrResetAdmin(sql, new PasswordHasher(), email, keep('a-bootstrap-password'))))
+    const made = await eventsOf(async () => void (await createOrResetAdmin(sql, testPasswords, email, keep('a-bootstrap-password'))))
     const event = assertOneEvent(made.events, { type: 'user.created', subject: made.events[0]!.subject, actor: { user_id: null, credential: 'system' }, request_id: null })
     assert.equal(event.data.email, email)
     assert.equal(event.data.role, 'admin')
-    const reset = await eventsOf(async () => void (await createOrResetAdmin(sql, new PasswordHasher(), email, 'another-bootstrap-password')))
+    const reset = await eventsOf(async () => void (await createOrResetAdmin(sql, testPasswords, email, 'another-bootstrap-password')))
     assert.deepEqual(reset.events.map((e) => [e.type, e.actor.credential]), [['user.updated', 'system']])
   })
 })

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { after, before, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
-import { PasswordHasher } from '../src/auth/password.js'
+import { testPasswords } from './helpers/passwords.js'
 import { hashSecret } from '../src/auth/tokens.js'
 import { DEADLINE_GRACE_MS } from '../src/core/db/admission.js'
 import { connect } from '../src/core/db/connect.js'
@@ -158,7 +158,7 @@ test('PostgreSQL restarted three times while transactional writes run: the proce
   // A user to log in as: a login is a transaction of several inserts (a session, its refresh token).
   const password = 'a password for the fault test'
   const [loginUser] = await db<[{ email: string }]>`
-    INSERT INTO users (name, email, password_hash) VALUES ('Login', 'login.outage@example.com', ${await new PasswordHasher().hash(password)}) RETURNING email`
+    INSERT INTO users (name, email, password_hash) VALUES ('Login', 'login.outage@example.com', ${await testPasswords.hash(password)}) RETURNING email`
   const created = new Map<string, number | undefined>() // e-mail → id when 201
   const tokens: string[] = []
 

@@ -4,7 +4,8 @@ import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { expiredLoginFailures } from '../src/auth/login-throttle.js'
 import { deleteInBatches } from '../src/core/db/batched-delete.js'
-import { DECOY_HASH, PasswordHasher, verifyInSlot } from '../src/auth/password.js'
+import { PASSWORD_HASH_COST, PasswordHasher } from '../src/auth/password.js'
+import { testPasswords } from './helpers/passwords.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // Logins under attack, from the addresses a proxy reports (TRUST_PROXY=1):
@@ -17,7 +18,7 @@ import { startServer, type TestResponse, type TestServer } from './helpers/serve
 // like logging in.
 
 const PASSWORD = `right-${randomBytes(6).toString('hex')}`
-const passwordHash = await new PasswordHasher().hash(PASSWORD)
+const passwordHash = await testPasswords.hash(PASSWORD)
 // RATE_LIMIT=0: nothing but the hash queue stands between the flood and the owner.
 const open = await startServer({ TRUST_PROXY: '1' })
 // A general limit far away, so that only the per-address login rate (LOGIN_RATE_LIMIT, default 30) shows.
@@ -114,12 +115,16 @@ describe('one address flooding logins', () => {
 
 describe('an unknown account', () => {
   test('its password is checked against a hash of the form and parameters of a stored one, which no password matches', async () => {
-    const decoy = DECOY_HASH.split('$')
-    const stored = passwordHash.split('$')
-    // The scheme and the cost (N, r, p) are a stored hash's, so the check takes as long; salt and key have the same lengths.
-    assert.deepEqual(decoy.slice(0, 4), stored.slice(0, 4))
-    assert.deepEqual([4, 5].map((i) => Buffer.from(decoy[i]!, 'base64').length), [4, 5].map((i) => Buffer.from(stored[i]!, 'base64').length))
-    assert.equal(await new PasswordHasher().withSlot('', () => verifyInSlot(PASSWORD, DECOY_HASH)), false)
+    // At the production cost and at the suite's: the decoy follows the hasher's cost.
+    for (const hasher of [new PasswordHasher(PASSWORD_HASH_COST.default), testPasswords]) {
+      const decoy = hasher.decoy.split('$')
+      const stored = (await hasher.hash(PASSWORD)).split('$')
+      // The scheme and the cost (N, r, p) are a stored hash's, so the check takes as long; salt and key have the same lengths.
+      assert.deepEqual(decoy.slice(0, 4), stored.slice(0, 4))
+      assert.deepEqual([4, 5].map((i) => Buffer.from(decoy[i]!, 'base64').length), [4, 5].map((i) => Buffer.from(stored[i]!, 'base64').length))
+      assert.equal(await hasher.verify(PASSWORD, hasher.decoy), false)
+    }
+    assert.equal(new PasswordHasher(PASSWORD_HASH_COST.default).decoy.split('$')[1], String(2 ** 15))
   })
 })
 

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
 import { expiredKnownAddresses } from '../src/auth/known-addresses.js'
 import { deleteInBatches } from '../src/core/db/batched-delete.js'
-import { PasswordHasher } from '../src/auth/password.js'
+import { testPasswords } from './helpers/passwords.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 
 // The owner of an account under attack keeps logging in: an address that
@@ -15,7 +15,7 @@ import { startServer, type TestResponse, type TestServer } from './helpers/serve
 // keeping the typed e-mail only when it names an account.
 
 const PASSWORD = `right-${randomBytes(6).toString('hex')}`
-const passwordHash = await new PasswordHasher().hash(PASSWORD)
+const passwordHash = await testPasswords.hash(PASSWORD)
 // Addresses as a proxy reports them (TRUST_PROXY=1); RATE_LIMIT=0, so only the throttle in the database shows.
 const proxied = await startServer({ TRUST_PROXY: '1' })
 

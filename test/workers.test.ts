@@ -5,7 +5,7 @@ import { createServer, connect as netConnect } from 'node:net'
 import { availableParallelism } from 'node:os'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { PasswordHasher } from '../src/auth/password.js'
+import { testPasswords } from './helpers/passwords.js'
 import { RestartPolicy } from '../src/cluster/restart-policy.js'
 import { reusePortMissing } from '../src/cluster/reuse-port.js'
 import { loadConfig } from '../src/config.js'
@@ -246,7 +246,7 @@ describe('WORKERS', { concurrency: true }, () => {
       // JWT_SECRETS empty is unset: the secret generated into .data/jwt-secret (src/auth/secrets.ts), written by the primary before it forks.
       const service = await startWorkers({ JWT_SECRETS: '' }, { detached: true })
       const email = `workers-dev-${Date.now()}@example.com`
-      await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${email}, 'user', ${await new PasswordHasher().hash('a long enough password')})`
+      await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${email}, 'user', ${await testPasswords.hash('a long enough password')})`
       const login = await fresh(service, 'POST', '/auth/login', {}, { email, password: 'a long enough password' })
       assert.equal(login.status, 200)
       await acceptedByBoth(service, { authorization: `Bearer ${login.body.access_token}` })

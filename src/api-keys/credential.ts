@@ -4,6 +4,7 @@ import type { ScopePolicy } from '../auth/scopes.js'
 import { hashList } from '../auth/tokens.js'
 import type { ApiKeyCache, CachedApiKey } from './key-cache.js'
 import type { LastUsedWrites } from './last-used.js'
+import type { Clock } from '../core/lib/clock.js'
 
 // API keys presented with requests: their Principals, undefined where a key
 // is unknown, expired or revoked. A key this instance knows costs no
@@ -29,11 +30,12 @@ export interface ApiKeyDeps {
   apiKeyCache: ApiKeyCache
   apiKeyUse: LastUsedWrites
   scopes: ScopePolicy
+  clock: Clock
 }
 
 /** The Principal of each key, by the SHA-256 of the key. */
-export async function apiKeyPrincipals(hashes: readonly Buffer[], { sql, bounded, apiKeyCache: cache, scopes }: ApiKeyDeps): Promise<Array<CachedApiKey['principal'] | undefined>> {
-  const now = Date.now()
+export async function apiKeyPrincipals(hashes: readonly Buffer[], { sql, bounded, apiKeyCache: cache, scopes, clock }: ApiKeyDeps): Promise<Array<CachedApiKey['principal'] | undefined>> {
+  const now = clock.now()
   const entries = hashes.map((hash) => cache.lookup(hash.toString('base64'), now))
   const missing = hashes.filter((_, i) => entries[i] === undefined)
   if (missing.length > 0) {
@@ -66,8 +68,8 @@ export async function apiKeyPrincipals(hashes: readonly Buffer[], { sql, bounded
 }
 
 /** A request used the key: last_used_at, written at most once a minute per key and process. */
-export async function recordKeyUse(apiKeyId: number, { sql, bounded, apiKeyUse: lastUsed }: ApiKeyDeps): Promise<void> {
-  if (!lastUsed.claim(apiKeyId, Date.now())) return
+export async function recordKeyUse(apiKeyId: number, { sql, bounded, apiKeyUse: lastUsed, clock }: ApiKeyDeps): Promise<void> {
+  if (!lastUsed.claim(apiKeyId, clock.now())) return
   try {
     // The SQL guard stays: other instances write it too.
     await bounded(() => sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${apiKeyId} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`)

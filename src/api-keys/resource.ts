@@ -114,7 +114,7 @@ const hooks: ResourceHooks = {
       })
     }
     const expiresAt = values.expires_at ? new Date(values.expires_at as string) : null
-    if (expiresAt && expiresAt.getTime() <= Date.now()) throw validationFailed([{ path: '/expires_at', message: 'must be in the future' }])
+    if (expiresAt && expiresAt.getTime() <= deps.clock.now()) throw validationFailed([{ path: '/expires_at', message: 'must be in the future' }])
     const key = newSecret('apiKey')
     const { maxApiKeysPerUser } = deps.config
     const { credential } = principal

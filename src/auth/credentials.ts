@@ -15,6 +15,7 @@ import { hashList, hashSecret, kindOf } from './tokens.js'
 import type { EventOrigin } from '../events/origin.js'
 import { ProviderUnavailable } from './oidc/key-set.js'
 import type { IdentityProvider } from './oidc/provider-principals.js'
+import type { Clock } from '../core/lib/clock.js'
 
 // Turns the credential of a request into a Principal. A request carries at
 // most one: `Authorization: Bearer <JWT | opaque token | API key>` or
@@ -40,13 +41,14 @@ export interface CredentialDeps {
   revocations: RevocationList
   /** Whether `revocations` (and the API key cache) may be trusted now. */
   credentialChanges: Pick<CredentialChanges, 'trusted'>
+  clock: Clock
   /** The identity provider whose tokens are accepted too (OIDC_ISSUER); undefined when none is configured. */
   identityProvider: IdentityProvider | undefined
 }
 
 /** What authentication uses of an instance's deps; `bounded` as the caller waits for the database. */
 export function credentialDeps(
-  deps: Pick<AppDeps, 'sql' | 'config' | 'jwtCache' | 'apiKeyCache' | 'apiKeyUse' | 'revocations' | 'credentialChanges' | 'registry' | 'identityProvider'>,
+  deps: Pick<AppDeps, 'sql' | 'config' | 'jwtCache' | 'apiKeyCache' | 'apiKeyUse' | 'revocations' | 'credentialChanges' | 'registry' | 'identityProvider' | 'clock'>,
   bounded: CredentialDeps['bounded'],
 ): CredentialDeps {
   const { config } = deps
@@ -61,6 +63,7 @@ export function credentialDeps(
     credentialChanges: deps.credentialChanges,
     scopes: deps.registry.scopes,
     identityProvider: deps.identityProvider,
+    clock: deps.clock,
   }
 }
 
@@ -220,8 +223,8 @@ async function unrevokedJwts<T extends { principal: UserPrincipal }>(jwts: reado
   return jwts.filter((_, i) => live.has(i))
 }
 
-function verifiedJwt(token: string, { settings, jwtCache, scopes }: CredentialDeps): UserPrincipal | undefined {
-  const now = Date.now() / 1000
+function verifiedJwt(token: string, { settings, jwtCache, scopes, clock }: CredentialDeps): UserPrincipal | undefined {
+  const now = clock.now() / 1000
   const cached = jwtCache.get(token, now)
   if (cached) return cached
   try {

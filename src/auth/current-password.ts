@@ -5,7 +5,6 @@ import { originOf } from '../events/origin.js'
 import { findUser } from '../users/queries.js'
 import { requireInteractive } from './access.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
-import { verifyInSlot } from './password.js'
 import type { UserPrincipal } from './principal.js'
 
 // Proof that the person at the keyboard is the account's owner, for the
@@ -38,7 +37,7 @@ export async function proveCurrentPassword(caller: UserPrincipal, currentPasswor
   const from = logins.address(ctx.client)
   const ok = await passwords.withSlot(from.bucket, async () => {
     await countAttempt(sql, email, from)
-    return verifyInSlot(currentPassword, user.password_hash!)
+    return passwords.verifyInSlot(currentPassword, user.password_hash!)
   })
   if (!ok) {
     await recordFailedLogin(sql, { email, userId: user.id, client: ctx.client }, originOf(caller, ctx.requestId))
@@ -59,7 +58,7 @@ async function loggedInWithin(caller: UserPrincipal, windowSeconds: number, ctx:
   const { credential } = caller
   if (credential.type === 'api_key') return false
   // The provider says when the person last signed in there (auth_time); without it, the token proves nothing recent.
-  if (credential.type === 'oidc') return credential.authenticatedAt !== undefined && Date.now() / 1000 - credential.authenticatedAt < windowSeconds
+  if (credential.type === 'oidc') return credential.authenticatedAt !== undefined && ctx.deps.clock.now() / 1000 - credential.authenticatedAt < windowSeconds
   const [fresh] = await ctx.deps.sql`
     SELECT 1 FROM sessions
     WHERE id = ${credential.sessionId} AND user_id = ${caller.userId} AND revoked_at IS NULL

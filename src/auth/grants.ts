@@ -36,14 +36,16 @@ export type GrantEnd = 'credential_expired' | 'credential_revoked' | 'access_wit
  * credential whose expiry has passed (a JWT within its clock leeway) is
  * refused here, as it would end at once.
  */
-export function holdGrant(headers: IncomingHttpHeaders, principal: UserPrincipal, access: Access, params: Record<string, string> = {}): Grant {
+export function holdGrant(
+  headers: IncomingHttpHeaders, principal: UserPrincipal, access: Access, now: number, params: Record<string, string> = {},
+): Grant {
   const secret = presentedCredential(headers)
   if (secret === undefined) throw new Error('unreachable: a principal without a credential')
   const at = principal.credential.expiresAt
   // The credential was told apart when the request came in: a provider token stays the provider's to check.
   const presented: Presented = principal.credential.type === 'oidc' ? { kind: 'provider', token: secret } : classifySecret(secret)
   const grant: Grant = { presented, access, params, principal, expiresAt: at === null ? null : Date.parse(at) }
-  if (expired(grant, Date.now())) throw invalidToken()
+  if (expired(grant, now)) throw invalidToken()
   return grant
 }
 
@@ -51,7 +53,7 @@ const expired = (grant: Grant, now: number) => grant.expiresAt !== null && grant
 
 /** For each grant, why it no longer holds, or undefined while it does. */
 export async function checkGrants(grants: readonly Grant[], deps: CredentialDeps, allowSignup: boolean): Promise<Array<GrantEnd | undefined>> {
-  const now = Date.now()
+  const now = deps.clock.now()
   const principals = await checkCredentials(grants.map((g) => g.presented), deps)
   return grants.map((grant, i): GrantEnd | undefined => {
     if (expired(grant, now)) return 'credential_expired'

@@ -3,11 +3,17 @@ import { HttpError } from '../core/http/problem.js'
 
 // Passwords are stored as scrypt hashes with their parameters beside them
 // (`scrypt$N$r$p$salt$hash`), so the cost can be raised later and old hashes
-// still verify. N=2^15, r=8, p=3 is one of OWASP's equivalent scrypt settings
-// (Password Storage Cheat Sheet); it needs 32 MiB per hash instead of the
-// 128 MiB of N=2^17, which keeps the process small under a burst of logins.
+// still verify. The cost is N = 2^PASSWORD_HASH_COST with r=8, p=3: at the
+// default 15 that is one of OWASP's equivalent scrypt settings (Password
+// Storage Cheat Sheet), 32 MiB per hash instead of the 128 MiB of N=2^17,
+// which keeps the process small under a burst of logins. Below 15 is for
+// tests, where a hash costs about a millisecond; production refuses it
+// (src/config.ts).
 
-const PARAMS = { N: 2 ** 15, r: 8, p: 3 }
+/** log2 of scrypt's N: the default, the floor in production, and the range PASSWORD_HASH_COST accepts. */
+export const PASSWORD_HASH_COST = { default: 15, productionFloor: 15, min: 10, max: 17 } as const
+const R = 8
+const P = 3
 const KEY_BYTES = 32
 const SALT_BYTES = 16
 
@@ -18,15 +24,17 @@ interface Waiter {
 
 /**
  * What a login checks the password against when the account is unknown, so
- * that a wrong e-mail costs the same scrypt time as a wrong password and the
+ * that a wrong e-mail costs the same scrypt work as a wrong password and the
  * two cannot be told apart. Its cost is what matters, and that comes from
- * the parameters, which are today's: the salt and the key are arbitrary bytes
- * that no password derives (the login fails for an unknown account whatever
- * the comparison says). A constant rather than a hash made at start-up, which
- * allocated scrypt's 32 MiB before the first request and made that the
- * process's peak resident memory (bench/README.md).
+ * the parameters, which are the service's: the salt and the key are
+ * arbitrary bytes that no password derives (the login fails for an unknown
+ * account whatever the comparison says). Made from constants rather than
+ * hashed at start-up, which allocated scrypt's memory before the first
+ * request and made that the process's peak resident memory (bench/README.md).
  */
-export const DECOY_HASH = `scrypt$${PARAMS.N}$${PARAMS.r}$${PARAMS.p}$Qft14dr6kxTrf0YM5aGT/Q==$ouKELwtE2MCTSgD+wDJfWFheZGtKuWy99IwtBqwJ9oE=`
+function decoyHash(N: number): string {
+  return `scrypt$${N}$${R}$${P}$Qft14dr6kxTrf0YM5aGT/Q==$ouKELwtE2MCTSgD+wDJfWFheZGtKuWy99IwtBqwJ9oE=`
+}
 
 const busy = () => new HttpError('rate_limited', 'Too many password operations in progress; retry shortly.', { headers: { 'retry-after': '1' } })
 
@@ -51,20 +59,49 @@ export class PasswordHasher {
   private waitingCount = 0
   /** Waiters by owner; owners with waiters in the order they are served. */
   private readonly waiting = new Map<string, Waiter[]>()
+  private readonly N: number
+  /** The decoy of this hasher's cost (decoyHash): what an unknown account's login is checked against. */
+  readonly decoy: string
+  /** Hashes derived since start (scrypt runs): what a login's cost is counted in (GET /metrics). */
+  derivations = 0
 
+  /** `cost`: log2 of scrypt's N (PASSWORD_HASH_COST). */
   constructor(
+    cost: number,
     private readonly maxRunning = 2,
     private readonly maxWaiting = 64,
-  ) {}
+  ) {
+    if (!Number.isInteger(cost) || cost < PASSWORD_HASH_COST.min || cost > PASSWORD_HASH_COST.max) {
+      throw new RangeError(`password hash cost ${cost} is outside ${PASSWORD_HASH_COST.min} to ${PASSWORD_HASH_COST.max}`)
+    }
+    this.N = 2 ** cost
+    this.decoy = decoyHash(this.N)
+  }
 
   async hash(password: string): Promise<string> {
     const salt = randomBytes(SALT_BYTES)
-    const key = await this.withSlot('', () => derive(password, salt, PARAMS))
-    return `scrypt$${PARAMS.N}$${PARAMS.r}$${PARAMS.p}$${salt.toString('base64')}$${key.toString('base64')}`
+    const key = await this.withSlot('', () => this.derive(password, salt, { N: this.N, r: R, p: P }))
+    return `scrypt$${this.N}$${R}$${P}$${salt.toString('base64')}$${key.toString('base64')}`
   }
 
   verify(password: string, stored: string): Promise<boolean> {
-    return this.withSlot('', () => verifyInSlot(password, stored))
+    return this.withSlot('', () => this.verifyInSlot(password, stored))
+  }
+
+  /** Compares `password` with a stored hash; call only while holding a slot (withSlot). */
+  async verifyInSlot(password: string, stored: string): Promise<boolean> {
+    const parts = stored.split('$')
+    if (parts.length !== 6 || parts[0] !== 'scrypt') return false
+    const [N, r, p] = parts.slice(1, 4).map(Number) as [number, number, number]
+    const expected = Buffer.from(parts[5]!, 'base64')
+    const key = await this.derive(password, Buffer.from(parts[4]!, 'base64'), { N, r, p })
+    return key.length === expected.length && timingSafeEqual(key, expected)
+  }
+
+  private derive(password: string, salt: Buffer, params: { N: number; r: number; p: number }): Promise<Buffer> {
+    this.derivations++
+    const options: ScryptOptions = { ...params, maxmem: 256 * params.N * params.r }
+    return new Promise((resolve, reject) => scrypt(password.normalize('NFC'), salt, KEY_BYTES, options, (err, key) => (err ? reject(err) : resolve(key))))
   }
 
   /**
@@ -122,19 +159,4 @@ export class PasswordHasher {
     this.waitingCount--
     waiter.admit()
   }
-}
-
-function derive(password: string, salt: Buffer, params: { N: number; r: number; p: number }): Promise<Buffer> {
-  const options: ScryptOptions = { ...params, maxmem: 256 * params.N * params.r }
-  return new Promise((resolve, reject) => scrypt(password.normalize('NFC'), salt, KEY_BYTES, options, (err, key) => (err ? reject(err) : resolve(key))))
-}
-
-/** Compares `password` with a stored hash; call only while holding a slot (PasswordHasher.withSlot). */
-export async function verifyInSlot(password: string, stored: string): Promise<boolean> {
-  const parts = stored.split('$')
-  if (parts.length !== 6 || parts[0] !== 'scrypt') return false
-  const [N, r, p] = parts.slice(1, 4).map(Number) as [number, number, number]
-  const expected = Buffer.from(parts[5]!, 'base64')
-  const key = await derive(password, Buffer.from(parts[4]!, 'base64'), { N, r, p })
-  return key.length === expected.length && timingSafeEqual(key, expected)
 }

@@ -6,7 +6,6 @@ import { findUserByEmail, findUser } from '../users/queries.js'
 import { users } from '../users/resource.js'
 import { challenge, userGone } from './credentials.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
-import { DECOY_HASH, verifyInSlot } from './password.js'
 import { originOf } from '../events/origin.js'
 import { sessionOf } from './principal.js'
 import { publicAccess } from './access.js'
@@ -72,7 +71,7 @@ export const authRoutes = [
           await countAttempt(sql, email, from)
           return findUserByEmail(sql, email)
         })
-        return { user, ok: await verifyInSlot(body.password, user?.password_hash ?? DECOY_HASH) }
+        return { user, ok: await passwords.verifyInSlot(body.password, user?.password_hash ?? passwords.decoy) }
       })
       if (!user || !user.password_hash || !ok) {
         await bounded(() => recordFailedLogin(sql, { email, userId: user?.id, client }, { actorId: null, credential: null, requestId }))

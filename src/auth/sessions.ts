@@ -37,16 +37,16 @@ export interface SessionClient {
 }
 
 /** What sessions use of a service: its settings, and its scopes (a refresh narrows a session's to what the role allows now). */
-export type SessionDeps = Pick<AppDeps, 'config' | 'registry'>
+export type SessionDeps = Pick<AppDeps, 'config' | 'registry' | 'clock'>
 
-async function issuePair(tx: TransactionSql, { config, registry }: SessionDeps, s: SessionUser): Promise<TokenResponse> {
+async function issuePair(tx: TransactionSql, { config, registry, clock }: SessionDeps, s: SessionUser): Promise<TokenResponse> {
   const scopes = [...registry.scopes.effective(s.role, s.scopes)].sort()
   const refresh = newSecret('refresh')
   await tx`INSERT INTO refresh_tokens (token_hash, session_id) VALUES (${hashSecret(refresh)}, ${s.session_id})`
   const ttl = config.accessTokenTtl
   let access: string
   if (s.token_format === 'jwt') {
-    const now = Math.floor(Date.now() / 1000)
+    const now = Math.floor(clock.now() / 1000)
     access = signJwt(
       {
         sub: String(s.user_id), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + ttl, role: s.role, scope: scopes.join(' '),

@@ -13,6 +13,8 @@ import { checkAgainstDocument, contractRouter } from './contract-check.js'
 import { signJwt, type JwtClaims } from '../../src/auth/jwt.js'
 import type { Registry } from '../../src/registry.js'
 import { applicationRegistry } from './registry.js'
+import { TEST_PASSWORD_HASH_COST } from './passwords.js'
+import { TestClock } from './clock.js'
 
 const REQUEST_TIMEOUT_MS = 30_000
 
@@ -50,6 +52,8 @@ export interface TestServer {
   deps: AppDeps
   /** Every log line the server wrote, parsed. */
   logs: Array<Record<string, unknown>>
+  /** The time the service's own expiry checks read: `clock.advance(ms)` instead of waiting for an expiry. */
+  clock: TestClock
   request(method: string, path: string, options?: RequestOptions): Promise<TestResponse>
   databaseUrl: string
   /** The admin every request acts as by default (created in the database at start). */
@@ -130,7 +134,9 @@ export interface StartOptions {
 export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}, options: StartOptions = {}): Promise<TestServer> {
   const databaseUrl = options.databaseUrl ?? (await createTestDatabase())
   const loaded: Config = {
-    ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0', ...env }),
+    ...loadConfig({
+      PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0', PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST, ...env,
+    }),
     databaseUrl,
     ...overrides,
   }
@@ -138,7 +144,8 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   const config: Config = { ...loaded, databasePooler: await resolvePooler({ ...loaded, databaseUrl: loaded.databaseUrl ?? databaseUrl }) }
   const logs: Array<Record<string, unknown>> = []
   const log = createLogger(config.logLevel, (line) => void logs.push(JSON.parse(line)))
-  const service = createService(config, { log, cacheSize: options.cacheSize, routes: options.routes, registry: options.registry ?? applicationRegistry, ...options.tuning })
+  const clock = new TestClock()
+  const service = createService(config, { log, clock, cacheSize: options.cacheSize, routes: options.routes, registry: options.registry ?? applicationRegistry, ...options.tuning })
   const { deps } = service
   const { sql } = deps
   after(() => service.close())
@@ -147,7 +154,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   const roleScopes = deps.registry.scopes.byRole
 
   const jwtFor = (userId: number, role: 'admin' | 'user', scopes?: string[], claims: Record<string, unknown> = {}) => {
-    const now = Math.floor(Date.now() / 1000)
+    const now = Math.floor(clock.now() / 1000)
     const scope = (scopes ?? [...roleScopes[role]]).join(' ')
     // A session id no session has (sessions are numbered from 1) and the epoch of a new user: revoked only with its user.
     return signJwt({ sub: String(userId), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + 900, role, scope, sid: String(2 ** 53), gen: 0, ...claims } as JwtClaims, config.jwtSecrets[0]!)
@@ -183,6 +190,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     sql,
     deps,
     logs,
+    clock,
     databaseUrl,
     admin,
     async renewAdminToken() {

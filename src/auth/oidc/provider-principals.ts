@@ -12,6 +12,7 @@ import type { ScopePolicy } from '../scopes.js'
 import { ProviderIdentities } from './identities.js'
 import { defaultKeySetSettings, ProviderKeySet, type KeySetSettings } from './key-set.js'
 import { claimsIssuer, MAX_TOKEN_AGE_SECONDS, verifyProviderToken, type ProviderClaims, type ProviderSettings } from './provider-token.js'
+import type { Clock } from '../../core/lib/clock.js'
 
 // The identity provider as authentication sees it: which bearer tokens are
 // its, and the Principal each one gets. A token's signature and claims are
@@ -47,6 +48,7 @@ export class IdentityProvider implements Component {
     cacheSize: number,
     private readonly leewaySeconds: number,
     metrics: Metrics,
+    private readonly clock: Clock,
     tuning: ProviderTuning = {},
   ) {
     this.verified = new BoundedMap(cacheSize)
@@ -94,7 +96,7 @@ export class IdentityProvider implements Component {
   }
 
   private async claimsOf(token: string): Promise<ProviderClaims> {
-    const now = Date.now() / 1000
+    const now = this.clock.now() / 1000
     const cached = this.verified.get(token)
     if (cached && now < cached.expiresAt + this.leewaySeconds && now - cached.issuedAt <= MAX_TOKEN_AGE_SECONDS + this.leewaySeconds) return cached
     const claims = await verifyProviderToken(token, this.keys, this.settings, now, this.leewaySeconds)
