@@ -147,11 +147,11 @@ export class LoginGuard {
   /** The anonymous recovery requests (a reset, its confirmation, a verification): as many again, counted apart, so that neither uses up the other. */
   private readonly recoveryPerAddress: RateLimiter | undefined
 
-  /** `perMinute`: LOGIN_RATE_LIMIT, or 0 when RATE_LIMIT is off. `keys`: knownAddressKeysFrom(JWT_SECRETS). */
-  constructor(perMinute: number, private readonly keys: readonly Buffer[]) {
+  /** `perMinute`: LOGIN_RATE_LIMIT, or 0 when RATE_LIMIT is off. `keys`: knownAddressKeysFrom(JWT_SECRETS). `now`: the service's clock. */
+  constructor(perMinute: number, private readonly keys: readonly Buffer[], now: () => number) {
     if (keys.length === 0) throw new Error('LoginGuard: no keys; config.jwtSecrets is not resolved (resolveSecrets, src/auth/secrets.ts)')
-    this.perAddress = perMinute > 0 ? new RateLimiter(perMinute) : undefined
-    this.recoveryPerAddress = perMinute > 0 ? new RateLimiter(perMinute) : undefined
+    this.perAddress = perMinute > 0 ? new RateLimiter(perMinute, undefined, now) : undefined
+    this.recoveryPerAddress = perMinute > 0 ? new RateLimiter(perMinute, undefined, now) : undefined
   }
 
   /** The client address as the throttle counts it. */
