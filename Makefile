@@ -18,7 +18,7 @@ endif
 NODE_BIN := node_modules/.bin
 TSX := node --import tsx
 
-.PHONY: run test build migrate admin typecheck db-start db-stop clean bench test-tools bench-tools
+.PHONY: run test test-repeat build migrate admin typecheck db-start db-stop clean bench test-tools bench-tools
 
 # Debian packages the tests and the benchmark run for real: installed when missing, as root with
 # apt-get (which needs `apt-get update` first on a fresh machine); otherwise the command to run is printed.
@@ -65,6 +65,11 @@ test-tools:
 # Type-check, then the whole node:test suite against a database of its own.
 test: typecheck test-tools
 	$(TSX) test/run.ts
+
+# The suite N times in a row (default 5), then the flake ledger: each test that failed in any run, and in
+# how many (test/repeat.ts); non-zero when one did. FILES="test/a.test.ts ..." repeats only those files.
+test-repeat: typecheck test-tools
+	$(TSX) test/repeat.ts $(or $(N),5) $(FILES)
 
 build: node_modules/.installed
 	rm -rf dist

@@ -1,29 +1,56 @@
-import { spawnSync } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { constants, tmpdir } from 'node:os'
+import { join, relative, resolve } from 'node:path'
 import { connect } from '../src/core/db/connect.js'
-import { startLocalCluster } from '../src/dev/local-cluster.js'
+import { projectRoot, startLocalCluster } from '../src/dev/local-cluster.js'
 import { migrate } from '../src/core/db/migrate.js'
 import { createCertificateAuthority } from './helpers/certificates.js'
+import { fileReport, outcomeOf, runSummary, type FileOutcome } from './harness/report.js'
+import { runFile } from './harness/run-file.js'
+import { inLanes, longestFirst, readTimings, saveTimings } from './harness/schedule.js'
 
-// The test harness behind `make test`. It creates a migrated template database
-// for this run on the server of DATABASE_URL (or the local cluster), runs every
-// test file with `node --test` (each file copies the template into a database
-// of its own), and drops all of them afterwards, pass or fail. It also makes the
-// run's certificate authority, which every test process trusts (servers over
-// HTTPS the service must trust, like the OpenID provider, get certificates from
-// it): Node reads NODE_EXTRA_CA_CERTS only when it starts.
+// The test harness behind `make test`: `node --import tsx test/run.ts [files...]` (all files without
+// arguments). It creates a migrated template database for this run on the server of DATABASE_URL (or the
+// local cluster), runs each test file in a process of its own (each file copies the template into a
+// database of its own), and drops all of them afterwards, pass or fail, interrupted or not. It also makes
+// the run's certificate authority, which every test process trusts (servers over HTTPS the service must
+// trust, like the OpenID provider, get certificates from it): Node reads NODE_EXTRA_CA_CERTS only when it
+// starts. With TEST_FAILURES_FILE set, each failed test is appended to that file as a line (test/repeat.ts
+// counts them over several runs).
 
+// A file that has not finished in FILE_TIMEOUT_MS fails (its processes killed) instead of holding the run
+// until CI gives up.
 const FILE_TIMEOUT_MS = 180_000
+// Three files at a time on two cores: most of a file's time is spent waiting (time-outs, expiries,
+// other processes), so a third file fills the cores; a fourth makes the files with timing bounds compete.
 const FILES_AT_ONCE = 3
+const TIMINGS_NAME = '.data/test-times.json'
+const TIMINGS_FILE = join(projectRoot, TIMINGS_NAME)
+const TEST_FOLDERS = ['test', 'test/harness']
+
+const interruption = new AbortController()
+let interruptedBy: NodeJS.Signals | undefined
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    if (!interruptedBy) console.log(`\n${signal}: ending the running files, then cleaning up`)
+    interruptedBy ??= signal
+    interruption.abort()
+  })
+}
 
 const serverUrl = process.env.DATABASE_URL ?? startLocalCluster()
 const template = `upa_test_${Date.now().toString(36)}_${process.pid}`
 const admin = connect(serverUrl, { max: 1, statementTimeoutMs: 60_000 })
 const caDir = mkdtempSync(join(tmpdir(), 'upa-test-ca-'))
 
-async function withTemplate(): Promise<number> {
+function testFiles(): string[] {
+  const only = process.argv.slice(2)
+  if (only.length) return only.map((file) => relative(projectRoot, resolve(file)))
+  return TEST_FOLDERS.flatMap((dir) =>
+    readdirSync(join(projectRoot, dir)).filter((f) => f.endsWith('.test.ts')).map((f) => `${dir}/${f}`))
+}
+
+async function withTemplate(): Promise<boolean> {
   await admin`CREATE DATABASE ${admin(template)}`
   const url = new URL(serverUrl)
   url.pathname = `/${template}`
@@ -34,28 +61,43 @@ async function withTemplate(): Promise<number> {
   const ca = createCertificateAuthority(caDir)
   // Authorities the caller already trusts this way (a proxy's, say) stay trusted.
   const trusted = join(caDir, 'trusted.pem')
-  const inherited = process.env.NODE_EXTRA_CA_CERTS ? readFileSync(process.env.NODE_EXTRA_CA_CERTS, 'utf8') + '\n' : ''
+  const extra = process.env.NODE_EXTRA_CA_CERTS
+  const inherited = extra ? readFileSync(extra, 'utf8') + '\n' : ''
   writeFileSync(trusted, inherited + readFileSync(ca.cert, 'utf8'))
+  const env = {
+    ...process.env,
+    TEST_SERVER_URL: serverUrl,
+    TEST_TEMPLATE_DB: template,
+    NODE_EXTRA_CA_CERTS: trusted,
+    TEST_CA_CERT: ca.cert,
+    TEST_CA_KEY: ca.key,
+  }
 
-  const only = process.argv.slice(2)
-  const files = only.length ? only : readdirSync('test').filter((f) => f.endsWith('.test.ts')).sort().map((f) => `test/${f}`)
-  // A file that has not finished in FILE_TIMEOUT_MS fails (its process killed) instead of holding the run until CI gives up.
-  // Three files at a time on two cores: most of a file's time is spent waiting (time-outs, expiries,
-  // other processes), so a third file fills the cores; a fourth makes the files with timing bounds compete.
-  const result = spawnSync(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${FILES_AT_ONCE}`, `--test-timeout=${FILE_TIMEOUT_MS}`, ...files], {
-    stdio: 'inherit',
-    env: { ...process.env, TEST_SERVER_URL: serverUrl, TEST_TEMPLATE_DB: template, NODE_EXTRA_CA_CERTS: trusted, TEST_CA_CERT: ca.cert, TEST_CA_KEY: ca.key },
+  const files = longestFirst(testFiles(), readTimings(TIMINGS_FILE))
+  console.log(`${files.length} files, ${FILES_AT_ONCE} at a time, longest first by the times in ${TIMINGS_NAME}`)
+  const started = performance.now()
+  const failuresFile = process.env.TEST_FAILURES_FILE
+  const outcomes = await inLanes(files, FILES_AT_ONCE, interruption.signal, async (file): Promise<FileOutcome> => {
+    const options = { env, timeoutMs: FILE_TIMEOUT_MS, signal: interruption.signal }
+    const outcome = outcomeOf(file, await runFile(join(projectRoot, file), options), FILE_TIMEOUT_MS)
+    console.log(fileReport(outcome))
+    if (failuresFile) appendFileSync(failuresFile, outcome.failureLines.map((line) => line + '\n').join(''))
+    return outcome
   })
-  return result.status ?? 1
+  const finished = outcomes.filter((o) => !o.aborted)
+  saveTimings(TIMINGS_FILE, Object.fromEntries(finished.map((o) => [o.file, Math.round(o.seconds * 10) / 10])))
+  console.log(runSummary(finished, (performance.now() - started) / 1000, files.length - finished.length))
+  return finished.length === files.length && finished.every((o) => o.passed)
 }
 
-let status = 1
+let passed = false
 try {
-  status = await withTemplate()
+  passed = await withTemplate()
 } finally {
   rmSync(caDir, { recursive: true, force: true })
-  const leftovers = await admin<Array<{ datname: string }>>`SELECT datname FROM pg_database WHERE datname LIKE ${template + '%'}`
+  const leftovers = await admin<Array<{ datname: string }>>`
+    SELECT datname FROM pg_database WHERE datname LIKE ${template + '%'}`
   for (const { datname } of leftovers) await admin`DROP DATABASE IF EXISTS ${admin(datname)} WITH (FORCE)`
   await admin.end({ timeout: 5 })
 }
-process.exit(status)
+process.exit(interruptedBy ? 128 + constants.signals[interruptedBy] : passed ? 0 : 1)
