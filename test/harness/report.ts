@@ -38,13 +38,15 @@ const tooSlow = (o: FileOutcome) => (o.seconds > SLOW_FILE_SECONDS ? `  (over ${
 export function fileReport(outcome: FileOutcome): string {
   const { file, counts } = outcome
   if (outcome.passed) {
+    const tests = `${counts!.tests} test${counts!.tests === 1 ? '' : 's'}`
     const skipped = counts!.skipped ? `, ${counts!.skipped} skipped` : ''
-    const head = `ok   ${seconds(outcome.seconds)}  ${file}  (${counts!.tests} tests${skipped})`
+    const head = `ok   ${seconds(outcome.seconds)}  ${file}  (${tests}${skipped})`
     const diagnostics = outcome.diagnostics.map((d) => `        ${d.test ? `${d.test}: ` : ''}${d.text}`)
     return [head, ...diagnostics].join('\n')
   }
   if (outcome.aborted) return `stop ${seconds(outcome.seconds)}  ${file}  (interrupted)`
-  const why = outcome.problem ?? `${counts!.fail} of ${counts!.tests} tests failed`
+  // A suite that failed in its own body or hooks is not among the summary's failed tests: count the names.
+  const why = outcome.problem ?? `${outcome.failures.length} failed; ${counts!.pass} of ${counts!.tests} tests passed`
   const stderr = outcome.stderr.trim() ? `\n--- stderr of ${file} ---\n${outcome.stderr.trimEnd()}` : ''
   return [
     `=== ${file} ===`,
