@@ -10,3 +10,11 @@ export const TEST_PASSWORD_HASH_COST = String(PASSWORD_HASH_COST.min)
 
 /** A hasher at the suite's cost, for arranging users in the database directly. */
 export const testPasswords = new PasswordHasher(PASSWORD_HASH_COST.min)
+
+/**
+ * PASSWORD_HASH_COST for a service started with `env`: the suite's, unless the
+ * service runs as production (NODE_ENV=production), which refuses it and hashes at
+ * its own floor.
+ */
+export const testHashCostFor = (env: Record<string, string | undefined>): Record<string, string> =>
+  env.NODE_ENV === 'production' ? {} : { PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST }

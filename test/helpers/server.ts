@@ -13,7 +13,7 @@ import { checkAgainstDocument, contractRouter } from './contract-check.js'
 import { signJwt, type JwtClaims } from '../../src/auth/jwt.js'
 import type { Registry } from '../../src/registry.js'
 import { applicationRegistry } from './registry.js'
-import { TEST_PASSWORD_HASH_COST } from './passwords.js'
+import { testHashCostFor } from './passwords.js'
 import { TestClock } from './clock.js'
 
 const REQUEST_TIMEOUT_MS = 30_000
@@ -135,7 +135,7 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   const databaseUrl = options.databaseUrl ?? (await createTestDatabase())
   const loaded: Config = {
     ...loadConfig({
-      PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0', PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST, ...env,
+      PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0', ...testHashCostFor(env), ...env,
     }),
     databaseUrl,
     ...overrides,
