@@ -3,7 +3,6 @@ import { createHash, randomBytes } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
 import { connect as netConnect } from 'node:net'
 import { describe, test } from 'node:test'
-import { PASSWORD_HASH_COST } from '../src/auth/password.js'
 import { connect } from '../src/core/db/connect.js'
 import { ReadinessCheck } from '../src/health/readiness.js'
 import { createConsoleTransport } from '../src/mail/console.js'
@@ -414,11 +413,7 @@ describe('recovery off, mail not configured', () => {
     const off = await startServer()
     assertProblem(await off.request('POST', '/auth/password-reset', { auth: null, body: { email: 'a@example.com' } }), 404, 'not_found')
     assertProblem(await off.request('POST', '/auth/verify-email', { auth: null, body: { token: 'x' } }), 404, 'not_found')
-    const production = await startServer({
-      NODE_ENV: 'production', DATABASE_URL: 'postgres://replaced@localhost/x', PASSWORD_RESET_URL: RESET_URL, VERIFY_EMAIL_URL: VERIFY_URL,
-      // What production accepts (no password is hashed here).
-      PASSWORD_HASH_COST: String(PASSWORD_HASH_COST.productionFloor),
-    })
+    const production = await startServer({ NODE_ENV: 'production', DATABASE_URL: 'postgres://replaced@localhost/x', PASSWORD_RESET_URL: RESET_URL, VERIFY_EMAIL_URL: VERIFY_URL })
     assertProblem(await production.request('POST', '/auth/password-reset', { auth: null, body: { email: 'a@example.com' } }), 503, 'mail_not_configured')
     assert.ok(production.logs.some((l) => l.level === 'warn' && String(l.msg).includes('mail_not_configured')), 'start-up says mail is not configured')
     // A user made meanwhile gets no link that nothing would send: no live token waits in the outbox.
