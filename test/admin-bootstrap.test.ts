@@ -1,60 +1,49 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
+import { PASSWORD_HASH_COST } from '../src/auth/password.js'
 import { loadConfig } from '../src/config.js'
 import { createLogger } from '../src/core/log.js'
 import { createService } from '../src/service.js'
+import { TEST_PASSWORD_HASH_COST } from './helpers/passwords.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 import { freePort } from './helpers/ports.js'
-import { spawnCommand, type CommandExit } from './fault-kit.js'
-import type { ChildProcess } from 'node:child_process'
+import { launchService, spawnCommand, type CommandExit, type Spawned } from './fault-kit.js'
 
 // The first admin: `node src/main.ts admin <email> [password]` (make admin),
 // ADMIN_EMAIL + ADMIN_PASSWORD at start-up, and the start-up refusal without
 // JWT_SECRETS in production. Each test runs the real entry point as a child
 // process against a database of its own, and checks the result through the
-// database and a login.
+// database and a login. Passwords are hashed at the suite's cost, but in
+// production, which refuses it. Each test has a database of its own, so the
+// tests of a group run at once: most of their time is processes starting.
 
 const JWT_SECRETS = `test:${TEST_JWT_SECRET}`
 /** A line of a stack trace: operators get a message, not a trace. */
 const STACK_LINE = /\bat .*\.ts:\d+/
+/** What production needs besides: the least hashing cost it accepts. */
+const PRODUCTION = { NODE_ENV: 'production', PASSWORD_HASH_COST: String(PASSWORD_HASH_COST.productionFloor) }
 
 // ---------------------------------------------------------------------------
 // Helpers
 
 /** The entry point as a command, quiet but for errors unless the test says otherwise. */
-const spawnMain = (args: string[], env: Record<string, string>, input?: string) => spawnCommand(args, { LOG_LEVEL: 'error', ...env }, input)
-const runMain = (args: string[], env: Record<string, string>, input?: string) => spawnMain(args, env, input).exited
+const runMain = (args: string[], env: Record<string, string>, input?: string) =>
+  spawnCommand(args, { LOG_LEVEL: 'error', PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST, ...env }, input).exited
 
-/**
- * Starts the service on a free port and waits for its own "listening" log
- * line, then for /healthz. Waiting for the log line (not only for /healthz)
- * makes sure it is this process that answers: between picking the port and
- * the child binding it, another test process may have taken it. Then it
- * tries another port.
- */
-async function startMain(env: Record<string, string>): Promise<{ url: string; child: ChildProcess; exited: Promise<CommandExit> }> {
-  for (let attempt = 1; ; attempt++) {
-    const port = await freePort()
-    const { child, exited, stdout } = spawnMain([], { PORT: String(port), HOST: '127.0.0.1', JWT_SECRETS, ...env, LOG_LEVEL: 'info' })
-    let gone: CommandExit | undefined
-    void exited.then((e) => (gone = e))
-    after(() => void child.kill('SIGKILL'))
-    const deadline = Date.now() + 20_000
-    while (!gone && Date.now() < deadline) {
-      const listening = stdout().split('\n').some((line) => line.includes('"msg":"listening"') && line.includes(`"port":${port}`))
-      if (listening) break
-      await sleep(50)
-    }
-    if (gone && /EADDRINUSE/.test(gone.stderr + gone.stdout) && attempt < 3) continue
-    if (gone) assert.fail(`the service exited (${gone.code}) before listening: ${gone.stderr}`)
-    if (Date.now() >= deadline) assert.fail(`the service did not listen within 20 s: ${stdout()}`)
-    const url = `http://127.0.0.1:${port}`
-    const health = await fetch(`${url}/healthz`)
-    assert.equal(health.status, 200)
-    return { url, child, exited }
-  }
+/** The service on a port of its own choosing, once it listens (its own "listening" line says where). */
+async function startMain(env: Record<string, string>): Promise<Spawned> {
+  const service = launchService({ JWT_SECRETS, PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST, ...env })
+  after(() => void (service.alive() && service.kill('SIGKILL')))
+  return service.listening
+}
+
+/** SIGTERM, and how the service exited: 0, by itself. */
+async function assertStopsCleanly(service: Spawned): Promise<void> {
+  service.kill('SIGTERM')
+  const exit = await service.exited
+  assert.equal(exit.signal, null, service.stderr())
+  assert.equal(exit.code, 0, service.stderr())
 }
 
 interface Database {
@@ -67,7 +56,10 @@ interface Database {
 /** A fresh migrated database, with the service (createService) on it for logins. */
 async function database(): Promise<Database> {
   const url = await createTestDatabase()
-  const config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS }), databaseUrl: url, databasePooler: 'none' as const }
+  const config = {
+    ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS, PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST }),
+    databaseUrl: url, databasePooler: 'none' as const,
+  }
   const service = createService({ ...config, poolMax: 2, statementTimeoutMs: 10_000 }, { log: createLogger('error', () => {}) })
   after(() => service.close())
   const appUrl = `http://127.0.0.1:${(await service.listen(0, '127.0.0.1')).port}`
@@ -103,7 +95,7 @@ function parseAdminOutput(exit: CommandExit): { verb: string; email: string; id:
 // ---------------------------------------------------------------------------
 // make admin
 
-describe('src/main.ts admin <email> (password from ADMIN_PASSWORD or standard input)', () => {
+describe('src/main.ts admin <email> (password from ADMIN_PASSWORD or standard input)', { concurrency: true }, () => {
   test('without a password creates the admin and prints a generated password that logs in; again, it resets it and ends its sessions', async () => {
     const db = await database()
     const email = 'first.admin@example.com'
@@ -193,7 +185,7 @@ describe('src/main.ts admin <email> (password from ADMIN_PASSWORD or standard in
 // ---------------------------------------------------------------------------
 // ADMIN_EMAIL + ADMIN_PASSWORD at start-up
 
-describe('ADMIN_EMAIL and ADMIN_PASSWORD at start-up', () => {
+describe('ADMIN_EMAIL and ADMIN_PASSWORD at start-up', { concurrency: true }, () => {
   test('create the admin when no admin exists (plain users do not count); it logs in; SIGTERM exits 0', async () => {
     const db = await database()
     await db.sql`INSERT INTO users (name, email) VALUES ('Plain Person', 'plain@example.com')`
@@ -202,11 +194,7 @@ describe('ADMIN_EMAIL and ADMIN_PASSWORD at start-up', () => {
     const rows = await usersIn(db.sql)
     assert.deepEqual(rows.map((r) => [r.email, r.role]), [['plain@example.com', 'user'], ['boot@example.com', 'admin']])
     assert.equal(await loginAt(service.url, 'boot@example.com', 'bootstrap password'), 200)
-
-    service.child.kill('SIGTERM')
-    const exit = await service.exited
-    assert.equal(exit.signal, null, exit.stderr)
-    assert.equal(exit.code, 0, exit.stderr)
+    await assertStopsCleanly(service)
   })
 
   test('ADMIN_EMAIL naming an existing account that is not an admin: start-up refused, nothing promoted', async () => {
@@ -233,22 +221,18 @@ describe('ADMIN_EMAIL and ADMIN_PASSWORD at start-up', () => {
     assert.equal(await loginAt(sameEmail.url, 'sitting@example.com', 'the sitting password'), 200)
     assert.equal(await loginAt(newcomer.url, 'newcomer@example.com', 'newcomer password'), 401)
 
-    for (const service of [newcomer, sameEmail]) {
-      service.child.kill('SIGTERM')
-      const exit = await service.exited
-      assert.equal(exit.code, 0, exit.stderr)
-    }
+    await Promise.all([newcomer, sameEmail].map(assertStopsCleanly))
   })
 })
 
 // ---------------------------------------------------------------------------
 // Production
 
-describe('NODE_ENV=production', () => {
+describe('NODE_ENV=production', { concurrency: true }, () => {
   test('without JWT_SECRETS the service exits 1 naming JWT_SECRETS', async () => {
     const url = await createTestDatabase()
     const port = await freePort()
-    const exit = await runMain([], { NODE_ENV: 'production', DATABASE_URL: url, PORT: String(port), HOST: '127.0.0.1' })
+    const exit = await runMain([], { ...PRODUCTION, DATABASE_URL: url, PORT: String(port), HOST: '127.0.0.1' })
     assert.equal(exit.code, 1, exit.stderr)
     assert.match(exit.stderr, /JWT_SECRETS/)
     assert.doesNotMatch(exit.stderr, STACK_LINE)
@@ -256,9 +240,6 @@ describe('NODE_ENV=production', () => {
 
   test('with JWT_SECRETS it starts (the refusal is about the secret alone)', async () => {
     const url = await createTestDatabase()
-    const service = await startMain({ NODE_ENV: 'production', DATABASE_URL: url })
-    service.child.kill('SIGTERM')
-    const exit = await service.exited
-    assert.equal(exit.code, 0, exit.stderr)
+    await assertStopsCleanly(await startMain({ ...PRODUCTION, DATABASE_URL: url }))
   })
 })

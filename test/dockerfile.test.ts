@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
-import { spawn, spawnSync } from 'node:child_process'
-import { chmodSync, copyFileSync, cpSync, linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { execFile, spawn, spawnSync } from 'node:child_process'
+import { chmodSync, copyFileSync, cpSync, linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
 import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -8,6 +8,7 @@ import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { DockerfileParser } from 'dockerfile-ast'
+import { PASSWORD_HASH_COST } from '../src/auth/password.js'
 import { BUILDS } from '../src/dev/node-line.mjs'
 import { healthUrl } from '../src/healthcheck.js'
 import { launchService } from './fault-kit.js'
@@ -43,6 +44,34 @@ function runtimeStage() {
 /** The command of an exec-form (JSON array) CMD, or of a HEALTHCHECK's CMD. */
 const execForm = (args: string): string[] => JSON.parse(args.slice(args.indexOf('[')))
 
+interface Ran {
+  status: number | null
+  stdout: string
+  stderr: string
+}
+
+/** A program run to its end without holding up this process (the service a test started answers from another). */
+function run(program: string, args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv; timeout?: number }): Promise<Ran> {
+  return new Promise((resolve) => {
+    const child = execFile(program, args, { ...options, encoding: 'utf8' }, (_, stdout, stderr) => resolve({ status: child.exitCode, stdout, stderr }))
+  })
+}
+
+// dist/ as the build stage makes it (tsc with the project's tsconfig), once for the file, beside the project's
+// package.json and node_modules so that it runs where it is made; meanwhile the tests start their services.
+// Without tsc's type check (--noCheck): the emit is the same, `make test` has type-checked the sources before it
+// runs the suite (make typecheck), and checking them again here was most of this file's time.
+const build = mkdtempSync(join(tmpdir(), 'upa-build-'))
+after(() => rmSync(build, { recursive: true, force: true }))
+cpSync(join(root, 'package.json'), join(build, 'package.json'))
+symlinkSync(join(root, 'node_modules'), join(build, 'node_modules'))
+const building = run(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', join(root, 'tsconfig.json'), '--noCheck', '--outDir', join(build, 'dist')], { cwd: root })
+/** The build, once made; fails the test that needs it when tsc did not make it. */
+async function built(): Promise<void> {
+  const { status, stdout, stderr } = await building
+  assert.equal(status, 0, stdout + stderr)
+}
+
 test('the Dockerfile is multi-stage, runs as a non-root user on the active Node LTS, stops on SIGTERM, checks its health with Node, and bakes in no secret', () => {
   const froms = instructions.filter((i) => i.keyword === 'FROM')
   assert.ok(froms.length >= 2, 'a build stage and a runtime stage')
@@ -72,14 +101,14 @@ test('the Dockerfile is multi-stage, runs as a non-root user on the active Node 
   for (const path of ['node_modules', '.data', 'dist', '.git', '**/.env*', 'secrets']) assert.ok(ignored.includes(path), `.dockerignore keeps ${path} out`)
 })
 
+test('the build stage\'s tsc emits dist/', built)
+
 describe('the image\'s HEALTHCHECK command follows the configuration the service runs with', async () => {
-  // The command as the Dockerfile gives it, run on the sources (tsx) instead of dist/: the same entry point.
+  // The command as the Dockerfile gives it, on the build (the Node that runs the suite stands for the image's).
   const command = execForm(runtimeStage().find((i) => i.keyword === 'HEALTHCHECK')!.args)
   assert.deepEqual(command.slice(0, 2), ['node', 'dist/main.js'])
-  const healthcheck = (env: Record<string, string>, ...extra: string[]) => {
-    const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/main.ts', ...command.slice(2), ...extra], { cwd: root, env: { PATH: process.env.PATH!, ...env }, encoding: 'utf8', timeout: 10_000 })
-    return { status: r.status, stdout: r.stdout, stderr: r.stderr }
-  }
+  const healthcheck = (env: Record<string, string>, ...extra: string[]) =>
+    run(process.execPath, [...command.slice(1), ...extra], { cwd: build, env: { PATH: process.env.PATH!, ...env }, timeout: 10_000 })
   const dir = mkdtempSync(join(tmpdir(), 'upa-healthcheck-'))
   after(() => rmSync(dir, { recursive: true, force: true }))
   const certificate = selfSignedCertificate(dir, 'service')
@@ -87,38 +116,47 @@ describe('the image\'s HEALTHCHECK command follows the configuration the service
   const env = {
     NODE_ENV: 'production', HOST: '0.0.0.0', API_PREFIX: '/v1', TLS_CERT_FILE: certificate.cert, TLS_KEY_FILE: certificate.key,
     DATABASE_URL: await createTestDatabase(), JWT_SECRETS: `k1:${TEST_JWT_SECRET}`,
+    // The least that production accepts (the suite's own cost is refused there); nothing here hashes a password.
+    PASSWORD_HASH_COST: String(PASSWORD_HASH_COST.productionFloor),
   }
   const service = await launchService({ ...env, PORT: '0' }).listening
   after(() => service.alive() && service.kill('SIGKILL'))
+  await built()
   const running = { ...env, PORT: String(service.port) }
   /** One line on stderr, the reason, and exit 1: what Docker shows in `docker inspect`. */
-  const assertUnhealthy = (r: ReturnType<typeof healthcheck>, reason: RegExp) => {
+  const assertUnhealthy = (r: Ran, reason: RegExp) => {
     assert.equal(r.status, 1, r.stdout + r.stderr)
     assert.match(r.stderr, /^healthcheck: [^\n]+\n$/)
     assert.match(r.stderr, reason)
   }
 
-  test('healthy: liveness at https://127.0.0.1:PORT/v1/healthz, and readiness with --ready, as the service is configured', () => {
-    const live = healthcheck(running)
+  // Commands that do not depend on each other run at once: each is a process of its own to start.
+  test('healthy: liveness at https://127.0.0.1:PORT/v1/healthz, and readiness with --ready, as the service is configured', async () => {
+    const [live, ready] = await Promise.all([healthcheck(running), healthcheck(running, '--ready')])
     assert.equal(live.status, 0, live.stderr)
     assert.match(live.stdout, new RegExp(`^healthcheck: healthy, liveness: GET https://127\\.0\\.0\\.1:${service.port}/v1/healthz answered 200`))
     assert.equal(live.stderr, '')
-    const ready = healthcheck(running, '--ready')
     assert.equal(ready.status, 0, ready.stderr)
     assert.match(ready.stdout, /readiness: GET https:\/\/127\.0\.0\.1:[0-9]+\/v1\/readyz answered 200/)
   })
 
-  test('liveness never touches the database: healthy with a DATABASE_URL nothing answers at', () => {
-    const r = healthcheck({ ...running, DATABASE_URL: 'postgres://nobody:pw@127.0.0.1:1/none' })
+  test('liveness never touches the database: healthy with a DATABASE_URL nothing answers at', async () => {
+    const r = await healthcheck({ ...running, DATABASE_URL: 'postgres://nobody:pw@127.0.0.1:1/none' })
     assert.equal(r.status, 0, r.stderr)
   })
 
   test('unhealthy, saying why, when its configuration differs from the service\'s: another prefix, no prefix, plain HTTP, another port', async () => {
-    assertUnhealthy(healthcheck({ ...running, API_PREFIX: '/v2' }), /\/v2\/healthz answered 404: does the service run with API_PREFIX="\/v2"\?/)
-    assertUnhealthy(healthcheck({ ...running, API_PREFIX: '' }), /:[0-9]+\/healthz answered 404/)
     const { TLS_CERT_FILE: _c, TLS_KEY_FILE: _k, ...plain } = running
-    assertUnhealthy(healthcheck(plain), /GET http:\/\/127\.0\.0\.1:[0-9]+\/v1\/healthz closed without an answer: does the service serve HTTPS/)
-    assertUnhealthy(healthcheck({ ...running, PORT: String(await freePort()) }), /connection refused: is the service running, on PORT=[0-9]+\?/)
+    const [otherPrefix, noPrefix, plainHttp, otherPort] = await Promise.all([
+      healthcheck({ ...running, API_PREFIX: '/v2' }),
+      healthcheck({ ...running, API_PREFIX: '' }),
+      healthcheck(plain),
+      freePort().then((port) => healthcheck({ ...running, PORT: String(port) })),
+    ])
+    assertUnhealthy(otherPrefix, /\/v2\/healthz answered 404: does the service run with API_PREFIX="\/v2"\?/)
+    assertUnhealthy(noPrefix, /:[0-9]+\/healthz answered 404/)
+    assertUnhealthy(plainHttp, /GET http:\/\/127\.0\.0\.1:[0-9]+\/v1\/healthz closed without an answer: does the service serve HTTPS/)
+    assertUnhealthy(otherPort, /connection refused: is the service running, on PORT=[0-9]+\?/)
   })
 
   test('unhealthy when something on the port accepts and never answers: it gives up within the image\'s time-out, saying so', async () => {
@@ -126,7 +164,7 @@ describe('the image\'s HEALTHCHECK command follows the configuration the service
     await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
     after(() => silent.close())
     const { TLS_CERT_FILE: _c, TLS_KEY_FILE: _k, ...plain } = running
-    assertUnhealthy(healthcheck({ ...plain, PORT: String((silent.address() as AddressInfo).port) }), /no answer within 2 s$/m)
+    assertUnhealthy(await healthcheck({ ...plain, PORT: String((silent.address() as AddressInfo).port) }), /no answer within 2 s$/m)
   })
 
   test('an unspecified listen address is asked on loopback, of its family; any other on itself', () => {
@@ -136,16 +174,19 @@ describe('the image\'s HEALTHCHECK command follows the configuration the service
     assert.equal(at('10.0.0.5'), 'https://10.0.0.5:3000/v1/healthz')
   })
 
-  test('refuses what it cannot check: a configuration that does not load, PORT=0, an unknown argument', () => {
-    assertUnhealthy(healthcheck({ ...running, API_PREFIX: 'v1' }), /^healthcheck: the configuration does not load: API_PREFIX: /)
-    assertUnhealthy(healthcheck({ ...running, PORT: '0' }), /PORT=0/)
-    assertUnhealthy(healthcheck(running, '--live'), /unknown argument "--live"; usage: healthcheck \[--ready\]/)
+  test('refuses what it cannot check: a configuration that does not load, PORT=0, an unknown argument', async () => {
+    const [badPrefix, portZero, unknown] = await Promise.all([
+      healthcheck({ ...running, API_PREFIX: 'v1' }), healthcheck({ ...running, PORT: '0' }), healthcheck(running, '--live'),
+    ])
+    assertUnhealthy(badPrefix, /^healthcheck: the configuration does not load: API_PREFIX: /)
+    assertUnhealthy(portZero, /PORT=0/)
+    assertUnhealthy(unknown, /unknown argument "--live"; usage: healthcheck \[--ready\]/)
   })
 
   test('unhealthy once the service has stopped', async () => {
     service.kill('SIGTERM')
     assert.equal((await service.exited).code, 0)
-    assertUnhealthy(healthcheck(running), /connection refused/)
+    assertUnhealthy(await healthcheck(running), /connection refused/)
   })
 })
 
@@ -153,22 +194,22 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
   const stage = runtimeStage()
   const app = mkdtempSync(join(tmpdir(), 'upa-image-'))
   after(() => rmSync(app, { recursive: true, force: true }))
-  // COPY, as the stage does; dist/ is what its build stage makes (tsc with the project's tsconfig).
+  // COPY, as the stage does; dist/ is what its build stage makes (the build above).
+  await built()
   cpSync(join(root, 'package.json'), join(app, 'package.json'))
   cpSync(join(root, 'package-lock.json'), join(app, 'package-lock.json'))
   cpSync(join(root, 'src/core/db/postgres-patch.mjs'), join(app, 'src/core/db/postgres-patch.mjs'))
+  cpSync(join(build, 'dist'), join(app, 'dist'), { recursive: true })
   cpSync(join(root, 'sql'), join(app, 'sql'), { recursive: true })
-  const built = spawnSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', join(root, 'tsconfig.json'), '--outDir', join(app, 'dist')], { encoding: 'utf8' })
-  assert.equal(built.status, 0, built.stdout + built.stderr)
 
   // RUN, as the stage does (as root, before USER), with the stage's ENV. The machine's npm settings
   // (its registry, its CA) come along: npm run by a Node other than the machine's looks for its global
   // configuration beside that Node, and NPM_CONFIG_GLOBALCONFIG is how the caller points it back.
   const npmSettings = Object.fromEntries(Object.entries(process.env).filter(([k]) => /^npm_config_/i.test(k) && !/cache/i.test(k)))
   const env = { ...npmSettings, PATH: process.env.PATH!, HOME: app, NODE_ENV: 'production', npm_config_cache: join(app, '.npm') }
-  for (const run of stage.filter((i) => i.keyword === 'RUN')) {
-    const r = spawnSync('sh', ['-c', run.args], { cwd: app, env, encoding: 'utf8', timeout: 120_000 })
-    assert.equal(r.status, 0, `RUN ${run.args}\n${r.stdout}${r.stderr}`)
+  for (const step of stage.filter((i) => i.keyword === 'RUN')) {
+    const r = spawnSync('sh', ['-c', step.args], { cwd: app, env, encoding: 'utf8', timeout: 120_000 })
+    assert.equal(r.status, 0, `RUN ${step.args}\n${r.stdout}${r.stderr}`)
   }
   assert.deepEqual(spawnSync('ls', [join(app, 'node_modules')], { encoding: 'utf8' }).stdout.split('\n').filter((n) => n && !n.startsWith('.')).sort(), ['postgres', 'typebox'])
 
@@ -219,7 +260,7 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
 
   const stopSignal = stage.find((i) => i.keyword === 'STOPSIGNAL')!.args as NodeJS.Signals
   child.kill(stopSignal)
-  const code = await Promise.race([exited, sleep(15_000).then(() => 'timeout' as const)])
+  const code = await Promise.race([exited, sleep(15_000, 'timeout' as const, { ref: false })])
   assert.equal(code, 0, `exit after ${stopSignal}: ${code}\n${output}`)
   assert.notEqual(healthCheck(), 0, 'the health check fails once the service is gone')
 })
