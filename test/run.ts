@@ -1,4 +1,4 @@
-import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { appendFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { constants, tmpdir } from 'node:os'
 import { join, relative, resolve } from 'node:path'
 import { connect } from '../src/core/db/connect.js'
@@ -25,6 +25,7 @@ const FILE_TIMEOUT_MS = 180_000
 // other processes), so a third file fills the cores; a fourth makes the files with timing bounds compete.
 const FILES_AT_ONCE = 3
 const TIMINGS_NAME = '.data/test-times.json'
+const OUTPUT_DIR = join(projectRoot, '.data', 'test-output')
 const TIMINGS_FILE = join(projectRoot, TIMINGS_NAME)
 const TEST_FOLDERS = ['test', 'test/harness']
 
@@ -73,6 +74,7 @@ async function withTemplate(): Promise<boolean> {
     TEST_CA_KEY: ca.key,
   }
 
+  mkdirSync(OUTPUT_DIR, { recursive: true })
   const files = longestFirst(testFiles(), readTimings(TIMINGS_FILE))
   console.log(`${files.length} files, ${FILES_AT_ONCE} at a time, longest first by the times in ${TIMINGS_NAME}`)
   const started = performance.now()
@@ -81,6 +83,8 @@ async function withTemplate(): Promise<boolean> {
     const options = { env, timeoutMs: FILE_TIMEOUT_MS, signal: interruption.signal }
     const outcome = outcomeOf(file, await runFile(join(projectRoot, file), options), FILE_TIMEOUT_MS)
     console.log(fileReport(outcome))
+    // Every file's whole TAP, with each test's duration_ms, for a look at where a file spends its time.
+    writeFileSync(join(OUTPUT_DIR, file.replaceAll('/', '_') + '.tap'), outcome.stdout)
     if (failuresFile) appendFileSync(failuresFile, outcome.failureLines.map((line) => line + '\n').join(''))
     return outcome
   })
