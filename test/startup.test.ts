@@ -10,13 +10,16 @@ import { connect } from '../src/core/db/connect.js'
 import { call, launchService, OwnCluster, projectRoot, runCommand, waitFor, type CommandExit } from './fault-kit.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 import { freePort } from './helpers/ports.js'
+import { TEST_PASSWORD_HASH_COST } from './helpers/passwords.js'
 import { MAIL_NOT_CONFIGURED } from '../src/mail/transport.js'
 
 // Start-up and the command line, as a newcomer meets them (issue 26's
 // table): the real entry point (src/main.ts) as a child process with
 // exactly the environment given (PATH and HOME besides), its exit code,
 // stderr and stdout. Each bad input must give one line per problem naming
-// what to fix, no stack trace, never a password, and start nothing.
+// what to fix, no stack trace, never a password, and start nothing. The
+// tests of a group run at once: each has its own process (and database), and
+// most of their time is that process starting.
 
 /** A line of a stack trace, or the JSON of one. */
 const STACK = /\n\s+at |"stack"/
@@ -64,7 +67,7 @@ function assertOneLine(exit: CommandExit, expected: string | RegExp): void {
   assert.doesNotMatch(exit.stderr, STACK)
 }
 
-describe('configuration', () => {
+describe('configuration', { concurrency: true }, () => {
   test('NODE_ENV=production with nothing set: every missing variable at once, one line each', async () => {
     const exit = await runCommand([], { NODE_ENV: 'production' })
     assert.equal(exit.code, 1)
@@ -88,7 +91,7 @@ describe('configuration', () => {
   })
 })
 
-describe('a database that cannot be had: one line naming the variable, host, port, database and user, never the password', () => {
+describe('a database that cannot be had: one line naming the variable, host, port, database and user, never the password', { concurrency: true }, () => {
   test('connection refused', async () => {
     const port = await freePort()
     const exit = await runCommand([], { DATABASE_URL: `postgres://api:hunter2-secret@127.0.0.1:${port}/app`, PORT: '0' })
@@ -148,7 +151,7 @@ describe('a database that cannot be had: one line naming the variable, host, por
   })
 })
 
-describe('the port', () => {
+describe('the port', { concurrency: true }, () => {
   let holder: Server
   let port: number
   before(async () => {
@@ -168,7 +171,7 @@ describe('the port', () => {
   }
 })
 
-describe('commands', () => {
+describe('commands', { concurrency: true }, () => {
   for (const args of [['--help'], ['help'], ['-h']]) {
     test(`${args[0]}: the usage on stdout, exit 0, nothing started`, async () => {
       const exit = await runCommand(args, {})
@@ -214,21 +217,22 @@ describe('commands', () => {
 describe('make admin', () => {
   test('a password given on standard input is never printed back; one from ADMIN_PASSWORD_FILE neither', async () => {
     const url = await createTestDatabase()
-    const piped = await runCommand(['admin', 'piped.admin@example.com'], { DATABASE_URL: url, JWT_SECRETS: `k:${TEST_JWT_SECRET}`, LOG_LEVEL: 'error' }, 'piped password 123\n')
+    const env = { DATABASE_URL: url, JWT_SECRETS: `k:${TEST_JWT_SECRET}`, LOG_LEVEL: 'error', PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST }
+    const piped = await runCommand(['admin', 'piped.admin@example.com'], env, 'piped password 123\n')
     assert.equal(piped.code, 0, piped.stderr)
     assert.match(piped.stdout, /^Created admin piped\.admin@example\.com \(id \d+\) with the password from standard input\.\n$/)
 
     const dir = mkdtempSync(join(tmpdir(), 'upa-admin-'))
     after(() => rmSync(dir, { recursive: true, force: true }))
     writeFileSync(join(dir, 'password'), 'password from a file\n')
-    const filed = await runCommand(['admin', 'piped.admin@example.com'], { DATABASE_URL: url, JWT_SECRETS: `k:${TEST_JWT_SECRET}`, LOG_LEVEL: 'error', ADMIN_PASSWORD_FILE: join(dir, 'password') })
+    const filed = await runCommand(['admin', 'piped.admin@example.com'], { ...env, ADMIN_PASSWORD_FILE: join(dir, 'password') })
     assert.equal(filed.code, 0, filed.stderr)
     assert.match(filed.stdout, /^Reset admin piped\.admin@example\.com \(id \d+\) with the password from ADMIN_PASSWORD_FILE\.\n$/)
     for (const exit of [piped, filed]) assert.doesNotMatch(exit.stdout + exit.stderr, /piped password|password from a file/)
   })
 })
 
-describe('start-up lines', () => {
+describe('start-up lines', { concurrency: true }, () => {
   test('without NODE_ENV: development said loudly (a warning with the generated secret and how to run in production), on 127.0.0.1; the database without its password; duration_ms rounded', async () => {
     const url = new URL(await createTestDatabase())
     url.password = 'hunter2-secret' // trust authentication ignores it; it must not show
@@ -262,7 +266,9 @@ describe('start-up lines', () => {
     after(() => rmSync(dir, { recursive: true, force: true }))
     writeFileSync(join(dir, 'url'), `${await createTestDatabase()}\n`)
     writeFileSync(join(dir, 'jwt'), `k1:${TEST_JWT_SECRET}\n`)
-    const service = await launchService({ NODE_ENV: 'production', HOST: '', JWT_SECRETS: '', DATABASE_URL_FILE: join(dir, 'url'), JWT_SECRETS_FILE: join(dir, 'jwt') }).listening
+    // PASSWORD_HASH_COST unset as well: launchService gives the suite's, which production refuses.
+    const production = { NODE_ENV: 'production', HOST: '', JWT_SECRETS: '', PASSWORD_HASH_COST: '' }
+    const service = await launchService({ ...production, DATABASE_URL_FILE: join(dir, 'url'), JWT_SECRETS_FILE: join(dir, 'jwt') }).listening
     assert.equal(service.logs.find((l) => l.msg === 'listening')?.address, '0.0.0.0')
     assert.equal(service.logs.find((l) => l.msg === 'starting')?.mode, 'production')
     // The one warning: no mail transport is configured (docs/auth.md, "Account recovery: rules").
