@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { connect as netConnect, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
@@ -12,14 +13,17 @@ import vm from 'node:vm'
 import type { Sql, TransactionSql } from 'postgres'
 import { signJwt } from '../src/auth/jwt.js'
 import { applicationRegistry } from './helpers/registry.js'
+import { testHashCostFor } from './helpers/passwords.js'
 import { connect } from '../src/core/db/connect.js'
 import { migrate } from '../src/core/db/migrate.js'
 
-// What the fault tests (test/fault-*.test.ts) share: a PostgreSQL cluster of
-// their own that they may stop, freeze and restart (never the shared one the
-// rest of the suite uses), the real process (`node --import tsx src/main.ts`),
-// loads of concurrent clients that record every outcome, raw connections, and
-// a garbage collector for memory figures.
+// What the fault tests (test/fault-*.test.ts) and the fault benchmark
+// (bench/faults.ts) share: a PostgreSQL cluster of their own that they may
+// stop, freeze and restart (never the shared one the rest of the suite uses),
+// the real process (`node --import tsx src/main.ts`), loads of concurrent
+// clients that record every outcome, raw connections, floods of idle ones,
+// how late this process's event loop runs, and a garbage collector for memory
+// figures. Nothing here needs the node:test runner.
 //
 // Everything here is asynchronous on purpose: the load runs in the same event
 // loop, and a blocking spawnSync would stall it and distort every latency.
@@ -251,7 +255,7 @@ export function launchService(env: Record<string, string>, entry = 'src/main.ts'
     cwd: projectRoot,
     // Detached: a process group of its own, for a test to signal as a terminal or a supervisor signals one.
     detached,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, HOST: '127.0.0.1', PORT: '0', ...serviceEnv, ...env },
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, HOST: '127.0.0.1', PORT: '0', ...serviceEnv, ...testHashCostFor(env), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   const logs: Array<Record<string, unknown>> = []
@@ -359,6 +363,23 @@ export function startLoad(clients: number, step: (client: number, seq: number) =
   }
 }
 
+/** Whether every client of a load has `times` outcomes for which `holds` is true. */
+export function everyClient(outcomes: readonly Outcome[], holds: (o: Outcome) => boolean, times = 1): boolean {
+  const clients = new Set(outcomes.map((o) => o.client))
+  const counts = new Map<number, number>()
+  for (const o of outcomes) if (holds(o)) counts.set(o.client, (counts.get(o.client) ?? 0) + 1)
+  return clients.size > 0 && [...clients].every((c) => (counts.get(c) ?? 0) >= times)
+}
+
+/** Whether a connection to 127.0.0.1:`port` is refused now. */
+export function connectionRefused(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = netConnect(port, '127.0.0.1')
+    socket.once('connect', () => (socket.destroy(), resolve(false)))
+    socket.once('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'ECONNREFUSED'))
+  })
+}
+
 /** Polls until `check` is true; returns the time it took (ms), or throws after `timeoutMs`. */
 export async function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000, everyMs = 50): Promise<number> {
   const started = performance.now()
@@ -392,6 +413,73 @@ export async function settledHeap(): Promise<number> {
   return process.memoryUsage().heapUsed
 }
 
+/**
+ * The longest this process's event loop was held up (ms) while `work` ran. A
+ * time-out is checked on a timer and a cut is seen in an event, so on a busy
+ * machine both come as late as the loop runs: the slack a time bound needs,
+ * measured in the same run rather than guessed for a quiet machine.
+ */
+export async function withLoopLag<T>(work: () => Promise<T>): Promise<{ result: T; lagMs: number }> {
+  const delay = monitorEventLoopDelay({ resolution: 10 })
+  delay.enable()
+  try {
+    const result = await work()
+    return { result, lagMs: delay.max / 1e6 }
+  } finally {
+    delay.disable()
+  }
+}
+
+export interface IdleFlood {
+  /** How long opening them all took, from the first connect (ms). */
+  openedIn: number
+  /** Each connection's life from its connect to its close (ms): shortest and longest. */
+  min: number
+  max: number
+  closed: number
+  answered408: number
+  /** The longest the flooding process's own event loop was held up (ms). */
+  lagMs: number
+}
+
+/**
+ * The flood comes from another process, as it would: the caller's process may
+ * hold the service whose memory is measured. It opens `count` connections to
+ * 127.0.0.1:`port`, 100 at a time, sends nothing, and reports once the server
+ * has closed them all.
+ */
+const idleFloodScript = `
+import { connect } from 'node:net'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
+const [port, count] = process.argv.slice(1).map(Number)
+const delay = monitorEventLoopDelay({ resolution: 10 })
+delay.enable()
+const started = performance.now()
+const results = []
+const closing = []
+const open = () => new Promise((opened) => {
+  const socket = connect(port, '127.0.0.1')
+  const r = { received: '' }
+  closing.push(new Promise((closed) => socket.on('close', () => { r.closedAt = performance.now(); results.push(r); closed() })))
+  socket.on('connect', () => { r.openedAt = performance.now(); opened() })
+  socket.on('data', (d) => { r.received += d })
+  socket.on('error', () => opened())
+})
+for (let i = 0; i < count; i += 100) await Promise.all(Array.from({ length: Math.min(100, count - i) }, open))
+const openedIn = performance.now() - started
+await Promise.all(closing)
+const cut = results.map((r) => r.closedAt - r.openedAt)
+const answered408 = results.filter((r) => r.received.startsWith('HTTP/1.1 408 ')).length
+process.stdout.write(JSON.stringify({ openedIn, min: Math.min(...cut), max: Math.max(...cut), answered408, closed: results.length, lagMs: delay.max / 1e6 }))
+`
+
+/** `count` idle connections to 127.0.0.1:`port` from another process, held until the server closes them. */
+export async function floodIdleConnections(port: number, count: number): Promise<IdleFlood> {
+  const args = ['--input-type=module', '-e', idleFloodScript, String(port), String(count)]
+  const { stdout } = await run(process.execPath, args, { timeout: 60_000 })
+  return JSON.parse(stdout) as IdleFlood
+}
+
 export const summarize = (outcomes: Outcome[]) => {
   const counts: Record<string, number> = {}
   for (const o of outcomes) {
@@ -405,6 +493,12 @@ export const percentile = (values: number[], p: number) => {
   if (!values.length) return 0
   const sorted = [...values].sort((a, b) => a - b)
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
+}
+
+/** How long each outcome took (ms): how many, the median, the 99th percentile and the longest. */
+export function latencies(outcomes: ReadonlyArray<Pick<Outcome, 'started' | 'ended'>>): { count: number; p50: number; p99: number; max: number } {
+  const took = outcomes.map((o) => o.ended - o.started)
+  return { count: took.length, p50: percentile(took, 50), p99: percentile(took, 99), max: took.length ? Math.max(...took) : 0 }
 }
 
 export interface RawResponse {
