@@ -3,13 +3,16 @@ import { after, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { DatabaseAdmission, DatabaseBusy, SWEEP_MS } from '../src/core/db/admission.js'
 import { busyProblem } from '../src/core/http/database-problems.js'
+import { withLoopLag } from './fault-kit.js'
+import { waitUntil } from './helpers/wait.js'
 
 // Database admission, as a unit, with a simulated
 // database: `connections` statements at a time, each `serviceMs`, the rest
 // queued first in, first out (as postgres.js queues them). The fault tests
 // (test/fault-pool.test.ts, test/fault-db-outage.test.ts) show the bound
-// against a real pool and a frozen server, and `make bench` against a healthy
-// one under 128 to 1,000 connections.
+// against a real pool and a frozen server; how long requests wait against the
+// target, and how many are refused, with many more clients than connections
+// is a figure of `make bench-faults` (bench/faults/admission.ts).
 
 /** A DatabaseBusy, answered 503 database_unavailable with this Retry-After. */
 const isUnavailable = (retryAfter: string) => (err: unknown) => {
@@ -40,13 +43,15 @@ async function closedLoop(work: DatabaseAdmission, clients: number, durationMs: 
   let served = 0
   let refused = 0
   let longest = 0
+  const servedPerClient = new Array<number>(clients).fill(0)
   await Promise.all(
-    Array.from({ length: clients }, async () => {
+    Array.from({ length: clients }, async (_, client) => {
       while (performance.now() < end) {
         const started = performance.now()
         try {
           await work.run(request)
           served++
+          servedPerClient[client]!++
         } catch (err) {
           if (!isUnavailable('1')(err)) throw err
           refused++
@@ -56,7 +61,7 @@ async function closedLoop(work: DatabaseAdmission, clients: number, durationMs: 
       }
     }),
   )
-  return { served, refused, longest }
+  return { served, refused, longest, leastServed: Math.min(...servedPerClient) }
 }
 
 // Work on a frozen database: it settles only when the test file ends (the
@@ -74,19 +79,19 @@ test('work gives its value or its error', async () => {
   assert.equal(work.finished, 3)
 })
 
-test('a healthy database under many times more clients than connections: every request is served while the wait stays within the target', async () => {
-  // 10 connections, 4 ms a statement (5 with timer granularity): about 2,000
-  // statements a second. 200 clients queue for about 100 ms each, 20 times
-  // the statement's time, but the database finishes more than are waiting
-  // within the 400 ms target: waiting is not the problem, so nobody is refused.
-  // (The simulated statements are timers: on a busy machine each takes longer,
-  // and the target leaves room for four times the statement's time.)
+test('many times more clients than connections is no reason to refuse: on a database that keeps up, every client is served and nobody refused', async () => {
+  // 10 connections, 4 ms a statement, 200 clients: each request queues behind 19 others. How long that
+  // is depends on the machine (the simulated statements are timers), so the target is set from the
+  // longest wait the same load shows first with nothing refused, five times over: the wait stays within
+  // the target because the database keeps up, not because this machine is quick.
   const db = new SimulatedDatabase(10)
-  const work = new DatabaseAdmission({ floor: 10, targetMs: 400, deadlineMs: 5000 })
-  const result = await closedLoop(work, 200, 1500, () => db.statement(4, 'row'))
-  assert.equal(result.refused, 0, JSON.stringify(result))
-  assert.ok(result.served > 1000, JSON.stringify(result))
-  assert.ok(work.peak >= 190, `peak ${work.peak}`)
+  const unbounded = new DatabaseAdmission({ floor: 10, targetMs: 60_000, deadlineMs: 60_000 })
+  const alone = await closedLoop(unbounded, 200, 300, () => db.statement(4, 'row'))
+  const work = new DatabaseAdmission({ floor: 10, targetMs: 5 * alone.longest, deadlineMs: 60_000 })
+  const result = await closedLoop(work, 200, 600, () => db.statement(4, 'row'))
+  assert.equal(result.refused, 0, JSON.stringify({ alone, result }))
+  assert.ok(result.leastServed >= 1, `every client served: ${JSON.stringify(result)}`)
+  assert.ok(work.peak >= 190, `peak ${work.peak}: nearly all 200 waited at once`)
 })
 
 test('one slow statement among fast ones refuses nobody, though it is the oldest past the target', async () => {
@@ -94,23 +99,25 @@ test('one slow statement among fast ones refuses nobody, though it is the oldest
   // for a while on a busy machine does not pass for a database that stopped keeping up.
   const db = new SimulatedDatabase(10)
   const work = new DatabaseAdmission({ floor: 10, targetMs: 300, deadlineMs: 5000 })
-  const slow = work.run(() => sleep(1200, 'report'))
-  const result = await closedLoop(work, 30, 1000, () => db.statement(2, 'row'))
+  const slow = work.run(() => sleep(800, 'report'))
+  const result = await closedLoop(work, 30, 700, () => db.statement(2, 'row'))
   assert.equal(await slow, 'report')
   assert.equal(result.refused, 0, JSON.stringify(result))
   assert.equal(work.refused, 0)
 })
 
 test('a frozen database: newcomers are admitted until the oldest has waited the target, then refused at once, never started', async () => {
-  const work = new DatabaseAdmission({ floor: 2, targetMs: 300, deadlineMs: 60_000 })
+  const targetMs = 300
+  const work = new DatabaseAdmission({ floor: 2, targetMs, deadlineMs: 60_000 })
+  const heldAt = performance.now()
   const held = Array.from({ length: 5 }, () => work.run(frozen))
   for (const h of held) h.catch(() => {})
-  await sleep(100)
   // Within the target: still admitted (a burst after a quiet spell is not a failure).
   const early = work.run(frozen)
   early.catch(() => {})
+  assert.ok(performance.now() - heldAt < targetMs, 'the newcomer came within the target')
   assert.equal(work.active, 6)
-  await sleep(250)
+  await waitUntil('the oldest to have waited the target', () => performance.now() - heldAt > targetMs)
   let started = false
   // At once: refused before the event loop turns (a bound in milliseconds fails on a busy machine, not on a wrong rule).
   const refusal = work.run(async () => void (started = true))
@@ -148,11 +155,12 @@ test('once the database answers again, requests are admitted again', async () =>
 
 test('an open-loop flood on a slow database: what waits stays near what the database finishes in the target, the rest is refused at once', async () => {
   // 2 connections, 20 ms a statement: 100 a second, 20 in the 200 ms target.
-  // Requests arrive at 1,000 a second for a second: without the bound, 900 would queue.
+  // Requests arrive at up to 1,000 a second for 0.6 s: without the bound, 540 would queue.
   const db = new SimulatedDatabase(2)
   const work = new DatabaseAdmission({ floor: 2, targetMs: 200, deadlineMs: 60_000 })
   const answers: Array<Promise<string>> = []
-  const end = performance.now() + 1000
+  const floodMs = 600
+  const end = performance.now() + floodMs
   while (performance.now() < end) {
     answers.push(work.run(() => db.statement(20, 'row')).then(() => 'served', (err) => (isUnavailable('1')(err) ? 'refused' : 'other')))
     await sleep(1)
@@ -161,22 +169,25 @@ test('an open-loop flood on a slow database: what waits stays near what the data
   const served = outcomes.filter((o) => o === 'served').length
   const refused = outcomes.filter((o) => o === 'refused').length
   assert.equal(served + refused, outcomes.length)
-  // Served: at most what the database finishes in the flood's second (2 × 1000 / 20) and what waited at
-  // its end; every other arrival refused. (A busy machine sends fewer than 1,000: the bound follows them.)
-  const finishable = 2 * (1000 / 20) + work.peak
+  // Served: at most what the database finishes during the flood (2 every 20 ms) and what waited at its
+  // end; every other arrival refused. (A busy machine sends fewer: the bound follows them.)
+  const finishable = 2 * (floodMs / 20) + work.peak
   assert.ok(refused > 0 && refused >= outcomes.length - finishable, `${refused} of ${outcomes.length} refused, at most ${finishable} could be served`)
-  // At most the target's arrivals (about 200) plus what the database finishes in it (20) ever waited.
+  // At most the target's arrivals (one a millisecond at most: 200) plus what the database finishes in it (20) ever waited.
   assert.ok(work.peak < 300, `peak ${work.peak}`)
 })
 
 test('work past its deadline is answered 503 with Retry-After: 5 within one sweep, and counts until it settles', async () => {
-  const work = new DatabaseAdmission({ floor: 1, targetMs: 100, deadlineMs: 200 })
+  const deadlineMs = 200
+  const work = new DatabaseAdmission({ floor: 1, targetMs: 100, deadlineMs })
   let release!: () => void
   const gate = new Promise<void>((resolve) => (release = resolve))
   const started = performance.now()
-  await assert.rejects(work.run(() => gate), isUnavailable('5'))
+  // The sweep is a timer: it runs as late as the event loop is held up, measured meanwhile.
+  const { lagMs } = await withLoopLag(() => assert.rejects(work.run(() => gate), isUnavailable('5')))
   const waited = performance.now() - started
-  assert.ok(waited >= 200 && waited < 200 + SWEEP_MS + 100, `answered after ${waited.toFixed(0)} ms`)
+  assert.ok(waited >= deadlineMs, `answered after ${waited.toFixed(0)} ms, before the deadline`)
+  assert.ok(waited < deadlineMs + SWEEP_MS + 2 * lagMs + 50, `answered after ${waited.toFixed(0)} ms, the event loop held up at most ${lagMs.toFixed(0)} ms`)
   assert.equal(work.overdue, 1)
   // Abandoned, not cancelled: it is still the oldest work, and nothing finished since.
   assert.equal(work.active, 1)
@@ -188,10 +199,19 @@ test('work past its deadline is answered 503 with Retry-After: 5 within one swee
   assert.equal(work.overdue, 1)
 })
 
-test('work that finishes in time is not answered twice', async () => {
-  const work = new DatabaseAdmission({ floor: 10, targetMs: 1000, deadlineMs: 150 })
-  const results = await Promise.allSettled(Array.from({ length: 10 }, (_, i) => work.run(async () => (await sleep(20 + i * 5), i))))
-  assert.deepEqual(results.map((r) => r.status === 'fulfilled' && r.value), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
-  await sleep(300)
-  assert.equal(work.overdue, 0)
+test('work that finishes in time is not answered twice: the sweep that finds overdue work passes over what settled', async () => {
+  const deadlineMs = 200
+  const work = new DatabaseAdmission({ floor: 10, targetMs: 1000, deadlineMs })
+  let release!: () => void
+  const gate = new Promise<void>((resolve) => (release = resolve))
+  // One held past the deadline keeps the sweep running; the others settle at once, before any sweep.
+  const held = work.run(() => gate)
+  const quick = await Promise.allSettled(Array.from({ length: 9 }, (_, i) => work.run(async () => i)))
+  assert.deepEqual(quick.map((r) => r.status === 'fulfilled' && r.value), [0, 1, 2, 3, 4, 5, 6, 7, 8])
+  await assert.rejects(held, isUnavailable('5'))
+  // Sweeps after the deadline: only the held work was ever overdue.
+  const sweptAt = performance.now()
+  await waitUntil('two more sweeps', () => performance.now() - sweptAt > 2 * SWEEP_MS)
+  assert.equal(work.overdue, 1)
+  release()
 })
