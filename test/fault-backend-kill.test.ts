@@ -4,7 +4,7 @@ import { applicationRegistry } from './helpers/registry.js'
 import { openSession } from '../src/auth/sessions.js'
 import { hashSecret } from '../src/auth/tokens.js'
 import { connect } from '../src/core/db/connect.js'
-import { call, holdRowLock, startLoad, summarize, waitFor } from './fault-kit.js'
+import { call, everyClient, holdRowLock, startLoad, waitFor } from './fault-kit.js'
 import { startServer } from './helpers/server.js'
 
 // A backend killed (pg_terminate_backend) in the middle of a transaction that
@@ -17,13 +17,14 @@ import { startServer } from './helpers/server.js'
 // holds a lock on the session row, which the insert needs (its foreign key),
 // so the transaction stops right between its two writes; that is where its
 // backend is killed. Had the first write survived, the retry would be refused
-// (a used refresh token) and the session revoked.
+// (a used refresh token) and the session revoked. How soon after the kill
+// the 503 comes is a figure of `make bench-faults` (bench/faults/db-outage.ts).
 
 const api = await startServer({ LOG_LEVEL: 'warn' })
 const admin = connect(api.databaseUrl, { max: 2, statementTimeoutMs: 30_000 })
 after(() => admin.end({ timeout: 1 }))
 
-test('a backend killed between the two writes of a refresh-token rotation, under load: 503 for its client, nothing committed, the retry succeeds, other clients unaffected', async (t) => {
+test('a backend killed between the two writes of a refresh-token rotation, under load: 503 for its client, nothing committed, the retry succeeds, other clients unaffected', async () => {
   const user = await api.createUser()
   const others = await Promise.all([0, 1, 2, 3].map(() => api.createUser()))
   const load = startLoad(6, (client, seq) =>
@@ -31,7 +32,6 @@ test('a backend killed between the two writes of a refresh-token rotation, under
       ? call(api.url, 'GET', `/users/${others[client % 4]!.id}`, { token: api.admin.token, client, seq, what: 'read' })
       : call(api.url, 'PATCH', `/users/${others[client % 4]!.id}`, { token: api.admin.token, client, seq, what: 'update', body: { name: `Load ${seq}` } }),
   )
-  const figures: string[] = []
   try {
     for (let round = 0; round < 3; round++) {
       const opened = await openSession(api.sql, api.deps, { id: user.id, role: 'user', credential_epoch: 0 }, [...applicationRegistry.scopes.byRole.user], 'jwt', { userAgent: undefined, address: '127.0.0.1' }, 'test-request')
@@ -50,10 +50,8 @@ test('a backend killed between the two writes of a refresh-token rotation, under
           return victim !== undefined
         }, 10_000, 10)
         assert.equal(victim!.wrote, true, 'the transaction had written when it was killed')
-        const killedAt = performance.now()
         await admin`SELECT pg_terminate_backend(${victim!.pid})`
         const answer = await rotation
-        figures.push(`503 ${Math.round(answer.ended - killedAt)} ms after the kill`)
         assert.equal(answer.status, 503, JSON.stringify(answer.body))
         assert.equal(answer.code, 'database_unavailable')
         assert.ok(answer.retryAfter)
@@ -75,8 +73,7 @@ test('a backend killed between the two writes of a refresh-token rotation, under
     await load.stop()
   }
   const outcomes = load.outcomes
-  t.diagnostic(`${figures.join('; ')}; other clients meanwhile: ${JSON.stringify(summarize(outcomes))}`)
-  assert.ok(outcomes.length > 30)
+  assert.ok(everyClient(outcomes, () => true), 'every other client was answered meanwhile')
   assert.deepEqual(outcomes.filter((o) => o.status !== 200).map((o) => `${o.what}: ${o.error ?? `${o.status} ${o.code}`}`), [])
   assert.deepEqual(api.logs.filter((l) => l.level === 'error'), [])
 })
