@@ -4,7 +4,9 @@ import { after, before, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import { connect } from '../src/core/db/connect.js'
-import { adminToken, call, holdRowLock, OwnCluster, RawClient, spawnService, startLoad, summarize, waitFor, type Outcome } from './fault-kit.js'
+import {
+  adminToken, call, connectionRefused, everyClient, holdRowLock, OwnCluster, RawClient, spawnService, startLoad, waitFor, type Outcome, type Spawned,
+} from './fault-kit.js'
 
 // SIGTERM to the real process (`node --import tsx src/main.ts`), with
 // requests in flight (held on a row lock this test owns), keep-alive clients
@@ -13,12 +15,23 @@ import { adminToken, call, holdRowLock, OwnCluster, RawClient, spawnService, sta
 // requests in flight finish with 2xx, new requests on open connections get
 // 503 shutting_down, every answer carries `Connection: close`, no answer is
 // cut half-way, the pool closes and the process exits 0 within
-// SHUTDOWN_TIMEOUT, also when the database is down or frozen.
+// SHUTDOWN_TIMEOUT, also when the database is down or frozen. How many
+// answers clients get per second before and during the drain, and how long
+// the exit takes, are figures of `make bench-faults`
+// (bench/faults/shutdown.ts).
 
 let cluster: OwnCluster
 let url: string
 let db: Sql
 let token: string
+/** How long a service with nothing to finish takes from SIGTERM to its exit, on this machine now. */
+let idleExitMs: number
+
+/** How long after `termAt` the service exited, and how. */
+async function exitAfter(service: Spawned, termAt: number) {
+  const exit = await service.exited
+  return { code: exit.code, ms: exit.at - termAt }
+}
 
 before(async () => {
   cluster = await OwnCluster.create()
@@ -26,6 +39,12 @@ before(async () => {
   url = created.url
   token = adminToken(created.adminId)
   db = connect(url, { max: 4, statementTimeoutMs: 60_000 })
+  const idle = await spawnService({ DATABASE_URL: url })
+  const termAt = performance.now()
+  idle.kill('SIGTERM')
+  const exit = await exitAfter(idle, termAt)
+  assert.equal(exit.code, 0)
+  idleExitMs = exit.ms
 })
 after(async () => {
   await db?.end({ timeout: 1 })
@@ -78,7 +97,7 @@ function keepAliveCall(port: number, agent: Agent, path: string, requestId: stri
   })
 }
 
-test('SIGTERM with requests in flight and keep-alive clients: in-flight requests finish 200, new ones get 503 shutting_down or a refused connection, every answer says Connection: close, none is cut, exit 0 within SHUTDOWN_TIMEOUT', async (t) => {
+test('SIGTERM with requests in flight and keep-alive clients: in-flight requests finish 200, new ones get 503 shutting_down or a refused connection, every answer says Connection: close, none is cut, exit 0 within SHUTDOWN_TIMEOUT', async () => {
   const SHUTDOWN_TIMEOUT = 5
   const service = await spawnService({ DATABASE_URL: url, LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT: String(SHUTDOWN_TIMEOUT), STATEMENT_TIMEOUT: '30' })
   const port = service.port
@@ -110,33 +129,31 @@ test('SIGTERM with requests in flight and keep-alive clients: in-flight requests
       return o
     })
     let termAt = 0
-    let refused: Outcome | undefined
+    let releasedAt = 0
     try {
-      await sleep(500)
+      await waitFor('every keep-alive client served', () => everyClient(load.outcomes, (o) => o.status === 200), 10_000)
       termAt = performance.now()
       service.kill('SIGTERM')
-      await sleep(300)
-      refused = await call(service.url, 'GET', '/healthz', { timeoutMs: 2000 })
+      // New connections are refused once the signal is handled.
+      await waitFor('new connections to be refused', () => connectionRefused(port), 10_000, 10)
       halfReady.write('\r\n')
       halfUser.write('\r\n')
-      await sleep(700)
+      // The idle keep-alive connection is closed at once, while the requests in flight still wait; the
+      // keep-alive clients meet the drain.
+      await waitFor('the drain to answer everyone but the requests in flight', () =>
+        idle.closedAt > 0 && halfReady.closedAt > 0 && halfUser.closedAt > 0 && everyClient(load.outcomes, (o) => o.ended > termAt), 10_000)
+      releasedAt = performance.now()
       lock.release()
       await lock.done
     } finally {
       await load.stop()
     }
-    const exit = await service.exited
-    const exitAfter = exit.at - termAt
+    const exit = await exitAfter(service, termAt)
     const outcomes = load.outcomes as KeepAliveOutcome[]
-    const afterTerm = outcomes.filter((o) => o.ended > termAt)
-    t.diagnostic(`exit code ${exit.code} ${ms(exitAfter)} after SIGTERM (in-flight requests held ~1 s; SHUTDOWN_TIMEOUT ${SHUTDOWN_TIMEOUT} s); idle connection closed ${ms(idle.closedAt - termAt)} after; keep-alive answers after SIGTERM: ${JSON.stringify(summarize(afterTerm))}`)
 
     assert.equal(exit.code, 0)
-    assert.ok(exitAfter < SHUTDOWN_TIMEOUT * 1000, `exit ${ms(exitAfter)} after SIGTERM`)
-    // New connections are refused once the signal is handled.
-    assert.equal(refused!.error, 'TypeError: ECONNREFUSED')
-    // The idle keep-alive connection was closed at once.
-    assert.ok(idle.closedAt > termAt && idle.closedAt - termAt < 500, `idle connection closed ${ms(idle.closedAt - termAt)} after SIGTERM`)
+    assert.ok(exit.ms < SHUTDOWN_TIMEOUT * 1000, `exit ${ms(exit.ms)} after SIGTERM`)
+    assert.ok(idle.closedAt > termAt && idle.closedAt < releasedAt, 'the idle connection was closed before the requests in flight finished')
     // Requests in flight finished with 200 and Connection: close, and their writes are stored.
     for (const [i, c] of inFlight.entries()) {
       await c.closed
@@ -150,8 +167,6 @@ test('SIGTERM with requests in flight and keep-alive clients: in-flight requests
     assert.match(stored.name, /^drained [0-2]$/)
     assert.equal(stored.version, 4)
     // Requests that came on open connections after the signal: 503 shutting_down, Connection: close.
-    await halfReady.closed
-    await halfUser.closed
     for (const [c, path] of [[halfReady, '/readyz'], [halfUser, '/users/{id}']] as const) {
       const [res, ...more] = c.responses()
       assert.equal(more.length, 0)
@@ -163,7 +178,6 @@ test('SIGTERM with requests in flight and keep-alive clients: in-flight requests
     // Keep-alive clients: never an answer cut half-way; answers after the
     // signal say Connection: close; a request that met a closed connection
     // before any byte of its answer was never processed (safe to retry).
-    assert.ok(outcomes.length > 50, `${outcomes.length} keep-alive requests`)
     assert.deepEqual(outcomes.filter((o) => o.cutMidResponse).map((o) => `${o.requestId}: ${o.error}`), [])
     const draining = (service.logs.find((l) => l.msg === 'shutting down') as { seenAt?: number } | undefined)?.seenAt
     assert.ok(draining, 'the service logged that it is shutting down')
@@ -184,7 +198,7 @@ test('SIGTERM with requests in flight and keep-alive clients: in-flight requests
   }
 })
 
-test('a request still running at SHUTDOWN_TIMEOUT is cut: the process exits 0 at SHUTDOWN_TIMEOUT, and its transaction does not commit', async (t) => {
+test('a request still running at SHUTDOWN_TIMEOUT is cut: the process exits 0 at SHUTDOWN_TIMEOUT, and its transaction does not commit', async () => {
   const SHUTDOWN_TIMEOUT = 2
   const service = await spawnService({ DATABASE_URL: url, LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT: String(SHUTDOWN_TIMEOUT), STATEMENT_TIMEOUT: '30' })
   const held = await newUser('held-forever')
@@ -195,11 +209,12 @@ test('a request still running at SHUTDOWN_TIMEOUT is cut: the process exits 0 at
     await waitFor('the request to wait on the lock', async () => (await waitingOnLocks()) === 1, 10_000)
     const termAt = performance.now()
     service.kill('SIGTERM')
-    const exit = await service.exited
+    const exit = await exitAfter(service, termAt)
     await stuck.closed
-    t.diagnostic(`exit code ${exit.code} ${ms(exit.at - termAt)} after SIGTERM with SHUTDOWN_TIMEOUT ${SHUTDOWN_TIMEOUT} s`)
     assert.equal(exit.code, 0)
-    assert.ok(exit.at - termAt >= SHUTDOWN_TIMEOUT * 1000 - 100 && exit.at - termAt < SHUTDOWN_TIMEOUT * 1000 + 1000, `exit ${ms(exit.at - termAt)} after SIGTERM`)
+    // At the deadline, not before; after it, no later than five times what an exit with nothing to cut takes.
+    const bound = SHUTDOWN_TIMEOUT * 1000 + 5 * idleExitMs
+    assert.ok(exit.ms >= SHUTDOWN_TIMEOUT * 1000 - 100 && exit.ms < bound, `exit ${ms(exit.ms)} after SIGTERM (bound ${ms(bound)})`)
     assert.equal(stuck.received, '', 'the cut request got no answer at all (not a partial one)')
     assert.ok(service.logs.some((l) => l.msg === 'requests still running at SHUTDOWN_TIMEOUT were cut'))
     lock.release()
@@ -213,7 +228,7 @@ test('a request still running at SHUTDOWN_TIMEOUT is cut: the process exits 0 at
   }
 })
 
-test('SIGTERM while the database is down: exit 0 at once; while it is frozen with a request in flight: exit 0 at SHUTDOWN_TIMEOUT', async (t) => {
+test('SIGTERM while the database is down: exit 0 without waiting for SHUTDOWN_TIMEOUT; while it is frozen with a request in flight: exit 0 at SHUTDOWN_TIMEOUT', async () => {
   const SHUTDOWN_TIMEOUT = 3
   const env = { DATABASE_URL: url, LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT: String(SHUTDOWN_TIMEOUT), STATEMENT_TIMEOUT: '30' }
   const someone = await newUser('someone')
@@ -222,16 +237,15 @@ test('SIGTERM while the database is down: exit 0 at once; while it is frozen wit
   const down = await spawnService(env)
   try {
     const load = startLoad(4, (client, seq) => call(down.url, 'GET', `/users/${someone}`, { token, client, seq, timeoutMs: 10_000, headers: { 'x-request-id': `down-${client}-${seq}` } }))
-    await sleep(500)
+    await waitFor('every client served', () => everyClient(load.outcomes, (o) => o.status === 200), 10_000)
     await cluster.stop('immediate')
     await waitFor('a 503', () => load.outcomes.some((o) => o.code === 'database_unavailable'), 5000)
     const termAt = performance.now()
     down.kill('SIGTERM')
-    const exit = await down.exited
+    const exit = await exitAfter(down, termAt)
     await load.stop()
-    t.diagnostic(`database down: exit code ${exit.code} ${ms(exit.at - termAt)} after SIGTERM`)
     assert.equal(exit.code, 0)
-    assert.ok(exit.at - termAt < 1000, `exit ${ms(exit.at - termAt)} after SIGTERM`)
+    assert.ok(exit.ms < SHUTDOWN_TIMEOUT * 1000, `exit ${ms(exit.ms)} after SIGTERM: it waited for SHUTDOWN_TIMEOUT`)
     const unexpected = load.outcomes.filter((o) => !(o.status === 200 || o.code === 'database_unavailable' || o.code === 'shutting_down' || o.error === 'TypeError: ECONNREFUSED'))
     // A keep-alive connection closed as the drain began, just as a request was sent on it: never processed, safe to retry.
     // The client sees a reset, or (undici's UND_ERR_SOCKET, "other side closed") the close itself, depending on timing.
@@ -245,26 +259,27 @@ test('SIGTERM while the database is down: exit 0 at once; while it is frozen wit
     await cluster.start()
   }
 
-  // Frozen: a request is in flight on a connection to a server that never answers.
+  // Frozen: a request is in flight (waiting on a row lock) on a connection to a server that then never answers.
   const frozen = await spawnService(env)
+  const lock = await holdRowLock(db, 'users', someone)
   let pids: number[] = []
   try {
-    assert.equal((await call(frozen.url, 'GET', `/users/${someone}`, { token })).status, 200)
-    // Listed once the service has its connections: a backend it opened later would not be frozen.
+    const pending = call(frozen.url, 'PATCH', `/users/${someone}`, { token, body: { name: 'never stored' }, timeoutMs: 20_000 })
+    await waitFor('the request to wait on the lock', async () => (await waitingOnLocks()) === 1, 10_000)
     pids = await cluster.pids()
     for (const pid of pids) process.kill(pid, 'SIGSTOP')
-    const pending = call(frozen.url, 'GET', `/users/${someone}`, { token, timeoutMs: 20_000 })
-    await sleep(300)
     const termAt = performance.now()
     frozen.kill('SIGTERM')
-    const exit = await frozen.exited
+    const exit = await exitAfter(frozen, termAt)
     const cut = await pending
-    t.diagnostic(`database frozen, one request in flight: exit code ${exit.code} ${ms(exit.at - termAt)} after SIGTERM (SHUTDOWN_TIMEOUT ${SHUTDOWN_TIMEOUT} s)`)
     assert.equal(exit.code, 0)
-    assert.ok(exit.at - termAt < SHUTDOWN_TIMEOUT * 1000 + 1000, `exit ${ms(exit.at - termAt)} after SIGTERM`)
+    const bound = SHUTDOWN_TIMEOUT * 1000 + 5 * idleExitMs
+    assert.ok(exit.ms >= SHUTDOWN_TIMEOUT * 1000 - 100 && exit.ms < bound, `exit ${ms(exit.ms)} after SIGTERM (bound ${ms(bound)})`)
     assert.ok(cut.error !== undefined, `the request to the frozen database was cut at SHUTDOWN_TIMEOUT, not answered: ${JSON.stringify(cut)}`)
   } finally {
     for (const pid of pids) process.kill(pid, 'SIGCONT')
+    lock.release()
+    await lock.done.catch(() => {})
     if (frozen.alive()) frozen.kill('SIGKILL')
   }
 })

@@ -1,10 +1,9 @@
 import assert from 'node:assert/strict'
-import { connect as netConnect } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { reusePortMissing } from '../src/cluster/reuse-port.js'
 import { connect } from '../src/core/db/connect.js'
-import { adminToken, holdRowLock, launchService, RawClient, troubleIn, waitFor, type Spawned } from './fault-kit.js'
+import { adminToken, connectionRefused, holdRowLock, launchService, RawClient, troubleIn, waitFor, type Spawned } from './fault-kit.js'
 import { call, type Answer } from './helpers/http-client.js'
 import { createTestDatabase } from './helpers/server.js'
 
@@ -33,20 +32,11 @@ async function start(env: Record<string, string>): Promise<Spawned> {
 const fresh = (service: Spawned, method: string, path: string, body?: unknown): Promise<Answer> =>
   call(service.url, method, path, { headers: { ...auth, connection: 'close' }, body, timeoutMs: 10_000 })
 
-/** Whether a connection to 127.0.0.1:`port` is refused now. */
-function refused(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = netConnect(port, '127.0.0.1')
-    socket.once('connect', () => (socket.destroy(), resolve(false)))
-    socket.once('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'ECONNREFUSED'))
-  })
-}
-
 const logged = (service: Spawned, msg: string) => service.logs.filter((l) => l.msg === msg)
 const ms = (x: number) => `${Math.round(x)} ms`
 
-test('SIGTERM with SHUTDOWN_DELAY=5: for 5 s /readyz is 503 and says why, /healthz 200, new connections are accepted and served (reads and writes, Connection: close); then the drain finishes the request in flight, refuses new connections, exit 0 within delay + timeout', async () => {
-  const DELAY = 5
+test('SIGTERM with SHUTDOWN_DELAY=3: for 3 s /readyz is 503 and says why, /healthz 200, new connections are accepted and served (reads and writes, Connection: close); then the drain finishes the request in flight, refuses new connections, exit 0 within delay + timeout', async () => {
+  const DELAY = 3
   const TIMEOUT = 4
   const service = await start({ SHUTDOWN_DELAY: String(DELAY), SHUTDOWN_TIMEOUT: String(TIMEOUT), STATEMENT_TIMEOUT: '30' })
   const [{ id: heldId }] = await db<[{ id: number }]>`INSERT INTO users (name, email) VALUES ('Held', ${`held-${Date.now()}@example.com`}) RETURNING id`
@@ -78,7 +68,7 @@ test('SIGTERM with SHUTDOWN_DELAY=5: for 5 s /readyz is 503 and says why, /healt
   assert.ok(stillAccepting - termAt < DELAY * 1000, `the checks above ran within the delay (${ms(stillAccepting - termAt)})`)
   assert.equal(readyz.status, 503)
   assert.equal(readyz.body.code, 'shutting_down')
-  assert.match(readyz.body.detail, /still serves for [0-5] s \(SHUTDOWN_DELAY\)/)
+  assert.match(readyz.body.detail, /still serves for [0-3] s \(SHUTDOWN_DELAY\)/)
   assert.equal(readyz.headers['retry-after'], '1')
   assert.equal(healthz.status, 200)
   assert.equal(read.status, 200)
@@ -91,10 +81,10 @@ test('SIGTERM with SHUTDOWN_DELAY=5: for 5 s /readyz is 503 and says why, /healt
   assert.equal(second.headers.connection, 'close')
 
   // The drain: the listener closes at the end of the delay, not before.
-  await waitFor('new connections to be refused', () => refused(service.port), (DELAY + 2) * 1000, 20)
+  await waitFor('new connections to be refused', () => connectionRefused(service.port), (DELAY + 2) * 1000, 20)
   const refusedAt = performance.now()
   assert.ok(refusedAt - termAt >= DELAY * 1000 - 50, `connections refused ${ms(refusedAt - termAt)} after SIGTERM, before the end of the ${DELAY} s delay`)
-  await sleep(500)
+  // The drain has begun with the write still waiting on the lock: it finishes.
   lock.release()
   await lock.done
   const drained = await inFlight
@@ -108,7 +98,6 @@ test('SIGTERM with SHUTDOWN_DELAY=5: for 5 s /readyz is 503 and says why, /healt
   assert.equal(logged(service, 'draining').length, 1)
   assert.equal(logged(service, 'stopped').length, 1)
   assert.deepEqual(troubleIn(service.logs), [])
-  console.log(`# SHUTDOWN_DELAY ${DELAY} s: the checks within it done ${ms(stillAccepting - termAt)} after SIGTERM; connections refused ${ms(refusedAt - termAt)} after, exit ${ms(exit.at - termAt)} after`)
 })
 
 test('the same signal again ends SHUTDOWN_DELAY at once; another signal does not (a worker gets its terminal\'s SIGINT and its primary\'s SIGTERM)', async () => {
@@ -117,7 +106,8 @@ test('the same signal again ends SHUTDOWN_DELAY at once; another signal does not
   service.kill('SIGTERM')
   await waitFor('the service to say it is not ready', () => logged(service, 'not ready: serving for SHUTDOWN_DELAY while load balancers stop sending requests here, then draining').length === 1, 2000, 10)
   service.kill('SIGINT')
-  await sleep(1000)
+  // Nothing to wait for but time: a SIGINT that ended the delay would close the listener at once.
+  await sleep(250)
   assert.equal((await fresh(service, 'GET', '/healthz')).status, 200, 'still serving after a SIGINT')
   assert.equal(logged(service, 'draining').length, 0)
   service.kill('SIGTERM')
@@ -131,7 +121,7 @@ test('the same signal again ends SHUTDOWN_DELAY at once; another signal does not
 
 describe('WORKERS=2 with SHUTDOWN_DELAY', { skip: reusePortMissing() }, () => {
   test('SIGTERM to the primary: every worker keeps serving new connections for the delay with /readyz 503, then drains; none is killed although the delay is longer than SHUTDOWN_TIMEOUT + 2 s; exit 0', async () => {
-    const DELAY = 5
+    const DELAY = 4
     const service = await start({ WORKERS: '2', SHUTDOWN_DELAY: String(DELAY), SHUTDOWN_TIMEOUT: '1' })
     await waitFor('every worker to listen', () => logged(service, 'every worker is listening').length === 1, 20_000)
     const termAt = performance.now()
@@ -153,7 +143,6 @@ describe('WORKERS=2 with SHUTDOWN_DELAY', { skip: reusePortMissing() }, () => {
     assert.deepEqual([...servedBy].sort(), [1, 2])
     assert.deepEqual(answers.map((a) => a.status).filter((s) => s !== 503), [])
     assert.equal(users.status, 200)
-    console.log(`# WORKERS=2, SHUTDOWN_DELAY ${DELAY} s: the checks within it done ${ms(checkedAt - termAt)} after SIGTERM`)
     const exit = await service.exited
     assert.equal(exit.code, 0)
     assert.ok(exit.at - termAt >= DELAY * 1000 - 50, `exit ${ms(exit.at - termAt)} after SIGTERM`)
