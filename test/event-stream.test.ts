@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, afterEach, test } from 'node:test'
+import type { Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
@@ -9,11 +10,15 @@ import { createService } from '../src/service.js'
 import { checkAgainstDocument, contractRouter } from './helpers/contract-check.js'
 import { insertEvents, rawRequest, SseClient } from './helpers/sse.js'
 import { startServer, TEST_JWT_SECRET, type TestServer } from './helpers/server.js'
+import { waitUntil } from './helpers/wait.js'
+import { withLoopLag } from './fault-kit.js'
 
 // GET /events/stream over real HTTP: what a client reads (ids, types, data),
 // resuming without gap or duplicate while writers go on, across instances,
 // heartbeats, slow clients, the stream limit, SIGTERM, memory with a
 // thousand streams, and the requests refused before anything is streamed.
+// How long an event takes to reach a stream, on the same instance or
+// another, is a figure of `make bench-faults` (bench/faults/streams.ts).
 
 // A small page, so that catch-ups and the reader cross pages.
 const a = await startServer({}, {}, { tuning: { streams: { pageSize: 7 } } })
@@ -103,15 +108,16 @@ test('without Last-Event-ID the stream starts with the events committed after it
   assert.equal(JSON.parse(c.events[0]!.data).subject.id, id)
 })
 
-test('a write through one instance reaches a stream on another within a second', async () => {
-  const c = await follow(b)
+/** An instance on a's database whose reader reads on notifications only: its poll comes once a minute. */
+const notifiedOnly = () => startServer({}, {}, { databaseUrl: a.databaseUrl, tuning: { streams: { pollMs: 60_000 } } })
+
+test('a write through one instance reaches a stream on another by the notification its commit sends, long before the other polls', async () => {
+  const n = await notifiedOnly()
+  const c = await follow(n)
   for (let i = 0; i < 3; i++) {
     const seen = c.count
-    const started = performance.now()
     const id = await createProduct(a)
-    await c.waitForEvents(seen + 1, 1000)
-    const ms = performance.now() - started
-    assert.ok(ms < 1000, `took ${ms} ms`)
+    await c.waitForEvents(seen + 1, 15_000)
     assert.equal(JSON.parse(c.last!.data).subject.id, id)
   }
 })
@@ -225,19 +231,18 @@ test('the first stream of an idle instance resuming from the start is paced by i
   assert.ok(f.deps.metrics.queries - queries <= 4, `${f.deps.metrics.queries - queries} statements in 1.2 s`)
 })
 
-test('events committed while the listening connection is away reach streams within about a second', async () => {
-  const c = await follow(a)
-  const d = await follow(b)
+test('events committed while the listening connection is away reach streams once it is back, long before a poll', async () => {
+  // Notifications sent while it was away are lost: each reader reads again when its connection is back.
+  const [x, y] = await Promise.all([notifiedOnly(), notifiedOnly()])
+  const c = await follow(x)
+  const d = await follow(y)
   const from = await newestId(a)
   // The listeners killed and events written in one transaction: its notification is sent at commit, after they are gone.
   await a.sql.begin(async (tx) => {
     await tx`SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'listen %' AND pid <> pg_backend_pid()`
     await tx`INSERT INTO event_outbox (type, subject_type, subject_id, data) VALUES ('product.updated', 'product', 1, '{}')`
   })
-  const started = performance.now()
-  await Promise.all([c.waitForEvents(1, 3000), d.waitForEvents(1, 3000)])
-  const ms = performance.now() - started
-  assert.ok(ms < 1500, `took ${ms} ms`)
+  await Promise.all([c.waitForEvents(1, 15_000), d.waitForEvents(1, 15_000)])
   assert.deepEqual(c.ids, await committedAfter(a, from))
   assert.deepEqual(d.ids, c.ids)
 })
@@ -269,12 +274,15 @@ test('a type filter sends only the events of those types', async () => {
 })
 
 test('an idle stream gets retry: first, then a keep-alive comment every heartbeat, and outlives the request time-out', async () => {
-  const h = await startServer({}, { requestTimeoutMs: 500, headersTimeoutMs: 500 }, { databaseUrl: a.databaseUrl, tuning: { streams: { heartbeatMs: 100, retryMs: 1500 } } })
+  const heartbeatMs = 100
+  const h = await startServer({}, { requestTimeoutMs: 500, headersTimeoutMs: 500 }, { databaseUrl: a.databaseUrl, tuning: { streams: { heartbeatMs, retryMs: 1500 } } })
   const c = await follow(h)
   assert.equal(c.retry, 1500)
   const started = performance.now()
-  await c.waitFor(() => c.comments.length >= 3, 2000, 'three keep-alive comments')
-  assert.ok(performance.now() - started < 600)
+  const { lagMs } = await withLoopLag(() => c.waitFor(() => c.comments.length >= 3, 10_000, 'three keep-alive comments'))
+  // The tick that finds `retry:` just written, then three: each period as late as the event loop was held up.
+  const took = performance.now() - started
+  assert.ok(took < 5 * (heartbeatMs + lagMs), `three comments took ${took.toFixed(0)} ms (event loop held up at most ${lagMs.toFixed(0)} ms)`)
   assert.deepEqual(new Set(c.comments), new Set(['keep-alive']))
   assert.equal(c.count, 0)
   // Node checks the request time-out every second (src/app.ts): a stream is not a request still arriving.
@@ -296,7 +304,7 @@ test('a client that does not read is cut once past the buffer bound, and resumes
   const committed = await committedAfter(s, from)
   assert.deepEqual(reader.ids, committed)
   // The server has let go of the slow one: once it reads again, what was sent before the cut comes, then a cut, not a clean end.
-  await waitUntil(() => s.logs.some((l) => l.msg === 'event stream closed' && l.reason === 'too_slow'), 10_000)
+  await waitUntil('the slow stream cut', () => s.logs.some((l) => l.msg === 'event stream closed' && l.reason === 'too_slow'), 10_000)
   slow.res.resume()
   assert.deepEqual(await slow.ended, { clean: false })
   assert.ok(slow.count < 600, `${slow.count} events before the cut`)
@@ -326,11 +334,11 @@ test('the stream limit answers 503 problem+json with Retry-After; places come ba
   assert.equal(refused.headers.get('retry-after'), '5')
   assert.equal(refused.body.code, 'too_many_streams')
   one.close()
-  await waitUntil(() => l.deps.eventHub.size === 1)
+  await waitUntil('one stream open', () => l.deps.eventHub.size === 1)
   const three = await follow(l)
   two.close()
   three.close()
-  await waitUntil(() => l.deps.eventHub.size === 0)
+  await waitUntil('no stream open', () => l.deps.eventHub.size === 0)
 })
 
 test('streams are logged as answered once their head is out, and again when they end; they do not count as requests in flight', async () => {
@@ -339,9 +347,10 @@ test('streams are logged as answered once their head is out, and again when they
   assert.equal(inFlight, 0)
   const line = a.logs.findLast((l) => l.msg === 'request' && l.route === '/events/stream')
   assert.equal(line?.status, 200)
-  assert.ok((line!.duration_ms as number) < 5000)
+  assert.equal(typeof line!.duration_ms, 'number')
+  assert.ok(a.deps.eventHub.size >= 1, 'logged while the stream is still open')
   c.close()
-  await waitUntil(() => a.logs.some((l) => l.msg === 'event stream closed' && l.request_id === c.headers['x-request-id']))
+  await waitUntil('the stream logged closed', () => a.logs.some((l) => l.msg === 'event stream closed' && l.request_id === c.headers['x-request-id']))
   const closed = a.logs.find((l) => l.msg === 'event stream closed' && l.request_id === c.headers['x-request-id'])!
   assert.equal(closed.reason, 'client_closed')
 })
@@ -352,6 +361,9 @@ test('SIGTERM ends every stream at once, cleanly for clients that keep up, and t
   const service = createService(config, { log: createLogger('error', () => {}), streams: { bufferLimitBytes: 64 * 1024 * 1024 } })
   after(() => service.close())
   const { port } = await service.listen(0, '127.0.0.1')
+  // Each connection as the server holds it, by the client's port.
+  const serverSide = new Map<number, Socket>()
+  service.server.on('connection', (socket: Socket) => void serverSide.set(socket.remotePort!, socket))
   const url = `http://127.0.0.1:${port}`
   const headers = { authorization: `Bearer ${a.admin.token}` }
   const streams = await Promise.all(Array.from({ length: 5 }, () => SseClient.open(url, '/events/stream', { headers })))
@@ -369,11 +381,15 @@ test('SIGTERM ends every stream at once, cleanly for clients that keep up, and t
   const catchingUp = await SseClient.open(url, '/events/stream', { headers: { ...headers, 'last-event-id': '0' } })
   await catchingUp.waitForEvents(1)
 
-  const started = performance.now()
-  await service.shutdown()
-  const ms = performance.now() - started
-  // Under the 500 ms a cleanly ended stream is given to flush (src/events/stream.ts): the stalled one was cut, not waited for.
-  assert.ok(ms < 450, `shutdown took ${ms} ms`)
+  // The stalled one is cut at once, not given the 500 ms a cleanly ended stream gets to flush (END_GRACE_MS,
+  // src/events/stream.ts): its connection closes before a timer of that length, set as the drain begins, fires.
+  const stalledServerSide = serverSide.get(stalled.res.socket!.localPort!)!
+  const cut = new Promise<string>((resolve) => stalledServerSide.once('close', () => resolve('cut at once')))
+  const grace = sleep(500, 'waited for the grace')
+  const shutdown = service.shutdown()
+  assert.equal(await Promise.race([cut, grace]), 'cut at once')
+  // Nobody has read since: the drain waited for no client.
+  await shutdown
   idle.res.resume()
   stalled.res.resume()
   const endOf = (c: SseClient) => Promise.race([c.ended, sleep(5000).then(() => 'still open' as const)])
@@ -406,7 +422,7 @@ test('a thousand open streams, half of them not reading, and a flood of events k
     await Promise.all(many.map((c) => c.waitFor(() => c.retry !== undefined, 20_000, 'retry:')))
     for (const c of many.slice(0, 500)) c.res.pause()
     const open = await measure()
-    for (let i = 0; i < 40; i++) await insertEvents(m.sql, 10, 1000)
+    for (let i = 0; i < 4; i++) await insertEvents(m.sql, 25, 4000)
     const last = await newestId(m)
     await Promise.all(many.slice(500).map((c) => c.waitFor(() => Number(c.last?.id) === last, 30_000, 'the last event')))
     const flooded = await measure()
@@ -414,7 +430,7 @@ test('a thousand open streams, half of them not reading, and a flood of events k
     // before they stopped asking for more, up to the runtime's high-water mark): the test's, not the service's.
     const heldByClients = many.slice(0, 500).reduce((sum, c) => sum + c.res.readableLength, 0)
     for (const c of many) c.close()
-    await waitUntil(() => m.deps.eventHub.size === 0, 10_000)
+    await waitUntil('every stream closed', () => m.deps.eventHub.size === 0, 10_000)
     many.length = 0
     m.logs.length = 0
     for (const deadline = Date.now() + 10_000; (await m.openConnections()) > base.connections && Date.now() < deadline;) await sleep(10)
@@ -430,7 +446,7 @@ test('a thousand open streams, half of them not reading, and a flood of events k
   for (const r of [first, second]) {
     // A stream's server and client sides together: tens of kB, not hundreds.
     assert.ok(r.open.heapUsed - r.base.heapUsed < 60e6, `1,000 streams took ${mb(r.open.heapUsed - r.base.heapUsed)} MB of heap`)
-    // 400 events of 1 kB to 500 readers is 200 MB written; the 500 others hold at most their buffer bound.
+    // 100 events of 4 kB to 500 readers is 200 MB written; the 500 others hold at most their buffer bound.
     assert.ok(r.flooded.heapUsed - r.open.heapUsed - r.heldByClients < 50e6, `the flood left ${mb(r.flooded.heapUsed - r.open.heapUsed)} MB of heap, ${mb(r.heldByClients)} MB of it in the clients`)
     assert.equal(r.open.connections, r.base.connections + 1000)
     assert.equal(r.closed.connections, r.base.connections, 'every connection of the round is closed')
@@ -502,12 +518,6 @@ test('/openapi.json describes the stream as text/event-stream', async () => {
   assert.ok(op.responses['503'])
   assert.deepEqual(op.parameters.map((p: { name: string }) => p.name).sort(), ['last_event_id', 'type'])
 })
-
-async function waitUntil(ready: () => boolean, timeoutMs = 5000): Promise<void> {
-  for (const deadline = Date.now() + timeoutMs; !ready(); await sleep(10)) {
-    if (Date.now() > deadline) throw new Error('timed out')
-  }
-}
 
 /** A full garbage collection, for memory figures that mean something. */
 function collector(): () => void {
