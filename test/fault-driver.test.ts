@@ -157,10 +157,10 @@ describe('postgres.js when a connection dies in a transaction', () => {
     const slow = sql`SELECT pg_sleep(30)`.then(() => 'finished', (err: unknown) => err)
     await terminateWhileRunning(pid, 'SELECT pg_sleep%')
     assert.ok(isConnectionLoss(await slow))
-    const started = performance.now()
+    // Unpatched it never returns: 3 s tells a hang from a return however busy the machine (how long it
+    // takes is a figure of `make bench-faults`, bench/faults/driver.ts).
     const ended = await Promise.race([sql.end().then(() => 'ended'), sleep(3000).then(() => 'hung')])
     assert.equal(ended, 'ended')
-    assert.ok(performance.now() - started < 1000, `end() took ${(performance.now() - started).toFixed(0)} ms`)
   })
 })
 
