@@ -1,7 +1,7 @@
 import type { Sql, TransactionSql } from 'postgres'
 import type { Resource } from '../core/resources/resource.js'
 import { systemOrigin } from '../events/origin.js'
-import { lockRow, updateRow } from '../core/resources/store.js'
+import { updateRow } from '../core/resources/store.js'
 
 // The SQL of the delivery worker. A claim takes due deliveries with
 // FOR UPDATE SKIP LOCKED and, in the same statement, moves each one's
@@ -19,6 +19,26 @@ import { lockRow, updateRow } from '../core/resources/store.js'
 // publisher makes none for a disabled webhook, so an event that commits
 // after the disabling is never sent. An attempt claimed just before goes on
 // (its event came before); its outcome is dropped, the delivery being failed.
+//
+// The lock order (sql/015): a user's row, then webhook rows, then delivery
+// rows; within a table, lowest id first; a row already held is not locked
+// again in a stronger mode. Transactions that follow it never wait on each
+// other in a cycle, which PostgreSQL breaks by aborting one of them (a
+// client's PATCH /users/{id} answered 503). The paths that take both:
+// - an owner's demotion or deletion (sql/010's triggers, sql/015's
+//   function): the user, the owner's webhooks, their pending deliveries;
+// - recordAttempt: the webhook's row (failing_since), then the delivery's,
+//   and disabling the webhook goes on under that same lock;
+// - deleting a webhook: its row (lockRow), then its deliveries (the cascade).
+// The claim locks deliveries only, skipping those locked, and reads their
+// webhooks without a lock, so it never waits while holding a delivery.
+// recordAttempt for a success with no failing_since, releaseClaim and the
+// manual retry lock one delivery and nothing after it; a PATCH, a rotation
+// and resealing, the webhook's row alone. The one exception: a re-enabling
+// (resource.ts) takes its new owner's row after the webhook's, because the
+// generic PATCH locks the webhook before any hook runs; it can deadlock with
+// the deletion of that admin at the same moment (a demotion passes over a
+// disabled webhook without waiting on it).
 
 export interface ClaimedDelivery {
   delivery_id: number
@@ -79,10 +99,8 @@ const MAX_ERROR_LENGTH = 1000
  * for `disableAfterMs` is disabled (webhook.updated, by the system) and its
  * pending deliveries fail. Whether it was disabled now.
  *
- * The webhook's row is written before the delivery's: a demotion or deletion
- * of the owner (sql/010) and disable() take them in that order too, so the two
- * never wait on each other in a cycle (a deadlock would abort one of them, and
- * that one may be the client's PATCH /users/{id}).
+ * The lock order above: the webhook's row is written first, then the
+ * delivery's; disabling needs no other lock on the webhook's row.
  */
 export async function recordAttempt(sql: Sql, webhooks: Resource, claim: ClaimedDelivery, attempt: AttemptRecord, disableAfterMs: number): Promise<boolean> {
   const error = attempt.error?.slice(0, MAX_ERROR_LENGTH) ?? null
@@ -110,19 +128,20 @@ export async function recordAttempt(sql: Sql, webhooks: Resource, claim: Claimed
         last_status = ${attempt.status ?? null},
         last_error = ${error}
       WHERE id = ${claim.delivery_id} AND attempts = ${claim.attempts} AND status = 'pending'`
-    return overdue && disable(tx, webhooks, claim.webhook_id, error ?? 'the receiver did not accept the deliveries')
+    if (!overdue) return false
+    await disable(tx, webhooks, claim.webhook_id, error ?? 'the receiver did not accept the deliveries')
+    return true
   })
 }
 
-/** Disables a webhook that kept failing; its pending deliveries fail. False if someone else changed its status first. */
-async function disable(tx: TransactionSql, webhooks: Resource, webhookId: number, lastError: string): Promise<boolean> {
-  const current = await lockRow(tx, webhooks, String(webhookId), undefined)
-  if (current.status !== 'active') return false
-  await updateRow(tx, webhooks, current.id, { status: 'disabled', last_error: lastError }, systemOrigin)
-  await tx`
-    UPDATE webhook_deliveries SET status = 'failed', leased_until = NULL, last_error = coalesce(last_error, 'the webhook was disabled')
-    WHERE webhook_id = ${webhookId} AND status = 'pending'`
-  return true
+/**
+ * Disables a webhook that kept failing, whose row the transaction holds
+ * (found active under that lock, so nobody changed its status since); its
+ * pending deliveries fail, as when its owner loses the authority (sql/015).
+ */
+async function disable(tx: TransactionSql, webhooks: Resource, webhookId: number, lastError: string): Promise<void> {
+  await updateRow(tx, webhooks, webhookId, { status: 'disabled', last_error: lastError }, systemOrigin)
+  await tx`SELECT fail_pending_deliveries(${[webhookId]}::bigint[])`
 }
 
 /**

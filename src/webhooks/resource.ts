@@ -120,6 +120,8 @@ const hooksOf = (webhooks: Resource): ResourceHooks => ({
     }
     // Re-enabling is the one act that takes ownership: the webhook runs on the authority of whoever
     // brings it back (sql/010 keeps it disabled if that is no admin by commit). Other changes leave the owner.
+    // sql/010 checks that under a share lock on the caller's row, taken after the webhook's: the one path
+    // against the lock order (delivery-queries.ts), since the generic PATCH locks the webhook before this hook.
     if (current.status === 'disabled' && changes.status !== undefined && ctx.principal.kind === 'user') {
       const caller = Number(ctx.principal.userId)
       if (current.owner_id !== caller) changes.owner_id = caller
