@@ -5,7 +5,6 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { after, describe, test } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import type { TransactionSql } from 'postgres'
 import { Webhook } from 'standardwebhooks'
 import { connect } from '../src/core/db/connect.js'
@@ -62,11 +61,23 @@ async function createProduct(server: TestServer): Promise<number> {
 const eventsOf = (r: Reception[]) => r.map((x) => JSON.parse(x.body) as { id: number; type: string; subject: { id: number } })
 const productEvent = (r: Reception[], productId: number) => eventsOf(r).find((e) => e.type === 'product.created' && e.subject.id === productId)
 
-/** Waits for the control receiver to get the product's event, then a little longer: by then the sender would have sent it everywhere. */
+/**
+ * Waits for the control receiver to get the product's event, then for the
+ * sender to attempt whatever else is due: the deliveries of an event are made
+ * together, so by then it has sent the event to every webhook it was made for.
+ */
 async function settledFor(s: Setup, productId: number) {
   await s.control.waitFor(`product ${productId} at the control receiver`, (r) => productEvent(r, productId) !== undefined)
   await s.sender.published()
-  await sleep(300)
+  await s.sender.deps.webhooks.drain()
+}
+
+/** The delivery of the product's event to the owner's webhook. */
+async function deliveryOf(s: Setup, productId: number): Promise<{ id: number; attempts: number } | undefined> {
+  const [row] = await s.api.sql<Array<{ id: number; attempts: number }>>`
+    SELECT d.id, d.attempts FROM webhook_deliveries d JOIN events e ON e.id = d.event_id
+    WHERE d.webhook_id = ${s.hook.id} AND e.type = 'product.created' AND e.subject_id = ${productId}`
+  return row
 }
 
 async function assertDisabled(s: Setup, reason: string, ownerId: number | null) {
@@ -130,19 +141,20 @@ describe('a webhook follows its owner', () => {
   })
 
   test('deliveries already queued when the owner is demoted are not sent', async () => {
-    const s = await setUp({ retryDelaysMs: [1500, 1500] })
+    const s = await setUp({ retryDelaysMs: [60_000, 60_000] })
     s.hooked.answer = answerWith(500)
     const queued = await createProduct(s.api)
-    await waitUntil('the first attempt to fail', async () => {
-      const [row] = await s.api.sql`SELECT d.attempts FROM webhook_deliveries d JOIN events e ON e.id = d.event_id WHERE d.webhook_id = ${s.hook.id} AND e.subject_id = ${queued}`
-      return (row?.attempts ?? 0) >= 1 && s.hooked.received.length >= 1
-    })
+    // Its first attempt made (its outcome may still be on its way to the database).
+    await waitUntil('the first attempt', async () =>
+      ((await deliveryOf(s, queued))?.attempts ?? 0) >= 1 && s.hooked.received.length >= 1)
     s.hooked.answer = answerWith(204)
     const demoted = await s.api.request('PATCH', `/users/${s.owner.id}`, { body: { role: 'user' } })
     assert.equal(demoted.status, 200, demoted.text)
     const seen = s.hooked.received.length
-    // Past the retry delay (1.5 s): the retry would have come by now.
-    await sleep(2500)
+    // Its retry brought forward to now: a delivery still pending would be sent by the drain.
+    const { id } = (await deliveryOf(s, queued))!
+    await s.api.sql`UPDATE webhook_deliveries SET next_attempt_at = now() WHERE id = ${id}`
+    await s.sender.deps.webhooks.drain()
     assert.equal(s.hooked.received.length, seen)
     const deliveries = await s.api.request('GET', `/webhooks/${s.hook.id}/deliveries`)
     assert.equal(deliveries.status, 200)
@@ -181,6 +193,42 @@ describe('a webhook follows its owner', () => {
     assert.deepEqual(deliveries.body.map((d: { status: string }) => d.status), ['failed'])
     await assertDisabled(s, `its owner (user ${s.owner.id}) is no longer an admin`, s.owner.id)
     assert.equal(s.sender.logs.filter((l) => l.level === 'error').length, 0, JSON.stringify(s.sender.logs.filter((l) => l.level === 'error')))
+  })
+
+  test('a demotion during the worker\'s claim: no deadlock, the demotion commits and the delivery fails', async () => {
+    const s = await setUp({ retryDelaysMs: [60_000] })
+    await s.sender.deps.webhooks.stop()
+    s.hooked.answer = answerWith(500)
+    const product = await createProduct(s.api)
+    await s.api.published()
+    const delivery = await deliveryOf(s, product)
+    assert.ok(delivery, 'the delivery was made')
+
+    // The demotion's first steps, held (the lock order, src/webhooks/delivery-queries.ts: the user's row,
+    // then the owner's webhooks, then their deliveries) while the worker claims the delivery. A claim
+    // that locked the delivery and then waited on the webhook would deadlock with the demotion's next step.
+    const demotion = s.api.sql.begin(async (tx) => {
+      await tx`SELECT 1 FROM users WHERE id = ${s.owner.id} FOR UPDATE`
+      await tx`SELECT 1 FROM webhooks WHERE id = ${s.hook.id} FOR NO KEY UPDATE`
+      s.sender.deps.webhooks.start()
+      await waitUntil('the claim to commit, or to wait on a lock', async () => {
+        const [{ waiting }] = await s.api.sql<[{ waiting: boolean }]>`
+          SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+            AND wait_event_type = 'Lock' AND query ILIKE '%FROM webhook_deliveries d JOIN webhooks%') AS waiting`
+        return waiting || ((await deliveryOf(s, product))?.attempts ?? 0) > 0
+      })
+      await tx`UPDATE users SET role = 'user' WHERE id = ${s.owner.id}`
+    })
+    await demotion
+    // The attempt claimed before the demotion goes on; its outcome is dropped, the delivery failed.
+    await s.sender.deps.webhooks.drain()
+    const troubles = s.sender.logs.filter((l) => l.level === 'error' || l.level === 'warn')
+    assert.deepEqual(troubles, [], 'the claim was not aborted')
+    assert.equal(s.hooked.received.length, 1)
+    const deliveries = await s.api.request('GET', `/webhooks/${s.hook.id}/deliveries`)
+    const states = deliveries.body.map((d: { status: string; attempt_count: number }) => [d.status, d.attempt_count])
+    assert.deepEqual(states, [['failed', 1]])
+    await assertDisabled(s, `its owner (user ${s.owner.id}) is no longer an admin`, s.owner.id)
   })
 
   test('another admin who re-enables it becomes its owner, and deliveries resume, signed as before', async () => {
@@ -268,14 +316,16 @@ describe('the rule holds in the database, whoever writes', () => {
       const [hook] = await server.sql<[{ id: number }]>`
         INSERT INTO webhooks (url, event_types, secret_sealed, owner_id) VALUES ('https://example.com/h', '{product.created}', 'x', NULL) RETURNING id`
       let release!: () => void
+      let written!: () => void
       const gate = new Promise<void>((resolve) => (release = resolve))
+      const firstWritten = new Promise<void>((resolve) => (written = resolve))
       const hold = (statement: (tx: TransactionSql) => Promise<unknown>) =>
-        server.sql.begin(async (tx) => { await statement(tx); await gate })
+        server.sql.begin(async (tx) => { await statement(tx); written(); await gate })
       const demote = (tx: TransactionSql) => tx`UPDATE users SET role = 'user' WHERE id = ${admin.id}`
       const enable = (tx: TransactionSql) => tx`UPDATE webhooks SET status = 'active', owner_id = ${admin.id} WHERE id = ${hook.id}`
       // The first holds its change uncommitted; the second waits on it; then the first commits.
       const first = hold(demotionFirst ? demote : enable)
-      await sleep(100)
+      await firstWritten
       const second = server.sql.begin((tx) => (demotionFirst ? enable : demote)(tx))
       await waitingOnLock()
       release()

@@ -121,6 +121,20 @@ export class WebhookWorker implements Component {
   }
 
   /**
+   * Claims what is due, in a claim that starts after this call, and waits
+   * until those attempts are recorded and a claim finds nothing more: once it
+   * resolves, every delivery due at the call that no other instance holds has
+   * been attempted here (tests wait for this rather than for time to pass).
+   */
+  async drain(): Promise<void> {
+    for (;;) {
+      await this.claims.runAnew()
+      if (this.stopped || this.inFlight.size === 0) return
+      await Promise.allSettled([...this.inFlight])
+    }
+  }
+
+  /**
    * Stops claiming and ends the attempts in flight; their claims are handed
    * back (due now, the cut attempt recorded) so another instance sends them at
    * once. A claim that cannot be handed back by `deadline` (default:
