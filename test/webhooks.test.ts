@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { Webhook } from 'standardwebhooks'
 import { signJwt, type JwtClaims } from '../src/auth/jwt.js'
 import { signatureOf } from '../src/core/http/standard-webhooks.js'
@@ -259,7 +258,7 @@ describe('webhook deliveries', () => {
     const wanted = feed.body.filter((e: { type: string }) => server.deps.registry.eventTypes.includes(e.type))
     assert.deepEqual(new Set(wanted.map((e: { type: string }) => e.type)), new Set(server.deps.registry.eventTypes))
     await receiver.waitFor('every event', (r) => r.length >= wanted.length)
-    await sleep(300) // a duplicate would arrive now
+    await server.deps.webhooks.drain() // a duplicate due would have been sent by now
     assert.equal(receiver.received.length, wanted.length)
     const counts = receiver.countsById()
     for (const event of wanted) {
@@ -295,7 +294,8 @@ describe('webhook deliveries', () => {
     const product = await createProduct(server, 'ONLY-1')
     assert.equal((await server.request('PATCH', `/products/${product}`, { body: { stock: 1 } })).status, 200)
     await receiver.waitFor('the update', (r) => r.length === 1)
-    await sleep(300)
+    await server.published()
+    await server.deps.webhooks.drain()
     assert.equal(receiver.received.length, 1)
     assert.equal(JSON.parse(receiver.received[0]!.body).type, 'product.updated')
     assert.equal(other.received.length, 0)
@@ -337,7 +337,7 @@ describe('webhook deliveries', () => {
     const hook = await register(server, { url: receiver.url, event_types: ['product.created'] })
     await createProduct(server, 'GIVEUP-1')
     await waitUntil('the delivery to fail', async () => (await deliveriesOf(server, hook.id)).body[0]?.status === 'failed')
-    await sleep(200)
+    await server.deps.webhooks.drain()
     const [delivery] = (await deliveriesOf(server, hook.id)).body
     assert.equal(delivery.attempt_count, 3)
     assert.equal(delivery.last_status, 503)
@@ -384,7 +384,7 @@ describe('webhook deliveries', () => {
     assert.equal(redirected.status, 'failed')
     assert.equal(redirected.attempts[0].status, 307)
     assert.equal(redirected.attempts[0].error, `redirect to http://127.0.0.1:${target.port} not followed`)
-    await sleep(200)
+    // Recorded once its request had ended: a redirect followed would have reached the target before.
     assert.equal(target.received.length, 0)
   })
 
@@ -438,7 +438,7 @@ describe('webhook deliveries', () => {
     await receiver.waitFor('the attempt', (r) => r.length === 1)
     assert.equal((await server.request('DELETE', `/webhooks/${hook.id}`)).status, 204)
     answer()
-    await sleep(300)
+    await server.deps.webhooks.drain()
     assert.deepEqual(server.logs.filter((l) => l.level === 'error' || l.level === 'warn'), [])
     const [{ deliveries, attempts }] = await server.sql`
       SELECT (SELECT count(*)::int FROM webhook_deliveries) AS deliveries, (SELECT count(*)::int FROM webhook_attempts) AS attempts`
@@ -452,7 +452,8 @@ describe('webhook deliveries', () => {
     assert.equal((await server.request('PATCH', `/webhooks/${hook.id}`, { body: { status: 'paused' } })).status, 200)
     await createProduct(server, 'PAUSE-1')
     await createProduct(server, 'PAUSE-2')
-    await sleep(400)
+    await server.published()
+    await server.deps.webhooks.drain()
     assert.equal(receiver.received.length, 0)
     const [{ pending, attempts }] = await server.sql`
       SELECT count(*)::int AS pending, sum(attempts)::int AS attempts FROM webhook_deliveries WHERE webhook_id = ${hook.id} AND status = 'pending'`
@@ -509,7 +510,11 @@ describe('webhook deliveries', () => {
     assert.throws(() => verify(kept.body.secret, one), /signature/i)
     // The previous secret signs only for the time asked.
     const brief = await server.request('POST', `/webhooks/${hook.id}/rotate-secret`, { body: { keep_previous_for: 1 } })
-    await sleep(1100)
+    await waitUntil('the previous secret to expire', async () => {
+      const [{ expired }] = await server.sql<[{ expired: boolean }]>`
+        SELECT previous_secret_expires_at <= now() AS expired FROM webhooks WHERE id = ${hook.id}`
+      return expired
+    })
     await createProduct(server, 'ROTATE-3')
     await receiver.waitFor('a third delivery', (r) => r.length === 3)
     const expired = receiver.received[2]!
@@ -554,7 +559,7 @@ describe('a webhook that keeps failing', () => {
 
     // No delivery is made for a disabled webhook.
     assert.equal((await server.request('PATCH', `/products/${product}`, { body: { stock: 9 } })).status, 200)
-    await sleep(200)
+    await server.published()
     assert.equal((await deliveriesOf(server, hook.id)).body.length, 1)
 
     // A retry while disabled waits for the webhook to be enabled again.
@@ -563,7 +568,7 @@ describe('a webhook that keeps failing', () => {
     const retried = await server.request('POST', `/webhook-deliveries/${delivery.id}/retry`)
     assert.equal(retried.status, 200)
     assert.equal(retried.body.status, 'pending')
-    await sleep(300)
+    await server.deps.webhooks.drain()
     assert.equal(receiver.received.length, seen)
     const enabled = await server.request('PATCH', `/webhooks/${hook.id}`, { body: { status: 'active' } })
     assert.equal(enabled.status, 200)
