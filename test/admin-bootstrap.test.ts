@@ -1,11 +1,10 @@
 import assert from 'node:assert/strict'
 import { after, describe, test } from 'node:test'
 import type { Sql } from 'postgres'
-import { PASSWORD_HASH_COST } from '../src/auth/password.js'
 import { loadConfig } from '../src/config.js'
 import { createLogger } from '../src/core/log.js'
 import { createService } from '../src/service.js'
-import { TEST_PASSWORD_HASH_COST } from './helpers/passwords.js'
+import { TEST_PASSWORD_HASH_COST, testHashCostFor } from './helpers/passwords.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 import { freePort } from './helpers/ports.js'
 import { launchService, spawnCommand, type CommandExit, type Spawned } from './fault-kit.js'
@@ -14,26 +13,24 @@ import { launchService, spawnCommand, type CommandExit, type Spawned } from './f
 // ADMIN_EMAIL + ADMIN_PASSWORD at start-up, and the start-up refusal without
 // JWT_SECRETS in production. Each test runs the real entry point as a child
 // process against a database of its own, and checks the result through the
-// database and a login. Passwords are hashed at the suite's cost, but in
-// production, which refuses it. Each test has a database of its own, so the
-// tests of a group run at once: most of their time is processes starting.
+// database and a login. Passwords are hashed at the suite's cost but in
+// production, which refuses it (testHashCostFor). The tests of a group run at
+// once: most of their time is processes starting.
 
 const JWT_SECRETS = `test:${TEST_JWT_SECRET}`
 /** A line of a stack trace: operators get a message, not a trace. */
 const STACK_LINE = /\bat .*\.ts:\d+/
-/** What production needs besides: the least hashing cost it accepts. */
-const PRODUCTION = { NODE_ENV: 'production', PASSWORD_HASH_COST: String(PASSWORD_HASH_COST.productionFloor) }
 
 // ---------------------------------------------------------------------------
 // Helpers
 
 /** The entry point as a command, quiet but for errors unless the test says otherwise. */
 const runMain = (args: string[], env: Record<string, string>, input?: string) =>
-  spawnCommand(args, { LOG_LEVEL: 'error', PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST, ...env }, input).exited
+  spawnCommand(args, { LOG_LEVEL: 'error', ...testHashCostFor(env), ...env }, input).exited
 
 /** The service on a port of its own choosing, once it listens (its own "listening" line says where). */
 async function startMain(env: Record<string, string>): Promise<Spawned> {
-  const service = launchService({ JWT_SECRETS, PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST, ...env })
+  const service = launchService({ JWT_SECRETS, ...env })
   after(() => void (service.alive() && service.kill('SIGKILL')))
   return service.listening
 }
@@ -232,7 +229,7 @@ describe('NODE_ENV=production', { concurrency: true }, () => {
   test('without JWT_SECRETS the service exits 1 naming JWT_SECRETS', async () => {
     const url = await createTestDatabase()
     const port = await freePort()
-    const exit = await runMain([], { ...PRODUCTION, DATABASE_URL: url, PORT: String(port), HOST: '127.0.0.1' })
+    const exit = await runMain([], { NODE_ENV: 'production', DATABASE_URL: url, PORT: String(port), HOST: '127.0.0.1' })
     assert.equal(exit.code, 1, exit.stderr)
     assert.match(exit.stderr, /JWT_SECRETS/)
     assert.doesNotMatch(exit.stderr, STACK_LINE)
@@ -240,6 +237,6 @@ describe('NODE_ENV=production', { concurrency: true }, () => {
 
   test('with JWT_SECRETS it starts (the refusal is about the secret alone)', async () => {
     const url = await createTestDatabase()
-    await assertStopsCleanly(await startMain({ ...PRODUCTION, DATABASE_URL: url }))
+    await assertStopsCleanly(await startMain({ NODE_ENV: 'production', DATABASE_URL: url }))
   })
 })

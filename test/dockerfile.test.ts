@@ -8,7 +8,6 @@ import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { DockerfileParser } from 'dockerfile-ast'
-import { PASSWORD_HASH_COST } from '../src/auth/password.js'
 import { BUILDS } from '../src/dev/node-line.mjs'
 import { healthUrl } from '../src/healthcheck.js'
 import { launchService } from './fault-kit.js'
@@ -116,8 +115,6 @@ describe('the image\'s HEALTHCHECK command follows the configuration the service
   const env = {
     NODE_ENV: 'production', HOST: '0.0.0.0', API_PREFIX: '/v1', TLS_CERT_FILE: certificate.cert, TLS_KEY_FILE: certificate.key,
     DATABASE_URL: await createTestDatabase(), JWT_SECRETS: `k1:${TEST_JWT_SECRET}`,
-    // The least that production accepts (the suite's own cost is refused there); nothing here hashes a password.
-    PASSWORD_HASH_COST: String(PASSWORD_HASH_COST.productionFloor),
   }
   const service = await launchService({ ...env, PORT: '0' }).listening
   after(() => service.alive() && service.kill('SIGKILL'))

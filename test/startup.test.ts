@@ -266,9 +266,7 @@ describe('start-up lines', { concurrency: true }, () => {
     after(() => rmSync(dir, { recursive: true, force: true }))
     writeFileSync(join(dir, 'url'), `${await createTestDatabase()}\n`)
     writeFileSync(join(dir, 'jwt'), `k1:${TEST_JWT_SECRET}\n`)
-    // PASSWORD_HASH_COST unset as well: launchService gives the suite's, which production refuses.
-    const production = { NODE_ENV: 'production', HOST: '', JWT_SECRETS: '', PASSWORD_HASH_COST: '' }
-    const service = await launchService({ ...production, DATABASE_URL_FILE: join(dir, 'url'), JWT_SECRETS_FILE: join(dir, 'jwt') }).listening
+    const service = await launchService({ NODE_ENV: 'production', HOST: '', JWT_SECRETS: '', DATABASE_URL_FILE: join(dir, 'url'), JWT_SECRETS_FILE: join(dir, 'jwt') }).listening
     assert.equal(service.logs.find((l) => l.msg === 'listening')?.address, '0.0.0.0')
     assert.equal(service.logs.find((l) => l.msg === 'starting')?.mode, 'production')
     // The one warning: no mail transport is configured (docs/auth.md, "Account recovery: rules").
