@@ -27,6 +27,7 @@ const db = connect(databaseUrl, { max: 4, statementTimeoutMs: 60_000 })
 after(() => db.end({ timeout: 5 }))
 const [{ id: adminId }] = await db<[{ id: number }]>`INSERT INTO users (name, email, role) VALUES ('Workers Admin', 'workers-admin@example.com', 'admin') RETURNING id`
 const auth = { authorization: `Bearer ${adminToken(adminId)}` }
+const SHUTDOWN_TIMEOUT_MS = 5000
 
 /** The service with WORKERS=2 (unless `env` says otherwise), once every worker listens. */
 async function startWorkers(env: Record<string, string> = {}, options?: { detached: boolean }): Promise<Spawned> {
@@ -47,11 +48,33 @@ function fresh(service: Spawned, method: string, path: string, headers: Record<s
   return call(service.url, method, path, { headers: { ...headers, connection: 'close', 'x-request-id': requestId }, body, timeoutMs }).then((a) => ({ ...a, requestId }))
 }
 
-/** The worker that answered a request (its log line; lines are written within 20 ms). */
+/** The worker that answered a request, if its log line has come (lines are written within 20 ms). */
+const workerOf = (service: Spawned, requestId: string) =>
+  service.logs.find((l) => l.msg === 'request' && l.request_id === requestId)?.worker as number | undefined
+
+/** The worker that answered a request, once its log line has come. */
 async function servedBy(service: Spawned, requestId: string): Promise<number> {
-  let line: Record<string, unknown> | undefined
-  await waitFor(`the log line of ${requestId}`, () => (line = service.logs.find((l) => l.msg === 'request' && l.request_id === requestId)) !== undefined, 2000, 10)
-  return line!.worker as number
+  await waitFor(`the log line of ${requestId}`, () => workerOf(service, requestId) !== undefined, 10_000, 10)
+  return workerOf(service, requestId)!
+}
+
+// Properties about time itself ("refused within a second") hold to what the service promises, or to five times a
+// baseline measured just before on the same machine when that is more: on a machine five times slower (a busy CI
+// runner) they still hold, and on a quiet one they are never loose.
+const SLOWDOWN = 5
+const boundFrom = (baselineMs: number, promisedMs: number) => Math.max(promisedMs, SLOWDOWN * baselineMs)
+
+/** The baseline: a request on a new connection until its log line has come, the slowest of three. */
+async function probeMs(service: Spawned, headers: Record<string, string> = auth): Promise<number> {
+  let slowest = 0
+  for (let i = 0; i < 3; i++) {
+    const started = performance.now()
+    const answer = await fresh(service, 'GET', '/auth/me', headers)
+    assert.equal(answer.status, 200)
+    await servedBy(service, answer.requestId)
+    slowest = Math.max(slowest, performance.now() - started)
+  }
+  return slowest
 }
 
 /** Requests with `headers` on new connections until each worker has answered one: every answer must be 200. */
@@ -67,7 +90,7 @@ async function acceptedByBoth(service: Spawned, headers: Record<string, string>)
 
 describe('WORKERS', { concurrency: true }, () => {
   describe('WORKERS=2: one port, two processes', { concurrency: 1 }, async () => {
-    const service = await startWorkers({ SHUTDOWN_TIMEOUT: '5' })
+    const service = await startWorkers({ SHUTDOWN_TIMEOUT: String(SHUTDOWN_TIMEOUT_MS / 1000) })
 
     test('both workers answer on the one port; each request line names its worker, /metrics answers for both', async () => {
       const answers = await Promise.all(Array.from({ length: 12 }, () => fresh(service, 'GET', `/users/${adminId}`)))
@@ -116,6 +139,8 @@ describe('WORKERS', { concurrency: true }, () => {
       const bearer = { authorization: `Bearer ${login.body.access_token}` }
       // Accepted by both workers first (each has verified it and holds it in its JWT cache).
       await acceptedByBoth(service, bearer)
+      // A second, or five times what one probe of the loop below takes here now.
+      const bound = boundFrom(await probeMs(service, bearer), 1000)
 
       const logout = await fresh(service, 'POST', '/auth/logout', bearer)
       assert.equal(logout.status, 204)
@@ -123,31 +148,39 @@ describe('WORKERS', { concurrency: true }, () => {
       const loggedOutBy = await servedBy(service, logout.requestId)
       const refusedBy = new Map<number, number>()
       const after: Array<{ worker: number; status: number }> = []
-      while (refusedBy.size < 2 && performance.now() - loggedOutAt < 5000) {
+      while (refusedBy.size < 2 && performance.now() - loggedOutAt < bound) {
         const a = await fresh(service, 'GET', '/auth/me', bearer)
         const worker = await servedBy(service, a.requestId)
         after.push({ worker, status: a.status })
         if (a.status === 401 && !refusedBy.has(worker)) refusedBy.set(worker, performance.now() - loggedOutAt)
       }
-      assert.deepEqual([...refusedBy.keys()].sort(), [1, 2], `answers after the logout (worker ${loggedOutBy} logged out): ${JSON.stringify(after)}`)
-      assert.ok([...refusedBy.values()].every((ms) => ms < 1000), `refused after ${[...refusedBy.values()].map(Math.round).join(', ')} ms`)
-      // Once a worker refused it, it never accepts it again; nor does any worker after a second.
+      const answers = `answers after the logout (worker ${loggedOutBy} logged out; bound ${Math.round(bound)} ms): ${JSON.stringify(after)}`
+      assert.deepEqual([...refusedBy.keys()].sort(), [1, 2], answers)
+      assert.ok([...refusedBy.values()].every((ms) => ms < bound), `refused after ${[...refusedBy.values()].map(Math.round).join(', ')} ms; ${answers}`)
+      // Once a worker refused it, it never accepts it again.
       assert.deepEqual(after.filter((a, i) => a.status === 200 && after.slice(0, i).some((b) => b.worker === a.worker && b.status === 401)), [])
     })
 
     test('a worker killed with SIGKILL is replaced under load; only requests on its connections fail', async () => {
       const [victim] = workerPids(service).filter((p) => p.worker === 1).slice(-1)
-      // A connection left hanging would show as a 3 s time-out.
+      // A reset comes at once: within a second, or five times a request's time here now. A connection left hanging
+      // would show as a time-out at three times that.
+      const atOnce = boundFrom(await probeMs(service), 1000)
       const load = startLoad(6, async (client, seq) => {
         const started = performance.now()
-        const a = await fresh(service, 'GET', `/users/${adminId}`, auth, undefined, 3000)
+        const a = await fresh(service, 'GET', `/users/${adminId}`, auth, undefined, 3 * atOnce)
         return { client, seq, what: a.requestId, started, ended: performance.now(), status: a.status || undefined, error: a.error }
       })
-      await sleep(500)
+      /** Workers that answered requests started after `since`, as far as their log lines have come. */
+      const answeredBy = (since: number) =>
+        new Set(load.outcomes.filter((o) => o.started > since && o.status === 200).map((o) => workerOf(service, o.what)).filter((w) => w !== undefined))
+      await waitFor('both workers to answer the load', () => answeredBy(0).size === 2)
+      const killedAt = performance.now()
       process.kill(victim!.pid, 'SIGKILL')
       await waitFor('a new worker 1 to listen', () => service.logs.filter((l) => l.msg === 'listening' && l.worker === 1).length === 2, 10_000)
       const replacedAt = performance.now()
-      await sleep(500)
+      // The replacement, worker 1 again in a new process, serves beside worker 2.
+      await waitFor('both workers to answer the load after the replacement', () => answeredBy(replacedAt).size === 2)
       const outcomes = await load.stop()
       const failed = outcomes.filter((o) => o.status !== 200)
       const died = service.logs.find((l) => l.msg === 'worker died; replacing it')
@@ -156,15 +189,12 @@ describe('WORKERS', { concurrency: true }, () => {
       // the death, and each is refused at once (a reset, a hang-up), none left hanging.
       const seenDead = (died as { seenAt?: number } | undefined)?.seenAt ?? Infinity
       assert.deepEqual(failed.filter((o) => o.started > seenDead), [], 'a request started after the primary saw the death failed')
-      assert.deepEqual(failed.filter((o) => !/ECONNRESET|socket hang up/.test(o.error ?? '') || o.ended - o.started > 1000), [], `failed: ${JSON.stringify(failed)}`)
+      assert.deepEqual(failed.filter((o) => !/ECONNRESET|socket hang up/.test(o.error ?? '') || o.ended - o.started > atOnce), [], `failed (bound ${Math.round(atOnce)} ms): ${JSON.stringify(failed)}`)
       assert.equal(died?.pid, victim!.pid)
       assert.equal(died?.signal, 'SIGKILL')
-      // The replacement, worker 1 again in a new process, serves.
       const [replacement] = workerPids(service).filter((p) => p.worker === 1).slice(-1)
       assert.notEqual(replacement!.pid, victim!.pid)
-      const servedAfter = await Promise.all(outcomes.filter((o) => o.started > replacedAt && o.status === 200).map((o) => servedBy(service, o.what)))
-      assert.ok(servedAfter.includes(1) && servedAfter.includes(2), `served after the replacement by ${[...new Set(servedAfter)].join(', ')}`)
-      assert.ok(outcomes.length > 50, `${outcomes.length} requests`)
+      assert.ok(outcomes.some((o) => o.started < killedAt && o.ended > killedAt), 'requests were in flight when the worker was killed')
     })
 
     test('SIGTERM to the primary under load: requests in flight on both workers finish, new connections are refused, exit 0 within SHUTDOWN_TIMEOUT', async () => {
@@ -192,14 +222,15 @@ describe('WORKERS', { concurrency: true }, () => {
         if (a.error) await sleep(20)
         return { client, seq, what: a.requestId, started, ended: performance.now(), status: a.status || undefined, code: a.body?.code, error: a.error }
       })
-      await sleep(300)
+      await waitFor('the load to be answered', () => load.outcomes.filter((o) => o.status === 200).length >= 8)
       const termAt = performance.now()
       service.kill('SIGTERM')
       // Both workers drain; the port is closed once both have stopped listening.
-      await waitFor('both workers to shut down', () => service.logs.filter((l) => l.msg === 'shutting down' && l.worker !== undefined).length === 2, 2000, 10)
-      const refusedAfter = await waitFor('a new connection to be refused', () => refused(service.port), 2000, 10)
+      await waitFor('both workers to shut down', () => service.logs.filter((l) => l.msg === 'shutting down' && l.worker !== undefined).length === 2, 10_000, 10)
+      const refusedAfter = await waitFor('a new connection to be refused', () => refused(service.port), 10_000, 10)
       const whileHeld = performance.now()
-      await sleep(700)
+      // The load meets the closed port while the writes are still held.
+      await waitFor('the load to be refused', () => load.outcomes.some((o) => o.started > whileHeld && o.error !== undefined))
       lock.release()
       await lock.done
       const answers = await Promise.all(held)
@@ -212,7 +243,9 @@ describe('WORKERS', { concurrency: true }, () => {
       assert.deepEqual([...new Set(workers)].sort(), [1, 2], 'writes held on both workers')
       assert.ok(whileHeld < exit.at, 'connections were refused while requests were still in flight')
       assert.equal(exit.code, 0)
-      assert.ok(exitAfter < 5000, `exit ${Math.round(exitAfter)} ms after SIGTERM (SHUTDOWN_TIMEOUT 5 s)`)
+      // Within SHUTDOWN_TIMEOUT of the signal, and the time this machine took to act on it (the port closing) five times.
+      const deadline = SHUTDOWN_TIMEOUT_MS + SLOWDOWN * refusedAfter
+      assert.ok(exitAfter < deadline, `exit ${Math.round(exitAfter)} ms after SIGTERM (SHUTDOWN_TIMEOUT ${SHUTDOWN_TIMEOUT_MS} ms; bound ${Math.round(deadline)} ms)`)
       // Under load: before the signal, every answer 200; after it, 200, 503 shutting_down, or a connection refused
       // or closed before any answer (reset, or closed: "socket hang up"), as with one process (test/fault-shutdown.test.ts).
       const unexpected = outcomes.filter((o) => !(o.status === 200 || o.code === 'shutting_down' || (o.ended > termAt && /ECONNREFUSED|ECONNRESET|socket hang up/.test(o.error ?? ''))))
