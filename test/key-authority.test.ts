@@ -1,20 +1,23 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { loadConfig } from '../src/config.js'
 import { passwordAccount, passwordLogin, type Account } from './helpers/accounts.js'
+import { refusedEverywhere } from './helpers/refused.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
+import { propagationBound } from './helpers/time-bounds.js'
 import { waitUntil } from './helpers/wait.js'
 
 // Authority follows its owner, for API keys and sessions (docs/auth.md):
 // a key is made only by a login, with the password fresh (REAUTH_WINDOW) or
 // given again; a key never makes a key; the owner taking the account back
 // (logout-all with api_keys, an admin's password reset) ends the keys too,
-// on every instance; a key cannot manage sessions or delete its owner; and
-// deleting one's own account takes the password. Each attack is made as an
-// attacker holding the credential would, over HTTP against two instances on
-// one database, and the database is checked after.
+// on every instance (within a second, or five times what hearing a change
+// takes when nothing is wrong, measured first, on a slower machine); a key
+// cannot manage sessions or delete its owner; and deleting one's own account
+// takes the password. Each attack is made as an attacker holding the
+// credential would, over HTTP against two instances on one database, and the
+// database is checked after.
 //
 // Top-level tests run one after another (node:test's default).
 
@@ -73,18 +76,10 @@ async function sendHostile(method: string, path: string, auth: string, cases: re
 const withKey = (key: string) => ({ auth: null, headers: { 'x-api-key': key } })
 const me = (server: TestServer, key: string) => server.request('GET', '/auth/me', withKey(key))
 
-/** The key is refused on every instance within a second (the one that made the change at once: `atOnce`). */
-async function keyRefusedEverywhere(key: string, atOnce: TestServer): Promise<void> {
+/** The key is refused at once on `atOnce`, which made the change, and everywhere within `withinMs`. */
+async function keyRefusedEverywhere(key: string, atOnce: TestServer, withinMs: number): Promise<void> {
   assertProblem(await me(atOnce, key), 401, 'invalid_token')
-  const started = performance.now()
-  for (const server of both) {
-    for (;;) {
-      const res = await me(server, key)
-      if (res.status === 401) break
-      assert.ok(performance.now() - started < 1000, `key still accepted after 1 s: ${res.status}`)
-      await sleep(5)
-    }
-  }
+  await refusedEverywhere(both, (server) => me(server, key), withinMs)
 }
 
 /** Uses a key on both instances, so that both have it cached. */
@@ -195,10 +190,11 @@ describe('POST /auth/logout-all with {"api_keys": true}', () => {
     const keys = [await newKey(session.access_token), await newKey(session.access_token, ['products:read'])]
     const theirs = await newKey((await login(bystander)).access_token)
     for (const { key } of [...keys, theirs]) await usedOnBoth(key)
+    const within = await propagationBound(both)
 
     const res = await A.request('POST', '/auth/logout-all', { auth: session.access_token, body: { api_keys: true } })
     assert.equal(res.status, 204, res.text)
-    for (const { key } of keys) await keyRefusedEverywhere(key, A)
+    for (const { key } of keys) await keyRefusedEverywhere(key, A, within)
     assert.equal(await keysOf(owner.id), 0)
     assert.equal(await liveSessionsOf(owner.id), 0)
     assertProblem(await A.request('GET', '/auth/me', { auth: session.access_token }), 401, 'invalid_token')
@@ -277,9 +273,10 @@ describe('an admin setting another user\'s password (account recovery)', () => {
     const session = await login(user)
     const { key } = await newKey(session.access_token)
     await usedOnBoth(key)
+    const within = await propagationBound(both)
     const res = await A.request('PATCH', `/users/${user.id}`, { body: { password: `new-${unique()}` } })
     assert.equal(res.status, 200, res.text)
-    await keyRefusedEverywhere(key, A)
+    await keyRefusedEverywhere(key, A, within)
     for (const server of both) assertProblem(await server.request('GET', '/auth/me', { auth: session.access_token }), 401, 'invalid_token')
     assert.equal(await keysOf(user.id), 0)
     assert.equal(await liveSessionsOf(user.id), 0)

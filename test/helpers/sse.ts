@@ -93,6 +93,17 @@ export class SseClient {
     })
   }
 
+  /** How the response ended, or undefined when it has not ended within `ms` (no timer is left behind either way). */
+  async endedWithin(ms: number): Promise<{ clean: boolean } | undefined> {
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)))
+    try {
+      return await Promise.race([this.ended, late])
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
   waitForEvents(n: number, timeoutMs = 5000): Promise<void> {
     return this.waitFor(() => this.count >= n, timeoutMs, `${n} events`)
   }
