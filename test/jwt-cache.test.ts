@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { JwtCache } from '../src/auth/jwt-cache.js'
 import type { UserPrincipal } from '../src/auth/principal.js'
 import { startServer, type TestResponse } from './helpers/server.js'
@@ -9,7 +8,8 @@ import { startServer, type TestResponse } from './helpers/server.js'
 // full once per instance, yet a cached token still expires on time, a token
 // differing from a cached one by a single character is still refused, a
 // refused token is never cached, and the cache keeps to its bound. Through
-// the real server, plus the cache on its own for its rules.
+// the real server, whose clock a test moves on instead of waiting for an
+// expiry, plus the cache on its own for its rules.
 //
 // Top-level tests run one after another (node:test's default).
 
@@ -17,7 +17,7 @@ const api = await startServer()
 const REALM = 'Bearer realm="api"'
 
 const me = (token: string) => api.request('GET', '/auth/me', { auth: token })
-const nowSeconds = () => Date.now() / 1000
+const nowSeconds = () => api.clock.now() / 1000
 
 function assertInvalidToken(res: TestResponse): void {
   assert.equal(res.status, 401, res.text)
@@ -37,15 +37,16 @@ function oneCharacterOff(token: string, at: number): string {
 describe('through the server', () => {
   test('a cached token still expires on time: 200 while exp + 30 s leeway is ahead, 401 invalid_token from then on', async () => {
     const user = await api.createUser()
-    // exp 28 s ago: with the 30 s leeway, valid for another 1 to 2 seconds.
-    const exp = Math.floor(nowSeconds()) - 28
+    // exp 10 s ago: within the 30 s leeway.
+    const exp = Math.floor(nowSeconds()) - 10
     const token = api.jwtFor(user.id, 'user', undefined, { iat: exp - 900, exp })
     const before = api.deps.jwtCache.size
     assert.equal((await me(token)).status, 200)
     assert.equal(api.deps.jwtCache.size, before + 1, 'the verified token is cached')
     assert.equal((await me(token)).status, 200, 'answered from the cache')
 
-    await sleep(Math.max(0, (exp + 30 - nowSeconds()) * 1000) + 20)
+    // The service's clock at exp + 30 s, the leeway's end.
+    api.clock.advance((exp + 30) * 1000 - api.clock.now())
     assertInvalidToken(await me(token))
     assertInvalidToken(await me(token))
     assert.equal(api.deps.jwtCache.size, before, 'the expired token left the cache')
@@ -103,7 +104,8 @@ describe('through the server', () => {
     const small = await startServer({}, {}, { databaseUrl: api.databaseUrl, cacheSize: 4 })
     const user = await small.createUser()
     // Distinct tokens: iat differs.
-    const tokens = Array.from({ length: 10 }, (_, i) => small.jwtFor(user.id, 'user', undefined, { iat: Math.floor(nowSeconds()) - i }))
+    const iat = Math.floor(small.clock.now() / 1000)
+    const tokens = Array.from({ length: 10 }, (_, i) => small.jwtFor(user.id, 'user', undefined, { iat: iat - i }))
     for (const token of tokens) {
       assert.equal((await small.request('GET', '/auth/me', { auth: token })).status, 200)
       assert.ok(small.deps.jwtCache.size <= 4, `size ${small.deps.jwtCache.size}`)
