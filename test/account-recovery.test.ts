@@ -44,7 +44,8 @@ async function messagesTo(to: string, type: string, count = 1, server = api): Pr
   await waitUntil(`${count} ${type} to ${to} sent`, async () => {
     found = sent().filter((m) => m.to === to && m.type === type)
     if (found.length < count) return false
-    const [left] = await server.sql`SELECT count(*)::int AS n FROM mail_outbox WHERE recipient = ${to} AND type = ${type}`
+    const [left] = await server.sql`
+      SELECT count(*)::int AS n FROM mail_outbox WHERE recipient = ${to} AND type = ${type}`
     return left!.n === 0
   }, 5000)
   return found
@@ -90,7 +91,8 @@ describe('password reset', () => {
     await own.deps.readiness.database()
     const account = await passwordAccount(own)
     const unknown = `nobody-${unique()}@example.com`
-    const ask = (email: string) => own.request('POST', '/auth/password-reset', { auth: null, body: { email }, headers: from() })
+    const ask = (email: string) =>
+      own.request('POST', '/auth/password-reset', { auth: null, body: { email }, headers: from() })
     const headerNames = (res: TestResponse) => [...res.headers.keys()].filter((h) => h !== 'date' && h !== 'x-request-id').sort()
     for (let i = 0; i < 3; i++) {
       const known = await workOf(own, () => ask(account.email))
@@ -104,7 +106,8 @@ describe('password reset', () => {
     }
     await messagesTo(account.email, 'mail.password_reset', 3, own)
     assert.equal(sent().filter((m) => m.to === unknown).length, 0)
-    const [tokens] = await own.sql`SELECT count(*)::int AS n FROM one_time_tokens t JOIN users u ON u.id = t.user_id WHERE lower(u.email) = ${unknown}`
+    const [tokens] = await own.sql`
+      SELECT count(*)::int AS n FROM one_time_tokens t JOIN users u ON u.id = t.user_id WHERE lower(u.email) = ${unknown}`
     assert.equal(tokens!.n, 0)
   })
 
@@ -240,8 +243,9 @@ describe('password reset', () => {
     try {
       await admin`ALTER DATABASE ${admin(name)} ALLOW_CONNECTIONS false`
       await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${name}`
-      // The database check's answer serves for a second (src/health/readiness.ts): until /readyz, which shares it, sees the database down.
-      await waitUntil('the database check failed', async () => (await server.request('GET', '/readyz', { auth: null })).status === 503, 5000)
+      // The database check's answer serves for a second (src/health/readiness.ts): /readyz shares it.
+      const readyz = async () => (await server.request('GET', '/readyz', { auth: null })).status
+      await waitUntil('the database check failed', async () => (await readyz()) === 503, 5000)
       const answers = [await ask(account.email), await ask(unknown)]
       for (const res of answers) {
         assertProblem(res, 503, 'database_unavailable')
@@ -365,7 +369,8 @@ describe('address verification', () => {
     assert.equal((await api.request('PATCH', `/users/${user.id}`, { body: { email: `hop-last-${unique()}@example.com` } })).status, 200)
     await messagesTo(addresses[6]!, 'mail.email_changed')
     // Everything the changes queued has been sent (each change's messages are queued in its transaction).
-    await waitUntil('the outbox empty', async () => (await api.sql`SELECT 1 FROM mail_outbox WHERE user_id = ${user.id}`).length === 0, 5000)
+    const outbox = () => api.sql`SELECT 1 FROM mail_outbox WHERE user_id = ${user.id}`
+    await waitUntil('the outbox empty', async () => (await outbox()).length === 0, 5000)
     assert.equal(sent().filter((m) => addresses.slice(4, 6).includes(m.to) && m.type === 'mail.email_changed').length, 0, 'past the limit, unverified old addresses are not told')
     assert.equal(sent().filter((m) => addresses.slice(5).includes(m.to) && m.type === 'mail.verify_email').length, 0)
   })

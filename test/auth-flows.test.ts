@@ -359,7 +359,8 @@ describe('POST /auth/login', () => {
   test('a wrong password, an unknown e-mail and an account without a password: the same 401, for the same work (one scrypt hash, against a decoy where there is no hash)', async () => {
     // A server of the test's own: its counters count these logins and nothing else.
     const own = await startServer()
-    const ownLogin = (email: string) => login(email, password('wrong'), {}, (method, path, options) => callOn(own.url, method, path, options))
+    const onOwn = (method: string, path: string, options?: CallOptions) => callOn(own.url, method, path, options)
+    const ownLogin = (email: string) => login(email, password('wrong'), {}, onOwn)
     const cases = {
       'a wrong password': (await own.createUser({ password: password() })).email,
       'an unknown e-mail': `nobody-${unique()}@example.com`,
@@ -375,14 +376,15 @@ describe('POST /auth/login', () => {
         first ??= { res, work }
         assert.deepEqual(strip(res.body), strip(first.res.body), name)
         assert.deepEqual(headerNames(res), headerNames(first.res), name)
-        assert.deepEqual(work, { hashes: 1, statements: first.work.statements }, `${name}: the work of a wrong password`)
+        assert.deepEqual(work, { hashes: 1, statements: first.work.statements }, `${name}: a wrong password's work`)
       }
     }
     // Every address is counted, known or not, and none is locked after 4.
     const failures = await own.sql<Array<{ email: string; failures: number; locked: boolean }>>`
       SELECT email, failures, coalesce(locked_until > now(), false) AS locked FROM login_failures WHERE address <> '*'`
     const byEmail = (a: { email: string }, b: { email: string }) => (a.email < b.email ? -1 : 1)
-    assert.deepEqual(failures.map((row) => ({ ...row })).sort(byEmail), Object.values(cases).map((email) => ({ email, failures: 4, locked: false })).sort(byEmail))
+    const expected = Object.values(cases).map((email) => ({ email, failures: 4, locked: false }))
+    assert.deepEqual(failures.map((row) => ({ ...row })).sort(byEmail), expected.sort(byEmail))
   })
 
   test('a user without a password cannot log in: the same 401 invalid_credentials', async () => {

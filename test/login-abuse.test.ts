@@ -32,7 +32,8 @@ let octet = 0
 const freshAddress = () => `198.51.${100 + Math.floor(++octet / 250)}.${octet % 250}`
 
 function login(server: TestServer, email: string, password: string, from: string): Promise<TestResponse> {
-  return server.request('POST', '/auth/login', { auth: null, headers: { 'x-forwarded-for': from }, body: { email, password } })
+  const headers = { 'x-forwarded-for': from }
+  return server.request('POST', '/auth/login', { auth: null, headers, body: { email, password } })
 }
 
 /** The hash queue's bound (PasswordHasher's `maxWaiting`): logins waiting for a slot. */
@@ -43,7 +44,7 @@ const QUEUE = 64
  * QUEUE of them and the rest are turned away, whatever a hash costs on this machine. Resolves once the
  * turned-away ones are answered; `flood` is every answer, `answered` those in so far.
  */
-async function floodHeldQueue(server: TestServer, count: number, attempt: () => [email: string, password: string], from: string) {
+async function floodHeldQueue(server: TestServer, count: number, attempt: () => [string, string], from: string) {
   const answered: TestResponse[] = []
   const flood = Promise.all(Array.from({ length: count }, async () => {
     const res = await login(server, ...attempt(), from)
@@ -77,7 +78,7 @@ describe('one address flooding logins', () => {
       const held = await floodHeldQueue(open, 150, () => [owner.email, `guess-${unique()}`], attacker)
       flood = held.flood
       own = login(open, owner.email.toUpperCase(), PASSWORD, freshAddress())
-      await waitUntil('the owner queued in place of the flood\'s newest', () => held.answered.length === 150 - QUEUE + 1)
+      await waitUntil('the owner queued, the flood\'s newest turned away', () => held.answered.length === 150 - QUEUE + 1)
     } finally {
       await release()
     }
@@ -87,7 +88,8 @@ describe('one address flooding logins', () => {
     const checked = answers.filter((r) => r.status === 401)
     const locked = answers.filter((r) => r.status === 429 && r.body.code === 'too_many_login_attempts')
     const turnedAway = answers.filter((r) => r.status === 429 && r.body.code === 'rate_limited')
-    assert.deepEqual([checked.length, locked.length, turnedAway.length], [5, QUEUE - 1 - 5, 150 - QUEUE + 1], 'five guesses checked, then the pair is locked; the rest turned away')
+    // Five guesses checked, then the pair is locked; the rest turned away.
+    assert.deepEqual([checked.length, locked.length, turnedAway.length], [5, QUEUE - 1 - 5, 150 - QUEUE + 1])
     for (const res of turnedAway) assert.equal(res.headers.get('retry-after'), '1')
     const rows = await rowsOf(open, owner.email)
     assert.deepEqual(rows.get(bucket(attacker)), { failures: 5, locked: true }, 'attempts turned away by the queue or the lock are not failures')
@@ -124,7 +126,8 @@ describe('one address flooding logins', () => {
     // order, all 63 of the flood would be first). One more at most when the owner's count is slow to start.
     const [{ before }] = await open.sql<[{ before: number }]>`
       SELECT count(*)::int AS before FROM login_failures
-      WHERE address = ${bucket(attacker)} AND last_failure < (SELECT last_failure FROM login_failures WHERE email = ${owner.email} AND address = '*')`
+      WHERE address = ${bucket(attacker)}
+        AND last_failure < (SELECT last_failure FROM login_failures WHERE email = ${owner.email} AND address = '*')`
     assert.ok(before <= 2, `${before} of the flood were served before the owner`)
   })
 })
@@ -140,7 +143,7 @@ describe('an unknown account', () => {
       assert.deepEqual([4, 5].map((i) => Buffer.from(decoy[i]!, 'base64').length), [4, 5].map((i) => Buffer.from(stored[i]!, 'base64').length))
     }
     assert.equal(new PasswordHasher(PASSWORD_HASH_COST.default).decoy.split('$')[1], String(2 ** 15))
-    // Its key is arbitrary bytes, whatever the cost (one check at the suite's is enough to show no password gives them).
+    // Its key is arbitrary bytes whatever the cost: one check at the suite's shows that no password gives them.
     assert.equal(await testPasswords.verify(PASSWORD, testPasswords.decoy), false)
   })
 })

@@ -162,7 +162,7 @@ describe('an attacker with many addresses drives the account-wide count to its l
     const home = freshAddress()
     assert.equal((await login(proxied, owner.email, PASSWORD, home)).status, 200)
     const nobody = `nobody-${unique()}@example.com`
-    // The last failure the account's row allows, then one it refuses: what each answers and what each costs (one hash, then none).
+    // The last failure the account's row allows, then one it refuses: what each answers, and costs (a hash, then none).
     const answers = async (email: string) => {
       await seedAccountFailures(proxied, email, '*', 99)
       const attempts = []

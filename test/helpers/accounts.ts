@@ -35,7 +35,7 @@ export async function passwordLogin(on: TestServer, who: Pick<Account, 'email' |
   return res.body
 }
 
-/** What a server did for a request, read from its own counters: scrypt runs, and statements its pool sent (db_queries_total). */
+/** What a server did for a request, by its own counters: scrypt runs, and statements its pool sent (db_queries_total). */
 export interface Work {
   hashes: number
   statements: number
@@ -66,7 +66,7 @@ const HASH_SLOTS = 2
  * hash takes on this machine. `headers` are the holders' (an X-Forwarded-For of their own, say); the
  * release answers them 401.
  */
-export async function holdHashSlots(server: TestServer, headers: Record<string, string> = {}): Promise<() => Promise<void>> {
+export async function holdHashSlots(server: TestServer, headers: Record<string, string> = {}) {
   const held = await server.sql.reserve()
   await held`BEGIN`
   // Held idle while the test floods the server: longer than the pool's own limit may be, on a busy machine.
@@ -78,10 +78,11 @@ export async function holdHashSlots(server: TestServer, headers: Record<string, 
   await waitUntil('a login held in each hash slot', async () => {
     const [row] = await server.sql<[{ n: number }]>`
       SELECT count(*)::int AS n FROM pg_locks
-      WHERE NOT granted AND relation = 'login_failures'::regclass AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+      WHERE NOT granted AND relation = 'login_failures'::regclass
+        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
     return row.n === HASH_SLOTS
   })
-  return async () => {
+  return async (): Promise<void> => {
     await held`COMMIT`
     held.release()
     for (const res of await Promise.all(holders)) assert.equal(res.status, 401, res.text)
