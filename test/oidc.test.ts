@@ -508,10 +508,8 @@ describe('the provider\'s keys', () => {
   })
 
   test('a provider that never answers holds no request longer than one bounded fetch', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'oidc-silent-'))
-    const certificate = certificateFromAuthority(dir, 'silent')
     let asked = 0
-    const silent = createHttpsServer({ cert: readFileSync(certificate.cert), key: readFileSync(certificate.key) }, () => void asked++)
+    const silent = createHttpsServer(localCertificate(), () => void asked++)
     await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
     const issuer = `https://127.0.0.1:${(silent.address() as AddressInfo).port}`
     try {
@@ -533,10 +531,25 @@ describe('the provider\'s keys', () => {
     } finally {
       silent.closeAllConnections()
       silent.close()
-      rmSync(dir, { recursive: true, force: true })
     }
   })
 })
+
+let certificate: { cert: Buffer; key: Buffer } | undefined
+
+/** A certificate of the run's authority for 127.0.0.1, for the providers of this file's own making; made once. */
+function localCertificate(): { cert: Buffer; key: Buffer } {
+  if (!certificate) {
+    const dir = mkdtempSync(join(tmpdir(), 'oidc-local-'))
+    try {
+      const made = certificateFromAuthority(dir, 'local')
+      certificate = { cert: readFileSync(made.cert), key: readFileSync(made.key) }
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }
+  return certificate
+}
 
 /**
  * A provider that answers as an attacker or a broken deployment would: an
@@ -545,14 +558,12 @@ describe('the provider\'s keys', () => {
  * provider above: the hostile input the service must survive.
  */
 async function hostileProvider() {
-  const dir = mkdtempSync(join(tmpdir(), 'oidc-hostile-'))
-  const certificate = certificateFromAuthority(dir, 'hostile')
   const { privateKey, publicKey } = generateKeyPairSync('ed25519')
   const jwk = { ...(publicKey.export({ format: 'jwk' }) as Record<string, unknown>), kid: 'hostile-1', alg: 'EdDSA', use: 'sig' }
   let discovery: (issuer: string) => { status?: number; headers?: Record<string, string>; body: string | Buffer } = (issuer) => ({ body: JSON.stringify({ issuer, jwks_uri: `${issuer}/jwks` }) })
   let jwks: () => { status?: number; headers?: Record<string, string>; body: string | Buffer } = () => ({ body: JSON.stringify({ keys: [jwk] }) })
   let fetches = 0
-  const server = createHttpsServer({ cert: readFileSync(certificate.cert), key: readFileSync(certificate.key) }, (req, res) => {
+  const server = createHttpsServer(localCertificate(), (req, res) => {
     const answer = req.url === '/.well-known/openid-configuration' ? discovery(issuer)
       : req.url === '/jwks' ? (fetches++, jwks())
       // Where a redirect points: a good document, so that following it would work.
@@ -566,7 +577,6 @@ async function hostileProvider() {
   after(() => {
     server.closeAllConnections()
     server.close()
-    rmSync(dir, { recursive: true, force: true })
   })
   const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
   return {
