@@ -68,7 +68,7 @@ async function rowsOf(server: TestServer, email: string): Promise<Map<string, { 
 const bucket = (address: string) => `address ${address}`
 
 describe('one address flooding logins', () => {
-  test('a wrong-password flood against an account from one address fills the hash queue: its owner, from another, takes the place of the flood\'s newest and logs in; only checked attempts count, and only against the flooding address', async () => {
+  test('a wrong-password flood against an account from one address: with the hash queue full, its owner, from another, takes the place of the flood\'s newest and logs in; only checked attempts count, and only against the flooding address', async () => {
     const owner = await account(open)
     const attacker = freshAddress()
     const release = await holdHashSlots(open, { 'x-forwarded-for': freshAddress() })
