@@ -64,7 +64,8 @@ const HASH_SLOTS = 2
  * inside its slot by a lock on login_failures, where a login counts its attempt once it holds a slot
  * (src/auth/routes.ts). Logins sent meanwhile wait in the hash queue or are turned away, however long a
  * hash takes on this machine. `headers` are the holders' (an X-Forwarded-For of their own, say); the
- * release answers them 401.
+ * release answers them 401. Hold for less than the service's STATEMENT_TIMEOUT (5 s in tests), which
+ * would end the holders' statements: a flood of a few hundred logins arrives in a fraction of that.
  */
 export async function holdHashSlots(server: TestServer, headers: Record<string, string> = {}) {
   const held = await server.sql.reserve()
