@@ -128,11 +128,12 @@ async function refused(server: TestServer, held: Held, last: SseClient, status: 
   assert.equal(again.count, 0)
 }
 
-/** The instance logged the stream's end with this reason, for this user (once its side of the connection closed). */
-async function logged(server: TestServer, who: Account, reason: string): Promise<void> {
+/** The instance logged `times` streams' ends with this reason, for this user (once its side of each connection closed). */
+async function logged(server: TestServer, who: Account, reason: string, times = 1): Promise<void> {
   const line = (l: Record<string, unknown>) =>
     l.msg === 'event stream closed' && l.reason === reason && l.user_id === String(who.id)
-  await waitUntil(`an "event stream closed" line, ${reason}, for user ${who.id}`, () => server.logs.some(line), 5000)
+  const what = `${times} "event stream closed" lines, ${reason}, for user ${who.id}`
+  await waitUntil(what, () => server.logs.filter(line).length >= times, 5000)
 }
 
 interface Withdrawal {
@@ -253,7 +254,7 @@ describe('expiry', () => {
       const took = await ends(stream, roundMs + margin)
       t.diagnostic(`${kind}: ended ${Math.round(took)} ms after the clock reached its expiry (rounds: ${roundMs} ms)`)
       open.delete(stream)
-      await logged(E, who, 'credential_expired')
+      await logged(E, who, 'credential_expired', i + 1)
     }
     // The database's time passes as E's clock did: the opaque token and the key have expired there too.
     const passed = E.clock.now() - Date.now()
