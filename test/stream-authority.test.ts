@@ -323,7 +323,7 @@ describe('an instance that cannot trust what it remembers', () => {
       const before = await newestId()
       ok(await A.request('POST', '/auth/logout-all', { auth: session }))
       await createProduct()
-      // C's listener is the frozen one: no event wakes its reader, a round of its period ends the stream.
+      // C's listener is the frozen one, so no notification wakes its reader: a round of its period ends the stream.
       await ends(c, C.deps.eventHub.settings.authorityCheckMs + boundFrom(eventMs))
       // C heard nothing: what ended the stream was the database.
       assert.equal(C.deps.credentialChanges.trusted, false)
