@@ -334,6 +334,39 @@ describe('the rule holds in the database, whoever writes', () => {
       assert.deepEqual({ ...row }, { status: 'disabled', owner_id: admin.id, last_error: `its owner (user ${admin.id}) is no longer an admin` }, `demotion first: ${demotionFirst}`)
     }
   })
+
+  test('a PATCH that may re-enable takes the caller\'s row before the webhook\'s (the lock order): it waits for a held owner without holding the webhook', async () => {
+    const server = await startServer({ WEBHOOK_ALLOW_PRIVATE: 'true' }, {}, { tuning: { webhooks: fast } })
+    const admin = await server.createUser({ role: 'admin' })
+    const [hook] = await server.sql<[{ id: number }]>`
+      INSERT INTO webhooks (url, event_types, secret_sealed, status, created_by, owner_id)
+      VALUES ('https://example.com/h', '{product.created}', 'x', 'disabled', ${admin.id}, NULL) RETURNING id`
+    let release!: () => void
+    let held!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    const userHeld = new Promise<void>((resolve) => (held = resolve))
+    // As the admin's deletion or demotion takes it first, before the webhooks its trigger changes.
+    const holder = server.sql.begin(async (tx) => {
+      await tx`SELECT 1 FROM users WHERE id = ${admin.id} FOR UPDATE`
+      held()
+      await gate
+    })
+    await userHeld
+    const patched = server.request('PATCH', `/webhooks/${hook.id}`, { auth: admin.token, body: { status: 'active' } })
+    await waitUntil('the PATCH waiting on a row lock', async () => {
+      const [{ n }] = await server.sql<[{ n: number }]>`
+        SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`
+      return n > 0
+    })
+    // Waiting for the user, the PATCH holds nothing of the webhook: a deletion holding the user could take it.
+    const [free] = await server.sql.begin((tx) => tx`SELECT id FROM webhooks WHERE id = ${hook.id} FOR UPDATE NOWAIT`)
+    assert.equal(free?.id, hook.id)
+    release()
+    await holder
+    const res = await patched
+    assert.equal(res.status, 200, res.text)
+    assert.deepEqual({ status: res.body.status, owner_id: res.body.owner_id }, { status: 'active', owner_id: admin.id })
+  })
 })
 
 describe('the upgrade (sql/010)', () => {

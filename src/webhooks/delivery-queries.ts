@@ -29,16 +29,15 @@ import { updateRow } from '../core/resources/store.js'
 //   function): the user, the owner's webhooks, their pending deliveries;
 // - recordAttempt: the webhook's row (failing_since), then the delivery's,
 //   and disabling the webhook goes on under that same lock;
-// - deleting a webhook: its row (lockRow), then its deliveries (the cascade).
+// - deleting a webhook: its row (lockRow), then its deliveries (the cascade);
+// - a PATCH that may re-enable a webhook: the caller's row, which becomes the
+//   owner's (resource.ts, before the generic PATCH locks the webhook), then
+//   the webhook's.
 // The claim locks deliveries only, skipping those locked, and reads their
 // webhooks without a lock, so it never waits while holding a delivery.
 // recordAttempt for a success with no failing_since, releaseClaim and the
 // manual retry lock one delivery and nothing after it; a PATCH, a rotation
-// and resealing, the webhook's row alone. The one exception: a re-enabling
-// (resource.ts) takes its new owner's row after the webhook's, because the
-// generic PATCH locks the webhook before any hook runs; it can deadlock with
-// the deletion of that admin at the same moment (a demotion passes over a
-// disabled webhook without waiting on it).
+// and resealing, the webhook's row alone.
 
 export interface ClaimedDelivery {
   delivery_id: number

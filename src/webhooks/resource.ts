@@ -112,6 +112,11 @@ const hooksOf = (webhooks: Resource): ResourceHooks => ({
     if (ctx.body.status === 'disabled') throw validationFailed([{ path: '/status', message: 'must be "active" or "paused" (only the service disables a webhook)' }])
     await checkUrlOf(ctx, ctx.body.url)
   },
+  // A status given may re-enable the webhook, which makes the caller its owner: sql/010 reads the caller's
+  // row under a share lock, taken here before the webhook's, as the lock order says (delivery-queries.ts).
+  async beforeLock(tx, { ctx }) {
+    if (ctx.body.status !== undefined && ctx.principal.kind === 'user') await tx`SELECT 1 FROM users WHERE id = ${ctx.principal.userId} FOR SHARE`
+  },
   async inTransaction(tx, { ctx, current, changes }) {
     // A webhook re-enabled, or pointed elsewhere, starts with a clean record: the day of failures counts afresh.
     if ((current.status === 'disabled' && changes.status !== undefined) || changes.url !== undefined) {
@@ -120,8 +125,6 @@ const hooksOf = (webhooks: Resource): ResourceHooks => ({
     }
     // Re-enabling is the one act that takes ownership: the webhook runs on the authority of whoever
     // brings it back (sql/010 keeps it disabled if that is no admin by commit). Other changes leave the owner.
-    // sql/010 checks that under a share lock on the caller's row, taken after the webhook's: the one path
-    // against the lock order (delivery-queries.ts), since the generic PATCH locks the webhook before this hook.
     if (current.status === 'disabled' && changes.status !== undefined && ctx.principal.kind === 'user') {
       const caller = Number(ctx.principal.userId)
       if (current.owner_id !== caller) changes.owner_id = caller

@@ -42,6 +42,11 @@ export interface ResourceHooks<State = undefined> {
    * belongs here: a row lock must not wait on it.
    */
   prepare?(write: Write): Promise<State>
+  /**
+   * In the transaction of a replace or patch, before the row is locked: for the rows that come before
+   * it in the application's lock order (a parent's), so that the write never waits for them holding it.
+   */
+  beforeLock?(tx: TransactionSql, write: Write, state: State): Promise<void>
   /** In the transaction of a replace or patch, the row locked and the changes known; throwing rolls it back. */
   inTransaction?(tx: TransactionSql, write: LockedWrite, state: State): Promise<void>
   /** After a replace or patch committed (waiting until this instance has heard what it revoked). */
@@ -134,12 +139,13 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
     if (body.id !== undefined && String(body.id) !== ctx.params.id) throw validationFailed([{ path: '/id', message: 'must equal the id in the path' }])
     const pending: Write = { op, ctx, columns: {} }
     const state = (await hooks.prepare?.(pending)) as State
-    if (op === 'update' && !hooks.inTransaction && !hooks.afterCommit) {
+    if (op === 'update' && !hooks.beforeLock && !hooks.inTransaction && !hooks.afterCommit) {
       const row = await patchInOneStatement(ctx, { ...patched(body), ...pending.columns })
       if (row) return reply(200, row)
     }
     let locked: LockedWrite | undefined
     const row = await ctx.services.sql.begin(async (tx) => {
+      await hooks.beforeLock?.(tx, pending, state)
       const current = await lockRow(tx, resource, ctx.params.id!, ctx.headers['if-match'])
       const next = { ...(op === 'replace' ? replaced(body, current) : patched(body)), ...pending.columns }
       locked = { ...pending, current, changes: changedMembers(current, next) }
