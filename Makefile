@@ -18,7 +18,7 @@ endif
 NODE_BIN := node_modules/.bin
 TSX := node --import tsx
 
-.PHONY: run test test-repeat build migrate admin typecheck db-start db-stop clean bench test-tools bench-tools
+.PHONY: run test test-repeat build migrate admin typecheck db-start db-stop clean bench bench-faults test-tools bench-tools
 
 # Debian packages the tests and the benchmark run for real: installed when missing, as root with
 # apt-get (which needs `apt-get update` first on a fresh machine); otherwise the command to run is printed.
@@ -84,6 +84,13 @@ build: node_modules/.installed
 # Then bench/topology.ts: nginx, 1 to 3 instances, PgBouncer and PostgreSQL (BENCH_TOPOLOGY=off skips it).
 bench: build bench-tools test-tools bench/fastify/node_modules/.installed bench/fastify-minimal/node_modules/.installed bench/bare/node_modules/.installed
 	ulimit -n 65536 2>/dev/null || true; $(TSX) bench/run.ts && $(TSX) bench/topology.ts
+
+# The figures the fault tests do not assert (latencies, percentiles, the wait against its target, answers
+# during a drain, recovery times), each beside a baseline from the same run, on PostgreSQL clusters of its
+# own (and DATABASE_URL's server or the local cluster where a section needs no faults); printed and written
+# into bench/README.md ("Under faults"). BENCH_FAULTS_ONLY=hostile,shutdown runs only those sections.
+bench-faults: node_modules/.installed
+	ulimit -n 65536 2>/dev/null || true; $(TSX) bench/faults.ts
 
 # Each peer has its own package.json and lock (the published postgres.js, not the root's patched copy).
 bench/%/node_modules/.installed: bench/%/package.json bench/%/package-lock.json

@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict'
 import { before, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { call, floodIdleConnections, RawClient, settledHeap, startLoad, summarize, waitFor, withLoopLag, type Outcome } from './fault-kit.js'
+import {
+  call, floodIdleConnections, malformedRequests, sendMalformed, settledHeap, slowClients, startLoad, summarize, waitFor,
+  withLoopLag, type Outcome, type RawClient,
+} from './fault-kit.js'
 import { startServer } from './helpers/server.js'
 
 // Hostile clients against the service in this process, while well-behaved
@@ -47,65 +50,19 @@ function assertServedMeanwhile(outcomes: Outcome[], from: number, to: number): v
   }
 }
 
-const auth = `Authorization: Bearer ${api.admin.token}\r\n`
-const chunkedOver = (() => {
-  const chunk = 'x'.repeat(8192)
-  return `POST /users HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n` + `${chunk.length.toString(16)}\r\n${chunk}\r\n`.repeat(Math.ceil(BODY_LIMIT / chunk.length) + 2) + '0\r\n\r\n'
-})()
-const nested = '['.repeat(100_000)
-/** Each malformed kind: its name, the raw request, and its answer's status. */
-const malformed: Array<[string, string, number]> = [
-  ['Content-Length with Transfer-Encoding', `POST /users HTTP/1.1\r\nHost: x\r\n${auth}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, 400],
-  ['two Content-Length headers', `POST /users HTTP/1.1\r\nHost: x\r\n${auth}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}`, 400],
-  ['headers over 16 KiB', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431],
-  ['a chunked body over BODY_LIMIT', chunkedOver, 413],
-  ['100,000 nested arrays', `POST /users HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${nested.length}\r\nConnection: close\r\n\r\n${nested}`, 400],
-]
-
-/** `clients` slow-header and as many slow-body connections, all at once, trickling until the server cuts them. */
-async function slowAttack(clients: number): Promise<{ headers: RawClient[]; bodies: RawClient[] }> {
-  const trickle: NodeJS.Timeout[] = []
-  const slow = async (first: string, next: () => string) => {
-    const c = await new RawClient(port).open()
-    c.write(first)
-    trickle.push(setInterval(() => c.socket.writable && c.write(next()), 300))
-    return c
-  }
-  const many = (first: string, next: (i: number) => string) => Promise.all(Array.from({ length: clients }, (_, i) => slow(first, () => next(i))))
-  try {
-    const [headers, bodies] = await Promise.all([
-      many('GET /healthz HTTP/1.1\r\nHost: x\r\n', (i) => `X-Slow-${i}: y\r\n`),
-      many(`POST /users HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"name":"`, () => 'a'),
-    ])
-    await Promise.all([...headers, ...bodies].map((c) => c.closed))
-    return { headers, bodies }
-  } finally {
-    for (const timer of trickle) clearInterval(timer)
-  }
-}
-
-/** Each malformed kind `times` times at once, on a connection of its own: the status each got, -1 when still open after 5 s. */
-async function sendMalformed(times: number): Promise<Map<string, number[]>> {
-  const results = new Map<string, number[]>()
-  await Promise.all(
-    malformed.flatMap(([name, raw]) =>
-      Array.from({ length: times }, async () => {
-        const c = await new RawClient(port).open()
-        c.write(raw)
-        const closed = await Promise.race([c.closed.then(() => true), sleep(5000).then(() => false)])
-        if (!closed) c.socket.destroy()
-        results.set(name, [...(results.get(name) ?? []), closed ? (c.responses()[0]?.status ?? 0) : -1])
-      }),
-    ),
-  )
-  return results
-}
+const malformed = malformedRequests(api.admin.token, BODY_LIMIT)
+const slowAttack = (clients: number) => slowClients(port, clients, api.admin.token)
 
 // Everything the tests run, run once first, together: what runs for the first time is compiled (and
 // fetch's connection pool filled) before a test takes its heap baseline.
 before(async () => {
   const good = goodClients()
-  await Promise.all([slowAttack(3), floodIdleConnections(port, 50), sendMalformed(1), waitFor('50 good answers', () => good.outcomes.length >= 50, 10_000)])
+  await Promise.all([
+    slowAttack(3),
+    floodIdleConnections(port, 50),
+    sendMalformed(port, malformed, 1),
+    waitFor('50 good answers', () => good.outcomes.length >= 50, 10_000),
+  ])
   await good.stop()
 })
 
@@ -127,9 +84,14 @@ test(`slow-header and slow-body clients are cut off at HEADERS_TIMEOUT (${HEADER
   assert.deepEqual([...new Set(attack.headers.map((c) => c.responses()[0]?.status))], [408])
   assert.deepEqual([...new Set(attack.bodies.map((c) => c.received.slice(0, 12)))], ['HTTP/1.1 408'])
   // Not before the time-out; after it, within the check interval and as late as the loop was held up.
-  const range = (cut: number[]) => `${ms(Math.min(...cut))}–${ms(Math.max(...cut))} (event loop held up at most ${ms(lagMs)})`
-  assert.ok(Math.min(...headersCut) >= HEADERS_TIMEOUT * 1000 - 50 && Math.max(...headersCut) < (HEADERS_TIMEOUT + CHECK_INTERVAL) * 1000 + 500 + lagMs, `slow headers cut after ${range(headersCut)}`)
-  assert.ok(Math.min(...bodiesCut) >= REQUEST_TIMEOUT * 1000 - 50 && Math.max(...bodiesCut) < (REQUEST_TIMEOUT + CHECK_INTERVAL) * 1000 + 500 + lagMs, `slow bodies cut after ${range(bodiesCut)}`)
+  const cutAt = (cut: number[], timeoutS: number) => {
+    const range = `${ms(Math.min(...cut))}–${ms(Math.max(...cut))} (event loop held up at most ${ms(lagMs)})`
+    const notBefore = Math.min(...cut) >= timeoutS * 1000 - 50
+    const notLate = Math.max(...cut) < (timeoutS + CHECK_INTERVAL) * 1000 + 500 + lagMs
+    return notBefore && notLate ? 'on time' : range
+  }
+  assert.equal(cutAt(headersCut, HEADERS_TIMEOUT), 'on time', 'slow headers cut')
+  assert.equal(cutAt(bodiesCut, REQUEST_TIMEOUT), 'on time', 'slow bodies cut')
   attack.headers.length = attack.bodies.length = good.outcomes.length = 0
   const after = await settledHeap()
   assert.ok(after - baseline < 3 * 1048576, `heap grew by ${MB(after - baseline)}`)
@@ -182,7 +144,9 @@ test('malformed requests by the hundred (CL+TE, two Content-Lengths, oversized h
   const results = new Map<string, number[]>()
   try {
     for (let round = 0; round < 2; round++) {
-      for (const [name, statuses] of await sendMalformed(25)) results.set(name, [...(results.get(name) ?? []), ...statuses])
+      for (const [name, statuses] of await sendMalformed(port, malformed, 25)) {
+        results.set(name, [...(results.get(name) ?? []), ...statuses])
+      }
     }
   } finally {
     await good.stop()

@@ -181,7 +181,8 @@ export function adminToken(adminId: number): string {
   )
 }
 
-const serviceEnv = { JWT_SECRETS: `fault:${JWT_SECRET}`, RATE_LIMIT: '0', LOG_LEVEL: 'info' }
+/** What every service started here is given: the secret `adminToken` signs with, no rate limit, each request logged. */
+export const serviceEnv = { JWT_SECRETS: `fault:${JWT_SECRET}`, RATE_LIMIT: '0', LOG_LEVEL: 'info' }
 
 export interface Spawned {
   url: string
@@ -460,7 +461,11 @@ const closing = []
 const open = () => new Promise((opened) => {
   const socket = connect(port, '127.0.0.1')
   const r = { received: '' }
-  closing.push(new Promise((closed) => socket.on('close', () => { r.closedAt = performance.now(); results.push(r); closed() })))
+  closing.push(new Promise((closed) => socket.on('close', () => {
+    r.closedAt = performance.now()
+    results.push(r)
+    closed()
+  })))
   socket.on('connect', () => { r.openedAt = performance.now(); opened() })
   socket.on('data', (d) => { r.received += d })
   socket.on('error', () => opened())
@@ -470,7 +475,8 @@ const openedIn = performance.now() - started
 await Promise.all(closing)
 const cut = results.map((r) => r.closedAt - r.openedAt)
 const answered408 = results.filter((r) => r.received.startsWith('HTTP/1.1 408 ')).length
-process.stdout.write(JSON.stringify({ openedIn, min: Math.min(...cut), max: Math.max(...cut), answered408, closed: results.length, lagMs: delay.max / 1e6 }))
+const [min, max, closed, lagMs] = [Math.min(...cut), Math.max(...cut), results.length, delay.max / 1e6]
+process.stdout.write(JSON.stringify({ openedIn, min, max, answered408, closed, lagMs }))
 `
 
 /** `count` idle connections to 127.0.0.1:`port` from another process, held until the server closes them. */
@@ -496,9 +502,10 @@ export const percentile = (values: number[], p: number) => {
 }
 
 /** How long each outcome took (ms): how many, the median, the 99th percentile and the longest. */
-export function latencies(outcomes: ReadonlyArray<Pick<Outcome, 'started' | 'ended'>>): { count: number; p50: number; p99: number; max: number } {
+export function latencies(outcomes: ReadonlyArray<Pick<Outcome, 'started' | 'ended'>>) {
   const took = outcomes.map((o) => o.ended - o.started)
-  return { count: took.length, p50: percentile(took, 50), p99: percentile(took, 99), max: took.length ? Math.max(...took) : 0 }
+  const max = took.length ? Math.max(...took) : 0
+  return { count: took.length, p50: percentile(took, 50), p99: percentile(took, 99), max }
 }
 
 export interface RawResponse {
@@ -544,5 +551,83 @@ export class RawClient {
       out.push({ status: Number(statusLine!.split(' ')[1]), headers, body: rest.slice(end + 4, end + 4 + length) })
       rest = rest.slice(end + 4 + length)
     }
+  }
+}
+
+/** A malformed request: what it is, its raw bytes, and the status it must be answered with before it is closed. */
+export type MalformedRequest = [name: string, raw: string, status: number]
+
+/** One request of each malformed kind the parser and the body reader must refuse, as `token`'s bearer. */
+export function malformedRequests(token: string, bodyLimit: number): MalformedRequest[] {
+  const post = `POST /users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n`
+  const chunk = 'x'.repeat(8192)
+  const chunks = `${chunk.length.toString(16)}\r\n${chunk}\r\n`.repeat(Math.ceil(bodyLimit / chunk.length) + 2)
+  const chunkedOver = `${post}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${chunks}0\r\n\r\n`
+  const nested = '['.repeat(100_000)
+  return [
+    ['Content-Length with Transfer-Encoding', `${post}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+      400],
+    ['two Content-Length headers', `${post}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}`, 400],
+    ['headers over 16 KiB', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431],
+    ['a chunked body over BODY_LIMIT', chunkedOver, 413],
+    ['100,000 nested arrays',
+      `${post}Content-Type: application/json\r\nContent-Length: ${nested.length}\r\nConnection: close\r\n\r\n${nested}`,
+      400],
+  ]
+}
+
+/**
+ * Each of `kinds` `times` times at once, on a connection of its own: the
+ * status each got by kind, 0 when closed without an answer, -1 when still
+ * open after 5 s (then closed by this side).
+ */
+export async function sendMalformed(
+  port: number,
+  kinds: readonly MalformedRequest[],
+  times: number,
+): Promise<Map<string, number[]>> {
+  const results = new Map<string, number[]>()
+  await Promise.all(
+    kinds.flatMap(([name, raw]) =>
+      Array.from({ length: times }, async () => {
+        const c = await new RawClient(port).open()
+        c.write(raw)
+        const closed = await Promise.race([c.closed.then(() => true), sleep(5000).then(() => false)])
+        if (!closed) c.socket.destroy()
+        results.set(name, [...(results.get(name) ?? []), closed ? (c.responses()[0]?.status ?? 0) : -1])
+      }),
+    ),
+  )
+  return results
+}
+
+/**
+ * `clients` slow-header connections (a header line every 300 ms) and as many
+ * slow-body ones (a byte every 300 ms, as `token`'s bearer), opened at once;
+ * resolves once the server has closed them all.
+ */
+export async function slowClients(
+  port: number,
+  clients: number,
+  token: string,
+): Promise<{ headers: RawClient[]; bodies: RawClient[] }> {
+  const trickle: NodeJS.Timeout[] = []
+  const slow = async (first: string, next: () => string) => {
+    const c = await new RawClient(port).open()
+    c.write(first)
+    trickle.push(setInterval(() => c.socket.writable && c.write(next()), 300))
+    return c
+  }
+  const many = (first: string, next: (i: number) => string) =>
+    Promise.all(Array.from({ length: clients }, (_, i) => slow(first, () => next(i))))
+  const headers = 'GET /healthz HTTP/1.1\r\nHost: x\r\n'
+  const body = `POST /users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n` +
+    'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"name":"'
+  try {
+    const [slowHeaders, bodies] = await Promise.all([many(headers, (i) => `X-Slow-${i}: y\r\n`), many(body, () => 'a')])
+    await Promise.all([...slowHeaders, ...bodies].map((c) => c.closed))
+    return { headers: slowHeaders, bodies }
+  } finally {
+    for (const timer of trickle) clearInterval(timer)
   }
 }
