@@ -275,14 +275,18 @@ test('a type filter sends only the events of those types', async () => {
 
 test('an idle stream gets retry: first, then a keep-alive comment every heartbeat, and outlives the request time-out', async () => {
   const heartbeatMs = 100
-  const h = await startServer({}, { requestTimeoutMs: 500, headersTimeoutMs: 500 }, { databaseUrl: a.databaseUrl, tuning: { streams: { heartbeatMs, retryMs: 1500 } } })
+  const tuning = { streams: { heartbeatMs, retryMs: 1500 } }
+  const timeouts = { requestTimeoutMs: 500, headersTimeoutMs: 500 }
+  const h = await startServer({}, timeouts, { databaseUrl: a.databaseUrl, tuning })
   const c = await follow(h)
   assert.equal(c.retry, 1500)
   const started = performance.now()
-  const { lagMs } = await withLoopLag(() => c.waitFor(() => c.comments.length >= 3, 10_000, 'three keep-alive comments'))
+  const threeComments = () => c.waitFor(() => c.comments.length >= 3, 10_000, 'three keep-alive comments')
+  const { lagMs } = await withLoopLag(threeComments)
   // The tick that finds `retry:` just written, then three: each period as late as the event loop was held up.
   const took = performance.now() - started
-  assert.ok(took < 5 * (heartbeatMs + lagMs), `three comments took ${took.toFixed(0)} ms (event loop held up at most ${lagMs.toFixed(0)} ms)`)
+  const figures = `three comments took ${took.toFixed(0)} ms (event loop held up at most ${lagMs.toFixed(0)} ms)`
+  assert.ok(took < 5 * (heartbeatMs + lagMs), figures)
   assert.deepEqual(new Set(c.comments), new Set(['keep-alive']))
   assert.equal(c.count, 0)
   // Node checks the request time-out every second (src/app.ts): a stream is not a request still arriving.
@@ -304,7 +308,8 @@ test('a client that does not read is cut once past the buffer bound, and resumes
   const committed = await committedAfter(s, from)
   assert.deepEqual(reader.ids, committed)
   // The server has let go of the slow one: once it reads again, what was sent before the cut comes, then a cut, not a clean end.
-  await waitUntil('the slow stream cut', () => s.logs.some((l) => l.msg === 'event stream closed' && l.reason === 'too_slow'), 10_000)
+  const cut = () => s.logs.some((l) => l.msg === 'event stream closed' && l.reason === 'too_slow')
+  await waitUntil('the slow stream cut', cut, 10_000)
   slow.res.resume()
   assert.deepEqual(await slow.ended, { clean: false })
   assert.ok(slow.count < 600, `${slow.count} events before the cut`)
@@ -350,7 +355,8 @@ test('streams are logged as answered once their head is out, and again when they
   assert.equal(typeof line!.duration_ms, 'number')
   assert.ok(a.deps.eventHub.size >= 1, 'logged while the stream is still open')
   c.close()
-  await waitUntil('the stream logged closed', () => a.logs.some((l) => l.msg === 'event stream closed' && l.request_id === c.headers['x-request-id']))
+  const logged = () => a.logs.some((l) => l.msg === 'event stream closed' && l.request_id === c.headers['x-request-id'])
+  await waitUntil('the stream logged closed', logged)
   const closed = a.logs.find((l) => l.msg === 'event stream closed' && l.request_id === c.headers['x-request-id'])!
   assert.equal(closed.reason, 'client_closed')
 })

@@ -7,7 +7,9 @@ import { hashSecret } from '../src/auth/tokens.js'
 import { DEADLINE_GRACE_MS, SWEEP_MS } from '../src/core/db/admission.js'
 import { connect } from '../src/core/db/connect.js'
 import { READINESS_TTL_MS } from '../src/health/readiness.js'
-import { adminToken, call, everyClient, OwnCluster, spawnService, startLoad, summarize, waitFor, type Outcome, type Spawned } from './fault-kit.js'
+import {
+  adminToken, call, everyClient, OwnCluster, spawnService, startLoad, summarize, waitFor, type Outcome, type Spawned,
+} from './fault-kit.js'
 
 // The database goes away under load, for real: this file's own PostgreSQL
 // cluster is stopped (fast: a clean shutdown that aborts open transactions;
@@ -106,18 +108,21 @@ test('PostgreSQL stopped under load: 503 database_unavailable with Retry-After b
     const probe = probes()
     const readyz = (o: Outcome) => o.what === 'GET /readyz'
     let downAt = 0, startAt = 0, upAt = 0, recoveredAt = 0
+    // /readyz keeps the database's answer for READINESS_TTL_MS: the outage shows there once the last
+    // success is that old.
+    const readyzDown = (o: Outcome) => readyz(o) && o.started >= downAt + READINESS_TTL_MS + 100
     try {
       await waitFor('every client served', () => everyClient(load.outcomes, healthy), 20_000)
       await cluster.stop(mode)
       downAt = performance.now()
-      // /readyz keeps the database's answer for READINESS_TTL_MS: the outage shows there once the last success is that old.
-      const readyzDown = (o: Outcome) => readyz(o) && o.started >= downAt + READINESS_TTL_MS + 100
       await waitFor('every client to get its 503, and /readyz its', () =>
-        everyClient(load.outcomes, (o) => o.started >= downAt && isUnavailable(o)) && probe.outcomes.some((o) => readyzDown(o) && o.status === 503), 20_000)
+        everyClient(load.outcomes, (o) => o.started >= downAt && isUnavailable(o)) &&
+        probe.outcomes.some((o) => readyzDown(o) && o.status === 503), 20_000)
       startAt = performance.now()
       await cluster.start()
       upAt = performance.now()
-      await waitFor('every client served again', () => everyClient(load.outcomes, (o) => o.started >= upAt && healthy(o)), 20_000)
+      const servedAgain = () => everyClient(load.outcomes, (o) => o.started >= upAt && healthy(o))
+      await waitFor('every client served again', servedAgain, 20_000)
       recoveredAt = performance.now()
       // Served from then on: each client's next two requests, and /readyz.
       await waitFor('more answers after the recovery', () =>
@@ -140,14 +145,16 @@ test('PostgreSQL stopped under load: 503 database_unavailable with Retry-After b
     const bound = DEADLINE_MS + slackAfter(outcomes.filter((o) => o.ended < downAt))
     const longest = Math.max(...during.map((o) => o.ended - o.started))
     assert.ok(longest < bound, `a 503 took ${ms(longest)} (bound ${ms(bound)})`)
-    for (const o of probed.filter((o) => readyz(o) && o.started >= downAt + READINESS_TTL_MS + 100 && o.ended <= startAt)) assert.equal(o.status, 503)
+    const readyzWhileDown = probed.filter((o) => readyzDown(o) && o.ended <= startAt)
+    for (const o of readyzWhileDown) assert.equal(o.status, 503)
     const health = probed.filter((o) => o.what === 'GET /healthz')
     assert.deepEqual(summarize(health), { 200: health.length }, '/healthz never depends on the database')
 
     // Back: every request sent once each client had been served again succeeded, and /readyz is 200 again.
     const afterRecovery = outcomes.filter((o) => o.started >= recoveredAt)
     assert.deepEqual(afterRecovery.filter((o) => !healthy(o)).map((o) => `${o.what} ${o.status} ${o.code}`), [])
-    const firstReady = Math.min(...probed.filter((o) => readyz(o) && o.started >= recoveredAt && o.status === 200).map((o) => o.started))
+    const readyAgain = probed.filter((o) => readyz(o) && o.started >= recoveredAt && o.status === 200)
+    const firstReady = Math.min(...readyAgain.map((o) => o.started))
     for (const o of probed.filter((o) => readyz(o) && o.started > firstReady)) assert.equal(o.status, 200)
   }
   assert.deepEqual(serviceErrors(), [])
@@ -210,7 +217,8 @@ test('PostgreSQL restarted three times while transactional writes run: the proce
 
   // Between the restarts, and after the last: until every writer, creator and login client has been served again.
   const loops = [writers, creators, contenders, logins]
-  const servedSince = (at: number) => loops.every((l) => everyClient(l.outcomes, (o) => o.started >= at && o.status! < 300))
+  const servedSince = (at: number) =>
+    loops.every((l) => everyClient(l.outcomes, (o) => o.started >= at && o.status! < 300))
   try {
     await waitFor('every client served', () => servedSince(0), 20_000)
     for (const mode of ['immediate', 'fast', 'immediate'] as const) {
@@ -281,14 +289,18 @@ test('PostgreSQL frozen (SIGSTOP: connections accepted, nothing answered): the A
     await sleep(50)
     return outcome
   })
-  /** A public answer given while frozen, to a request sent then: a login sent before may have done its statements already and answer 401 meanwhile. */
+  /**
+   * The public answers given while frozen, to requests sent then: a login sent before may have done its
+   * statements already and answer 401 meanwhile.
+   */
   let frozenAt = Infinity, thawedAt = Infinity
   const publicWhileFrozen = (what: string) => publicLoad.outcomes.filter((o) =>
     o.what.endsWith(what) && o.started >= frozenAt && o.ended <= thawedAt &&
     // /readyz keeps the database's last answer for READINESS_TTL_MS (src/health/readiness.ts).
     (what !== 'readyz' || o.started >= frozenAt + READINESS_TTL_MS + 100))
   try {
-    await waitFor('every client served', () => everyClient(load.outcomes, healthy) && everyClient(publicLoad.outcomes, () => true), 20_000)
+    const served = () => everyClient(load.outcomes, healthy) && everyClient(publicLoad.outcomes, () => true)
+    await waitFor('every client served', served, 20_000)
     const pids = await cluster.pids()
     assert.ok(pids.length >= 2, `cluster processes: ${pids}`)
     frozenAt = performance.now()
@@ -302,7 +314,8 @@ test('PostgreSQL frozen (SIGSTOP: connections accepted, nothing answered): the A
       for (const pid of pids) process.kill(pid, 'SIGCONT')
       thawedAt = performance.now()
     }
-    await waitFor('every client served after the thaw', () => everyClient(load.outcomes, (o) => o.started >= thawedAt && healthy(o)), 20_000)
+    const servedAgain = () => everyClient(load.outcomes, (o) => o.started >= thawedAt && healthy(o))
+    await waitFor('every client served after the thaw', servedAgain, 20_000)
   } finally {
     await load.stop()
     await probe.stop()
@@ -327,12 +340,15 @@ test('PostgreSQL frozen (SIGSTOP: connections accepted, nothing answered): the A
   // 503 at the deadline, unless its answer was on its way already. Each before the deadline's bound.
   const sent = outcomes.filter((o) => o.started >= frozenAt && o.ended <= thawedAt)
   assert.deepEqual(summarize(sent), { '503 database_unavailable': sent.length })
-  const longest = Math.max(...outcomes.filter((o) => o.ended > frozenAt && o.ended <= thawedAt && isUnavailable(o)).map((o) => o.ended - o.started))
+  const unavailable = outcomes.filter((o) => o.ended > frozenAt && o.ended <= thawedAt && isUnavailable(o))
+  const longest = Math.max(...unavailable.map((o) => o.ended - o.started))
   assert.ok(longest < bound, `a 503 took ${ms(longest)} (bound ${ms(bound)})`)
-  // /healthz never waits for the database: each sent in the first half of the deadline was answered 200 before the thaw.
+  // /healthz never waits for the database: each sent in the first half of the deadline was answered 200
+  // before the thaw.
   const health = probe.outcomes.filter((o) => o.started >= frozenAt && o.started <= frozenAt + DEADLINE_MS / 2)
   assert.ok(health.length >= 1)
-  assert.deepEqual(health.filter((o) => o.status !== 200 || o.ended > thawedAt).map((o) => `${o.status} ${ms(o.ended - o.started)}`), [])
+  const waited = health.filter((o) => o.status !== 200 || o.ended > thawedAt)
+  assert.deepEqual(waited.map((o) => `${o.status} ${ms(o.ended - o.started)}`), [])
   assert.deepEqual(summarize(probe.outcomes), { 200: probe.outcomes.length })
   assert.deepEqual(serviceErrors(), [])
 })

@@ -23,7 +23,9 @@ import { startServer } from './helpers/server.js'
 
 const POOL = 2
 const STATEMENT_TIMEOUT_S = 1
-const api = await startServer({ DATABASE_POOL_MAX: String(POOL), STATEMENT_TIMEOUT: String(STATEMENT_TIMEOUT_S), LOG_LEVEL: 'error' })
+const api = await startServer({
+  DATABASE_POOL_MAX: String(POOL), STATEMENT_TIMEOUT: String(STATEMENT_TIMEOUT_S), LOG_LEVEL: 'error',
+})
 const fresh = await startServer()
 const locker = connect(api.databaseUrl, { max: 1, statementTimeoutMs: 60_000 })
 after(() => locker.end({ timeout: 1 }))
@@ -134,7 +136,8 @@ describe('a database that stops keeping up', () => {
     const queuedAhead = (r: Outcome) => admitted.some((a) => a.started < r.started && a.ended > r.ended)
     const refusedWhileLocked = refused.filter((r) => r.ended < releasedAt)
     assert.ok(refusedWhileLocked.length > 0, 'refusals while the lock held')
-    assert.deepEqual(refusedWhileLocked.filter((r) => !queuedAhead(r)).map((r) => r.what), [], 'each refusal was answered while reads admitted before it still waited')
+    const waitedInLine = refusedWhileLocked.filter((r) => !queuedAhead(r)).map((r) => r.what)
+    assert.deepEqual(waitedInLine, [], 'each refusal was answered while reads admitted before it still waited')
     // The bound held; what was admitted waited at most its deadline (then 503).
     assert.ok(work.peak <= limit, `peak ${work.peak} > ${limit}`)
     assert.ok(maxPending < limit + 100, `${maxPending} answers outstanding at once`)

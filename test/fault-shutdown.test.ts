@@ -5,7 +5,8 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import { connect } from '../src/core/db/connect.js'
 import {
-  adminToken, call, connectionRefused, everyClient, holdRowLock, OwnCluster, RawClient, spawnService, startLoad, waitFor, type Outcome, type Spawned,
+  adminToken, call, connectionRefused, everyClient, holdRowLock, OwnCluster, RawClient, spawnService, startLoad,
+  waitFor, type Outcome, type Spawned,
 } from './fault-kit.js'
 
 // SIGTERM to the real process (`node --import tsx src/main.ts`), with
@@ -140,8 +141,9 @@ test('SIGTERM with requests in flight and keep-alive clients: in-flight requests
       halfUser.write('\r\n')
       // The idle keep-alive connection is closed at once, while the requests in flight still wait; the
       // keep-alive clients meet the drain.
-      await waitFor('the drain to answer everyone but the requests in flight', () =>
-        idle.closedAt > 0 && halfReady.closedAt > 0 && halfUser.closedAt > 0 && everyClient(load.outcomes, (o) => o.ended > termAt), 10_000)
+      const answered = () =>
+        [idle, halfReady, halfUser].every((c) => c.closedAt > 0) && everyClient(load.outcomes, (o) => o.ended > termAt)
+      await waitFor('the drain to answer everyone but the requests in flight', answered, 10_000)
       releasedAt = performance.now()
       lock.release()
       await lock.done
@@ -153,7 +155,8 @@ test('SIGTERM with requests in flight and keep-alive clients: in-flight requests
 
     assert.equal(exit.code, 0)
     assert.ok(exit.ms < SHUTDOWN_TIMEOUT * 1000, `exit ${ms(exit.ms)} after SIGTERM`)
-    assert.ok(idle.closedAt > termAt && idle.closedAt < releasedAt, 'the idle connection was closed before the requests in flight finished')
+    const closedAtOnce = idle.closedAt > termAt && idle.closedAt < releasedAt
+    assert.ok(closedAtOnce, 'the idle connection was closed before the requests in flight finished')
     // Requests in flight finished with 200 and Connection: close, and their writes are stored.
     for (const [i, c] of inFlight.entries()) {
       await c.closed
@@ -214,7 +217,8 @@ test('a request still running at SHUTDOWN_TIMEOUT is cut: the process exits 0 at
     assert.equal(exit.code, 0)
     // At the deadline, not before; after it, no later than five times what an exit with nothing to cut takes.
     const bound = SHUTDOWN_TIMEOUT * 1000 + 5 * idleExitMs
-    assert.ok(exit.ms >= SHUTDOWN_TIMEOUT * 1000 - 100 && exit.ms < bound, `exit ${ms(exit.ms)} after SIGTERM (bound ${ms(bound)})`)
+    const atDeadline = exit.ms >= SHUTDOWN_TIMEOUT * 1000 - 100 && exit.ms < bound
+    assert.ok(atDeadline, `exit ${ms(exit.ms)} after SIGTERM (bound ${ms(bound)})`)
     assert.equal(stuck.received, '', 'the cut request got no answer at all (not a partial one)')
     assert.ok(service.logs.some((l) => l.msg === 'requests still running at SHUTDOWN_TIMEOUT were cut'))
     lock.release()
@@ -264,7 +268,8 @@ test('SIGTERM while the database is down: exit 0 without waiting for SHUTDOWN_TI
   const lock = await holdRowLock(db, 'users', someone)
   let pids: number[] = []
   try {
-    const pending = call(frozen.url, 'PATCH', `/users/${someone}`, { token, body: { name: 'never stored' }, timeoutMs: 20_000 })
+    const body = { name: 'never stored' }
+    const pending = call(frozen.url, 'PATCH', `/users/${someone}`, { token, body, timeoutMs: 20_000 })
     await waitFor('the request to wait on the lock', async () => (await waitingOnLocks()) === 1, 10_000)
     pids = await cluster.pids()
     for (const pid of pids) process.kill(pid, 'SIGSTOP')
@@ -274,7 +279,8 @@ test('SIGTERM while the database is down: exit 0 without waiting for SHUTDOWN_TI
     const cut = await pending
     assert.equal(exit.code, 0)
     const bound = SHUTDOWN_TIMEOUT * 1000 + 5 * idleExitMs
-    assert.ok(exit.ms >= SHUTDOWN_TIMEOUT * 1000 - 100 && exit.ms < bound, `exit ${ms(exit.ms)} after SIGTERM (bound ${ms(bound)})`)
+    const atDeadline = exit.ms >= SHUTDOWN_TIMEOUT * 1000 - 100 && exit.ms < bound
+    assert.ok(atDeadline, `exit ${ms(exit.ms)} after SIGTERM (bound ${ms(bound)})`)
     assert.ok(cut.error !== undefined, `the request to the frozen database was cut at SHUTDOWN_TIMEOUT, not answered: ${JSON.stringify(cut)}`)
   } finally {
     for (const pid of pids) process.kill(pid, 'SIGCONT')

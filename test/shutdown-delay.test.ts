@@ -3,7 +3,9 @@ import { after, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { reusePortMissing } from '../src/cluster/reuse-port.js'
 import { connect } from '../src/core/db/connect.js'
-import { adminToken, connectionRefused, holdRowLock, launchService, RawClient, troubleIn, waitFor, type Spawned } from './fault-kit.js'
+import {
+  adminToken, connectionRefused, holdRowLock, launchService, RawClient, troubleIn, waitFor, type Spawned,
+} from './fault-kit.js'
 import { call, type Answer } from './helpers/http-client.js'
 import { createTestDatabase } from './helpers/server.js'
 
