@@ -2,11 +2,11 @@ import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
 import { connect as netConnect } from 'node:net'
-import { describe, test } from 'node:test'
+import { after, describe, test } from 'node:test'
 import { connect } from '../src/core/db/connect.js'
 import { ReadinessCheck } from '../src/health/readiness.js'
 import { createConsoleTransport } from '../src/mail/console.js'
-import { call, spawnService } from './fault-kit.js'
+import { call, launchService } from './fault-kit.js'
 import { passwordAccount, passwordLogin, resetRequestsWorked, workOf } from './helpers/accounts.js'
 import { createTestDatabase, startServer, type TestResponse, type TestServer } from './helpers/server.js'
 import { waitUntil } from './helpers/wait.js'
@@ -30,6 +30,15 @@ const sent = (): Sent[] => outputs.map((text) => {
 const tuning = { mail: { transport, pollMs: 50 } }
 
 const api = await startServer({ PASSWORD_RESET_URL: RESET_URL, VERIFY_EMAIL_URL: VERIFY_URL, TRUST_PROXY: '1' }, {}, { tuning })
+// The real process for the tests of the entry point, on a database of its own: started now, it boots
+// while the tests before them run.
+const entryDatabase = await createTestDatabase()
+const entryDb = connect(entryDatabase, { max: 2, statementTimeoutMs: 10_000 })
+const entryPoint = launchService({ DATABASE_URL: entryDatabase, PASSWORD_RESET_URL: RESET_URL })
+after(async () => {
+  if (entryPoint.alive()) entryPoint.kill('SIGKILL')
+  await entryDb.end({ timeout: 5 })
+})
 
 const unique = () => `${process.pid}-${randomBytes(4).toString('hex')}`
 
@@ -502,57 +511,50 @@ const refused = (port: number) => new Promise<boolean>((resolve) => {
   socket.once('error', () => resolve(true))
 })
 
-test('SIGTERM waits for the reset requests already answered: their work is done before the process exits 0', async () => {
-  const databaseUrl = await createTestDatabase()
-  const db = connect(databaseUrl, { max: 2, statementTimeoutMs: 10_000 })
-  const service = await spawnService({ DATABASE_URL: databaseUrl, PASSWORD_RESET_URL: RESET_URL })
-  try {
+describe('the real entry point (src/main.ts), one process for both tests: the second stops it', () => {
+  test('the console transport of development prints the message on standard error, never in its log; the printed link resets the password', async () => {
+    const service = await entryPoint.listening
+    const account = { email: `dev-${unique()}@example.com`, password: `pw-${unique()}` }
+    const { testPasswords } = await import('./helpers/passwords.js')
+    const hash = await testPasswords.hash(account.password)
+    await entryDb`
+      INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${account.email}, 'user', ${hash})`
+    const asked = await call(service.url, 'POST', '/auth/password-reset', { body: { email: account.email } })
+    assert.equal(asked.status, 202)
+    await waitUntil('the message on standard error', () => service.stderr().includes(`To: ${account.email}`), 5000)
+    const token = /upa_ot_[A-Za-z0-9_-]{43}/.exec(service.stderr())![0]
+    assert.ok(service.stderr().includes(RESET_URL.replace('{token}', token)))
+    assert.ok(!JSON.stringify(service.logs).includes(token.slice(7)), 'the token is not in the log')
+    const body = { token, password: `dev-${unique()}` }
+    const confirmed = await call(service.url, 'POST', '/auth/password-reset/confirm', { body })
+    assert.equal(confirmed.status, 204)
+  })
+
+  test('SIGTERM waits for the reset requests already answered: their work is done before the process exits 0', async () => {
+    const service = await entryPoint.listening
     // Three: two at work (held up by the lock) and one still waiting its turn when the signal comes.
     const emails = [1, 2, 3].map((i) => `held-${i}-${unique()}@example.com`)
-    for (const email of emails) await db`INSERT INTO users (name, email, role) VALUES ('Held', ${email}, 'user')`
-    const held = await db.reserve()
-    await held`BEGIN`
-    await held`LOCK TABLE password_reset_requests IN ACCESS EXCLUSIVE MODE`
-    for (const email of emails) assert.equal((await call(service.url, 'POST', '/auth/password-reset', { body: { email } })).status, 202)
-    service.kill('SIGTERM')
-    // Its port is closed as the stop begins, before the stop waits for the held work (the order of src/service.ts).
-    await waitUntil('the port closed', () => refused(service.port), 10_000)
-    assert.ok(service.alive(), 'still at work on the requests it answered')
-    await held`COMMIT`
-    held.release()
-    assert.equal((await service.exited).code, 0)
-    const [tokens] = await db<[{ n: number }]>`SELECT count(*)::int AS n FROM one_time_tokens t JOIN users u ON u.id = t.user_id WHERE u.email = ANY(${emails})`
-    assert.equal(tokens.n, 3)
-    assert.ok(!service.logs.some((l) => l.msg === 'background work dropped at shutdown' || l.msg === 'background work failed'))
-  } finally {
-    if (service.alive()) service.kill('SIGKILL')
-    await db.end({ timeout: 5 })
-  }
-})
-
-describe('the console transport of development', () => {
-  test('the real entry point prints the message on standard error, never in its log; the printed link resets the password', async () => {
-    const databaseUrl = await createTestDatabase()
-    const service = await spawnService({ DATABASE_URL: databaseUrl, PASSWORD_RESET_URL: RESET_URL })
+    for (const email of emails) await entryDb`INSERT INTO users (name, email, role) VALUES ('Held', ${email}, 'user')`
+    const held = await entryDb.reserve()
     try {
-      const account = { email: `dev-${unique()}@example.com`, password: `pw-${unique()}` }
-      // In the spawned service's database.
-      const { testPasswords } = await import('./helpers/passwords.js')
-      const db = connect(databaseUrl, { max: 1, statementTimeoutMs: 5000 })
-      try {
-        await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${account.email}, 'user', ${await testPasswords.hash(account.password)})`
-      } finally {
-        await db.end({ timeout: 5 })
+      await held`BEGIN`
+      await held`LOCK TABLE password_reset_requests IN ACCESS EXCLUSIVE MODE`
+      for (const email of emails) {
+        assert.equal((await call(service.url, 'POST', '/auth/password-reset', { body: { email } })).status, 202)
       }
-      assert.equal((await call(service.url, 'POST', '/auth/password-reset', { body: { email: account.email } })).status, 202)
-      await waitUntil('the message on standard error', () => service.stderr().includes(`To: ${account.email}`), 5000)
-      const token = /upa_ot_[A-Za-z0-9_-]{43}/.exec(service.stderr())![0]
-      assert.ok(service.stderr().includes(RESET_URL.replace('{token}', token)))
-      assert.ok(!JSON.stringify(service.logs).includes(token.slice(7)), 'the token is not in the log')
-      assert.equal((await call(service.url, 'POST', '/auth/password-reset/confirm', { body: { token, password: `dev-${unique()}` } })).status, 204)
-    } finally {
       service.kill('SIGTERM')
-      await service.exited
+      // Its port is closed as the stop begins, before the stop waits for the held work (the order of src/service.ts).
+      await waitUntil('the port closed', () => refused(service.port), 10_000)
+      assert.ok(service.alive(), 'still at work on the requests it answered')
+    } finally {
+      await held`COMMIT`
+      held.release()
     }
+    assert.equal((await service.exited).code, 0)
+    const [tokens] = await entryDb<[{ n: number }]>`
+      SELECT count(*)::int AS n FROM one_time_tokens t JOIN users u ON u.id = t.user_id WHERE u.email = ANY(${emails})`
+    assert.equal(tokens.n, 3)
+    const trouble = ['background work dropped at shutdown', 'background work failed']
+    assert.ok(!service.logs.some((l) => trouble.includes(String(l.msg))))
   })
 })
