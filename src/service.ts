@@ -203,7 +203,7 @@ function createDeps(
   const lifecycle = { shuttingDown: false }
   const maintenanceSql = backgroundConnection(sql)
   const apiKeyCache = new ApiKeyCache(cacheSize, () => clock.now())
-  const revocations = new RevocationList()
+  const revocations = new RevocationList(() => clock.now())
   const purges = [
     { name: 'idempotency.purge', table: 'idempotency_keys', where: expiredIdempotencyRecords },
     { name: 'logins.purge-failures', table: 'login_failures', where: expiredLoginFailures },
