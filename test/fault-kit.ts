@@ -520,9 +520,12 @@ export class RawClient {
   private data = Buffer.alloc(0)
   openedAt = performance.now()
   closedAt = 0
+  /** This end's port once connected (the server's remotePort for it), kept after the close. */
+  localPort = 0
   readonly closed: Promise<void>
   constructor(port: number) {
     this.socket = netConnect(port, '127.0.0.1')
+    this.socket.once('connect', () => void (this.localPort = this.socket.localPort!))
     this.socket.on('data', (d: Buffer) => void (this.data = Buffer.concat([this.data, d])))
     this.socket.on('error', () => {})
     this.closed = new Promise((resolve) => this.socket.on('close', () => ((this.closedAt = performance.now()), resolve())))
