@@ -214,6 +214,9 @@ function createDeps(
   ]
   for (const purge of purges) addPurgeJob(scheduler, { ...purge, periodMs: PURGE_EVERY_MS, sql: maintenanceSql })
   const mailSettings = { ...defaultMailSettings, ...tuning.mail }
+  const passwords = new PasswordHasher(config.passwordHashCost)
+  const hashesHelp = 'Password hashes derived (scrypt runs): logins, against a decoy for unknown accounts, and new passwords.'
+  metrics.counterOf('password_hashes_total', hashesHelp, () => passwords.derivations)
   const deps: AppDeps = {
     registry,
     sql,
@@ -235,7 +238,7 @@ function createDeps(
     credentialChanges: new CredentialChanges(sql, listenSql, apiKeyCache, revocations, log, scheduler, { lifecycle }),
     databaseAdmission: admissionFor(config.poolMax, config.statementTimeoutMs, log),
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit, undefined, () => clock.now()) : undefined,
-    passwords: new PasswordHasher(config.passwordHashCost),
+    passwords,
     listShapes: new ListShapes({ prepare: !pooled }),
     changeOrigin: (ctx) => originOf(ctx.principal, ctx.requestId),
     idempotencySecrets: config.jwtSecrets.map((k) => k.secret),

@@ -318,6 +318,7 @@ describe('GET /metrics content', () => {
       http_requests_in_flight: 'gauge',
       db_pool_max_connections: 'gauge',
       db_queries_total: 'counter',
+      password_hashes_total: 'counter',
       process_resident_memory_bytes: 'gauge',
       process_cpu_seconds_total: 'counter',
       nodejs_eventloop_delay_seconds: 'gauge',
@@ -347,6 +348,18 @@ describe('GET /metrics content', () => {
     for (let i = 0; i < 5; i++) await api.request('GET', '/healthz', { auth: null })
     const third = single((await scrape()).e, 'db_queries_total')
     assert.equal(third, second, '/healthz never touches the database')
+  })
+
+  test('password_hashes_total counts one hash per login checked, an unknown account\'s too, and none for a login refused before', async () => {
+    const password = 'a password of the metrics test'
+    const user = await api.createUser({ password })
+    const hashes = async () => single((await scrape()).e, 'password_hashes_total')
+    const before = await hashes()
+    const login = (body: unknown) => api.request('POST', '/auth/login', { auth: null, body })
+    assert.equal((await login({ email: user.email, password })).status, 200)
+    assert.equal((await login({ email: `nobody-${user.email}`, password })).status, 401)
+    assert.equal((await login({ email: user.email })).status, 422)
+    assert.equal(await hashes(), before + 2)
   })
 
   test('process and pool figures are present and plausible', async () => {

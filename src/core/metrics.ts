@@ -31,11 +31,16 @@ export class Metrics {
 
   /** A counter of the application's (mail sent, say): one family without labels; the same name gives the same counter. */
   counter(name: string, help: string): { inc(): void; readonly value: number } {
-    if (!/^[a-z_][a-z0-9_]*_total$/.test(name)) throw new Error(`counter "${name}": lower case, digits and _, ending in _total`)
+    counterName(name)
     let entry = this.counters.get(name)
     if (!entry) this.counters.set(name, (entry = { help, value: 0 }))
     const counted = entry
     return { inc: () => void counted.value++, get value() { return counted.value } }
+  }
+
+  /** A counter its owner keeps (the password hasher's derivations, say), read at each render: one family without labels. */
+  counterOf(name: string, help: string, read: () => number): void {
+    this.counters.set(counterName(name), { help, get value() { return read() } })
   }
 
   observe(method: string, route: string | null, status: number, seconds: number): void {
@@ -90,6 +95,11 @@ export class Metrics {
     }
     return lines.join('\n') + '\n'
   }
+}
+
+function counterName(name: string): string {
+  if (!/^[a-z_][a-z0-9_]*_total$/.test(name)) throw new Error(`counter "${name}": lower case, digits and _, ending in _total`)
+  return name
 }
 
 const escape = (value: string) => value.replace(/[\\"\n]/g, (c) => (c === '\n' ? '\\n' : `\\${c}`))
