@@ -86,7 +86,7 @@ function withSections(readme: string, written: Map<string, string>): string {
   }
   for (const [topic, block] of written) blocks.set(topic, block)
   const ordered = SECTIONS.map(([topic]) => blocks.get(topic)).filter((b) => b !== undefined)
-  return `${readme.slice(0, begin + BEGIN.length)}${intro}\n\n${ordered.join('\n')}${readme.slice(end)}`
+  return `${readme.slice(0, begin + BEGIN.length)}${intro}\n\n${ordered.join('\n')}\n${readme.slice(end)}`
 }
 
 const written = new Map<string, string>()
