@@ -6,7 +6,7 @@ import { after } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { selfSignedCertificate } from './certificates.js'
 import { superviseChild } from './child-process.js'
-import { freePort } from './ports.js'
+import { onFreePorts, PortTaken } from './ports.js'
 import { installedProgram } from './programs.js'
 import { waitUntil } from './wait.js'
 
@@ -145,15 +145,27 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
   for (const sub of ['spool', 'log', 'mail']) mkdirSync(join(dir, sub))
   // The daemon gives up root for the exim account: what it reads and writes is that account's.
   for (const file of ['spool', 'log', 'mail', 'smtp.key.pem', 'smtp.cert.pem', 'passwd']) chownSync(join(dir, file), uid, gid)
-  const port = await freePort()
-  writeFileSync(join(dir, 'exim.conf'), configuration(dir, port, options), { mode: 0o644 })
-
-  // Standard error into a file: a pipe would be inherited by the processes exim forks and hold the test's event loop.
-  const stderr = openSync(join(dir, 'stderr.txt'), 'w')
-  // A process group of its own: the processes it forks for each connection go with it.
-  const child = spawn(binary, ['-C', join(dir, 'exim.conf'), '-bdf'], { stdio: ['ignore', 'ignore', stderr], detached: true })
-  closeSync(stderr)
-  const supervised = superviseChild(child)
+  // Exim logs that it listens once it does (a probe connection would be logged as one more connection).
+  const log = () => (existsSync(join(dir, 'log', 'mainlog')) ? readFileSync(join(dir, 'log', 'mainlog'), 'utf8') : '')
+  const { port, child, supervised } = await onFreePorts(1, async ([port]) => {
+    writeFileSync(join(dir, 'exim.conf'), configuration(dir, port!, options), { mode: 0o644 })
+    // Standard error into a file: a pipe would be inherited by the processes exim forks and hold the test's event loop.
+    const stderr = openSync(join(dir, 'stderr.txt'), 'w')
+    // A process group of its own: the processes it forks for each connection go with it.
+    const child = spawn(binary, ['-C', join(dir, 'exim.conf'), '-bdf'], { stdio: ['ignore', 'ignore', stderr], detached: true })
+    closeSync(stderr)
+    const supervised = superviseChild(child)
+    for (const deadline = Date.now() + 30_000; !log().includes('daemon started');) {
+      const said = readFileSync(join(dir, 'stderr.txt'), 'utf8')
+      if (!supervised.running() && /Address already in use/.test(said)) throw new PortTaken(said)
+      if (!supervised.running() || Date.now() > deadline) {
+        child.kill('SIGKILL')
+        throw new Error(`exim did not start on port ${port}:\n${said}`)
+      }
+      await sleep(20)
+    }
+    return { port: port!, child, supervised }
+  })
   after(async () => {
     // The daemon and what it forked (a connection the client cut may still be logging): all of it at once, nothing
     // there is worth a clean shutdown; the folder goes once none of them runs (the killed linger as zombies
@@ -165,12 +177,6 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
     await waitUntil('exim\'s processes to end', () => !groupRuns(child.pid!), 5000)
     rmSync(dir, { recursive: true, force: true })
   })
-  // Exim logs that it listens once it does (a probe connection would be logged as one more connection).
-  const log = () => (existsSync(join(dir, 'log', 'mainlog')) ? readFileSync(join(dir, 'log', 'mainlog'), 'utf8') : '')
-  for (const deadline = Date.now() + 10_000; !log().includes('daemon started');) {
-    if (!supervised.running() || Date.now() > deadline) throw new Error(`exim did not start on port ${port}:\n${readFileSync(join(dir, 'stderr.txt'), 'utf8')}`)
-    await sleep(20)
-  }
   const skip = log().split('\n').length - 1
   const lines = () => log().split('\n').slice(skip)
 

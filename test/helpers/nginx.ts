@@ -1,11 +1,11 @@
 import { spawn, spawnSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { isIP } from 'node:net'
 import { selfSignedCertificate, type TestCertificate } from './certificates.js'
-import { accepts, freePort } from './ports.js'
+import { onFreePorts, PortTaken } from './ports.js'
 import { installedProgram } from './programs.js'
 
 // A real nginx (Debian's package; `make test` installs it when missing) running
@@ -102,36 +102,45 @@ export async function startNginx(upstreams: readonly string[], options: NginxOpt
   const binary = installedProgram('nginx')
   const dir = mkdtempSync(join(tmpdir(), 'upa-nginx-'))
   const certificate = selfSignedCertificate(dir, 'proxy')
-  const ports = { api: await freePort(), http: await freePort() }
-  const port = ports.api
-  const config = renderConfig({ ...options, ports, upstreams, dir, certificate })
-  writeFileSync(join(dir, 'nginx.conf'), config)
-  const child = spawn(binary, ['-e', 'stderr', '-p', dir, '-c', join(dir, 'nginx.conf'), '-g', nginxGlobals(dir)], { stdio: ['ignore', 'ignore', 'pipe'] })
-  let stderr = ''
-  child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text))
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  let running = true
-  void exited.then(() => (running = false))
+  const started = onFreePorts(2, async ([api, http]) => {
+    const ports = { api: api!, http: http! }
+    const config = renderConfig({ ...options, ports, upstreams, dir, certificate })
+    writeFileSync(join(dir, 'nginx.conf'), config)
+    const pidFile = join(dir, 'nginx.pid')
+    rmSync(pidFile, { force: true })
+    const child = spawn(binary, ['-e', 'stderr', '-p', dir, '-c', join(dir, 'nginx.conf'), '-g', nginxGlobals(dir)], { stdio: ['ignore', 'ignore', 'pipe'] })
+    let stderr = ''
+    child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text))
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+    let running = true
+    void exited.then(() => (running = false))
 
-  for (const deadline = Date.now() + 10_000; !(await accepts(port));) {
-    if (!running || Date.now() > deadline) {
-      child.kill('SIGKILL')
-      throw new Error(`nginx did not start: ${stderr}`)
+    // nginx writes its pid file once it holds its listening sockets: then the ports are its own.
+    for (const deadline = Date.now() + 30_000; !existsSync(pidFile);) {
+      if (!running && /Address already in use/.test(stderr)) throw new PortTaken(stderr)
+      if (!running || Date.now() > deadline) {
+        child.kill('SIGKILL')
+        throw new Error(`nginx did not start: ${stderr}`)
+      }
+      await sleep(20)
     }
-    await sleep(20)
-  }
-  return {
-    url: `${options.tls ? 'https' : 'http'}://127.0.0.1:${port}`,
-    port,
-    httpUrl: `http://127.0.0.1:${ports.http}`,
-    ca: certificate.pem,
-    config,
-    errors: () => stderr,
-    pids: () => [child.pid!, ...spawnSync('pgrep', ['-P', String(child.pid)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number)],
-    async stop() {
-      if (running) child.kill('SIGTERM')
-      await exited
-      rmSync(dir, { recursive: true, force: true })
-    },
-  }
+    return {
+      url: `${options.tls ? 'https' : 'http'}://127.0.0.1:${ports.api}`,
+      port: ports.api,
+      httpUrl: `http://127.0.0.1:${ports.http}`,
+      ca: certificate.pem,
+      config,
+      errors: () => stderr,
+      pids: () => [child.pid!, ...spawnSync('pgrep', ['-P', String(child.pid)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number)],
+      async stop() {
+        if (running) child.kill('SIGTERM')
+        await exited
+        rmSync(dir, { recursive: true, force: true })
+      },
+    }
+  })
+  return started.catch((err: unknown) => {
+    rmSync(dir, { recursive: true, force: true })
+    throw err
+  })
 }

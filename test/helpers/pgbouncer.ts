@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { after } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { superviseChild } from './child-process.js'
-import { accepts, freePort } from './ports.js'
+import { onFreePorts, PortTaken } from './ports.js'
 import { installedProgram } from './programs.js'
 
 // A real PgBouncer (Debian's package, 1.18; `make test` installs it when
@@ -70,8 +70,13 @@ export async function launchPgBouncer(serverUrl: string, { poolSize = 3, user: a
   ].join(' ')
   const runAs = account()
   const dir = mkdtempSync(join(tmpdir(), 'upa-pgbouncer-'))
-  const port = await freePort()
-  const ini = `[databases]
+  writeFileSync(join(dir, 'users.txt'), `"${user}" ""\n`)
+  const owner = runAs && {
+    uid: Number(spawnSync('id', ['-u', runAs], { encoding: 'utf8' }).stdout),
+    gid: Number(spawnSync('id', ['-g', runAs], { encoding: 'utf8' }).stdout),
+  }
+  const started = onFreePorts(1, async ([port]) => {
+    const ini = `[databases]
 * = ${target}
 
 [pgbouncer]
@@ -87,37 +92,39 @@ reserve_pool_size = 0
 max_client_conn = 500
 ignore_startup_parameters =
 `
-  writeFileSync(join(dir, 'pgbouncer.ini'), ini)
-  writeFileSync(join(dir, 'users.txt'), `"${user}" ""\n`)
-  if (runAs) {
-    const uid = Number(spawnSync('id', ['-u', runAs], { encoding: 'utf8' }).stdout)
-    const gid = Number(spawnSync('id', ['-g', runAs], { encoding: 'utf8' }).stdout)
-    for (const file of ['', 'pgbouncer.ini', 'users.txt']) chownSync(join(dir, file), uid, gid)
-  }
-  const child = spawn(installedProgram('pgbouncer'), [...(runAs ? ['-u', runAs] : []), join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] })
-  let stderr = ''
-  child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text))
-  const supervised = superviseChild(child)
-  const stop = async () => {
-    await supervised.stop()
-    rmSync(dir, { recursive: true, force: true })
-  }
-  for (const deadline = Date.now() + 10_000; !(await accepts(port));) {
-    if (!supervised.running() || Date.now() > deadline) {
-      await stop()
-      throw new Error(`PgBouncer did not start on port ${port}:\n${stderr}`)
+    writeFileSync(join(dir, 'pgbouncer.ini'), ini)
+    if (owner) for (const file of ['', 'pgbouncer.ini', 'users.txt']) chownSync(join(dir, file), owner.uid, owner.gid)
+    const child = spawn(installedProgram('pgbouncer'), [...(runAs ? ['-u', runAs] : []), join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] })
+    let stderr = ''
+    child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text))
+    const supervised = superviseChild(child)
+    const stop = async () => {
+      await supervised.stop()
+      rmSync(dir, { recursive: true, force: true })
     }
-    await sleep(20)
-  }
-  return {
-    port,
-    pid: child.pid!,
-    version: spawnSync(installedProgram('pgbouncer'), ['--version'], { encoding: 'utf8' }).stdout.split('\n')[0]!.trim(),
-    urlFor(databaseUrl) {
-      const database = new URL(databaseUrl).pathname
-      return `postgres://${encodeURIComponent(user)}@127.0.0.1:${port}${database}`
-    },
-    log: () => stderr,
-    stop,
-  }
+    // It says when it listens: then the port is its own.
+    for (const deadline = Date.now() + 30_000; !stderr.includes(`listening on 127.0.0.1:${port}`);) {
+      if (!supervised.running() && /Address already in use/.test(stderr)) throw new PortTaken(stderr)
+      if (!supervised.running() || Date.now() > deadline) {
+        await stop()
+        throw new Error(`PgBouncer did not start on port ${port}:\n${stderr}`)
+      }
+      await sleep(20)
+    }
+    return {
+      port: port!,
+      pid: child.pid!,
+      version: spawnSync(installedProgram('pgbouncer'), ['--version'], { encoding: 'utf8' }).stdout.split('\n')[0]!.trim(),
+      urlFor(databaseUrl) {
+        const database = new URL(databaseUrl).pathname
+        return `postgres://${encodeURIComponent(user)}@127.0.0.1:${port}${database}`
+      },
+      log: () => stderr,
+      stop,
+    }
+  })
+  return started.catch((err: unknown) => {
+    rmSync(dir, { recursive: true, force: true })
+    throw err
+  })
 }

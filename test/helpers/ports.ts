@@ -5,11 +5,35 @@ import { connect, createServer } from 'node:net'
 
 /** A port free on 127.0.0.1 now (the kernel's pick; another process could take it before the caller binds it). */
 export async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise((resolve) => server.close(resolve))
-  return port
+  const [port] = await freePorts(1)
+  return port!
+}
+
+/** `count` distinct ports free on 127.0.0.1 now (held together while chosen, so never one twice). */
+export async function freePorts(count: number): Promise<number[]> {
+  const servers = Array.from({ length: count }, () => createServer())
+  await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))))
+  const ports = servers.map((server) => (server.address() as { port: number }).port)
+  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))))
+  return ports
+}
+
+/** Thrown by a server program's start when one of its ports was taken before it could bind it. */
+export class PortTaken extends Error {}
+
+/**
+ * A server program told its ports (nginx, PgBouncer, exim): `start` with `count` ports free now, and again with
+ * others when it throws PortTaken, as it must when the program says so; another process may be given a port
+ * between its choice and the program's bind. `start` must also make sure it is its program that listens there.
+ */
+export async function onFreePorts<T>(count: number, start: (ports: number[]) => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start(await freePorts(count))
+    } catch (err) {
+      if (!(err instanceof PortTaken) || attempt === 3) throw err
+    }
+  }
 }
 
 /**
