@@ -102,7 +102,7 @@ export async function startNginx(upstreams: readonly string[], options: NginxOpt
   const binary = installedProgram('nginx')
   const dir = mkdtempSync(join(tmpdir(), 'upa-nginx-'))
   const certificate = selfSignedCertificate(dir, 'proxy')
-  const started = onFreePorts(2, async ([api, http]) => {
+  const started = onFreePorts(2, async ([api, http]): Promise<Nginx> => {
     const ports = { api: api!, http: http! }
     const config = renderConfig({ ...options, ports, upstreams, dir, certificate })
     writeFileSync(join(dir, 'nginx.conf'), config)

@@ -75,7 +75,7 @@ export async function launchPgBouncer(serverUrl: string, { poolSize = 3, user: a
     uid: Number(spawnSync('id', ['-u', runAs], { encoding: 'utf8' }).stdout),
     gid: Number(spawnSync('id', ['-g', runAs], { encoding: 'utf8' }).stdout),
   }
-  const started = onFreePorts(1, async ([port]) => {
+  const started = onFreePorts(1, async ([port]): Promise<PgBouncer> => {
     const ini = `[databases]
 * = ${target}
 
