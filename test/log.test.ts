@@ -1,29 +1,31 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { batchedWriter, createLogger } from '../src/core/log.js'
 
-test('lines logged within the delay reach the sink in one write, in order, once the delay has passed', async () => {
-  // A delay far longer than a turn of the event loop, so that a busy machine's late timers do not end it between two lines.
+test('lines logged within the delay reach the sink in one write, in order, once the delay has passed', (t) => {
+  // The writer's timer runs on the test's clock: the delay passes when the test says, however busy the machine.
+  t.mock.timers.enable({ apis: ['setTimeout'] })
   const DELAY_MS = 200
   const writes: string[] = []
   const out = batchedWriter((text) => void writes.push(text), DELAY_MS)
   const log = createLogger('info', out.write)
   log.info('first', { n: 1 })
   log.debug('below the level')
-  await new Promise(setImmediate)
+  t.mock.timers.tick(DELAY_MS - 1)
   log.warn('second')
   assert.equal(writes.length, 0)
-  await sleep(2 * DELAY_MS)
+  t.mock.timers.tick(1)
   assert.equal(writes.length, 1)
   const lines = writes[0]!.split('\n')
   assert.equal(lines.pop(), '')
   assert.deepEqual(lines.map((l) => JSON.parse(l).msg), ['first', 'second'])
-  await sleep(2 * DELAY_MS)
+  t.mock.timers.tick(2 * DELAY_MS)
   assert.equal(writes.length, 1, 'nothing is written when nothing waits')
   log.info('third')
-  await sleep(2 * DELAY_MS)
-  assert.equal(writes.length, 2, 'a later line starts a new delay')
+  t.mock.timers.tick(DELAY_MS - 1)
+  assert.equal(writes.length, 1, 'a later line starts a new delay')
+  t.mock.timers.tick(1)
+  assert.equal(writes.length, 2)
 })
 
 test('64 KiB waiting are written at once; flush() writes what waits without waiting for the delay', () => {
