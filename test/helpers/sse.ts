@@ -1,6 +1,7 @@
 import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage } from 'node:http'
 import { connect } from 'node:net'
 import type { Sql } from 'postgres'
+import type { TestServer } from './server.js'
 
 // A small Server-Sent Events client for tests: one raw HTTP request (no
 // agent, so every stream has its own connection), the HTML standard's
@@ -179,4 +180,10 @@ export async function insertEvents(sql: Sql, count: number, bytes = 100): Promis
     INSERT INTO event_outbox (type, subject_type, subject_id, data)
     SELECT 'product.updated', 'product', g, json_build_object('id', g, 'pad', repeat('x', ${bytes}))
     FROM generate_series(1, ${count}) AS g`
+}
+
+/** The id of the newest event, once everything committed has been published: a stream that starts after it gets what comes next. */
+export async function newestEventId(server: TestServer): Promise<number> {
+  await server.published()
+  return (await server.sql<[{ id: number }]>`SELECT coalesce(max(id), 0)::bigint AS id FROM events`)[0].id
 }
