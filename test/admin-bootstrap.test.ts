@@ -4,7 +4,7 @@ import type { Sql } from 'postgres'
 import { loadConfig } from '../src/config.js'
 import { createLogger } from '../src/core/log.js'
 import { createService } from '../src/service.js'
-import { TEST_PASSWORD_HASH_COST, testHashCostFor } from './helpers/passwords.js'
+import { testHashCostFor } from './helpers/passwords.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 import { freePort } from './helpers/ports.js'
 import { launchService, spawnCommand, type CommandExit, type Spawned } from './fault-kit.js'
@@ -54,7 +54,7 @@ interface Database {
 async function database(): Promise<Database> {
   const url = await createTestDatabase()
   const config = {
-    ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS, PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST }),
+    ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS, ...testHashCostFor({}) }),
     databaseUrl: url, databasePooler: 'none' as const,
   }
   const service = createService({ ...config, poolMax: 2, statementTimeoutMs: 10_000 }, { log: createLogger('error', () => {}) })

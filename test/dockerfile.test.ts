@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict'
 import { execFile, spawn, spawnSync } from 'node:child_process'
-import { chmodSync, copyFileSync, cpSync, linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import {
+  chmodSync, copyFileSync, cpSync, linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync,
+} from 'node:fs'
 import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -50,9 +52,10 @@ interface Ran {
 }
 
 /** A program run to its end without holding up this process (the service a test started answers from another). */
-function run(program: string, args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv; timeout?: number }): Promise<Ran> {
-  return new Promise((resolve) => {
-    const child = execFile(program, args, { ...options, encoding: 'utf8' }, (_, stdout, stderr) => resolve({ status: child.exitCode, stdout, stderr }))
+function run(program: string, args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv; timeout?: number }) {
+  return new Promise<Ran>((resolve) => {
+    const child = execFile(program, args, { ...options, encoding: 'utf8' },
+      (_, stdout, stderr) => resolve({ status: child.exitCode, stdout, stderr }))
   })
 }
 
@@ -64,7 +67,8 @@ const build = mkdtempSync(join(tmpdir(), 'upa-build-'))
 after(() => rmSync(build, { recursive: true, force: true }))
 cpSync(join(root, 'package.json'), join(build, 'package.json'))
 symlinkSync(join(root, 'node_modules'), join(build, 'node_modules'))
-const building = run(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', join(root, 'tsconfig.json'), '--noCheck', '--outDir', join(build, 'dist')], { cwd: root })
+const tsc = [join(root, 'node_modules/typescript/bin/tsc'), '-p', join(root, 'tsconfig.json')]
+const building = run(process.execPath, [...tsc, '--noCheck', '--outDir', join(build, 'dist')], { cwd: root })
 /** The build, once made; fails the test that needs it when tsc did not make it. */
 async function built(): Promise<void> {
   const { status, stdout, stderr } = await building
@@ -107,7 +111,7 @@ describe('the image\'s HEALTHCHECK command follows the configuration the service
   const command = execForm(runtimeStage().find((i) => i.keyword === 'HEALTHCHECK')!.args)
   assert.deepEqual(command.slice(0, 2), ['node', 'dist/main.js'])
   const healthcheck = (env: Record<string, string>, ...extra: string[]) =>
-    run(process.execPath, [...command.slice(1), ...extra], { cwd: build, env: { PATH: process.env.PATH!, ...env }, timeout: 10_000 })
+    run(process.execPath, [...command.slice(1), ...extra], { cwd: build, env: { PATH: process.env.PATH!, ...env }, timeout: 10e3 })
   const dir = mkdtempSync(join(tmpdir(), 'upa-healthcheck-'))
   after(() => rmSync(dir, { recursive: true, force: true }))
   const certificate = selfSignedCertificate(dir, 'service')
@@ -161,7 +165,8 @@ describe('the image\'s HEALTHCHECK command follows the configuration the service
     await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
     after(() => silent.close())
     const { TLS_CERT_FILE: _c, TLS_KEY_FILE: _k, ...plain } = running
-    assertUnhealthy(await healthcheck({ ...plain, PORT: String((silent.address() as AddressInfo).port) }), /no answer within 2 s$/m)
+    const answer = await healthcheck({ ...plain, PORT: String((silent.address() as AddressInfo).port) })
+    assertUnhealthy(answer, /no answer within 2 s$/m)
   })
 
   test('an unspecified listen address is asked on loopback, of its family; any other on itself', () => {
@@ -173,7 +178,9 @@ describe('the image\'s HEALTHCHECK command follows the configuration the service
 
   test('refuses what it cannot check: a configuration that does not load, PORT=0, an unknown argument', async () => {
     const [badPrefix, portZero, unknown] = await Promise.all([
-      healthcheck({ ...running, API_PREFIX: 'v1' }), healthcheck({ ...running, PORT: '0' }), healthcheck(running, '--live'),
+      healthcheck({ ...running, API_PREFIX: 'v1' }),
+      healthcheck({ ...running, PORT: '0' }),
+      healthcheck(running, '--live'),
     ])
     assertUnhealthy(badPrefix, /^healthcheck: the configuration does not load: API_PREFIX: /)
     assertUnhealthy(portZero, /PORT=0/)

@@ -47,7 +47,8 @@ test('types generated from /openapi.json type-check and drive the API with opena
   // The check and the run need only the generated types, not each other (tsx does not type-check): both at once.
   const [, out] = await Promise.all([
     step(bin('tsc'), ['-p', 'tsconfig.json']),
-    step(process.execPath, ['--import', 'tsx', 'example.ts'], { API_URL: api.url, API_EMAIL: admin.email, API_PASSWORD: password }),
+    step(process.execPath, ['--import', 'tsx', 'example.ts'],
+      { API_URL: api.url, API_EMAIL: admin.email, API_PASSWORD: password }),
   ])
 
   const result = JSON.parse(out.trim().split('\n').at(-1)!)

@@ -190,7 +190,8 @@ describe('through PgBouncer in transaction mode', () => {
     const keyBound = await propagationBound([b])
     assert.equal((await a.request('DELETE', `/api-keys/${key.body.id}`)).status, 204)
     const revoked = performance.now()
-    await waitUntil('B to refuse the revoked key', async () => (await b.request('GET', '/auth/me', { auth: key.body.key })).status === 401, keyBound)
+    const refusesKey = async () => (await b.request('GET', '/auth/me', { auth: key.body.key })).status === 401
+    await waitUntil('B to refuse the revoked key', refusesKey, keyBound)
     const keyMs = performance.now() - revoked
 
     const user = await a.createUser({ password: 'a session password' })
@@ -200,7 +201,9 @@ describe('through PgBouncer in transaction mode', () => {
     const logoutBound = await propagationBound([b])
     assert.equal((await a.request('POST', '/auth/logout', { auth: login.body.access_token })).status, 204)
     const loggedOut = performance.now()
-    await waitUntil('B to refuse the logged-out JWT', async () => (await b.request('GET', '/auth/me', { auth: login.body.access_token })).status === 401, logoutBound)
+    const jwt = login.body.access_token
+    const refusesJwt = async () => (await b.request('GET', '/auth/me', { auth: jwt })).status === 401
+    await waitUntil('B to refuse the logged-out JWT', refusesJwt, logoutBound)
     console.log(`refused on the other instance after ${Math.round(keyMs)} ms (API key), ${Math.round(performance.now() - loggedOut)} ms (logout)`)
   })
 })

@@ -268,12 +268,14 @@ describe('two instances behind nginx', async () => {
       const started = performance.now()
       const created = await call(nginx.url, 'POST', '/products', { headers: auth, body: { sku: `STREAM-${Date.now()}-${i}`, name: 'Streamed', price: 1, currency: 'EUR' } })
       assert.equal(created.status, 201)
-      const arrival = (client: SseClient) => client.waitFor(() => client.events.some((e) => JSON.parse(e.data).subject.id === created.body.id), 30_000, `the event of product ${created.body.id}`)
+      const id = created.body.id
+      const arrival = (client: SseClient) => client
+        .waitFor(() => client.events.some((e) => JSON.parse(e.data).subject.id === id), 30_000, `the event of ${id}`)
         .then(() => performance.now() - started)
       const [directMs, proxiedMs] = await Promise.all([arrival(direct), arrival(stream)])
       // At once: within a second of the write, or five times what it took without nginx when that is more.
       const bound = boundFrom(directMs)
-      assert.ok(proxiedMs < bound, `through nginx after ${Math.round(proxiedMs)} ms, directly after ${Math.round(directMs)} ms`)
+      assert.ok(proxiedMs < bound, `through nginx ${Math.round(proxiedMs)} ms, directly ${Math.round(directMs)} ms`)
     }
   })
 
@@ -338,14 +340,16 @@ describe('SIGTERM to one of two instances under load', async () => {
     const [stopping, staying] = instances as [Spawned, Spawned]
     const served = (instance: Spawned) => instance.logs.filter((l) => l.msg === 'request').length
     const writesDone = (since: number) => writes.slice(since).some((w) => w.status === 201)
-    await waitUntil('both instances to serve reads and writes', () => served(stopping) >= 50 && served(staying) >= 50 && writesDone(0))
+    await waitUntil('both instances to serve reads and writes',
+      () => served(stopping) >= 50 && served(staying) >= 50 && writesDone(0))
     const termAt = performance.now()
     const readsBefore = reads.length
     stopping.kill('SIGTERM')
     const exit = await stopping.exited
     const exitAt = performance.now()
     const atExit = { reads: reads.length, writes: writes.length, served: served(staying) }
-    await waitUntil('reads and writes answered after the exit', () => reads.length >= atExit.reads + 100 && writesDone(atExit.writes))
+    await waitUntil('reads and writes answered after the exit',
+      () => reads.length >= atExit.reads + 100 && writesDone(atExit.writes))
     stopped = true
     await Promise.all(loops)
     const readsAfter = reads.length - atExit.reads
@@ -356,6 +360,7 @@ describe('SIGTERM to one of two instances under load', async () => {
     // nginx never retries a POST it has sent: one cut by the stop may fail, but must then not have been done.
     const stored = new Set((await db<Array<{ sku: string }>>`SELECT sku FROM products WHERE sku LIKE 'TERM-%'`).map((r) => r.sku))
     for (const w of writes) assert.equal(stored.has(w.sku), w.status === 201, `${w.sku}: answered ${w.status}`)
-    console.log(`# ${readsBefore} reads before SIGTERM, ${atExit.reads - readsBefore} in the ${Math.round(exitAt - termAt)} ms to the exit, then ${readsAfter} by one instance`)
+    const toExit = `${atExit.reads - readsBefore} in the ${Math.round(exitAt - termAt)} ms to the exit`
+    console.log(`# ${readsBefore} reads before SIGTERM, ${toExit}, then ${readsAfter} by one instance`)
   })
 })

@@ -10,7 +10,7 @@ import { connect } from '../src/core/db/connect.js'
 import { call, launchService, OwnCluster, projectRoot, runCommand, waitFor, type CommandExit } from './fault-kit.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 import { freePort } from './helpers/ports.js'
-import { TEST_PASSWORD_HASH_COST } from './helpers/passwords.js'
+import { testHashCostFor } from './helpers/passwords.js'
 import { MAIL_NOT_CONFIGURED } from '../src/mail/transport.js'
 
 // Start-up and the command line, as a newcomer meets them (issue 26's
@@ -217,7 +217,7 @@ describe('commands', { concurrency: true }, () => {
 describe('make admin', () => {
   test('a password given on standard input is never printed back; one from ADMIN_PASSWORD_FILE neither', async () => {
     const url = await createTestDatabase()
-    const env = { DATABASE_URL: url, JWT_SECRETS: `k:${TEST_JWT_SECRET}`, LOG_LEVEL: 'error', PASSWORD_HASH_COST: TEST_PASSWORD_HASH_COST }
+    const env = { DATABASE_URL: url, JWT_SECRETS: `k:${TEST_JWT_SECRET}`, LOG_LEVEL: 'error', ...testHashCostFor({}) }
     const piped = await runCommand(['admin', 'piped.admin@example.com'], env, 'piped password 123\n')
     assert.equal(piped.code, 0, piped.stderr)
     assert.match(piped.stdout, /^Created admin piped\.admin@example\.com \(id \d+\) with the password from standard input\.\n$/)

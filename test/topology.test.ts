@@ -91,11 +91,13 @@ describe('three instances behind nginx, through PgBouncer in transaction mode, o
     // Every instance has the key cached and the JWT accepted; the slowest instance's answers to both are the
     // baseline of the bound (boundFrom): one round of the probe below.
     const probe = (i: Spawned) => Promise.all([
-      call(i.url, 'GET', `/users/${adminId}`, { headers: keyHeaders }), call(i.url, 'GET', '/users?limit=1', { headers: jwtHeaders }),
+      call(i.url, 'GET', `/users/${adminId}`, { headers: keyHeaders }),
+      call(i.url, 'GET', '/users?limit=1', { headers: jwtHeaders }),
     ])
     let slowest = 0
     for (const i of instances) {
-      slowest = Math.max(slowest, await timed(async () => assert.deepEqual((await probe(i)).map((a) => a.status), [200, 200])))
+      const took = await timed(async () => assert.deepEqual((await probe(i)).map((a) => a.status), [200, 200]))
+      slowest = Math.max(slowest, took)
     }
     const bound = boundFrom(slowest)
     const revoked = performance.now()
@@ -112,7 +114,8 @@ describe('three instances behind nginx, through PgBouncer in transaction mode, o
       })
       return performance.now() - revoked
     }))
-    assert.ok(refusedAt.every((ms) => ms < bound), `refused after ${refusedAt.map(Math.round).join(', ')} ms (bound ${Math.round(bound)} ms)`)
+    const refusals = `refused after ${refusedAt.map(Math.round).join(', ')} ms (bound ${Math.round(bound)} ms)`
+    assert.ok(refusedAt.every((ms) => ms < bound), refusals)
   })
 
   test('an event written through one instance reaches stream clients of all three', async () => {
@@ -134,10 +137,11 @@ describe('three instances behind nginx, through PgBouncer in transaction mode, o
       call(nginx.url, 'POST', '/products', { agent, headers: auth, body: { sku: `HOOK-${Date.now()}-${n}`, name: 'Delivered', price: 1, currency: 'EUR' } })))
     assert.deepEqual(tally(answers), { 201: count })
     await receiver.waitFor('every delivery', (r) => r.length >= count, 30_000)
-    const sent = () => instances.map((i) => i.logs.filter((l) => l.msg === 'webhook delivered').length).reduce((a, b) => a + b, 0)
+    const sent = () => instances.reduce((n, i) => n + i.logs.filter((l) => l.msg === 'webhook delivered').length, 0)
     // Every delivery recorded as done, none claimed again (nothing more can be sent), and logged by its sender.
     await waitUntil('every delivery recorded as done and logged', async () => {
-      const [{ done }] = await db<[{ done: number }]>`SELECT count(*)::int AS done FROM webhook_deliveries WHERE status = 'succeeded' AND leased_until IS NULL`
+      const [{ done }] = await db<[{ done: number }]>`
+        SELECT count(*)::int AS done FROM webhook_deliveries WHERE status = 'succeeded' AND leased_until IS NULL`
       return done === count && sent() >= count
     })
     const counts = receiver.countsById()

@@ -10,7 +10,9 @@ import { RestartPolicy } from '../src/cluster/restart-policy.js'
 import { reusePortMissing } from '../src/cluster/reuse-port.js'
 import { loadConfig } from '../src/config.js'
 import { connect } from '../src/core/db/connect.js'
-import { adminToken, holdRowLock, launchService, projectRoot, startLoad, summarize, waitFor, type Spawned } from './fault-kit.js'
+import {
+  adminToken, holdRowLock, launchService, projectRoot, startLoad, summarize, waitFor, type Outcome, type Spawned,
+} from './fault-kit.js'
 import { call, tally, type Answer } from './helpers/http-client.js'
 import { createTestDatabase } from './helpers/server.js'
 import { portBelowEphemeral } from './helpers/ports.js'
@@ -59,7 +61,7 @@ async function servedBy(service: Spawned, requestId: string): Promise<number> {
   return workerOf(service, requestId)!
 }
 
-/** The baseline of this file's time bounds (boundFrom): a request on a new connection until its log line has come, the slowest of three. */
+/** The baseline of this file's time bounds (boundFrom): a request on a new connection to its log line, worst of 3. */
 async function probeMs(service: Spawned, headers: Record<string, string> = auth): Promise<number> {
   let slowest = 0
   for (let i = 0; i < 3; i++) {
@@ -149,9 +151,10 @@ describe('WORKERS', { concurrency: true }, () => {
         after.push({ worker, status: a.status })
         if (a.status === 401 && !refusedBy.has(worker)) refusedBy.set(worker, performance.now() - loggedOutAt)
       }
-      const answers = `answers after the logout (worker ${loggedOutBy} logged out; bound ${Math.round(bound)} ms): ${JSON.stringify(after)}`
+      const answers = `worker ${loggedOutBy} logged out; bound ${Math.round(bound)} ms; then ${JSON.stringify(after)}`
       assert.deepEqual([...refusedBy.keys()].sort(), [1, 2], answers)
-      assert.ok([...refusedBy.values()].every((ms) => ms < bound), `refused after ${[...refusedBy.values()].map(Math.round).join(', ')} ms; ${answers}`)
+      const refusedAfter = [...refusedBy.values()]
+      assert.ok(refusedAfter.every((ms) => ms < bound), `refused after ${refusedAfter.map(Math.round)} ms; ${answers}`)
       // Once a worker refused it, it never accepts it again.
       assert.deepEqual(after.filter((a, i) => a.status === 200 && after.slice(0, i).some((b) => b.worker === a.worker && b.status === 401)), [])
     })
@@ -167,15 +170,16 @@ describe('WORKERS', { concurrency: true }, () => {
         return { client, seq, what: a.requestId, started, ended: performance.now(), status: a.status || undefined, error: a.error }
       })
       /** Workers that answered requests started after `since`, as far as their log lines have come. */
-      const answeredBy = (since: number) =>
-        new Set(load.outcomes.filter((o) => o.started > since && o.status === 200).map((o) => workerOf(service, o.what)).filter((w) => w !== undefined))
-      await waitFor('both workers to answer the load', () => answeredBy(0).size === 2)
+      const answeredBy = (since: number) => new Set(load.outcomes
+        .filter((o) => o.started > since && o.status === 200).map((o) => workerOf(service, o.what)))
+      const both = (workers: Set<number | undefined>) => workers.has(1) && workers.has(2)
+      await waitFor('both workers to answer the load', () => both(answeredBy(0)))
       const killedAt = performance.now()
       process.kill(victim!.pid, 'SIGKILL')
       await waitFor('a new worker 1 to listen', () => service.logs.filter((l) => l.msg === 'listening' && l.worker === 1).length === 2, 10_000)
       const replacedAt = performance.now()
       // The replacement, worker 1 again in a new process, serves beside worker 2.
-      await waitFor('both workers to answer the load after the replacement', () => answeredBy(replacedAt).size === 2)
+      await waitFor('both workers to answer the load after the replacement', () => both(answeredBy(replacedAt)))
       const outcomes = await load.stop()
       const failed = outcomes.filter((o) => o.status !== 200)
       const died = service.logs.find((l) => l.msg === 'worker died; replacing it')
@@ -184,12 +188,14 @@ describe('WORKERS', { concurrency: true }, () => {
       // the death, and each is refused at once (a reset, a hang-up), none left hanging.
       const seenDead = (died as { seenAt?: number } | undefined)?.seenAt ?? Infinity
       assert.deepEqual(failed.filter((o) => o.started > seenDead), [], 'a request started after the primary saw the death failed')
-      assert.deepEqual(failed.filter((o) => !/ECONNRESET|socket hang up/.test(o.error ?? '') || o.ended - o.started > atOnce), [], `failed (bound ${Math.round(atOnce)} ms): ${JSON.stringify(failed)}`)
+      const reset = (o: Outcome) => /ECONNRESET|socket hang up/.test(o.error ?? '') && o.ended - o.started <= atOnce
+      const notAtOnce = failed.filter((o) => !reset(o))
+      assert.deepEqual(notAtOnce, [], `failed (bound ${Math.round(atOnce)} ms): ${JSON.stringify(failed)}`)
       assert.equal(died?.pid, victim!.pid)
       assert.equal(died?.signal, 'SIGKILL')
       const [replacement] = workerPids(service).filter((p) => p.worker === 1).slice(-1)
       assert.notEqual(replacement!.pid, victim!.pid)
-      assert.ok(outcomes.some((o) => o.started < killedAt && o.ended > killedAt), 'requests were in flight when the worker was killed')
+      assert.ok(outcomes.some((o) => o.started < killedAt && o.ended > killedAt), 'requests were in flight at the kill')
     })
 
     test('SIGTERM to the primary under load: requests in flight on both workers finish, new connections are refused, exit 0 within SHUTDOWN_TIMEOUT', async () => {
@@ -221,11 +227,12 @@ describe('WORKERS', { concurrency: true }, () => {
       const termAt = performance.now()
       service.kill('SIGTERM')
       // Both workers drain; the port is closed once both have stopped listening.
-      await waitFor('both workers to shut down', () => service.logs.filter((l) => l.msg === 'shutting down' && l.worker !== undefined).length === 2, 10_000, 10)
+      const draining = () => service.logs.filter((l) => l.msg === 'shutting down' && l.worker !== undefined).length
+      await waitFor('both workers to shut down', () => draining() === 2, 10_000, 10)
       const refusedAfter = await waitFor('a new connection to be refused', () => refused(service.port), 10_000, 10)
       const whileHeld = performance.now()
       // The load meets the closed port while the writes are still held.
-      await waitFor('the load to be refused', () => load.outcomes.some((o) => o.started > whileHeld && o.error !== undefined))
+      await waitFor('the load to be refused', () => load.outcomes.some((o) => o.started > whileHeld && o.error))
       lock.release()
       await lock.done
       const answers = await Promise.all(held)
@@ -238,9 +245,9 @@ describe('WORKERS', { concurrency: true }, () => {
       assert.deepEqual([...new Set(workers)].sort(), [1, 2], 'writes held on both workers')
       assert.ok(whileHeld < exit.at, 'connections were refused while requests were still in flight')
       assert.equal(exit.code, 0)
-      // Within SHUTDOWN_TIMEOUT of the signal, and the time this machine took to act on it (the port closing) five times.
+      // Within SHUTDOWN_TIMEOUT of the signal, and five times what this machine took to act on it (the port closing).
       const deadline = SHUTDOWN_TIMEOUT_MS + SLOWDOWN * refusedAfter
-      assert.ok(exitAfter < deadline, `exit ${Math.round(exitAfter)} ms after SIGTERM (SHUTDOWN_TIMEOUT ${SHUTDOWN_TIMEOUT_MS} ms; bound ${Math.round(deadline)} ms)`)
+      assert.ok(exitAfter < deadline, `exit ${Math.round(exitAfter)} ms after SIGTERM (bound ${Math.round(deadline)})`)
       // Under load: before the signal, every answer 200; after it, 200, 503 shutting_down, or a connection refused
       // or closed before any answer (reset, or closed: "socket hang up"), as with one process (test/fault-shutdown.test.ts).
       const unexpected = outcomes.filter((o) => !(o.status === 200 || o.code === 'shutting_down' || (o.ended > termAt && /ECONNREFUSED|ECONNRESET|socket hang up/.test(o.error ?? ''))))

@@ -152,7 +152,8 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
     // Standard error into a file: a pipe would be inherited by the processes exim forks and hold the test's event loop.
     const stderr = openSync(join(dir, 'stderr.txt'), 'w')
     // A process group of its own: the processes it forks for each connection go with it.
-    const child = spawn(binary, ['-C', join(dir, 'exim.conf'), '-bdf'], { stdio: ['ignore', 'ignore', stderr], detached: true })
+    const child = spawn(binary, ['-C', join(dir, 'exim.conf'), '-bdf'],
+      { stdio: ['ignore', 'ignore', stderr], detached: true })
     closeSync(stderr)
     const supervised = superviseChild(child)
     for (const deadline = Date.now() + 30_000; !log().includes('daemon started');) {

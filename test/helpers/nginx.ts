@@ -108,7 +108,8 @@ export async function startNginx(upstreams: readonly string[], options: NginxOpt
     writeFileSync(join(dir, 'nginx.conf'), config)
     const pidFile = join(dir, 'nginx.pid')
     rmSync(pidFile, { force: true })
-    const child = spawn(binary, ['-e', 'stderr', '-p', dir, '-c', join(dir, 'nginx.conf'), '-g', nginxGlobals(dir)], { stdio: ['ignore', 'ignore', 'pipe'] })
+    const args = ['-e', 'stderr', '-p', dir, '-c', join(dir, 'nginx.conf'), '-g', nginxGlobals(dir)]
+    const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] })
     let stderr = ''
     child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text))
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
@@ -131,7 +132,10 @@ export async function startNginx(upstreams: readonly string[], options: NginxOpt
       ca: certificate.pem,
       config,
       errors: () => stderr,
-      pids: () => [child.pid!, ...spawnSync('pgrep', ['-P', String(child.pid)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number)],
+      pids: () => {
+        const workers = spawnSync('pgrep', ['-P', String(child.pid)], { encoding: 'utf8' }).stdout
+        return [child.pid!, ...workers.split('\n').filter(Boolean).map(Number)]
+      },
       async stop() {
         if (running) child.kill('SIGTERM')
         await exited

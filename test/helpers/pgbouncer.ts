@@ -94,7 +94,8 @@ ignore_startup_parameters =
 `
     writeFileSync(join(dir, 'pgbouncer.ini'), ini)
     if (owner) for (const file of ['', 'pgbouncer.ini', 'users.txt']) chownSync(join(dir, file), owner.uid, owner.gid)
-    const child = spawn(installedProgram('pgbouncer'), [...(runAs ? ['-u', runAs] : []), join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] })
+    const args = [...(runAs ? ['-u', runAs] : []), join(dir, 'pgbouncer.ini')]
+    const child = spawn(installedProgram('pgbouncer'), args, { stdio: ['ignore', 'ignore', 'pipe'] })
     let stderr = ''
     child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text))
     const supervised = superviseChild(child)
