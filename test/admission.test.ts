@@ -9,7 +9,7 @@ import { waitUntil } from './helpers/wait.js'
 // Database admission, as a unit, with a simulated
 // database: `connections` statements at a time, each `serviceMs`, the rest
 // queued first in, first out (as postgres.js queues them). The fault tests
-// (test/fault-pool.test.ts, test/fault-db-outage.test.ts) show the bound
+// (test/fault-pool.test.ts, test/helpers/db-outage.ts) show the bound
 // against a real pool and a frozen server; how long requests wait against the
 // target, and how many are refused, with many more clients than connections
 // is a figure of `make bench-faults` (bench/faults/admission.ts).

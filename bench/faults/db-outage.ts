@@ -9,7 +9,7 @@ import type { FaultSection } from './section.js'
 import { quietService, withOwnDatabase } from './service.js'
 
 // The database goes away under load, for real, as in
-// test/fault-db-outage.test.ts and test/fault-backend-kill.test.ts, which
+// test/helpers/db-outage.ts and test/fault-backend-kill.test.ts, which
 // assert what every client gets (a success or a 503 with Retry-After, before
 // the admission deadline) and that the same process serves again by itself.
 // This is how soon: the first 503 after the fault, how long the 503s took,
