@@ -8,6 +8,7 @@ import {
   adminToken, call, connectionRefused, everyClient, holdRowLock, OwnCluster, RawClient, spawnService, startLoad,
   waitFor, type Outcome, type Spawned,
 } from './fault-kit.js'
+import { boundFrom } from './helpers/time-bounds.js'
 
 // SIGTERM to the real process (`node --import tsx src/main.ts`), with
 // requests in flight (held on a row lock this test owns), keep-alive clients
@@ -216,7 +217,7 @@ test('a request still running at SHUTDOWN_TIMEOUT is cut: the process exits 0 at
     await stuck.closed
     assert.equal(exit.code, 0)
     // At the deadline, not before; after it, no later than five times what an exit with nothing to cut takes.
-    const bound = SHUTDOWN_TIMEOUT * 1000 + 5 * idleExitMs
+    const bound = SHUTDOWN_TIMEOUT * 1000 + boundFrom(idleExitMs)
     const atDeadline = exit.ms >= SHUTDOWN_TIMEOUT * 1000 - 100 && exit.ms < bound
     assert.ok(atDeadline, `exit ${ms(exit.ms)} after SIGTERM (bound ${ms(bound)})`)
     assert.equal(stuck.received, '', 'the cut request got no answer at all (not a partial one)')
@@ -278,7 +279,7 @@ test('SIGTERM while the database is down: exit 0 without waiting for SHUTDOWN_TI
     const exit = await exitAfter(frozen, termAt)
     const cut = await pending
     assert.equal(exit.code, 0)
-    const bound = SHUTDOWN_TIMEOUT * 1000 + 5 * idleExitMs
+    const bound = SHUTDOWN_TIMEOUT * 1000 + boundFrom(idleExitMs)
     const atDeadline = exit.ms >= SHUTDOWN_TIMEOUT * 1000 - 100 && exit.ms < bound
     assert.ok(atDeadline, `exit ${ms(exit.ms)} after SIGTERM (bound ${ms(bound)})`)
     assert.ok(cut.error !== undefined, `the request to the frozen database was cut at SHUTDOWN_TIMEOUT, not answered: ${JSON.stringify(cut)}`)
