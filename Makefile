@@ -90,7 +90,7 @@ bench: build bench-tools test-tools bench/fastify/node_modules/.installed bench/
 # during a drain, recovery times), each beside a baseline from the same run, on PostgreSQL clusters of its
 # own (and DATABASE_URL's server or the local cluster where a section needs no faults); printed and written
 # into bench/README.md ("Under faults"). BENCH_FAULTS_ONLY=hostile,shutdown runs only those sections.
-bench-faults: node_modules/.installed
+bench-faults: build
 	ulimit -n 65536 2>/dev/null || true; $(TSX) bench/faults.ts
 
 # Each peer has its own package.json and lock (the published postgres.js, not the root's patched copy).

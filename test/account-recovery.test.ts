@@ -511,7 +511,7 @@ const refused = (port: number) => new Promise<boolean>((resolve) => {
   socket.once('error', () => resolve(true))
 })
 
-describe('the real entry point (src/main.ts), one process for both tests: the second stops it', () => {
+describe('the real entry point (dist/main.js), one process for both tests: the second stops it', () => {
   test('the console transport of development prints the message on standard error, never in its log; the printed link resets the password', async () => {
     const service = await entryPoint.listening
     const account = { email: `dev-${unique()}@example.com`, password: `pw-${unique()}` }

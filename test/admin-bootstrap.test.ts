@@ -9,7 +9,7 @@ import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 import { freePort } from './helpers/ports.js'
 import { launchService, spawnCommand, type CommandExit, type Spawned } from './fault-kit.js'
 
-// The first admin: `node src/main.ts admin <email> [password]` (make admin),
+// The first admin: `node dist/main.js admin <email> [password]` (make admin),
 // ADMIN_EMAIL + ADMIN_PASSWORD at start-up, and the start-up refusal without
 // JWT_SECRETS in production. Each test runs the real entry point as a child
 // process against a database of its own, and checks the result through the
@@ -92,7 +92,7 @@ function parseAdminOutput(exit: CommandExit): { verb: string; email: string; id:
 // ---------------------------------------------------------------------------
 // make admin
 
-describe('src/main.ts admin <email> (password from ADMIN_PASSWORD or standard input)', { concurrency: true }, () => {
+describe('dist/main.js admin <email> (password from ADMIN_PASSWORD or standard input)', { concurrency: true }, () => {
   test('without a password creates the admin and prints a generated password that logs in; again, it resets it and ends its sessions', async () => {
     const db = await database()
     const email = 'first.admin@example.com'

@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { after, describe, test } from 'node:test'
 import { ConfigError } from '../src/core/config-error.js'
 import { KNOWN_VARIABLES, loadConfig, parseJwtSecrets, readConfig, SECRET_VARIABLES } from '../src/config.js'
 import { suspectVariables } from '../src/config-names.js'
+import { runCommand } from './fault-kit.js'
 
 // loadConfig on its own, and once through the real entry point: a bad
 // setting must stop start-up with a message naming the variable.
@@ -607,13 +606,7 @@ describe('JWT_SECRETS', () => {
 })
 
 describe('the entry point', () => {
-  const main = fileURLToPath(new URL('../src/main.ts', import.meta.url))
-  const run = (env: Record<string, string>) =>
-    new Promise<{ code: number | null; stderr: string }>((resolve) => {
-      const child = execFile(process.execPath, ['--import', 'tsx', main], { env: { ...process.env, DATABASE_URL: '', ...env }, timeout: 20_000 }, (_err, _stdout, stderr) =>
-        resolve({ code: child.exitCode, stderr }),
-      )
-    })
+  const run = (env: Record<string, string>) => runCommand([], { DATABASE_URL: '', ...env })
 
   test('exits non-zero with stderr naming PORT when PORT=abc', async () => {
     const { code, stderr } = await run({ PORT: 'abc' })

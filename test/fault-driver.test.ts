@@ -344,16 +344,16 @@ describe('the install-time patch (src/core/db/postgres-patch.mjs)', () => {
       }
       cpSync(join(installed, 'src'), join(dir, 'src'), { recursive: true })
       // A project whose node_modules/postgres is that copy (the other packages linked): what `npm ci --ignore-scripts` and a hand-made stamp leave.
-      // Its own src/, since Node resolves packages from a module's real path.
+      // Its own dist/ (and src/, for the patch script), since Node resolves packages from a module's real path.
       const project = mkdtempSync(join(tmpdir(), 'upa-project-'))
       try {
-        for (const entry of ['src', 'sql', 'package.json']) cpSync(join(projectRoot, entry), join(project, entry), { recursive: true })
+        for (const entry of ['dist', 'src', 'sql', 'package.json']) cpSync(join(projectRoot, entry), join(project, entry), { recursive: true })
         mkdirSync(join(project, 'node_modules'))
         for (const entry of readdirSync(join(projectRoot, 'node_modules'))) {
           if (entry !== 'postgres') symlinkSync(join(projectRoot, 'node_modules', entry), join(project, 'node_modules', entry))
         }
         cpSync(dir, join(project, 'node_modules', 'postgres'), { recursive: true })
-        const failed = await run(process.execPath, ['--import', 'tsx', join(project, 'src', 'main.ts'), 'migrate'], { cwd: project, env: { ...process.env, DATABASE_URL: url } })
+        const failed = await run(process.execPath, [join(project, 'dist', 'main.js'), 'migrate'], { cwd: project, env: { ...process.env, DATABASE_URL: url } })
           .then(() => undefined, (err: { code: number; stderr: string }) => err)
         assert.ok(failed, 'start-up must fail')
         assert.equal(failed.code, 1)

@@ -30,6 +30,11 @@ import { migrate } from '../src/core/db/migrate.js'
 
 const run = promisify(execFile)
 export const projectRoot = fileURLToPath(new URL('../', import.meta.url))
+/**
+ * The entry point as production runs it, compiled: test/run.ts builds dist/ before the first file runs
+ * (test/harness/build.ts), `make bench-faults` depends on `make build`.
+ */
+export const mainScript = join(projectRoot, 'dist', 'main.js')
 const JWT_SECRET = 'fault-test-secret-that-is-at-least-32-bytes!'
 
 function findBinaries(): string {
@@ -208,12 +213,12 @@ export interface CommandExit {
 }
 
 /**
- * The entry point run as a command (`src/main.ts <args>`) with exactly this
+ * The entry point run as a command (`dist/main.js <args>`) with exactly this
  * environment, nothing inherited but PATH and HOME; `input` on its standard
  * input. Killed after 30 s, so a command that hangs fails its test.
  */
 export function spawnCommand(args: string[], env: Record<string, string>, input?: string): { child: ChildProcess; exited: Promise<CommandExit>; stdout(): string } {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], {
+  const child = spawn(process.execPath, [mainScript, ...args], {
     cwd: projectRoot,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
     stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
@@ -245,14 +250,14 @@ export const troubleIn = (logs: ReadonlyArray<Record<string, unknown>>) =>
   logs.filter((l) => l.level === 'error' || (l.level === 'warn' && l.msg !== 'development mode: NODE_ENV is not "production"'))
 
 /**
- * The real service, `node --import tsx src/main.ts` (or another entry that
- * logs as it does), with this environment. Its log lines are collected from
+ * The real service, `node dist/main.js` (or another script that logs as it
+ * does: a TypeScript one runs under tsx), with this environment. Its log lines are collected from
  * the start, so a test can watch it before it listens (two instances waiting
  * for the migration lock); `listening` rejects, and the process is killed,
  * when it exits first or does not listen within 30 s.
  */
-export function launchService(env: Record<string, string>, entry = 'src/main.ts', { detached = false } = {}): Launched {
-  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
+export function launchService(env: Record<string, string>, { script = mainScript, detached = false } = {}): Launched {
+  const child = spawn(process.execPath, script.endsWith('.ts') ? ['--import', 'tsx', script] : [script], {
     cwd: projectRoot,
     // Detached: a process group of its own, for a test to signal as a terminal or a supervisor signals one.
     detached,
@@ -304,7 +309,7 @@ export function launchService(env: Record<string, string>, entry = 'src/main.ts'
 }
 
 /** The real service (`launchService`); resolves once it listens. */
-export const spawnService = (env: Record<string, string>, entry?: string): Promise<Spawned> => launchService(env, entry).listening
+export const spawnService = (env: Record<string, string>, script?: string): Promise<Spawned> => launchService(env, script ? { script } : {}).listening
 
 export interface Outcome {
   client: number

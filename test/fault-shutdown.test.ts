@@ -10,7 +10,7 @@ import {
 } from './fault-kit.js'
 import { boundFrom } from './helpers/time-bounds.js'
 
-// SIGTERM to the real process (`node --import tsx src/main.ts`), with
+// SIGTERM to the real process (`node dist/main.js`), with
 // requests in flight (held on a row lock this test owns), keep-alive clients
 // sending continuously, connections idle and connections half-way through a
 // request. The contract: /readyz turns 503, new connections are refused,

@@ -8,7 +8,7 @@ import { after, describe, test } from 'node:test'
 import type { Sql } from 'postgres'
 import { connect } from '../src/core/db/connect.js'
 import { migrate } from '../src/core/db/migrate.js'
-import { launchService, projectRoot, troubleIn, type Spawned } from './fault-kit.js'
+import { launchService, projectRoot, runCommand, troubleIn, type Spawned } from './fault-kit.js'
 import { startPgBouncer } from './helpers/pgbouncer.js'
 import { createRolePair, postgresProgram } from './helpers/roles.js'
 import { callAs, type Answer } from './helpers/http-client.js'
@@ -36,22 +36,15 @@ const open = (url: string) => {
 const migrationFiles = readdirSync(new URL('../sql/', import.meta.url)).filter((f) => f.endsWith('.sql')).sort()
 const ADMIN = { email: 'owner-admin@example.com', password: 'an admin password of the runtime role' }
 
-/** The real entry point (src/main.ts) with `vars`, stopped when the file is done. */
+/** The real entry point with `vars`, stopped when the file is done. */
 function startMain(vars: Record<string, string>) {
   const instance = launchService({ ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, WEBHOOK_ALLOW_PRIVATE: 'true', ...vars })
   after(() => instance.kill('SIGKILL'))
   return instance.listening
 }
 
-/** `node src/main.ts` expected to refuse: its exit code and stderr (20 s at most). */
-function runMain(vars: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = execFile(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-      cwd: projectRoot, timeout: 20_000,
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, JWT_SECRETS: `k:${'x'.repeat(32)}`, PORT: '0', HOST: '127.0.0.1', ...vars },
-    }, (_err, _stdout, stderr) => resolve({ code: child.exitCode, stderr }))
-  })
-}
+/** The entry point expected to refuse: how it ended. */
+const runMain = (vars: Record<string, string>) => runCommand([], { JWT_SECRETS: `k:${'x'.repeat(32)}`, PORT: '0', HOST: '127.0.0.1', ...vars })
 
 const nextPath = (link: string | undefined) => (link ? /<([^>]+)>; rel="next"/.exec(link)?.[1] : undefined)
 

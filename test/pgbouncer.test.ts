@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { readdirSync } from 'node:fs'
 import { after, describe, test } from 'node:test'
@@ -12,7 +11,7 @@ import { connect } from '../src/core/db/connect.js'
 import { MIGRATION_LOCK } from '../src/core/db/migrate.js'
 import { probe, resolvePooler } from '../src/core/db/pooler.js'
 import { products } from '../src/products/resource.js'
-import { launchService, projectRoot } from './fault-kit.js'
+import { launchService, runCommand } from './fault-kit.js'
 import { startPgBouncer } from './helpers/pgbouncer.js'
 import { createTestDatabase, startServer, TEST_JWT_SECRET, type TestServer } from './helpers/server.js'
 import { SseClient } from './helpers/sse.js'
@@ -62,17 +61,11 @@ const tuning = { streams: { pollMs: 60_000 } }
 const a = await startServer(env, {}, { databaseUrl: pooledUrl, tuning })
 const b = await startServer(env, {}, { databaseUrl: pooledUrl, tuning })
 
-/** `node src/main.ts` with `vars`; resolves when it exits (a refusal) or fails after 20 s. */
-function runMain(vars: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = execFile(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-      cwd: projectRoot, timeout: 20_000,
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, JWT_SECRETS: `test:${TEST_JWT_SECRET}`, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...vars },
-    }, (_err, _stdout, stderr) => resolve({ code: child.exitCode, stderr }))
-  })
-}
+/** The entry point with `vars`, expected to refuse: how it ended. */
+const runMain = (vars: Record<string, string>) =>
+  runCommand([], { JWT_SECRETS: `test:${TEST_JWT_SECRET}`, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...vars })
 
-/** `node src/main.ts` serving (fault-kit's launchService): `listening` resolves once it listens. */
+/** The entry point serving (fault-kit's launchService): `listening` resolves once it listens. */
 function startMain(vars: Record<string, string>) {
   const instance = launchService({ JWT_SECRETS: `test:${TEST_JWT_SECRET}`, LOG_LEVEL: 'info', ...vars })
   after(() => instance.kill('SIGKILL'))

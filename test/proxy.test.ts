@@ -233,10 +233,10 @@ describe('two instances behind nginx', async () => {
   after(() => nginx.stop())
   const auth = { authorization: `Bearer ${a.admin.token}` }
 
-  test('10,000 requests over kept-alive connections, reads and writes mixed: none failed, both instances served', async () => {
+  test('3,000 requests over kept-alive connections, reads and writes mixed: none failed, both instances served', async () => {
     const agent = keepAlive('127.0.0.2', 50)
     after(() => agent.destroy())
-    const total = 10_000
+    const total = 3_000
     const answers: Answer[] = []
     const runId = Math.random().toString(36).slice(2, 8)
     let next = 0
@@ -252,7 +252,7 @@ describe('two instances behind nginx', async () => {
     const [{ count }] = await a.sql<[{ count: number }]>`SELECT count(*)::int AS count FROM products WHERE sku LIKE ${`PROXY-${runId}-%`}`
     assert.equal(count, created)
     const served = (s: typeof a) => s.logs.filter((l) => l.msg === 'request' && l.client === '127.0.0.2').length
-    assert.ok(served(a) > 1000 && served(b) > 1000, `each instance served a share: ${served(a)} and ${served(b)}`)
+    assert.ok(served(a) > 300 && served(b) > 300, `each instance served a share: ${served(a)} and ${served(b)}`)
     assert.doesNotMatch(nginx.errors(), /\[(error|crit|alert|emerg)\]/)
   })
 
@@ -304,9 +304,9 @@ describe('two instances behind nginx', async () => {
   test('the service, not the proxy, answers a body over BODY_LIMIT, every time: a JSON problem, never a 502', async () => {
     const agent = keepAlive('127.0.0.2', 8)
     after(() => agent.destroy())
-    const answers = await Promise.all([1_100_000, 1_500_000, 2_000_000].flatMap((size) => Array.from({ length: 10 }, () =>
+    const answers = await Promise.all([1_100_000, 1_500_000, 2_000_000].flatMap((size) => Array.from({ length: 5 }, () =>
       call(nginx.url, 'POST', '/products', { agent, headers: auth, body: JSON.stringify({ name: 'x'.repeat(size) }) }))))
-    assert.deepEqual(tally(answers), { 413: 30 })
+    assert.deepEqual(tally(answers), { 413: 15 })
     for (const answer of answers) assert.match(answer.headers['content-type'] ?? '', /^application\/problem\+json/)
   })
 })

@@ -6,13 +6,14 @@ import { projectRoot, startLocalCluster } from '../src/dev/local-cluster.js'
 import { migrate } from '../src/core/db/migrate.js'
 import { createCertificateAuthority } from './helpers/certificates.js'
 import { fileReport, outcomeOf, runSummary, type FileOutcome } from './harness/report.js'
+import { buildService } from './harness/build.js'
 import { runFile } from './harness/run-file.js'
 import { inLanes, longestFirst, readTimings, saveTimings } from './harness/schedule.js'
 
 // The test harness behind `make test`: `node --import tsx test/run.ts [files...]` (all files without
-// arguments). It creates a migrated template database for this run on the server of DATABASE_URL (or the
-// local cluster), runs each test file in a process of its own (each file copies the template into a
-// database of its own), and drops all of them afterwards, pass or fail, interrupted or not. It also makes
+// arguments). It builds dist/ (test/harness/build.ts), creates a migrated template database for this run on
+// the server of DATABASE_URL (or the local cluster), runs each test file in a process of its own (each file
+// copies the template into a database of its own), and drops all of them afterwards, pass or fail, interrupted or not. It also makes
 // the run's certificate authority, which every test process trusts (servers over HTTPS the service must
 // trust, like the OpenID provider, get certificates from it): Node reads NODE_EXTRA_CA_CERTS only when it
 // starts. With TEST_FAILURES_FILE set, each failed test is appended to that file as a line (test/repeat.ts
@@ -51,13 +52,17 @@ function testFiles(): string[] {
     readdirSync(join(projectRoot, dir)).filter((f) => f.endsWith('.test.ts')).map((f) => `${dir}/${f}`))
 }
 
-async function withTemplate(): Promise<boolean> {
+async function migratedTemplate(): Promise<void> {
   await admin`CREATE DATABASE ${admin(template)}`
   const url = new URL(serverUrl)
   url.pathname = `/${template}`
   const db = connect(url.toString(), { max: 1, statementTimeoutMs: 60_000 })
   await migrate(db)
   await db.end({ timeout: 5 })
+}
+
+async function withTemplate(): Promise<boolean> {
+  await Promise.all([buildService(projectRoot), migratedTemplate()])
 
   const ca = createCertificateAuthority(caDir)
   // Authorities the caller already trusts this way (a proxy's, say) stay trusted.

@@ -9,7 +9,7 @@ import {
 import { call, type Answer } from './helpers/http-client.js'
 import { createTestDatabase } from './helpers/server.js'
 
-// SHUTDOWN_DELAY through the real process (`node --import tsx src/main.ts`):
+// SHUTDOWN_DELAY through the real process (`node dist/main.js`):
 // between the signal and the drain, /readyz answers 503 but the listening
 // socket stays open and every request is served as usual, so that a load
 // balancer (a Kubernetes Service's endpoints) stops routing here before new

@@ -14,7 +14,7 @@ import { testHashCostFor } from './helpers/passwords.js'
 import { MAIL_NOT_CONFIGURED } from '../src/mail/transport.js'
 
 // Start-up and the command line, as a newcomer meets them (issue 26's
-// table): the real entry point (src/main.ts) as a child process with
+// table): the real entry point (dist/main.js) as a child process with
 // exactly the environment given (PATH and HOME besides), its exit code,
 // stderr and stdout. Each bad input must give one line per problem naming
 // what to fix, no stack trace, never a password, and start nothing. The
@@ -177,7 +177,7 @@ describe('commands', { concurrency: true }, () => {
       const exit = await runCommand(args, {})
       assert.equal(exit.code, 0, exit.stderr)
       assert.equal(exit.stderr, '')
-      assert.match(exit.stdout, /^Usage: node src\/main\.ts \[command\]\n/)
+      assert.match(exit.stdout, /^Usage: node dist\/main\.js \[command\]\n/)
       for (const line of [/^ {2}serve +.*\(the default: no command\)$/m, /^ {2}migrate +/m, /^ {2}admin \[email\] +/m, /^ {2}help +/m, /docs\/operations\.md/]) assert.match(exit.stdout, line)
     })
   }
@@ -187,7 +187,7 @@ describe('commands', { concurrency: true }, () => {
     const exit = await runCommand(['mgirate'], { DATABASE_URL: db.url })
     assert.equal(exit.code, 2)
     assert.equal(exit.stdout, '')
-    assert.match(exit.stderr, /^unknown command "mgirate"; did you mean migrate\?\n\nUsage: node src\/main\.ts \[command\]\n/)
+    assert.match(exit.stderr, /^unknown command "mgirate"; did you mean migrate\?\n\nUsage: node dist\/main\.js \[command\]\n/)
     assert.match(exit.stderr, /^ {2}migrate +/m)
     assert.equal(await db.migrated(), false)
   })

@@ -15,7 +15,7 @@ import { waitUntil } from './helpers/wait.js'
 // The deployment of docs/scaling.md, built from real components: PostgreSQL,
 // PgBouncer 1.18 in transaction mode (DATABASE_URL) with DATABASE_LISTEN_URL
 // straight to PostgreSQL, three instances of the service (real processes,
-// `src/main.ts`), and nginx with deploy/nginx.conf in front. Everything that
+// `dist/main.js`), and nginx with deploy/nginx.conf in front. Everything that
 // must hold across instances is checked through it, under concurrent load.
 
 

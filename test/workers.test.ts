@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { readFile } from 'node:fs/promises'
 import { createServer, connect as netConnect } from 'node:net'
 import { availableParallelism } from 'node:os'
@@ -11,14 +10,14 @@ import { reusePortMissing } from '../src/cluster/reuse-port.js'
 import { loadConfig } from '../src/config.js'
 import { connect } from '../src/core/db/connect.js'
 import {
-  adminToken, holdRowLock, launchService, projectRoot, startLoad, summarize, waitFor, type Outcome, type Spawned,
+  adminToken, holdRowLock, launchService, runCommand, startLoad, summarize, waitFor, type Outcome, type Spawned,
 } from './fault-kit.js'
 import { call, tally, type Answer } from './helpers/http-client.js'
 import { createTestDatabase } from './helpers/server.js'
 import { portBelowEphemeral } from './helpers/ports.js'
 import { boundFrom, SLOWDOWN, timed } from './helpers/time-bounds.js'
 
-// WORKERS=2 through the real process (`node --import tsx src/main.ts`): one
+// WORKERS=2 through the real process (`node dist/main.js`): one
 // port served by two worker processes under a primary (src/cluster/). Which
 // worker answered a request is read from its log line (`worker`), found by
 // the request id the test sends; every request goes on a connection of its
@@ -36,7 +35,7 @@ const SHUTDOWN_TIMEOUT_MS = 5000
 async function startWorkers(env: Record<string, string> = {}, options?: { detached: boolean }): Promise<Spawned> {
   // PORT=0 is claimed by the primary and let go before the workers bind it (src/claim-port.ts): a port of the kernel's
   // ephemeral range could be taken in between by another test's socket.
-  const service = await launchService({ DATABASE_URL: databaseUrl, WORKERS: '2', PORT: String(portBelowEphemeral()), ...env }, undefined, options).listening
+  const service = await launchService({ DATABASE_URL: databaseUrl, WORKERS: '2', PORT: String(portBelowEphemeral()), ...env }, options).listening
   after(() => void (service.alive() && service.kill('SIGKILL')))
   await waitFor('every worker to listen', () => service.logs.some((l) => l.msg === 'every worker is listening'), 20_000)
   return service
@@ -380,10 +379,5 @@ function refused(port: number): Promise<boolean> {
   })
 }
 
-/** The entry point with a configuration that stops it before any connection: its exit code and stderr. */
-function startOnly(env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: projectRoot, env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: databaseUrl, ...env }, stdio: ['ignore', 'ignore', 'pipe'] })
-  let stderr = ''
-  child.stderr.setEncoding('utf8').on('data', (text: string) => void (stderr += text))
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stderr })))
-}
+/** The entry point with a configuration that stops it before any connection: how it ended. */
+const startOnly = (env: Record<string, string>) => runCommand([], { DATABASE_URL: databaseUrl, ...env })

@@ -15,7 +15,7 @@ import {
 // cluster is stopped (fast: a clean shutdown that aborts open transactions;
 // immediate: a crash), restarted, and frozen (SIGSTOP: a server that accepts
 // connections and never answers). The service is the real process
-// (`node --import tsx src/main.ts`). What it must do: answer 503
+// (`node dist/main.js`). What it must do: answer 503
 // database_unavailable within a bounded time, never hang or 500, keep
 // /healthz at 200 and /readyz at 503 while the database is down, commit every
 // write it acknowledged and no part of one it did not, and serve again by
