@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { execFile, spawn, spawnSync } from 'node:child_process'
 import {
-  chmodSync, copyFileSync, cpSync, linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync,
+  chmodSync, copyFileSync, cpSync, existsSync, linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync,
 } from 'node:fs'
 import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -59,21 +59,10 @@ function run(program: string, args: string[], options: { cwd: string; env?: Node
   })
 }
 
-// dist/ as the build stage makes it (tsc with the project's tsconfig), once for the file, beside the project's
-// package.json and node_modules so that it runs where it is made; meanwhile the tests start their services.
-// Without tsc's type check (--noCheck): the emit is the same, `make test` has type-checked the sources before it
-// runs the suite (make typecheck), and checking them again here was most of this file's time.
-const build = mkdtempSync(join(tmpdir(), 'upa-build-'))
-after(() => rmSync(build, { recursive: true, force: true }))
-cpSync(join(root, 'package.json'), join(build, 'package.json'))
-symlinkSync(join(root, 'node_modules'), join(build, 'node_modules'))
-const tsc = [join(root, 'node_modules/typescript/bin/tsc'), '-p', join(root, 'tsconfig.json')]
-const building = run(process.execPath, [...tsc, '--noCheck', '--outDir', join(build, 'dist')], { cwd: root })
-/** The build, once made; fails the test that needs it when tsc did not make it. */
-async function built(): Promise<void> {
-  const { status, stdout, stderr } = await building
-  assert.equal(status, 0, stdout + stderr)
-}
+// dist/ as the build stage makes it: tsc with the project's tsconfig. test/run.ts has built the checkout's
+// dist/ that way before any file runs (without tsc's type check, which `make test` has just done), so the
+// health checks run it where it was made, beside the project's package.json and node_modules.
+const build = root
 
 test('the Dockerfile is multi-stage, runs as a non-root user on the active Node LTS, stops on SIGTERM, checks its health with Node, and bakes in no secret', () => {
   const froms = instructions.filter((i) => i.keyword === 'FROM')
@@ -104,7 +93,11 @@ test('the Dockerfile is multi-stage, runs as a non-root user on the active Node 
   for (const path of ['node_modules', '.data', 'dist', '.git', '**/.env*', 'secrets']) assert.ok(ignored.includes(path), `.dockerignore keeps ${path} out`)
 })
 
-test('the build stage\'s tsc emits dist/', built)
+test('the build stage compiles with the project\'s tsconfig, and that emits dist/main.js', () => {
+  const buildStage = instructions.slice(0, instructions.findIndex((i, n) => n > 0 && i.keyword === 'FROM'))
+  assert.deepEqual(buildStage.filter((i) => i.keyword === 'RUN').map((i) => i.args).at(-1), 'npx tsc -p tsconfig.json')
+  assert.ok(existsSync(join(build, 'dist', 'main.js')), 'test/run.ts builds dist/ as the build stage does')
+})
 
 describe('the image\'s HEALTHCHECK command follows the configuration the service runs with', async () => {
   // The command as the Dockerfile gives it, on the build (the Node that runs the suite stands for the image's).
@@ -122,7 +115,6 @@ describe('the image\'s HEALTHCHECK command follows the configuration the service
   }
   const service = await launchService({ ...env, PORT: '0' }).listening
   after(() => service.alive() && service.kill('SIGKILL'))
-  await built()
   const running = { ...env, PORT: String(service.port) }
   /** One line on stderr, the reason, and exit 1: what Docker shows in `docker inspect`. */
   const assertUnhealthy = (r: Ran, reason: RegExp) => {
@@ -198,8 +190,7 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
   const stage = runtimeStage()
   const app = mkdtempSync(join(tmpdir(), 'upa-image-'))
   after(() => rmSync(app, { recursive: true, force: true }))
-  // COPY, as the stage does; dist/ is what its build stage makes (the build above).
-  await built()
+  // COPY, as the stage does; dist/ is what its build stage makes.
   cpSync(join(root, 'package.json'), join(app, 'package.json'))
   cpSync(join(root, 'package-lock.json'), join(app, 'package-lock.json'))
   cpSync(join(root, 'src/core/db/postgres-patch.mjs'), join(app, 'src/core/db/postgres-patch.mjs'))

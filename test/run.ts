@@ -104,9 +104,11 @@ try {
   passed = await withTemplate()
 } finally {
   rmSync(caDir, { recursive: true, force: true })
+  const dropping = performance.now()
   const leftovers = await admin<Array<{ datname: string }>>`
     SELECT datname FROM pg_database WHERE datname LIKE ${template + '%'}`
   for (const { datname } of leftovers) await admin`DROP DATABASE IF EXISTS ${admin(datname)} WITH (FORCE)`
+  console.log(`dropped the run's ${leftovers.length} databases in ${((performance.now() - dropping) / 1000).toFixed(1)} s`)
   await admin.end({ timeout: 5 })
 }
 process.exit(interruptedBy ? 128 + constants.signals[interruptedBy] : passed ? 0 : 1)
