@@ -6,6 +6,7 @@ import { join } from 'node:path'
 import type { Sql } from 'postgres'
 import { connect } from '../src/core/db/connect.js'
 import { EventPublisher } from '../src/events/publisher.js'
+import { wakeWorkers } from '../src/webhooks/wake.js'
 import { createLogger } from '../src/core/log.js'
 import { Scheduler } from '../src/core/scheduler.js'
 import { cpuBetween, cpuMicros, cpuOf, machineCpu } from './proc.js'
@@ -410,7 +411,7 @@ function parsePgbench(stdout: string): PgbenchOutput {
 async function startPublisher(admin: Sql, db: Seeded, log: (msg: string) => void): Promise<{ pid: number | undefined; stop(): Promise<void> }> {
   const pool = connect(db.url, { max: 1, statementTimeoutMs: 60_000 })
   const scheduler = new Scheduler(createLogger('warn', (line) => log(`publisher: ${line.trim()}`)))
-  const publisher = new EventPublisher(pool, scheduler)
+  const publisher = new EventPublisher(pool, scheduler, wakeWorkers)
   await publisher.drain()
   const pids = await backendPids(admin, db, APP_NAMES.service)
   scheduler.start()

@@ -6,13 +6,15 @@ import { trustedProxies, type TrustProxy } from './core/http/client-address.js'
 import type { LogLevel } from './core/log.js'
 import { WORKER_SLOT_VARIABLE } from './cluster/messages.js'
 import { reusePortMissing } from './cluster/reuse-port.js'
-import { parseMailFrom, type MailFrom } from './mail/address.js'
+import { parseMailFrom } from './mail/address.js'
 import { hookSettingProblems } from './mail/hook.js'
-import { parseSmtpUrl, type SmtpServer } from './mail/smtp-url.js'
+import { parseSmtpUrl } from './mail/smtp-url.js'
+import type { MailSettings } from './mail/transport.js'
 import { suspectVariables } from './config-names.js'
 import { readSecret } from './secret-files.js'
-import type { ProviderSettings } from './auth/oidc/provider-token.js'
-import { PASSWORD_HASH_COST } from './auth/password.js'
+
+/** log2 of scrypt's N (src/auth/password.ts): the default, the floor in production, and the range PASSWORD_HASH_COST accepts. */
+export const PASSWORD_HASH_COST = { default: 15, productionFloor: 15, min: 10, max: 17 } as const
 
 // Every setting the service reads, with its default. Values arrive as strings
 // from the environment (secrets also from files: src/secret-files.ts);
@@ -188,13 +190,18 @@ export interface Config {
 
 export type PoolerSetting = 'auto' | 'transaction' | 'none'
 
-/** How mail goes out, parsed once here: SMTP_URL with MAIL_FROM, MAIL_HOOK_URL with MAIL_HOOK_SECRET, or neither. */
-export type MailSettings =
-  /** The server holds the credentials of SMTP_URL (a secret). */
-  | { via: 'smtp'; server: SmtpServer; from: MailFrom }
-  /** `secret`: whsec_… (a secret). */
-  | { via: 'hook'; url: string; secret: string }
-  | { via: 'none' }
+/** The identity provider whose access tokens are accepted beside ours (OIDC_*, src/auth/oidc/). */
+export interface ProviderSettings {
+  issuer: string
+  audience: string
+  /** The claim naming admins: a top-level claim of that name, else a dotted path (`realm_access.roles`). */
+  adminClaim: string | undefined
+  /** The value of adminClaim (a string, or one element of an array) that makes an admin. */
+  adminValue: string | undefined
+  /** A later token may create again a user that was deleted (OIDC_REPROVISION). */
+  reprovision: boolean
+}
+
 
 /**
  * The secrets: each may also be given as `<NAME>_FILE` (src/secret-files.ts),

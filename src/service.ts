@@ -32,6 +32,7 @@ import { defaultStreamSettings, EventHub, type StreamSettings } from './events/h
 import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from './events/publisher.js'
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
 import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './webhooks/worker.js'
+import { wakeWorkers } from './webhooks/wake.js'
 import { oldFailedMail } from './mail/outbox.js'
 import { mailTransportFor } from './mail/transport.js'
 import { defaultMailSettings, MailWorker, type MailSettings } from './mail/worker.js'
@@ -242,7 +243,7 @@ function createDeps(
     listShapes: new ListShapes({ prepare: !pooled }),
     changeOrigin: (ctx) => originOf(ctx.principal, ctx.requestId),
     idempotencySecrets: config.jwtSecrets.map((k) => k.secret),
-    eventPublisher: new EventPublisher(sql, scheduler, { ...defaultPublisherSettings, ...tuning.publisher }),
+    eventPublisher: new EventPublisher(sql, scheduler, wakeWorkers, { ...defaultPublisherSettings, ...tuning.publisher }),
     // Streams are checked in the background, outside the database admission that requests wait under;
     // before events are let through, once this instance has applied every credential change committed before (src/events/stream-authority.ts).
     eventHub: new EventHub(sql, listenSql, log, { ...defaultStreamSettings, ...tuning.streams }, async (grants, { catchUp }) => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { Webhook } from 'standardwebhooks'
-import { retryDelayMs } from '../src/webhooks/retry-schedule.js'
+import { retryDelayMs } from '../src/core/lib/retry-schedule.js'
 import { newSigningSecret, signatureHeader, signatureOf } from '../src/core/http/standard-webhooks.js'
 import { openSecret, SealingKeyMissing, sealSecret } from '../src/webhooks/secret.js'
 

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { signJwt } from '../../src/auth/jwt.js'
-import { PASSWORD_HASH_COST, PasswordHasher } from '../../src/auth/password.js'
+import { PASSWORD_HASH_COST } from '../../src/config.js'
+import { PasswordHasher } from '../../src/auth/password.js'
 import { loadConfig, type Config } from '../../src/config.js'
 import { connect } from '../../src/core/db/connect.js'
 import { migrate } from '../../src/core/db/migrate.js'

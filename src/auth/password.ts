@@ -1,4 +1,5 @@
 import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto'
+import { PASSWORD_HASH_COST } from '../config.js'
 import { HttpError } from '../core/http/problem.js'
 
 // Passwords are stored as scrypt hashes with their parameters beside them
@@ -10,8 +11,6 @@ import { HttpError } from '../core/http/problem.js'
 // tests, where a hash costs about a millisecond; production refuses it
 // (src/config.ts).
 
-/** log2 of scrypt's N: the default, the floor in production, and the range PASSWORD_HASH_COST accepts. */
-export const PASSWORD_HASH_COST = { default: 15, productionFloor: 15, min: 10, max: 17 } as const
 const R = 8
 const P = 3
 const KEY_BYTES = 32

@@ -1,8 +1,7 @@
-import type { Sql } from 'postgres'
+import type { Sql, TransactionSql } from 'postgres'
 import { backgroundConnection } from '../core/db/connect.js'
 import type { Component } from '../core/lifecycle.js'
 import type { Job, Scheduler } from '../core/scheduler.js'
-import { wakeWorkers } from '../webhooks/wake.js'
 import { EVENTS_CHANNEL } from './event-reader.js'
 
 // Moves committed events from the outbox to the event log, numbering them
@@ -17,7 +16,8 @@ import { EVENTS_CHANNEL } from './event-reader.js'
 //
 // After a batch it notifies `events`, the wake-up of every instance's stream
 // reader (src/events/event-reader.ts), and, when the batch made webhook deliveries,
-// the webhook workers' channel (src/webhooks/wake.ts), both at its commit.
+// calls `wakeDeliveryWorkers` in its transaction (the composition root passes
+// src/webhooks/wake.ts's, which notifies at commit).
 
 // An arbitrary constant of this service, like the migrations' lock.
 const PUBLISH_LOCK = 4_711_000_007
@@ -42,6 +42,7 @@ export class EventPublisher implements Component {
   constructor(
     pool: Sql,
     scheduler: Scheduler,
+    private readonly wakeDeliveryWorkers: (tx: TransactionSql) => Promise<void>,
     private readonly settings: PublisherSettings = defaultPublisherSettings,
   ) {
     // postgres.js connects on the first statement, so an instance that never starts opens nothing.
@@ -101,7 +102,7 @@ export class EventPublisher implements Component {
         SELECT count(*)::int AS published, max(id) AS head, (SELECT count(*)::int FROM deliveries) AS deliveries FROM published`
       if (published) await tx`SELECT pg_notify(${EVENTS_CHANNEL}, ${String(head)})`
       // A paused webhook's delivery waits all the same: the worker skips it until it is resumed.
-      if (deliveries) await wakeWorkers(tx)
+      if (deliveries) await this.wakeDeliveryWorkers(tx)
       return published
     })
   }

@@ -1,9 +1,10 @@
-import type { Config } from '../config.js'
 import type { Logger } from '../core/log.js'
+import type { MailFrom } from './address.js'
 import { createConsoleTransport } from './console.js'
 import { createHookTransport } from './hook.js'
 import type { MailTransport } from './message.js'
 import { createSmtpTransport } from './smtp.js'
+import type { SmtpServer } from './smtp-url.js'
 
 // Which transport sends the service's mail, from the configuration alone:
 // SMTP_URL → SMTP (src/mail/smtp.ts); MAIL_HOOK_URL → the signed hook
@@ -11,10 +12,18 @@ import { createSmtpTransport } from './smtp.js'
 // production, where the recovery endpoints then answer 503
 // mail_not_configured (readConfig refuses both at once).
 
+/** How mail goes out, parsed once by src/config.ts: SMTP_URL with MAIL_FROM, MAIL_HOOK_URL with MAIL_HOOK_SECRET, or neither. */
+export type MailSettings =
+  /** The server holds the credentials of SMTP_URL (a secret). */
+  | { via: 'smtp'; server: SmtpServer; from: MailFrom }
+  /** `secret`: whsec_… (a secret). */
+  | { via: 'hook'; url: string; secret: string }
+  | { via: 'none' }
+
 export const MAIL_NOT_CONFIGURED = 'no mail transport: set SMTP_URL (with MAIL_FROM) or MAIL_HOOK_URL (with MAIL_HOOK_SECRET); until then password resets and address verification answer 503 mail_not_configured'
 
 /** The transport of `config`, or undefined in production with none configured (start-up logs MAIL_NOT_CONFIGURED). */
-export function mailTransportFor(config: Config, log: Logger): MailTransport | undefined {
+export function mailTransportFor(config: { mail: MailSettings; production: boolean }, log: Logger): MailTransport | undefined {
   const { mail } = config
   if (mail.via === 'smtp') {
     log.info('mail goes out by SMTP', { host: mail.server.host, port: mail.server.port, security: mail.server.security })

@@ -1,4 +1,5 @@
-import { PASSWORD_HASH_COST, PasswordHasher } from '../../src/auth/password.js'
+import { PASSWORD_HASH_COST } from '../../src/config.js'
+import { PasswordHasher } from '../../src/auth/password.js'
 
 // The suite hashes passwords at the lowest cost the service accepts: a hash
 // costs about a millisecond instead of the production cost's tens, and what

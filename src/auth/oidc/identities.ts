@@ -10,7 +10,8 @@ import { InvalidTokenError } from '../jwt.js'
 import type { Role } from '../principal.js'
 import type { RevocationList } from '../revocations.js'
 import { anotherAdminExists } from '../../users/queries.js'
-import type { ProviderClaims, ProviderSettings } from './provider-token.js'
+import type { ProviderSettings } from '../../config.js'
+import type { ProviderClaims } from './provider-token.js'
 
 // Which local user a verified provider token is (table `identities`,
 // sql/014): the user linked to its (issuer, subject); on first sight one

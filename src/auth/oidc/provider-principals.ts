@@ -11,7 +11,8 @@ import type { RevocationList } from '../revocations.js'
 import type { ScopePolicy } from '../scopes.js'
 import { ProviderIdentities } from './identities.js'
 import { defaultKeySetSettings, ProviderKeySet, type KeySetSettings } from './key-set.js'
-import { claimsIssuer, MAX_TOKEN_AGE_SECONDS, verifyProviderToken, type ProviderClaims, type ProviderSettings } from './provider-token.js'
+import { claimsIssuer, MAX_TOKEN_AGE_SECONDS, verifyProviderToken, type ProviderClaims } from './provider-token.js'
+import type { ProviderSettings } from '../../config.js'
 import type { Clock } from '../../core/lib/clock.js'
 
 // The identity provider as authentication sees it: which bearer tokens are

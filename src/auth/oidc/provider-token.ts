@@ -1,23 +1,13 @@
 import { decodeSegment, InvalidTokenError, parseJws } from '../jwt.js'
 import { PROVIDER_ALGORITHMS, verifySignature, type ProviderAlgorithm } from './jws.js'
 import type { ProviderKeySet } from './key-set.js'
+import type { ProviderSettings } from '../../config.js'
 
 // An access token of the identity provider (OIDC_ISSUER), verified: the
 // header, the signature with a key of the provider's set, then the claims.
 // Every failure is an InvalidTokenError (401 invalid_token), whatever the
 // token holds; only a provider that cannot be reached while no keys are
 // cached is something else (ProviderUnavailable, 503).
-
-export interface ProviderSettings {
-  issuer: string
-  audience: string
-  /** The claim naming admins: a top-level claim of that name, else a dotted path (`realm_access.roles`). */
-  adminClaim: string | undefined
-  /** The value of adminClaim (a string, or one element of an array) that makes an admin. */
-  adminValue: string | undefined
-  /** A later token may create again a user that was deleted (OIDC_REPROVISION). */
-  reprovision: boolean
-}
 
 /** What the service uses of a verified token. */
 export interface ProviderClaims {

@@ -1,7 +1,7 @@
-// When a failed delivery is tried again: the delay after the nth attempt is
-// the schedule's nth entry (growing roughly exponentially, about a day in
-// all), scaled by a random factor around 1 so that deliveries that failed
-// together (a receiver's outage) do not all come back in the same second.
+// When failed work (a webhook delivery, a mail) is tried again: the delay after
+// the nth attempt is the schedule's nth entry, scaled by a random factor around 1
+// so that work that failed together (a receiver's outage) does not all come back
+// in the same second.
 
 export interface RetrySchedule {
   /** Delay after the 1st, 2nd, … failed attempt; after the last, the delivery has failed. */
