@@ -11,7 +11,7 @@ import { defineResource } from '../core/resources/resource.js'
 import type { ResourceHooks } from '../core/resources/routes.js'
 import { resourceModule } from '../resource-module.js'
 import { deleteRowsWhere, eventOf, type StoredRow } from '../core/resources/store.js'
-import { originOf, type EventOrigin } from '../events/origin.js'
+import { originOf, type EventOrigin } from '../auth/origin.js'
 import { recordEvents } from '../core/resources/change-events.js'
 
 // An API key is listed, read and deleted like any resource, by its owner (or

@@ -1,7 +1,7 @@
 import Type from 'typebox'
 import type { HandlerContext } from '../core/http/route.js'
 import { HttpError } from '../core/http/problem.js'
-import { originOf } from '../events/origin.js'
+import { originOf } from './origin.js'
 import { findUser } from '../users/queries.js'
 import { requireInteractive } from './access.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'

@@ -1,5 +1,5 @@
 import { recordEvents } from '../core/resources/change-events.js'
-import type { EventOrigin } from '../events/origin.js'
+import type { EventOrigin } from './origin.js'
 import type { Sql } from 'postgres'
 import { addressBucket } from '../core/http/client-address.js'
 import { HttpError } from '../core/http/problem.js'

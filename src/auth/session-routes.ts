@@ -4,7 +4,7 @@ import { revokeApiKeysOf } from '../api-keys/resource.js'
 import { notFound } from '../core/http/problem.js'
 import { defineRoute, type Reply } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
-import { originOf, type EventOrigin } from '../events/origin.js'
+import { originOf, type EventOrigin } from './origin.js'
 import { sessionOf as sessionOfCredential, type Principal, type UserPrincipal } from './principal.js'
 import { raiseCredentialEpoch, revokeSession, revokeSessionsOf } from './sessions.js'
 

@@ -1,7 +1,7 @@
 import type { Sql, TransactionSql } from 'postgres'
 import type { AppDeps } from '../app-deps.js'
 import { originValues } from '../core/resources/change-events.js'
-import type { EventOrigin } from '../events/origin.js'
+import type { EventOrigin } from './origin.js'
 import { signJwt } from './jwt.js'
 import type { Role } from './principal.js'
 import { hashSecret, newSecret } from './tokens.js'

@@ -3,7 +3,7 @@ import { defineCollection, type ListQuery } from '../core/collections/declaratio
 import { listCollection } from '../core/collections/list-query.js'
 import { defineRoute } from '../core/http/route.js'
 import { compileSerializer } from '../core/resources/serializer.js'
-import { actorCredentials } from './origin.js'
+import { actorCredentials } from '../auth/origin.js'
 
 // GET /events: the audit log and change feed in one, a collection like any
 // other (filters, keyset cursor, count, fields). Its only order is the id,

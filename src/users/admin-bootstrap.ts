@@ -4,7 +4,7 @@ import { normalizeEmail } from '../auth/login-throttle.js'
 import type { PasswordHasher } from '../auth/password.js'
 import { revokeSessionsOf } from '../auth/sessions.js'
 import { ConfigError } from '../core/config-error.js'
-import { systemOrigin } from '../events/origin.js'
+import { systemOrigin } from '../auth/origin.js'
 import { insertRow, updateRow } from '../core/resources/store.js'
 import { users } from './resource.js'
 

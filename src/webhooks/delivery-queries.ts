@@ -1,6 +1,6 @@
 import type { Sql, TransactionSql } from 'postgres'
 import type { Resource } from '../core/resources/resource.js'
-import { systemOrigin } from '../events/origin.js'
+import { systemOrigin } from '../auth/origin.js'
 import { updateRow } from '../core/resources/store.js'
 
 // The SQL of the delivery worker. A claim takes due deliveries with

@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { originOf } from '../events/origin.js'
+import { originOf } from '../auth/origin.js'
 import { validationFailed } from '../core/http/problem.js'
 import { idMember, timestampMember } from '../core/resources/common.js'
 import { member } from '../core/resources/member.js'

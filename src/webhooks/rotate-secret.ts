@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { originOf } from '../events/origin.js'
+import { originOf } from '../auth/origin.js'
 import { etagFor } from '../core/http/conditional.js'
 import { defineRoute } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'

@@ -17,7 +17,7 @@ export interface ChangeOrigin {
 
 declare module '../http/services.js' {
   interface CoreServices {
-    /** The origin of the changes a request makes (the application's caller, src/events/origin.ts). */
+    /** The origin of the changes a request makes (the application's caller, src/auth/origin.ts). */
     changeOrigin(ctx: HandlerContext<unknown, unknown>): ChangeOrigin
   }
 }

@@ -1,4 +1,4 @@
-import type { Principal } from '../auth/principal.js'
+import type { Principal } from './principal.js'
 import type { ChangeOrigin } from '../core/resources/change-events.js'
 
 // Who made a change, as its event records it: a user and the kind of
