@@ -1,7 +1,7 @@
 import { apiKeyModule } from './api-keys/resource.js'
 import { productModule } from './products/resource.js'
 import type { ResourceModule } from './resource-module.js'
-import { userModule } from './users/resource.js'
+import { userModule } from './users/module.js'
 
 // The application's resources: a new one is a migration (sql/), a
 // declaration file with its module, and a line here. Routes, scopes, event

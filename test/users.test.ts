@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { beforeEach, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { UserRow } from '../src/users/queries.js'
+import type { UserRow } from '../src/accounts/queries.js'
 import { startServer, type TestResponse } from './helpers/server.js'
 
 // The users resource: its contract (members, validation, ETags and

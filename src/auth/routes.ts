@@ -2,9 +2,8 @@ import Type from 'typebox'
 import { HttpError } from '../core/http/problem.js'
 import { defineRoute } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
-import { findUserByEmail, findUser } from '../users/queries.js'
-import { users } from '../users/resource.js'
-import { challenge, userGone } from './credentials.js'
+import { findUserByEmail } from '../accounts/queries.js'
+import { challenge } from './credentials.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
 import { originOf } from './origin.js'
 import { sessionOf } from './principal.js'
@@ -28,17 +27,6 @@ const Tokens = Type.Object({
   expires_in: Type.Integer({ description: 'seconds' }),
   refresh_token: Type.String(),
   scope: Type.String({ description: 'space-separated scopes' }),
-}, { additionalProperties: false })
-const Me = Type.Object({
-  user: users.schemas.representation,
-  credential: Type.Object({
-    type: Type.Union([Type.Literal('jwt'), Type.Literal('token'), Type.Literal('api_key'), Type.Literal('oidc')], {
-      description: 'jwt and token: a login here; api_key; oidc: an access token of the identity provider (OIDC_ISSUER)',
-    }),
-    scopes: Type.Array(Type.String()),
-    expires_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
-    issuer: Type.Optional(Type.String({ description: 'with type oidc: the identity provider that issued the token' })),
-  }, { additionalProperties: false }),
 }, { additionalProperties: false })
 const RefreshBody = Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false })
 const LogoutBody = Type.Object({ refresh_token: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })) }, { additionalProperties: false })
@@ -140,28 +128,6 @@ export const authRoutes = [
         throw new HttpError('invalid_request', 'A token of the identity provider has no session here: log out at the provider, or POST /auth/logout-all to refuse every token issued until now.')
       }
       throw new HttpError('invalid_request', 'Send {"refresh_token": …}, or call with an access token of the session to end.')
-    },
-  }),
-
-  defineRoute({
-    method: 'GET',
-    path: '/auth/me',
-    operationId: 'getMe',
-    noStore: true,
-    summary: 'The caller and its credential',
-    responses: { 200: { description: 'The caller', schema: Me } },
-    access: { kind: 'protected', scope: null, who: 'any' },
-    async handle({ principal, deps }) {
-      if (principal.kind !== 'user') throw new Error('unreachable: /auth/me is protected')
-      const user = await findUser(deps.sql, principal.userId)
-      // A JWT may outlive its user; the token is then no longer good for anything.
-      if (!user) throw userGone()
-      const { credential } = principal
-      const { type, expiresAt } = credential
-      return {
-        status: 200,
-        body: { user: users.present(user), credential: { type, scopes: [...principal.scopes].sort(), expires_at: expiresAt, ...(credential.type === 'oidc' ? { issuer: credential.issuer } : {}) } },
-      }
     },
   }),
 ]

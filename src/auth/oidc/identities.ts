@@ -9,7 +9,7 @@ import type { EventOrigin } from '../origin.js'
 import { InvalidTokenError } from '../jwt.js'
 import type { Role } from '../principal.js'
 import type { RevocationList } from '../revocations.js'
-import { anotherAdminExists } from '../../users/queries.js'
+import { anotherAdminExists } from '../../accounts/queries.js'
 import type { ProviderSettings } from '../../config.js'
 import type { ProviderClaims } from './provider-token.js'
 
@@ -192,7 +192,7 @@ export class ProviderIdentities {
    */
   private async takeRole(link: LinkedUser, role: Role, claims: ProviderClaims, deps: IdentityDeps): Promise<LinkedUser> {
     const row = await deps.bounded(() => deps.sql.begin(async (tx) => {
-      // Under the lock the API's demotions take (src/users/queries.ts): two at once cannot leave no admin.
+      // Under the lock the API's demotions take (src/accounts/queries.ts): two at once cannot leave no admin.
       if (role === 'user' && !(await anotherAdminExists(tx, link.userId))) return undefined
       // Set explicitly, so that the trigger of sql/014 does not stamp the time of the change instead; never moved back.
       const [user] = await tx<Array<Record<string, unknown>>>`

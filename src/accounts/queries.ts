@@ -1,16 +1,24 @@
 import type { Sql, TransactionSql } from 'postgres'
 import { HttpError } from '../core/http/problem.js'
-import type { Row } from '../core/resources/resource.js'
-import type { users } from './resource.js'
 
-// SQL for users. Functions take the database handle first, so the same
-// function runs on the pool or inside a caller's transaction.
+// The accounts table as the service reads it, below both auth (logins,
+// sessions, the identity provider) and the users resource (src/users/), which
+// both need it. Functions take the database handle first, so the same function
+// runs on the pool or inside a caller's transaction.
 
-/** A user's row: the declared members, and the columns only the service reads (src/users/resource.ts). */
-export type UserRow = Omit<Row<typeof users.members>, 'password' | 'created_at' | 'updated_at' | 'email_verified_at'> & {
+/**
+ * A user's row: the users declaration's stored members (src/users/resource.ts
+ * holds the two in step, at compile time) and the columns only the service reads.
+ */
+export type UserRow = {
+  id: number
+  name: string
+  email: string
+  role: 'admin' | 'user'
+  email_verified_at: string | null
   created_at: string
   updated_at: string
-  email_verified_at: string | null
+  version: number
   password_hash: string | null
   /** Raised by a role or password change and by "log out everywhere"; JWTs of an older epoch are void (sql/005). */
   credential_epoch: number
