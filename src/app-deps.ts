@@ -1,6 +1,6 @@
 import type { Sql } from 'postgres'
-import type { ApiKeyCache } from './api-keys/key-cache.js'
-import type { LastUsedWrites } from './api-keys/last-used.js'
+import type { ApiKeyCache } from './auth/api-keys/key-cache.js'
+import type { LastUsedWrites } from './auth/api-keys/last-used.js'
 import type { CredentialChanges } from './auth/credential-changes.js'
 import type { JwtCache } from './auth/jwt-cache.js'
 import type { LoginGuard } from './auth/login-throttle.js'
@@ -51,9 +51,9 @@ export interface AppDeps extends CoreServices {
   metricsReport(): Promise<string>
   /** JWTs this instance has verified (src/auth/jwt-cache.ts). */
   jwtCache: JwtCache
-  /** API keys this instance has read, kept right by notifications from PostgreSQL (src/api-keys/key-cache.ts). */
+  /** API keys this instance has read, kept right by notifications from PostgreSQL (src/auth/api-keys/key-cache.ts). */
   apiKeyCache: ApiKeyCache
-  /** When this process last wrote each key's last_used_at (src/api-keys/last-used.ts). */
+  /** When this process last wrote each key's last_used_at (src/auth/api-keys/last-used.ts). */
   apiKeyUse: LastUsedWrites
   /** Login attempts per address on this instance (src/auth/login-throttle.ts). */
   logins: LoginGuard

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { defineCollection } from '../src/core/collections/declaration.js'
 import { ListShapes, listStatements as compileWith, MAX_SHAPES_PER_COLLECTION, type ListRequest } from '../src/core/collections/list-sql.js'
-import { apiKeys } from '../src/api-keys/resource.js'
+import { apiKeys } from '../src/auth/api-keys/declaration.js'
 import { products } from '../src/products/resource.js'
 import { users } from '../src/users/resource.js'
 

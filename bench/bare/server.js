@@ -139,7 +139,7 @@ function verifyJwt(token) {
 /** last_used_at is kept to the minute: this process sends the UPDATE at most once a minute per key. */
 const keyWrittenAt = new Map()
 
-// The service's SQL for an API key (src/api-keys/credential.ts), statement for statement.
+// The service's SQL for an API key (src/auth/api-keys/credential.ts), statement for statement.
 async function verifyApiKey(key) {
   if (!API_KEY.test(key)) throw invalidToken()
   const hash = createHash('sha256').update(key).digest()

@@ -104,7 +104,7 @@ const API_KEY = /^upa_ak_[A-Za-z0-9_-]{43}$/
 /** last_used_at is kept to the minute: this process sends the UPDATE at most once a minute per key. */
 const keyWrittenAt = new Map()
 
-// The service's SQL for an API key (src/api-keys/credential.ts), statement for statement.
+// The service's SQL for an API key (src/auth/api-keys/credential.ts), statement for statement.
 async function apiKeyCaller(key) {
   if (!API_KEY.test(key)) throw httpError(401, 'The credential is invalid, expired or revoked.')
   const hash = createHash('sha256').update(key).digest()

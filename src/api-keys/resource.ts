@@ -1,16 +1,14 @@
-import type { Sql, TransactionSql } from 'postgres'
+import type { Sql } from 'postgres'
 import Type from 'typebox'
 import { challenge, invalidToken } from '../auth/credentials.js'
-import { currentPasswordMember, requireRecentPassword } from '../auth/current-password.js'
+import { requireRecentPassword } from '../auth/current-password.js'
+import { apiKeys } from '../auth/api-keys/declaration.js'
 import { isAdmin, sessionOf, type Principal } from '../auth/principal.js'
 import { displayPrefix, hashSecret, newSecret } from '../auth/tokens.js'
 import { HttpError, validationFailed } from '../core/http/problem.js'
-import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
-import { member } from '../core/resources/member.js'
-import { defineResource } from '../core/resources/resource.js'
 import type { ResourceHooks } from '../core/resources/routes.js'
 import { resourceModule } from '../resource-module.js'
-import { deleteRowsWhere, eventOf, type StoredRow } from '../core/resources/store.js'
+import { eventOf, type StoredRow } from '../core/resources/store.js'
 import { originOf, type EventOrigin } from '../auth/origin.js'
 import { recordEvents } from '../core/resources/change-events.js'
 
@@ -20,35 +18,6 @@ import { recordEvents } from '../core/resources/change-events.js'
 // session that made it, so making one is a sensitive action: only a login
 // may do it (never a key), and only with the password fresh (REAUTH_WINDOW)
 // or given again.
-
-const nullableTimestamp = () => Type.Union([Type.String({ format: 'date-time', description: 'an RFC 3339 timestamp in the future' }), Type.Null()])
-
-export const apiKeys = defineResource({
-  name: 'ApiKey',
-  path: '/api-keys',
-  table: 'api_keys',
-  // Everyone keeps their own keys; the hooks below scope them to their owner.
-  access: { read: 'any', write: 'any' },
-  versioned: false,
-  // Only the key's hash is stored; the key itself is shown once.
-  serverColumns: ['key_hash'],
-  deletedVerb: 'revoked',
-  members: {
-    id: idMember(),
-    name: member(nameSchema(), { write: 'create', sort: true, search: true }),
-    prefix: member(Type.String(), { write: 'server' }),
-    // A bound on hostile input, above any number of scopes the resources declare; which scopes a key may
-    // hold is the creator's (the create hook), not the schema's.
-    scopes: member(Type.Array(Type.String({ maxLength: 64 }), { minItems: 1, maxItems: 64, uniqueItems: true }), { write: 'create' }),
-    created_at: timestampMember(),
-    expires_at: member(nullableTimestamp(), { write: 'create', optional: true }),
-    last_used_at: member(nullableTimestamp(), { write: 'server' }),
-    user_id: member(Type.Integer({ minimum: 1, maximum: 9223372036854775807 }), { write: 'server', sort: true }),
-  },
-  createExtras: {
-    current_password: currentPasswordMember('the creator\'s current password; required unless this session logged in with its password within REAUTH_WINDOW seconds'),
-  },
-})
 
 /** The answer to its creation, the one time the secret `key` is shown. */
 const ApiKeyCreated = Type.Object({ ...apiKeys.schemas.representation.properties, key: Type.String() }, { additionalProperties: false })
@@ -130,15 +99,6 @@ const hooks: ResourceHooks = {
   },
   // Answer once this instance has heard the revocation: it never serves the key to a client told it is gone (src/auth/credential-changes.ts).
   afterDelete: (ctx) => ctx.deps.credentialChanges.caughtUp(),
-}
-
-/**
- * Revokes every API key of a user in the caller's transaction, each with its
- * api_key.revoked event; the trigger of sql/004 tells every instance's key
- * cache at commit (the caller waits with credentialChanges.caughtUp).
- */
-export function revokeApiKeysOf(tx: TransactionSql, userId: number, origin: EventOrigin): Promise<number> {
-  return deleteRowsWhere(tx, apiKeys, { user_id: String(userId) }, origin)
 }
 
 export const apiKeyModule = resourceModule(apiKeys, {

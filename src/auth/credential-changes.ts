@@ -1,6 +1,6 @@
 import type { Sql } from 'postgres'
-import { applyKeyChange } from '../api-keys/key-changes.js'
-import type { ApiKeyCache } from '../api-keys/key-cache.js'
+import { applyKeyChange } from './api-keys/key-changes.js'
+import type { ApiKeyCache } from './api-keys/key-cache.js'
 import { addPurgeJob } from '../core/db/batched-delete.js'
 import { backgroundConnection } from '../core/db/connect.js'
 import { watchListenClose } from '../core/db/listen-close.js'
@@ -12,12 +12,12 @@ import { CredentialTrust } from './credential-trust.js'
 import { applyRevocation, type RevocationList, type RevocationRow } from './revocations.js'
 
 // Keeps what an instance remembers about credentials right across instances:
-// its API key cache (src/api-keys/key-cache.ts) and its list of revocations
+// its API key cache (src/auth/api-keys/key-cache.ts) and its list of revocations
 // (src/auth/revocations.ts), which is what lets a JWT be checked without a
 // database read. Triggers (sql/004, sql/005) notify CHANGES_CHANNEL in the
 // transaction of every change that revokes or alters a credential;
 // PostgreSQL delivers the notification to every listening session at commit.
-// Payloads: `keys 3,4`, `users 7`, `all` (API keys, src/api-keys/key-changes.ts);
+// Payloads: `keys 3,4`, `users 7`, `all` (API keys, src/auth/api-keys/key-changes.ts);
 // `sessions 5,6`, `epochs 7:2,8:deleted`, `revocations` (revocations); and
 // `sync …`, the markers (src/auth/change-markers.ts), which change nothing.
 //

@@ -1,4 +1,4 @@
-import type { ApiKeyCache } from '../api-keys/key-cache.js'
+import type { ApiKeyCache } from './api-keys/key-cache.js'
 import type { Logger } from '../core/log.js'
 
 // Whether what an instance remembers about credentials (its API key cache,

@@ -1,5 +1,5 @@
 import type { Sql, TransactionSql } from 'postgres'
-import { revokeApiKeysOf } from '../api-keys/resource.js'
+import { revokeApiKeysOf } from './api-keys/declaration.js'
 import type { AppDeps } from '../app-deps.js'
 import { recordEvents } from '../core/resources/change-events.js'
 import type { EventOrigin } from './origin.js'

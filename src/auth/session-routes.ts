@@ -1,6 +1,6 @@
 import Type from 'typebox'
 import type { AppDeps } from '../app-deps.js'
-import { revokeApiKeysOf } from '../api-keys/resource.js'
+import { revokeApiKeysOf } from './api-keys/declaration.js'
 import { notFound } from '../core/http/problem.js'
 import { defineRoute, type Reply } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'

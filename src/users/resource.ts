@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { revokeApiKeysOf } from '../api-keys/resource.js'
+import { revokeApiKeysOf } from '../auth/api-keys/declaration.js'
 import { requireInteractive } from '../auth/access.js'
 import { currentPasswordMember, currentPasswordRequired, proveCurrentPassword } from '../auth/current-password.js'
 import { isAdmin, sessionOf, type Principal, type UserPrincipal } from '../auth/principal.js'

@@ -9,7 +9,7 @@
 // forgotten (it is written again at its next use, which the SQL guard makes
 // harmless).
 
-import { BoundedMap } from '../core/lib/bounded-map.js'
+import { BoundedMap } from '../../core/lib/bounded-map.js'
 
 export class LastUsedWrites {
   private readonly writtenAt: BoundedMap<number, number>

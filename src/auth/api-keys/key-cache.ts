@@ -1,5 +1,5 @@
-import type { Principal } from '../auth/principal.js'
-import { BoundedMap } from '../core/lib/bounded-map.js'
+import type { Principal } from '../principal.js'
+import { BoundedMap } from '../../core/lib/bounded-map.js'
 
 // API keys this instance has read, by the SHA-256 of the key, so that a
 // request with a known key costs no database read (deps.apiKeyCache).

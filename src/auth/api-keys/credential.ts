@@ -1,16 +1,16 @@
 import type { Sql } from 'postgres'
-import type { Role } from '../auth/principal.js'
-import type { ScopePolicy } from '../auth/scopes.js'
-import { hashList } from '../auth/tokens.js'
+import type { Role } from '../principal.js'
+import type { ScopePolicy } from '../scopes.js'
+import { hashList } from '../tokens.js'
 import type { ApiKeyCache, CachedApiKey } from './key-cache.js'
 import type { LastUsedWrites } from './last-used.js'
-import type { Clock } from '../core/lib/clock.js'
+import type { Clock } from '../../core/lib/clock.js'
 
 // API keys presented with requests: their Principals, undefined where a key
 // is unknown, expired or revoked. A key this instance knows costs no
-// statement (src/api-keys/key-cache.ts), so no wait under database admission
+// statement (src/auth/api-keys/key-cache.ts), so no wait under database admission
 // either; the keys it does not know cost one statement between them.
-// last_used_at costs one at most once a minute (src/api-keys/last-used.ts).
+// last_used_at costs one at most once a minute (src/auth/api-keys/last-used.ts).
 // The user's current role is part of what is cached, and a role change
 // evicts it.
 
