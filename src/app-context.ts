@@ -19,9 +19,10 @@ declare module './core/http/route.js' {
   interface ContextExtensions {
     /** Who calls: the credential's user, or anonymous. */
     principal: Principal
-    /** Everything the service instance holds (src/app-deps.ts). */
-    deps: AppDeps
   }
+
+  /** `ctx.services` is everything the service instance holds (src/app-deps.ts). */
+  interface ServiceExtensions extends AppDeps {}
 }
 
 declare module './core/resources/resource.js' {

@@ -82,7 +82,7 @@ describe('list shapes', () => {
     for (let start = 0; start < shapes.length; start += 100) {
       await Promise.all(shapes.slice(start, start + 100).map(async (query, i) => {
         const uses = start + i < OFTEN ? PREPARE_AFTER_USES : 1
-        for (let use = 0; use < uses; use++) assert.equal((await listCollection(products.collection, checkedQuery(query), { deps })).status, 200)
+        for (let use = 0; use < uses; use++) assert.equal((await listCollection(products.collection, checkedQuery(query), { services: deps })).status, 200)
       }))
     }
     assert.equal(api.deps.listShapes.preparedCount(products.collection), MAX_PREPARED_SHAPES)

@@ -67,12 +67,12 @@ const hooks: ResourceHooks = {
     }
   },
   async insert(ctx, values) {
-    const { principal, requestId, deps } = ctx
+    const { principal, requestId, services } = ctx
     if (principal.kind !== 'user') throw new Error('unreachable: protected route')
     // Before anything about the key is looked at: a stolen access token alone learns nothing here.
     await requireRecentPassword(principal, ctx.body.current_password as string | undefined, ctx)
     const scopes = values.scopes as string[]
-    const unknown = scopes.findIndex((s) => !deps.registry.scopes.isScope(s))
+    const unknown = scopes.findIndex((s) => !services.registry.scopes.isScope(s))
     if (unknown !== -1) throw validationFailed([{ path: `/scopes/${unknown}`, message: 'is not a scope' }])
     // A key can never do more than the credential that created it.
     const beyond = scopes.filter((s) => !principal.scopes.has(s as never))
@@ -83,13 +83,13 @@ const hooks: ResourceHooks = {
       })
     }
     const expiresAt = values.expires_at ? new Date(values.expires_at as string) : null
-    if (expiresAt && expiresAt.getTime() <= deps.clock.now()) throw validationFailed([{ path: '/expires_at', message: 'must be in the future' }])
+    if (expiresAt && expiresAt.getTime() <= services.clock.now()) throw validationFailed([{ path: '/expires_at', message: 'must be in the future' }])
     const key = newSecret('apiKey')
-    const { maxApiKeysPerUser } = deps.config
+    const { maxApiKeysPerUser } = services.config
     const { credential } = principal
     if (credential.type === 'api_key') throw new Error('unreachable: an interactive route')
     const creator: Creator = { sessionId: sessionOf(credential), epoch: credential.type === 'token' ? undefined : credential.epoch }
-    const row = await insertApiKey(deps.sql, {
+    const row = await insertApiKey(services.sql, {
       user_id: Number(principal.userId), name: values.name as string, prefix: displayPrefix(key), key_hash: hashSecret(key), scopes, expires_at: expiresAt,
     }, creator, maxApiKeysPerUser, originOf(principal, requestId))
     // The user was deleted, or the credential revoked, while this request ran: it is good for nothing now.
@@ -98,7 +98,7 @@ const hooks: ResourceHooks = {
     return { row, body: { key } }
   },
   // Answer once this instance has heard the revocation: it never serves the key to a client told it is gone (src/auth/credential-changes.ts).
-  afterDelete: (ctx) => ctx.deps.credentialChanges.caughtUp(),
+  afterDelete: (ctx) => ctx.services.credentialChanges.caughtUp(),
 }
 
 export const apiKeyModule = resourceModule(apiKeys, {

@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http'
-import type { AppDeps } from '../app-deps.js'
+import type { AuthServices } from './services.js'
 import type { Sql } from 'postgres'
 import { apiKeyPrincipals, recordKeyUse } from './api-keys/credential.js'
 import type { ApiKeyCache } from './api-keys/key-cache.js'
@@ -48,7 +48,7 @@ export interface CredentialDeps {
 
 /** What authentication uses of an instance's deps; `bounded` as the caller waits for the database. */
 export function credentialDeps(
-  deps: Pick<AppDeps, 'sql' | 'config' | 'jwtCache' | 'apiKeyCache' | 'apiKeyUse' | 'revocations' | 'credentialChanges' | 'registry' | 'identityProvider' | 'clock'>,
+  deps: Pick<AuthServices, 'sql' | 'config' | 'jwtCache' | 'apiKeyCache' | 'apiKeyUse' | 'revocations' | 'credentialChanges' | 'registry' | 'identityProvider' | 'clock'>,
   bounded: CredentialDeps['bounded'],
 ): CredentialDeps {
   const { config } = deps

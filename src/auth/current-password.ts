@@ -11,7 +11,7 @@ import type { UserPrincipal } from './principal.js'
 // actions a stolen access token must not be enough for: changing one's own
 // e-mail or password, deleting one's own account, creating an API key.
 
-type ProofContext = Pick<HandlerContext<unknown, unknown>, 'deps' | 'client' | 'requestId'>
+type ProofContext = Pick<HandlerContext<unknown, unknown>, 'services' | 'client' | 'requestId'>
 
 export const currentPasswordRequired = (detail: string) => new HttpError('current_password_required', detail)
 
@@ -30,7 +30,7 @@ export async function proveCurrentPassword(caller: UserPrincipal, currentPasswor
   if (currentPassword === undefined) return undefined
   // A program's key is never the person at the keyboard; nor may it test guesses of the password.
   requireInteractive(caller)
-  const { sql, passwords, logins } = ctx.deps
+  const { sql, passwords, logins } = ctx.services
   const user = await findUser(sql, caller.userId)
   if (!user?.password_hash) throw currentPasswordRequired('current_password is wrong.')
   const email = normalizeEmail(user.email)
@@ -58,8 +58,8 @@ async function loggedInWithin(caller: UserPrincipal, windowSeconds: number, ctx:
   const { credential } = caller
   if (credential.type === 'api_key') return false
   // The provider says when the person last signed in there (auth_time); without it, the token proves nothing recent.
-  if (credential.type === 'oidc') return credential.authenticatedAt !== undefined && ctx.deps.clock.now() / 1000 - credential.authenticatedAt < windowSeconds
-  const [fresh] = await ctx.deps.sql`
+  if (credential.type === 'oidc') return credential.authenticatedAt !== undefined && ctx.services.clock.now() / 1000 - credential.authenticatedAt < windowSeconds
+  const [fresh] = await ctx.services.sql`
     SELECT 1 FROM sessions
     WHERE id = ${credential.sessionId} AND user_id = ${caller.userId} AND revoked_at IS NULL
       AND created_at > now() - ${windowSeconds} * interval '1 second'`
@@ -76,7 +76,7 @@ export async function requireRecentPassword(caller: UserPrincipal, currentPasswo
     await proveCurrentPassword(caller, currentPassword, ctx)
     return
   }
-  const window = ctx.deps.config.reauthWindow
+  const window = ctx.services.config.reauthWindow
   if (await loggedInWithin(caller, window, ctx)) return
   throw currentPasswordRequired(`This needs current_password: this session did not log in with its password within the last ${window} seconds (REAUTH_WINDOW).`)
 }

@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import type { AppDeps } from '../app-deps.js'
+import type { AuthServices } from './services.js'
 import { HttpError } from '../core/http/problem.js'
 import { defineRoute } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
@@ -43,9 +43,9 @@ function templateOf(template: string | undefined, variable: string, flow = 'Acco
 }
 
 /** The flow's link template; 404 when the flow is off, 503 when there is no way to send its message. */
-function flowOn(deps: AppDeps, template: string | undefined, variable: string): string {
+function flowOn(services: Pick<AuthServices, 'mail'>, template: string | undefined, variable: string): string {
   const on = templateOf(template, variable)
-  if (!deps.mail.transport) throw new HttpError('mail_not_configured', 'This service cannot send mail yet (neither SMTP_URL nor MAIL_HOOK_URL is set).')
+  if (!services.mail.transport) throw new HttpError('mail_not_configured', 'This service cannot send mail yet (neither SMTP_URL nor MAIL_HOOK_URL is set).')
   return on
 }
 
@@ -60,15 +60,15 @@ export const recoveryRoutes = [
     responses: { 202: { description: 'Accepted: if an account has this address and is under its hourly limit, a message is on its way' } },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(ResetRequestBody) },
-    async handle({ body, client, requestId, deps }) {
-      const template = flowOn(deps, deps.config.passwordResetUrl, 'PASSWORD_RESET_URL')
-      deps.logins.admitRecovery(client)
+    async handle({ body, client, requestId, services }) {
+      const template = flowOn(services, services.config.passwordResetUrl, 'PASSWORD_RESET_URL')
+      services.logins.admitRecovery(client)
       // A database that is down is said so (503, as to any request that needs it, and to every address
       // alike: the check's answer is shared for a second), rather than a 202 for work that would be lost.
-      await deps.readiness.database()
+      await services.readiness.database()
       const email = normalizeEmail(body.email)
       const origin = { actorId: null, credential: null, requestId }
-      const taken = deps.recoveryRequests.submit('password reset', () => requestPasswordReset(deps.sql, email, template, deps.config.passwordResetTtl, origin))
+      const taken = services.recoveryRequests.submit('password reset', () => requestPasswordReset(services.sql, email, template, services.config.passwordResetTtl, origin))
       if (!taken) throw recoveryBusy()
       return { status: 202 }
     },
@@ -86,16 +86,16 @@ export const recoveryRoutes = [
     body: { kind: 'json', validator: compileValidator(ResetConfirmBody) },
     // It waits for a password-hash slot, which must not hold a place under database admission.
     database: 'statements',
-    async handle({ body, client, requestId, bounded, deps }) {
-      flowOn(deps, deps.config.passwordResetUrl, 'PASSWORD_RESET_URL')
-      deps.logins.admitRecovery(client)
+    async handle({ body, client, requestId, bounded, services }) {
+      flowOn(services, services.config.passwordResetUrl, 'PASSWORD_RESET_URL')
+      services.logins.admitRecovery(client)
       const hash = oneTimeTokenHash(body.token)
       // A guess costs a hash and an index lookup, never scrypt: the password is hashed only for a live token.
-      if (!hash || (await bounded(() => liveTokenUser(deps.sql, hash, 'password_reset'))) === undefined) throw invalidToken()
-      const passwordHash = await deps.passwords.hash(body.password)
-      if (!(await bounded(() => resetPassword(deps.sql, hash, passwordHash, requestId)))) throw invalidToken()
+      if (!hash || (await bounded(() => liveTokenUser(services.sql, hash, 'password_reset'))) === undefined) throw invalidToken()
+      const passwordHash = await services.passwords.hash(body.password)
+      if (!(await bounded(() => resetPassword(services.sql, hash, passwordHash, requestId)))) throw invalidToken()
       // Its JWTs, sessions and keys were revoked: answer once this instance has heard it (src/auth/credential-changes.ts).
-      await deps.credentialChanges.caughtUp()
+      await services.credentialChanges.caughtUp()
       return { status: 204 }
     },
   }),
@@ -110,12 +110,12 @@ export const recoveryRoutes = [
     responses: { 204: { description: 'The address is verified' } },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(VerifyBody) },
-    async handle({ body, client, requestId, deps }) {
+    async handle({ body, client, requestId, services }) {
       // No mail is sent here: it works without a transport, for links sent before one went away.
-      templateOf(deps.config.verifyEmailUrl, 'VERIFY_EMAIL_URL', 'Address verification')
-      deps.logins.admitRecovery(client)
+      templateOf(services.config.verifyEmailUrl, 'VERIFY_EMAIL_URL', 'Address verification')
+      services.logins.admitRecovery(client)
       const hash = oneTimeTokenHash(body.token)
-      if (!hash || !(await verifyEmail(deps.sql, hash, requestId))) throw invalidToken()
+      if (!hash || !(await verifyEmail(services.sql, hash, requestId))) throw invalidToken()
       return { status: 204 }
     },
   }),
@@ -129,10 +129,10 @@ export const recoveryRoutes = [
     summary: 'Send the caller a new verification link (the older ones stop working)',
     responses: { 204: { description: 'A message is on its way' } },
     access: { kind: 'protected', scope: null, who: 'any' },
-    async handle({ principal, deps }) {
-      flowOn(deps, deps.config.verifyEmailUrl, 'VERIFY_EMAIL_URL')
+    async handle({ principal, services }) {
+      flowOn(services, services.config.verifyEmailUrl, 'VERIFY_EMAIL_URL')
       if (principal.kind !== 'user') throw new Error('unreachable: the resend is protected')
-      await deps.sql.begin(async (tx) => {
+      await services.sql.begin(async (tx) => {
         const [user] = await tx<Array<{ id: number; email: string; email_verified_at: string | null }>>`
           SELECT id, email, email_verified_at FROM users WHERE id = ${principal.userId} FOR UPDATE`
         if (!user) throw userGone()
@@ -140,7 +140,7 @@ export const recoveryRoutes = [
         if (!(await mayResendVerification(tx, user.id))) {
           throw new HttpError('rate_limited', `At most ${MESSAGES_PER_HOUR} verification messages an hour; retry later.`, { headers: { 'retry-after': '3600' } })
         }
-        await queueVerification(tx, deps, user)
+        await queueVerification(tx, services, user)
       })
       return { status: 204 }
     },

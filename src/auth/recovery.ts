@@ -1,6 +1,6 @@
 import type { Sql, TransactionSql } from 'postgres'
 import { revokeApiKeysOf } from './api-keys/declaration.js'
-import type { AppDeps } from '../app-deps.js'
+import type { AuthServices } from './services.js'
 import { recordEvents } from '../core/resources/change-events.js'
 import type { EventOrigin } from './origin.js'
 import { queueMail, queueMailTo } from '../mail/outbox.js'
@@ -133,7 +133,7 @@ export async function verifyEmail(sql: Sql, hash: Buffer, requestId: string): Pr
 }
 
 /** What queueing a verification needs of the service. */
-export type VerificationDeps = Pick<AppDeps, 'config' | 'mail'>
+export type VerificationDeps = Pick<AuthServices, 'config' | 'mail'>
 
 /**
  * Queues a verification link for the user's address `email`, retiring the

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http'
-import type { AppDeps } from '../app-deps.js'
+import type { AuthServices } from './services.js'
 import { addressBucket } from '../core/http/client-address.js'
 import { HttpError } from '../core/http/problem.js'
 import type { RateDecision, RateLimiter } from '../core/http/rate-limit.js'
@@ -26,7 +26,7 @@ class Guarded {
 /** A user may spend this many credentials' worth of RATE_LIMIT in all: N keys do not give N times the limit. */
 const USER_LIMIT_FACTOR = 3
 
-export function requestGuard(deps: AppDeps): RequestGuard<Guarded> {
+export function requestGuard(deps: AuthServices): RequestGuard<Guarded> {
   const { config, rateLimiter: limiter } = deps
   // Only credentials read from the database wait under database admission; a JWT is checked in memory.
   const credentials: CredentialDeps = credentialDeps(deps, (work) => deps.databaseAdmission.run(work))
@@ -64,7 +64,6 @@ export function requestGuard(deps: AppDeps): RequestGuard<Guarded> {
     },
     extend(ctx, state) {
       ctx.principal = state.principal
-      ctx.deps = deps
     },
     caller: ({ principal }) => (principal.kind === 'user' ? `user ${principal.userId}` : undefined),
     answerHeaders(state, headers) {

@@ -48,8 +48,8 @@ export const authRoutes = [
     body: { kind: 'json', validator: compileValidator(LoginBody) },
     // It waits for a password-hash slot too, which must not hold a place under database admission.
     database: 'statements',
-    async handle({ body, headers, client, requestId, bounded, deps }) {
-      const { sql, logins, passwords } = deps
+    async handle({ body, headers, client, requestId, bounded, services }) {
+      const { sql, logins, passwords } = services
       const from = logins.address(client)
       logins.admit(from.bucket)
       const email = normalizeEmail(body.email)
@@ -66,20 +66,20 @@ export const authRoutes = [
         throw invalidCredentials()
       }
       await bounded(() => passwordProven(sql, email, user.id, from))
-      if (deps.config.requireVerifiedEmail && user.email_verified_at === null) {
+      if (services.config.requireVerifiedEmail && user.email_verified_at === null) {
         // Only once the password is proven, so the answer tells nothing to anyone without it. The way out is a link: a fresh one, within the hourly limit.
-        await bounded(() => deps.sql.begin(async (tx) => {
-          if (await mayResendVerification(tx, user.id)) await queueVerification(tx, deps, user)
+        await bounded(() => services.sql.begin(async (tx) => {
+          if (await mayResendVerification(tx, user.id)) await queueVerification(tx, services, user)
         }))
         throw new HttpError('email_not_verified', 'Verify your e-mail address first: a link was sent to it.')
       }
-      const allowed = deps.registry.scopes.byRole[user.role]
+      const allowed = services.registry.scopes.byRole[user.role]
       const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
       const refused = requested.filter((s) => !allowed.includes(s))
       if (refused.length || requested.length === 0) {
         throw new HttpError('insufficient_scope', `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`)
       }
-      const tokens = await bounded(() => openSession(sql, deps, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client }, requestId))
+      const tokens = await bounded(() => openSession(sql, services, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client }, requestId))
       // The password or role changed while this login was checked: its tokens would be void already.
       if (!tokens) throw invalidCredentials()
       return { status: 200, body: tokens }
@@ -96,10 +96,10 @@ export const authRoutes = [
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(RefreshBody) },
-    async handle({ body, requestId, deps }) {
-      const tokens = await rotate(deps.sql, deps, body.refresh_token, requestId)
+    async handle({ body, requestId, services }) {
+      const tokens = await rotate(services.sql, services, body.refresh_token, requestId)
       // A retired token presented again ended its session: its JWTs stop here before the answer.
-      if (tokens === 'reused') await deps.credentialChanges.caughtUp()
+      if (tokens === 'reused') await services.credentialChanges.caughtUp()
       if (tokens === undefined || tokens === 'reused') throw invalidRefresh()
       return { status: 200, body: tokens }
     },
@@ -116,14 +116,14 @@ export const authRoutes = [
     responses: { 204: { description: 'Session ended' } },
     access: { kind: 'optional' },
     body: { kind: 'json', validator: compileValidator(LogoutBody), optional: true },
-    async handle({ body, principal, requestId, deps }) {
+    async handle({ body, principal, requestId, services }) {
       if (body?.refresh_token) {
-        const owner = await sessionOfRefreshToken(deps.sql, body.refresh_token)
+        const owner = await sessionOfRefreshToken(services.sql, body.refresh_token)
         if (owner === undefined) throw invalidRefresh()
-        return endSession(deps, owner.sessionId, { actorId: owner.userId, credential: 'refresh_token', requestId })
+        return endSession(services, owner.sessionId, { actorId: owner.userId, credential: 'refresh_token', requestId })
       }
       const session = principal.kind === 'user' ? sessionOf(principal.credential) : undefined
-      if (session !== undefined) return endSession(deps, session, originOf(principal, requestId))
+      if (session !== undefined) return endSession(services, session, originOf(principal, requestId))
       if (principal.kind === 'user' && principal.credential.type === 'oidc') {
         throw new HttpError('invalid_request', 'A token of the identity provider has no session here: log out at the provider, or POST /auth/logout-all to refuse every token issued until now.')
       }

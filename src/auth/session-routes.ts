@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import type { AppDeps } from '../app-deps.js'
+import type { AuthServices } from './services.js'
 import { revokeApiKeysOf } from './api-keys/declaration.js'
 import { notFound } from '../core/http/problem.js'
 import { defineRoute, type Reply } from '../core/http/route.js'
@@ -52,9 +52,9 @@ function asUser(principal: Principal): UserPrincipal {
 }
 
 /** Ends a session and answers 204 once this instance refuses its credentials (logout, DELETE /auth/sessions/{id}). */
-export async function endSession(deps: AppDeps, sessionId: number, origin: EventOrigin): Promise<Reply> {
-  await revokeSession(deps.sql, sessionId, origin)
-  await deps.credentialChanges.caughtUp()
+export async function endSession(services: Pick<AuthServices, 'sql' | 'credentialChanges'>, sessionId: number, origin: EventOrigin): Promise<Reply> {
+  await revokeSession(services.sql, sessionId, origin)
+  await services.credentialChanges.caughtUp()
   return { status: 204 }
 }
 
@@ -67,9 +67,9 @@ export const sessionRoutes = [
     summary: 'List the caller\'s live sessions, newest first',
     responses: { 200: { description: `The caller's live sessions (at most ${MAX_LISTED}, newest first)`, schema: Type.Array(Session) } },
     access: interactiveAccess,
-    async handle({ principal, deps }) {
+    async handle({ principal, services }) {
       const caller = asUser(principal)
-      const rows = await deps.sql<SessionRow[]>`
+      const rows = await services.sql<SessionRow[]>`
         SELECT id, created_at, last_used_at, expires_at, user_agent, client_address FROM sessions
         WHERE user_id = ${caller.userId} AND revoked_at IS NULL AND expires_at > now()
         ORDER BY id DESC LIMIT ${MAX_LISTED}`
@@ -86,12 +86,12 @@ export const sessionRoutes = [
     summary: 'End one of the caller\'s sessions: its refresh token, access tokens and JWTs stop at once',
     responses: { 204: { description: 'Ended' } },
     access: interactiveAccess,
-    async handle({ params, principal, requestId, deps }) {
+    async handle({ params, principal, requestId, services }) {
       const caller = asUser(principal)
       // Another user's session is a 404 like one that does not exist: ids of other users' sessions do not leak.
-      const [owned] = await deps.sql`SELECT 1 FROM sessions WHERE id = ${params.id!} AND user_id = ${caller.userId} AND revoked_at IS NULL`
+      const [owned] = await services.sql`SELECT 1 FROM sessions WHERE id = ${params.id!} AND user_id = ${caller.userId} AND revoked_at IS NULL`
       if (!owned) throw notFound()
-      return endSession(deps, Number(params.id), originOf(principal, requestId))
+      return endSession(services, Number(params.id), originOf(principal, requestId))
     },
   }),
 
@@ -104,17 +104,17 @@ export const sessionRoutes = [
     responses: { 204: { description: 'Every session ended (and every API key revoked, when asked)' } },
     access: interactiveAccess,
     body: { kind: 'json', validator: compileValidator(LogoutAllBody), optional: true },
-    async handle({ body, principal, requestId, deps }) {
+    async handle({ body, principal, requestId, services }) {
       const caller = asUser(principal)
       const userId = Number(caller.userId)
       const origin = originOf(principal, requestId)
-      await deps.sql.begin(async (tx) => {
+      await services.sql.begin(async (tx) => {
         await revokeSessionsOf(tx, userId, origin)
         await raiseCredentialEpoch(tx, userId)
         // Keys made with a stolen session outlive it; the owner taking the account back ends them here.
         if (body?.api_keys) await revokeApiKeysOf(tx, userId, origin)
       })
-      await deps.credentialChanges.caughtUp()
+      await services.credentialChanges.caughtUp()
       return { status: 204 }
     },
   }),

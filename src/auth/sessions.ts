@@ -1,5 +1,5 @@
 import type { Sql, TransactionSql } from 'postgres'
-import type { AppDeps } from '../app-deps.js'
+import type { AuthServices } from './services.js'
 import { originValues } from '../core/resources/change-events.js'
 import type { EventOrigin } from './origin.js'
 import { signJwt } from './jwt.js'
@@ -37,7 +37,7 @@ export interface SessionClient {
 }
 
 /** What sessions use of a service: its settings, and its scopes (a refresh narrows a session's to what the role allows now). */
-export type SessionDeps = Pick<AppDeps, 'config' | 'registry' | 'clock'>
+export type SessionDeps = Pick<AuthServices, 'config' | 'registry' | 'clock'>
 
 async function issuePair(tx: TransactionSql, { config, registry, clock }: SessionDeps, s: SessionUser): Promise<TokenResponse> {
   const scopes = [...registry.scopes.effective(s.role, s.scopes)].sort()

@@ -57,6 +57,6 @@ export const eventRoutes = [
     access: { kind: 'protected', scope: 'events:read', who: 'admin' },
     query: events.queryValidator,
     components: { Event },
-    handle: ({ query, deps }) => listCollection(events, query, { deps }),
+    handle: ({ query, services }) => listCollection(events, query, { services }),
   }),
 ]

@@ -88,11 +88,11 @@ export const eventStreamRoutes = [
     access: streamAccess,
     query: streamQuery,
     database: 'statements',
-    async handle({ query, headers, principal, requestId, bounded, deps }) {
+    async handle({ query, headers, principal, requestId, bounded, services }) {
       const after = resumePoint(headers, query)
       if (principal.kind !== 'user') throw new Error('unreachable: a protected route without a user')
-      const grant = holdGrant(headers, principal, streamAccess, deps.clock.now())
-      const stream = deps.eventHub.reserve({ after, types: query.type && new Set(query.type), requestId, bounded, grant })
+      const grant = holdGrant(headers, principal, streamAccess, services.clock.now())
+      const stream = services.eventHub.reserve({ after, types: query.type && new Set(query.type), requestId, bounded, grant })
       // no-store: a cache must never hold a stream; X-Accel-Buffering: nginx must pass each event on at once.
       return { status: 200, headers: { 'cache-control': 'no-store', 'x-accel-buffering': 'no' }, stream }
     },

@@ -43,8 +43,8 @@ export const healthRoutes = [
     // Not ready: the database does not answer, or the service is stopping: draining, or
     // still serving for SHUTDOWN_DELAY so that load balancers stop routing here before the drain.
     errorStatuses: [503],
-    async handle({ deps }) {
-      const { drainsAt, shuttingDown } = deps.lifecycle
+    async handle({ services }) {
+      const { drainsAt, shuttingDown } = services.lifecycle
       if (shuttingDown) {
         throw new HttpError('shutting_down', 'The service is shutting down.', { headers: { 'retry-after': '1' } })
       }
@@ -52,8 +52,8 @@ export const healthRoutes = [
         const seconds = Math.max(0, Math.ceil((drainsAt - performance.now()) / 1000))
         throw new HttpError('shutting_down', `The service is shutting down: it still serves for ${seconds} s (SHUTDOWN_DELAY) while load balancers stop sending requests here, then drains.`, { headers: { 'retry-after': '1' } })
       }
-      await deps.readiness.database()
-      const distrust = deps.credentialChanges.distrustReason
+      await services.readiness.database()
+      const distrust = services.credentialChanges.distrustReason
       const credentials = distrust === undefined ? 'remembered' : `read from the database: ${distrust}`
       return { status: 200, headers: { 'cache-control': 'no-store' }, body: { status: 'ready', credentials } }
     },

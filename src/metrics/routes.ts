@@ -11,8 +11,8 @@ export const metricsRoutes = [
     access: { kind: 'protected', scope: 'metrics:read', who: 'admin' },
     summary: 'Request, database and process figures in Prometheus text format',
     responses: { 200: { description: 'Prometheus text format 0.0.4', schema: Type.String(), contentType: 'text/plain' } },
-    async handle({ deps }) {
-      return { status: 200, headers: { 'cache-control': 'no-store' }, text: { contentType: 'text/plain; version=0.0.4; charset=utf-8', content: await deps.metricsReport() } }
+    async handle({ services }) {
+      return { status: 200, headers: { 'cache-control': 'no-store' }, text: { contentType: 'text/plain; version=0.0.4; charset=utf-8', content: await services.metricsReport() } }
     },
   }),
 ]

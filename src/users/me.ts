@@ -28,9 +28,9 @@ export const meRoute = defineRoute({
   summary: 'The caller and its credential',
   responses: { 200: { description: 'The caller', schema: Me } },
   access: { kind: 'protected', scope: null, who: 'any' },
-  async handle({ principal, deps }) {
+  async handle({ principal, services }) {
     if (principal.kind !== 'user') throw new Error('unreachable: /auth/me is protected')
-    const user = await findUser(deps.sql, principal.userId)
+    const user = await findUser(services.sql, principal.userId)
     // A JWT may outlive its user; the token is then no longer good for anything.
     if (!user) throw userGone()
     const { credential } = principal

@@ -82,7 +82,7 @@ export const userHooks: ResourceHooks<UserWriteState> = {
     const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
     const self = op !== 'create' && caller?.userId === ctx.params.id ? caller : undefined
     const provenHash = self && (await proveCurrentPassword(self, body.current_password, ctx))
-    if (body.password !== undefined) columns.password_hash = body.password === null ? null : await ctx.deps.passwords.hash(body.password)
+    if (body.password !== undefined) columns.password_hash = body.password === null ? null : await ctx.services.passwords.hash(body.password)
     return { self, provenHash }
   },
   async inTransaction(tx, { ctx, current, changes }, { self, provenHash }) {
@@ -92,7 +92,7 @@ export const userHooks: ResourceHooks<UserWriteState> = {
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
     // A new address is verified anew, and the old one hears of the change (src/auth/recovery.ts).
     if (typeof changes.email === 'string') {
-      await addressChanged(tx, ctx.deps, { id: current.id, email: current.email as string, emailVerified: current.email_verified_at !== null }, changes.email)
+      await addressChanged(tx, ctx.services, { id: current.id, email: current.email as string, emailVerified: current.email_verified_at !== null }, changes.email)
     }
     // A new password ends the user's other sessions (all of them when an admin sets another user's); the trigger of sql/005 voids its JWTs.
     if (changes.password_hash !== undefined) {
@@ -105,19 +105,19 @@ export const userHooks: ResourceHooks<UserWriteState> = {
   // A new user is sent a verification link, queued with its row (with verification off, the one INSERT alone).
   async insert(ctx, values) {
     const origin = ctx.services.changeOrigin(ctx)
-    if (ctx.deps.config.verifyEmailUrl === undefined) {
-      return { row: await insertRow(ctx.deps.sql, users, values, origin).catch((err: unknown) => Promise.reject(conflictOf(users, err))) }
+    if (ctx.services.config.verifyEmailUrl === undefined) {
+      return { row: await insertRow(ctx.services.sql, users, values, origin).catch((err: unknown) => Promise.reject(conflictOf(users, err))) }
     }
-    const row = await ctx.deps.sql.begin(async (tx) => {
+    const row = await ctx.services.sql.begin(async (tx) => {
       const row = await insertRow(tx, users, values, origin)
-      await queueVerification(tx, ctx.deps, { id: row.id as number, email: row.email as string })
+      await queueVerification(tx, ctx.services, { id: row.id as number, email: row.email as string })
       return row
     }).catch((err: unknown) => Promise.reject(conflictOf(users, err)))
     return { row }
   },
   // A role or password change revoked JWTs: answer once this instance has heard it (src/auth/credential-changes.ts).
   async afterCommit({ ctx, changes }) {
-    if (credentialsChanged(changes)) await ctx.deps.credentialChanges.caughtUp()
+    if (credentialsChanged(changes)) await ctx.services.credentialChanges.caughtUp()
   },
   // Deleting one's own account is for its owner in person: not a program's key, not a stolen access token without the password.
   async prepareDelete(ctx) {
@@ -135,7 +135,7 @@ export const userHooks: ResourceHooks<UserWriteState> = {
     if (current.role === 'admin') await ensureAnotherAdmin(tx, current.id)
   },
   // Its sessions, JWTs and API keys are revoked with it.
-  afterDelete: (ctx) => ctx.deps.credentialChanges.caughtUp(),
+  afterDelete: (ctx) => ctx.services.credentialChanges.caughtUp(),
 }
 
 // The declaration's stored members and the accounts' row type (src/accounts/queries.ts) are the same:

@@ -68,11 +68,11 @@ export const deliveryRoutes = (webhooks: Resource, { read, write } = accessOf(we
     access: read,
     query: deliveries.queryValidator,
     components: { WebhookDelivery, WebhookAttempt },
-    async handle({ params, query, deps }) {
-      if (!(await findRow(deps.sql, webhooks, params.id!))) throw notFound()
+    async handle({ params, query, services }) {
+      if (!(await findRow(services.sql, webhooks, params.id!))) throw notFound()
       // The path of the Link header is this webhook's; the sort defaults to newest first.
       const collection = { ...deliveries, path: `/webhooks/${params.id}/deliveries` }
-      return listCollection(collection, { ...query, sort: query.sort ?? '-id' }, { deps, fixedFilters: { webhook_id: params.id! } })
+      return listCollection(collection, { ...query, sort: query.sort ?? '-id' }, { services, fixedFilters: { webhook_id: params.id! } })
     },
   }),
 
@@ -84,14 +84,14 @@ export const deliveryRoutes = (webhooks: Resource, { read, write } = accessOf(we
     summary: 'Make a delivery due now, a failed or succeeded one too; it is sent once its webhook is active',
     responses: { 200: { description: 'The delivery, pending and due', schema: WebhookDelivery } },
     access: write,
-    async handle({ params, deps }) {
+    async handle({ params, services }) {
       // A delivery in flight (its lease running) is left to that attempt: making it due would send it twice at once.
       // The notification wakes every instance's worker at commit; the first to claim it sends it.
-      const [due] = await deps.sql`
+      const [due] = await services.sql`
         UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = CASE WHEN leased_until > now() THEN next_attempt_at ELSE now() END
         WHERE id = ${params.id!} RETURNING id, pg_notify(${DELIVERIES_CHANNEL}, '')`
       if (!due) throw notFound()
-      const [row] = await deps.sql<Array<Record<string, unknown>>>`SELECT * FROM webhook_delivery_feed WHERE id = ${params.id!}`
+      const [row] = await services.sql<Array<Record<string, unknown>>>`SELECT * FROM webhook_delivery_feed WHERE id = ${params.id!}`
       if (!row) throw notFound()
       return { status: 200, body: row, serialize: serializer.one }
     },

@@ -105,7 +105,7 @@ export async function checkWebhookUrl(raw: string, policy: UrlPolicy, resolve: R
 }
 
 const checkUrlOf = (ctx: ResourceContext, url: unknown) =>
-  typeof url === 'string' ? checkWebhookUrl(url, ctx.deps.config, ctx.deps.webhooks.settings.resolve) : undefined
+  typeof url === 'string' ? checkWebhookUrl(url, ctx.services.config, ctx.services.webhooks.settings.resolve) : undefined
 
 const hooksOf = (webhooks: Resource): ResourceHooks => ({
   async prepare({ ctx }) {
@@ -135,8 +135,8 @@ const hooksOf = (webhooks: Resource): ResourceHooks => ({
   async insert(ctx, values) {
     if (ctx.principal.kind !== 'user') throw new Error('unreachable: protected route')
     const secret = newSigningSecret()
-    const row = await insertRow(ctx.deps.sql, webhooks, {
-      ...values, secret_sealed: sealSecret(secret, ctx.deps.config.jwtSecrets), created_by: Number(ctx.principal.userId), owner_id: Number(ctx.principal.userId),
+    const row = await insertRow(ctx.services.sql, webhooks, {
+      ...values, secret_sealed: sealSecret(secret, ctx.services.config.jwtSecrets), created_by: Number(ctx.principal.userId), owner_id: Number(ctx.principal.userId),
     }, originOf(ctx.principal, ctx.requestId)).catch((err: unknown) => Promise.reject(conflictOf(webhooks, err)))
     return { row, body: { secret } }
   },

@@ -37,10 +37,10 @@ export const rotateSecretRoute = (webhooks: Resource, withSecret: ReturnType<typ
   async handle(ctx) {
     const keep = ctx.body?.keep_previous_for ?? 0
     const secret = newSigningSecret()
-    const row = await ctx.deps.sql.begin(async (tx) => {
+    const row = await ctx.services.sql.begin(async (tx) => {
       const current = await lockRow(tx, webhooks, ctx.params.id!, ctx.headers['if-match'])
       return updateRow(tx, webhooks, current.id, {
-        secret_sealed: sealSecret(secret, ctx.deps.config.jwtSecrets),
+        secret_sealed: sealSecret(secret, ctx.services.config.jwtSecrets),
         previous_secret_sealed: keep ? current.secret_sealed : null,
         previous_secret_expires_at: keep ? new Date(Date.now() + keep * 1000) : null,
       }, originOf(ctx.principal, ctx.requestId))

@@ -24,7 +24,7 @@ const DEFAULT_LIMIT = 50
 export const MAX_FILTERS = 10
 
 export interface ListContext {
-  deps: Pick<CoreServices, 'sql' | 'cursorKeys' | 'config' | 'listShapes'>
+  services: Pick<CoreServices, 'sql' | 'cursorKeys' | 'config' | 'listShapes'>
   /**
    * Equality filters the caller cannot lift (a user sees only its own API
    * keys). Applied on top of the client's filters, and not part of the cursor:
@@ -35,7 +35,7 @@ export interface ListContext {
 
 /** Answers a list request whose query the collection's queryValidator has checked and typed. */
 export async function listCollection(collection: Collection, query: ListQuery, ctx: ListContext): Promise<Reply> {
-  const { sql, cursorKeys, config, listShapes } = ctx.deps
+  const { sql, cursorKeys, config, listShapes } = ctx.services
   const filters = parseFilters(collection, query)
   for (const [member, value] of Object.entries(ctx.fixedFilters ?? {})) filters.push({ member, op: 'eq', values: [value] })
   const sort = parseSort(collection, query.sort)

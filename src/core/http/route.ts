@@ -48,11 +48,18 @@ export interface RouteExtensions {}
 
 /**
  * What the application adds to every handler's context beyond core's own
- * members (the caller, its dependencies), merged in src/app-context.ts and
- * filled by the application's stages (src/core/http/stages.ts).
+ * members (the caller), merged in src/app-context.ts and filled by the
+ * application's stages (src/core/http/stages.ts).
  */
 // eslint-disable-next-line @typescript-eslint/no-empty-object-type
 export interface ContextExtensions {}
+
+/**
+ * What the application's services add to core's in `ctx.services` (the same
+ * object, which the application builds whole), merged in src/app-context.ts.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
+export interface ServiceExtensions {}
 
 export interface HandlerContext<Query, Body> extends ContextExtensions {
   params: Record<string, string>
@@ -68,8 +75,8 @@ export interface HandlerContext<Query, Body> extends ContextExtensions {
    * as it is (the whole handler is bounded, or touches no database).
    */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
-  /** What core's own code (resources, collections) needs of the service (src/core/http/services.ts). */
-  services: CoreServices
+  /** The service instance's dependencies: core's (src/core/http/services.ts) and the application's. */
+  services: CoreServices & ServiceExtensions
 }
 
 /**

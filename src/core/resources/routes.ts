@@ -175,7 +175,7 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
       ...noStoreFor('list'),
       handle: (ctx) => {
         hooks.checkList?.(ctx.query, ctx)
-        return listCollection(resource.collection, ctx.query, { deps: ctx.services, fixedFilters: scopeOf(ctx) })
+        return listCollection(resource.collection, ctx.query, { services: ctx.services, fixedFilters: scopeOf(ctx) })
       },
     }),
 
