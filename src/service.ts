@@ -147,7 +147,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
   let stopped: Promise<void> | undefined
   const stop = (deadline: number) => (stopped ??= (async () => {
     const started = performance.now()
-    deps.lifecycle.shuttingDown = true
+    deps.stopping.draining = true
     await lifecycle.stop(deadline)
     log.info('stopped', { duration_ms: Math.round(performance.now() - started) })
   })())
@@ -161,7 +161,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
     const drain = () => stop(performance.now() + config.shutdownTimeoutMs)
     if (config.shutdownDelayMs === 0) return (leaving = { delay: undefined, stopped: drain() }).stopped
     const delay = new DrainDelay(config.shutdownDelayMs)
-    deps.lifecycle.drainsAt = delay.drainsAt
+    deps.stopping.drainsAt = delay.drainsAt
     log.info('not ready: serving for SHUTDOWN_DELAY while load balancers stop sending requests here, then draining', { shutdown_delay_s: config.shutdownDelayMs / 1000 })
     const stopped = delay.over.then(() => {
       log.info('draining')
@@ -201,7 +201,7 @@ function createDeps(
   const sql = connect(config.databaseUrl, { max: config.poolMax, statementTimeoutMs, pooled, onQuery: () => void metrics.queries++ })
   // Its `listen` opens one connection of its own (postgres.js), and nothing else does; without a listen URL, the pool's does.
   const listenSql = config.databaseListenUrl ? connect(config.databaseListenUrl, { max: 1, statementTimeoutMs, onQuery: () => void metrics.queries++ }) : sql
-  const lifecycle = { shuttingDown: false }
+  const stopping = { draining: false }
   const maintenanceSql = backgroundConnection(sql)
   const apiKeyCache = new ApiKeyCache(cacheSize, () => clock.now())
   const revocations = new RevocationList(() => clock.now())
@@ -226,7 +226,7 @@ function createDeps(
     config,
     clock,
     log,
-    lifecycle,
+    stopping,
     readiness: new ReadinessCheck(() => sql`SELECT 1`),
     cursorKeys: cursorKeysFrom(config.jwtSecrets),
     metrics,
@@ -236,7 +236,7 @@ function createDeps(
     apiKeyUse: new LastUsedWrites(cacheSize),
     logins: new LoginGuard(config.rateLimit > 0 ? config.loginRateLimit : 0, knownAddressKeysFrom(config.jwtSecrets), () => clock.now()),
     revocations,
-    credentialChanges: new CredentialChanges(sql, listenSql, apiKeyCache, revocations, log, scheduler, { lifecycle }),
+    credentialChanges: new CredentialChanges(sql, listenSql, apiKeyCache, revocations, log, scheduler, { stopping }),
     databaseAdmission: admissionFor(config.poolMax, config.statementTimeoutMs, log),
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit, undefined, () => clock.now()) : undefined,
     passwords,

@@ -49,7 +49,7 @@ export class DrainDelay {
  * src/service.ts):
  * - /readyz already answers 503 and new requests on open connections get 503
  *   shutting_down, every answer carrying `Connection: close`
- *   (`lifecycle.shuttingDown`, flipped before the components stop); the
+ *   (`stopping.draining`, flipped before the components stop); the
  *   streams have ended (they never finish by themselves);
  * - the listening socket closes (new connections are refused) and idle
  *   keep-alive connections close at once;

@@ -36,13 +36,13 @@ test('100 concurrent /readyz cost one query, not 100; a second later the databas
 
 test('draining turns /readyz 503 at once, within the second its database answer is kept', async () => {
   assert.equal((await api.request('GET', '/readyz', { auth: null })).status, 200)
-  api.deps.lifecycle.shuttingDown = true
+  api.deps.stopping.draining = true
   try {
     const draining = await api.request('GET', '/readyz', { auth: null })
     assert.equal(draining.status, 503)
     assert.equal(draining.body.code, 'shutting_down')
     assert.equal(draining.headers.get('retry-after'), '1')
   } finally {
-    api.deps.lifecycle.shuttingDown = false
+    api.deps.stopping.draining = false
   }
 })

@@ -65,7 +65,7 @@ const PURGE_EVERY_MS = 10_000
 
 export interface CredentialChangesOptions {
   /** True while the service shuts down: the connection closing then is expected, not worth a warning. */
-  lifecycle: { shuttingDown: boolean }
+  stopping: { draining: boolean }
   catchUpTimeoutMs?: number
   heartbeatMs?: number
 }
@@ -88,10 +88,10 @@ export class CredentialChanges implements Component {
     private readonly revocations: RevocationList,
     private readonly log: Logger,
     scheduler: Scheduler,
-    { lifecycle, catchUpTimeoutMs = CATCH_UP_TIMEOUT_MS, heartbeatMs = HEARTBEAT_MS }: CredentialChangesOptions,
+    { stopping, catchUpTimeoutMs = CATCH_UP_TIMEOUT_MS, heartbeatMs = HEARTBEAT_MS }: CredentialChangesOptions,
   ) {
     this.catchUpTimeoutMs = catchUpTimeoutMs
-    this.quiet = () => lifecycle.shuttingDown
+    this.quiet = () => stopping.draining
     this.trust = new CredentialTrust(keys, log, this.quiet)
     this.markers = new ChangeMarkers(CHANGES_CHANNEL, catchUpTimeoutMs)
     this.background = backgroundConnection(sql)

@@ -44,8 +44,8 @@ export const healthRoutes = [
     // still serving for SHUTDOWN_DELAY so that load balancers stop routing here before the drain.
     errorStatuses: [503],
     async handle({ services }) {
-      const { drainsAt, shuttingDown } = services.lifecycle
-      if (shuttingDown) {
+      const { drainsAt, draining } = services.stopping
+      if (draining) {
         throw new HttpError('shutting_down', 'The service is shutting down.', { headers: { 'retry-after': '1' } })
       }
       if (drainsAt !== undefined) {

@@ -177,7 +177,7 @@ function preflight<State>(p: Pipeline<State>, x: Exchange<State>, allow: string)
 
 /** While draining, only public routes (the probes) are still served. */
 function admit<State>(p: Pipeline<State>, route: AnyRoute): void {
-  if (p.services.lifecycle.shuttingDown && !p.guard.isPublic(route)) {
+  if (p.services.stopping.draining && !p.guard.isPublic(route)) {
     throw new HttpError('shutting_down', 'The service is shutting down; retry on another instance.', { headers: { 'retry-after': '1', connection: 'close' } })
   }
 }
@@ -249,7 +249,7 @@ function reply<State>(p: Pipeline<State>, x: Exchange<State>, res: ServerRespons
 function answerHeaders<State>(p: Pipeline<State>, x: Exchange<State>): Record<string, string> {
   const headers = { ...x.reply.headers }
   // While stopping (draining, or waiting to), every answer asks the client to take its next request elsewhere.
-  if (p.services.lifecycle.shuttingDown || p.services.lifecycle.drainsAt !== undefined) headers.connection = 'close'
+  if (p.services.stopping.draining || p.services.stopping.drainsAt !== undefined) headers.connection = 'close'
   // Served over TLS itself, the service tells browsers to keep to HTTPS (RFC 6797); behind a proxy, the proxy says it.
   if (p.config.tls) headers['strict-transport-security'] = 'max-age=31536000'
   // Answers about credentials must not be stored by any cache (RFC 6749 §5.1), errors included.

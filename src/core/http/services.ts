@@ -38,8 +38,8 @@ export interface CoreServices {
    * performance.now() instant it begins; until then every route is served,
    * but readiness fails and every answer says `Connection: close`, so that
    * load balancers and kept-alive clients move elsewhere first.
-   * `shuttingDown`: the drain has begun; only public routes are served.
+   * `draining`: the drain has begun; only public routes are served.
    */
-  lifecycle: { shuttingDown: boolean; drainsAt?: number }
+  stopping: { draining: boolean; drainsAt?: number }
   databaseAdmission: DatabaseAdmission
 }
