@@ -9,7 +9,8 @@ import { applicationRegistry } from './helpers/registry.js'
 
 // A resource's names (its scopes, problem codes, event types, OpenAPI
 // component names) are written in its own folder and nowhere else in src/
-// but the registry: everything else derives them from the declaration, so
+// but the registry (its folder: src/api-keys/ for /api-keys, and a folder of
+// that name inside another, as API keys as credentials are src/auth/api-keys/): everything else derives them from the declaration, so
 // adding, renaming or removing a resource touches no other file. The names
 // are read from the declarations, never listed here.
 
@@ -31,13 +32,13 @@ function namesOf(resource: Resource): RegExp[] {
   ]
 }
 
-/** The files of src/ outside the resource's own folder (src/products/ for /products) and the registry that name it, with the line. */
+/** The files of src/ outside the resource's own folders (src/products/ for /products) and the registry that name it, with the line. */
 function strangersNaming(resource: Resource, patterns: readonly RegExp[]): string[] {
   const home = resource.path.slice(1) + '/'
   const found: string[] = []
   for (const file of files) {
     const rel = relative(src, file)
-    if (rel.startsWith(home) || registryFiles.has(rel)) continue
+    if (rel.startsWith(home) || rel.includes(`/${home}`) || registryFiles.has(rel)) continue
     readFileSync(file, 'utf8').split('\n').forEach((line, i) => {
       const hit = patterns.find((p) => p.test(line))
       if (hit) found.push(`src/${rel}:${i + 1}: ${line.trim()}`)
@@ -56,7 +57,7 @@ test('the product resource is named only in src/products/ and src/resources.ts: 
 })
 
 for (const resource of applicationRegistry.resources.filter((r) => r !== products)) {
-  test(`the ${resource.label} resource's scopes, codes, events and component names appear only in src/${resource.path.slice(1)}/ and src/resources.ts`, () => {
+  test(`the ${resource.label} resource's scopes, codes, events and component names appear only in its folders (${resource.path.slice(1)}/) and src/resources.ts`, () => {
     assert.deepEqual(strangersNaming(resource, namesOf(resource)), [])
   })
 }

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import type { Sql } from 'postgres'
+import { withDeadline } from '../core/lib/settled-by.js'
 
 // The proof that a listening connection delivers: a marker notified on the
 // channel through some connection must come back through the listening one.
@@ -41,13 +42,10 @@ export class ChangeMarkers {
     const marker = `${this.prefix}${++this.sent}`
     // Waited for from before the statement: the marker may arrive before the statement's own answer.
     const heard = new Promise<boolean>((resolve) => this.waiting.set(marker, () => resolve(true)))
-    let timer: NodeJS.Timeout | undefined
     try {
       await db`SELECT pg_notify(${this.channel}, ${marker})`
-      const timedOut = new Promise<boolean>((resolve) => (timer = setTimeout(resolve, this.timeoutMs, false)))
-      return await Promise.race([heard, timedOut])
+      return await withDeadline(heard, this.timeoutMs, () => false)
     } finally {
-      clearTimeout(timer)
       this.waiting.delete(marker)
     }
   }

@@ -10,6 +10,7 @@ import type { Job, Scheduler } from '../core/scheduler.js'
 import { ChangeMarkers } from './change-markers.js'
 import { CredentialTrust } from './credential-trust.js'
 import { applyRevocation, type RevocationList, type RevocationRow } from './revocations.js'
+import { withDeadline } from '../core/lib/settled-by.js'
 
 // Keeps what an instance remembers about credentials right across instances:
 // its API key cache (src/auth/api-keys/key-cache.ts) and its list of revocations
@@ -193,13 +194,7 @@ export class CredentialChanges implements Component {
    * next can start.
    */
   private async beat(): Promise<void> {
-    let limit: NodeJS.Timeout | undefined
-    const gaveUp = new Promise<void>((resolve) => (limit = setTimeout(resolve, this.catchUpTimeoutMs * 2)))
-    try {
-      await Promise.race([this.beatOnce(), gaveUp])
-    } finally {
-      clearTimeout(limit)
-    }
+    await withDeadline(this.beatOnce(), this.catchUpTimeoutMs * 2, () => {})
   }
 
   private async beatOnce(): Promise<void> {

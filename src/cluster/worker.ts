@@ -1,5 +1,6 @@
 import cluster from 'node:cluster'
 import type { LogFields } from '../core/log.js'
+import { withDeadline } from '../core/lib/settled-by.js'
 import type { Metrics } from '../core/metrics.js'
 import { isOurs, WORKER_SLOT_VARIABLE, type PrimaryMessage, type WorkerMessage } from './messages.js'
 import { labelled } from './metrics.js'
@@ -47,16 +48,9 @@ export function workerLink(): WorkerLink | undefined {
     },
     serviceMetrics() {
       const id = ++ids
-      return new Promise<string>((resolve) => {
-        const timer = setTimeout(() => answer(alone()), METRICS_TIMEOUT_MS)
-        const answer = (text: string) => {
-          clearTimeout(timer)
-          waiting.delete(id)
-          resolve(text)
-        }
-        waiting.set(id, answer)
-        tell({ upa: 'metrics', id })
-      })
+      const collected = new Promise<string>((resolve) => waiting.set(id, resolve))
+      tell({ upa: 'metrics', id })
+      return withDeadline(collected, METRICS_TIMEOUT_MS, alone).finally(() => waiting.delete(id))
     },
   }
 }

@@ -14,6 +14,7 @@ import { refusalOfAddresses, refusalOfUrl, type Resolver, type UrlPolicy } from 
 import { newSigningSecret } from '../core/http/standard-webhooks.js'
 import { sealSecret } from './secret.js'
 import { wakeWorkers } from './wake.js'
+import { withDeadline } from '../core/lib/settled-by.js'
 
 // A webhook subscription: a URL, the event types it wants, and a signing
 // secret made here, shown once and stored sealed (secret.ts). Listed, read,
@@ -95,11 +96,7 @@ export async function checkWebhookUrl(raw: string, policy: UrlPolicy, resolve: R
   if (refusal) throw refuse(refusal)
   if (policy.webhookAllowPrivate) return
   const host = hostOf(url)
-  let timer: NodeJS.Timeout | undefined
-  const addresses = await Promise.race([
-    resolve(host).catch(() => []),
-    new Promise<[]>((done) => (timer = setTimeout(done, DNS_TIMEOUT_MS, []))),
-  ]).finally(() => clearTimeout(timer))
+  const addresses = await withDeadline(resolve(host).catch(() => []), DNS_TIMEOUT_MS, () => [])
   const refused = refusalOfAddresses(host, addresses)
   if (refused) throw refuse(`must name a host that resolves to public addresses only (${refused})`)
 }

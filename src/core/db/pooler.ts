@@ -2,6 +2,7 @@ import { ConfigError } from '../config-error.js'
 import { connect } from './connect.js'
 import { quoteIdentifier as quote } from './identifier.js'
 import { databaseTarget, DatabaseUnreachable, unreachable } from './target.js'
+import { withDeadline } from '../lib/settled-by.js'
 
 // Whether DATABASE_URL goes through a transaction pooler (PgBouncer with
 // pool_mode = transaction), found out once at start-up, before any pool is
@@ -57,17 +58,16 @@ interface Probe {
  */
 export async function probe(url: string): Promise<Probe> {
   const sql = connect(url, { max: 1, statementTimeoutMs: 0, pooled: true })
-  let timer: NodeJS.Timeout | undefined
   try {
     const query = sql<[{ pid: number; user: string; database: string; statement_timeout: number; idle_timeout: number }]>`
       SELECT pg_backend_pid() AS pid, current_user AS user, current_database() AS database,
         (SELECT setting::int FROM pg_settings WHERE name = 'statement_timeout') AS statement_timeout,
         (SELECT setting::int FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout') AS idle_timeout`
-    const silent = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new DatabaseUnreachable(url, databaseTarget(sql), `no answer within ${PROBE_TIMEOUT_MS / 1000} s`)), PROBE_TIMEOUT_MS)
-    })
+    const silent = () => {
+      throw new DatabaseUnreachable(url, databaseTarget(sql), `no answer within ${PROBE_TIMEOUT_MS / 1000} s`)
+    }
     // The first session start-up opens: a failure here is told as where it tried to go and why (target.ts).
-    const rows = await Promise.race([query, silent]).catch((err: unknown) => {
+    const rows = await withDeadline(query, PROBE_TIMEOUT_MS, silent).catch((err: unknown) => {
       throw unreachable(url, sql, err)
     })
     const [row] = rows
@@ -79,7 +79,6 @@ export async function probe(url: string): Promise<Probe> {
       idleInTransactionTimeoutMs: row.idle_timeout,
     }
   } finally {
-    clearTimeout(timer)
     await sql.end({ timeout: 5 })
   }
 }
