@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import { createHash, randomBytes } from 'node:crypto'
+import { createHash } from 'node:crypto'
 import { appendFile, cp, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -17,7 +17,6 @@ import { createTestDatabase } from './helpers/server.js'
 const SQL_DIR = new URL('../sql/', import.meta.url)
 const pools: Sql[] = []
 const tempDirs: string[] = []
-const createdDatabases: string[] = []
 
 const pool = (url: string, max = 1) => {
   const sql = connect(url, { max, statementTimeoutMs: 60_000 })
@@ -33,22 +32,6 @@ async function copyOfSqlDir(): Promise<{ path: string; url: URL }> {
   return { path, url: pathToFileURL(path + '/') }
 }
 
-/** An empty database on the test server, named after the run's template so that test/run.ts drops it too. */
-async function createEmptyDatabase(): Promise<string> {
-  const serverUrl = process.env.TEST_SERVER_URL!
-  const name = `${process.env.TEST_TEMPLATE_DB!}_empty_${randomBytes(4).toString('hex')}`
-  const admin = connect(serverUrl, { max: 1, statementTimeoutMs: 60_000 })
-  try {
-    await admin`CREATE DATABASE ${admin(name)}`
-  } finally {
-    await admin.end({ timeout: 5 })
-  }
-  createdDatabases.push(name)
-  const url = new URL(serverUrl)
-  url.pathname = `/${name}`
-  return url.toString()
-}
-
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
 type Applied = { version: number; name: string; checksum: string }
@@ -59,11 +42,6 @@ const appliedRows = (sql: Sql) => rows(sql<Applied[]>`SELECT version, name, chec
 after(async () => {
   await Promise.all(pools.map((p) => p.end({ timeout: 5 })))
   await Promise.all(tempDirs.map((d) => rm(d, { recursive: true, force: true })))
-  if (createdDatabases.length) {
-    const admin = connect(process.env.TEST_SERVER_URL!, { max: 1, statementTimeoutMs: 60_000 })
-    for (const name of createdDatabases) await admin`DROP DATABASE IF EXISTS ${admin(name)} WITH (FORCE)`
-    await admin.end({ timeout: 5 })
-  }
 })
 
 describe('an already migrated database', () => {
@@ -164,7 +142,7 @@ describe('file names', () => {
 
 describe('an empty database', () => {
   test('a first migrate() creates the schema and reports the files applied', async () => {
-    const sql = pool(await createEmptyDatabase())
+    const sql = pool(await createTestDatabase({ empty: true }))
     const names = (await loadMigrations()).map((f) => f.name)
     assert.deepEqual(await migrate(sql), names)
     assert.deepEqual((await appliedRows(sql)).map((r) => r.name), names)
@@ -172,7 +150,7 @@ describe('an empty database', () => {
   })
 
   test('several concurrent migrate() calls all succeed and apply each file exactly once', async () => {
-    const url = await createEmptyDatabase()
+    const url = await createTestDatabase({ empty: true })
     const dir = await copyOfSqlDir()
     await writeFile(join(dir.path, '900_x.sql'), 'CREATE TABLE concurrency_probe (id int);\nINSERT INTO concurrency_probe VALUES (1);\n')
     // One pool per caller, as separate instances starting together would have.

@@ -42,16 +42,6 @@ async function setRoleTimeouts(databaseUrl: string, ms = 5000): Promise<void> {
   await sql`ALTER ROLE CURRENT_USER IN DATABASE ${database} SET idle_in_transaction_session_timeout = ${sql.unsafe(String(ms))}`
 }
 
-/** An empty database on the test server, named after the run's template so that test/run.ts drops it too. */
-async function createEmptyDatabase(): Promise<string> {
-  const name = `${process.env.TEST_TEMPLATE_DB!}_bouncer_${randomBytes(4).toString('hex')}`
-  const admin = direct(process.env.TEST_SERVER_URL!)
-  await admin`CREATE DATABASE ${admin(name)}`
-  const url = new URL(process.env.TEST_SERVER_URL!)
-  url.pathname = `/${name}`
-  return url.toString()
-}
-
 const listenUrl = await createTestDatabase()
 await setRoleTimeouts(listenUrl)
 const pooledUrl = bouncer.urlFor(listenUrl)
@@ -203,7 +193,7 @@ describe('through PgBouncer in transaction mode', () => {
 
 describe('start-up', () => {
   test('two instances migrate one empty database at once, through DATABASE_LISTEN_URL, and serve', async () => {
-    const empty = await createEmptyDatabase()
+    const empty = await createTestDatabase({ empty: true })
     await setRoleTimeouts(empty)
     // Told apart in pg_stat_activity by the name the listen URL gives its sessions.
     const marker = `upa-listen-${randomBytes(3).toString('hex')}`

@@ -13,8 +13,9 @@ import { inLanes, longestFirst, readTimings, saveTimings } from './harness/sched
 // The test harness behind `make test`: `node --import tsx test/run.ts [files...]` (all files without
 // arguments). It builds dist/ (test/harness/build.ts), creates a migrated template database for this run on
 // the server of DATABASE_URL (or the local cluster), runs each test file in a process of its own (each file
-// copies the template into a database of its own), and drops all of them afterwards, pass or fail, interrupted or not. It also makes
-// the run's certificate authority, which every test process trusts (servers over HTTPS the service must
+// copies the template into databases of its own, named with a prefix of the file's), drops a file's databases
+// once it has ended, while others run, and whatever is left at the end, pass or fail, interrupted or not. It
+// also makes the run's certificate authority, which every test process trusts (servers over HTTPS the service must
 // trust, like the OpenID provider, get certificates from it): Node reads NODE_EXTRA_CA_CERTS only when it
 // starts. With TEST_FAILURES_FILE set, each failed test is appended to that file as a line (test/repeat.ts
 // counts them over several runs).
@@ -85,8 +86,11 @@ async function withTemplate(): Promise<boolean> {
   const started = performance.now()
   const failuresFile = process.env.TEST_FAILURES_FILE
   const outcomes = await inLanes(files, FILES_AT_ONCE, interruption.signal, async (file): Promise<FileOutcome> => {
-    const options = { env, timeoutMs: FILE_TIMEOUT_MS, signal: interruption.signal }
+    const prefix = `${template}_${files.indexOf(file)}_`
+    const options = { env: { ...env, TEST_DATABASE_PREFIX: prefix }, timeoutMs: FILE_TIMEOUT_MS, signal: interruption.signal }
     const outcome = outcomeOf(file, await runFile(join(projectRoot, file), options), FILE_TIMEOUT_MS)
+    // One after another on the one admin connection, in the background: the lane goes on to its next file.
+    drops = drops.then(() => dropDatabases(prefix)).then((n) => void (droppedEarly += n))
     console.log(fileReport(outcome))
     // Every file's whole TAP, with each test's duration_ms, for a look at where a file spends its time.
     writeFileSync(join(OUTPUT_DIR, file.replaceAll('/', '_') + '.tap'), outcome.stdout)
@@ -99,16 +103,25 @@ async function withTemplate(): Promise<boolean> {
   return finished.length === files.length && finished.every((o) => o.passed)
 }
 
+let drops: Promise<unknown> = Promise.resolve()
+let droppedEarly = 0
+
+/** Drops the databases whose names start with `prefix` (their connections ended): how many. */
+async function dropDatabases(prefix: string): Promise<number> {
+  const names = await admin<Array<{ datname: string }>>`SELECT datname FROM pg_database WHERE starts_with(datname, ${prefix})`
+  for (const { datname } of names) await admin`DROP DATABASE IF EXISTS ${admin(datname)} WITH (FORCE)`
+  return names.length
+}
+
 let passed = false
 try {
   passed = await withTemplate()
 } finally {
   rmSync(caDir, { recursive: true, force: true })
   const dropping = performance.now()
-  const leftovers = await admin<Array<{ datname: string }>>`
-    SELECT datname FROM pg_database WHERE datname LIKE ${template + '%'}`
-  for (const { datname } of leftovers) await admin`DROP DATABASE IF EXISTS ${admin(datname)} WITH (FORCE)`
-  console.log(`dropped the run's ${leftovers.length} databases in ${((performance.now() - dropping) / 1000).toFixed(1)} s`)
+  await drops.catch((err: unknown) => console.log(`dropping a file's databases failed: ${String(err)}`))
+  const atEnd = await dropDatabases(template)
+  console.log(`dropped ${droppedEarly} databases as their files ended, and ${atEnd} at the end in ${((performance.now() - dropping) / 1000).toFixed(1)} s`)
   await admin.end({ timeout: 5 })
 }
 process.exit(interruptedBy ? 128 + constants.signals[interruptedBy] : passed ? 0 : 1)

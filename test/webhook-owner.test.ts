@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict'
-import { randomBytes } from 'node:crypto'
 import { cp, mkdtemp, readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -10,7 +9,7 @@ import { Webhook } from 'standardwebhooks'
 import { connect } from '../src/core/db/connect.js'
 import { migrate } from '../src/core/db/migrate.js'
 import { waitUntil } from './helpers/wait.js'
-import { startServer, type TestServer } from './helpers/server.js'
+import { createTestDatabase, startServer, type TestServer } from './helpers/server.js'
 import { answerWith, startReceiver, type Receiver, type Reception } from './helpers/webhook-receiver.js'
 
 // A webhook runs on the authority of its owner, an admin (sql/010). Demoted
@@ -371,14 +370,8 @@ describe('the rule holds in the database, whoever writes', () => {
 
 describe('the upgrade (sql/010)', () => {
   test('webhooks made before owners existed belong to their creator; those of a creator gone or demoted are disabled, their pending deliveries failed', async () => {
-    // An empty database named after the run's template (test/run.ts drops it), migrated up to 009 from a copy of sql/.
-    const name = `${process.env.TEST_TEMPLATE_DB!}_owner_${randomBytes(4).toString('hex')}`
-    const server = connect(process.env.TEST_SERVER_URL!, { max: 1, statementTimeoutMs: 60_000 })
-    await server`CREATE DATABASE ${server(name)}`
-    await server.end({ timeout: 5 })
-    const url = new URL(process.env.TEST_SERVER_URL!)
-    url.pathname = `/${name}`
-    const sql = connect(url.toString(), { max: 1, statementTimeoutMs: 60_000 })
+    // An empty database, migrated up to 009 from a copy of sql/.
+    const sql = connect(await createTestDatabase({ empty: true }), { max: 1, statementTimeoutMs: 60_000 })
     const before = await mkdtemp(join(tmpdir(), 'upa-owner-'))
     after(async () => {
       await sql.end({ timeout: 5 })

@@ -5,6 +5,7 @@ import { after } from 'node:test'
 import { promisify } from 'node:util'
 import { connect } from '../../src/core/db/connect.js'
 import { findBinaries, projectRoot } from '../../src/dev/local-cluster.js'
+import { testDatabaseName, testDatabaseServer } from './server.js'
 
 // The production arrangement of roles on the run's database server
 // (TEST_SERVER_URL): an owner that owns the database and runs the migrations,
@@ -41,9 +42,7 @@ export interface RolePair {
 }
 
 export async function createRolePair(): Promise<RolePair> {
-  const serverUrl = process.env.TEST_SERVER_URL
-  const template = process.env.TEST_TEMPLATE_DB
-  if (!serverUrl || !template) throw new Error('Run the tests with `make test` (test/run.ts names the database server).')
+  const { serverUrl } = testDatabaseServer()
   const tag = randomBytes(4).toString('hex')
   const owner = `upa_owner_${tag}`
   const runtime = `upa_runtime_${tag}`
@@ -78,8 +77,7 @@ export async function createRolePair(): Promise<RolePair> {
     urlAs,
     grantRuntime,
     async database({ grant = true } = {}) {
-      // Named after the run's template, so that test/run.ts drops it too should this file's process die.
-      const name = `${template}_roles_${randomBytes(4).toString('hex')}`
+      const name = testDatabaseName('roles')
       await server`CREATE DATABASE ${server(name)} OWNER ${server(owner)}`
       databases.push(name)
       if (grant) await grantRuntime(name)

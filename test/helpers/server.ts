@@ -91,15 +91,26 @@ export interface TestServer {
   onConnection(listener: (socket: Socket) => void): void
 }
 
-/** A fresh database copied from the run's template; its URL. */
-export async function createTestDatabase(): Promise<string> {
-  const serverUrl = process.env.TEST_SERVER_URL
-  const template = process.env.TEST_TEMPLATE_DB
-  if (!serverUrl || !template) throw new Error('Run the tests with `make test` (test/run.ts prepares their database).')
-  const name = `${template}_${randomBytes(4).toString('hex')}`
+/** What test/run.ts tells each file's process: the server, the run's migrated template, the file's database prefix. */
+export function testDatabaseServer(): { serverUrl: string; template: string; prefix: string } {
+  const { TEST_SERVER_URL: serverUrl, TEST_TEMPLATE_DB: template, TEST_DATABASE_PREFIX: prefix } = process.env
+  if (!serverUrl || !template || !prefix) throw new Error('Run the tests with `make test` (test/run.ts prepares their database).')
+  return { serverUrl, template, prefix }
+}
+
+/** A name for a new database of this file's (`purpose` in it): test/run.ts drops the file's databases once it ends. */
+export function testDatabaseName(purpose: string): string {
+  return `${testDatabaseServer().prefix}${purpose}_${randomBytes(4).toString('hex')}`
+}
+
+/** A fresh database copied from the run's template (migrated), or an empty one; its URL. */
+export async function createTestDatabase({ empty = false } = {}): Promise<string> {
+  const { serverUrl, template } = testDatabaseServer()
+  const name = testDatabaseName(empty ? 'empty' : 'db')
   const admin = connect(serverUrl, { max: 1, statementTimeoutMs: 60_000 })
   try {
-    await admin`CREATE DATABASE ${admin(name)} TEMPLATE ${admin(template)}`
+    if (empty) await admin`CREATE DATABASE ${admin(name)}`
+    else await admin`CREATE DATABASE ${admin(name)} TEMPLATE ${admin(template)}`
   } finally {
     await admin.end({ timeout: 5 })
   }
