@@ -132,6 +132,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
 
   // Each uses, starting and stopping, what is registered before it.
   lifecycle.register(new DatabaseComponent(deps.sql, deps.listenSql, deps.maintenanceSql))
+  lifecycle.register(deps.databaseAdmission)
   lifecycle.register(deps.credentialChanges)
   lifecycle.register(deps.eventPublisher)
   lifecycle.register(deps.webhooks)

@@ -14,6 +14,7 @@ import { activeResources, openLedger, type HandleLedger } from './helpers/handle
 import { connect } from '../src/core/db/connect.js'
 import { createTestDatabase, TEST_JWT_SECRET } from './helpers/server.js'
 import { SseClient } from './helpers/sse.js'
+import { DatabaseAdmission } from '../src/core/db/admission.js'
 
 // One lifecycle (src/core/lifecycle.ts) and one scheduler
 // (src/core/scheduler.ts): a service opens nothing until it listens, and
@@ -174,9 +175,23 @@ describe('order', () => {
     const names = (msg: string) => logs.filter((l) => l.msg === msg).map((l) => l.component)
     assert.deepEqual(names('component started'), service.lifecycle.names)
     assert.deepEqual(names('component stopped'), [...service.lifecycle.names].reverse())
-    assert.equal(service.lifecycle.names[0], 'database')
+    assert.deepEqual(service.lifecycle.names.slice(0, 2), ['database', 'database-admission'])
     // The streams end before the server drains, the server before the jobs stop.
     assert.deepEqual(service.lifecycle.names.slice(-3), ['scheduler', 'http-server', 'event-streams'])
+  })
+
+  test('database admission sweeps only while requests are admitted, and never once stopped', async () => {
+    const admission = new DatabaseAdmission({ floor: 1, targetMs: 100, deadlineMs: 1000 })
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length
+    const before = timers()
+    let finish = () => {}
+    const admitted = admission.run(() => new Promise<void>((resolve) => (finish = resolve)))
+    assert.equal(timers(), before + 1, 'the sweep runs while a request is admitted')
+    admission.stop()
+    assert.equal(timers(), before, 'stop ends the sweep')
+    finish()
+    await admitted
+    await admission.run(async () => assert.equal(timers(), before, 'no sweep starts after stop'))
   })
 
   test('a start that fails stops every component, in reverse, and fails', async () => {

@@ -1,4 +1,5 @@
 import type { Logger } from '../log.js'
+import type { Component } from '../lifecycle.js'
 
 // Database admission (docs/operations.md, "Faults").
 //
@@ -70,7 +71,13 @@ export interface DatabaseAdmissionOptions {
   onOverdue?: () => void
 }
 
-export class DatabaseAdmission {
+/**
+ * A component of the service's lifecycle for its one timer, the sweep: it
+ * runs only while requests are admitted, and `stop` (once the HTTP server has
+ * stopped) ends it, so nothing of admission outlives `close()`.
+ */
+export class DatabaseAdmission implements Component {
+  readonly name = 'database-admission'
   /** Requests in their database stage now, and the most there ever were. */
   active = 0
   peak = 0
@@ -88,6 +95,7 @@ export class DatabaseAdmission {
   // on a cheap request (bench/README.md).
   private readonly waiting = new Set<Waiting>()
   private sweeper: NodeJS.Timeout | undefined
+  private stopped = false
   // `finished` as it was at each of the last sweeps, the oldest at `sampleAt`,
   // taken at least `targetMs` ago: what the database finished in (a little more
   // than) the last `targetMs` is `finished` minus that one.
@@ -109,7 +117,7 @@ export class DatabaseAdmission {
     }
     this.active++
     if (this.active > this.peak) this.peak = this.active
-    if (this.sweeper === undefined) this.startSweeping()
+    if (this.sweeper === undefined && !this.stopped) this.startSweeping()
     return new Promise<T>((resolve, reject) => {
       const entry: Waiting = { started: performance.now(), reject, abandoned: false }
       this.waiting.add(entry)
@@ -126,6 +134,15 @@ export class DatabaseAdmission {
           (err: unknown) => (settle(), reject(err)),
         )
     })
+  }
+
+  start(): void {}
+
+  /** No sweep after this; work still admitted settles as its statements end (the pool closes after). */
+  stop(): void {
+    this.stopped = true
+    clearInterval(this.sweeper)
+    this.sweeper = undefined
   }
 
   /** The oldest request has waited past the target, and more wait than the database finished meanwhile. */
