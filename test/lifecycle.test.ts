@@ -185,7 +185,10 @@ describe('order', () => {
     const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length
     const before = timers()
     let finish = () => {}
-    const admitted = admission.run(() => new Promise<void>((resolve) => (finish = resolve)))
+    let started = () => {}
+    const working = new Promise<void>((resolve) => (started = resolve))
+    const admitted = admission.run(() => new Promise<void>((resolve) => ((finish = resolve), started())))
+    await working
     assert.equal(timers(), before + 1, 'the sweep runs while a request is admitted')
     admission.stop()
     assert.equal(timers(), before, 'stop ends the sweep')
