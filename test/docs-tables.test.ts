@@ -1,0 +1,98 @@
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { test } from 'node:test'
+import { allRoutes } from '../src/app.js'
+import { applicationRegistry } from './helpers/registry.js'
+
+// The docs' tables of routes, scopes, event types and problem codes are
+// written by hand for their readers, and held here against the registry the
+// service builds: a route, scope, event type or code added to the service and
+// not to the docs (or documented and gone) fails, naming it.
+
+const doc = (name: string) => readFileSync(new URL(`../docs/${name}`, import.meta.url), 'utf8')
+const routes = allRoutes(applicationRegistry, '')
+
+/**
+ * docs/auth.md's access table: each row's endpoints as `METHOD /path`, and
+ * its scope. A cell lists endpoints separated by commas; methods before a
+ * path all apply to it, and a path without methods takes the previous ones
+ * ("GET /products, /products/{id}", "PUT, PATCH, DELETE /users/{id}").
+ */
+function accessTable(markdown: string): Map<string, string> {
+  const table = new Map<string, string>()
+  for (const line of markdown.split('\n')) {
+    const cells = line.split('|').map((c) => c.trim())
+    if (cells.length !== 5 || !/^(GET|POST|PUT|PATCH|DELETE)\b/.test(cells[1]!)) continue
+    const scope = cells[3]!
+    let methods: string[] = []
+    let pending: string[] = []
+    for (const item of cells[1]!.split(/,\s*/)) {
+      const [first, path] = item.split(' ')
+      if (first!.startsWith('/')) {
+        for (const method of methods) table.set(`${method} ${first}`, scope)
+      } else if (path === undefined) pending.push(first!)
+      else {
+        methods = [...pending, first!]
+        pending = []
+        for (const method of methods) table.set(`${method} ${path}`, scope)
+      }
+    }
+  }
+  return table
+}
+
+test('the access table reader reads a cell of several endpoints as the docs write it', () => {
+  const table = accessTable('| POST /products, PUT, PATCH, DELETE /products/{id}, /things | admin | products:write |\n| GET /a | any | |\n')
+  assert.deepEqual([...table], [
+    ['POST /products', 'products:write'], ['PUT /products/{id}', 'products:write'], ['PATCH /products/{id}', 'products:write'],
+    ['DELETE /products/{id}', 'products:write'], ['PUT /things', 'products:write'], ['PATCH /things', 'products:write'],
+    ['DELETE /things', 'products:write'], ['GET /a', ''],
+  ])
+})
+
+test('docs/auth.md\'s access table has every route that needs a credential, with its scope; what else it lists exists', () => {
+  const table = accessTable(doc('auth.md'))
+  const scopeOf = new Map(routes.map((r) => [`${r.method} ${r.path}`, r.access.kind === 'protected' ? (r.access.scope ?? '') : '']))
+  const needed = routes.filter((r) => r.access.kind === 'protected').map((r) => `${r.method} ${r.path}`)
+  const wrong = needed.filter((route) => table.get(route) !== scopeOf.get(route))
+  assert.deepEqual(wrong.map((route) => `${route}: ${scopeOf.get(route) || 'no scope'} (docs: ${table.get(route) ?? 'missing'})`), [])
+  assert.deepEqual([...table].filter(([route, scope]) => scopeOf.get(route) !== scope).map(([route]) => route), [], 'documented, but no such route, or another scope')
+})
+
+test('docs/auth.md lists every scope, and no other', () => {
+  const listed = /^Scopes: `([^`]+)`/m.exec(doc('auth.md'))?.[1]?.split(/\s+/) ?? []
+  assert.deepEqual([...listed].sort(), [...applicationRegistry.scopes.all].sort())
+})
+
+test('docs/auth.md\'s example login of an admin shows every scope an admin gets', () => {
+  const shown = /^ "scope":"([^"]+)"/m.exec(doc('auth.md'))?.[1]
+  assert.equal(shown, [...applicationRegistry.scopes.byRole.admin].sort().join(' '))
+})
+
+test('docs/events.md names every event type a webhook may subscribe to', () => {
+  const events = doc('events.md')
+  assert.deepEqual(applicationRegistry.eventTypes.filter((type) => !events.includes(`\`${type}\``)), [])
+})
+
+test('every problem code the service may answer with is documented in docs/', () => {
+  const docs = ['api.md', 'auth.md', 'events.md', 'operations.md', 'security.md'].map(doc).join('\n')
+  assert.deepEqual(Object.keys(applicationRegistry.problems).filter((code) => !docs.includes(`\`${code}\``)), [])
+})
+
+/** README.md's endpoint table: each row's methods and paths ("GET, PUT | /a, /a/{id}"), as written. */
+function endpointRows(markdown: string): Array<{ methods: string[]; paths: string[] }> {
+  return markdown.split('\n').flatMap((line) => {
+    const cells = line.split('|').map((c) => c.trim())
+    if (cells.length < 4 || !/^(GET|POST|PUT|PATCH|DELETE)\b/.test(cells[1]!)) return []
+    return [{ methods: cells[1]!.split(/,\s*/), paths: cells[2]!.split(/,\s*/) }]
+  })
+}
+
+test('README.md\'s endpoint table has a row for every route, and every row names a route', () => {
+  const rows = endpointRows(readFileSync(new URL('../README.md', import.meta.url), 'utf8'))
+  assert.ok(rows.length > 10, `only ${rows.length} rows read`)
+  const covered = (method: string, path: string) => rows.some((r) => r.methods.includes(method) && r.paths.includes(path))
+  assert.deepEqual(routes.filter((r) => !covered(r.method, r.path)).map((r) => `${r.method} ${r.path}`), [])
+  const paths = new Set(routes.map((r) => r.path))
+  assert.deepEqual(rows.flatMap((r) => r.paths).filter((p) => !paths.has(p)), [], 'a path in the table that no route has')
+})
