@@ -18,7 +18,7 @@ import { eventStreamRoutes } from './events/stream-routes.js'
 import { healthRoutes } from './health/routes.js'
 import type { TlsOptions } from './core/http/tls.js'
 import { createRequestHandler } from './core/http/pipeline.js'
-import { HttpError, problemBody } from './core/http/problem.js'
+import { HttpError, problemAnswer } from './core/http/problem.js'
 import { createRouter } from './core/http/router.js'
 import type { Registry } from './registry.js'
 
@@ -130,10 +130,11 @@ function refuseTunnel(req: IncomingMessage, socket: Duplex, deps: AppDeps): void
 
 /** A problem written on the socket itself, outside the pipeline (no response object exists), and the connection closed. */
 function answerOnSocket(socket: Duplex, problem: HttpError, deps: AppDeps, logged: { method: string | null; error: string }): void {
-  const { status } = problem
   const requestId = randomUUID()
+  const answer = problemAnswer(problem, deps.problems, '', requestId)
+  const { status } = answer
   const reason = STATUS_CODES[status] ?? 'Error'
-  const body = JSON.stringify(problemBody(problem, '', requestId))
+  const body = JSON.stringify(answer.body)
   deps.log.info('request', { request_id: requestId, method: logged.method, route: null, status, error: logged.error })
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +

@@ -1,6 +1,6 @@
 import { applicationProblems } from './app-problems.js'
 import { ScopePolicy } from './auth/scopes.js'
-import { coreProblems, registerProblems, type ProblemType } from './core/http/problem.js'
+import { coreProblems, problemTable, type ProblemTable } from './core/http/problem.js'
 import type { AnyRoute } from './core/http/route.js'
 import type { Resource } from './core/resources/resource.js'
 import type { ResourceModule } from './resource-module.js'
@@ -24,7 +24,7 @@ export interface Registry {
   readonly scopes: ScopePolicy
   readonly eventTypes: readonly string[]
   /** Every problem code the service may answer with: core's, the application's, its resources' unique ones. */
-  readonly problems: Readonly<Record<string, ProblemType>>
+  readonly problems: ProblemTable
 }
 
 export function buildRegistry(modules: readonly ResourceModule[]): Registry {
@@ -36,9 +36,8 @@ export function buildRegistry(modules: readonly ResourceModule[]): Registry {
     const twice = seen.find((v, i) => seen.indexOf(v) !== i)
     if (twice) throw new Error(`two resources have the ${key} "${twice}"`)
   }
-  const problems = Object.assign({}, coreProblems, applicationProblems, ...resources.map((r) => r.problems))
-  // Each source again: two of them naming one code with different meanings throw here.
-  for (const source of [coreProblems, applicationProblems, ...resources.map((r) => r.problems)]) registerProblems(source)
+  // Two sources naming one code with different meanings throw here.
+  const problems = problemTable(coreProblems, applicationProblems, ...resources.map((r) => r.problems))
   return {
     resources,
     resourceRoutes: modules.flatMap((m) => m.routes),

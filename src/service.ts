@@ -239,6 +239,7 @@ function createDeps(
     revocations,
     credentialChanges: new CredentialChanges(sql, listenSql, apiKeyCache, revocations, log, scheduler, { stopping }),
     databaseAdmission: admissionFor(config.poolMax, config.statementTimeoutMs, log),
+    problems: registry.problems,
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit, undefined, () => clock.now()) : undefined,
     passwords,
     listShapes: new ListShapes({ prepare: !pooled }),

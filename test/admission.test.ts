@@ -18,7 +18,7 @@ import { waitUntil } from './helpers/wait.js'
 const isUnavailable = (retryAfter: string) => (err: unknown) => {
   if (!(err instanceof DatabaseBusy)) return false
   const problem = busyProblem(err)
-  return problem.status === 503 && problem.code === 'database_unavailable' && problem.options.headers?.['retry-after'] === retryAfter
+  return problem.code === 'database_unavailable' && problem.options.headers?.['retry-after'] === retryAfter
 }
 
 class SimulatedDatabase {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import Type from 'typebox'
 import { applicationProblems } from '../src/app-problems.js'
-import { coreProblems, HttpError, problemBody, registerProblems } from '../src/core/http/problem.js'
+import { coreProblems, HttpError, problemAnswer, problemTable } from '../src/core/http/problem.js'
 import { registerFormats } from '../src/core/resources/formats.js'
 import { defineResource } from '../src/core/resources/resource.js'
 import { member } from '../src/core/resources/member.js'
@@ -16,20 +16,38 @@ import { applicationRegistry } from './helpers/registry.js'
 // Problem codes are an open registry: core's, the application's and each
 // resource's unique codes, each bound to one status and title.
 
-test('a registered code answers with its status and title; an unregistered one is a programming error', () => {
-  registerProblems({ test_teapot: { status: 418, title: 'A teapot' } })
-  const err = new HttpError('test_teapot', 'Short and stout.')
-  assert.equal(err.status, 418)
-  assert.equal(problemBody(err, '/x', 'r-1').title, 'A teapot')
-  assert.throws(() => new HttpError('never_registered', 'x'), /problem code "never_registered" is not registered/)
+test('a code answers with the status and title of the table it is answered by; a code the table lacks answers 500', () => {
+  const table = problemTable(coreProblems, { test_teapot: { status: 418, title: 'A teapot' } })
+  const answer = problemAnswer(new HttpError('test_teapot', 'Short and stout.', { headers: { 'x-kind': 'teapot' } }), table, '/x', 'r-1')
+  assert.equal(answer.status, 418)
+  assert.deepEqual(answer.headers, { 'x-kind': 'teapot' })
+  assert.deepEqual(answer.body, { type: 'tag:users-products-api,2026:test_teapot', title: 'A teapot', status: 418, code: 'test_teapot', detail: 'Short and stout.', instance: '/x', request_id: 'r-1' })
+  const unknown = problemAnswer(new HttpError('never_registered', 'x'), table, '/x', 'r-2')
+  assert.equal(unknown.status, 500)
+  assert.equal(unknown.body.code, 'internal_error')
+  assert.doesNotMatch(JSON.stringify(unknown.body), /never_registered/)
 })
 
-test('registering a code again is a no-op with the same meaning and throws with another status or title', () => {
-  registerProblems({ test_again: { status: 409, title: 'Again' } })
-  registerProblems({ test_again: { status: 409, title: 'Again' } })
-  assert.throws(() => registerProblems({ test_again: { status: 410, title: 'Again' } }), /registered as 409 "Again", not 410 "Again"/)
-  assert.throws(() => registerProblems({ test_again: { status: 409, title: 'Other' } }), /not 409 "Other"/)
-  assert.throws(() => registerProblems({ 'Bad Code': { status: 400, title: 'x' } }), /lower case/)
+test('a code in two sources must mean the same thing: the same status and title join, another throws', () => {
+  const again = { test_again: { status: 409, title: 'Again' } }
+  assert.deepEqual(problemTable(again, again), again)
+  assert.throws(() => problemTable(again, { test_again: { status: 410, title: 'Again' } }), /registered as 409 "Again", not 410 "Again"/)
+  assert.throws(() => problemTable(again, { test_again: { status: 409, title: 'Other' } }), /not 409 "Other"/)
+  assert.throws(() => problemTable({ 'Bad Code': { status: 400, title: 'x' } }), /lower case/)
+})
+
+test('two registries in one process keep their own codes: one resource\'s unique code is not the other service\'s', () => {
+  const gadgets = defineResource({
+    name: 'Gadget', path: '/gadgets', table: 'gadgets', access: { read: 'any', write: 'admin' },
+    members: { id: idMember(), label: member(Type.String(), { unique: { constraint: 'gadgets_label_key', code: 'gadget_label_taken', title: 'Label taken' } }) },
+  })
+  const withGadgets = buildRegistry([...applicationResources, resourceModule(gadgets)])
+  assert.equal(withGadgets.problems.gadget_label_taken?.status, 409)
+  assert.equal(applicationRegistry.problems.gadget_label_taken, undefined)
+  assert.equal(buildRegistry(applicationResources).problems.gadget_label_taken, undefined, 'building one registry changes no other')
+  const taken = new HttpError('gadget_label_taken', 'Taken.')
+  assert.equal(problemAnswer(taken, withGadgets.problems, '/gadgets', 'r').status, 409)
+  assert.equal(problemAnswer(taken, applicationRegistry.problems, '/gadgets', 'r').status, 500)
 })
 
 test("the service's codes are core's, the application's and each declaration's unique codes, each 409 with its declared title", () => {

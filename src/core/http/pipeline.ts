@@ -8,7 +8,7 @@ import { corsHeaders, type CorsPolicy } from './cors.js'
 import { busyProblem, failureProblem } from './database-problems.js'
 import { handleIdempotently } from './idempotency.js'
 import { etagMatches } from './conditional.js'
-import { HttpError, notFound, problemBody } from './problem.js'
+import { HttpError, notFound, problemAnswer } from './problem.js'
 import { checkQuery, parseQueryString } from './query.js'
 import { writeReply } from './reply.js'
 import type { AnyRoute, HandlerContext, Reply } from './route.js'
@@ -287,7 +287,8 @@ function problemReply(err: unknown, instance: string, requestId: string, service
     services.metrics.queryErrors++
     services.log.warn('database unavailable', { request_id: requestId, ...describeError(err) })
   }
-  return { status: http.status, headers: http.options.headers, body: problemBody(http, instance, requestId) }
+  if (!(http.code in services.problems)) services.log.error('a problem code the service does not have', { request_id: requestId, code: http.code })
+  return problemAnswer(http, services.problems, instance, requestId)
 }
 
 /** No body at all: neither a length nor chunked transfer (RFC 9112 §6.3). */

@@ -8,32 +8,33 @@ export interface ProblemType {
   title: string
 }
 
+/** Every code a service may answer with, and what each stands for. */
+export type ProblemTable = Readonly<Record<string, ProblemType>>
+
 // Codes are declared once, by whoever owns them: core's below, the
 // application's where it wires itself, each resource's unique constraints by
-// its declaration. The table is the process's, like a route table: it only
-// grows, and a code registered again must mean the same thing.
-const registered = new Map<string, ProblemType>()
+// its declaration. Each service joins those it has into its own table (its
+// registry, src/registry.ts), which answers every HttpError it throws: no
+// table is the process's, so two services in one process may differ.
 
-/** Registers codes; again with the same status and title is a no-op, with another one throws (two owners disagree). */
-export function registerProblems(types: Readonly<Record<string, ProblemType>>): void {
-  for (const [code, type] of Object.entries(types)) {
-    if (!/^[a-z][a-z0-9_]*$/.test(code)) throw new Error(`problem code "${code}": lower case letters, digits and _ only`)
-    const known = registered.get(code)
-    if (known && (known.status !== type.status || known.title !== type.title)) {
-      throw new Error(`problem code "${code}" is registered as ${known.status} "${known.title}", not ${type.status} "${type.title}"`)
+/** One table of `sources`; a code in two of them must mean the same thing there, else this throws (two owners disagree). */
+export function problemTable(...sources: ProblemTable[]): ProblemTable {
+  const table: Record<string, ProblemType> = {}
+  for (const source of sources) {
+    for (const [code, type] of Object.entries(source)) {
+      if (!/^[a-z][a-z0-9_]*$/.test(code)) throw new Error(`problem code "${code}": lower case letters, digits and _ only`)
+      const known = table[code]
+      if (known && (known.status !== type.status || known.title !== type.title)) {
+        throw new Error(`problem code "${code}" is registered as ${known.status} "${known.title}", not ${type.status} "${type.title}"`)
+      }
+      table[code] = { status: type.status, title: type.title }
     }
-    if (!known) registered.set(code, { status: type.status, title: type.title })
   }
-}
-
-function problemType(code: string): ProblemType {
-  const type = registered.get(code)
-  if (!type) throw new Error(`problem code "${code}" is not registered`)
-  return type
+  return Object.freeze(table)
 }
 
 /** Core's own codes: malformed requests, conditions, limits, the database, stopping. */
-export const coreProblems: Readonly<Record<string, ProblemType>> = {
+export const coreProblems: ProblemTable = {
   malformed_json: { status: 400, title: 'Malformed JSON' },
   invalid_parameter: { status: 400, title: 'Invalid query parameter' },
   unknown_parameter: { status: 400, title: 'Unknown query parameter' },
@@ -54,7 +55,6 @@ export const coreProblems: Readonly<Record<string, ProblemType>> = {
   database_unavailable: { status: 503, title: 'Database unavailable' },
   shutting_down: { status: 503, title: 'Shutting down' },
 }
-registerProblems(coreProblems)
 
 /** A member of `errors`: a JSON Pointer into the body, or a query parameter's name. */
 export interface FieldError {
@@ -62,10 +62,8 @@ export interface FieldError {
   message: string
 }
 
+/** An answer by its code: the service's problem table gives its status and title (a site names the code only). */
 export class HttpError extends Error {
-  /** The status of the code (registerProblems): a site names the code only. */
-  readonly status: number
-
   constructor(
     readonly code: string,
     readonly detail: string,
@@ -73,7 +71,6 @@ export class HttpError extends Error {
   ) {
     super(detail)
     this.name = 'HttpError'
-    this.status = problemType(code).status
   }
 }
 
@@ -89,12 +86,23 @@ export function invalidParameter(name: string, message: string, code: 'invalid_p
   return new HttpError(code, `${name}: ${message}`, { errors: [{ path: name, message }] })
 }
 
-export function problemBody(err: HttpError, instance: string, requestId: string) {
+/**
+ * The status and body of `err` by `problems`. A code the table lacks is a
+ * programming error: it answers 500 `internal_error` (a table always has core's).
+ */
+export function problemAnswer(err: HttpError, problems: ProblemTable, instance: string, requestId: string) {
+  const known = problems[err.code]
+  const answered = known ? err : new HttpError('internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
+  const type = known ?? problems.internal_error ?? coreProblems.internal_error!
+  return { status: type.status, headers: answered.options.headers, body: problemBody(answered, type, instance, requestId) }
+}
+
+function problemBody(err: HttpError, type: ProblemType, instance: string, requestId: string) {
   return {
     // A tag URI (RFC 4151): stable and unique without promising a web page.
     type: `tag:users-products-api,2026:${err.code}`,
-    title: problemType(err.code).title,
-    status: err.status,
+    title: type.title,
+    status: type.status,
     code: err.code,
     detail: err.detail,
     instance,

@@ -3,6 +3,7 @@ import type { DatabaseAdmission } from '../db/admission.js'
 import type { Logger } from '../log.js'
 import type { Metrics } from '../metrics.js'
 import type { TrustProxy } from './client-address.js'
+import type { ProblemTable } from './problem.js'
 
 /** The settings core's HTTP stages read; the application's configuration has them among its own. */
 export interface HttpSettings {
@@ -42,4 +43,6 @@ export interface CoreServices {
    */
   stopping: { draining: boolean; drainsAt?: number }
   databaseAdmission: DatabaseAdmission
+  /** Every problem code the service answers with (its registry's): the status and title of each HttpError. */
+  problems: ProblemTable
 }

@@ -95,7 +95,7 @@ export interface Resource<M extends Members = Members> {
   readonly collection: Collection
   /** The unique constraints on its members, by constraint name: the problem code and the member it guards. */
   readonly uniqueCodes: ReadonlyMap<string, { code: string; member: string }>
-  /** The problems of its unique constraints, by code (all 409), for registerProblems. */
+  /** The problems of its unique constraints, by code (all 409), for the service's problem table (src/registry.ts). */
   readonly problems: Readonly<Record<string, ProblemType>>
   /** Writes representations as JSON, compiled from the representation's schema. */
   readonly serializer: Serializer
