@@ -228,7 +228,7 @@ function createDeps(
     clock,
     log,
     stopping,
-    readiness: new ReadinessCheck(() => sql`SELECT 1`),
+    readiness: new ReadinessCheck(() => sql`SELECT 1`, () => clock.now()),
     cursorKeys: cursorKeysFrom(config.jwtSecrets),
     metrics,
     metricsReport: tuning.metricsReport ?? (async () => metrics.render()),

@@ -96,7 +96,7 @@ describe('password reset', () => {
     // A server of the test's own: its counters count these requests and nothing else. Its database check
     // (shared for a second, src/health/readiness.ts) is made once, here, so that no request pays for a new one.
     const own = await startServer({ PASSWORD_RESET_URL: RESET_URL, TRUST_PROXY: '1' }, {}, { tuning })
-    own.deps.readiness = new ReadinessCheck(() => own.deps.sql`SELECT 1`, Number.POSITIVE_INFINITY)
+    own.deps.readiness = new ReadinessCheck(() => own.deps.sql`SELECT 1`, () => own.clock.now(), Number.POSITIVE_INFINITY)
     await own.deps.readiness.database()
     const account = await passwordAccount(own)
     const unknown = `nobody-${unique()}@example.com`

@@ -12,15 +12,20 @@ export const READINESS_TTL_MS = 1000
 export class ReadinessCheck {
   private last: { outcome: Promise<void>; settledAt: number | undefined } | undefined
 
-  constructor(private readonly probe: () => Promise<unknown>, private readonly ttlMs = READINESS_TTL_MS) {}
+  /** `now`: the instance's clock in milliseconds (its Clock's `now`, which a test moves). */
+  constructor(
+    private readonly probe: () => Promise<unknown>,
+    private readonly now: () => number,
+    private readonly ttlMs = READINESS_TTL_MS,
+  ) {}
 
   /** Resolves when the database answered within the last second (or now); rejects with its error otherwise. */
   database(): Promise<void> {
     const last = this.last
-    if (last && (last.settledAt === undefined || performance.now() - last.settledAt < this.ttlMs)) return last.outcome
+    if (last && (last.settledAt === undefined || this.now() - last.settledAt < this.ttlMs)) return last.outcome
     const entry: { outcome: Promise<void>; settledAt: number | undefined } = { outcome: this.probe().then(() => undefined), settledAt: undefined }
     // Also marks a failure handled: a rejection nobody asks for again must not count as unhandled (src/main.ts exits on those).
-    const settled = () => void (entry.settledAt = performance.now())
+    const settled = () => void (entry.settledAt = this.now())
     entry.outcome.then(settled, settled)
     this.last = entry
     return entry.outcome
