@@ -494,6 +494,10 @@ describe('webhook deliveries', () => {
     assert.equal(kept.status, 200)
     assert.equal(kept.headers.get('etag'), '"v2"')
     assert.notEqual(kept.body.secret, hook.secret)
+    // The overlap ends an hour after the rotation by the database's clock, which the worker compares it with.
+    const [{ overlap }] = await server.sql<[{ overlap: number }]>`
+      SELECT extract(epoch FROM previous_secret_expires_at - updated_at)::float AS overlap FROM webhooks WHERE id = ${hook.id}`
+    assert.ok(overlap > 3599 && overlap <= 3600, `previous secret kept ${overlap} s after the rotation`)
     await createProduct(server, 'ROTATE-1')
     await receiver.waitFor('a delivery', (r) => r.length === 1)
     const both = receiver.received[0]!

@@ -39,10 +39,12 @@ export const rotateSecretRoute = (webhooks: Resource, withSecret: ReturnType<typ
     const secret = newSigningSecret()
     const row = await ctx.services.sql.begin(async (tx) => {
       const current = await lockRow(tx, webhooks, ctx.params.id!, ctx.headers['if-match'])
+      // By the database's clock, which the worker compares it with (the end of the overlap is stored, not this instance's guess).
+      const [until] = keep ? await tx<[{ at: string }]>`SELECT now() + make_interval(secs => ${keep}) AS at` : []
       return updateRow(tx, webhooks, current.id, {
         secret_sealed: sealSecret(secret, ctx.services.config.jwtSecrets),
         previous_secret_sealed: keep ? current.secret_sealed : null,
-        previous_secret_expires_at: keep ? new Date(Date.now() + keep * 1000) : null,
+        previous_secret_expires_at: until?.at ?? null,
       }, originOf(ctx.principal, ctx.requestId))
     })
     return { status: 200, headers: { etag: etagFor(row.version) }, body: { ...webhooks.present(row), secret } }
