@@ -262,15 +262,16 @@ describe('failures the outbox sees', () => {
     // A server that is slow at the end of the data (a content scan, say): the message would be taken after the sender retried.
     const slow = await scriptedServer('220 slow.test ESMTP\r\n', (line) =>
       line.startsWith('EHLO') ? '250 slow.test\r\n' : line.startsWith('MAIL') || line.startsWith('RCPT') ? '250 2.1.0 Ok\r\n' : line === 'DATA' ? '354 Go ahead\r\n' : '')
-    const transport = createSmtpTransport({ server: parseSmtpUrl(`smtp://127.0.0.1:${slow.port}?starttls=off`) as SmtpServer, from: FROM, timeoutMs: 30_000 })
+    const transport = createSmtpTransport({ server: parseSmtpUrl(`smtp://127.0.0.1:${slow.port}?starttls=off`) as SmtpServer, from: FROM, timeoutMs: 600_000 })
     const giveUp = new AbortController()
-    const started = performance.now()
     const sending = failure(transport.send(message(), giveUp.signal))
     await waitUntil('the DATA command', () => slow.commands.includes('DATA'))
+    const abortedAt = performance.now()
     giveUp.abort()
     const error = await sending
     assert.equal(error.permanent, false)
-    assert.ok(performance.now() - started < 5000, 'ended at the give-up, not at the 60 s end-of-data time-out')
+    // Only the give-up can end it this side of the 10-minute step time-out; a minute is room for any machine.
+    assert.ok(performance.now() - abortedAt < 60_000, 'ended at the give-up, not at the step time-out')
   })
 
   test('a server that sends more after its STARTTLS reply (an injection before TLS): refused, nothing read as encrypted', async () => {
