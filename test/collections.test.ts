@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { before, test } from 'node:test'
 import type { Row } from 'postgres'
-import { decodeCursor, encodeCursor } from '../src/core/collections/cursor.js'
+import { cursorKey, decodeCursor, encodeCursor } from '../src/core/collections/cursor.js'
 import { listStatements, type ListRequest } from '../src/core/collections/list-sql.js'
 import { products as productsResource } from '../src/products/resource.js'
 import { users as usersResource } from '../src/users/resource.js'
@@ -652,7 +652,7 @@ test('a tampered, garbage or foreign cursor is 400 invalid_parameter on cursor',
     ...(spareChanged ? [['last character changed in its spare bits only', spareChanged] as [string, string]] : []),
     ['the nonce of another cursor', other.slice(0, 16) + cursor.slice(16)],
     ['the plaintext in the clear', Buffer.from(JSON.stringify([payload.sort, payload.filter, payload.after])).toString('base64url')],
-    ['sealed with another key', encodeCursor(payload, Buffer.alloc(32, 7))],
+    ['sealed with another key', encodeCursor(payload, cursorKey(Buffer.alloc(32, 7)))],
     ['garbage', 'abc'],
     ['empty', ''],
     ['dot only', '.'],

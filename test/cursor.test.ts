@@ -1,19 +1,19 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { test } from 'node:test'
-import { decodeCursor, encodeCursor, sealCursor, type CursorPayload } from '../src/core/collections/cursor.js'
+import { cursorKey, decodeCursor, encodeCursor, sealCursor, type CursorKey, type CursorPayload } from '../src/core/collections/cursor.js'
 
 // Unit tests of the collection cursor: unreadable, tamper-evident, and opened
 // under any of several keys (rotation). No server, no database.
 
-const key = randomBytes(32)
-const otherKey = randomBytes(32)
+const key = cursorKey(randomBytes(32))
+const otherKey = cursorKey(randomBytes(32))
 const BASE64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
 
 const payload: CursorPayload = { sort: '-price,name,id', filter: 'AbCdEfGhIjKlMnOp', after: [1999, 'Widget "deluxe" ü ✓', 42] }
 
 /** A cursor sealed right under `key` but whose plaintext is whatever the caller says. */
-const sealed = (plaintext: Buffer | string, k: Buffer = key) => sealCursor(Buffer.isBuffer(plaintext) ? plaintext : Buffer.from(plaintext, 'utf8'), k)
+const sealed = (plaintext: Buffer | string, k: CursorKey = key) => sealCursor(Buffer.isBuffer(plaintext) ? plaintext : Buffer.from(plaintext, 'utf8'), k)
 
 test('a cursor decodes to the payload it was made from', () => {
   const cursor = encodeCursor(payload, key)

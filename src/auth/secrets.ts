@@ -2,6 +2,7 @@ import { createHmac, randomBytes } from 'node:crypto'
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Config } from '../config.js'
+import { cursorKey, type CursorKey } from '../core/collections/cursor.js'
 
 type Secrets = Config['jwtSecrets']
 
@@ -22,4 +23,5 @@ export function resolveSecrets(config: Config, dataDir: string): Secrets {
 }
 
 /** Cursor MAC keys, derived so that a cursor can never double as a token signature. First signs, all verify. */
-export const cursorKeysFrom = (secrets: Secrets): Buffer[] => secrets.map((s) => createHmac('sha256', s.secret).update('collection-cursor-v2').digest())
+export const cursorKeysFrom = (secrets: Secrets): CursorKey[] =>
+  secrets.map((s) => cursorKey(createHmac('sha256', s.secret).update('collection-cursor-v2').digest()))

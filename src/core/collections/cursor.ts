@@ -29,58 +29,50 @@ const TAG_BYTES = 16
 const MIN_LENGTH = Math.ceil(((NONCE_BYTES + TAG_BYTES) * 4) / 3)
 const MAX_LENGTH = 6000
 
-interface CursorKeys { encryption: Buffer; nonce: Buffer }
-
 /**
- * Subkeys derived once per key rather than twice per page. A memo of a pure
- * function of the key, by the key's identity: the keys are each service's
- * own buffers (CoreServices.cursorKeys, made when the service is), so an
- * entry lives only as long as its service holds the key, and two services
- * never share one.
+ * The two subkeys of one secret: the same key must not both encrypt and make
+ * nonces. Derived once, when the service is made (CoreServices.cursorKeys),
+ * rather than twice per page.
  */
-const derived = new WeakMap<Buffer, CursorKeys>()
-
-/** Two keys of one: the same key must not both encrypt and make nonces. */
-function subkeys(key: Buffer): CursorKeys {
-  let keys = derived.get(key)
-  if (keys === undefined) {
-    keys = {
-      encryption: createHmac('sha256', key).update('cursor encryption').digest(),
-      nonce: createHmac('sha256', key).update('cursor nonce').digest(),
-    }
-    derived.set(key, keys)
-  }
-  return keys
+export interface CursorKey {
+  readonly encryption: Buffer
+  readonly nonce: Buffer
 }
-const nonceOf = (keys: CursorKeys, plaintext: Buffer) => createHmac('sha256', keys.nonce).update(plaintext).digest().subarray(0, NONCE_BYTES)
+
+export function cursorKey(secret: Buffer): CursorKey {
+  return {
+    encryption: createHmac('sha256', secret).update('cursor encryption').digest(),
+    nonce: createHmac('sha256', secret).update('cursor nonce').digest(),
+  }
+}
+const nonceOf = (keys: CursorKey, plaintext: Buffer) => createHmac('sha256', keys.nonce).update(plaintext).digest().subarray(0, NONCE_BYTES)
 
 /** Seals any plaintext as a cursor (for tests of what decodeCursor does with well-sealed nonsense). */
-export function sealCursor(plaintext: Buffer, key: Buffer): string {
-  const keys = subkeys(key)
-  const nonce = nonceOf(keys, plaintext)
-  const cipher = createCipheriv('aes-256-gcm', keys.encryption, nonce)
+export function sealCursor(plaintext: Buffer, key: CursorKey): string {
+  const nonce = nonceOf(key, plaintext)
+  const cipher = createCipheriv('aes-256-gcm', key.encryption, nonce)
   // One copy of the parts (evaluated left to right: update, final, then the tag final made).
   return Buffer.concat([nonce, cipher.update(plaintext), cipher.final(), cipher.getAuthTag()]).toString('base64url')
 }
 
-export function encodeCursor(payload: CursorPayload, key: Buffer): string {
+export function encodeCursor(payload: CursorPayload, key: CursorKey): string {
   return sealCursor(Buffer.from(JSON.stringify([payload.sort, payload.filter, payload.after])), key)
 }
 
 /** The payload, or undefined when the cursor is malformed or does not open under any key. */
-export function decodeCursor(cursor: string, keys: readonly Buffer[]): CursorPayload | undefined {
+export function decodeCursor(cursor: string, keys: readonly CursorKey[]): CursorPayload | undefined {
   if (cursor.length < MIN_LENGTH || cursor.length > MAX_LENGTH || !/^[A-Za-z0-9_-]+$/.test(cursor)) return undefined
   const bytes = Buffer.from(cursor, 'base64url')
   // Spare bits of the last character are ignored by decoding: only the canonical spelling is accepted.
   if (bytes.toString('base64url') !== cursor || bytes.length < NONCE_BYTES + TAG_BYTES) return undefined
   for (const key of keys) {
-    const plaintext = open(bytes, subkeys(key))
+    const plaintext = open(bytes, key)
     if (plaintext) return parse(plaintext)
   }
   return undefined
 }
 
-function open(bytes: Buffer, keys: CursorKeys): Buffer | undefined {
+function open(bytes: Buffer, keys: CursorKey): Buffer | undefined {
   const nonce = bytes.subarray(0, NONCE_BYTES)
   const decipher = createDecipheriv('aes-256-gcm', keys.encryption, nonce)
   decipher.setAuthTag(bytes.subarray(bytes.length - TAG_BYTES))

@@ -2,14 +2,14 @@ import { hash } from 'node:crypto'
 import { invalidParameter } from '../http/problem.js'
 import type { Reply } from '../http/route.js'
 import type { CoreServices } from '../http/services.js'
-import { decodeCursor, encodeCursor } from './cursor.js'
+import { decodeCursor, encodeCursor, type CursorKey } from './cursor.js'
 import type { Collection, FilterParameter, ListQuery, MemberType, Operand } from './declaration.js'
 import { listStatements, type ListShapes, type Filter, type SortKey, type Value } from './list-sql.js'
 
 declare module '../http/services.js' {
   interface CoreServices {
     /** HMAC keys of collection cursors: the first seals, every one opens (src/core/collections/cursor.ts). */
-    cursorKeys: Buffer[]
+    cursorKeys: CursorKey[]
     /** The list statements compiled for this instance, by collection and shape (src/core/collections/list-sql.ts). */
     listShapes: ListShapes
   }
