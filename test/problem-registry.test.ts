@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import Type from 'typebox'
+import Format from 'typebox/format'
 import { applicationProblems } from '../src/app-problems.js'
 import { coreProblems, HttpError, problemAnswer, problemTable } from '../src/core/http/problem.js'
-import { registerFormats } from '../src/core/resources/formats.js'
 import { defineResource } from '../src/core/resources/resource.js'
 import { member } from '../src/core/resources/member.js'
 import { idMember } from '../src/core/resources/common.js'
@@ -68,15 +68,33 @@ test('a declaration whose unique code clashes with a registered code of another 
   assert.throws(() => buildRegistry([...applicationResources, resourceModule(clash)]), /problem code "not_found" is registered as 404/)
 })
 
-test('a string format is registered by the declaration that uses it, before its validators are compiled; again with another check throws', () => {
-  const check = (v: string) => v === 'ok'
-  const declared = defineResource({
-    name: 'Formatted', path: '/formatted', table: 'formatted', access: { read: 'any', write: 'admin' },
+test('a string format means what its own declaration says: two declarations may give one name two checks; an undeclared one fails at definition', () => {
+  const declare = (name: string, check: (v: string) => boolean) => defineResource({
+    name, path: `/${name.toLowerCase()}`, table: name.toLowerCase(), access: { read: 'any', write: 'admin' },
     formats: { test_format: check },
     members: { code: member(Type.String({ format: 'test_format' })) },
   })
-  assert.deepEqual(declared.bodies.create.errors({ code: 'ok' }), [])
-  assert.equal(declared.bodies.create.errors({ code: 'no' }).length, 1)
-  registerFormats({ test_format: check })
-  assert.throws(() => registerFormats({ test_format: (v) => v === 'other' }), /registered already with another check/)
+  const ok = declare('Formatted', (v) => v === 'ok')
+  const other = declare('Reformatted', (v) => v === 'other')
+  assert.deepEqual(ok.bodies.create.errors({ code: 'ok' }), [])
+  assert.deepEqual(ok.bodies.create.errors({ code: 'other' }).map((e) => e.path), ['/code'])
+  assert.deepEqual(other.bodies.create.errors({ code: 'other' }), [])
+  assert.deepEqual(other.bodies.create.errors({ code: 'ok' }).map((e) => e.path), ['/code'])
+  // The process's table is left as TypeBox made it: nothing of either declaration stays in it.
+  assert.equal(Format.Has('test_format'), false)
+  assert.equal(Format.Get('date-time'), Format.IsDateTime)
+  assert.throws(() => defineResource({
+    name: 'Unformatted', path: '/unformatted', table: 'unformatted', access: { read: 'any', write: 'admin' },
+    members: { code: member(Type.String({ format: 'test_undeclared' })) },
+  }), /string format "test_undeclared" has no check/)
+})
+
+test('every date-time of the API is the API\'s own (years 0001 to 9999, which PostgreSQL and JavaScript both hold), not TypeBox\'s', () => {
+  const declared = defineResource({
+    name: 'Dated', path: '/dated', table: 'dated', access: { read: 'any', write: 'admin' },
+    members: { at: member(Type.String({ format: 'date-time' })) },
+  })
+  assert.deepEqual(declared.bodies.create.errors({ at: '2026-11-27T21:00:00Z' }), [])
+  assert.equal(Format.Test('date-time', '0000-01-01T00:00:00Z'), true, 'TypeBox\'s date-time takes the year 0')
+  assert.deepEqual(declared.bodies.create.errors({ at: '0000-01-01T00:00:00Z' }).map((e) => e.path), ['/at'])
 })

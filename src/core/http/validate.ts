@@ -24,20 +24,26 @@ export interface ValidatorOptions {
    * into the form the schema describes, before the one check.
    */
   fromWire?: (value: unknown) => unknown
+  /** String formats the schema uses beyond TypeBox's own (ISO 4217 currency codes, say), each with its check. */
+  formats?: Readonly<Record<string, FormatCheck>>
 }
 
-// TypeBox's format table is the process's, and a compiled check takes the
-// format's function when it is compiled: set here, before any schema of this
-// module's callers compiles, so every date-time in the API means one thing.
-Format.Set('date-time', isApiDateTime)
+/** Whether a string is of a format. */
+export type FormatCheck = (value: string) => boolean
+
+/** What a format means in every schema of the API: one date-time, stricter than TypeBox's (src/core/http/date-time.ts). */
+const apiFormats: Readonly<Record<string, FormatCheck>> = { 'date-time': isApiDateTime }
 
 export function compileValidator<S extends TSchema>(schema: S, options: ValidatorOptions = {}): Validator<Static<S>> {
-  const compiled = Compile(schema)
+  const formats = { ...apiFormats, ...options.formats }
+  const unknown = [...formatsNamedIn(schema)].filter((name) => !(name in formats) && !Format.Has(name))
+  if (unknown.length) throw new Error(`string format "${unknown[0]}" has no check: declare it with the schema (ValidatorOptions.formats)`)
+  const compiled = withFormats(formats, () => Compile(schema))
   const errors = (value: unknown): FieldError[] => {
     const unsafe = findUnstorableStrings(value)
     if (unsafe.length) return unsafe
     if (compiled.Check(value)) return []
-    const raw = compiled.Errors(value)
+    const raw = withFormats(formats, () => compiled.Errors(value))
     const described = describeErrors(schema, raw)
     if (described.length) return described
     // TypeBox reports at most eight errors: for a union of more literals, the
@@ -60,6 +66,37 @@ export function compileValidator<S extends TSchema>(schema: S, options: Validato
       return { value: typed as Static<S>, errors: errors(typed) }
     },
   }
+}
+
+/**
+ * TypeBox's format table is process-wide: a compiled check takes each
+ * format's function when it is compiled (a format it does not know, it lets
+ * pass), and the description of errors looks them up when it runs. So a
+ * schema's formats are set in the table only while it compiles or describes
+ * (both synchronous), and the table is left as TypeBox made it: what a
+ * format means belongs to the schema that names it, and two services in one
+ * process never see each other's.
+ */
+function withFormats<T>(formats: Readonly<Record<string, FormatCheck>>, run: () => T): T {
+  const before = Format.Entries()
+  try {
+    for (const [name, check] of Object.entries(formats)) Format.Set(name, check)
+    return run()
+  } finally {
+    Format.Clear()
+    for (const [name, check] of before) Format.Set(name, check)
+  }
+}
+
+function formatsNamedIn(node: unknown, found = new Set<string>()): Set<string> {
+  if (Array.isArray(node)) for (const item of node) formatsNamedIn(item, found)
+  else if (typeof node === 'object' && node !== null) {
+    for (const [key, value] of Object.entries(node)) {
+      if (key === 'format' && typeof value === 'string') found.add(value)
+      else formatsNamedIn(value, found)
+    }
+  }
+  return found
 }
 
 export const UNKNOWN_MEMBER = 'is not a known member'

@@ -1,8 +1,7 @@
 import Type, { type Static, type TObject, type TSchema } from 'typebox'
 import { defineCollection, type Collection, type MemberType } from '../collections/declaration.js'
 import type { ProblemType } from '../http/problem.js'
-import { compileValidator, type Validator } from '../http/validate.js'
-import { registerFormats, type FormatCheck } from './formats.js'
+import { compileValidator, type FormatCheck, type Validator } from '../http/validate.js'
 import { BoundedMap } from '../lib/bounded-map.js'
 import { traitsOf, type MemberTraits } from './member.js'
 import { compileSerializer, type Serializer } from './serializer.js'
@@ -36,9 +35,8 @@ export interface ResourceDeclaration<M extends Members> {
   /** Who may read and write it (src/app-context.ts gives the members). */
   access: ResourceAccess
   /**
-   * String formats its members use beyond TypeBox's own, each with its check:
-   * registered before the validators are compiled (a compiled validator
-   * passes a format unknown at compile time), again with the same check a no-op.
+   * String formats its members use beyond TypeBox's own, each with its check,
+   * given to each of its validators (src/core/http/validate.ts).
    */
   formats?: Readonly<Record<string, FormatCheck>>
   /**
@@ -119,8 +117,7 @@ export interface Resource<M extends Members = Members> {
 const STATEMENT_TEXTS = 2000
 
 export function defineResource<M extends Members>(declaration: ResourceDeclaration<M>): Resource<M> {
-  const { name, members } = declaration
-  registerFormats(declaration.formats ?? {})
+  const { name, members, formats } = declaration
   const traits: Record<string, MemberTraits> = {}
   for (const [member, schema] of Object.entries(members)) traits[member] = { write: 'client', ...traitsOf(schema) }
   const entries = Object.entries(members)
@@ -184,10 +181,10 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     outputMembers,
     schemas,
     bodies: {
-      create: compileValidator(schemas.create),
-      replace: compileValidator(schemas.replace),
-      patch: compileValidator(schemas.patch),
-      ...(schemas.delete ? { delete: compileValidator(schemas.delete) } : {}),
+      create: compileValidator(schemas.create, { formats }),
+      replace: compileValidator(schemas.replace, { formats }),
+      patch: compileValidator(schemas.patch, { formats }),
+      ...(schemas.delete ? { delete: compileValidator(schemas.delete, { formats }) } : {}),
     },
     collection,
     uniqueCodes,
