@@ -1,4 +1,4 @@
-import { setTimeout as sleep } from 'node:timers/promises'
+import { withDeadline } from './lib/settled-by.js'
 import { describeError, type Logger } from './log.js'
 
 // Everything a service runs beside its requests (listeners, workers, the
@@ -94,10 +94,7 @@ export class Lifecycle {
             return true
           },
         )
-      const overrun = new AbortController()
-      const gaveUp = sleep(Math.max(0, giveUpAt - performance.now()), false, { signal: overrun.signal }).catch(() => false)
-      const inTime = await Promise.race([stopped, gaveUp])
-      overrun.abort()
+      const inTime = await withDeadline(stopped, giveUpAt - performance.now(), () => false)
       if (inTime) this.log.debug('component stopped', { component: component.name })
       else this.log.warn('a component did not stop by its deadline; the others stop without it', { component: component.name })
     }

@@ -1,6 +1,7 @@
 import { connect as connectTcp, type Socket } from 'node:net'
 import { connect as connectTls, rootCertificates } from 'node:tls'
 import { isIP } from 'node:net'
+import { withDeadline } from '../core/lib/settled-by.js'
 import { MailSendError } from './message.js'
 import type { SmtpServer } from './smtp-url.js'
 
@@ -189,18 +190,17 @@ export class SmtpConnection {
 
   private async within<T>(step: string, work: Promise<T>, timeoutMs = this.options.timeoutMs): Promise<T> {
     if (this.failure) throw this.failure
-    let timer: NodeJS.Timeout | undefined
-    let abort: ((error: Error) => void) | undefined
-    const failed = new Promise<never>((_, reject) => {
-      abort = reject
-      timer = setTimeout(() => this.broken(this.fail(`no answer to ${step} within ${timeoutMs / 1000} s`, false)), timeoutMs)
-    })
-    this.aborts.add(abort!)
+    // A connection that breaks meanwhile (another step's time-out, a reset) ends this step with its error.
+    let abort!: (error: Error) => void
+    const broke = new Promise<never>((_, reject) => (abort = reject))
+    this.aborts.add(abort)
     try {
-      return await Promise.race([work, failed])
+      return await withDeadline(Promise.race([work, broke]), timeoutMs, () => {
+        this.broken(this.fail(`no answer to ${step} within ${timeoutMs / 1000} s`, false))
+        throw this.failure
+      })
     } finally {
-      clearTimeout(timer)
-      this.aborts.delete(abort!)
+      this.aborts.delete(abort)
     }
   }
 }

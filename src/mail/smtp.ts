@@ -1,5 +1,5 @@
 import { hostname } from 'node:os'
-import { setTimeout as delay } from 'node:timers/promises'
+import { settledBy } from '../core/lib/settled-by.js'
 import { isMailAddress, type MailFrom } from './address.js'
 import { MailSendError, type MailMessage, type MailTransport } from './message.js'
 import { renderMessage } from './mime.js'
@@ -148,9 +148,7 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
     },
     /** Waits for the messages under way until `deadline`, then cuts their connections (they fail as transient: the outbox sends them again). */
     async close(deadline) {
-      const waited = new AbortController()
-      await Promise.race([Promise.all(open.values()), delay(Math.max(0, deadline - performance.now()), undefined, { signal: waited.signal }).catch(() => undefined)])
-      waited.abort()
+      await settledBy(Promise.allSettled(open.values()), deadline)
       for (const c of open.keys()) c.close()
     },
   }

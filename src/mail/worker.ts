@@ -1,8 +1,7 @@
 import type { Sql } from 'postgres'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { backgroundConnection } from '../core/db/connect.js'
 import { listenForWork } from '../core/db/wakeups.js'
-import { settledBy } from '../core/lib/settled-by.js'
+import { settledBy, withDeadline } from '../core/lib/settled-by.js'
 import type { Component } from '../core/lifecycle.js'
 import { describeError, type Logger } from '../core/log.js'
 import type { Metrics } from '../core/metrics.js'
@@ -148,25 +147,19 @@ export class MailWorker implements Component {
 
   /** undefined when the transport took the message; else why not. Never the message in the reason. */
   private async send(transport: MailTransport, message: ClaimedMail['message']): Promise<MailSendError | undefined> {
-    const timeout = new AbortController()
     // Told to the transport when the time is out: an attempt left running could take the message after its retry has.
     const giveUp = new AbortController()
     try {
-      await Promise.race([
-        transport.send(message, giveUp.signal),
-        sleep(this.settings.sendTimeoutMs, undefined, { signal: timeout.signal }).then(() => {
-          giveUp.abort()
-          throw new MailSendError(`no answer within ${this.settings.sendTimeoutMs} ms`, false)
-        }),
-      ])
+      await withDeadline(transport.send(message, giveUp.signal), this.settings.sendTimeoutMs, () => {
+        giveUp.abort()
+        throw new MailSendError(`no answer within ${this.settings.sendTimeoutMs} ms`, false)
+      })
       return undefined
     } catch (err) {
       if (err instanceof MailSendError) return err
       // Not the transport's own word: its message could hold anything, the message's text included.
       this.log.error('mail transport failed unexpectedly', { mail_id: message.id, error_name: err instanceof Error ? err.name : typeof err })
       return new MailSendError(`the ${transport.name} transport failed unexpectedly (${err instanceof Error ? err.name : typeof err})`, false)
-    } finally {
-      timeout.abort()
     }
   }
 }
