@@ -14,7 +14,7 @@
 /** Node lines with `reusePort` on `listen`: 22.12 and later, 23.1 and later, every later line. */
 const SINCE: Record<number, number> = { 22: 12, 23: 1 }
 /** Where libuv spreads connections among SO_REUSEPORT sockets (elsewhere it refuses the option). */
-const PLATFORMS = new Set(['linux', 'freebsd', 'sunos', 'aix'])
+const PLATFORMS: ReadonlySet<string> = new Set(['linux', 'freebsd', 'sunos', 'aix'])
 
 /** Why this Node on this platform cannot run several workers on one port; undefined when it can. */
 export function reusePortMissing(version = process.versions.node, platform: string = process.platform): string | undefined {

@@ -1,5 +1,6 @@
-import { BlockList, isIP } from 'node:net'
+import { isIP } from 'node:net'
 import { hostOf, requestOnce, type OutboundOutcome } from '../core/http/outbound.js'
+import { addressList } from '../core/lib/address-list.js'
 import { signingSecretProblem, standardWebhookHeaders } from '../core/http/standard-webhooks.js'
 import { MailSendError, type MailMessage, type MailTransport } from './message.js'
 
@@ -81,9 +82,7 @@ export interface HookSettingProblem {
   problem: string
 }
 
-const loopback = new BlockList()
-loopback.addSubnet('127.0.0.0', 8, 'ipv4')
-loopback.addAddress('::1', 'ipv6')
+const loopback = addressList([['127.0.0.0', 8, 'ipv4'], ['::1', 128, 'ipv6']])
 /** localhost and its subdomains, which always mean loopback (RFC 6761), with or without the root's dot. */
 const LOCALHOST = /^(.+\.)?localhost\.?$/i
 
@@ -91,7 +90,7 @@ const LOCALHOST = /^(.+\.)?localhost\.?$/i
 function isLoopbackHost(url: URL): boolean {
   const host = hostOf(url)
   const family = isIP(host)
-  // BlockList also matches an IPv4-mapped IPv6 address (::ffff:127.0.0.1) against the IPv4 rule.
+  // An IPv4-mapped IPv6 address (::ffff:127.0.0.1) is matched against the IPv4 rule.
   return family === 0 ? LOCALHOST.test(host) : loopback.check(host, family === 4 ? 'ipv4' : 'ipv6')
 }
 

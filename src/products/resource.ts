@@ -6,7 +6,7 @@ import { resourceModule } from '../resource-module.js'
 
 // ISO 4217 codes in current use, as the ICU data shipped with Node knows them:
 // "XYZ" has the right shape but is no currency.
-const currencies = new Set(Intl.supportedValuesOf('currency'))
+const currencies: ReadonlySet<string> = new Set(Intl.supportedValuesOf('currency'))
 const isCurrency = (value: string) => currencies.has(value)
 
 export const products = defineResource({

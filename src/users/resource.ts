@@ -12,6 +12,7 @@ import { defineResource, type Row } from '../core/resources/resource.js'
 import type { ResourceHooks, Write } from '../core/resources/routes.js'
 import { conflictOf, insertRow, type StoredRow } from '../core/resources/store.js'
 import { addressChanged, queueVerification } from '../auth/recovery.js'
+import type { Holds, Same } from '../core/lib/type-checks.js'
 import { ensureAnotherAdmin, type UserRow } from '../accounts/queries.js'
 
 const emailSchema = () => Type.String({
@@ -140,6 +141,4 @@ export const userHooks: ResourceHooks<UserWriteState> = {
 
 // The declaration's stored members and the accounts' row type (src/accounts/queries.ts) are the same:
 // a member added to one and not the other fails the type check here.
-type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
-const rowsAgree: Same<Omit<Row<typeof users.members>, 'password'>, Omit<UserRow, 'password_hash' | 'credential_epoch'>> = true
-void rowsAgree
+export type UserRowsAgree = Holds<Same<Omit<Row<typeof users.members>, 'password'>, Omit<UserRow, 'password_hash' | 'credential_epoch'>>>

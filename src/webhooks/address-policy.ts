@@ -1,7 +1,8 @@
 import { lookup } from 'node:dns/promises'
-import { BlockList, isIP } from 'node:net'
+import { isIP } from 'node:net'
 import type { Config } from '../config.js'
 import { hostOf } from '../core/http/outbound.js'
+import { addressList } from '../core/lib/address-list.js'
 
 // Where a webhook may be sent (server-side request forgery). Unless
 // WEBHOOK_ALLOW_PRIVATE=true, a URL must be https, and every address its host
@@ -29,33 +30,30 @@ import { hostOf } from '../core/http/outbound.js'
 // WEBHOOK_ALLOW_PRIVATE=true (tests, closed networks) scheme, address and
 // port are the operator's to trust.
 
-const blocked = new BlockList()
-for (const [network, prefix] of [
-  ['0.0.0.0', 8], // "this network", 0.0.0.0 included
-  ['10.0.0.0', 8],
-  ['100.64.0.0', 10], // carrier-grade NAT
-  ['127.0.0.0', 8],
-  ['169.254.0.0', 16],
-  ['172.16.0.0', 12],
-  ['192.0.0.0', 24], // IETF protocol assignments
-  ['192.168.0.0', 16],
-  ['198.18.0.0', 15], // benchmarking
-  ['224.0.0.0', 4], // multicast
-  ['240.0.0.0', 4], // reserved, and the broadcast address
-] as const) blocked.addSubnet(network, prefix, 'ipv4')
-for (const [network, prefix] of [
-  ['::', 128], // unspecified
-  ['::1', 128],
-  ['::', 96], // IPv4-compatible (deprecated) forms
-  ['::ffff:0:0:0', 96], // SIIT's IPv4-translated addresses
-  ['2001::', 32], // Teredo
-  ['100::', 64], // discard-only
-  ['fc00::', 7], // unique local
-  ['fe80::', 10],
-  ['fec0::', 10], // site-local (deprecated)
-  ['ff00::', 8], // multicast
-] as const) blocked.addSubnet(network, prefix, 'ipv6')
-// BlockList matches an IPv4-mapped IPv6 address (::ffff:127.0.0.1, ::ffff:7f00:1) against the IPv4 rules.
+const blocked = addressList([
+  ['0.0.0.0', 8, 'ipv4'], // "this network", 0.0.0.0 included
+  ['10.0.0.0', 8, 'ipv4'],
+  ['100.64.0.0', 10, 'ipv4'], // carrier-grade NAT
+  ['127.0.0.0', 8, 'ipv4'],
+  ['169.254.0.0', 16, 'ipv4'],
+  ['172.16.0.0', 12, 'ipv4'],
+  ['192.0.0.0', 24, 'ipv4'], // IETF protocol assignments
+  ['192.168.0.0', 16, 'ipv4'],
+  ['198.18.0.0', 15, 'ipv4'], // benchmarking
+  ['224.0.0.0', 4, 'ipv4'], // multicast
+  ['240.0.0.0', 4, 'ipv4'], // reserved, and the broadcast address
+  ['::', 128, 'ipv6'], // unspecified
+  ['::1', 128, 'ipv6'],
+  ['::', 96, 'ipv6'], // IPv4-compatible (deprecated) forms
+  ['::ffff:0:0:0', 96, 'ipv6'], // SIIT's IPv4-translated addresses
+  ['2001::', 32, 'ipv6'], // Teredo
+  ['100::', 64, 'ipv6'], // discard-only
+  ['fc00::', 7, 'ipv6'], // unique local
+  ['fe80::', 10, 'ipv6'],
+  ['fec0::', 10, 'ipv6'], // site-local (deprecated)
+  ['ff00::', 8, 'ipv6'], // multicast
+])
+// An IPv4-mapped IPv6 address (::ffff:127.0.0.1, ::ffff:7f00:1) is matched against the IPv4 rules.
 
 /** Whether an address literal (v4 or v6) is one a webhook may never reach without WEBHOOK_ALLOW_PRIVATE. */
 export function isForbiddenAddress(address: string): boolean {

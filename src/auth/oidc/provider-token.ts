@@ -36,7 +36,7 @@ const MAX_TOKEN_LENGTH = 8 * 1024
  */
 export const MAX_TOKEN_AGE_SECONDS = 86_400
 /** RFC 9068 names access tokens `at+jwt`; most providers still say `JWT`. */
-const ACCEPTED_TYPES = new Set(['jwt', 'at+jwt', 'application/at+jwt'])
+const ACCEPTED_TYPES: ReadonlySet<string> = new Set(['jwt', 'at+jwt', 'application/at+jwt'])
 const MAX_SUBJECT_LENGTH = 255
 /** A string fit to be stored and shown: no NUL (PostgreSQL text cannot hold it) nor any other control character. */
 const PRINTABLE = /^[^\u0000-\u001f\u007f]+$/
