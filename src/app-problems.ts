@@ -16,7 +16,7 @@ export const applicationProblems: Record<string, ProblemType> = {
   api_key_limit: { status: 409, title: 'Too many API keys' },
   too_many_login_attempts: { status: 429, title: 'Too many login attempts' },
   too_many_streams: { status: 503, title: 'Too many event streams' },
-  // Account recovery (src/auth/recovery-routes.ts).
+  // Account recovery (src/auth/recovery/recovery-routes.ts).
   invalid_one_time_token: { status: 400, title: 'Invalid or expired link' },
   email_not_verified: { status: 403, title: 'E-mail address not verified' },
   email_already_verified: { status: 409, title: 'E-mail address already verified' },

@@ -171,7 +171,7 @@ export interface Config {
   webhookAllowedPorts: ReadonlySet<number>
   /** Processes serving the port (src/cluster/primary.ts); 1: this process alone, no primary. */
   workers: number
-  /** Account recovery (src/auth/recovery-routes.ts): link templates with `{token}`; undefined: that flow is off (404). */
+  /** Account recovery (src/auth/recovery/recovery-routes.ts): link templates with `{token}`; undefined: that flow is off (404). */
   passwordResetUrl: string | undefined
   verifyEmailUrl: string | undefined
   /** Seconds a password-reset link lives. */

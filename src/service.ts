@@ -5,14 +5,14 @@ import { LastUsedWrites } from './auth/api-keys/last-used.js'
 import { allRoutes, createApp, type AppServer } from './app.js'
 import { certificateReloadJob, tlsOptions } from './core/http/tls.js'
 import { CREDENTIAL_CACHE_SIZE, type AppDeps } from './app-deps.js'
-import { CredentialChanges } from './auth/credential-changes.js'
+import { CredentialChanges } from './auth/revocation/credential-changes.js'
 import { credentialDeps } from './auth/credentials.js'
 import { checkGrants } from './auth/grants.js'
 import { JwtCache } from './auth/jwt-cache.js'
-import { expiredKnownAddresses, knownAddressKeysFrom } from './auth/known-addresses.js'
-import { expiredLoginFailures, LoginGuard } from './auth/login-throttle.js'
+import { expiredKnownAddresses, knownAddressKeysFrom } from './auth/login/known-addresses.js'
+import { expiredLoginFailures, LoginGuard } from './auth/login/login-throttle.js'
 import { PasswordHasher } from './auth/password.js'
-import { RevocationList } from './auth/revocations.js'
+import { RevocationList } from './auth/revocation/revocations.js'
 import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
 import { admissionFor } from './core/db/admission.js'
@@ -37,8 +37,8 @@ import { oldFailedMail } from './mail/outbox.js'
 import { mailTransportFor } from './mail/transport.js'
 import { defaultMailSettings, MailWorker, type MailSettings } from './mail/worker.js'
 import { BackgroundWork, type BackgroundWorkSettings } from './core/background-work.js'
-import { defaultRecoveryRequestSettings } from './auth/recovery-routes.js'
-import { oldResetRequests, spentOneTimeTokens } from './auth/recovery.js'
+import { defaultRecoveryRequestSettings } from './auth/recovery/recovery-routes.js'
+import { oldResetRequests, spentOneTimeTokens } from './auth/recovery/recovery.js'
 import { ReadinessCheck } from './health/readiness.js'
 import { buildRegistry, type Registry } from './registry.js'
 import { applicationResources } from './resources.js'
@@ -80,7 +80,7 @@ export interface ServiceOptions {
   mail?: Partial<MailSettings>
   /** How the identity provider's keys are fetched (src/auth/oidc/key-set.ts): tests shorten the wait between fetches for unknown kids. */
   identityProvider?: ProviderTuning
-  /** How many password-reset requests are worked on at once and held at most (src/auth/recovery-routes.ts). */
+  /** How many password-reset requests are worked on at once and held at most (src/auth/recovery/recovery-routes.ts). */
   recoveryRequests?: Partial<BackgroundWorkSettings>
   /** The time its own expiry checks read; default the system's. Tests move theirs forward instead of waiting (src/core/lib/clock.ts). */
   clock?: Clock

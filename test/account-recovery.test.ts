@@ -154,7 +154,7 @@ describe('password reset', () => {
     const opaque = await passwordLogin(api, account, 'opaque')
     const key = await api.request('POST', '/api-keys', { auth: jwt, body: { name: 'k', scopes: ['users:read'] } })
     assert.equal(key.status, 201, key.text)
-    // The account is locked, for known and unknown client addresses alike (src/auth/login-throttle.ts).
+    // The account is locked, for known and unknown client addresses alike (src/auth/login/login-throttle.ts).
     await api.sql`
       INSERT INTO login_failures (email, address, failures, last_failure, locked_until)
       SELECT ${account.email.toLowerCase()}, a, 200, now(), now() + interval '10 minutes' FROM unnest(ARRAY['*', '*known']) a

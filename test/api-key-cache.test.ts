@@ -6,7 +6,9 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import { ApiKeyCache, MAX_AGE_MS, type CachedApiKey } from '../src/auth/api-keys/key-cache.js'
 import { applyKeyChange } from '../src/auth/api-keys/key-changes.js'
-import { CATCH_UP_TIMEOUT_MS, CHANGES_CHANNEL as KEY_CHANGES_CHANNEL } from '../src/auth/credential-changes.js'
+import {
+  CATCH_UP_TIMEOUT_MS, CHANGES_CHANNEL as KEY_CHANGES_CHANNEL,
+} from '../src/auth/revocation/credential-changes.js'
 import { LastUsedWrites } from '../src/auth/api-keys/last-used.js'
 import { testPasswords } from './helpers/passwords.js'
 import { connect } from '../src/core/db/connect.js'
@@ -87,7 +89,7 @@ async function statementsDuring(server: TestServer, fn: () => Promise<void>): Pr
  * call. A notification reaches each instance a moment after the commit; the
  * instance that made a change waits for it before answering, another instance
  * gets it at the same moment, but not in lockstep with a client
- * (src/auth/credential-changes.ts).
+ * (src/auth/revocation/credential-changes.ts).
  */
 const heard = (server: TestServer) => server.deps.credentialChanges.caughtUp()
 

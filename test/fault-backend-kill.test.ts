@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, test } from 'node:test'
 import { applicationRegistry } from './helpers/registry.js'
-import { openSession } from '../src/auth/sessions.js'
+import { openSession } from '../src/auth/sessions/sessions.js'
 import { hashSecret } from '../src/auth/tokens.js'
 import { connect } from '../src/core/db/connect.js'
 import { call, everyClient, holdRowLock, startLoad, waitFor } from './fault-kit.js'

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { after, describe, test } from 'node:test'
-import { expiredLoginFailures } from '../src/auth/login-throttle.js'
+import { expiredLoginFailures } from '../src/auth/login/login-throttle.js'
 import { deleteInBatches } from '../src/core/db/batched-delete.js'
 import { PASSWORD_HASH_COST } from '../src/config.js'
 import { PasswordHasher } from '../src/auth/password.js'

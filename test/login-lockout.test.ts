@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
-import { expiredKnownAddresses } from '../src/auth/known-addresses.js'
+import { expiredKnownAddresses } from '../src/auth/login/known-addresses.js'
 import { deleteInBatches } from '../src/core/db/batched-delete.js'
 import { testPasswords } from './helpers/passwords.js'
 import { workOf } from './helpers/accounts.js'

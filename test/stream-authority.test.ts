@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { afterEach, describe, test } from 'node:test'
-import { CATCH_UP_TIMEOUT_MS, HEARTBEAT_MS } from '../src/auth/credential-changes.js'
+import { CATCH_UP_TIMEOUT_MS, HEARTBEAT_MS } from '../src/auth/revocation/credential-changes.js'
 import { MINUTE } from '../src/core/lib/durations.js'
 import { passwordAccount, passwordLogin, type Account } from './helpers/accounts.js'
 import { freezeBackend, instanceAndListener } from './helpers/freeze.js'

@@ -97,7 +97,7 @@ const hooks: ResourceHooks = {
     if (row === 'limit') throw new HttpError('api_key_limit', `This user already holds ${maxApiKeysPerUser} live API keys (MAX_API_KEYS_PER_USER); delete one first.`)
     return { row, body: { key } }
   },
-  // Answer once this instance has heard the revocation: it never serves the key to a client told it is gone (src/auth/credential-changes.ts).
+  // Answer once this instance has heard the revocation: it never serves the key to a client told it is gone (src/auth/revocation/credential-changes.ts).
   afterDelete: (ctx) => ctx.services.credentialChanges.caughtUp(),
 }
 

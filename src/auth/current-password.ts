@@ -4,7 +4,7 @@ import { HttpError } from '../core/http/problem.js'
 import { originOf } from './origin.js'
 import { findUser } from '../accounts/queries.js'
 import { requireInteractive } from './access.js'
-import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
+import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login/login-throttle.js'
 import type { UserPrincipal } from './principal.js'
 
 // Proof that the person at the keyboard is the account's owner, for the

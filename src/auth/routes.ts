@@ -4,13 +4,20 @@ import { defineRoute } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
 import { findUserByEmail } from '../accounts/queries.js'
 import { challenge } from './credentials.js'
-import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login-throttle.js'
+import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login/login-throttle.js'
 import { originOf } from './origin.js'
 import { sessionOf } from './principal.js'
 import { publicAccess } from './access.js'
-import { endSession } from './session-routes.js'
-import { mayResendVerification, queueVerification } from './recovery.js'
-import { openSession, rotate, sessionOfRefreshToken } from './sessions.js'
+import { endSession } from './sessions/session-routes.js'
+import { mayResendVerification, queueVerification } from './recovery/recovery.js'
+import { openSession, rotate, sessionOfRefreshToken } from './sessions/sessions.js'
+
+// Logging in, refreshing and logging out: the routes that open and end
+// sessions. They stand here, above the folders they join, because a login
+// uses all three: the throttle on guesses (login/), a new session
+// (sessions/), and, where REQUIRE_VERIFIED_EMAIL holds, a fresh verification
+// link (recovery/); and recovery ends sessions, so in sessions/ they would
+// make the two folders import each other.
 
 const LoginBody = Type.Object(
   {

@@ -6,12 +6,12 @@ import type { Clock } from '../core/lib/clock.js'
 import type { MailWorker } from '../mail/worker.js'
 import type { ApiKeyCache } from './api-keys/key-cache.js'
 import type { LastUsedWrites } from './api-keys/last-used.js'
-import type { CredentialChanges } from './credential-changes.js'
+import type { CredentialChanges } from './revocation/credential-changes.js'
 import type { JwtCache } from './jwt-cache.js'
-import type { LoginGuard } from './login-throttle.js'
+import type { LoginGuard } from './login/login-throttle.js'
 import type { IdentityProvider } from './oidc/provider-principals.js'
 import type { PasswordHasher } from './password.js'
-import type { RevocationList } from './revocations.js'
+import type { RevocationList } from './revocation/revocations.js'
 import type { ScopePolicy } from './scopes.js'
 
 /**
@@ -31,11 +31,11 @@ export interface AuthServices extends CoreServices {
   apiKeyCache: ApiKeyCache
   /** When this process last wrote each key's last_used_at (src/auth/api-keys/last-used.ts). */
   apiKeyUse: LastUsedWrites
-  /** Login attempts per address on this instance (src/auth/login-throttle.ts). */
+  /** Login attempts per address on this instance (src/auth/login/login-throttle.ts). */
   logins: LoginGuard
-  /** What this instance knows was revoked: sessions, and users' credential epochs (src/auth/revocations.ts). */
+  /** What this instance knows was revoked: sessions, users' credential epochs (src/auth/revocation/revocations.ts). */
   revocations: RevocationList
-  /** The listener that keeps apiKeyCache and revocations right, and says whether they may be trusted; a request that revokes waits on `caughtUp` (src/auth/credential-changes.ts). */
+  /** The listener that keeps apiKeyCache and revocations right, and says whether they may be trusted; a request that revokes waits on `caughtUp` (src/auth/revocation/credential-changes.ts). */
   credentialChanges: CredentialChanges
   /** Requests per window per credential, user or address; undefined when RATE_LIMIT=0 (src/core/http/rate-limit.ts). */
   rateLimiter: RateLimiter | undefined
@@ -43,7 +43,7 @@ export interface AuthServices extends CoreServices {
   passwords: PasswordHasher
   /** Sends the mail outbox (recovery and verification messages) with the configured transport (src/mail/worker.ts). */
   mail: MailWorker
-  /** Password-reset requests, worked on after their answer (src/auth/recovery-routes.ts). */
+  /** Password-reset requests, worked on after their answer (src/auth/recovery/recovery-routes.ts). */
   recoveryRequests: BackgroundWork
   /** The identity provider whose access tokens are accepted beside ours (OIDC_ISSUER, src/auth/oidc/); undefined without one. */
   identityProvider: IdentityProvider | undefined

@@ -3,7 +3,7 @@ import { revokeApiKeysOf } from '../auth/api-keys/declaration.js'
 import { requireInteractive } from '../auth/access.js'
 import { currentPasswordMember, currentPasswordRequired, proveCurrentPassword } from '../auth/current-password.js'
 import { isAdmin, sessionOf, type Principal, type UserPrincipal } from '../auth/principal.js'
-import { revokeSessionsOf } from '../auth/sessions.js'
+import { revokeSessionsOf } from '../auth/sessions/sessions.js'
 import { originOf } from '../auth/origin.js'
 import { HttpError } from '../core/http/problem.js'
 import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
@@ -11,7 +11,7 @@ import { member } from '../core/resources/member.js'
 import { defineResource, type Row } from '../core/resources/resource.js'
 import type { ResourceHooks, Write } from '../core/resources/routes.js'
 import { conflictOf, insertRow, type StoredRow } from '../core/resources/store.js'
-import { addressChanged, queueVerification } from '../auth/recovery.js'
+import { addressChanged, queueVerification } from '../auth/recovery/recovery.js'
 import type { Holds, Same } from '../core/lib/type-checks.js'
 import { ensureAnotherAdmin, type UserRow } from '../accounts/queries.js'
 
@@ -91,7 +91,7 @@ export const userHooks: ResourceHooks<UserWriteState> = {
     if (changes.role !== undefined) assertMaySetRole(ctx.principal)
     if (self && (changes.email !== undefined || changes.password_hash !== undefined)) assertMayChangeOwnCredentials(self, provenHash, current)
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
-    // A new address is verified anew, and the old one hears of the change (src/auth/recovery.ts).
+    // A new address is verified anew, and the old one hears of the change (src/auth/recovery/recovery.ts).
     if (typeof changes.email === 'string') {
       await addressChanged(tx, ctx.services, { id: current.id, email: current.email as string, emailVerified: current.email_verified_at !== null }, changes.email)
     }
@@ -116,7 +116,8 @@ export const userHooks: ResourceHooks<UserWriteState> = {
     }).catch((err: unknown) => Promise.reject(conflictOf(users, err)))
     return { row }
   },
-  // A role or password change revoked JWTs: answer once this instance has heard it (src/auth/credential-changes.ts).
+  // A role or password change revoked JWTs: answer once this instance has heard it
+  // (src/auth/revocation/credential-changes.ts).
   async afterCommit({ ctx, changes }) {
     if (credentialsChanged(changes)) await ctx.services.credentialChanges.caughtUp()
   },

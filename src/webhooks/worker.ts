@@ -31,7 +31,7 @@ import { HOUR, MINUTE, SECOND } from '../core/lib/durations.js'
 // instance would run a claim for every committed write. The worker's
 // statements go through connections of its own, outside the request pool,
 // database admission and its statement count, as the credential listener's
-// heartbeat does (src/auth/credential-changes.ts).
+// heartbeat does (src/auth/revocation/credential-changes.ts).
 /** Connections of the worker's own: claims are one statement, records one short transaction each. */
 const WORKER_CONNECTIONS = 2
 

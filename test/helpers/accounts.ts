@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
-import { normalizeEmail } from '../../src/auth/login-throttle.js'
+import { normalizeEmail } from '../../src/auth/login/login-throttle.js'
 import type { TestServer } from './server.js'
 import { waitUntil } from './wait.js'
 
@@ -92,7 +92,7 @@ export async function holdHashSlots(server: TestServer, headers: Record<string, 
 
 /**
  * Once `n` reset requests for `email` have been worked on: the service answers before it works on
- * one (src/auth/recovery-routes.ts), and each leaves a row whether or not an account has the address.
+ * one (src/auth/recovery/recovery-routes.ts), and each leaves a row whether or not an account has the address.
  */
 export async function resetRequestsWorked(server: TestServer, email: string, n: number): Promise<void> {
   const hash = createHash('sha256').update(normalizeEmail(email)).digest()

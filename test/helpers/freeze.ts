@@ -40,7 +40,7 @@ export async function freezeBackend(sql: Sql, pid: number): Promise<(() => void)
 
 /**
  * The backends of this database listening for credential changes: each
- * instance's listening connection (src/auth/credential-changes.ts; its event
+ * instance's listening connection (src/auth/revocation/credential-changes.ts; its event
  * hub shares it), not its webhook or mail worker's, which listen on
  * connections of their own (src/core/db/wakeups.ts) and are no proof of
  * anything about credentials.

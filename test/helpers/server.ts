@@ -192,7 +192,8 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   const adminSid = await openTestSession(adminUser.id, 'admin')
   adminUser.token = jwtFor(adminUser.id, 'admin', undefined, { sid: adminSid })
   const admin = { id: adminUser.id, token: adminUser.token }
-  // Tests start from the steady state: revocations loaded and a heartbeat heard (src/auth/credential-changes.ts).
+  // Tests start from the steady state: revocations loaded and a heartbeat heard
+  // (src/auth/revocation/credential-changes.ts).
   for (const deadline = Date.now() + 10_000; !deps.credentialChanges.trusted && Date.now() < deadline;) await new Promise((r) => setTimeout(r, 10))
   let document: Parameters<typeof checkAgainstDocument>[0] | undefined
 

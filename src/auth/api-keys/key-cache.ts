@@ -6,7 +6,7 @@ import { BoundedMap } from '../../core/lib/bounded-map.js'
 //
 // It is only as good as what tells it about changes: PostgreSQL notifies
 // every change that alters or revokes a key (sql/004_api_key_changes.sql),
-// and src/auth/credential-changes.ts applies the notifications here. While that
+// and src/auth/revocation/credential-changes.ts applies the notifications here. While that
 // listener is not connected, notifications are lost, so the cache is
 // suspended: it serves nothing and takes nothing, and every key is read from
 // the database. When the listener is back, the cache starts empty.

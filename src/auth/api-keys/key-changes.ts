@@ -1,7 +1,7 @@
 import type { ApiKeyCache } from './key-cache.js'
 
 // The API key changes the triggers announce (sql/004) on the credential
-// changes channel (src/auth/credential-changes.ts): `keys 3,4` (those keys),
+// changes channel (src/auth/revocation/credential-changes.ts): `keys 3,4` (those keys),
 // `users 7` (every key of those users), `all`.
 
 const KEY_CHANGE = /^(keys|users) ([0-9]{1,19}(?:,[0-9]{1,19})*)$/

@@ -8,7 +8,7 @@ import { eventOf, insertRow, type StoredRow } from '../../core/resources/store.j
 import type { EventOrigin } from '../origin.js'
 import { InvalidTokenError } from '../jwt.js'
 import type { Role } from '../principal.js'
-import type { RevocationList } from '../revocations.js'
+import type { RevocationList } from '../revocation/revocations.js'
 import { anotherAdminExists } from '../../accounts/queries.js'
 import type { ProviderSettings } from '../../config.js'
 import type { ProviderClaims } from './provider-token.js'
@@ -43,7 +43,7 @@ type Link = (LinkedUser | { deletedAtMs: number }) & { readAt?: number }
 
 /**
  * A link remembered longer than the revocation list remembers a revocation
- * (a day, src/auth/revocations.ts) could outlive the entry that makes it be
+ * (a day, src/auth/revocation/revocations.ts) could outlive the entry that makes it be
  * read again: it is read again well before.
  */
 export const LINK_MAX_AGE_MS = 3600_000
@@ -53,7 +53,7 @@ export interface IdentityDeps {
   /** Runs database work under database admission. */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
   revocations: RevocationList
-  /** Whether `revocations` may be trusted now (src/auth/credential-changes.ts): asked when it is used, after any wait for keys. */
+  /** Whether `revocations` may be trusted now (src/auth/revocation/credential-changes.ts): asked when it is used, after any wait for keys. */
   trusted: () => boolean
   /** Who a user made from a token was made by, for its event. */
   origin: EventOrigin

@@ -31,7 +31,7 @@ export interface ProviderClaims {
 const MAX_TOKEN_LENGTH = 8 * 1024
 /**
  * A token issued longer ago than this is refused whatever its exp: a
- * revocation is remembered for a day (src/auth/revocations.ts), and a
+ * revocation is remembered for a day (src/auth/revocation/revocations.ts), and a
  * provider token must not outlive what can refuse it.
  */
 export const MAX_TOKEN_AGE_SECONDS = 86_400

@@ -1,10 +1,10 @@
 import { createHmac } from 'node:crypto'
 import type { Sql } from 'postgres'
-import type { Config } from '../config.js'
+import type { Config } from '../../config.js'
 
 // Addresses that proved an account's password: the account-wide failure
 // count that other addresses drive up does not lock them out
-// (src/auth/login-throttle.ts). One row per (user, address bucket), so IPv6
+// (src/auth/login/login-throttle.ts). One row per (user, address bucket), so IPv6
 // counts per /64 as the throttle does, holding across instances.
 //
 // The address is stored as a keyed hash (HMAC-SHA-256 under a key derived

@@ -1,11 +1,11 @@
 import Type from 'typebox'
-import type { AuthServices } from './services.js'
-import { HttpError } from '../core/http/problem.js'
-import { defineRoute } from '../core/http/route.js'
-import { compileValidator } from '../core/http/validate.js'
-import { publicAccess } from './access.js'
-import { userGone } from './credentials.js'
-import { normalizeEmail } from './login-throttle.js'
+import type { AuthServices } from '../services.js'
+import { HttpError } from '../../core/http/problem.js'
+import { defineRoute } from '../../core/http/route.js'
+import { compileValidator } from '../../core/http/validate.js'
+import { publicAccess } from '../access.js'
+import { userGone } from '../credentials.js'
+import { normalizeEmail } from '../login/login-throttle.js'
 import { oneTimeTokenHash } from './one-time-tokens.js'
 import { liveTokenUser, mayResendVerification, MESSAGES_PER_HOUR, queueVerification, requestPasswordReset, resetPassword, verifyEmail } from './recovery.js'
 
@@ -94,7 +94,7 @@ export const recoveryRoutes = [
       if (!hash || (await bounded(() => liveTokenUser(services.sql, hash, 'password_reset'))) === undefined) throw invalidToken()
       const passwordHash = await services.passwords.hash(body.password)
       if (!(await bounded(() => resetPassword(services.sql, hash, passwordHash, requestId)))) throw invalidToken()
-      // Its JWTs, sessions and keys were revoked: answer once this instance has heard it (src/auth/credential-changes.ts).
+      // Its JWTs, sessions and keys were revoked: answer once this instance has heard it (src/auth/revocation/credential-changes.ts).
       await services.credentialChanges.caughtUp()
       return { status: 204 }
     },

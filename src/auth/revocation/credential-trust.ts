@@ -1,5 +1,5 @@
-import type { ApiKeyCache } from './api-keys/key-cache.js'
-import type { Logger } from '../core/log.js'
+import type { ApiKeyCache } from '../api-keys/key-cache.js'
+import type { Logger } from '../../core/log.js'
 
 // Whether what an instance remembers about credentials (its API key cache,
 // its list of revocations) may be used: only while it can prove that it
@@ -10,7 +10,7 @@ import type { Logger } from '../core/log.js'
 //   listening (whatever was missed is in the table), and the API key cache
 //   started empty (it is emptied whenever trust comes back);
 // - the last marker of this instance came back in time
-//   (src/auth/change-markers.ts), and postgres.js can tell us when the
+//   (src/auth/revocation/change-markers.ts), and postgres.js can tell us when the
 //   connection drops (src/core/db/listen-close.ts; `blind` otherwise).
 // Work started under one connection must not grant trust under another:
 // `connection` counts connections and losses, and each step says which one

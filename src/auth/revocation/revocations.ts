@@ -1,6 +1,6 @@
 // What this instance knows was revoked, so that a JWT is checked against
 // revocation without a database read. Fed by the triggers of
-// sql/005_revocations.sql through src/auth/credential-changes.ts, and loaded
+// sql/005_revocations.sql through src/auth/revocation/credential-changes.ts, and loaded
 // whole from the `revocations` table whenever the instance cannot know what it
 // missed.
 //

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import type { Sql } from 'postgres'
-import { withDeadline } from '../core/lib/settled-by.js'
+import { withDeadline } from '../../core/lib/settled-by.js'
 
 // The proof that a listening connection delivers: a marker notified on the
 // channel through some connection must come back through the listening one.

@@ -1,20 +1,23 @@
 import type { Sql, TransactionSql } from 'postgres'
-import { revokeApiKeysOf } from './api-keys/declaration.js'
-import type { AuthServices } from './services.js'
-import { recordEvents } from '../core/resources/change-events.js'
-import type { EventOrigin } from './origin.js'
-import { queueMail, queueMailTo } from '../mail/outbox.js'
-import { normalizeEmail } from './login-throttle.js'
+import { revokeApiKeysOf } from '../api-keys/declaration.js'
+import type { AuthServices } from '../services.js'
+import { recordEvents } from '../../core/resources/change-events.js'
+import type { EventOrigin } from '../origin.js'
+import { queueMail, queueMailTo } from '../../mail/outbox.js'
+import { normalizeEmail } from '../login/login-throttle.js'
 import { linkFor, newOneTimeToken } from './one-time-tokens.js'
 import { emailChangedMail, passwordResetMail, verifyEmailMail } from './recovery-mail.js'
-import { revokeSessionsOf } from './sessions.js'
-import { hashSecret } from './tokens.js'
+import { revokeSessionsOf } from '../sessions/sessions.js'
+import { hashSecret } from '../tokens.js'
 
-// Account recovery's writes (the routes are src/auth/recovery-routes.ts;
-// the rules in docs/auth.md, "Account recovery: rules"). Each message is
-// queued in the statement or transaction of the token it carries
-// (src/mail/outbox.ts), so a token exists exactly when its message will be
-// sent.
+// Account recovery, a password reset and an address to verify: its writes
+// (the routes are recovery-routes.ts, the links' secrets one-time-tokens.ts,
+// the messages' words recovery-mail.ts; the rules in docs/auth.md, "Account
+// recovery: rules"). Each message is queued in the statement or transaction
+// of the token it carries (src/mail/outbox.ts), so a token exists exactly
+// when its message will be sent. A reset ends the account's sessions and API
+// keys: this folder imports sessions/, login/ and api-keys/, never the other
+// way.
 
 /** Messages of one purpose one account is sent per hour at most; past it, silently none (a reset) or 429 (a resend). */
 export const MESSAGES_PER_HOUR = 5
@@ -99,7 +102,7 @@ export async function resetPassword(sql: Sql, hash: Buffer, passwordHash: string
     await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id = ${userId} AND purpose = 'password_reset' AND used_at IS NULL`
     await revokeSessionsOf(tx, userId, origin)
     await revokeApiKeysOf(tx, userId, origin)
-    // Every row of the account: its pairs with client addresses and its account-wide rows (src/auth/login-throttle.ts keys them by normalizeEmail).
+    // Every row of the account: its pairs with client addresses and its account-wide rows (src/auth/login/login-throttle.ts keys them by normalizeEmail).
     await tx`DELETE FROM login_failures WHERE email = ${normalizeEmail(user.email)}`
     await recordEvents(tx, [{ type: 'user.password_reset', subject: { type: 'user', id: userId }, data: { id: userId } }], origin)
     return true

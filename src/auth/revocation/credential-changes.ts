@@ -1,29 +1,29 @@
 import type { Sql } from 'postgres'
-import { applyKeyChange } from './api-keys/key-changes.js'
-import type { ApiKeyCache } from './api-keys/key-cache.js'
-import { addPurgeJob } from '../core/db/batched-delete.js'
-import { backgroundConnection } from '../core/db/connect.js'
-import { watchListenClose } from '../core/db/listen-close.js'
-import type { Component } from '../core/lifecycle.js'
-import { describeError, type Logger } from '../core/log.js'
-import type { Job, Scheduler } from '../core/scheduler.js'
+import { applyKeyChange } from '../api-keys/key-changes.js'
+import type { ApiKeyCache } from '../api-keys/key-cache.js'
+import { addPurgeJob } from '../../core/db/batched-delete.js'
+import { backgroundConnection } from '../../core/db/connect.js'
+import { watchListenClose } from '../../core/db/listen-close.js'
+import type { Component } from '../../core/lifecycle.js'
+import { describeError, type Logger } from '../../core/log.js'
+import type { Job, Scheduler } from '../../core/scheduler.js'
 import { ChangeMarkers } from './change-markers.js'
 import { CredentialTrust } from './credential-trust.js'
 import { applyRevocation, type RevocationList, type RevocationRow } from './revocations.js'
-import { withDeadline } from '../core/lib/settled-by.js'
+import { withDeadline } from '../../core/lib/settled-by.js'
 
 // Keeps what an instance remembers about credentials right across instances:
 // its API key cache (src/auth/api-keys/key-cache.ts) and its list of revocations
-// (src/auth/revocations.ts), which is what lets a JWT be checked without a
+// (src/auth/revocation/revocations.ts), which is what lets a JWT be checked without a
 // database read. Triggers (sql/004, sql/005) notify CHANGES_CHANNEL in the
 // transaction of every change that revokes or alters a credential;
 // PostgreSQL delivers the notification to every listening session at commit.
 // Payloads: `keys 3,4`, `users 7`, `all` (API keys, src/auth/api-keys/key-changes.ts);
 // `sessions 5,6`, `epochs 7:2,8:deleted`, `revocations` (revocations); and
-// `sync …`, the markers (src/auth/change-markers.ts), which change nothing.
+// `sync …`, the markers (src/auth/revocation/change-markers.ts), which change nothing.
 //
 // What is remembered is trusted only while this instance can prove that it
-// hears every change (src/auth/credential-trust.ts); otherwise it fails
+// hears every change (src/auth/revocation/credential-trust.ts); otherwise it fails
 // closed: API keys and JWT revocation are read from the database on every
 // request, and /readyz says why. The heartbeat (job `credentials.heartbeat`)
 // loads the revocations when a new connection needs them and sends a marker

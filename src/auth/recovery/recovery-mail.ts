@@ -1,4 +1,4 @@
-import type { MailDraft } from '../mail/outbox.js'
+import type { MailDraft } from '../../mail/outbox.js'
 
 // The words of the recovery messages. Plain text; the link on a line of its
 // own, so that every mail client makes it clickable.

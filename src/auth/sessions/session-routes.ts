@@ -1,11 +1,11 @@
 import Type from 'typebox'
-import type { AuthServices } from './services.js'
-import { revokeApiKeysOf } from './api-keys/declaration.js'
-import { notFound } from '../core/http/problem.js'
-import { defineRoute, type Reply } from '../core/http/route.js'
-import { compileValidator } from '../core/http/validate.js'
-import { originOf, type EventOrigin } from './origin.js'
-import { sessionOf as sessionOfCredential, type Principal, type UserPrincipal } from './principal.js'
+import type { AuthServices } from '../services.js'
+import { revokeApiKeysOf } from '../api-keys/declaration.js'
+import { notFound } from '../../core/http/problem.js'
+import { defineRoute, type Reply } from '../../core/http/route.js'
+import { compileValidator } from '../../core/http/validate.js'
+import { originOf, type EventOrigin } from '../origin.js'
+import { sessionOf as sessionOfCredential, type Principal, type UserPrincipal } from '../principal.js'
 import { raiseCredentialEpoch, revokeSession, revokeSessionsOf } from './sessions.js'
 
 // A user's view of where it is logged in, and the way out of each place or

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { hashSecret } from './tokens.js'
+import { hashSecret } from '../tokens.js'
 
 // The secrets of recovery links (a password reset, an address to verify):
 // 32 random bytes behind a prefix of their own, sent only in the message and

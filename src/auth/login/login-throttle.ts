@@ -1,11 +1,17 @@
-import { recordEvents } from '../core/resources/change-events.js'
-import type { EventOrigin } from './origin.js'
+import { recordEvents } from '../../core/resources/change-events.js'
+import type { EventOrigin } from '../origin.js'
 import type { Sql } from 'postgres'
-import { addressBucket } from '../core/http/client-address.js'
-import { HttpError } from '../core/http/problem.js'
-import { RateLimiter } from '../core/http/rate-limit.js'
+import { addressBucket } from '../../core/http/client-address.js'
+import { HttpError } from '../../core/http/problem.js'
+import { RateLimiter } from '../../core/http/rate-limit.js'
 import { knownCondition, rememberAddress, tagsOf, type LoginAddress } from './known-addresses.js'
 
+// What stands between a login and password guessing: this throttle, and the
+// addresses that proved an account's password (known-addresses.ts), which
+// the account-wide lock spares. It imports nothing of sessions or recovery,
+// so that both, the proof of a current password and the instance's services
+// can use it.
+//
 // Failed logins are counted in the database (every instance sees them), for
 // unknown e-mail addresses too, so the answer says nothing about which
 // accounts exist. Two counts per attempt:
@@ -15,7 +21,7 @@ import { knownCondition, rememberAddress, tagsOf, type LoginAddress } from './kn
 //   another address is not locked out by it;
 // - per account alone, the same from ACCOUNT_FREE_FAILURES on, against
 //   guessing spread over many addresses. Addresses that proved the account's
-//   password within KNOWN_DAYS (src/auth/known-addresses.ts) count on a row of
+//   password within KNOWN_DAYS (src/auth/login/known-addresses.ts) count on a row of
 //   their own ('*known'), all others on '*': however many addresses an
 //   attacker has, the lock they drive up is not the owner's. An attacker
 //   cannot make an address known without the password, and every address is
@@ -165,7 +171,7 @@ export class LoginGuard {
     admitTo(this.perAddress, addressBucket, 'login attempts')
   }
 
-  /** The same for the anonymous recovery endpoints (src/auth/recovery-routes.ts), on a count of their own; `client` as the request gives it. */
+  /** The same for the anonymous recovery endpoints (src/auth/recovery/recovery-routes.ts), on a count of their own; `client` as the request gives it. */
   admitRecovery(client: string): void {
     admitTo(this.recoveryPerAddress, addressBucket(client), 'account recovery requests')
   }

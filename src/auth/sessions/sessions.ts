@@ -1,14 +1,17 @@
 import type { Sql, TransactionSql } from 'postgres'
-import type { AuthServices } from './services.js'
-import { originValues } from '../core/resources/change-events.js'
-import type { EventOrigin } from './origin.js'
-import { signJwt } from './jwt.js'
-import type { Role } from './principal.js'
-import { hashSecret, newSecret } from './tokens.js'
+import type { AuthServices } from '../services.js'
+import { originValues } from '../../core/resources/change-events.js'
+import type { EventOrigin } from '../origin.js'
+import { signJwt } from '../jwt.js'
+import type { Role } from '../principal.js'
+import { hashSecret, newSecret } from '../tokens.js'
 
 // Sessions, refresh-token rotation and access tokens. A login opens a session;
 // each refresh retires its refresh token and issues the next pair; a retired
 // refresh token presented again revokes the whole session (RFC 9700 §4.14.2).
+// Beside this file, the caller's own sessions and the way out of them
+// (session-routes.ts). What ends sessions from elsewhere (recovery/, users)
+// imports this folder; the routes that log in are src/auth/routes.ts.
 
 export type TokenFormat = 'jwt' | 'opaque'
 
