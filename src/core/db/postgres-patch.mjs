@@ -77,10 +77,11 @@
 // src/queue.js and src/query.js, and the
 // same in the CommonJS copy (cjs/src/), each marked in the patched file with
 // "users-products-api patch", and each patched file ends with a stamp naming
-// the digest of this file (`STAMP_PREFIX` + PATCH_DIGEST). What counts is
-// the content: every patched file, ESM and CommonJS, must have the SHA-256
-// in PATCHED_SHA256 (its stamp line left out, since the stamp names this
-// file's digest, which these hashes are part of). The patch checks that
+// the digest of the edits (`STAMP_PREFIX` + PATCH_DIGEST): of the files, texts
+// and replacements, not of this file, so that a comment or a message changed
+// here leaves an installed copy valid. What counts is the content: every
+// patched file, ESM and CommonJS, must have the SHA-256 in PATCHED_SHA256 (its
+// stamp line left out). The patch checks that
 // before it writes anything, and src/core/db/connect.ts at start-up
 // (`patchProblem`): a stamp appended to an unpatched file, a copy patched by
 // another version of the edits (an `npm install` that kept an old
@@ -102,8 +103,6 @@ import { fileURLToPath } from 'node:url'
 
 export const MARKER = 'users-products-api patch'
 
-/** The digest of this file, edits and all: what a patched file is stamped with. */
-export const PATCH_DIGEST = createHash('sha256').update(readFileSync(fileURLToPath(import.meta.url))).digest('hex').slice(0, 16)
 export const STAMP_PREFIX = `// ${MARKER}: edit list `
 const STAMP = /\n\/\/ users-products-api patch: edit list [0-9a-f]{16}\n$/
 
@@ -421,6 +420,12 @@ export const edits = [
 `,
   ],
 ]
+
+/**
+ * What a patched file is stamped with: the digest of the edits alone, so that it changes with what the
+ * patch writes and with nothing else (comments, messages, where this file lives).
+ */
+export const PATCH_DIGEST = createHash('sha256').update(JSON.stringify(edits)).digest('hex').slice(0, 16)
 
 /** The source folders of the package that Node can load: ESM (`import`) and CommonJS (`require`). */
 const sourceFolders = ['src', 'cjs/src']
