@@ -1,7 +1,9 @@
 // A small patch to postgres.js (3.4.9), applied by `npm install`/`npm ci`
 // (package.json "postinstall") to node_modules/postgres, so that losing the
 // database cannot crash, hang or mis-answer this service. Plain JavaScript:
-// it must run in a production install, where tsx is absent.
+// it must run in a production install, where tsx is absent. It imports nothing
+// of the project, and the project's core imports nothing of it: start-up
+// (src/start.ts) hands `patchProblem` to the check in src/core/db/driver-check.ts.
 //
 // What it fixes, each reproduced here by killing a backend or restarting
 // PostgreSQL under load (test/fault-driver.test.ts, test/fault-db-outage.test.ts
@@ -81,12 +83,11 @@
 // and replacements, not of this file, so that a comment or a message changed
 // here leaves an installed copy valid. What counts is the content: every
 // patched file, ESM and CommonJS, must have the SHA-256 in PATCHED_SHA256 (its
-// stamp line left out). The patch checks that
-// before it writes anything, and src/core/db/connect.ts at start-up
-// (`patchProblem`): a stamp appended to an unpatched file, a copy patched by
-// another version of the edits (an `npm install` that kept an old
-// node_modules) or a file edited since are all refused. The Makefile
-// installs again when this file changes. Files are written to a temporary
+// stamp line left out). The patch checks that before it writes anything, and
+// start-up does too (`patchProblem`, src/core/db/driver-check.ts): a stamp
+// appended to an unpatched file, a copy patched by another version of the
+// edits (an `npm install` that kept an old node_modules) or a file edited
+// since are all refused. The Makefile installs again when this file changes. Files are written to a temporary
 // file and renamed over the original, so a crash never leaves a truncated
 // driver. Idempotent. If a text to replace is not found
 // (postgres.js was upgraded and its code changed), it fails loudly and
@@ -94,7 +95,7 @@
 // above, then adapt or delete this file. After changing the edits (or the
 // version), the failed check prints the new PATCHED_SHA256 to paste here.
 //
-// Usage: node src/core/db/postgres-patch.mjs [folder of the postgres package]
+// Usage: node src/driver-patch/postgres.mjs [folder of the postgres package]
 
 import { createHash } from 'node:crypto'
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
@@ -102,6 +103,10 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 export const MARKER = 'users-products-api patch'
+/** This script, by its absolute path: start-up names it as the command to run on an unpatched copy. */
+export const PATCH_SCRIPT = fileURLToPath(import.meta.url)
+/** This script as messages name it, from the project's folder. */
+const SCRIPT_NAME = 'src/driver-patch/postgres.mjs'
 
 export const STAMP_PREFIX = `// ${MARKER}: edit list `
 const STAMP = /\n\/\/ users-products-api patch: edit list [0-9a-f]{16}\n$/
@@ -440,7 +445,7 @@ const stampLine = `${STAMP_PREFIX}${PATCH_DIGEST}\n`
 /** Why `text`, the file `name` ('cjs/src/query.js') of the package, is not what this patch makes of it; undefined when it is. */
 function fileProblem(name, text) {
   if (!text.includes(STAMP_PREFIX)) return `is not patched (${name})`
-  if (!text.endsWith(stampLine)) return `was patched by another version of src/core/db/postgres-patch.mjs (${name})`
+  if (!text.endsWith(stampLine)) return `was patched by another version of ${SCRIPT_NAME} (${name})`
   const actual = sha256(text.slice(0, -stampLine.length))
   if (actual !== PATCHED_SHA256[name]) return `is not the copy this patch makes (${name}: SHA-256 ${actual}, expected ${PATCHED_SHA256[name]})`
   return undefined
@@ -449,7 +454,7 @@ function fileProblem(name, text) {
 /**
  * Why the package at `packageDir` is not postgres.js as this patch leaves
  * it, ESM and CommonJS copies alike, or undefined when it is: the check
- * start-up runs (src/core/db/connect.ts).
+ * start-up runs (src/core/db/driver-check.ts, given it by src/start.ts).
  */
 export function patchProblem(packageDir) {
   for (const name of patchedFiles()) {
@@ -481,7 +486,7 @@ export function patchPostgres(packageDir) {
       const at = text.indexOf(find)
       if (at === -1 || text.indexOf(find, at + 1) !== -1) {
         throw new PatchError(
-          `postgres.js ${version}: the code src/core/db/postgres-patch.mjs patches has changed in ${join(folder, file)}:\n${find}\n` +
+          `postgres.js ${version}: the code ${SCRIPT_NAME} patches has changed in ${join(folder, file)}:\n${find}\n` +
             'Check whether this version fixes porsager/postgres#1154/#1208 (write on a closed socket), #1133 (transaction ' +
             'statements after its connection closed) and #1097 (end() hangs), then adapt or remove the patch.',
         )
@@ -510,7 +515,8 @@ export function patchPostgres(packageDir) {
     throw new PatchError(
       `postgres.js ${version}: the patched files are not the ones expected:\n${wrong.map((r) => `  ${r.problem}`).join('\n')}\n` +
         'This is not the package the patch was made for (check the version and the lock file), or the edits changed: then, with the ' +
-        `patched files reviewed, set PATCHED_SHA256 in src/core/db/postgres-patch.mjs to\n${JSON.stringify(Object.fromEntries(results.map((r) => [r.name, r.sha256])), null, 2)}`,
+        `patched files reviewed, set PATCHED_SHA256 in ${SCRIPT_NAME} to\n` +
+        JSON.stringify(Object.fromEntries(results.map((r) => [r.name, r.sha256])), null, 2),
     )
   }
   for (const [path, text] of pending) {
@@ -522,12 +528,13 @@ export function patchPostgres(packageDir) {
   return { version, report }
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
-  const packageDir = process.argv[2] ?? fileURLToPath(new URL('../../../node_modules/postgres/', import.meta.url))
+if (process.argv[1] && PATCH_SCRIPT === process.argv[1]) {
+  const packageDir = process.argv[2] ?? fileURLToPath(new URL('../../node_modules/postgres/', import.meta.url))
   try {
     const { version, report } = patchPostgres(packageDir)
     const changed = report.filter((r) => r.endsWith(': patched')).length
-    console.log(`postgres.js ${version}: ${changed ? `${changed} changes applied` : 'already patched'} (src/core/db/postgres-patch.mjs)`)
+    const done = changed ? `${changed} changes applied` : 'already patched'
+    console.log(`postgres.js ${version}: ${done} (${SCRIPT_NAME})`)
   } catch (err) {
     console.error(err instanceof PatchError ? `\n${err.message}\n` : err)
     process.exit(1)
