@@ -75,6 +75,13 @@
 //     utf8Slice, once per column, 300 times for a 50-row page of users
 //     (bench/README.md). The offsets come from the message and are in range.
 //
+// Each edit in `edits` below names its fix (the numbers above) and, on its
+// `Upstream:` line, the change to postgres.js that would let us delete it: none
+// is released (3.4.9 is the latest release), so each names the open issue or
+// pull request, or what would be needed where none is filed. When one is
+// released, upgrade and delete the edits it covers (test/fault-driver.test.ts
+// shows whether the behaviour stays fixed).
+//
 // Nineteen textual replacements in src/connection.js, src/index.js,
 // src/queue.js and src/query.js, and the
 // same in the CommonJS copy (cjs/src/), each marked in the patched file with
@@ -87,13 +94,14 @@
 // start-up does too (`patchProblem`, src/core/db/driver-check.ts): a stamp
 // appended to an unpatched file, a copy patched by another version of the
 // edits (an `npm install` that kept an old node_modules) or a file edited
-// since are all refused. The Makefile installs again when this file changes. Files are written to a temporary
-// file and renamed over the original, so a crash never leaves a truncated
-// driver. Idempotent. If a text to replace is not found
-// (postgres.js was upgraded and its code changed), it fails loudly and
-// `npm ci` fails with it: check whether the new version fixes the issues
-// above, then adapt or delete this file. After changing the edits (or the
-// version), the failed check prints the new PATCHED_SHA256 to paste here.
+// since are all refused. The Makefile installs again when this file changes.
+// Files are written to a temporary file and renamed over the original, so a
+// crash never leaves a truncated driver. Idempotent. If a text to replace is
+// not found (postgres.js was upgraded and its code changed), it fails loudly
+// and `npm ci` fails with it: check whether the new version has the changes
+// the `Upstream:` lines name, then adapt or delete this file. After changing
+// the edits (or the version), the failed check prints the new PATCHED_SHA256
+// to paste here.
 //
 // Usage: node src/driver-patch/postgres.mjs [folder of the postgres package]
 
@@ -125,6 +133,7 @@ export const PATCHED_SHA256 = {
 
 /** [file inside the package's source folder, text to find, its replacement] */
 export const edits = [
+  // 10. Upstream: none filed upstream; would need: src/connection.js to decode columns with utf8Slice.
   [
     'connection.js',
     `            ? x.toString('utf8', index, index += length)
@@ -139,6 +148,8 @@ export const edits = [
               : column.parser(x.utf8Slice(index, index += length))
 `,
   ],
+  // 1. Upstream: PR #1155 (open, for #1133: a closed connection is marked terminated, so execute() refuses
+  // the statement) or PR #1209 (open, fixes #1208: a write on a closed socket fails its query).
   [
     'connection.js',
     `  function execute(q) {
@@ -154,6 +165,7 @@ export const edits = [
       return (queryError(q, Errors.connection('CONNECTION_CLOSED', options)), true)
 `,
   ],
+  // 1. Upstream: PR #1209 (open, fixes #1208) or PR #1155 (open, for #1133); both guard nextWrite().
   [
     'connection.js',
     `  function nextWrite(fn) {
@@ -166,6 +178,7 @@ export const edits = [
     const x = socket.write(chunk, fn)
 `,
   ],
+  // 2. Upstream: PR #1215 (open, fixes #1216): a closed connection's pending write is cleared before reuse.
   [
     'connection.js',
     `      error(Errors.connection('CONNECTION_DESTROYED', options))
@@ -178,6 +191,8 @@ export const edits = [
     chunk = nextWriteTimer = null // ${MARKER}
 `,
   ],
+  // 2. Upstream: PR #1215 (open, fixes #1216) resets the dead session's write, query, result and error;
+  // failing its queries also after an 'error', which ended an end() waiting on them: PR #1142 (open; #1097, #1130).
   [
     'connection.js',
     `    incomings = null
@@ -220,6 +235,8 @@ export const edits = [
     ended && (ended(), ended = null)
 `,
   ],
+  // 4. Upstream: none filed upstream; would need: terminate() to cancel a pending reconnect (its timer
+  // kept, as here).
   [
     'connection.js',
     `    , delay = 0
@@ -228,6 +245,8 @@ export const edits = [
     , reconnectTimer = null // ${MARKER}: see reconnect()
 `,
   ],
+  // 4. Upstream: none filed upstream; would need: terminate() to cancel a pending reconnect (its timer
+  // kept, as here).
   [
     'connection.js',
     `  function reconnect() {
@@ -239,6 +258,8 @@ export const edits = [
     reconnectTimer = setTimeout(connect, closedTime ? Math.max(0, closedTime + delay - performance.now()) : 0)
 `,
   ],
+  // 4. Upstream: none filed upstream; would need: terminate() to destroy a socket still connecting and
+  // cancel a pending reconnect.
   [
     'connection.js',
     `      socket.readyState === 'open' && socket.end(b().X().end())
@@ -250,6 +271,8 @@ export const edits = [
     clearTimeout(reconnectTimer) // ${MARKER}
 `,
   ],
+  // 4. Upstream: none filed upstream; would need: a connection that closes during sql.end() to fail the
+  // queued queries (as those made after end() fail) instead of reconnecting to serve them.
   [
     'index.js',
     `    options.onclose && options.onclose(c.id)
@@ -263,6 +286,8 @@ export const edits = [
     queries.length && connect(c, queries.shift())
 `,
   ],
+  // 2. Upstream: #1192, #1205, #1223 (open issues, no pull request): would need: ReadyForQuery to handle
+  // the rejection of fetchArrayTypes().
   [
     'connection.js',
     `  async function fetchArrayTypes() {
@@ -290,6 +315,7 @@ export const edits = [
       return (needsTypes = options.fetch_types, undefined)
 `,
   ],
+  // 3. Upstream: PR #1215 (open, fixes #1216 and the queued statements of #1186) or PR #1155 (open, for #1133).
   [
     'index.js',
     `      , prepare = null
@@ -318,6 +344,8 @@ export const edits = [
       ])
 `,
   ],
+  // 5. Upstream: #461 (open: query hooks, none released); would need: a per-statement hook that, unlike
+  // `debug`, captures no stack trace.
   [
     'connection.js',
     `    typeof options.debug === 'function' && options.debug(id, string, parameters, types)
@@ -326,6 +354,8 @@ export const edits = [
     typeof options.onquery === 'function' && options.onquery() // ${MARKER}: a statement counter without debug's stack traces
 `,
   ],
+  // 5. Upstream: #461 (open: query hooks, none released); would need: a per-statement hook that, unlike
+  // `debug`, captures no stack trace.
   [
     'index.js',
     `    onclose         : o.onclose,
@@ -334,6 +364,8 @@ export const edits = [
     onquery         : o.onquery, // ${MARKER}
 `,
   ],
+  // 6. Upstream: #747 (open, the slowdown; no pull request); would need: src/queue.js to drop the front
+  // shift() consumed, or remove() not to scan it.
   [
     'queue.js',
     `    remove: (x) => {
@@ -352,6 +384,8 @@ export const edits = [
     },
 `,
   ],
+  // 6. Upstream: #747 (open, the slowdown; no pull request); would need: src/queue.js to drop the front
+  // shift() consumed, or remove() not to scan it.
   [
     'queue.js',
     `      } else {
@@ -367,6 +401,8 @@ export const edits = [
       }
 `,
   ],
+  // 8. Upstream: none filed upstream; would need: the Query constructor not to assign its resolve/reject
+  // closures straight to properties.
   [
     'query.js',
     `    this.resolve = x => (this.active = false, resolve(x))
@@ -380,6 +416,8 @@ export const edits = [
     this.reject = onreject
 `,
   ],
+  // 7. Upstream: none filed upstream (#273, closed, stopped capturing a stack for untagged queries, not this
+  // cache); would need: `origin` to cache nothing for an untagged query.
   [
     'query.js',
     `  get origin() {
@@ -393,6 +431,7 @@ export const edits = [
     return (this.handler.debug
 `,
   ],
+  // 9. Upstream: #1210 (open); PR #1211 and PR #1218 (both open) make this change.
   [
     'connection.js',
     `      build(q)
@@ -411,6 +450,8 @@ export const edits = [
         && sent.length < max_pipeline
 `,
   ],
+  // 3. Upstream: PR #1215 (open, fixes #1216) or PR #1155 (open, for #1133): statements of a transaction
+  // whose connection closed are rejected.
   [
     'index.js',
     `      function handler(q) {
@@ -488,7 +529,8 @@ export function patchPostgres(packageDir) {
         throw new PatchError(
           `postgres.js ${version}: the code ${SCRIPT_NAME} patches has changed in ${join(folder, file)}:\n${find}\n` +
             'Check whether this version fixes porsager/postgres#1154/#1208 (write on a closed socket), #1133 (transaction ' +
-            'statements after its connection closed) and #1097 (end() hangs), then adapt or remove the patch.',
+            'statements after its connection closed), #1097 (end() hangs) and the other changes the `Upstream:` ' +
+            'lines of the edits name, then adapt or remove the patch.',
         )
       }
       text = text.slice(0, at) + replace + text.slice(at + find.length)
