@@ -11,7 +11,7 @@
 FROM node:26-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-COPY src/core/db/postgres-patch.mjs src/core/db/postgres-patch.mjs
+COPY src/driver-patch/postgres.mjs src/driver-patch/postgres.mjs
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
 COPY src src
@@ -22,7 +22,7 @@ ENV NODE_ENV=production
 WORKDIR /app
 COPY package.json package-lock.json ./
 # npm ci runs it (postinstall) to patch postgres.js, and the service checks the patch against it at start-up.
-COPY src/core/db/postgres-patch.mjs src/core/db/postgres-patch.mjs
+COPY src/driver-patch/postgres.mjs src/driver-patch/postgres.mjs
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist dist
 COPY sql sql

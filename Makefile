@@ -36,7 +36,7 @@ endef
 
 # Installs exactly what package-lock.json says, and patches postgres.js (postinstall);
 # re-runs when either changes, or the patch does.
-node_modules/.installed: package.json package-lock.json src/core/db/postgres-patch.mjs
+node_modules/.installed: package.json package-lock.json src/driver-patch/postgres.mjs
 	npm ci --no-audit --no-fund
 	@touch $@
 

@@ -395,7 +395,7 @@ function versions(): string {
   const fastify = join(root, 'bench', 'fastify')
   const minimal = join(root, 'bench', 'fastify-minimal')
   const bare = join(root, 'bench', 'bare')
-  return `service: postgres.js ${version(root, 'postgres')} (patched, src/core/db/postgres-patch.mjs); ` +
+  return `service: postgres.js ${version(root, 'postgres')} (patched, src/driver-patch/postgres.mjs); ` +
     `Fastify peers: fastify ${version(fastify, 'fastify')} and ${version(minimal, 'fastify')}, @fastify/jwt ${version(fastify, '@fastify/jwt')} and ${version(minimal, '@fastify/jwt')}, ` +
     `postgres.js ${version(fastify, 'postgres')} and ${version(minimal, 'postgres')}; bare peer: postgres.js ${version(bare, 'postgres')} (published, unpatched)`
 }

@@ -5,7 +5,8 @@ import { resolveSecrets } from './auth/secrets.js'
 import { cannotListen, claimPort } from './claim-port.js'
 import { ConfigError } from './core/config-error.js'
 import { readConfig, type Config } from './config.js'
-import { connect, DriverPatchError } from './core/db/connect.js'
+import { connect } from './core/db/connect.js'
+import { assertDriverPatched, DriverPatchError } from './core/db/driver-check.js'
 import { DatabaseUnreachable, unreachable, urlTarget } from './core/db/target.js'
 import { dataRoot, LocalClusterError, localDevelopmentDatabase } from './dev/local-cluster.js'
 import { migrate, MigrationError } from './core/db/migrate.js'
@@ -15,6 +16,8 @@ import { runPrimary } from './cluster/primary.js'
 import { reportCannotStart, workerLink, type WorkerLink } from './cluster/worker.js'
 import { warnIfEndOfLife } from './node-support.js'
 import { readSecret } from './secret-files.js'
+// The patch script itself, from src/ and from dist/ alike (both one level under the project; the image copies it).
+import { PATCH_SCRIPT, patchProblem } from '../src/driver-patch/postgres.mjs'
 import { adminPasswordFrom, bootstrapAdminIfNone, createOrResetAdmin } from './users/admin-bootstrap.js'
 
 // The commands that start the service's work (serve, migrate, admin):
@@ -30,6 +33,9 @@ const PIPE_BUF = 4096
 export type Kind = 'serve' | 'migrate' | 'admin'
 
 export async function start(kind: Kind, args: string[]): Promise<void> {
+  // Before anything connects (the local cluster's set-up, the pooler's detection, migrations, a worker's pool):
+  // on a driver without its patch, a database restart could crash the process.
+  assertDriverPatched({ problem: patchProblem, script: PATCH_SCRIPT })
   // For `admin`, ADMIN_EMAIL and ADMIN_PASSWORD name the admin to make, not the one to create at start-up.
   const env = kind === 'admin' ? { ...process.env, ADMIN_EMAIL: undefined, ADMIN_PASSWORD: undefined, ADMIN_PASSWORD_FILE: undefined } : process.env
   const worker = workerLink()
@@ -38,7 +44,7 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
   process.on('exit', stdout.flush)
   const log = createLogger(config.logLevel, stdout.write, worker?.logFields)
   // Last resort. Every known way for the database driver to throw outside a
-  // request is patched (src/core/db/postgres-patch.mjs), so reaching this is a bug
+  // request is patched (src/driver-patch/postgres.mjs), so reaching this is a bug
   // whose consequences are unknown: carrying on could serve from a broken
   // pool or half-updated state. Do what Node would do (exit 1, so the
   // supervisor restarts the process), but first write the error as a JSON

@@ -85,7 +85,7 @@ test('the Dockerfile is multi-stage, runs as a non-root user on the active Node 
   assert.deepEqual(execForm(stage.find((i) => i.keyword === 'CMD')!.args), ['node', 'dist/main.js'])
   // What the runtime stage holds: the compiled service, its SQL, the package files and the driver patch; no source, no tests.
   const copies = stage.filter((i) => i.keyword === 'COPY').map((i) => i.args)
-  assert.deepEqual(copies, ['package.json package-lock.json ./', 'src/core/db/postgres-patch.mjs src/core/db/postgres-patch.mjs', '--from=build /app/dist dist', 'sql sql'])
+  assert.deepEqual(copies, ['package.json package-lock.json ./', 'src/driver-patch/postgres.mjs src/driver-patch/postgres.mjs', '--from=build /app/dist dist', 'sql sql'])
   for (const i of instructions.filter((x) => x.keyword === 'ENV' || x.keyword === 'ARG')) {
     assert.doesNotMatch(i.args, /JWT_SECRETS|DATABASE_URL|ADMIN_PASSWORD|PASSWORD|SECRET/i, `${i.keyword} ${i.args}`)
   }
@@ -193,7 +193,7 @@ test('the runtime stage\'s steps work: install with its RUN, start read-only as 
   // COPY, as the stage does; dist/ is what its build stage makes.
   cpSync(join(root, 'package.json'), join(app, 'package.json'))
   cpSync(join(root, 'package-lock.json'), join(app, 'package-lock.json'))
-  cpSync(join(root, 'src/core/db/postgres-patch.mjs'), join(app, 'src/core/db/postgres-patch.mjs'))
+  cpSync(join(root, 'src/driver-patch/postgres.mjs'), join(app, 'src/driver-patch/postgres.mjs'))
   cpSync(join(build, 'dist'), join(app, 'dist'), { recursive: true })
   cpSync(join(root, 'sql'), join(app, 'sql'), { recursive: true })
 

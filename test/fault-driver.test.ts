@@ -8,14 +8,14 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import type { Sql } from 'postgres'
 import { connect } from '../src/core/db/connect.js'
-import { edits, MARKER, PATCH_DIGEST, PATCHED_SHA256, patchProblem, STAMP_PREFIX } from '../src/core/db/postgres-patch.mjs'
+import { edits, MARKER, PATCH_DIGEST, PATCHED_SHA256, patchProblem, STAMP_PREFIX } from '../src/driver-patch/postgres.mjs'
 import { projectRoot, settledHeap, waitFor } from './fault-kit.js'
 import { createTestDatabase } from './helpers/server.js'
 
 // The postgres.js traps (porsager/postgres#1154/#1066/#1208, #1133, #1186,
 // #1097), each caused for real by pg_terminate_backend on a connection of this
 // test's own, and the install-time patch that closes them
-// (src/core/db/postgres-patch.mjs). Without the patch, the first test crashes this
+// (src/driver-patch/postgres.mjs). Without the patch, the first test crashes this
 // process, the second commits a statement outside its transaction, the third
 // leaves a promise pending forever and the fourth hangs in sql.end(). If an
 // upgrade of postgres.js changes the patched code, `npm ci` fails; if it
@@ -249,7 +249,7 @@ test('transactions run on a pool that pipelines nothing (max_pipeline 0, as behi
   }
 })
 
-describe('the install-time patch (src/core/db/postgres-patch.mjs)', () => {
+describe('the install-time patch (src/driver-patch/postgres.mjs)', () => {
   const installed = join(projectRoot, 'node_modules', 'postgres')
   const folders = ['src', join('cjs', 'src')]
 
@@ -277,7 +277,7 @@ describe('the install-time patch (src/core/db/postgres-patch.mjs)', () => {
     }
     return dir
   }
-  const patchScript = join(projectRoot, 'src', 'core', 'db', 'postgres-patch.mjs')
+  const patchScript = join(projectRoot, 'src', 'driver-patch', 'postgres.mjs')
   const snapshot = (dir: string) => folders.flatMap((f) => patchedFiles.map((file) => readFileSync(join(dir, f, file), 'utf8')))
 
   test('applied to the package as published, it gives exactly the installed files; applied again, it changes nothing', async () => {
@@ -302,7 +302,7 @@ describe('the install-time patch (src/core/db/postgres-patch.mjs)', () => {
       cpSync(installed, dir, { recursive: true })
       const path = join(dir, 'src', 'query.js')
       writeFileSync(path, readFileSync(path, 'utf8').replace(/edit list [0-9a-f]{16}\n$/, 'edit list 0123456789abcdef\n'))
-      assert.match(patchProblem(dir) ?? '', /another version of src\/core\/db\/postgres-patch\.mjs \(src\/query\.js\)/)
+      assert.match(patchProblem(dir) ?? '', /another version of src\/driver-patch\/postgres\.mjs \(src\/query\.js\)/)
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
@@ -358,7 +358,7 @@ describe('the install-time patch (src/core/db/postgres-patch.mjs)', () => {
         assert.ok(failed, 'start-up must fail')
         assert.equal(failed.code, 1)
         // The script to run, not `npm ci`, which would bring the development dependencies back where they were left out.
-        assert.match(failed.stderr, /Cannot start: postgres\.js at .* is not the copy this patch makes \(cjs\/src\/connection\.js: .*; run `node src\/core\/db\/postgres-patch\.mjs` to patch it/)
+        assert.match(failed.stderr, /Cannot start: postgres\.js at .* is not the copy this patch makes \(cjs\/src\/connection\.js: .*; run `node src\/driver-patch\/postgres\.mjs` to patch it/)
       } finally {
         rmSync(project, { recursive: true, force: true })
       }
@@ -391,7 +391,7 @@ describe('the install-time patch (src/core/db/postgres-patch.mjs)', () => {
       assert.ok(failed, 'the patch script must fail')
       assert.equal(failed.code, 1)
       assert.match(failed.stderr, /is not the copy this patch makes \(cjs\/src\/query\.js: SHA-256 [0-9a-f]{64}, expected [0-9a-f]{64}\)/)
-      assert.match(failed.stderr, /set PATCHED_SHA256 in src\/core\/db\/postgres-patch\.mjs to/)
+      assert.match(failed.stderr, /set PATCHED_SHA256 in src\/driver-patch\/postgres\.mjs to/)
       assert.doesNotMatch(failed.stderr, /\((src|cjs\/src)\/connection\.js/, 'only the file that differs is named')
       assert.deepEqual(snapshot(dir), before, 'no file was written')
     } finally {

@@ -180,7 +180,15 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     if (command === 'stop') console.log(stopLocalCluster())
     else if (command === 'remove') console.log(removeLocalCluster())
     else if (command === 'start') console.log(`Local PostgreSQL is running: ${startLocalCluster()}`)
-    else if (command === 'url') console.log((await localDevelopmentDatabase()).ownerUrl)
+    else if (command === 'url') {
+      // It connects (to create the database), so it refuses an unpatched driver as the service does (src/start.ts).
+      const [{ assertDriverPatched }, { PATCH_SCRIPT, patchProblem }] = await Promise.all([
+        import('../core/db/driver-check.js'),
+        import('../../src/driver-patch/postgres.mjs'),
+      ])
+      assertDriverPatched({ problem: patchProblem, script: PATCH_SCRIPT })
+      console.log((await localDevelopmentDatabase()).ownerUrl)
+    }
     else throw new LocalClusterError('usage: local-cluster start|stop|remove|url')
   } catch (err) {
     console.error(err instanceof LocalClusterError ? err.message : err)

@@ -67,7 +67,7 @@ const ms = (x: number) => `${Math.round(x)} ms`
  * A mixed load: reads, creations, a page of a collection, and updates of one
  * row by several clients at once, so that at any moment some transaction is
  * waiting on that row's lock with a statement in flight: the moment
- * postgres.js 3.4.9 crashed on (src/core/db/postgres-patch.mjs).
+ * postgres.js 3.4.9 crashed on (src/driver-patch/postgres.mjs).
  */
 function mixedLoad(clients: number, tag: string) {
   return startLoad(clients, (client, seq) => {

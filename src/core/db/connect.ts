@@ -1,8 +1,4 @@
-import { relative } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import postgres, { type Sql } from 'postgres'
-// The patch file itself, from src/ and from dist/ alike (both are three levels under the project; the image copies it).
-import { patchProblem } from '../../../src/core/db/postgres-patch.mjs'
 import { isoTimestamp, timestampParameter } from './timestamps.js'
 
 export interface PoolOptions {
@@ -12,27 +8,6 @@ export interface PoolOptions {
   pooled?: boolean
   /** Called for every statement sent (metrics). */
   onQuery?: () => void
-}
-
-/** postgres.js is not the patched copy this service needs (src/core/db/postgres-patch.mjs). */
-export class DriverPatchError extends Error {}
-
-/**
- * Refuses to run on a postgres.js that is not the copy this tree's patch
- * makes (applied by npm's postinstall): the patch is what keeps a database
- * restart from crashing the process. Every patched file, ESM and CommonJS,
- * must have the SHA-256 the patch expects (`patchProblem`), so an install
- * with --ignore-scripts, an upgrade the patch no longer fits, a copy patched
- * by an older edit list or a file edited since stops start-up here instead
- * of failing at the first database outage.
- */
-export function assertDriverPatched(): void {
-  const problem = patchProblem(fileURLToPath(new URL('..', import.meta.resolve('postgres'))))
-  if (problem) {
-    // The script's path as it is here, relative to where the process runs: in a checkout and in the image alike.
-    const script = relative(process.cwd(), fileURLToPath(new URL('../../../src/core/db/postgres-patch.mjs', import.meta.url)))
-    throw new DriverPatchError(`${problem}; run \`node ${script}\` to patch it (npm runs it after installing, unless with --ignore-scripts)`)
-  }
 }
 
 /**
@@ -75,9 +50,11 @@ export function assertDriverPatched(): void {
  *   missing from the ones this client gets. They are the server's defaults
  *   for the role and database (ALTER ROLE … IN DATABASE … SET), an
  *   operator's setting that start-up checks (src/core/db/pooler.ts).
+ *
+ * The driver must be the patched copy: the command that starts the service
+ * checks it before anything connects (src/core/db/driver-check.ts).
  */
 export function connect(databaseUrl: string, options: PoolOptions): Sql {
-  assertDriverPatched()
   const url = new URL(databaseUrl)
   const socketDir = url.searchParams.get('host')
   if (socketDir) url.searchParams.delete('host')
@@ -94,7 +71,7 @@ export function connect(databaseUrl: string, options: PoolOptions): Sql {
     idle_timeout: 60,
     max_lifetime: 60 * 30,
     onnotice: () => {},
-    // Called once per statement sent. An option of our patch (src/core/db/postgres-patch.mjs):
+    // Called once per statement sent. An option of our patch (src/driver-patch/postgres.mjs):
     // postgres.js's own hook, `debug`, captures a stack trace for every query and fragment.
     ...(options.onQuery ? ({ onquery: options.onQuery } as object) : {}),
     connection: {

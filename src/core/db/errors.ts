@@ -7,7 +7,7 @@
 
 // ENOENT: the Unix socket file is gone (the server stopped). CONNECTION_CLOSED
 // is also what the patched postgres.js gives a statement of a transaction
-// whose connection died (src/core/db/postgres-patch.mjs).
+// whose connection died (src/driver-patch/postgres.mjs).
 const connectionCodes: ReadonlySet<string> = new Set([
   'CONNECT_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED',
   'ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EPIPE',

@@ -1,7 +1,9 @@
 // A small patch to postgres.js (3.4.9), applied by `npm install`/`npm ci`
 // (package.json "postinstall") to node_modules/postgres, so that losing the
 // database cannot crash, hang or mis-answer this service. Plain JavaScript:
-// it must run in a production install, where tsx is absent.
+// it must run in a production install, where tsx is absent. It imports nothing
+// of the project, and the project's core imports nothing of it: start-up
+// (src/start.ts) hands `patchProblem` to the check in src/core/db/driver-check.ts.
 //
 // What it fixes, each reproduced here by killing a backend or restarting
 // PostgreSQL under load (test/fault-driver.test.ts, test/fault-db-outage.test.ts
@@ -73,27 +75,35 @@
 //     utf8Slice, once per column, 300 times for a 50-row page of users
 //     (bench/README.md). The offsets come from the message and are in range.
 //
+// Each edit in `edits` below names its fix (the numbers above) and, on its
+// `Upstream:` line, the change to postgres.js that would let us delete it: none
+// is released (3.4.9 is the latest release), so each names the open issue or
+// pull request, or what would be needed where none is filed. When one is
+// released, upgrade and delete the edits it covers (test/fault-driver.test.ts
+// shows whether the behaviour stays fixed).
+//
 // Nineteen textual replacements in src/connection.js, src/index.js,
 // src/queue.js and src/query.js, and the
 // same in the CommonJS copy (cjs/src/), each marked in the patched file with
 // "users-products-api patch", and each patched file ends with a stamp naming
-// the digest of this file (`STAMP_PREFIX` + PATCH_DIGEST). What counts is
-// the content: every patched file, ESM and CommonJS, must have the SHA-256
-// in PATCHED_SHA256 (its stamp line left out, since the stamp names this
-// file's digest, which these hashes are part of). The patch checks that
-// before it writes anything, and src/core/db/connect.ts at start-up
-// (`patchProblem`): a stamp appended to an unpatched file, a copy patched by
-// another version of the edits (an `npm install` that kept an old
-// node_modules) or a file edited since are all refused. The Makefile
-// installs again when this file changes. Files are written to a temporary
-// file and renamed over the original, so a crash never leaves a truncated
-// driver. Idempotent. If a text to replace is not found
-// (postgres.js was upgraded and its code changed), it fails loudly and
-// `npm ci` fails with it: check whether the new version fixes the issues
-// above, then adapt or delete this file. After changing the edits (or the
-// version), the failed check prints the new PATCHED_SHA256 to paste here.
+// the digest of the edits (`STAMP_PREFIX` + PATCH_DIGEST): of the files, texts
+// and replacements, not of this file, so that a comment or a message changed
+// here leaves an installed copy valid. What counts is the content: every
+// patched file, ESM and CommonJS, must have the SHA-256 in PATCHED_SHA256 (its
+// stamp line left out). The patch checks that before it writes anything, and
+// start-up does too (`patchProblem`, src/core/db/driver-check.ts): a stamp
+// appended to an unpatched file, a copy patched by another version of the
+// edits (an `npm install` that kept an old node_modules) or a file edited
+// since are all refused. The Makefile installs again when this file changes.
+// Files are written to a temporary file and renamed over the original, so a
+// crash never leaves a truncated driver. Idempotent. If a text to replace is
+// not found (postgres.js was upgraded and its code changed), it fails loudly
+// and `npm ci` fails with it: check whether the new version has the changes
+// the `Upstream:` lines name, then adapt or delete this file. After changing
+// the edits (or the version), the failed check prints the new PATCHED_SHA256
+// to paste here.
 //
-// Usage: node src/core/db/postgres-patch.mjs [folder of the postgres package]
+// Usage: node src/driver-patch/postgres.mjs [folder of the postgres package]
 
 import { createHash } from 'node:crypto'
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
@@ -101,9 +111,11 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 export const MARKER = 'users-products-api patch'
+/** This script, by its absolute path: start-up names it as the command to run on an unpatched copy. */
+export const PATCH_SCRIPT = fileURLToPath(import.meta.url)
+/** This script as messages name it, from the project's folder. */
+const SCRIPT_NAME = 'src/driver-patch/postgres.mjs'
 
-/** The digest of this file, edits and all: what a patched file is stamped with. */
-export const PATCH_DIGEST = createHash('sha256').update(readFileSync(fileURLToPath(import.meta.url))).digest('hex').slice(0, 16)
 export const STAMP_PREFIX = `// ${MARKER}: edit list `
 const STAMP = /\n\/\/ users-products-api patch: edit list [0-9a-f]{16}\n$/
 
@@ -121,6 +133,7 @@ export const PATCHED_SHA256 = {
 
 /** [file inside the package's source folder, text to find, its replacement] */
 export const edits = [
+  // 10. Upstream: none filed upstream; would need: src/connection.js to decode columns with utf8Slice.
   [
     'connection.js',
     `            ? x.toString('utf8', index, index += length)
@@ -135,6 +148,8 @@ export const edits = [
               : column.parser(x.utf8Slice(index, index += length))
 `,
   ],
+  // 1. Upstream: PR #1155 (open, for #1133: a closed connection is marked terminated, so execute() refuses
+  // the statement) or PR #1209 (open, fixes #1208: a write on a closed socket fails its query).
   [
     'connection.js',
     `  function execute(q) {
@@ -150,6 +165,7 @@ export const edits = [
       return (queryError(q, Errors.connection('CONNECTION_CLOSED', options)), true)
 `,
   ],
+  // 1. Upstream: PR #1209 (open, fixes #1208) or PR #1155 (open, for #1133); both guard nextWrite().
   [
     'connection.js',
     `  function nextWrite(fn) {
@@ -162,6 +178,7 @@ export const edits = [
     const x = socket.write(chunk, fn)
 `,
   ],
+  // 2. Upstream: PR #1215 (open, fixes #1216): a closed connection's pending write is cleared before reuse.
   [
     'connection.js',
     `      error(Errors.connection('CONNECTION_DESTROYED', options))
@@ -174,6 +191,8 @@ export const edits = [
     chunk = nextWriteTimer = null // ${MARKER}
 `,
   ],
+  // 2. Upstream: PR #1215 (open, fixes #1216) resets the dead session's write, query, result and error;
+  // failing its queries also after an 'error', which ended an end() waiting on them: PR #1142 (open; #1097, #1130).
   [
     'connection.js',
     `    incomings = null
@@ -216,6 +235,8 @@ export const edits = [
     ended && (ended(), ended = null)
 `,
   ],
+  // 4. Upstream: none filed upstream; would need: terminate() to cancel a pending reconnect (its timer
+  // kept, as here).
   [
     'connection.js',
     `    , delay = 0
@@ -224,6 +245,8 @@ export const edits = [
     , reconnectTimer = null // ${MARKER}: see reconnect()
 `,
   ],
+  // 4. Upstream: none filed upstream; would need: terminate() to cancel a pending reconnect (its timer
+  // kept, as here).
   [
     'connection.js',
     `  function reconnect() {
@@ -235,6 +258,8 @@ export const edits = [
     reconnectTimer = setTimeout(connect, closedTime ? Math.max(0, closedTime + delay - performance.now()) : 0)
 `,
   ],
+  // 4. Upstream: none filed upstream; would need: terminate() to destroy a socket still connecting and
+  // cancel a pending reconnect.
   [
     'connection.js',
     `      socket.readyState === 'open' && socket.end(b().X().end())
@@ -246,6 +271,8 @@ export const edits = [
     clearTimeout(reconnectTimer) // ${MARKER}
 `,
   ],
+  // 4. Upstream: none filed upstream; would need: a connection that closes during sql.end() to fail the
+  // queued queries (as those made after end() fail) instead of reconnecting to serve them.
   [
     'index.js',
     `    options.onclose && options.onclose(c.id)
@@ -259,6 +286,8 @@ export const edits = [
     queries.length && connect(c, queries.shift())
 `,
   ],
+  // 2. Upstream: #1192, #1205, #1223 (open issues, no pull request): would need: ReadyForQuery to handle
+  // the rejection of fetchArrayTypes().
   [
     'connection.js',
     `  async function fetchArrayTypes() {
@@ -286,6 +315,7 @@ export const edits = [
       return (needsTypes = options.fetch_types, undefined)
 `,
   ],
+  // 3. Upstream: PR #1215 (open, fixes #1216 and the queued statements of #1186) or PR #1155 (open, for #1133).
   [
     'index.js',
     `      , prepare = null
@@ -314,6 +344,8 @@ export const edits = [
       ])
 `,
   ],
+  // 5. Upstream: #461 (open: query hooks, none released); would need: a per-statement hook that, unlike
+  // `debug`, captures no stack trace.
   [
     'connection.js',
     `    typeof options.debug === 'function' && options.debug(id, string, parameters, types)
@@ -322,6 +354,8 @@ export const edits = [
     typeof options.onquery === 'function' && options.onquery() // ${MARKER}: a statement counter without debug's stack traces
 `,
   ],
+  // 5. Upstream: #461 (open: query hooks, none released); would need: a per-statement hook that, unlike
+  // `debug`, captures no stack trace.
   [
     'index.js',
     `    onclose         : o.onclose,
@@ -330,6 +364,8 @@ export const edits = [
     onquery         : o.onquery, // ${MARKER}
 `,
   ],
+  // 6. Upstream: #747 (open, the slowdown; no pull request); would need: src/queue.js to drop the front
+  // shift() consumed, or remove() not to scan it.
   [
     'queue.js',
     `    remove: (x) => {
@@ -348,6 +384,8 @@ export const edits = [
     },
 `,
   ],
+  // 6. Upstream: #747 (open, the slowdown; no pull request); would need: src/queue.js to drop the front
+  // shift() consumed, or remove() not to scan it.
   [
     'queue.js',
     `      } else {
@@ -363,6 +401,8 @@ export const edits = [
       }
 `,
   ],
+  // 8. Upstream: none filed upstream; would need: the Query constructor not to assign its resolve/reject
+  // closures straight to properties.
   [
     'query.js',
     `    this.resolve = x => (this.active = false, resolve(x))
@@ -376,6 +416,8 @@ export const edits = [
     this.reject = onreject
 `,
   ],
+  // 7. Upstream: none filed upstream (#273, closed, stopped capturing a stack for untagged queries, not this
+  // cache); would need: `origin` to cache nothing for an untagged query.
   [
     'query.js',
     `  get origin() {
@@ -389,6 +431,7 @@ export const edits = [
     return (this.handler.debug
 `,
   ],
+  // 9. Upstream: #1210 (open); PR #1211 and PR #1218 (both open) make this change.
   [
     'connection.js',
     `      build(q)
@@ -407,6 +450,8 @@ export const edits = [
         && sent.length < max_pipeline
 `,
   ],
+  // 3. Upstream: PR #1215 (open, fixes #1216) or PR #1155 (open, for #1133): statements of a transaction
+  // whose connection closed are rejected.
   [
     'index.js',
     `      function handler(q) {
@@ -422,6 +467,12 @@ export const edits = [
   ],
 ]
 
+/**
+ * What a patched file is stamped with: the digest of the edits alone, so that it changes with what the
+ * patch writes and with nothing else (comments, messages, where this file lives).
+ */
+export const PATCH_DIGEST = createHash('sha256').update(JSON.stringify(edits)).digest('hex').slice(0, 16)
+
 /** The source folders of the package that Node can load: ESM (`import`) and CommonJS (`require`). */
 const sourceFolders = ['src', 'cjs/src']
 /** Every file the patch writes, as the keys of PATCHED_SHA256 name them. */
@@ -435,7 +486,7 @@ const stampLine = `${STAMP_PREFIX}${PATCH_DIGEST}\n`
 /** Why `text`, the file `name` ('cjs/src/query.js') of the package, is not what this patch makes of it; undefined when it is. */
 function fileProblem(name, text) {
   if (!text.includes(STAMP_PREFIX)) return `is not patched (${name})`
-  if (!text.endsWith(stampLine)) return `was patched by another version of src/core/db/postgres-patch.mjs (${name})`
+  if (!text.endsWith(stampLine)) return `was patched by another version of ${SCRIPT_NAME} (${name})`
   const actual = sha256(text.slice(0, -stampLine.length))
   if (actual !== PATCHED_SHA256[name]) return `is not the copy this patch makes (${name}: SHA-256 ${actual}, expected ${PATCHED_SHA256[name]})`
   return undefined
@@ -444,7 +495,7 @@ function fileProblem(name, text) {
 /**
  * Why the package at `packageDir` is not postgres.js as this patch leaves
  * it, ESM and CommonJS copies alike, or undefined when it is: the check
- * start-up runs (src/core/db/connect.ts).
+ * start-up runs (src/core/db/driver-check.ts, given it by src/start.ts).
  */
 export function patchProblem(packageDir) {
   for (const name of patchedFiles()) {
@@ -476,9 +527,10 @@ export function patchPostgres(packageDir) {
       const at = text.indexOf(find)
       if (at === -1 || text.indexOf(find, at + 1) !== -1) {
         throw new PatchError(
-          `postgres.js ${version}: the code src/core/db/postgres-patch.mjs patches has changed in ${join(folder, file)}:\n${find}\n` +
+          `postgres.js ${version}: the code ${SCRIPT_NAME} patches has changed in ${join(folder, file)}:\n${find}\n` +
             'Check whether this version fixes porsager/postgres#1154/#1208 (write on a closed socket), #1133 (transaction ' +
-            'statements after its connection closed) and #1097 (end() hangs), then adapt or remove the patch.',
+            'statements after its connection closed), #1097 (end() hangs) and the other changes the `Upstream:` ' +
+            'lines of the edits name, then adapt or remove the patch.',
         )
       }
       text = text.slice(0, at) + replace + text.slice(at + find.length)
@@ -505,7 +557,8 @@ export function patchPostgres(packageDir) {
     throw new PatchError(
       `postgres.js ${version}: the patched files are not the ones expected:\n${wrong.map((r) => `  ${r.problem}`).join('\n')}\n` +
         'This is not the package the patch was made for (check the version and the lock file), or the edits changed: then, with the ' +
-        `patched files reviewed, set PATCHED_SHA256 in src/core/db/postgres-patch.mjs to\n${JSON.stringify(Object.fromEntries(results.map((r) => [r.name, r.sha256])), null, 2)}`,
+        `patched files reviewed, set PATCHED_SHA256 in ${SCRIPT_NAME} to\n` +
+        JSON.stringify(Object.fromEntries(results.map((r) => [r.name, r.sha256])), null, 2),
     )
   }
   for (const [path, text] of pending) {
@@ -517,12 +570,13 @@ export function patchPostgres(packageDir) {
   return { version, report }
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
-  const packageDir = process.argv[2] ?? fileURLToPath(new URL('../../../node_modules/postgres/', import.meta.url))
+if (process.argv[1] && PATCH_SCRIPT === process.argv[1]) {
+  const packageDir = process.argv[2] ?? fileURLToPath(new URL('../../node_modules/postgres/', import.meta.url))
   try {
     const { version, report } = patchPostgres(packageDir)
     const changed = report.filter((r) => r.endsWith(': patched')).length
-    console.log(`postgres.js ${version}: ${changed ? `${changed} changes applied` : 'already patched'} (src/core/db/postgres-patch.mjs)`)
+    const done = changed ? `${changed} changes applied` : 'already patched'
+    console.log(`postgres.js ${version}: ${done} (${SCRIPT_NAME})`)
   } catch (err) {
     console.error(err instanceof PatchError ? `\n${err.message}\n` : err)
     process.exit(1)

@@ -1,6 +1,8 @@
-// Types of postgres-patch.mjs (plain JavaScript: it runs at install time, without tsx).
+// Types of postgres.mjs (plain JavaScript: it runs at install time, without tsx).
 export declare const MARKER: string
-/** The digest of the patch file, stamped at the end of every patched file after STAMP_PREFIX. */
+/** The script's absolute path: start-up names it as the command to run on an unpatched copy. */
+export declare const PATCH_SCRIPT: string
+/** The digest of the edits (not of the patch file), stamped at the end of every patched file after STAMP_PREFIX. */
 export declare const PATCH_DIGEST: string
 export declare const STAMP_PREFIX: string
 /** [file inside the package's source folder, text to find, its replacement] */
