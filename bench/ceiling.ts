@@ -411,7 +411,8 @@ function parsePgbench(stdout: string): PgbenchOutput {
 async function startPublisher(admin: Sql, db: Seeded, log: (msg: string) => void): Promise<{ pid: number | undefined; stop(): Promise<void> }> {
   const pool = connect(db.url, { max: 1, statementTimeoutMs: 60_000 })
   const scheduler = new Scheduler(createLogger('warn', (line) => log(`publisher: ${line.trim()}`)))
-  const publisher = new EventPublisher(pool, scheduler, wakeWorkers)
+  const publisher = new EventPublisher(pool, wakeWorkers)
+  for (const job of publisher.jobs) scheduler.add(job)
   await publisher.drain()
   const pids = await backendPids(admin, db, APP_NAMES.service)
   scheduler.start()

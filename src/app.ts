@@ -5,27 +5,15 @@ import { createServer as createHttpsServer, type Server as HttpsServer } from 'n
 import type { Duplex } from 'node:stream'
 import type { AppDeps } from './app-deps.js'
 import { describeError } from './core/log.js'
-import { metricsRoutes } from './metrics/routes.js'
 import { buildOpenApiDocument } from './openapi/document.js'
 import { openApiRoute } from './openapi/routes.js'
 import type { AnyRoute } from './core/http/route.js'
 import { requestGuard } from './auth/request-guard.js'
-import { authRoutes } from './auth/routes.js'
-import { recoveryRoutes } from './auth/recovery/recovery-routes.js'
-import { sessionRoutes } from './auth/sessions/session-routes.js'
-import { eventRoutes } from './events/feed.js'
-import { eventStreamRoutes } from './events/stream-routes.js'
-import { healthRoutes } from './health/routes.js'
 import type { TlsOptions } from './core/http/tls.js'
 import { createRequestHandler } from './core/http/pipeline.js'
 import { HttpError, problemAnswer } from './core/http/problem.js'
 import { createRouter } from './core/http/router.js'
 import type { Registry } from './registry.js'
-
-/** The routes of the service: its own, and those of its registry's resources. */
-const apiRoutes = (registry: Registry): AnyRoute[] => [
-  ...healthRoutes, ...authRoutes, ...recoveryRoutes, ...sessionRoutes, ...registry.resourceRoutes, ...eventRoutes, ...eventStreamRoutes, ...registry.webhookRoutes, ...metricsRoutes,
-]
 
 // The version in the OpenAPI document is the package's (same path from src/ and dist/).
 const packageVersion = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version
@@ -33,7 +21,7 @@ const packageVersion = (JSON.parse(readFileSync(new URL('../package.json', impor
 /** Every route of the service, `extra` ones appended, and /openapi.json, which describes them all. */
 export function allRoutes(registry: Registry, apiPrefix: string, extra: readonly AnyRoute[] = []): AnyRoute[] {
   let document: unknown
-  const routes = [...apiRoutes(registry), ...extra, openApiRoute(() => document)]
+  const routes = [...registry.routes, ...extra, openApiRoute(() => document)]
   document = buildOpenApiDocument(routes, { version: packageVersion, apiPrefix, problems: registry.problems })
   return routes
 }

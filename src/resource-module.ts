@@ -1,10 +1,10 @@
+import type { ResourceModule } from './app-module.js'
 import type { Access } from './auth/access.js'
 import { scopesOfResource } from './auth/scopes.js'
-import type { AnyRoute } from './core/http/route.js'
 import type { Resource } from './core/resources/resource.js'
 import { resourceRoutes, type ResourceRouteOptions } from './core/resources/routes.js'
 
-// What the registry (src/resources.ts) lists for each resource: its
+// What a module (src/app-module.ts) lists for each of its resources: its
 // declaration and its routes, whose access is derived from the declaration
 // (the scope of each operation and who may call it), refined where an
 // operation needs more (sign-up, a login only).
@@ -12,12 +12,6 @@ import { resourceRoutes, type ResourceRouteOptions } from './core/resources/rout
 type ProtectedAccess = Access & { kind: 'protected' }
 type AccessGroup = 'list' | 'create' | 'read' | 'write'
 
-export interface ResourceModule {
-  readonly resource: Resource
-  readonly routes: readonly AnyRoute[]
-  /** The event types of its writes a webhook may subscribe to. */
-  readonly subscribable: readonly string[]
-}
 
 export interface ResourceModuleOptions<State> extends Omit<ResourceRouteOptions<State>, 'routes'> {
   /** What an operation adds to, or changes in, the access its declaration gives it. */

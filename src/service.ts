@@ -9,15 +9,15 @@ import { CredentialChanges } from './auth/revocation/credential-changes.js'
 import { credentialDeps } from './auth/credentials.js'
 import { checkGrants } from './auth/grants.js'
 import { JwtCache } from './auth/jwt-cache.js'
-import { expiredKnownAddresses, knownAddressKeysFrom } from './auth/login/known-addresses.js'
-import { expiredLoginFailures, LoginGuard } from './auth/login/login-throttle.js'
+import { knownAddressKeysFrom } from './auth/login/known-addresses.js'
+import { LoginGuard } from './auth/login/login-throttle.js'
 import { PasswordHasher } from './auth/password.js'
 import { RevocationList } from './auth/revocation/revocations.js'
 import { cursorKeysFrom } from './auth/secrets.js'
 import type { Config } from './config.js'
 import { admissionFor } from './core/db/admission.js'
 import { backgroundConnection, connect } from './core/db/connect.js'
-import { addPurgeJob } from './core/db/batched-delete.js'
+import { purgeJob } from './core/db/batched-delete.js'
 import { DatabaseComponent } from './core/db/database-component.js'
 import { expiredIdempotencyRecords } from './core/http/idempotency.js'
 import { Lifecycle } from './core/lifecycle.js'
@@ -33,15 +33,13 @@ import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
 import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './webhooks/worker.js'
 import { wakeWorkers } from './webhooks/wake.js'
-import { oldFailedMail } from './mail/outbox.js'
 import { mailTransportFor } from './mail/transport.js'
 import { defaultMailSettings, MailWorker, type MailSettings } from './mail/worker.js'
 import { BackgroundWork, type BackgroundWorkSettings } from './core/background-work.js'
 import { defaultRecoveryRequestSettings } from './auth/recovery/recovery-routes.js'
-import { oldResetRequests, spentOneTimeTokens } from './auth/recovery/recovery.js'
 import { ReadinessCheck } from './health/readiness.js'
 import { buildRegistry, type Registry } from './registry.js'
-import { applicationResources } from './resources.js'
+import { applicationModules } from './modules.js'
 import { originOf } from './auth/origin.js'
 import { DEFAULT_LEEWAY_SECONDS } from './auth/jwt.js'
 import { IdentityProvider, type ProviderTuning } from './auth/oidc/provider-principals.js'
@@ -60,8 +58,6 @@ import { systemClock, type Clock } from './core/lib/clock.js'
 
 /** How long `close` gives the components to stop. */
 const CLOSE_TIMEOUT_MS = 5000
-/** How often the purges of old rows run; each deletes a bounded batch (src/core/db/batched-delete.ts). */
-const PURGE_EVERY_MS = 60_000
 
 export interface ServiceOptions {
   log: Logger
@@ -69,7 +65,7 @@ export interface ServiceOptions {
   cacheSize?: number
   /** Routes appended to the service's own; /openapi.json describes them too. */
   routes?: readonly AnyRoute[]
-  /** Its resources and what is derived from them; default the application's (src/resources.ts). A test adds a resource here. */
+  /** Its resources and what is derived from them; default the application's modules (src/modules.ts). A test adds a module here. */
   registry?: Registry
   /** Tuning of the event stream, webhook deliveries and retention (tests shorten the times); defaults in each module. */
   streams?: Partial<StreamSettings>
@@ -125,25 +121,23 @@ export function createService(config: Config, options: ServiceOptions): Service 
   const tls = config.tls ? tlsOptions(config.tls) : undefined
   const scheduler = new Scheduler(log)
   const lifecycle = new Lifecycle(log)
-  const deps = createDeps(config, options, scheduler)
+  const deps = createDeps(config, options)
+  const { modules } = deps.registry
   const server = createApp(deps, allRoutes(deps.registry, config.apiPrefix, options.routes), tls)
-  if (config.tls) scheduler.add(certificateReloadJob(server as HttpsServer, config.tls, log))
   const http = new HttpServerComponent(server, config, log)
+
+  scheduler.add(purgeJob({ name: 'idempotency.purge', table: 'idempotency_keys', where: expiredIdempotencyRecords, sql: deps.maintenanceSql }))
+  if (config.tls) scheduler.add(certificateReloadJob(server as HttpsServer, config.tls, log))
+  for (const module of modules) for (const job of module.jobs?.(deps) ?? []) scheduler.add(job)
 
   // Each uses, starting and stopping, what is registered before it.
   lifecycle.register(new DatabaseComponent(deps.sql, deps.listenSql, deps.maintenanceSql))
   lifecycle.register(deps.databaseAdmission)
-  lifecycle.register(deps.credentialChanges)
-  lifecycle.register(deps.eventPublisher)
-  lifecycle.register(deps.webhooks)
-  lifecycle.register(deps.mail)
-  lifecycle.register(deps.recoveryRequests)
-  if (deps.identityProvider) lifecycle.register(deps.identityProvider)
-  lifecycle.register(deps.eventHub.reader)
+  for (const module of modules) for (const component of module.components?.(deps) ?? []) if (component) lifecycle.register(component)
   lifecycle.register(scheduler)
   lifecycle.register(http)
   // Streams never finish by themselves: they end before the server drains, and their clients resume elsewhere.
-  lifecycle.register(deps.eventHub)
+  for (const module of modules) for (const component of module.streams?.(deps) ?? []) lifecycle.register(component)
 
   let stopped: Promise<void> | undefined
   const stop = (deadline: number) => (stopped ??= (async () => {
@@ -191,8 +185,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
 
 function createDeps(
   config: Config,
-  { log, cacheSize = CREDENTIAL_CACHE_SIZE, registry = buildRegistry(applicationResources), clock = systemClock, ...tuning }: ServiceOptions,
-  scheduler: Scheduler,
+  { log, cacheSize = CREDENTIAL_CACHE_SIZE, registry = buildRegistry(applicationModules), clock = systemClock, ...tuning }: ServiceOptions,
 ): AppDeps {
   if (config.databaseUrl === undefined) throw new Error('createService: config.databaseUrl is not set')
   if (config.databasePooler === 'auto') throw new Error('createService: config.databasePooler is not resolved (resolvePooler, src/core/db/pooler.ts)')
@@ -206,15 +199,6 @@ function createDeps(
   const maintenanceSql = backgroundConnection(sql)
   const apiKeyCache = new ApiKeyCache(cacheSize, () => clock.now())
   const revocations = new RevocationList(() => clock.now())
-  const purges = [
-    { name: 'idempotency.purge', table: 'idempotency_keys', where: expiredIdempotencyRecords },
-    { name: 'logins.purge-failures', table: 'login_failures', where: expiredLoginFailures },
-    { name: 'logins.purge-known-addresses', table: 'login_known_addresses', where: expiredKnownAddresses },
-    { name: 'recovery.purge-tokens', table: 'one_time_tokens', where: spentOneTimeTokens },
-    { name: 'recovery.purge-requests', table: 'password_reset_requests', where: oldResetRequests },
-    { name: 'mail.purge-failed', table: 'mail_outbox', where: oldFailedMail },
-  ]
-  for (const purge of purges) addPurgeJob(scheduler, { ...purge, periodMs: PURGE_EVERY_MS, sql: maintenanceSql })
   const mailSettings = { ...defaultMailSettings, ...tuning.mail }
   const passwords = new PasswordHasher(config.passwordHashCost)
   const hashesHelp = 'Password hashes derived (scrypt runs): logins, against a decoy for unknown accounts, and new passwords.'
@@ -237,7 +221,7 @@ function createDeps(
     apiKeyUse: new LastUsedWrites(cacheSize),
     logins: new LoginGuard(config.rateLimit > 0 ? config.loginRateLimit : 0, knownAddressKeysFrom(config.jwtSecrets), () => clock.now()),
     revocations,
-    credentialChanges: new CredentialChanges(sql, listenSql, apiKeyCache, revocations, log, scheduler, { stopping }),
+    credentialChanges: new CredentialChanges(sql, listenSql, apiKeyCache, revocations, log, { stopping }),
     databaseAdmission: admissionFor(config.poolMax, config.statementTimeoutMs, log),
     problems: registry.problems,
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit, undefined, () => clock.now()) : undefined,
@@ -245,18 +229,18 @@ function createDeps(
     listShapes: new ListShapes({ prepare: !pooled }),
     changeOrigin: (ctx) => originOf(ctx.principal, ctx.requestId),
     idempotencySecrets: config.jwtSecrets.map((k) => k.secret),
-    eventPublisher: new EventPublisher(sql, scheduler, wakeWorkers, { ...defaultPublisherSettings, ...tuning.publisher }),
+    eventPublisher: new EventPublisher(sql, wakeWorkers, { ...defaultPublisherSettings, ...tuning.publisher }),
     // Streams are checked in the background, outside the database admission that requests wait under;
     // before events are let through, once this instance has applied every credential change committed before (src/events/stream-authority.ts).
     eventHub: new EventHub(sql, listenSql, log, { ...defaultStreamSettings, ...tuning.streams }, async (grants, { catchUp }) => {
       if (catchUp) await deps.credentialChanges.caughtUp()
       return checkGrants(grants, credentialDeps(deps, (work) => work()), config.allowSignup)
-    }, scheduler),
-    webhooks: new WebhookWorker(sql, listenSql, registry.webhooks, config, log, { ...defaultWebhookSettings, ...tuning.webhooks }, scheduler),
-    mail: new MailWorker(sql, listenSql, mailSettings.transport ?? mailTransportFor(config, log), log, metrics, mailSettings, scheduler),
+    }),
+    webhooks: new WebhookWorker(sql, listenSql, registry.resourceOf('webhooks'), config, log, { ...defaultWebhookSettings, ...tuning.webhooks }),
+    mail: new MailWorker(sql, listenSql, mailSettings.transport ?? mailTransportFor(config, log), log, metrics, mailSettings),
     recoveryRequests: new BackgroundWork('recovery-requests', log, { ...defaultRecoveryRequestSettings, ...tuning.recoveryRequests }),
     identityProvider: config.oidc ? new IdentityProvider(config.oidc, users, log, cacheSize, DEFAULT_LEEWAY_SECONDS, metrics, clock, tuning.identityProvider) : undefined,
-    retention: new EventRetention(maintenanceSql, scheduler, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
+    retention: new EventRetention(maintenanceSql, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
   }
   return deps
 }

@@ -1,7 +1,12 @@
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
-import { test } from 'node:test'
+import { after, test } from 'node:test'
 import { allRoutes } from '../src/app.js'
+import { loadConfig } from '../src/config.js'
+import { createLogger } from '../src/core/log.js'
+import type { Registry } from '../src/registry.js'
+import { createService } from '../src/service.js'
+import { categoriesRegistry } from './helpers/categories.js'
 import { applicationRegistry } from './helpers/registry.js'
 
 // The docs' tables of routes, scopes, event types and problem codes are
@@ -95,4 +100,66 @@ test('README.md\'s endpoint table has a row for every route, and every row names
   assert.deepEqual(routes.filter((r) => !covered(r.method, r.path)).map((r) => `${r.method} ${r.path}`), [])
   const paths = new Set(routes.map((r) => r.path))
   assert.deepEqual(rows.flatMap((r) => r.paths).filter((p) => !paths.has(p)), [], 'a path in the table that no route has')
+})
+
+/** What a registry's service has that the docs do not name: routes (README.md, docs/auth.md), scopes, event types, problem codes. */
+function undocumented(registry: Registry): string[] {
+  const all = allRoutes(registry, '')
+  const rows = endpointRows(readFileSync(new URL('../README.md', import.meta.url), 'utf8'))
+  const access = accessTable(doc('auth.md'))
+  const scopes = /^Scopes: `([^`]+)`/m.exec(doc('auth.md'))?.[1]?.split(/\s+/) ?? []
+  const events = doc('events.md')
+  const docs = ['api.md', 'auth.md', 'events.md', 'operations.md', 'security.md'].map(doc).join('\n')
+  return [
+    ...all.filter((r) => !rows.some((row) => row.methods.includes(r.method) && row.paths.includes(r.path))).map((r) => `README.md: ${r.method} ${r.path}`),
+    ...all.filter((r) => r.access.kind === 'protected' && !access.has(`${r.method} ${r.path}`)).map((r) => `docs/auth.md: ${r.method} ${r.path}`),
+    ...registry.scopes.all.filter((s) => !scopes.includes(s)).map((s) => `docs/auth.md: scope ${s}`),
+    ...registry.eventTypes.filter((type) => !events.includes(`\`${type}\``)).map((type) => `docs/events.md: ${type}`),
+    ...Object.keys(registry.problems).filter((code) => !docs.includes(`\`${code}\``)).map((code) => `docs/: problem ${code}`),
+  ]
+}
+
+test('a module added to the service (the test-only categories) is asked for in every docs table, row by row', () => {
+  assert.deepEqual(undocumented(applicationRegistry), [])
+  assert.deepEqual(undocumented(categoriesRegistry), [
+    'README.md: GET /categories', 'README.md: POST /categories', 'README.md: GET /categories/{id}', 'README.md: PUT /categories/{id}',
+    'README.md: PATCH /categories/{id}', 'README.md: DELETE /categories/{id}',
+    'docs/auth.md: GET /categories', 'docs/auth.md: POST /categories', 'docs/auth.md: GET /categories/{id}', 'docs/auth.md: PUT /categories/{id}',
+    'docs/auth.md: PATCH /categories/{id}', 'docs/auth.md: DELETE /categories/{id}',
+    'docs/auth.md: scope categories:read', 'docs/auth.md: scope categories:write',
+    'docs/events.md: category.created', 'docs/events.md: category.updated', 'docs/events.md: category.deleted',
+    'docs/: problem category_name_taken',
+  ])
+})
+
+/** The first backticked name of each row of the docs/architecture.md table whose header starts with `header`. */
+function tableNames(markdown: string, header: string): Array<{ names: string[]; row: string }> {
+  const start = markdown.indexOf(`\n${header}`)
+  assert.ok(start >= 0, `no table "${header}"`)
+  const lines = markdown.slice(start + 1).split('\n')
+  const rows = lines.slice(2, lines.findIndex((l, i) => i > 0 && !l.startsWith('|')))
+  return rows.map((row) => ({ row, names: [...(row.split('|')[header.startsWith('| order') ? 2 : 1] ?? '').matchAll(/`([a-z.-]+)`/g)].map((m) => m[1]!) }))
+}
+
+/** A service as src/start.ts makes one, with every optional part (an identity provider); it opens nothing, as none listens. */
+const fullService = () => createService({
+  ...loadConfig({ JWT_SECRETS: 'docs:0123456789abcdef0123456789abcdef', OIDC_ISSUER: 'https://idp.example.com', OIDC_AUDIENCE: 'api' }),
+  databaseUrl: 'postgres://nobody@127.0.0.1:9/none',
+  databasePooler: 'none',
+}, { log: createLogger('error', () => {}) })
+
+test('docs/architecture.md\'s component table lists the service\'s components in the order they start', async () => {
+  const service = fullService()
+  after(() => service.close())
+  const documented = tableNames(doc('architecture.md'), '| order | component |').map((r) => r.names[0])
+  assert.deepEqual(documented, service.lifecycle.names)
+})
+
+test('docs/architecture.md\'s job table lists every job of the service, and no other (TLS\'s only with TLS)', async () => {
+  const service = fullService()
+  after(() => service.close())
+  const rows = tableNames(doc('architecture.md'), '| job | period |')
+  const documented = rows.flatMap((r) => (/with TLS only/.test(r.row) ? [] : r.names))
+  assert.deepEqual([...documented].sort(), service.scheduler.specs.map((s) => s.name).sort())
+  assert.ok(rows.some((r) => r.names.includes('tls.certificate-reload')))
 })

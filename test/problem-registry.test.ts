@@ -2,7 +2,6 @@ import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import Type from 'typebox'
 import Format from 'typebox/format'
-import { applicationProblems } from '../src/app-problems.js'
 import { coreProblems, HttpError, problemAnswer, problemTable } from '../src/core/http/problem.js'
 import { defineResource } from '../src/core/resources/resource.js'
 import { member } from '../src/core/resources/member.js'
@@ -10,7 +9,7 @@ import { idMember } from '../src/core/resources/common.js'
 import { products } from '../src/products/resource.js'
 import { buildRegistry } from '../src/registry.js'
 import { resourceModule } from '../src/resource-module.js'
-import { applicationResources } from '../src/resources.js'
+import { applicationModules } from '../src/modules.js'
 import { applicationRegistry } from './helpers/registry.js'
 
 // Problem codes are an open registry: core's, the application's and each
@@ -41,10 +40,10 @@ test('two registries in one process keep their own codes: one resource\'s unique
     name: 'Gadget', path: '/gadgets', table: 'gadgets', access: { read: 'any', write: 'admin' },
     members: { id: idMember(), label: member(Type.String(), { unique: { constraint: 'gadgets_label_key', code: 'gadget_label_taken', title: 'Label taken' } }) },
   })
-  const withGadgets = buildRegistry([...applicationResources, resourceModule(gadgets)])
+  const withGadgets = buildRegistry([...applicationModules, { name: 'gadgets', resources: [resourceModule(gadgets)] }])
   assert.equal(withGadgets.problems.gadget_label_taken?.status, 409)
   assert.equal(applicationRegistry.problems.gadget_label_taken, undefined)
-  assert.equal(buildRegistry(applicationResources).problems.gadget_label_taken, undefined, 'building one registry changes no other')
+  assert.equal(buildRegistry(applicationModules).problems.gadget_label_taken, undefined, 'building one registry changes no other')
   const taken = new HttpError('gadget_label_taken', 'Taken.')
   assert.equal(problemAnswer(taken, withGadgets.problems, '/gadgets', 'r').status, 409)
   assert.equal(problemAnswer(taken, applicationRegistry.problems, '/gadgets', 'r').status, 500)
@@ -52,7 +51,7 @@ test('two registries in one process keep their own codes: one resource\'s unique
 
 test("the service's codes are core's, the application's and each declaration's unique codes, each 409 with its declared title", () => {
   const { problems } = applicationRegistry
-  for (const code of [...Object.keys(coreProblems), ...Object.keys(applicationProblems)]) assert.ok(problems[code], code)
+  for (const code of [...Object.keys(coreProblems), ...applicationModules.flatMap((m) => Object.keys(m.problems ?? {}))]) assert.ok(problems[code], code)
   for (const resource of applicationRegistry.resources) {
     for (const { code } of resource.uniqueCodes.values()) assert.deepEqual(problems[code], resource.problems[code])
   }
@@ -65,7 +64,7 @@ test('a declaration whose unique code clashes with a registered code of another 
     name: 'Clash', path: '/clashes', table: 'clashes', access: { read: 'any', write: 'admin' },
     members: { id: idMember(), label: member(Type.String(), { unique: { constraint: 'clashes_label_key', code: 'not_found', title: 'Taken' } }) },
   })
-  assert.throws(() => buildRegistry([...applicationResources, resourceModule(clash)]), /problem code "not_found" is registered as 404/)
+  assert.throws(() => buildRegistry([...applicationModules, { name: 'clash', resources: [resourceModule(clash)] }]), /problem code "not_found" is registered as 404/)
 })
 
 test('a string format means what its own declaration says: two declarations may give one name two checks; an undeclared one fails at definition', () => {

@@ -16,7 +16,7 @@ import { applicationRegistry } from './helpers/registry.js'
 
 const src = fileURLToPath(new URL('../src/', import.meta.url))
 const files = (readdirSync(src, { recursive: true }) as string[]).filter((f) => /\.(ts|mts|mjs)$/.test(f)).map((f) => join(src, f))
-const registryFiles = new Set(['resources.ts'])
+const registryFiles = new Set(['modules.ts'])
 
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 
@@ -49,7 +49,7 @@ function strangersNaming(resource: Resource, patterns: readonly RegExp[]): strin
 
 const products = applicationRegistry.resources.find((r) => r.table === 'products')!
 
-test('the product resource is named only in src/products/ and src/resources.ts: scopes, sku_taken, its events, Product', () => {
+test('the product resource is named only in src/products/ and src/modules.ts: scopes, sku_taken, its events, Product', () => {
   // The bare word too: no comment elsewhere speaks of "a Product".
   const patterns = [...namesOf(products), new RegExp(`\\b${products.name}s?\\b`)]
   assert.ok(patterns[0]!.test(`scope: '${scopesOfResource(products).read}'`), 'the patterns find what they look for')
@@ -57,7 +57,7 @@ test('the product resource is named only in src/products/ and src/resources.ts: 
 })
 
 for (const resource of applicationRegistry.resources.filter((r) => r !== products)) {
-  test(`the ${resource.label} resource's scopes, codes, events and component names appear only in its folders (${resource.path.slice(1)}/) and src/resources.ts`, () => {
+  test(`the ${resource.label} resource's scopes, codes, events and component names appear only in its folders (${resource.path.slice(1)}/) and src/modules.ts`, () => {
     assert.deepEqual(strangersNaming(resource, namesOf(resource)), [])
   })
 }

@@ -1,4 +1,5 @@
 import type { Sql } from 'postgres'
+import type { AppModule } from '../app-module.js'
 import Type from 'typebox'
 import { challenge, invalidToken } from '../auth/credentials.js'
 import { requireRecentPassword } from '../auth/current-password.js'
@@ -101,7 +102,7 @@ const hooks: ResourceHooks = {
   afterDelete: (ctx) => ctx.services.credentialChanges.caughtUp(),
 }
 
-export const apiKeyModule = resourceModule(apiKeys, {
+const operations = resourceModule(apiKeys, {
   operations: ['list', 'create', 'read', 'delete'],
   // A key never makes a key: one leaked key must not be able to outlive its own revocation.
   access: { create: { interactive: true } },
@@ -119,3 +120,10 @@ export const apiKeyModule = resourceModule(apiKeys, {
   created: { name: 'ApiKeyCreated', schema: ApiKeyCreated },
   noStore: ['create'],
 })
+
+/** API keys: the resource a user manages its keys through (the credential itself is auth's, src/auth/api-keys/). */
+export const apiKeysModule: AppModule = {
+  name: 'api-keys',
+  resources: [operations],
+  problems: { api_key_limit: { status: 409, title: 'Too many API keys' } },
+}

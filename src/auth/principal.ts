@@ -1,7 +1,9 @@
 // Who is calling. Authentication turns a credential into a Principal; without
 // a credential the caller is anonymous.
 
-export type Role = 'admin' | 'user'
+import type { Role } from '../accounts/roles.js'
+
+export type { Role }
 
 /** A scope such as `<table>:read`; which ones exist is the registry's (ScopePolicy, src/auth/scopes.ts). */
 export type Scope = string

@@ -1,15 +1,12 @@
 import type { Resource } from '../core/resources/resource.js'
+import type { ScopeGrant } from '../app-module.js'
 import type { Role, Scope } from './principal.js'
 
 // Scopes come from the registry (src/registry.ts): each declared resource
 // has `<table>:read` and `<table>:write`, held by the roles its access names;
-// beside them the scopes of what is no resource (the event feed, metrics).
+// beside them the scopes modules grant of what is no resource (the event
+// feed, metrics).
 
-/** Scopes that belong to no resource, and the roles that may hold them. */
-export const nonResourceScopes: ReadonlyArray<{ scope: Scope; roles: readonly Role[] }> = [
-  { scope: 'events:read', roles: ['admin'] },
-  { scope: 'metrics:read', roles: ['admin'] },
-]
 
 /** The two scopes of a resource, named after its table. */
 export const scopesOfResource = (resource: Pick<Resource, 'table'>) => ({ read: `${resource.table}:read`, write: `${resource.table}:write` })
@@ -22,13 +19,13 @@ export class ScopePolicy {
   readonly all: readonly Scope[]
   readonly byRole: Readonly<Record<Role, readonly Scope[]>>
 
-  constructor(resources: readonly Resource[]) {
+  constructor(resources: readonly Resource[], others: readonly ScopeGrant[]) {
     const entries = [
       ...resources.flatMap((r) => {
         const { read, write } = scopesOfResource(r)
         return [{ scope: read, roles: rolesFor(r.access.read) }, { scope: write, roles: rolesFor(r.access.write) }]
       }),
-      ...nonResourceScopes,
+      ...others,
     ]
     this.all = entries.map((e) => e.scope)
     if (new Set(this.all).size !== this.all.length) throw new Error(`two resources share a scope: ${this.all.join(' ')}`)

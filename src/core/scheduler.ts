@@ -14,6 +14,10 @@ import { describeError, type Logger } from './log.js'
 // - the timers start with the scheduler, and stop with it: `stop` waits, up
 //   to its deadline, for the runs under way, and aborts their signal so that
 //   a run between two batches ends there.
+//
+// A job is made by what it works for (a component makes its own) and added
+// to the scheduler by the composition root (src/service.ts), so what runs
+// is listed in one place; it runs only once added.
 
 export interface JobSpec<T> {
   /** Names the job in log lines (`job`) and in docs/architecture.md. */
@@ -33,19 +37,34 @@ export class SchedulerStopped extends Error {
   }
 }
 
+interface JobHost {
+  readonly log: Logger
+  readonly signal: AbortSignal
+}
+
 export class Job<T> {
   private running: Promise<T> | undefined
   private queued: Promise<T> | undefined
   private timer: NodeJS.Timeout | undefined
   private failing = false
+  private host: JobHost | undefined
 
-  constructor(
-    readonly spec: JobSpec<T>,
-    private readonly scheduler: { readonly log: Logger; readonly signal: AbortSignal },
-  ) {}
+  constructor(readonly spec: JobSpec<T>) {}
 
   get name(): string {
     return this.spec.name
+  }
+
+  /** @internal the scheduler's, when the job is added. */
+  attach(host: JobHost): void {
+    if (this.host) throw new Error(`Scheduler: ${this.name} is on a scheduler already`)
+    this.host = host
+  }
+
+  /** The scheduler it was added to: a job on none is a wiring mistake, not a state to wait out. */
+  private get scheduler(): JobHost {
+    if (!this.host) throw new Error(`Scheduler: ${this.name} runs only once added to a scheduler (src/service.ts)`)
+    return this.host
   }
 
   /** Runs now, or joins the run under way; rejects with the run's error. */
@@ -129,11 +148,13 @@ export class Scheduler implements Component {
     return this.stopping.signal
   }
 
-  /** Registers a job; its timer starts with the scheduler (at once when it runs already). */
-  add<T>(spec: JobSpec<T>): Job<T> {
+  /** Registers a job (or makes one of a spec); its timer starts with the scheduler (at once when it runs already). */
+  add<T>(jobOrSpec: Job<T> | JobSpec<T>): Job<T> {
+    const job = jobOrSpec instanceof Job ? jobOrSpec : new Job(jobOrSpec)
+    const { spec } = job
     if (this.jobs.has(spec.name)) throw new Error(`Scheduler: two jobs are named ${spec.name}`)
     if (!(spec.periodMs > 0)) throw new Error(`Scheduler: ${spec.name} needs a positive period, not ${spec.periodMs}`)
-    const job = new Job(spec, this)
+    job.attach(this)
     this.jobs.set(spec.name, job as Job<unknown>)
     if (this.started && !this.signal.aborted) job.schedule(spec.firstRunMs ?? spec.periodMs)
     return job

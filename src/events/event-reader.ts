@@ -2,7 +2,7 @@ import { setImmediate as yieldToIo } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import type { Component } from '../core/lifecycle.js'
 import { describeError, type Logger } from '../core/log.js'
-import type { Job, Scheduler } from '../core/scheduler.js'
+import { Job } from '../core/scheduler.js'
 import { eventSerializer } from './feed.js'
 import { sseEvent } from './sse.js'
 import type { EventStream } from './stream.js'
@@ -60,6 +60,8 @@ export class EventReader implements Component {
   private readAt = -Infinity
   private stopped = false
   private readonly reads: Job<void>
+  /** Its repeating jobs, which run once the composition root adds them to the scheduler (src/service.ts). */
+  readonly jobs: readonly Job<unknown>[]
 
   constructor(
     private readonly sql: Sql,
@@ -70,9 +72,9 @@ export class EventReader implements Component {
     private readonly authority: StreamAuthority,
     /** Whether any stream is open: without one nothing is read. */
     private readonly streamsOpen: () => boolean,
-    scheduler: Scheduler,
   ) {
-    this.reads = scheduler.add({ name: 'events.read', periodMs: settings.pollMs, run: () => this.read() })
+    this.reads = new Job({ name: 'events.read', periodMs: settings.pollMs, run: () => this.read() })
+    this.jobs = [this.reads]
   }
 
   /** Listens on EVENTS_CHANNEL (postgres.js listens again after a reconnection, and calls the second `wake`). */

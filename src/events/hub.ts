@@ -5,7 +5,7 @@ import type { Component } from '../core/lifecycle.js'
 import { HttpError } from '../core/http/problem.js'
 import type { StreamBody } from '../core/http/route.js'
 import type { Logger } from '../core/log.js'
-import type { Scheduler } from '../core/scheduler.js'
+import { Job } from '../core/scheduler.js'
 import { EventReader, type ReaderSettings } from './event-reader.js'
 import { SSE_CONTENT_TYPE } from './sse.js'
 import { EventStream } from './stream.js'
@@ -64,6 +64,8 @@ export class EventHub implements Component {
   /** The service stops: no stream starts any more. */
   private closing = false
   private readonly catchUp: CatchUp
+  /** Its repeating jobs and its reader's, which run once the composition root adds them to the scheduler (src/service.ts). */
+  readonly jobs: readonly Job<unknown>[]
 
   constructor(
     sql: Sql,
@@ -73,18 +75,18 @@ export class EventHub implements Component {
     readonly settings: StreamSettings,
     /** Whether the streams' grants still hold (src/auth/grants.ts). */
     check: GrantCheck,
-    scheduler: Scheduler,
   ) {
-    const authority = new StreamAuthority(this.streams, check, settings.authorityCheckMs, scheduler)
-    this.reader = new EventReader(sql, listenSql, log, settings, authority, () => this.streams.size > 0, scheduler)
+    const authority = new StreamAuthority(this.streams, check, settings.authorityCheckMs)
+    this.reader = new EventReader(sql, listenSql, log, settings, authority, () => this.streams.size > 0)
     this.catchUp = { sql, log, reader: this.reader, authority, pageSize: settings.pageSize, retryMs: settings.retryMs }
-    scheduler.add({
+    const heartbeat = new Job({
       name: 'events.stream-heartbeat',
       periodMs: settings.heartbeatMs,
       run: async () => {
         for (const stream of this.streams) stream.beat()
       },
     })
+    this.jobs = [...this.reader.jobs, ...authority.jobs, heartbeat]
   }
 
   /** Streams open or about to be. */

@@ -1,7 +1,7 @@
 import type { Sql, TransactionSql } from 'postgres'
 import { backgroundConnection } from '../core/db/connect.js'
 import type { Component } from '../core/lifecycle.js'
-import type { Job, Scheduler } from '../core/scheduler.js'
+import { Job } from '../core/scheduler.js'
 import { EVENTS_CHANNEL } from './event-reader.js'
 
 // Moves committed events from the outbox to the event log, numbering them
@@ -38,16 +38,18 @@ export class EventPublisher implements Component {
   readonly name = 'event-publisher'
   private readonly sql: Sql
   private readonly job: Job<number>
+  /** Its repeating jobs, which run once the composition root adds them to the scheduler (src/service.ts). */
+  readonly jobs: readonly Job<unknown>[]
 
   constructor(
     pool: Sql,
-    scheduler: Scheduler,
     private readonly wakeDeliveryWorkers: (tx: TransactionSql) => Promise<void>,
     private readonly settings: PublisherSettings = defaultPublisherSettings,
   ) {
     // postgres.js connects on the first statement, so an instance that never starts opens nothing.
     this.sql = backgroundConnection(pool)
-    this.job = scheduler.add({ name: 'events.publish', periodMs: settings.intervalMs, run: (signal) => this.publish(signal) })
+    this.job = new Job({ name: 'events.publish', periodMs: settings.intervalMs, run: (signal) => this.publish(signal) })
+    this.jobs = [this.job]
   }
 
   start(): void {}

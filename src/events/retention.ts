@@ -1,7 +1,7 @@
 import type { Sql } from 'postgres'
-import { addPurgeJob, type BatchLimits } from '../core/db/batched-delete.js'
+import { purgeJob, type BatchLimits } from '../core/db/batched-delete.js'
 import type { Logger } from '../core/log.js'
-import type { Job, Scheduler } from '../core/scheduler.js'
+import type { Job } from '../core/scheduler.js'
 
 // Events older than EVENTS_RETENTION_DAYS are deleted by the service itself,
 // job `events.retention`, a batch per statement (src/core/db/batched-delete.ts):
@@ -18,9 +18,11 @@ export const defaultRetentionSettings: RetentionSettings = { intervalMs: 10 * 60
 
 export class EventRetention {
   private readonly job: Job<number>
+  /** Its repeating jobs, which run once the composition root adds them to the scheduler (src/service.ts). */
+  readonly jobs: readonly Job<unknown>[]
 
-  constructor(sql: Sql, scheduler: Scheduler, log: Logger, days: number, settings: RetentionSettings = defaultRetentionSettings) {
-    this.job = addPurgeJob(scheduler, {
+  constructor(sql: Sql, log: Logger, days: number, settings: RetentionSettings = defaultRetentionSettings) {
+    this.job = purgeJob({
       name: 'events.retention',
       periodMs: settings.intervalMs,
       // At a random point of the first interval, so that instances started together spread out.
@@ -31,6 +33,7 @@ export class EventRetention {
       limits: settings,
       onDeleted: (events) => events && log.info('old events deleted', { events, retention_days: days }),
     })
+    this.jobs = [this.job]
   }
 
   /** A sweep that starts now (or once the one under way ended); how many events it deleted. */

@@ -1,5 +1,5 @@
 import type { Grant, GrantEnd } from '../auth/grants.js'
-import type { Job, Scheduler } from '../core/scheduler.js'
+import { Job } from '../core/scheduler.js'
 import type { EventStream } from './stream.js'
 
 // Whether each open stream may still be sent events (src/auth/grants.ts),
@@ -31,6 +31,8 @@ export type GrantCheck = (grants: readonly Grant[], options: { catchUp: boolean 
 
 export class StreamAuthority {
   private readonly rounds: Job<void>
+  /** Its repeating jobs, which run once the composition root adds them to the scheduler (src/service.ts). */
+  readonly jobs: readonly Job<unknown>[]
   /** A round was asked for to let events through: the next one catches up first. */
   private gating = false
 
@@ -38,9 +40,9 @@ export class StreamAuthority {
     private readonly streams: ReadonlySet<EventStream>,
     private readonly check: GrantCheck,
     intervalMs: number,
-    scheduler: Scheduler,
   ) {
-    this.rounds = scheduler.add({ name: 'events.stream-authority', periodMs: intervalMs, run: () => this.round() })
+    this.rounds = new Job({ name: 'events.stream-authority', periodMs: intervalMs, run: () => this.round() })
+    this.jobs = [this.rounds]
   }
 
   /** Resolves after a round that started after this call; rejects with its error when it could not check. */

@@ -5,7 +5,7 @@ import { settledBy, withDeadline } from '../core/lib/settled-by.js'
 import type { Component } from '../core/lifecycle.js'
 import { describeError, type Logger } from '../core/log.js'
 import type { Metrics } from '../core/metrics.js'
-import type { Job, Scheduler } from '../core/scheduler.js'
+import { Job } from '../core/scheduler.js'
 import { retryDelayMs } from '../core/lib/retry-schedule.js'
 import { MailSendError, type MailTransport } from './message.js'
 import { claimMail, mailFailed, mailRetry, mailSent, type ClaimedMail } from './outbox.js'
@@ -64,6 +64,8 @@ export class MailWorker implements Component {
   private db: Sql | undefined
   private wakeups: Sql | undefined
   private readonly job: Job<void>
+  /** Its repeating jobs, which run once the composition root adds them to the scheduler (src/service.ts). */
+  readonly jobs: readonly Job<unknown>[]
   private readonly counts: { sent: { inc(): void }; retried: { inc(): void }; failed: { inc(): void } }
 
   constructor(
@@ -75,7 +77,6 @@ export class MailWorker implements Component {
     private readonly log: Logger,
     metrics: Metrics,
     private readonly settings: MailSettings,
-    scheduler: Scheduler,
   ) {
     if (settings.leaseMs <= settings.sendTimeoutMs) throw new Error('mail settings: leaseMs must be longer than sendTimeoutMs')
     this.counts = {
@@ -83,7 +84,8 @@ export class MailWorker implements Component {
       retried: metrics.counter('mail_retried_total', 'Attempts to send a message that failed and will be tried again.'),
       failed: metrics.counter('mail_failed_total', 'Messages given up on: refused for good, or every retry failed.'),
     }
-    this.job = scheduler.add({ name: 'mail.send', periodMs: settings.pollMs, firstRunMs: 0, run: () => this.sendDue() })
+    this.job = new Job({ name: 'mail.send', periodMs: settings.pollMs, firstRunMs: 0, run: () => this.sendDue() })
+    this.jobs = [this.job]
   }
 
   start(): void {

@@ -2,7 +2,6 @@ import Type from 'typebox'
 import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
 import { member } from '../core/resources/member.js'
 import { defineResource } from '../core/resources/resource.js'
-import { resourceModule } from '../resource-module.js'
 
 // ISO 4217 codes in current use, as the ICU data shipped with Node knows them:
 // "XYZ" has the right shape but is no currency.
@@ -37,4 +36,3 @@ export const products = defineResource({
   },
 })
 
-export const productModule = resourceModule(products)

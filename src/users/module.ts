@@ -1,10 +1,9 @@
+import type { AppModule } from '../app-module.js'
 import { resourceModule } from '../resource-module.js'
 import { meRoute } from './me.js'
 import { userHooks, users } from './resource.js'
 
-// What the users module adds to the service: the resource's routes, and GET /auth/me.
-
-const resource = resourceModule(users, {
+const operations = resourceModule(users, {
   access: { list: { who: 'admin' }, create: { who: 'admin', signup: true } },
   hooks: userHooks,
   summaries: {
@@ -13,4 +12,10 @@ const resource = resourceModule(users, {
   },
 })
 
-export const userModule = { ...resource, routes: [...resource.routes, meRoute] }
+/** Users: the resource, GET /auth/me, and the rule that one admin always remains. */
+export const usersModule: AppModule = {
+  name: 'users',
+  resources: [operations],
+  routes: [meRoute],
+  problems: { last_admin: { status: 409, title: 'The last admin cannot be removed' } },
+}

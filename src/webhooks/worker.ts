@@ -7,7 +7,7 @@ import { eventSerializer } from '../events/feed.js'
 import type { Component } from '../core/lifecycle.js'
 import type { Resource } from '../core/resources/resource.js'
 import { describeError, type Logger } from '../core/log.js'
-import type { Job, Scheduler } from '../core/scheduler.js'
+import { Job } from '../core/scheduler.js'
 import { systemResolver, type Resolver } from './address-policy.js'
 import { claimDue, recordAttempt, releaseClaim, type ClaimedDelivery } from './delivery-queries.js'
 import { resealSecrets } from './reseal.js'
@@ -85,6 +85,8 @@ export class WebhookWorker implements Component {
   private db: Sql | undefined
   private wakeups: Sql | undefined
   private readonly claims: Job<void>
+  /** Its repeating jobs, which run once the composition root adds them to the scheduler (src/service.ts). */
+  readonly jobs: readonly Job<unknown>[]
 
   constructor(
     readonly sql: Sql,
@@ -95,12 +97,12 @@ export class WebhookWorker implements Component {
     readonly config: Config,
     readonly log: Logger,
     readonly settings: WebhookSettings,
-    scheduler: Scheduler,
   ) {
     if (settings.leaseMs <= settings.timeoutMs) throw new Error('webhook settings: leaseMs must be longer than timeoutMs')
     if (settings.concurrency < 1) throw new Error('webhook settings: concurrency must be at least 1')
-    this.claims = scheduler.add({ name: 'webhooks.deliver', periodMs: settings.pollMs, firstRunMs: 0, run: () => this.claimAndSend() })
-    scheduler.add({ name: 'webhooks.reseal', periodMs: settings.resealIntervalMs, firstRunMs: 0, run: (signal) => this.reseal(signal) })
+    this.claims = new Job({ name: 'webhooks.deliver', periodMs: settings.pollMs, firstRunMs: 0, run: () => this.claimAndSend() })
+    const reseal = new Job({ name: 'webhooks.reseal', periodMs: settings.resealIntervalMs, firstRunMs: 0, run: (signal) => this.reseal(signal) })
+    this.jobs = [this.claims, reseal]
   }
 
   /** Opens its connections and listens for new deliveries; again after a stop (tests pause an instance's worker so). */

@@ -4,11 +4,12 @@ import { member } from '../../src/core/resources/member.js'
 import { defineResource } from '../../src/core/resources/resource.js'
 import { buildRegistry } from '../../src/registry.js'
 import { resourceModule } from '../../src/resource-module.js'
-import { applicationResources } from '../../src/resources.js'
+import type { AppModule } from '../../src/app-module.js'
+import { applicationModules } from '../../src/modules.js'
 
 // A resource added the way docs/architecture.md says, and nothing more: its
 // migration (sql/NNN_categories.sql in the application), its declaration
-// file (src/categories/resource.ts), and its line in src/resources.ts. Here
+// file with its module (src/categories/resource.ts), and its line in src/modules.ts. Here
 // the three are test-only: the migration runs on the test's own database, and
 // the registry line is `categoriesRegistry`, handed to the test's service.
 
@@ -46,7 +47,7 @@ export const categories = defineResource({
   },
 })
 
-export const categoryModule = resourceModule(categories)
+export const categoriesModule: AppModule = { name: 'categories', resources: [resourceModule(categories)] }
 
-// --- src/resources.ts: one line more in applicationResources
-export const categoriesRegistry = buildRegistry([...applicationResources, categoryModule])
+// --- src/modules.ts: one line more in applicationModules
+export const categoriesRegistry = buildRegistry([...applicationModules, categoriesModule])

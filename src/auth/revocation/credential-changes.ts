@@ -1,12 +1,12 @@
 import type { Sql } from 'postgres'
 import { applyKeyChange } from '../api-keys/key-changes.js'
 import type { ApiKeyCache } from '../api-keys/key-cache.js'
-import { addPurgeJob } from '../../core/db/batched-delete.js'
+import { purgeJob } from '../../core/db/batched-delete.js'
 import { backgroundConnection } from '../../core/db/connect.js'
 import { watchListenClose } from '../../core/db/listen-close.js'
 import type { Component } from '../../core/lifecycle.js'
 import { describeError, type Logger } from '../../core/log.js'
-import type { Job, Scheduler } from '../../core/scheduler.js'
+import { Job } from '../../core/scheduler.js'
 import { ChangeMarkers } from './change-markers.js'
 import { CredentialTrust } from './credential-trust.js'
 import { applyRevocation, type RevocationList, type RevocationRow } from './revocations.js'
@@ -76,6 +76,8 @@ export class CredentialChanges implements Component {
   private readonly trust: CredentialTrust
   private readonly markers: ChangeMarkers
   private readonly heartbeat: Job<void>
+  /** Its repeating jobs, which run once the composition root adds them to the scheduler (src/service.ts). */
+  readonly jobs: readonly Job<unknown>[]
   private readonly catchUpTimeoutMs: number
   private readonly quiet: () => boolean
   /** The heartbeat's connection (postgres.js opens it at its first statement). */
@@ -88,7 +90,6 @@ export class CredentialChanges implements Component {
     private readonly keys: ApiKeyCache,
     private readonly revocations: RevocationList,
     private readonly log: Logger,
-    scheduler: Scheduler,
     { stopping, catchUpTimeoutMs = CATCH_UP_TIMEOUT_MS, heartbeatMs = HEARTBEAT_MS }: CredentialChangesOptions,
   ) {
     this.catchUpTimeoutMs = catchUpTimeoutMs
@@ -96,8 +97,9 @@ export class CredentialChanges implements Component {
     this.trust = new CredentialTrust(keys, log, this.quiet)
     this.markers = new ChangeMarkers(CHANGES_CHANNEL, catchUpTimeoutMs)
     this.background = backgroundConnection(sql)
-    this.heartbeat = scheduler.add({ name: 'credentials.heartbeat', periodMs: heartbeatMs, run: () => this.beat() })
-    addPurgeJob(scheduler, { name: 'revocations.purge', periodMs: PURGE_EVERY_MS, sql: this.background, table: 'revocations', where: (db) => db`expires_at < now()` })
+    this.heartbeat = new Job({ name: 'credentials.heartbeat', periodMs: heartbeatMs, run: () => this.beat() })
+    const purge = purgeJob({ name: 'revocations.purge', periodMs: PURGE_EVERY_MS, sql: this.background, table: 'revocations', where: (db) => db`expires_at < now()` })
+    this.jobs = [this.heartbeat, purge]
   }
 
   /** True while what this instance remembers about credentials may be used. */

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { PendingQuery, Row, Sql } from 'postgres'
-import type { Job, Scheduler } from '../scheduler.js'
+import { Job } from '../scheduler.js'
 
 // Purges of old rows, every one of them (each a job on the scheduler,
 // src/core/scheduler.ts): a bounded number of bounded DELETEs, so that a
@@ -37,10 +37,14 @@ export async function deleteInBatches(sql: Sql, table: string, where: PendingQue
   return deleted
 }
 
+/** How often the purges of old rows run, unless one says otherwise; each deletes a bounded batch. */
+export const PURGE_PERIOD_MS = 60_000
+
 export interface PurgeJob {
   /** The job's name on the scheduler. */
   name: string
-  periodMs: number
+  /** Default PURGE_PERIOD_MS. */
+  periodMs?: number
   /** Default 0: an instance that starts cleans up what stopped ones left. */
   firstRunMs?: number
   sql: Sql
@@ -53,12 +57,12 @@ export interface PurgeJob {
   onDeleted?: (count: number) => void
 }
 
-/** A purge on the scheduler: deleteInBatches every period, and again at once after a run that reached its bound. */
-export function addPurgeJob(scheduler: Scheduler, spec: PurgeJob): Job<number> {
+/** A purge for the scheduler: deleteInBatches every period, and again at once after a run that reached its bound. */
+export function purgeJob(spec: PurgeJob): Job<number> {
   const { batchSize, maxBatches } = { ...defaultBatchLimits, ...spec.limits }
-  const job: Job<number> = scheduler.add({
+  const job: Job<number> = new Job({
     name: spec.name,
-    periodMs: spec.periodMs,
+    periodMs: spec.periodMs ?? PURGE_PERIOD_MS,
     firstRunMs: spec.firstRunMs ?? 0,
     async run(signal) {
       const deleted = await deleteInBatches(spec.sql, spec.table, spec.where(spec.sql), spec.limits, signal)
