@@ -287,8 +287,9 @@ function problemReply(err: unknown, instance: string, requestId: string, service
     services.metrics.queryErrors++
     services.log.warn('database unavailable', { request_id: requestId, ...describeError(err) })
   }
-  if (!(http.code in services.problems)) services.log.error('a problem code the service does not have', { request_id: requestId, code: http.code })
-  return problemAnswer(http, services.problems, instance, requestId)
+  const { unknown, ...answer } = problemAnswer(http, services.problems, instance, requestId)
+  if (unknown) services.log.error('a problem code the service does not have', { request_id: requestId, code: http.code })
+  return answer
 }
 
 /** No body at all: neither a length nor chunked transfer (RFC 9112 §6.3). */

@@ -94,7 +94,8 @@ export function problemAnswer(err: HttpError, problems: ProblemTable, instance: 
   const known = problems[err.code]
   const answered = known ? err : new HttpError('internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
   const type = known ?? problems.internal_error ?? coreProblems.internal_error!
-  return { status: type.status, headers: answered.options.headers, body: problemBody(answered, type, instance, requestId) }
+  // `unknown`: the code is not in the table (a bug), answered as internal_error; the caller logs it.
+  return { status: type.status, headers: answered.options.headers, body: problemBody(answered, type, instance, requestId), unknown: !known }
 }
 
 function problemBody(err: HttpError, type: ProblemType, instance: string, requestId: string) {
