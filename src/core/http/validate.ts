@@ -35,9 +35,12 @@ export type FormatCheck = (value: string) => boolean
 const apiFormats: Readonly<Record<string, FormatCheck>> = { 'date-time': isApiDateTime }
 
 export function compileValidator<S extends TSchema>(schema: S, options: ValidatorOptions = {}): Validator<Static<S>> {
-  const formats = { ...apiFormats, ...options.formats }
-  const unknown = [...formatsNamedIn(schema)].filter((name) => !(name in formats) && !Format.Has(name))
+  const declared = { ...apiFormats, ...options.formats }
+  const named = [...formatsNamedIn(schema)]
+  const unknown = named.filter((name) => !(name in declared) && !Format.Has(name))
   if (unknown.length) throw new Error(`string format "${unknown[0]}" has no check: declare it with the schema (ValidatorOptions.formats)`)
+  // Only the formats this schema names are lent; a schema that names none leaves the table alone.
+  const formats = Object.fromEntries(named.filter((name) => name in declared).map((name) => [name, declared[name]!]))
   const compiled = withFormats(formats, () => Compile(schema))
   const errors = (value: unknown): FieldError[] => {
     const unsafe = findUnstorableStrings(value)
@@ -78,6 +81,7 @@ export function compileValidator<S extends TSchema>(schema: S, options: Validato
  * process never see each other's.
  */
 function withFormats<T>(formats: Readonly<Record<string, FormatCheck>>, run: () => T): T {
+  if (Object.keys(formats).length === 0) return run()
   const before = Format.Entries()
   try {
     for (const [name, check] of Object.entries(formats)) Format.Set(name, check)
