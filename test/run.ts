@@ -85,8 +85,8 @@ async function withTemplate(): Promise<boolean> {
   console.log(`${files.length} files, ${FILES_AT_ONCE} at a time, longest first by the times in ${TIMINGS_NAME}`)
   const started = performance.now()
   const failuresFile = process.env.TEST_FAILURES_FILE
-  const outcomes = await inLanes(files, FILES_AT_ONCE, interruption.signal, async (file): Promise<FileOutcome> => {
-    const prefix = `${template}_${files.indexOf(file)}_`
+  const outcomes = await inLanes(files, FILES_AT_ONCE, interruption.signal, async (file, index): Promise<FileOutcome> => {
+    const prefix = `${template}_${index}_`
     const options = { env: { ...env, TEST_DATABASE_PREFIX: prefix }, timeoutMs: FILE_TIMEOUT_MS, signal: interruption.signal }
     const outcome = outcomeOf(file, await runFile(join(projectRoot, file), options), FILE_TIMEOUT_MS)
     // One after another on the one admin connection, in the background: the lane goes on to its next file.

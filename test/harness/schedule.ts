@@ -35,12 +35,16 @@ export async function inLanes<T, R>(
   items: T[],
   lanes: number,
   signal: AbortSignal,
-  work: (item: T) => Promise<R>,
+  /** `index`: the item's place in `items`. */
+  work: (item: T, index: number) => Promise<R>,
 ): Promise<R[]> {
   const results: R[] = []
   let next = 0
   const lane = async () => {
-    while (next < items.length && !signal.aborted) results.push(await work(items[next++]!))
+    while (next < items.length && !signal.aborted) {
+      const index = next++
+      results.push(await work(items[index]!, index))
+    }
   }
   await Promise.all(Array.from({ length: Math.min(lanes, items.length) }, lane))
   return results
