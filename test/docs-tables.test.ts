@@ -4,6 +4,7 @@ import { after, test } from 'node:test'
 import { allRoutes } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
 import { createLogger } from '../src/core/log.js'
+import type { AnyRoute } from '../src/core/http/route.js'
 import type { Registry } from '../src/registry.js'
 import { createService } from '../src/service.js'
 import { categoriesRegistry } from './helpers/categories.js'
@@ -64,9 +65,11 @@ test('docs/auth.md\'s access table has every route that needs a credential, with
   assert.deepEqual([...table].filter(([route, scope]) => scopeOf.get(route) !== scope).map(([route]) => route), [], 'documented, but no such route, or another scope')
 })
 
+/** docs/auth.md's scope list, as written. */
+const listedScopes = /^Scopes: `([^`]+)`/m.exec(doc('auth.md'))?.[1]?.split(/\s+/) ?? []
+
 test('docs/auth.md lists every scope, and no other', () => {
-  const listed = /^Scopes: `([^`]+)`/m.exec(doc('auth.md'))?.[1]?.split(/\s+/) ?? []
-  assert.deepEqual([...listed].sort(), [...applicationRegistry.scopes.all].sort())
+  assert.deepEqual([...listedScopes].sort(), [...applicationRegistry.scopes.all].sort())
 })
 
 test('docs/auth.md\'s example login of an admin shows every scope an admin gets', () => {
@@ -74,14 +77,20 @@ test('docs/auth.md\'s example login of an admin shows every scope an admin gets'
   assert.equal(shown, [...applicationRegistry.scopes.byRole.admin].sort().join(' '))
 })
 
+const eventsDoc = doc('events.md')
+/** The event types docs/events.md does not name. */
+const unnamedEventTypes = (registry: Registry) => registry.eventTypes.filter((type) => !eventsDoc.includes(`\`${type}\``))
+
 test('docs/events.md names every event type a webhook may subscribe to', () => {
-  const events = doc('events.md')
-  assert.deepEqual(applicationRegistry.eventTypes.filter((type) => !events.includes(`\`${type}\``)), [])
+  assert.deepEqual(unnamedEventTypes(applicationRegistry), [])
 })
 
+const problemDocs = ['api.md', 'auth.md', 'events.md', 'operations.md', 'security.md'].map(doc).join('\n')
+/** The problem codes no page of docs/ names. */
+const unnamedProblems = (registry: Registry) => Object.keys(registry.problems).filter((code) => !problemDocs.includes(`\`${code}\``))
+
 test('every problem code the service may answer with is documented in docs/', () => {
-  const docs = ['api.md', 'auth.md', 'events.md', 'operations.md', 'security.md'].map(doc).join('\n')
-  assert.deepEqual(Object.keys(applicationRegistry.problems).filter((code) => !docs.includes(`\`${code}\``)), [])
+  assert.deepEqual(unnamedProblems(applicationRegistry), [])
 })
 
 /** README.md's endpoint table: each row's methods and paths ("GET, PUT | /a, /a/{id}"), as written. */
@@ -93,29 +102,28 @@ function endpointRows(markdown: string): Array<{ methods: string[]; paths: strin
   })
 }
 
+const readmeRows = endpointRows(readFileSync(new URL('../README.md', import.meta.url), 'utf8'))
+/** The routes README.md's endpoint table has no row for, as `METHOD /path`. */
+const rowlessRoutes = (all: readonly AnyRoute[]) =>
+  all.filter((r) => !readmeRows.some((row) => row.methods.includes(r.method) && row.paths.includes(r.path))).map((r) => `${r.method} ${r.path}`)
+
 test('README.md\'s endpoint table has a row for every route, and every row names a route', () => {
-  const rows = endpointRows(readFileSync(new URL('../README.md', import.meta.url), 'utf8'))
-  assert.ok(rows.length > 10, `only ${rows.length} rows read`)
-  const covered = (method: string, path: string) => rows.some((r) => r.methods.includes(method) && r.paths.includes(path))
-  assert.deepEqual(routes.filter((r) => !covered(r.method, r.path)).map((r) => `${r.method} ${r.path}`), [])
+  assert.ok(readmeRows.length > 10, `only ${readmeRows.length} rows read`)
+  assert.deepEqual(rowlessRoutes(routes), [])
   const paths = new Set(routes.map((r) => r.path))
-  assert.deepEqual(rows.flatMap((r) => r.paths).filter((p) => !paths.has(p)), [], 'a path in the table that no route has')
+  assert.deepEqual(readmeRows.flatMap((r) => r.paths).filter((p) => !paths.has(p)), [], 'a path in the table that no route has')
 })
 
 /** What a registry's service has that the docs do not name: routes (README.md, docs/auth.md), scopes, event types, problem codes. */
 function undocumented(registry: Registry): string[] {
   const all = allRoutes(registry, '')
-  const rows = endpointRows(readFileSync(new URL('../README.md', import.meta.url), 'utf8'))
   const access = accessTable(doc('auth.md'))
-  const scopes = /^Scopes: `([^`]+)`/m.exec(doc('auth.md'))?.[1]?.split(/\s+/) ?? []
-  const events = doc('events.md')
-  const docs = ['api.md', 'auth.md', 'events.md', 'operations.md', 'security.md'].map(doc).join('\n')
   return [
-    ...all.filter((r) => !rows.some((row) => row.methods.includes(r.method) && row.paths.includes(r.path))).map((r) => `README.md: ${r.method} ${r.path}`),
+    ...rowlessRoutes(all).map((route) => `README.md: ${route}`),
     ...all.filter((r) => r.access.kind === 'protected' && !access.has(`${r.method} ${r.path}`)).map((r) => `docs/auth.md: ${r.method} ${r.path}`),
-    ...registry.scopes.all.filter((s) => !scopes.includes(s)).map((s) => `docs/auth.md: scope ${s}`),
-    ...registry.eventTypes.filter((type) => !events.includes(`\`${type}\``)).map((type) => `docs/events.md: ${type}`),
-    ...Object.keys(registry.problems).filter((code) => !docs.includes(`\`${code}\``)).map((code) => `docs/: problem ${code}`),
+    ...registry.scopes.all.filter((s) => !listedScopes.includes(s)).map((s) => `docs/auth.md: scope ${s}`),
+    ...unnamedEventTypes(registry).map((type) => `docs/events.md: ${type}`),
+    ...unnamedProblems(registry).map((code) => `docs/: problem ${code}`),
   ]
 }
 
@@ -141,23 +149,20 @@ function tableNames(markdown: string, header: string): Array<{ names: string[]; 
   return rows.map((row) => ({ row, names: [...(row.split('|')[header.startsWith('| order') ? 2 : 1] ?? '').matchAll(/`([a-z.-]+)`/g)].map((m) => m[1]!) }))
 }
 
-/** A service as src/start.ts makes one, with every optional part (an identity provider); it opens nothing, as none listens. */
-const fullService = () => createService({
+/** A service as src/start.ts makes one, with every optional part (an identity provider); it opens nothing, as it never listens. */
+const service = createService({
   ...loadConfig({ JWT_SECRETS: 'docs:0123456789abcdef0123456789abcdef', OIDC_ISSUER: 'https://idp.example.com', OIDC_AUDIENCE: 'api' }),
   databaseUrl: 'postgres://nobody@127.0.0.1:9/none',
   databasePooler: 'none',
 }, { log: createLogger('error', () => {}) })
+after(() => service.close())
 
 test('docs/architecture.md\'s component table lists the service\'s components in the order they start', async () => {
-  const service = fullService()
-  after(() => service.close())
   const documented = tableNames(doc('architecture.md'), '| order | component |').map((r) => r.names[0])
   assert.deepEqual(documented, service.lifecycle.names)
 })
 
 test('docs/architecture.md\'s job table lists every job of the service, and no other (TLS\'s only with TLS)', async () => {
-  const service = fullService()
-  after(() => service.close())
   const rows = tableNames(doc('architecture.md'), '| job | period |')
   const documented = rows.flatMap((r) => (/with TLS only/.test(r.row) ? [] : r.names))
   assert.deepEqual([...documented].sort(), service.scheduler.specs.map((s) => s.name).sort())

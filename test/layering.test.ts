@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict'
-import { readdirSync, readFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { dirname, join, relative, resolve, sep } from 'node:path'
 import { test } from 'node:test'
+import { sourceFiles } from './helpers/source-files.js'
 import ts from 'typescript'
 
 // src/core is a library the application uses: it imports nothing of the
@@ -14,9 +15,7 @@ const root = resolve(import.meta.dirname, '..')
 const core = join(root, 'src', 'core')
 const allowedPackages = /^(node:.+|typebox|typebox\/.+|postgres)$/
 
-const sources = (dir: string): string[] =>
-  readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? sources(join(dir, e.name)) : /\.(m?ts|m?js)$/.test(e.name) ? [join(dir, e.name)] : [])
+const sources = (dir: string): string[] => sourceFiles(dir, /\.m?[tj]s$/)
 
 /** Every specifier of a source's imports and export-froms, static and dynamic (`import()`), type-only ones included. */
 const specifiersIn = (text: string): string[] => ts.preProcessFile(text, true, true).importedFiles.map((f) => f.fileName)

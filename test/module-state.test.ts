@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict'
-import { readdirSync, readFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { join, relative, resolve } from 'node:path'
 import { test } from 'node:test'
 import ts from 'typescript'
 import { categoriesMigration, categoriesRegistry } from './helpers/categories.js'
+import { sourceFiles } from './helpers/source-files.js'
 import { startServer } from './helpers/server.js'
 
 // A service owns all of its state (docs/architecture.md, "One service"): no
@@ -12,10 +13,7 @@ import { startServer } from './helpers/server.js'
 // scheduler's, or one that docs/architecture.md names with its reason.
 
 const root = resolve(import.meta.dirname, '..')
-const sources = (dir: string): string[] =>
-  readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? sources(join(dir, e.name)) : /\.m?ts$/.test(e.name) && !e.name.endsWith('.d.mts') ? [join(dir, e.name)] : [])
-const files = sources(join(root, 'src')).map((file) => ({ path: relative(root, file), text: readFileSync(file, 'utf8') }))
+const files = sourceFiles(join(root, 'src'), /(?<!\.d)\.m?ts$/).map((file) => ({ path: relative(root, file), text: readFileSync(file, 'utf8') }))
 /** Scripts whose work is to run when loaded. */
 const entryPoints = new Set(['src/main.ts'])
 /** Classes whose instances never change after construction. */

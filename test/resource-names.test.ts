@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict'
-import { readdirSync, readFileSync } from 'node:fs'
-import { join, relative } from 'node:path'
+import { readFileSync } from 'node:fs'
+import { relative } from 'node:path'
 import { test } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import { scopesOfResource } from '../src/auth/scopes.js'
 import type { Resource } from '../src/core/resources/resource.js'
+import { sourceFiles } from './helpers/source-files.js'
 import { applicationRegistry } from './helpers/registry.js'
 
 // A resource's names (its scopes, problem codes, event types, OpenAPI
@@ -15,7 +16,7 @@ import { applicationRegistry } from './helpers/registry.js'
 // are read from the declarations, never listed here.
 
 const src = fileURLToPath(new URL('../src/', import.meta.url))
-const files = (readdirSync(src, { recursive: true }) as string[]).filter((f) => /\.(ts|mts|mjs)$/.test(f)).map((f) => join(src, f))
+const files = sourceFiles(src, /\.(ts|mts|mjs)$/)
 const registryFiles = new Set(['modules.ts'])
 
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
