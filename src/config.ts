@@ -202,7 +202,6 @@ export interface ProviderSettings {
   reprovision: boolean
 }
 
-
 /**
  * The secrets: each may also be given as `<NAME>_FILE` (src/secret-files.ts),
  * and no message ever echoes its value. A new secret variable joins here.

@@ -1,6 +1,6 @@
 import type { Sql } from 'postgres'
-import type { AppModule } from '../app-module.js'
 import Type from 'typebox'
+import type { AppModule } from '../app-module.js'
 import { challenge, invalidToken } from '../auth/credentials.js'
 import { requireRecentPassword } from '../auth/current-password.js'
 import { apiKeys } from '../auth/api-keys/declaration.js'
