@@ -18,7 +18,7 @@ endif
 NODE_BIN := node_modules/.bin
 TSX := node --import tsx
 
-.PHONY: run test test-repeat build migrate admin typecheck db-start db-stop clean bench bench-faults test-tools bench-tools
+.PHONY: run test test-repeat build migrate admin typecheck fmt fmt-check db-start db-stop clean bench bench-faults test-tools bench-tools
 
 # Debian packages the tests and the benchmark run for real: installed when missing, as root with
 # apt-get (which needs `apt-get update` first on a fresh machine); otherwise the command to run is printed.
@@ -59,12 +59,22 @@ typecheck: node_modules/.installed
 	$(NODE_BIN)/tsc --noEmit --incremental --tsBuildInfoFile .data/tsc-test.tsbuildinfo -p test/tsconfig.json
 	$(NODE_BIN)/tsc --noEmit --incremental --tsBuildInfoFile .data/tsc-bench.tsbuildinfo -p bench/tsconfig.json
 
+# The code's layout is prettier's (.prettierrc.json): `make fmt` rewrites, `make test` checks. Lines stay within 120
+# characters; what prettier cannot break (comments, long literals) test/line-width.test.ts holds.
+FORMATTED := 'src/**/*.{ts,mts,mjs}' 'test/**/*.{ts,mjs}' 'bench/**/*.{ts,mjs,js}'
+
+fmt: node_modules/.installed
+	$(NODE_BIN)/prettier --write --log-level warn $(FORMATTED)
+
+fmt-check: node_modules/.installed
+	@$(NODE_BIN)/prettier --check --log-level warn $(FORMATTED) || { echo 'not formatted: run make fmt' >&2; exit 1; }
+
 # nginx (the reverse proxy of deploy/nginx.conf), PgBouncer and exim (a mail server), which the proxy, pooler and SMTP tests run.
 test-tools:
 	$(call debian-tools,nginx nginx pgbouncer pgbouncer exim4 exim4-daemon-light,the proxy and pooler tests and the SMTP tests)
 
 # Type-check, then the whole node:test suite against a database of its own.
-test: typecheck test-tools
+test: fmt-check typecheck test-tools
 	$(TSX) test/run.ts
 
 # The suite N times in a row (default 5), then the flake ledger: each test that failed in any run, and in

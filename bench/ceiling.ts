@@ -71,10 +71,20 @@ interface CeilingEndpoint {
   writes?: 'users' | 'products'
 }
 
-/** Values of an insert's columns; the three after them are the event's origin (src/events/origin.ts originValues: actor, credential, request). */
+/**
+ * Values of an insert's columns; the three after them are the event's origin (src/events/origin.ts originValues: actor,
+ * credential, request).
+ */
 const INSERT_VARIABLES: Record<'users' | 'products', Record<string, string>> = {
   users: { name: 'user_name', email: 'email', role: 'role' },
-  products: { sku: 'sku', name: 'product_name', description: 'description', price: 'price', currency: 'currency', stock: 'stock' },
+  products: {
+    sku: 'sku',
+    name: 'product_name',
+    description: 'description',
+    price: 'price',
+    currency: 'currency',
+    stock: 'stock',
+  },
 }
 const ORIGIN_VARIABLES = ['actor', 'credential', 'request_id']
 
@@ -87,12 +97,20 @@ function insertParameters(table: 'users' | 'products', text: string): string[] {
   if (!m) throw new Error(`the service's insert into ${table} has an unexpected form:\n${text}`)
   const columns = m[1]!.split(',').map((c) => c.trim().replace(/^"(.*)"$/, '$1'))
   const values = m[2]!.split(',').map((v) => v.trim())
-  if (values.some((v, i) => v !== `$${i + 1}`)) throw new Error(`the service's insert into ${table} does not take its values as $1…$${columns.length}:\n${text}`)
-  return [...columns.map((c) => {
-    const variable = INSERT_VARIABLES[table][c]
-    if (!variable) throw new Error(`the service's insert into ${table} sets "${c}", which the ceiling has no value for (bench/ceiling.ts INSERT_VARIABLES)`)
-    return variable
-  }), ...ORIGIN_VARIABLES]
+  if (values.some((v, i) => v !== `$${i + 1}`))
+    throw new Error(`the service's insert into ${table} does not take its values as $1…$${columns.length}:\n${text}`)
+  return [
+    ...columns.map((c) => {
+      const variable = INSERT_VARIABLES[table][c]
+      if (!variable)
+        throw new Error(
+          `the service's insert ` +
+            `into ${table} sets "${c}", which the ceiling has no value for (bench/ceiling.ts INSERT_VARIABLES)`,
+        )
+      return variable
+    }),
+    ...ORIGIN_VARIABLES,
+  ]
 }
 
 /**
@@ -106,35 +124,56 @@ const UNIQUE = ['\\set k :k + 1', '\\set unique 1000000000000 + :client_id * 100
 
 export const CEILING_ENDPOINTS: readonly CeilingEndpoint[] = [
   {
-    key: 'user', label: 'GET /users/{id}',
+    key: 'user',
+    label: 'GET /users/{id}',
     request: (rows) => ({ method: 'GET', path: `/users/${Math.ceil(rows / 3)}`, expect: 200 }),
     prelude: ['\\set id random(1, :rows)'],
     parameters: () => ['id'],
   },
   {
-    key: 'products-first', label: 'GET /products?limit=50',
+    key: 'products-first',
+    label: 'GET /products?limit=50',
     request: () => ({ method: 'GET', path: `/products?limit=${PAGE}`, expect: 200 }),
     prelude: [],
     parameters: () => ['page'],
   },
   {
-    key: 'products-keyset', label: 'GET /products?limit=50&id[gt]=N',
+    key: 'products-keyset',
+    label: 'GET /products?limit=50&id[gt]=N',
     request: (rows) => ({ method: 'GET', path: `/products?limit=${PAGE}&id[gt]=${Math.floor(rows / 2)}`, expect: 200 }),
     // N as bench/wrk.lua draws it.
     prelude: [`\\set after random(0, :rows - ${PAGE})`],
     parameters: () => ['after', 'page'],
   },
   {
-    key: 'post-user', label: 'POST /users', writes: 'users',
-    request: () => ({ method: 'POST', path: '/users', body: { name: 'Bench New User', email: `ceiling-${randomUUID()}@bench.example.com` }, expect: 201 }),
+    key: 'post-user',
+    label: 'POST /users',
+    writes: 'users',
+    request: () => ({
+      method: 'POST',
+      path: '/users',
+      body: { name: 'Bench New User', email: `ceiling-${randomUUID()}@bench.example.com` },
+      expect: 201,
+    }),
     prelude: [...UNIQUE, '\\set email :unique'],
     parameters: (text) => insertParameters('users', text),
   },
   {
-    key: 'post-product', label: 'POST /products', writes: 'products',
+    key: 'post-product',
+    label: 'POST /products',
+    writes: 'products',
     request: () => ({
-      method: 'POST', path: '/products', expect: 201,
-      body: { sku: `CEILING-${Date.now()}`, name: 'Bench New Product', description: 'A product of the ceiling run.', price: 1999, currency: 'EUR', stock: 5 },
+      method: 'POST',
+      path: '/products',
+      expect: 201,
+      body: {
+        sku: `CEILING-${Date.now()}`,
+        name: 'Bench New Product',
+        description: 'A product of the ceiling run.',
+        price: 1999,
+        currency: 'EUR',
+        stock: 5,
+      },
     }),
     prelude: [...UNIQUE, '\\set sku :unique', '\\set price random(0, 999999)', '\\set stock random(0, 999)'],
     parameters: (text) => insertParameters('products', text),
@@ -146,11 +185,18 @@ export const CEILING_KEYS = CEILING_ENDPOINTS.map((e) => e.key)
 /** The values every client starts with (-D): constants of the requests, the per-client counter, the table size. */
 function constants(rows: number): Record<string, string> {
   return {
-    rows: String(rows), page: String(PAGE + 1), k: '0',
-    user_name: 'Bench New User', role: 'user',
-    product_name: 'Bench New Product', description: 'A product of the ceiling run.', currency: 'EUR',
+    rows: String(rows),
+    page: String(PAGE + 1),
+    k: '0',
+    user_name: 'Bench New User',
+    role: 'user',
+    product_name: 'Bench New Product',
+    description: 'A product of the ceiling run.',
+    currency: 'EUR',
     // The origin of a write by admin 1 with a JWT, as the benchmark's token is; a request id as the service makes them.
-    actor: '1', credential: 'jwt', request_id: randomUUID(),
+    actor: '1',
+    credential: 'jwt',
+    request_id: randomUUID(),
   }
 }
 
@@ -194,19 +240,25 @@ async function statementsSent(origin: string, authorization: string): Promise<nu
  */
 async function capture(ctx: CeilingContext, list: readonly CeilingEndpoint[]): Promise<Map<string, Captured>> {
   const { admin, db } = ctx
-  const [{ size }] = (await admin<[{ size: string }]>`SELECT current_setting('track_activity_query_size') AS size`) as unknown as [{ size: string }]
+  const [{ size }] = (await admin<
+    [{ size: string }]
+  >`SELECT current_setting('track_activity_query_size') AS size`) as unknown as [{ size: string }]
   const limit = parseSize(size)
   const server = await startServer('service', { ...ctx.server, pool: 1 })
   const out = new Map<string, Captured>()
   try {
     await fetch(`${server.origin}/readyz`).then((r) => r.arrayBuffer())
     const probes = await admin<Array<{ pid: number }>>`
-      SELECT pid FROM pg_stat_activity WHERE datname = ${db.name} AND application_name = ${APP_NAMES.service} AND query = 'SELECT 1'`
-    if (probes.length !== 1) throw new Error(`expected one connection of the service's pool to have run SELECT 1, found ${probes.length}`)
+      SELECT pid FROM pg_stat_activity WHERE datname = ${db.name} AND application_name = ${APP_NAMES.service}
+      AND query = 'SELECT 1'`
+    if (probes.length !== 1)
+      throw new Error(`expected one connection of the service's pool to have run SELECT 1, found ${probes.length}`)
     const pid = probes[0]!.pid
     const last = async () => {
-      const [row] = await admin<Array<{ query: string; started: string }>>`SELECT query, query_start::text AS started FROM pg_stat_activity WHERE pid = ${pid}`
-      if (!row) throw new Error('the service\'s pool connection went away during the capture')
+      const [row] = await admin<
+        Array<{ query: string; started: string }>
+      >`SELECT query, query_start::text AS started FROM pg_stat_activity WHERE pid = ${pid}`
+      if (!row) throw new Error("the service's pool connection went away during the capture")
       return row
     }
     for (const e of list) {
@@ -220,15 +272,24 @@ async function capture(ctx: CeilingContext, list: readonly CeilingEndpoint[]): P
           ...(req.body ? { body: JSON.stringify(req.body) } : {}),
         })
         const answer = await res.text()
-        if (res.status !== req.expect) throw new Error(`${e.label}: the service answered ${res.status}, not ${req.expect}: ${answer.slice(0, 300)}`)
+        if (res.status !== req.expect)
+          throw new Error(`${e.label}: the service answered ${res.status}, not ${req.expect}: ${answer.slice(0, 300)}`)
         const sent = (await statementsSent(server.origin, ctx.authorization)) - before
         const { query, started } = await last()
         if (sent === 1 && started !== startedBefore) {
-          if (Buffer.byteLength(query) >= limit - 1) throw new Error(`${e.label}: the statement is longer than track_activity_query_size (${size}), so pg_stat_activity shows it cut; raise it on the server`)
+          if (Buffer.byteLength(query) >= limit - 1)
+            throw new Error(
+              `${e.label}: the statement is longer than track_activity_query_size ` +
+                `(${size}), so pg_stat_activity shows it cut; raise it on the server`,
+            )
           out.set(e.key, { text: query, script: scriptOf(e, query) })
           break
         }
-        if (attempt === 3) throw new Error(`${e.label}: the service sent ${sent} statements for one request (3 tries); the ceiling compares requests of one statement`)
+        if (attempt === 3)
+          throw new Error(
+            `${e.label}: the service ` +
+              `sent ${sent} statements for one request (3 tries); the ceiling compares requests of one statement`,
+          )
       }
     }
   } finally {
@@ -248,12 +309,23 @@ function scriptOf(e: CeilingEndpoint, text: string): string {
   const names = e.parameters(text)
   const used = new Set([...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])))
   if (used.size !== names.length || [...used].some((n) => n < 1 || n > names.length)) {
-    throw new Error(`${e.label}: the statement takes parameters ${[...used].sort((a, b) => a - b).map((n) => `$${n}`).join(', ')}; the ceiling has ${names.length} variables for it:\n${text}`)
+    throw new Error(
+      `${e.label}: the statement takes parameters ${[...used]
+        .sort((a, b) => a - b)
+        .map((n) => `$${n}`)
+        .join(', ')}; the ceiling has ${names.length} variables for it:\n${text}`,
+    )
   }
   // pgbench would read any other `:name` as a variable; `::type` casts it skips.
-  if (/(^|[^:]):[A-Za-z_]/.test(text)) throw new Error(`${e.label}: the statement has a ':name' that pgbench would take for a variable:\n${text}`)
+  if (/(^|[^:]):[A-Za-z_]/.test(text))
+    throw new Error(`${e.label}: the statement has a ':name' that pgbench would take for a variable:\n${text}`)
   const statement = text.replace(/\$(\d+)/g, (_, n: string) => `:${names[Number(n) - 1]}`)
-  return [`-- ${e.label}: the statement the service sent for it (captured from pg_stat_activity), $n as pgbench variables`, ...e.prelude, `${statement};`, ''].join('\n')
+  return [
+    `-- ${e.label}: the statement the service sent for it (captured from pg_stat_activity), $n as pgbench variables`,
+    ...e.prelude,
+    `${statement};`,
+    '',
+  ].join('\n')
 }
 
 // ---- measuring -----------------------------------------------------------------
@@ -269,7 +341,10 @@ export interface CeilingMeasurement {
   dbCpuPerTx: number | undefined
   /** For writes: the event publisher's backend alone. */
   publisherCpuPerTx: number | undefined
-  /** The whole cluster (every backend, WAL writer, checkpointer, autovacuum, and whatever else ran on it) ÷ transactions. */
+  /**
+   * The whole cluster (every backend, WAL writer, checkpointer,
+   * autovacuum, and whatever else ran on it) ÷ transactions.
+   */
   clusterCpuPerTx: number | undefined
   /** WAL the cluster wrote over the run ÷ transactions: what a replica must receive and replay per write. */
   walBytesPerTx: number
@@ -339,7 +414,9 @@ function clusterCpu(postmaster: number): number | undefined {
 }
 
 async function walPosition(admin: Sql): Promise<string> {
-  const [{ lsn }] = (await admin<[{ lsn: string }]>`SELECT pg_current_wal_lsn()::text AS lsn`) as unknown as [{ lsn: string }]
+  const [{ lsn }] = (await admin<[{ lsn: string }]>`SELECT pg_current_wal_lsn()::text AS lsn`) as unknown as [
+    { lsn: string },
+  ]
   return lsn
 }
 
@@ -360,7 +437,10 @@ export function findPgbench(serverMajor?: number): string | undefined {
   if (env.PG_BIN) dirs.push(env.PG_BIN)
   const base = '/usr/lib/postgresql'
   if (existsSync(base)) {
-    const versions = readdirSync(base).filter((d) => /^\d+$/.test(d)).map(Number).sort((a, b) => b - a)
+    const versions = readdirSync(base)
+      .filter((d) => /^\d+$/.test(d))
+      .map(Number)
+      .sort((a, b) => b - a)
     if (serverMajor !== undefined && versions.includes(serverMajor)) dirs.push(join(base, String(serverMajor), 'bin'))
     dirs.push(...versions.map((v) => join(base, String(v), 'bin')))
   }
@@ -368,7 +448,10 @@ export function findPgbench(serverMajor?: number): string | undefined {
   return dirs.map((d) => join(d, 'pgbench')).find((p) => existsSync(p))
 }
 
-/** libpq's environment for the benchmark database's URL (a `host` parameter naming a folder is a Unix socket, as in src/core/db/connect.ts). */
+/**
+ * libpq's environment for the benchmark database's URL (a `host` parameter
+ * naming a folder is a Unix socket, as in src/core/db/connect.ts).
+ */
 function libpqEnv(databaseUrl: string): NodeJS.ProcessEnv {
   const url = new URL(databaseUrl)
   const socket = url.searchParams.get('host')
@@ -381,12 +464,18 @@ function libpqEnv(databaseUrl: string): NodeJS.ProcessEnv {
     PGDATABASE: decodeURIComponent(url.pathname.slice(1)),
     ...(url.searchParams.get('sslmode') ? { PGSSLMODE: url.searchParams.get('sslmode')! } : {}),
     PGAPPNAME: PGBENCH_APP,
-    // The session settings of the service's connections (src/core/db/connect.ts) that shape what the server does per row.
+    // The session settings of the service's connections (src/core/db/connect.ts)
+    // that shape what the server does per row.
     PGOPTIONS: '-c TimeZone=UTC -c DateStyle=ISO,MDY',
   }
 }
 
-interface PgbenchOutput { transactions: number; failed: number; latencyMs: number; tps: number }
+interface PgbenchOutput {
+  transactions: number
+  failed: number
+  latencyMs: number
+  tps: number
+}
 
 function parsePgbench(stdout: string): PgbenchOutput {
   const num = (re: RegExp) => {
@@ -408,7 +497,11 @@ function parsePgbench(stdout: string): PgbenchOutput {
  * while they run: a write's cost includes it. Its backend is found by the
  * service's application_name (no service runs on the database meanwhile).
  */
-async function startPublisher(admin: Sql, db: Seeded, log: (msg: string) => void): Promise<{ pid: number | undefined; stop(): Promise<void> }> {
+async function startPublisher(
+  admin: Sql,
+  db: Seeded,
+  log: (msg: string) => void,
+): Promise<{ pid: number | undefined; stop(): Promise<void> }> {
   const pool = connect(db.url, { max: 1, statementTimeoutMs: 60_000 })
   const scheduler = new Scheduler(createLogger('warn', (line) => log(`publisher: ${line.trim()}`)))
   const publisher = new EventPublisher(pool, wakeWorkers)
@@ -469,8 +562,18 @@ interface RunOptions {
 async function runPgbench(o: RunOptions): Promise<CeilingMeasurement> {
   const { admin, db, clients } = o
   const args = [
-    '-n', '-M', ceilingSettings.mode, '-c', String(clients), '-j', String(Math.min(ceilingSettings.threads, clients)),
-    '-T', String(ceilingSettings.duration), `--random-seed=${o.seed}`, '-f', o.script,
+    '-n',
+    '-M',
+    ceilingSettings.mode,
+    '-c',
+    String(clients),
+    '-j',
+    String(Math.min(ceilingSettings.threads, clients)),
+    '-T',
+    String(ceilingSettings.duration),
+    `--random-seed=${o.seed}`,
+    '-f',
+    o.script,
     ...Object.entries(constants(db.rows)).flatMap(([k, v]) => ['-D', `${k}=${v}`]),
   ]
   const wal0 = await walPosition(admin)
@@ -485,10 +588,12 @@ async function runPgbench(o: RunOptions): Promise<CeilingMeasurement> {
   child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s))
   child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s))
   let exitCode: number | null | undefined
-  const closed = new Promise<void>((resolve) => child.once('close', (code) => {
-    exitCode = code
-    resolve()
-  }))
+  const closed = new Promise<void>((resolve) =>
+    child.once('close', (code) => {
+      exitCode = code
+      resolve()
+    }),
+  )
 
   // pgbench's backends: found once connected, their CPU read every 50 ms until they go (the last reading stands).
   const backends = new Map<number, number>()
@@ -506,14 +611,20 @@ async function runPgbench(o: RunOptions): Promise<CeilingMeasurement> {
   const publisher1 = o.publisher === undefined ? undefined : cpuMicros(o.publisher)
   // The backends exit when pgbench closes its connections; the postmaster then counts them as its children's.
   for (let i = 0; i < 40; i++) {
-    const [{ n }] = (await admin<[{ n: number }]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${PGBENCH_APP}`) as unknown as [{ n: number }]
+    const [{ n }] = (await admin<
+      [{ n: number }]
+    >`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${PGBENCH_APP}`) as unknown as [
+      { n: number },
+    ]
     if (n === 0) break
     await sleep(50)
   }
   await sleep(50)
   const cluster1 = o.postmaster === undefined ? undefined : clusterCpu(o.postmaster)
   const machine1 = machineCpu()
-  const wal = await admin<[{ bytes: number }]>`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), ${wal0}::pg_lsn)::float8 AS bytes`
+  const wal = await admin<
+    [{ bytes: number }]
+  >`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), ${wal0}::pg_lsn)::float8 AS bytes`
   const pgbenchCpu = childrenCpu() - children0
 
   const out = parsePgbench(stdout)
@@ -537,18 +648,25 @@ async function runPgbench(o: RunOptions): Promise<CeilingMeasurement> {
   }
 }
 
-/** Seconds the series should take: each run, plus about 2 s around a write's (reset, publisher) and 3 s for the capture. */
+/**
+ * Seconds the series should take: each run, plus about 2 s around a write's (reset, publisher) and 3 s for the capture.
+ */
 export function ceilingSeconds(only: string[] | undefined): number {
   if (!ceilingSettings.on) return 0
   const list = CEILING_ENDPOINTS.filter((e) => !only || only.includes(e.key))
   const runs = ceilingSettings.rounds * ceilingSettings.clients.length
-  return list.length ? 3 + list.reduce((t, e) => t + runs * (ceilingSettings.duration + 0.5 + (e.writes ? 2 : 0)), 0) : 0
+  return list.length
+    ? 3 + list.reduce((t, e) => t + runs * (ceilingSettings.duration + 0.5 + (e.writes ? 2 : 0)), 0)
+    : 0
 }
 
 /** Refuses to start a run whose ceiling series could not run. */
 export function assertCeilingTools(): void {
   if (ceilingSettings.on && !findPgbench()) {
-    fail('pgbench was not found (the database ceiling series runs it): it comes with PostgreSQL\'s server programs (Debian: postgresql-15, beside initdb); set PG_BIN to their folder, or BENCH_CEILING=off')
+    fail(
+      "pgbench was not found (the database ceiling series runs it): it comes with PostgreSQL's server programs " +
+        '(Debian: postgresql-15, beside initdb); set PG_BIN to their folder, or BENCH_CEILING=off',
+    )
   }
 }
 
@@ -561,7 +679,9 @@ export async function ceilingSeries(ctx: CeilingContext): Promise<CeilingResults
   const list = CEILING_ENDPOINTS.filter((e) => !ctx.only || ctx.only.includes(e.key))
   if (!ceilingSettings.on || !list.length) return undefined
   const { admin, db, log } = ctx
-  const [{ version }] = (await admin<[{ version: number }]>`SELECT current_setting('server_version_num')::int AS version`) as unknown as [{ version: number }]
+  const [{ version }] = (await admin<
+    [{ version: number }]
+  >`SELECT current_setting('server_version_num')::int AS version`) as unknown as [{ version: number }]
   const pgbench = findPgbench(Math.floor(version / 10_000))!
   const captured = await capture(ctx, list)
   for (const e of list) if (e.writes) await resetWrites(db, e.writes)
@@ -582,25 +702,49 @@ export async function ceilingSeries(ctx: CeilingContext): Promise<CeilingResults
         const publisher = e.writes ? await startPublisher(admin, db, log) : undefined
         let m: CeilingMeasurement
         try {
-          m = await runPgbench({ admin, db, pgbench, script: join(dir, `${e.key}.sql`), clients, seed: ++seed, postmaster, publisher: publisher?.pid })
+          m = await runPgbench({
+            admin,
+            db,
+            pgbench,
+            script: join(dir, `${e.key}.sql`),
+            clients,
+            seed: ++seed,
+            postmaster,
+            publisher: publisher?.pid,
+          })
         } finally {
           await publisher?.stop()
         }
         if (e.writes) {
           const { published, waiting } = await countEvents(db)
-          if (published !== m.transactions || waiting) throw new Error(`${e.label}: ${m.transactions} inserts, ${published} events published and ${waiting} left in the outbox`)
+          if (published !== m.transactions || waiting)
+            throw new Error(
+              `${e.label}: ${m.transactions} inserts, ${published} events published and ${waiting} left in the outbox`,
+            )
           await resetWrites(db, e.writes)
         }
         ;(series[e.key] ??= []).push(m)
         const f = (x: number | undefined, d = 0) => (x === undefined ? 'n/a' : x.toFixed(d))
-        log(`ceiling ${round + 1}/${ceilingSettings.rounds} ${e.label.padEnd(34)} c=${String(clients).padStart(3)} ${m.tps.toFixed(0).padStart(7)} tx/s  ` +
-          `DB ${f(m.dbCpuPerTx)} µs/tx  cluster ${f(m.clusterCpuPerTx)} µs/tx  pgbench ${m.pgbenchCpuPerTx.toFixed(0)} µs/tx  machine ${(m.machineBusy * 100).toFixed(0)} % busy` +
-          (m.failed ? `  failed ${m.failed}` : ''))
+        log(
+          `ceiling ${round + 1}/${ceilingSettings.rounds} ${e.label.padEnd(34)} ` +
+            `c=${String(clients).padStart(3)} ${m.tps.toFixed(0).padStart(7)} tx/s  ` +
+            `DB ${f(m.dbCpuPerTx)} ` +
+            `µs/tx  cluster ${f(m.clusterCpuPerTx)} ` +
+            `µs/tx  pgbench ${m.pgbenchCpuPerTx.toFixed(0)} µs/tx  machine ${(m.machineBusy * 100).toFixed(0)} % busy` +
+            (m.failed ? `  failed ${m.failed}` : ''),
+        )
       }
     }
   }
   return {
-    series, scripts, pgbench, labels: Object.fromEntries(list.map((e) => [e.key, e.label])),
-    mode: ceilingSettings.mode, clients: ceilingSettings.clients, duration: ceilingSettings.duration, rounds: ceilingSettings.rounds, threads: ceilingSettings.threads,
+    series,
+    scripts,
+    pgbench,
+    labels: Object.fromEntries(list.map((e) => [e.key, e.label])),
+    mode: ceilingSettings.mode,
+    clients: ceilingSettings.clients,
+    duration: ceilingSettings.duration,
+    rounds: ceilingSettings.rounds,
+    threads: ceilingSettings.threads,
   }
 }

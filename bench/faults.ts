@@ -31,7 +31,9 @@ const END = '<!-- faults:end -->'
 const sectionMarker = (topic: string) => `<!-- faults:${topic} -->`
 
 function chosen(): typeof SECTIONS {
-  const only = process.env.BENCH_FAULTS_ONLY?.split(',').map((t) => t.trim()).filter(Boolean)
+  const only = process.env.BENCH_FAULTS_ONLY?.split(',')
+    .map((t) => t.trim())
+    .filter(Boolean)
   if (!only) return SECTIONS
   const unknown = only.filter((t) => !SECTIONS.some(([topic]) => topic === t))
   if (unknown.length) {

@@ -39,9 +39,21 @@ export interface PeerServer {
 }
 
 export const peerServers: Record<'fastify' | 'minimal' | 'bare', PeerServer> = {
-  fastify: { script: join(root, 'bench', 'fastify', 'server.js'), dir: join(root, 'bench', 'fastify'), appName: 'upa-bench-fastify' },
-  minimal: { script: join(root, 'bench', 'fastify-minimal', 'server.js'), dir: join(root, 'bench', 'fastify-minimal'), appName: 'upa-bench-fastify-minimal' },
-  bare: { script: join(root, 'bench', 'bare', 'server.js'), dir: join(root, 'bench', 'bare'), appName: 'upa-bench-bare' },
+  fastify: {
+    script: join(root, 'bench', 'fastify', 'server.js'),
+    dir: join(root, 'bench', 'fastify'),
+    appName: 'upa-bench-fastify',
+  },
+  minimal: {
+    script: join(root, 'bench', 'fastify-minimal', 'server.js'),
+    dir: join(root, 'bench', 'fastify-minimal'),
+    appName: 'upa-bench-fastify-minimal',
+  },
+  bare: {
+    script: join(root, 'bench', 'bare', 'server.js'),
+    dir: join(root, 'bench', 'bare'),
+    appName: 'upa-bench-bare',
+  },
 }
 
 /**
@@ -52,7 +64,8 @@ export const peerServers: Record<'fastify' | 'minimal' | 'bare', PeerServer> = {
 export function installPeerDependencies(log: (msg: string) => void = () => {}): void {
   for (const peer of Object.values(peerServers)) {
     const marker = join(peer.dir, 'node_modules', '.package-lock.json')
-    if (existsSync(marker) && statSync(marker).mtimeMs >= statSync(join(peer.dir, 'package-lock.json')).mtimeMs) continue
+    if (existsSync(marker) && statSync(marker).mtimeMs >= statSync(join(peer.dir, 'package-lock.json')).mtimeMs)
+      continue
     log(`npm ci in ${peer.dir}`)
     const r = spawnSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: peer.dir, encoding: 'utf8' })
     if (r.status !== 0) throw new Error(`npm ci in ${peer.dir} failed:\n${r.stdout}${r.stderr}`)
@@ -60,7 +73,13 @@ export function installPeerDependencies(log: (msg: string) => void = () => {}): 
 }
 
 /** The environment a peer reads (see the head of each server.js). */
-export function peerEnv(opts: { port: number; databaseUrl: string; jwtSecret: string; jwtKid: string; poolMax?: number }): Record<string, string> {
+export function peerEnv(opts: {
+  port: number
+  databaseUrl: string
+  jwtSecret: string
+  jwtKid: string
+  poolMax?: number
+}): Record<string, string> {
   return {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
     PORT: String(opts.port),
@@ -85,7 +104,9 @@ export interface CheckRequest {
   expect: number
   /** Compare bodies (default true); error bodies need not match the service's. */
   compareBody?: boolean
-  /** Applied to every body before comparing: values that must differ between servers (a new row's id, the write's time). */
+  /**
+   * Applied to every body before comparing: values that must differ between servers (a new row's id, the write's time).
+   */
   normalize?: (body: string) => string
   /** The ETag every server must send, or true: the same ETag as the reference server. */
   etag?: string | true
@@ -93,7 +114,10 @@ export interface CheckRequest {
   location?: boolean
   /** Run before each server's request (put back a row a PATCH changed). */
   before?: (server: string) => Promise<void>
-  /** What only the full servers serve (API keys, ETags, offsets, sorts, merge-patch nulls, the service's statuses for bad input): the minimal peer is not asked. */
+  /**
+   * What only the full servers serve (API keys, ETags, offsets, sorts, merge-patch nulls, the service's statuses for
+   * bad input): the minimal peer is not asked.
+   */
   extended?: true
 }
 
@@ -107,11 +131,18 @@ export class Mismatch extends Error {}
 
 async function send(origin: string, server: string, r: CheckRequest): Promise<Answer> {
   const body = typeof r.body === 'function' ? r.body(server) : r.body
-  const res = await fetch(origin + r.path, { method: r.method ?? 'GET', headers: r.headers ?? {}, ...(body !== undefined ? { body } : {}) })
+  const res = await fetch(origin + r.path, {
+    method: r.method ?? 'GET',
+    headers: r.headers ?? {},
+    ...(body !== undefined ? { body } : {}),
+  })
   return { status: res.status, headers: res.headers, body: await res.text() }
 }
 
-/** The first place two texts differ, with some context on either side, and a member-by-member diff when both are JSON arrays or objects. */
+/**
+ * The first place two texts differ, with some context on either side, and a member-by-member diff when both are JSON
+ * arrays or objects.
+ */
 export function describeDifference(a: string, b: string, names: [string, string]): string {
   let i = 0
   while (i < a.length && i < b.length && a[i] === b[i]) i++
@@ -153,7 +184,11 @@ const JSON_TYPE = 'application/json; charset=utf-8'
  * `extended`, and are not asked for ETags and Locations.
  * Returns the number of requests sent to the reference server.
  */
-export async function checkSameBodies(urls: Record<string, string>, requests: readonly CheckRequest[], minimal: readonly string[] = []): Promise<number> {
+export async function checkSameBodies(
+  urls: Record<string, string>,
+  requests: readonly CheckRequest[],
+  minimal: readonly string[] = [],
+): Promise<number> {
   const reference = Object.keys(urls)[0]!
   const problems: string[] = []
   for (const r of requests) {
@@ -177,15 +212,20 @@ export async function checkSameBodies(urls: Record<string, string>, requests: re
       }
       if (r.etag !== undefined && !minimal.includes(name)) {
         const want = r.etag === true ? ref.headers.get('etag') : r.etag
-        if (!want || a.headers.get('etag') !== want) problems.push(`${where}: ETag ${a.headers.get('etag')}, expected ${want}`)
+        if (!want || a.headers.get('etag') !== want)
+          problems.push(`${where}: ETag ${a.headers.get('etag')}, expected ${want}`)
       }
       if (r.location && !minimal.includes(name)) {
         const id = (JSON.parse(a.body) as { id?: number }).id
-        if (a.headers.get('location') !== `/users/${id}`) problems.push(`${where}: Location ${a.headers.get('location')}, expected /users/${id}`)
+        if (a.headers.get('location') !== `/users/${id}`)
+          problems.push(`${where}: Location ${a.headers.get('location')}, expected /users/${id}`)
       }
       if (name === reference || r.compareBody === false) continue
       const [x, y] = [normalize(ref.body), normalize(a.body)]
-      if (x !== y) problems.push(`${where}: the body differs from the ${reference}'s\n${describeDifference(x, y, [reference, name])}`)
+      if (x !== y)
+        problems.push(
+          `${where}: the body differs from the ${reference}'s\n${describeDifference(x, y, [reference, name])}`,
+        )
     }
   }
   if (problems.length) throw new Mismatch(`${problems.length} mismatch(es):\n${problems.join('\n')}`)
@@ -197,8 +237,12 @@ export async function checkSameBodies(urls: Record<string, string>, requests: re
 /** `2026-11-22T10:15:30.123Z`: only this spelling is normalized, so any other shows as a difference. */
 const TIMESTAMP = '[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z'
 /** Replaces the value of members whose name matches `name` (a pattern) where it matches `value`; the name is kept. */
-const replaceMember = (name: string, value: string, by: string) => (s: string) => s.replace(new RegExp(`"(${name})":${value}`, 'g'), `"$1":${by}`)
-const pipe = (...fs: Array<(s: string) => string>) => (s: string) => fs.reduce((t, f) => f(t), s)
+const replaceMember = (name: string, value: string, by: string) => (s: string) =>
+  s.replace(new RegExp(`"(${name})":${value}`, 'g'), `"$1":${by}`)
+const pipe =
+  (...fs: Array<(s: string) => string>) =>
+  (s: string) =>
+    fs.reduce((t, f) => f(t), s)
 
 export interface RequestContext {
   /** Rows of the seeded database (users and products 1..rows). */
@@ -229,10 +273,18 @@ export function standardRequests(ctx: RequestContext): CheckRequest[] {
   const tail = rows - 10
   const someone = Math.max(2, Math.floor(rows / 3))
   const patched = Math.max(2, Math.floor(rows / 2))
-  const get = (label: string, path: string, extra: Partial<CheckRequest> = {}): CheckRequest => ({ label, path, headers: auth, expect: 200, ...extra })
-  // The product as bench/seed.ts made it (stock id % 1000, updated_at = created_at): each PATCH starts from it, and the check leaves it so.
+  const get = (label: string, path: string, extra: Partial<CheckRequest> = {}): CheckRequest => ({
+    label,
+    path,
+    headers: auth,
+    expect: 200,
+    ...extra,
+  })
+  // The product as bench/seed.ts made it (stock id % 1000, updated_at = created_at): each PATCH starts from it, and the
+  // check leaves it so.
   const putBack = async () => {
-    await db`UPDATE products SET stock = id % 1000, description = 'A product of the benchmark catalogue, number ' || id || '.', version = 1,
+    await db`UPDATE products SET stock = id % 1000, description = 'A product of the benchmark catalogue, number ' ||
+      id || '.', version = 1,
                updated_at = created_at WHERE id = ${patched}`
   }
   const patchHeaders = { ...auth, 'content-type': 'application/merge-patch+json' }
@@ -248,44 +300,163 @@ export function standardRequests(ctx: RequestContext): CheckRequest[] {
     get('users with fields', '/users?limit=50&fields=id,name,email'),
     get('users with fields in another order', '/users?limit=20&fields=email,id,created_at'),
     get('a product (JWT)', `/products/${someone}`, { etag: '"v1"' }),
-    get('a product (X-API-Key)', `/products/${someone}`, { headers: { 'x-api-key': apiKey }, etag: '"v1"', extended: true }),
+    get('a product (X-API-Key)', `/products/${someone}`, {
+      headers: { 'x-api-key': apiKey },
+      etag: '"v1"',
+      extended: true,
+    }),
     get('first page of products', '/products?limit=50'),
     get('keyset page of products', `/products?limit=50&id[gt]=${deep}`),
     get('products by -price', '/products?limit=50&sort=-price', { extended: true }),
     get('products with fields', '/products?limit=50&fields=id,sku,price'),
-    get('products by -price with fields and a filter', `/products?limit=30&sort=-price&fields=price,id&id[gt]=${deep}`, { extended: true }),
+    get(
+      'products by -price with fields and a filter',
+      `/products?limit=30&sort=-price&fields=price,id&id[gt]=${deep}`,
+      { extended: true },
+    ),
     {
-      label: 'create a user', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'application/json' }, expect: 201,
+      label: 'create a user',
+      method: 'POST',
+      path: '/users',
+      headers: { ...auth, 'content-type': 'application/json' },
+      expect: 201,
       body: (server) => JSON.stringify({ name: 'Peer Check User', email: `peer-${tag}-${server}@bench.example.com` }),
-      normalize: pipe(replaceMember('id', '[0-9]+', '0'), replaceMember('email', `"peer-${tag}-[a-z]+@bench\\.example\\.com"`, '"E"'), replaceMember('(created|updated)_at', `"${TIMESTAMP}"`, '"T"')),
-      etag: '"v1"', location: true,
+      normalize: pipe(
+        replaceMember('id', '[0-9]+', '0'),
+        replaceMember('email', `"peer-${tag}-[a-z]+@bench\\.example\\.com"`, '"E"'),
+        replaceMember('(created|updated)_at', `"${TIMESTAMP}"`, '"T"'),
+      ),
+      etag: '"v1"',
+      location: true,
     },
     {
-      label: 'change a product', method: 'PATCH', path: `/products/${patched}`, headers: { ...patchHeaders, 'if-match': '"v1"' }, expect: 200,
+      label: 'change a product',
+      method: 'PATCH',
+      path: `/products/${patched}`,
+      headers: { ...patchHeaders, 'if-match': '"v1"' },
+      expect: 200,
       // Seeded stocks are below 1000: this one is a change, as is description's default ('').
-      body: JSON.stringify({ stock: 1234, description: null }), before: putBack,
-      normalize: replaceMember('updated_at', `"${TIMESTAMP}"`, '"T"'), etag: '"v2"', extended: true,
+      body: JSON.stringify({ stock: 1234, description: null }),
+      before: putBack,
+      normalize: replaceMember('updated_at', `"${TIMESTAMP}"`, '"T"'),
+      etag: '"v2"',
+      extended: true,
     },
     {
-      label: 'change a product\'s stock', method: 'PATCH', path: `/products/${patched}`, headers: { ...patchHeaders, 'if-match': '"v1"' }, expect: 200,
-      body: JSON.stringify({ stock: 1234 }), before: putBack, normalize: replaceMember('updated_at', `"${TIMESTAMP}"`, '"T"'), etag: '"v2"',
+      label: "change a product's stock",
+      method: 'PATCH',
+      path: `/products/${patched}`,
+      headers: { ...patchHeaders, 'if-match': '"v1"' },
+      expect: 200,
+      body: JSON.stringify({ stock: 1234 }),
+      before: putBack,
+      normalize: replaceMember('updated_at', `"${TIMESTAMP}"`, '"T"'),
+      etag: '"v2"',
     },
     {
-      label: 'an empty merge patch changes nothing', method: 'PATCH', path: `/products/${patched}`, headers: { ...patchHeaders, 'if-match': '"v1"' }, expect: 200,
-      body: '{}', before: putBack, etag: '"v1"', extended: true,
+      label: 'an empty merge patch changes nothing',
+      method: 'PATCH',
+      path: `/products/${patched}`,
+      headers: { ...patchHeaders, 'if-match': '"v1"' },
+      expect: 200,
+      body: '{}',
+      before: putBack,
+      etag: '"v1"',
+      extended: true,
     },
     // Refusals: statuses only.
-    { label: 'a stale If-Match', method: 'PATCH', path: `/products/${patched}`, headers: { ...patchHeaders, 'if-match': '"v999"' }, body: '{"stock":1}', before: putBack, expect: 412, compareBody: false, extended: true },
-    { label: 'an e-mail taken', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'X', email: 'USER2@bench.example.com' }), expect: 409, compareBody: false },
-    { label: 'an invalid e-mail', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'X', email: 'nobody' }), expect: 422, compareBody: false, extended: true },
-    { label: 'malformed JSON', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'application/json' }, body: '{"name":', expect: 400, compareBody: false },
-    { label: 'not JSON', method: 'POST', path: '/users', headers: { ...auth, 'content-type': 'text/plain' }, body: 'name=X', expect: 415, compareBody: false, extended: true },
-    { label: 'an id in the body that is not the path\'s', method: 'PATCH', path: `/products/${patched}`, headers: patchHeaders, body: '{"id":1,"stock":1}', expect: 422, compareBody: false, extended: true },
-    { label: 'a member that is not one', method: 'PATCH', path: `/products/${patched}`, headers: patchHeaders, body: '{"stok":1}', expect: 422, compareBody: false, extended: true },
+    {
+      label: 'a stale If-Match',
+      method: 'PATCH',
+      path: `/products/${patched}`,
+      headers: { ...patchHeaders, 'if-match': '"v999"' },
+      body: '{"stock":1}',
+      before: putBack,
+      expect: 412,
+      compareBody: false,
+      extended: true,
+    },
+    {
+      label: 'an e-mail taken',
+      method: 'POST',
+      path: '/users',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'X', email: 'USER2@bench.example.com' }),
+      expect: 409,
+      compareBody: false,
+    },
+    {
+      label: 'an invalid e-mail',
+      method: 'POST',
+      path: '/users',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'X', email: 'nobody' }),
+      expect: 422,
+      compareBody: false,
+      extended: true,
+    },
+    {
+      label: 'malformed JSON',
+      method: 'POST',
+      path: '/users',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: '{"name":',
+      expect: 400,
+      compareBody: false,
+    },
+    {
+      label: 'not JSON',
+      method: 'POST',
+      path: '/users',
+      headers: { ...auth, 'content-type': 'text/plain' },
+      body: 'name=X',
+      expect: 415,
+      compareBody: false,
+      extended: true,
+    },
+    {
+      label: "an id in the body that is not the path's",
+      method: 'PATCH',
+      path: `/products/${patched}`,
+      headers: patchHeaders,
+      body: '{"id":1,"stock":1}',
+      expect: 422,
+      compareBody: false,
+      extended: true,
+    },
+    {
+      label: 'a member that is not one',
+      method: 'PATCH',
+      path: `/products/${patched}`,
+      headers: patchHeaders,
+      body: '{"stok":1}',
+      expect: 422,
+      compareBody: false,
+      extended: true,
+    },
     { label: 'no credential', path: '/users?limit=50', expect: 401, compareBody: false },
-    { label: 'a bad signature', path: '/users/1', headers: { authorization: ctx.authorization.slice(0, -2) + (ctx.authorization.endsWith('AA') ? 'BB' : 'AA') }, expect: 401, compareBody: false },
-    { label: 'an unknown API key', path: '/products/1', headers: { 'x-api-key': 'upa_ak_' + 'A'.repeat(43) }, expect: 401, compareBody: false },
-    { label: 'an API key without users:read', path: '/users/1', headers: { 'x-api-key': apiKey }, expect: 403, compareBody: false, extended: true },
+    {
+      label: 'a bad signature',
+      path: '/users/1',
+      headers: { authorization: ctx.authorization.slice(0, -2) + (ctx.authorization.endsWith('AA') ? 'BB' : 'AA') },
+      expect: 401,
+      compareBody: false,
+    },
+    {
+      label: 'an unknown API key',
+      path: '/products/1',
+      headers: { 'x-api-key': 'upa_ak_' + 'A'.repeat(43) },
+      expect: 401,
+      compareBody: false,
+    },
+    {
+      label: 'an API key without users:read',
+      path: '/users/1',
+      headers: { 'x-api-key': apiKey },
+      expect: 403,
+      compareBody: false,
+      extended: true,
+    },
     ...(ctx.jwt ? tokenChecks(ctx.jwt, someone) : []),
     get('a user that does not exist', `/users/${rows * 10}`, { expect: 404, compareBody: false }),
     get('an id that cannot be one', '/products/abc', { expect: 404, compareBody: false, extended: true }),
@@ -297,8 +468,16 @@ export function standardRequests(ctx: RequestContext): CheckRequest[] {
 
 /** The JWT checks every server must make: each token differs from a good one in one respect. */
 function tokenChecks(key: { secret: string; kid: string; issuer?: string }, self: number): CheckRequest[] {
-  const bearer = (overrides: JwtOverrides) => ({ authorization: `Bearer ${signJwt(key.secret, key.kid, overrides, key.issuer)}` })
-  const refused = (label: string, overrides: JwtOverrides, expect = 401): CheckRequest => ({ label, path: '/users/1', headers: bearer(overrides), expect, compareBody: false })
+  const bearer = (overrides: JwtOverrides) => ({
+    authorization: `Bearer ${signJwt(key.secret, key.kid, overrides, key.issuer)}`,
+  })
+  const refused = (label: string, overrides: JwtOverrides, expect = 401): CheckRequest => ({
+    label,
+    path: '/users/1',
+    headers: bearer(overrides),
+    expect,
+    compareBody: false,
+  })
   const user = { sub: String(self), role: 'user', scope: 'users:read users:write products:read' }
   return [
     { ...refused('a token of another kid', { header: { kid: 'other' } }), extended: true },
@@ -308,8 +487,20 @@ function tokenChecks(key: { secret: string; kid: string; issuer?: string }, self
     refused('a token of another issuer', { claims: { iss: 'someone-else' } }),
     refused('a token without users:read', { claims: { scope: 'products:read' } }, 403),
     refused('a plain user reading another user', { claims: user }, 403),
-    { label: 'a plain user reading itself', path: `/users/${self}`, headers: bearer({ claims: user }), expect: 200, etag: '"v1"' },
-    { label: 'a plain user listing users', path: '/users', headers: bearer({ claims: user }), expect: 403, compareBody: false },
+    {
+      label: 'a plain user reading itself',
+      path: `/users/${self}`,
+      headers: bearer({ claims: user }),
+      expect: 200,
+      etag: '"v1"',
+    },
+    {
+      label: 'a plain user listing users',
+      path: '/users',
+      headers: bearer({ claims: user }),
+      expect: 403,
+      compareBody: false,
+    },
   ]
 }
 
@@ -324,14 +515,25 @@ interface JwtOverrides {
  * and the epoch of a user whose role and password never changed). An `alg`
  * other than HS256 is signed with that HMAC.
  */
-export function signJwt(secret: string, kid: string, overrides: JwtOverrides = {}, issuer = 'users-products-api'): string {
+export function signJwt(
+  secret: string,
+  kid: string,
+  overrides: JwtOverrides = {},
+  issuer = 'users-products-api',
+): string {
   const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url')
   const now = Math.floor(Date.now() / 1000)
   const header = { alg: 'HS256', typ: 'JWT', kid, ...overrides.header }
   const claims = {
-    sub: '1', iss: issuer, aud: issuer, iat: now, exp: now + 3600, role: 'admin',
+    sub: '1',
+    iss: issuer,
+    aud: issuer,
+    iat: now,
+    exp: now + 3600,
+    role: 'admin',
     scope: 'api_keys:read api_keys:write products:read products:write users:read users:write metrics:read',
-    sid: String(2 ** 53), gen: 0,
+    sid: String(2 ** 53),
+    gen: 0,
     ...overrides.claims,
   }
   const input = `${b64(header)}.${b64(claims)}`
@@ -362,7 +564,13 @@ export async function freePort(): Promise<number> {
   })
 }
 
-async function start(name: string, args: string[], env: Record<string, string>, readyPath: string, outDir: string): Promise<Running> {
+async function start(
+  name: string,
+  args: string[],
+  env: Record<string, string>,
+  readyPath: string,
+  outDir: string,
+): Promise<Running> {
   const logFile = join(outDir, `${name}.log`)
   const fd = openSync(logFile, 'w')
   const child = spawn(process.execPath, args, { cwd: root, env, stdio: ['ignore', fd, 'pipe'] })
@@ -396,14 +604,17 @@ async function stop(server: Running): Promise<number | null> {
 
 /** Request lines in a server's stdout: the peers must log one per request. */
 function requestLines(file: string): Array<Record<string, unknown>> {
-  return readFileSync(file, 'utf8').split('\n').filter(Boolean).flatMap((line) => {
-    try {
-      const entry = JSON.parse(line) as Record<string, unknown>
-      return entry.msg === 'request' ? [entry] : []
-    } catch {
-      return []
-    }
-  })
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .flatMap((line) => {
+      try {
+        const entry = JSON.parse(line) as Record<string, unknown>
+        return entry.msg === 'request' ? [entry] : []
+      } catch {
+        return []
+      }
+    })
 }
 
 async function main(): Promise<void> {
@@ -428,34 +639,91 @@ async function main(): Promise<void> {
     const jwtSecret = randomBytes(36).toString('base64url')
     const common = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOST: '127.0.0.1', DATABASE_URL: seeded.url }
     const [p1, p2, p3, p4] = await Promise.all([freePort(), freePort(), freePort(), freePort()])
-    running.push(...(await Promise.all([
-      start('service', [serviceMain], { ...common, PORT: String(p1), NODE_ENV: 'production', JWT_SECRETS: `${jwtKid}:${jwtSecret}`, LOG_LEVEL: 'info', RATE_LIMIT: '0' }, '/readyz', outDir),
-      start('fastify', [peerServers.fastify.script], peerEnv({ port: p2, databaseUrl: seeded.url, jwtSecret, jwtKid }), '/healthz', outDir),
-      start('bare', [peerServers.bare.script], peerEnv({ port: p3, databaseUrl: seeded.url, jwtSecret, jwtKid }), '/healthz', outDir),
-      start('minimal', [peerServers.minimal.script], peerEnv({ port: p4, databaseUrl: seeded.url, jwtSecret, jwtKid }), '/healthz', outDir),
-    ])))
+    running.push(
+      ...(await Promise.all([
+        start(
+          'service',
+          [serviceMain],
+          {
+            ...common,
+            PORT: String(p1),
+            NODE_ENV: 'production',
+            JWT_SECRETS: `${jwtKid}:${jwtSecret}`,
+            LOG_LEVEL: 'info',
+            RATE_LIMIT: '0',
+          },
+          '/readyz',
+          outDir,
+        ),
+        start(
+          'fastify',
+          [peerServers.fastify.script],
+          peerEnv({ port: p2, databaseUrl: seeded.url, jwtSecret, jwtKid }),
+          '/healthz',
+          outDir,
+        ),
+        start(
+          'bare',
+          [peerServers.bare.script],
+          peerEnv({ port: p3, databaseUrl: seeded.url, jwtSecret, jwtKid }),
+          '/healthz',
+          outDir,
+        ),
+        start(
+          'minimal',
+          [peerServers.minimal.script],
+          peerEnv({ port: p4, databaseUrl: seeded.url, jwtSecret, jwtKid }),
+          '/healthz',
+          outDir,
+        ),
+      ])),
+    )
     const urls = Object.fromEntries(running.map((s) => [s.name, s.origin]))
     const requests = standardRequests({
-      rows, authorization: `Bearer ${signJwt(jwtSecret, jwtKid)}`, apiKey: seeded.apiKey, db, tag: Date.now().toString(36), jwt: { secret: jwtSecret, kid: jwtKid },
+      rows,
+      authorization: `Bearer ${signJwt(jwtSecret, jwtKid)}`,
+      apiKey: seeded.apiKey,
+      db,
+      tag: Date.now().toString(36),
+      jwt: { secret: jwtSecret, kid: jwtKid },
     })
     const sent = await checkSameBodies(urls, requests, ['minimal'])
     const compared = requests.filter((r) => r.compareBody !== false).length
     const plain = requests.filter((r) => !r.extended)
-    log(`${sent} requests to each full server: ${compared} bodies identical to the service's, ${sent - compared} statuses as expected; ` +
-      `the minimal Fastify peer: ${plain.length} of them (${plain.filter((r) => r.compareBody !== false).length} bodies)`)
+    log(
+      `${sent} requests to each full ` +
+        `server: ${compared} bodies identical to the service's, ${sent - compared} statuses as expected; ` +
+        `the minimal Fastify ` +
+        `peer: ${plain.length} of them (${plain.filter((r) => r.compareBody !== false).length} bodies)`,
+    )
 
     const codes = new Map<string, number | null>()
     for (const s of running) codes.set(s.name, await stop(s))
     for (const name of ['fastify', 'bare', 'minimal']) {
-      if (codes.get(name) !== 0) throw new Error(`${name} exited with ${codes.get(name)} on SIGTERM, expected 0:\n${running.find((s) => s.name === name)!.stderr.join('')}`)
+      if (codes.get(name) !== 0)
+        throw new Error(
+          `${name} exited with ${codes.get(name)} on SIGTERM, expected ` +
+            `0:\n${running.find((s) => s.name === name)!.stderr.join('')}`,
+        )
       // The minimal peer logs nothing (Fastify's default), on purpose.
       if (name === 'minimal') continue
       const lines = requestLines(join(outDir, `${name}.log`))
       // Readiness probes are requests too: at least one line per checked request.
       if (lines.length < sent) throw new Error(`${name} logged ${lines.length} request lines for ${sent} requests`)
       const sample = lines.find((l) => l.status === 200 && l.user_id === '1')
-      const missing = ['time', 'level', 'request_id', 'method', 'route', 'status', 'duration_ms', 'user_id', 'client'].filter((k) => sample?.[k] === undefined)
-      if (missing.length) throw new Error(`${name}'s request lines lack ${missing.join(', ')}: ${JSON.stringify(sample)}`)
+      const missing = [
+        'time',
+        'level',
+        'request_id',
+        'method',
+        'route',
+        'status',
+        'duration_ms',
+        'user_id',
+        'client',
+      ].filter((k) => sample?.[k] === undefined)
+      if (missing.length)
+        throw new Error(`${name}'s request lines lack ${missing.join(', ')}: ${JSON.stringify(sample)}`)
       log(`${name}: exit 0 on SIGTERM; ${lines.length} request lines, e.g. ${JSON.stringify(sample)}`)
     }
     log('PASS')

@@ -28,7 +28,11 @@ await Promise.all(
       if (++done % step === 0) {
         const used = process.cpuUsage(cpu)
         const ms = performance.now() - wall
-        console.log(`${String(done).padStart(8)} statements: ${((used.user + used.system) / step).toFixed(1).padStart(6)} µs CPU and ${((ms * 1000) / step).toFixed(1).padStart(6)} µs wall per statement`)
+        console.log(
+          `${String(done).padStart(8)} ` +
+            `statements: ${((used.user + used.system) / step).toFixed(1).padStart(6)} µs CPU ` +
+            `and ${((ms * 1000) / step).toFixed(1).padStart(6)} µs wall per statement`,
+        )
         cpu = process.cpuUsage()
         wall = performance.now()
       }

@@ -71,7 +71,9 @@ export function processTree(pid: number): number[] {
 export function treeStatusKb(pid: number, field: 'VmRSS' | 'VmHWM'): number | undefined {
   const own = statusKb(pid, field)
   if (own === undefined) return undefined
-  return processTree(pid).slice(1).reduce((kb, p) => kb + (statusKb(p, field) ?? 0), own)
+  return processTree(pid)
+    .slice(1)
+    .reduce((kb, p) => kb + (statusKb(p, field) ?? 0), own)
 }
 
 /** Samples VmRSS of the process tree (summed) every `everyMs` until stopped; returns the peak in MB. */

@@ -63,10 +63,12 @@ function area(frame: CallFrame): string {
     return `native: ${fn || '(anonymous)'}`
   }
   if (url.startsWith('node:')) {
-    if (/^node:internal\/(http|_http|streams\/|stream_base|net|dns|tls)|^node:(_http|http|net)/.test(url)) return 'node: http/net/streams'
+    if (/^node:internal\/(http|_http|streams\/|stream_base|net|dns|tls)|^node:(_http|http|net)/.test(url))
+      return 'node: http/net/streams'
     if (/^node:internal\/crypto|^node:crypto/.test(url)) return 'node: crypto'
     if (/^node:internal\/(fs|console)|^node:(fs|console)|tty|pipe/.test(url)) return 'node: fs/tty (stdout writes)'
-    if (/^node:internal\/(process\/task_queues|timers|async_hooks)|^node:timers/.test(url)) return 'node: timers/microtasks'
+    if (/^node:internal\/(process\/task_queues|timers|async_hooks)|^node:timers/.test(url))
+      return 'node: timers/microtasks'
     return 'node: other'
   }
   const m = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)
@@ -74,9 +76,12 @@ function area(frame: CallFrame): string {
   return url
 }
 
-const fnLabel = (f: CallFrame) => `${f.functionName || '(anonymous)'} ${shortUrl(f.url) ? `${shortUrl(f.url)}:${f.lineNumber + 1}` : ''}`.trim()
+const fnLabel = (f: CallFrame) =>
+  `${f.functionName || '(anonymous)'} ${shortUrl(f.url) ? `${shortUrl(f.url)}:${f.lineNumber + 1}` : ''}`.trim()
 
-/** Self and inclusive time; `window` is [from, to] in the profile's clock (µs), as process.hrtime in another process. */
+/**
+ * Self and inclusive time; `window` is [from, to] in the profile's clock (µs), as process.hrtime in another process.
+ */
 export function summarize(file: string, window?: [number, number]): Summary {
   const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile
   const byId = new Map<number, ProfileNode>()
@@ -120,30 +125,53 @@ export function summarize(file: string, window?: [number, number]): Summary {
     }
   }
   const rows = (m: Map<string, number>) =>
-    [...m].map(([name, micros]) => ({ name, micros, share: busy ? micros / busy : 0 })).sort((a, b) => b.micros - a.micros)
-  return { busyMicros: busy, idleMicros: idle, selfByFunction: rows(self), selfByArea: rows(areas), totalByOwnFunction: rows(inclusive) }
+    [...m]
+      .map(([name, micros]) => ({ name, micros, share: busy ? micros / busy : 0 }))
+      .sort((a, b) => b.micros - a.micros)
+  return {
+    busyMicros: busy,
+    idleMicros: idle,
+    selfByFunction: rows(self),
+    selfByArea: rows(areas),
+    totalByOwnFunction: rows(inclusive),
+  }
 }
 
 export function formatSummary(s: Summary, requests: number | undefined, top = 25): string {
   const per = (us: number) => (requests ? `${(us / requests).toFixed(1).padStart(7)} µs/req` : '')
   const line = (r: Row) => `  ${(r.share * 100).toFixed(1).padStart(5)}% ${per(r.micros)}  ${r.name}`
   const out: string[] = []
-  out.push(`busy ${(s.busyMicros / 1000).toFixed(0)} ms${requests ? `, ${requests} requests, ${(s.busyMicros / requests).toFixed(1)} µs/req on the main thread` : ''}`)
+  out.push(
+    `busy ${(s.busyMicros / 1000).toFixed(0)} ms` +
+      (requests ? `, ${requests} requests, ${(s.busyMicros / requests).toFixed(1)} µs/req on the main thread` : ''),
+  )
   out.push('self time by area:', ...s.selfByArea.slice(0, 14).map(line))
   out.push(`self time by function (top ${top}):`, ...s.selfByFunction.slice(0, top).map(line))
-  out.push(`total (inclusive) time of the project's functions (top ${top}):`, ...s.totalByOwnFunction.slice(0, top).map(line))
+  out.push(
+    `total (inclusive) time of the project's functions (top ${top}):`,
+    ...s.totalByOwnFunction.slice(0, top).map(line),
+  )
   return out.join('\n')
 }
 
 /** Two profiles side by side, per request, by area: where the first spends more than the second. */
-export function formatComparison(a: Summary, requestsA: number, b: Summary, requestsB: number, names: [string, string]): string {
+export function formatComparison(
+  a: Summary,
+  requestsA: number,
+  b: Summary,
+  requestsB: number,
+  names: [string, string],
+): string {
   const areas = new Map<string, [number, number]>()
   for (const r of a.selfByArea) areas.set(r.name, [r.micros / requestsA, 0])
   for (const r of b.selfByArea) areas.set(r.name, [areas.get(r.name)?.[0] ?? 0, r.micros / requestsB])
   const rows = [...areas].map(([name, [x, y]]) => ({ name, x, y, d: x - y })).sort((p, q) => q.d - p.d)
   const f = (v: number) => v.toFixed(1).padStart(7)
   const out = [`main-thread µs/req by area: ${names[0]} | ${names[1]} | difference`]
-  out.push(`  ${f(a.busyMicros / requestsA)} | ${f(b.busyMicros / requestsB)} | ${f(a.busyMicros / requestsA - b.busyMicros / requestsB)}  all`)
+  out.push(
+    `  ${f(a.busyMicros / requestsA)} ` +
+      `| ${f(b.busyMicros / requestsB)} | ${f(a.busyMicros / requestsA - b.busyMicros / requestsB)}  all`,
+  )
   for (const r of rows) if (Math.abs(r.d) >= 0.5) out.push(`  ${f(r.x)} | ${f(r.y)} | ${f(r.d)}  ${r.name}`)
   return out.join('\n')
 }

@@ -33,7 +33,11 @@ export type Series = Record<string, Partial<Record<Kind, Measurement[]>>>
 
 /** The servers' names in the report; `workers` is named with its count by the runner (`nameWorkers`). */
 export const LABEL: Record<Kind, string> = {
-  service: 'service', workers: 'service ×N workers', fastify: 'Fastify (equal work)', minimal: 'Fastify (minimal)', bare: 'bare',
+  service: 'service',
+  workers: 'service ×N workers',
+  fastify: 'Fastify (equal work)',
+  minimal: 'Fastify (minimal)',
+  bare: 'bare',
 }
 export const nameWorkers = (n: number) => void (LABEL.workers = `service ×${n} workers`)
 
@@ -55,17 +59,29 @@ export function cell(xs: Array<number | undefined>, digits: number): string {
 }
 
 /** The service's figure (or `own`'s) ÷ the peer's, round by round (the same round: the same minute of the machine). */
-export function ratios(s: Series[string], peer: Kind, pick: (m: Measurement) => number | undefined, ownKind: Kind = 'service'): number[] {
+export function ratios(
+  s: Series[string],
+  peer: Kind,
+  pick: (m: Measurement) => number | undefined,
+  ownKind: Kind = 'service',
+): number[] {
   const own = s[ownKind] ?? []
   const other = s[peer] ?? []
-  return finite(own.map((m, i) => {
-    const a = pick(m)
-    const b = other[i] === undefined ? undefined : pick(other[i]!)
-    return a === undefined || b === undefined || !b ? undefined : a / b
-  }))
+  return finite(
+    own.map((m, i) => {
+      const a = pick(m)
+      const b = other[i] === undefined ? undefined : pick(other[i]!)
+      return a === undefined || b === undefined || !b ? undefined : a / b
+    }),
+  )
 }
 
-const medianRatio = (s: Series[string], peer: Kind, pick: (m: Measurement) => number | undefined, ownKind: Kind = 'service') => median(ratios(s, peer, pick, ownKind))
+const medianRatio = (
+  s: Series[string],
+  peer: Kind,
+  pick: (m: Measurement) => number | undefined,
+  ownKind: Kind = 'service',
+) => median(ratios(s, peer, pick, ownKind))
 
 export interface Row {
   key: string
@@ -92,8 +108,13 @@ export function mainTable(rows: Row[], series: Series): string {
     for (const kind of KINDS) {
       const ms = series[r.key]?.[kind]
       if (!ms?.length) continue
-      out.push(`| ${kind === 'service' ? r.label : ''} | ${LABEL[kind]} | ${cell(ms.map(pick.rps), 0)} | ${cell(ms.map(pick.p50), 2)} | ${cell(ms.map(pick.p99), 2)} | ` +
-        `${cell(ms.map(pick.cpu), 0)} | ${cell(ms.map(pick.db), 0)} | ${cell(ms.map(pick.rss), 0)} | ${ms.reduce((n, m) => n + failed(m), 0)} |`)
+      out.push(
+        `| ${kind === 'service' ? r.label : ''} ` +
+          `| ${LABEL[kind]} | ${cell(ms.map(pick.rps), 0)} ` +
+          `| ${cell(ms.map(pick.p50), 2)} | ${cell(ms.map(pick.p99), 2)} | ` +
+          `${cell(ms.map(pick.cpu), 0)} ` +
+          `| ${cell(ms.map(pick.db), 0)} | ${cell(ms.map(pick.rss), 0)} | ${ms.reduce((n, m) => n + failed(m), 0)} |`,
+      )
     }
   }
   return out.join('\n')
@@ -111,14 +132,20 @@ export function ratioTable(rows: Row[], series: Series): string {
     let first = true
     for (const peer of KINDS.filter((k) => k !== 'service' && s[k]?.length)) {
       const c = (f: (m: Measurement) => number | undefined) => cell(ratios(s, peer, f), 2)
-      out.push(`| ${first ? r.label : ''} | ${LABEL[peer]} | ${c(pick.cpu)} | ${c(pick.cost)} | ${c(pick.p99)} | ${c(pick.rps)} | ${c(pick.rss)} |`)
+      out.push(
+        `| ${first ? r.label : ''} ` +
+          `| ${LABEL[peer]} | ${c(pick.cpu)} | ${c(pick.cost)} | ${c(pick.p99)} | ${c(pick.rps)} | ${c(pick.rss)} |`,
+      )
       first = false
     }
   }
   return out.join('\n')
 }
 
-/** The targets against the minimal Fastify peer (issue 25), as the service ÷ that peer with PASS or FAIL, one row per endpoint. */
+/**
+ * The targets against the minimal Fastify peer (issue 25), as the
+ * service ÷ that peer with PASS or FAIL, one row per endpoint.
+ */
 export const MINIMAL_TARGETS: ReadonlyArray<[string, (m: Measurement) => number | undefined, number]> = [
   ['server CPU/req', pick.cpu, 0.9],
   ['server + PostgreSQL CPU/req', pick.cost, 1.0],
@@ -137,20 +164,25 @@ export function minimalTable(rows: Row[], series: Series): string {
   for (const r of rows) {
     const s = series[r.key]
     if (!s?.minimal?.length) continue
-    out.push(`| ${r.label} | ${MINIMAL_TARGETS.map(([, f, limit]) => {
-      const v = medianRatio(s, 'minimal', f)
-      const ok = MINIMAL_TARGET_KEYS.includes(r.key) ? within(v, limit) : undefined
-      return `${x(v)} ${ok === undefined ? '' : ok ? 'PASS' : 'FAIL'}`.trim()
-    }).join(' | ')} |`)
+    out.push(
+      `| ${r.label} | ${MINIMAL_TARGETS.map(([, f, limit]) => {
+        const v = medianRatio(s, 'minimal', f)
+        const ok = MINIMAL_TARGET_KEYS.includes(r.key) ? within(v, limit) : undefined
+        return `${x(v)} ${ok === undefined ? '' : ok ? 'PASS' : 'FAIL'}`.trim()
+      }).join(' | ')} |`,
+    )
   }
   return out.join('\n')
 }
 
 /** Per server, the highest peak RSS of the main series (every endpoint's medians), and the service's ÷ each peer's. */
 export function peakRssLine(rows: Row[], series: Series): string {
-  const peak = (kind: Kind) => Math.max(...rows.map((r) => median(series[r.key]?.[kind]?.map(pick.rss) ?? [])).filter(Number.isFinite))
+  const peak = (kind: Kind) =>
+    Math.max(...rows.map((r) => median(series[r.key]?.[kind]?.map(pick.rss) ?? [])).filter(Number.isFinite))
   const own = peak('service')
-  const parts = KINDS.filter((k) => Number.isFinite(peak(k))).map((k) => `${LABEL[k]} ${peak(k).toFixed(0)} MB${k === 'service' ? '' : ` (service ÷ it ${x(own / peak(k))})`}`)
+  const parts = KINDS.filter((k) => Number.isFinite(peak(k))).map(
+    (k) => `${LABEL[k]} ${peak(k).toFixed(0)} MB${k === 'service' ? '' : ` (service ÷ it ${x(own / peak(k))})`}`,
+  )
   return `Peak RSS, the highest endpoint median of the main series: ${parts.join(', ')}.`
 }
 
@@ -158,7 +190,8 @@ export const concurrencyKey = (key: string, connections: number) => `${key}@${co
 
 export function concurrencyTable(rows: Row[], levels: number[], series: Series): string {
   const out = [
-    '| endpoint | connections | server | req/s | p50 ms | p99 ms | non-2xx | socket errors | time-outs | CPU µs/req | peak RSS MB |',
+    '| endpoint | connections | server | req/s | p50 ms | p99 ms | non-2xx | socket errors | time-outs | CPU µs/req ' +
+      '| peak RSS MB |',
     '|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|',
   ]
   for (const r of rows) {
@@ -169,9 +202,14 @@ export function concurrencyTable(rows: Row[], levels: number[], series: Series):
         const ms = s[kind]
         if (!ms?.length) continue
         const sum = (f: (m: Measurement) => number) => ms.reduce((n, m) => n + f(m), 0).toLocaleString('en')
-        out.push(`| ${kind === 'service' ? r.label : ''} | ${kind === 'service' ? c.toLocaleString('en') : ''} | ${LABEL[kind]} | ` +
-          `${cell(ms.map(pick.rps), 0)} | ${cell(ms.map(pick.p50), 2)} | ${cell(ms.map(pick.p99), 2)} | ` +
-          `${sum((m) => m.statusErrors)} | ${sum((m) => m.socketErrors)} | ${sum((m) => m.timeouts)} | ${cell(ms.map(pick.cpu), 0)} | ${cell(ms.map(pick.rss), 0)} |`)
+        out.push(
+          `| ${kind === 'service' ? r.label : ''} ` +
+            `| ${kind === 'service' ? c.toLocaleString('en') : ''} | ${LABEL[kind]} | ` +
+            `${cell(ms.map(pick.rps), 0)} | ${cell(ms.map(pick.p50), 2)} | ${cell(ms.map(pick.p99), 2)} | ` +
+            `${sum((m) => m.statusErrors)} ` +
+            `| ${sum((m) => m.socketErrors)} ` +
+            `| ${sum((m) => m.timeouts)} | ${cell(ms.map(pick.cpu), 0)} | ${cell(ms.map(pick.rss), 0)} |`,
+        )
       }
     }
   }
@@ -189,7 +227,10 @@ export interface GrowthSize {
 /** The outbox series' key of a write endpoint in one mode. */
 export const outboxKey = (key: string, mode: 'on' | 'off') => `${key} outbox ${mode}`
 
-/** Per write: its figures with events written and discarded, and the ratio of the two costs (service + database CPU) round by round. */
+/**
+ * Per write: its figures with events written and discarded, and the ratio of the two costs (service + database CPU)
+ * round by round.
+ */
 export function outboxTable(rows: Row[], series: Series): string {
   const out = [
     '| write | outbox | req/s | p99 ms | CPU µs/req | DB CPU µs/req | CPU + DB µs/req | on ÷ off |',
@@ -198,31 +239,43 @@ export function outboxTable(rows: Row[], series: Series): string {
   for (const r of rows) {
     const on = series[outboxKey(r.key, 'on')]?.service ?? []
     const off = series[outboxKey(r.key, 'off')]?.service ?? []
-    for (const [mode, ms] of [['on', on], ['off', off]] as const) {
-      out.push(`| ${mode === 'on' ? r.label : ''} | ${mode} | ${cell(ms.map(pick.rps), 0)} | ${cell(ms.map(pick.p99), 2)} | ${cell(ms.map(pick.cpu), 0)} | ` +
-        `${cell(ms.map(pick.db), 0)} | ${cell(ms.map(costPerRequest), 0)} | ${mode === 'on' ? cell(outboxRatios(on, off), 2) : ''} |`)
+    for (const [mode, ms] of [
+      ['on', on],
+      ['off', off],
+    ] as const) {
+      out.push(
+        `| ${mode === 'on' ? r.label : ''} ` +
+          `| ${mode} | ${cell(ms.map(pick.rps), 0)} | ${cell(ms.map(pick.p99), 2)} | ${cell(ms.map(pick.cpu), 0)} | ` +
+          `${cell(ms.map(pick.db), 0)} ` +
+          `| ${cell(ms.map(costPerRequest), 0)} | ${mode === 'on' ? cell(outboxRatios(on, off), 2) : ''} |`,
+      )
     }
   }
   return out.join('\n')
 }
 
 const outboxRatios = (on: Measurement[], off: Measurement[]) =>
-  finite(on.map((m, i) => {
-    const a = costPerRequest(m)
-    const b = off[i] === undefined ? undefined : costPerRequest(off[i]!)
-    return a === undefined || b === undefined || !b ? undefined : a / b
-  }))
+  finite(
+    on.map((m, i) => {
+      const a = costPerRequest(m)
+      const b = off[i] === undefined ? undefined : costPerRequest(off[i]!)
+      return a === undefined || b === undefined || !b ? undefined : a / b
+    }),
+  )
 
 /** The outbox adds at most 15 % to a write's CPU, the database's included. */
 export function outboxTargets(rows: Row[], series: Series, out: string[]): void {
   const check = checker(out)
   for (const r of rows) {
-    const v = median(outboxRatios(series[outboxKey(r.key, 'on')]?.service ?? [], series[outboxKey(r.key, 'off')]?.service ?? []))
+    const v = median(
+      outboxRatios(series[outboxKey(r.key, 'on')]?.service ?? [], series[outboxKey(r.key, 'off')]?.service ?? []),
+    )
     check(within(v, 1.15), `the events outbox adds ≤ 15 % CPU (service + database) per write, ${r.label}: ${x(v)}`)
   }
 }
 
-const costPerRequest = (m: Measurement) => (m.dbCpuPerRequest === undefined ? undefined : m.cpuPerRequest + m.dbCpuPerRequest)
+const costPerRequest = (m: Measurement) =>
+  m.dbCpuPerRequest === undefined ? undefined : m.cpuPerRequest + m.dbCpuPerRequest
 
 export function growthTable(rows: Row[], sizes: GrowthSize[], kinds: readonly Kind[]): string {
   const out = [
@@ -236,8 +289,11 @@ export function growthTable(rows: Row[], sizes: GrowthSize[], kinds: readonly Ki
         if (!ms?.length) return 'n/a'
         const med = (f: (m: Measurement) => number | undefined) => median(finite(ms.map(f)))
         const db = med(pick.db)
-        return `${med(pick.rps).toFixed(0)} req/s, p50 ${med(pick.p50).toFixed(2)} ms, CPU ${med(pick.cpu).toFixed(0)} µs, ` +
+        return (
+          `${med(pick.rps).toFixed(0)} req/s, ` +
+          `p50 ${med(pick.p50).toFixed(2)} ms, CPU ${med(pick.cpu).toFixed(0)} µs, ` +
           `DB ${Number.isFinite(db) ? db.toFixed(0) : 'n/a'} µs${z.notes[r.key] ? ` ${z.notes[r.key]}` : ''}`
+        )
       })
       out.push(`| ${kind === 'service' ? r.label : ''} | ${LABEL[kind]} | ${cells.join(' | ')} |`)
     }
@@ -265,7 +321,12 @@ const within = (v: number, limit: number) => (Number.isFinite(v) ? v <= limit : 
 export function mainTargets(rows: Row[], series: Series, out: string[]): void {
   const check = checker(out)
   const targets: Array<[string, Kind, (m: Measurement) => number | undefined, number]> = [
-    ...MINIMAL_TARGETS.map(([what, f, limit]): [string, Kind, (m: Measurement) => number | undefined, number] => [`${what} ≤ ${limit.toFixed(1)} × ${LABEL.minimal}`, 'minimal', f, limit]),
+    ...MINIMAL_TARGETS.map(([what, f, limit]): [string, Kind, (m: Measurement) => number | undefined, number] => [
+      `${what} ≤ ${limit.toFixed(1)} × ${LABEL.minimal}`,
+      'minimal',
+      f,
+      limit,
+    ]),
     [`server CPU/req ≤ 0.9 × ${LABEL.fastify}`, 'fastify', pick.cpu, 0.9],
     ['server CPU/req ≤ 1.1 × bare', 'bare', pick.cpu, 1.1],
     [`p99 ≤ ${LABEL.fastify}`, 'fastify', pick.p99, 1],
@@ -284,7 +345,13 @@ export function mainTargets(rows: Row[], series: Series, out: string[]): void {
 const failures = (ms: Measurement[]) => {
   const sum = (f: (m: Measurement) => number) => ms.reduce((k, m) => k + f(m), 0)
   const n = sum(failed)
-  return { n, detail: n ? ` (non-2xx ${sum((m) => m.statusErrors)}, socket ${sum((m) => m.socketErrors)}, time-outs ${sum((m) => m.timeouts)})` : '' }
+  return {
+    n,
+    detail: n
+      ? ` (non-2xx ${sum((m) => m.statusErrors)}, ` +
+        `socket ${sum((m) => m.socketErrors)}, time-outs ${sum((m) => m.timeouts)})`
+      : '',
+  }
 }
 
 /**
@@ -295,9 +362,18 @@ const failures = (ms: Measurement[]) => {
  * at the other counts, and its p99 ≤ 1.2 × the minimal Fastify's (the
  * equal-work one's beside it).
  */
-export function concurrencyTargets(rows: Row[], levels: number[], series: Series, out: string[], workers?: { runs: number; connections: number }): void {
+export function concurrencyTargets(
+  rows: Row[],
+  levels: number[],
+  series: Series,
+  out: string[],
+  workers?: { runs: number; connections: number },
+): void {
   const check = checker(out)
-  for (const [own, peer, also] of [['service', 'fastify', undefined], ['workers', 'minimal', 'fastify']] as Array<[Kind, Kind, Kind | undefined]>) {
+  for (const [own, peer, also] of [
+    ['service', 'fastify', undefined],
+    ['workers', 'minimal', 'fastify'],
+  ] as Array<[Kind, Kind, Kind | undefined]>) {
     for (const r of rows) {
       for (const c of levels) {
         const s = series[concurrencyKey(r.key, c)]
@@ -307,14 +383,19 @@ export function concurrencyTargets(rows: Row[], levels: number[], series: Series
         const { n, detail } = failures(ms)
         if (own === 'workers' && workers && c === workers.connections) {
           const perRun = ms.map((m) => failed(m).toLocaleString('en')).join(', ')
-          check(ms.length >= workers.runs && n === 0, `0 failed requests and 0 time-outs in ${workers.runs} consecutive runs, ${where}: ${ms.length} run(s), failed ${perRun}${detail}`)
+          check(
+            ms.length >= workers.runs && n === 0,
+            `0 failed requests and 0 time-outs ` +
+              `in ${workers.runs} consecutive runs, ${where}: ${ms.length} run(s), failed ${perRun}${detail}`,
+          )
         } else {
           check(n === 0, `0 failed requests, ${where}: ${n.toLocaleString('en')}${detail}`)
         }
         const v = medianRatio(s, peer, pick.p99, own)
         const beside = also && s[also]?.length ? ` (÷ ${LABEL[also]}: ${x(medianRatio(s, also, pick.p99, own))})` : ''
         const what = `p99 ≤ 1.2 × ${LABEL[peer]}, ${where}: ${x(v)}${beside}`
-        // wrk's percentiles cover every answer: quick refusals would make a p99 that says nothing about the requests served.
+        // wrk's percentiles cover every answer: quick refusals would
+        // make a p99 that says nothing about the requests served.
         if (n) check(undefined, `${what}, over answers that include the failed requests: not comparable`)
         else check(within(v, 1.2), what)
       }
@@ -336,7 +417,10 @@ export const DB_SHARE_LIMIT = 1 / 3
 export const CEILING_MARGIN = 2
 
 /** The cores a measurement's server (its process tree) and its PostgreSQL backends kept busy on average. */
-const coresOf = (m: Measurement) => ({ server: (m.cpuPerRequest * m.rps) / 1e6, db: m.dbCpuPerRequest === undefined ? NaN : (m.dbCpuPerRequest * m.rps) / 1e6 })
+const coresOf = (m: Measurement) => ({
+  server: (m.cpuPerRequest * m.rps) / 1e6,
+  db: m.dbCpuPerRequest === undefined ? NaN : (m.dbCpuPerRequest * m.rps) / 1e6,
+})
 
 export interface WorkersVerdict {
   key: string
@@ -356,13 +440,24 @@ export interface WorkersVerdict {
  * used (CPU µs/req × req/s), the backends' share of the machine, the
  * machine's busy share, and the database ceiling's tx/s ÷ the workers' req/s.
  */
-export function workersTable(rows: Row[], levels: number[], series: Series, cores: number, ceilingTps: Record<string, number>): { text: string; verdicts: WorkersVerdict[] } {
+export function workersTable(
+  rows: Row[],
+  levels: number[],
+  series: Series,
+  cores: number,
+  ceilingTps: Record<string, number>,
+): { text: string; verdicts: WorkersVerdict[] } {
   const out = [
-    `| endpoint | connections | req/s, service | req/s, ${LABEL.workers} | ×N ÷ ×1 | server cores ×1 / ×N | PostgreSQL cores ×1 / ×N | PostgreSQL share of ${cores} cores (×N) | machine busy ×1 / ×N | DB ceiling ÷ ×N req/s | database not the limit |`,
+    `| endpoint | connections | req/s, service | ` +
+      `req/s, ${LABEL.workers} | ×N ÷ ×1 | server cores ×1 / ×N | PostgreSQL cores ×1 / ×N | PostgreSQL share ` +
+      `of ${cores} cores (×N) | machine busy ×1 / ×N | DB ceiling ÷ ×N req/s | database not the limit |`,
     '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|',
   ]
   const verdicts: WorkersVerdict[] = []
-  const f = (v: number, digits: number) => (Number.isFinite(v) ? v.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits }) : 'n/a')
+  const f = (v: number, digits: number) =>
+    Number.isFinite(v)
+      ? v.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+      : 'n/a'
   for (const r of rows) {
     for (const c of levels) {
       const s = series[concurrencyKey(r.key, c)]
@@ -374,26 +469,57 @@ export function workersTable(rows: Row[], levels: number[], series: Series, core
       const dbShare = med(many, (m) => coresOf(m).db) / cores
       const ceiling = ceilingTps[r.key]
       const ceilingRatio = ceiling === undefined ? NaN : ceiling / med(many, pick.rps)
-      const dbNotLimit = Number.isFinite(ceilingRatio) ? ceilingRatio >= CEILING_MARGIN : Number.isFinite(dbShare) ? dbShare < DB_SHARE_LIMIT : undefined
+      const dbNotLimit = Number.isFinite(ceilingRatio)
+        ? ceilingRatio >= CEILING_MARGIN
+        : Number.isFinite(dbShare)
+          ? dbShare < DB_SHARE_LIMIT
+          : undefined
       const busy: [number, number] = [med(one, (m) => m.machineBusy), med(many, (m) => m.machineBusy)]
       verdicts.push({ key: r.key, connections: c, ratio, dbShare, ceilingRatio, dbNotLimit, busy })
       const pct = (v: number) => (Number.isFinite(v) ? `${(v * 100).toFixed(0)} %` : 'n/a')
-      out.push(`| ${r.label} | ${c.toLocaleString('en')} | ${f(med(one, pick.rps), 0)} | ${f(med(many, pick.rps), 0)} | ${cell(ratios(s!, 'service', pick.rps, 'workers'), 2)} | ` +
-        `${f(med(one, (m) => coresOf(m).server), 2)} / ${f(med(many, (m) => coresOf(m).server), 2)} | ${f(med(one, (m) => coresOf(m).db), 2)} / ${f(med(many, (m) => coresOf(m).db), 2)} | ` +
-        `${pct(dbShare)} | ${pct(med(one, (m) => m.machineBusy))} / ${pct(med(many, (m) => m.machineBusy))} | ${ceiling === undefined ? 'not measured' : f(ceilingRatio, 1)} | ` +
-        `${dbNotLimit === undefined ? 'n/a' : dbNotLimit ? 'yes' : 'no'} |`)
+      out.push(
+        `| ${r.label} | ${c.toLocaleString('en')} ` +
+          `| ${f(med(one, pick.rps), 0)} ` +
+          `| ${f(med(many, pick.rps), 0)} | ${cell(ratios(s!, 'service', pick.rps, 'workers'), 2)} | ` +
+          `${f(
+            med(one, (m) => coresOf(m).server),
+            2,
+          )} / ${f(
+            med(many, (m) => coresOf(m).server),
+            2,
+          )} | ${f(
+            med(one, (m) => coresOf(m).db),
+            2,
+          )} / ${f(
+            med(many, (m) => coresOf(m).db),
+            2,
+          )} | ` +
+          `${pct(dbShare)} | ${pct(med(one, (m) => m.machineBusy))} ` +
+          `/ ${pct(med(many, (m) => m.machineBusy))} ` +
+          `| ${ceiling === undefined ? 'not measured' : f(ceilingRatio, 1)} | ` +
+          `${dbNotLimit === undefined ? 'n/a' : dbNotLimit ? 'yes' : 'no'} |`,
+      )
     }
   }
   return { text: out.join('\n'), verdicts }
 }
 
 /** Reads by id: N workers serve ≥ 1.5 × one process's req/s, where the database is not the limit (n/a where it is). */
-export function workersTargets(verdicts: WorkersVerdict[], labels: Record<string, string>, readsById: readonly string[], out: string[]): void {
+export function workersTargets(
+  verdicts: WorkersVerdict[],
+  labels: Record<string, string>,
+  readsById: readonly string[],
+  out: string[],
+): void {
   const check = checker(out)
   for (const v of verdicts.filter((w) => readsById.includes(w.key))) {
-    const what = `${LABEL.workers} ≥ 1.5 × the req/s of one, ${labels[v.key]} at ${v.connections.toLocaleString('en')} connections: ${x(v.ratio)}`
+    const what =
+      `${LABEL.workers} ≥ 1.5 × the req/s of ` +
+      `one, ${labels[v.key]} at ${v.connections.toLocaleString('en')} connections: ${x(v.ratio)}`
     const pct = (f: number) => (Number.isFinite(f) ? `${(f * 100).toFixed(0)} %` : 'n/a')
-    const db = `PostgreSQL ${pct(v.dbShare)} of the machine` + (Number.isFinite(v.ceilingRatio) ? `, its ceiling ${v.ceilingRatio.toFixed(1)} × the workers' req/s` : '') +
+    const db =
+      `PostgreSQL ${pct(v.dbShare)} of the machine` +
+      (Number.isFinite(v.ceilingRatio) ? `, its ceiling ${v.ceilingRatio.toFixed(1)} × the workers' req/s` : '') +
       `; machine busy ${pct(v.busy[0])} with one process, ${pct(v.busy[1])} with the workers`
     if (v.dbNotLimit === false) check(undefined, `${what}: the database may be the limit (${db})`)
     else check(Number.isFinite(v.ratio) ? v.ratio >= 1.5 : undefined, `${what} (${db})`)
@@ -433,18 +559,50 @@ const byClients = (ms: CeilingMeasurement[], clients: number) => ms.filter((m) =
 /** Each request at each client count: pgbench's throughput and what it cost the database, pgbench and the machine. */
 export function ceilingTable(c: CeilingResults): string {
   const out = [
-    '| request | clients | tx/s | latency ms | DB CPU µs/tx | of which publisher | cluster CPU µs/tx | WAL bytes/tx | pgbench CPU µs/tx | pgbench share of the machine | machine busy | failed |',
+    '| request | clients | tx/s | latency ms | DB CPU µs/tx | of which publisher | cluster CPU µs/tx | WAL bytes/tx ' +
+      '| pgbench CPU µs/tx | pgbench share of the machine | machine busy | failed |',
     '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   ]
-  const pct = (xs: number[]) => cell(xs.map((x) => x * 100), 0) + ' %'
+  const pct = (xs: number[]) =>
+    cell(
+      xs.map((x) => x * 100),
+      0,
+    ) + ' %'
   for (const [key, all] of Object.entries(c.series)) {
     for (const [i, clients] of c.clients.entries()) {
       const ms = byClients(all, clients)
       if (!ms.length) continue
-      out.push(`| ${i === 0 ? c.labels[key] : ''} | ${clients} | ${cell(ms.map((m) => m.tps), 0)} | ${cell(ms.map((m) => m.latencyMs), 2)} | ` +
-        `${cell(ms.map((m) => m.dbCpuPerTx), 0)} | ${ms.some((m) => m.publisherCpuPerTx !== undefined) ? cell(ms.map((m) => m.publisherCpuPerTx), 0) : ''} | ` +
-        `${cell(ms.map((m) => m.clusterCpuPerTx), 0)} | ${cell(ms.map((m) => m.walBytesPerTx), 0)} | ${cell(ms.map((m) => m.pgbenchCpuPerTx), 0)} | ${pct(ms.map((m) => m.pgbenchShare))} | ` +
-        `${pct(ms.map((m) => m.machineBusy))} | ${ms.reduce((n, m) => n + m.failed, 0)} |`)
+      out.push(
+        `| ${i === 0 ? c.labels[key] : ''} | ${clients} | ${cell(
+          ms.map((m) => m.tps),
+          0,
+        )} | ${cell(
+          ms.map((m) => m.latencyMs),
+          2,
+        )} | ` +
+          `${cell(
+            ms.map((m) => m.dbCpuPerTx),
+            0,
+          )} | ${
+            ms.some((m) => m.publisherCpuPerTx !== undefined)
+              ? cell(
+                  ms.map((m) => m.publisherCpuPerTx),
+                  0,
+                )
+              : ''
+          } | ` +
+          `${cell(
+            ms.map((m) => m.clusterCpuPerTx),
+            0,
+          )} | ${cell(
+            ms.map((m) => m.walBytesPerTx),
+            0,
+          )} | ${cell(
+            ms.map((m) => m.pgbenchCpuPerTx),
+            0,
+          )} | ${pct(ms.map((m) => m.pgbenchShare))} | ` +
+          `${pct(ms.map((m) => m.machineBusy))} | ${ms.reduce((n, m) => n + m.failed, 0)} |`,
+      )
     }
   }
   return out.join('\n')
@@ -457,7 +615,9 @@ export function ceilingTable(c: CeilingResults): string {
  */
 export function ceilingAgainstService(c: CeilingResults, main: Series, cores: number): string {
   const out = [
-    `| request | database ceiling, tx/s (clients) | DB CPU µs/tx | ${cores} cores for the database alone (paper), tx/s | service req/s | service CPU µs/req | service DB CPU µs/req | ceiling ÷ service | paper ÷ service |`,
+    `| request | database ceiling, tx/s (clients) | DB CPU µs/tx ` +
+      `| ${cores} cores for the database alone (paper), tx/s | service req/s | service CPU µs/req | service DB CPU ` +
+      `µs/req | ceiling ÷ service | paper ÷ service |`,
     '|---|--:|--:|--:|--:|--:|--:|--:|--:|',
   ]
   for (const [key, all] of Object.entries(c.series)) {
@@ -468,9 +628,16 @@ export function ceilingAgainstService(c: CeilingResults, main: Series, cores: nu
     const paper = Number.isFinite(db) && db > 0 ? (cores * 1e6) / db : NaN
     const service = main[key]?.service ?? []
     const rps = median(service.map(pick.rps))
-    const f = (v: number, digits = 0) => (Number.isFinite(v) ? v.toLocaleString('en', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : 'n/a')
-    out.push(`| ${c.labels[key]} | ${f(tps)} (${best.clients}) | ${f(db)} | ${f(paper)} | ${service.length ? f(rps) : 'not measured'} | ` +
-      `${f(median(service.map(pick.cpu)))} | ${f(median(finite(service.map(pick.db))))} | ${f(tps / rps, 1)} | ${f(paper / rps, 1)} |`)
+    const f = (v: number, digits = 0) =>
+      Number.isFinite(v)
+        ? v.toLocaleString('en', { maximumFractionDigits: digits, minimumFractionDigits: digits })
+        : 'n/a'
+    out.push(
+      `| ${c.labels[key]} | ${f(tps)} ` +
+        `(${best.clients}) | ${f(db)} | ${f(paper)} | ${service.length ? f(rps) : 'not measured'} | ` +
+        `${f(median(service.map(pick.cpu)))} ` +
+        `| ${f(median(finite(service.map(pick.db))))} | ${f(tps / rps, 1)} | ${f(paper / rps, 1)} |`,
+    )
   }
   return out.join('\n')
 }
@@ -478,5 +645,12 @@ export function ceilingAgainstService(c: CeilingResults, main: Series, cores: nu
 /** Per request key, the database ceiling's best median tx/s over the client counts. */
 export function ceilingBest(c: CeilingResults | undefined): Record<string, number> {
   if (!c) return {}
-  return Object.fromEntries(Object.entries(c.series).map(([key, all]) => [key, Math.max(...c.clients.map((clients) => median(byClients(all, clients).map((m) => m.tps))).filter(Number.isFinite))]))
+  return Object.fromEntries(
+    Object.entries(c.series).map(([key, all]) => [
+      key,
+      Math.max(
+        ...c.clients.map((clients) => median(byClients(all, clients).map((m) => m.tps))).filter(Number.isFinite),
+      ),
+    ]),
+  )
 }

@@ -54,13 +54,15 @@ export async function createBenchDatabase(admin: Sql, serverUrl: string, rows: n
       INSERT INTO users (name, email, role, created_at, updated_at)
       SELECT 'Bench User ' || g, 'user' || g || '@bench.example.com', CASE WHEN g = 1 THEN 'admin' ELSE 'user' END,
              t, t
-      FROM generate_series(1, ${rows}::int) g, LATERAL (SELECT timestamptz '2025-01-01 00:00:00Z' + g * interval '1 second' AS t) ts`
+      FROM generate_series(1, ${rows}::int) g, LATERAL (SELECT timestamptz '2025-01-01 00:00:00Z' + g * interval
+        '1 second' AS t) ts`
     await db`
       INSERT INTO products (sku, name, description, price, currency, stock, created_at, updated_at)
       SELECT 'SKU-' || lpad(g::text, 8, '0'), 'Bench Product ' || g,
              'A product of the benchmark catalogue, number ' || g || '.',
              (g::bigint * 7919) % 1000000, (ARRAY['EUR', 'USD', 'GBP', 'JPY'])[1 + g % 4], g % 1000, t, t
-      FROM generate_series(1, ${rows}::int) g, LATERAL (SELECT timestamptz '2025-01-01 00:00:00Z' + g * interval '1 second' AS t) ts`
+      FROM generate_series(1, ${rows}::int) g, LATERAL (SELECT timestamptz '2025-01-01 00:00:00Z' + g * interval
+        '1 second' AS t) ts`
     for (const { indexdef } of indexes) await db.unsafe(indexdef)
 
     const apiKey = 'upa_ak_' + randomBytes(32).toString('base64url')
@@ -85,7 +87,8 @@ export async function createBenchDatabase(admin: Sql, serverUrl: string, rows: n
 export async function removeCreatedUsers(url: string, rows: number): Promise<number> {
   const db = connect(url, { max: 1, statementTimeoutMs: 10 * 60_000 })
   try {
-    // One transaction: a running server reloads its revocations when the deletion is announced (at commit), and must find none.
+    // One transaction: a running server reloads its revocations when the deletion is announced (at commit), and must
+    // find none.
     const deleted = await db.begin(async (tx) => {
       const users = await tx`DELETE FROM users WHERE id > ${rows}`
       await tx`DELETE FROM revocations WHERE user_id > ${rows}`
@@ -126,15 +129,25 @@ export async function resetProductVersions(url: string): Promise<number> {
 export async function setOutbox(url: string, on: boolean): Promise<void> {
   const db = connect(url, { max: 1, statementTimeoutMs: 60_000 })
   try {
-    await db.unsafe(`CREATE OR REPLACE FUNCTION bench_discard_event() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`)
+    await db.unsafe(
+      `CREATE OR REPLACE FUNCTION bench_discard_event() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; ` +
+        `END $$`,
+    )
     await db.unsafe('DROP TRIGGER IF EXISTS bench_outbox_off ON event_outbox')
-    if (!on) await db.unsafe('CREATE TRIGGER bench_outbox_off BEFORE INSERT ON event_outbox FOR EACH ROW EXECUTE FUNCTION bench_discard_event()')
+    if (!on)
+      await db.unsafe(
+        'CREATE TRIGGER bench_outbox_off BEFORE INSERT ON event_outbox FOR EACH ROW EXECUTE FUNCTION ' +
+          'bench_discard_event()',
+      )
   } finally {
     await db.end({ timeout: 5 })
   }
 }
 
-/** The process ids of the PostgreSQL backends connected to the benchmark database, those of one application_name only when given. */
+/**
+ * The process ids of the PostgreSQL backends connected to the benchmark database, those of one application_name only
+ * when given.
+ */
 export async function backendPids(admin: Sql, db: Seeded, appName?: string): Promise<number[]> {
   const ofApp = appName === undefined ? admin`` : admin`AND application_name = ${appName}`
   const rows = await admin<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE datname = ${db.name} ${ofApp}`

@@ -75,7 +75,12 @@ export const running = new Set<RunningServer>()
 export const logFileOf = (outDir: string, kind: Kind, rows: number) => join(outDir, `${kind}-${rows}.log`)
 
 /** The command line and environment of a server; `extraNodeArgs` adds e.g. --cpu-prof. */
-function command(kind: Kind, o: ServerOptions, port: number, extraNodeArgs: string[]): { args: string[]; cwd: string; env: NodeJS.ProcessEnv } {
+function command(
+  kind: Kind,
+  o: ServerOptions,
+  port: number,
+  extraNodeArgs: string[],
+): { args: string[]; cwd: string; env: NodeJS.ProcessEnv } {
   const common = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
     PORT: String(port),
@@ -86,18 +91,25 @@ function command(kind: Kind, o: ServerOptions, port: number, extraNodeArgs: stri
     JWT_AUDIENCE: o.jwt.issuer,
   }
   if (kind === 'service' || kind === 'workers') {
-    if (!existsSync(o.serviceMain)) throw new Error(`${o.serviceMain} is missing: run \`make build\` first (\`make bench\` does)`)
+    if (!existsSync(o.serviceMain))
+      throw new Error(`${o.serviceMain} is missing: run \`make build\` first (\`make bench\` does)`)
     return {
       args: [...o.serviceNodeArgs, ...extraNodeArgs, o.serviceMain],
       cwd: o.root,
       env: {
-        ...common, NODE_ENV: 'production', JWT_SECRETS: `${o.jwt.kid}:${o.jwt.secret}`, LOG_LEVEL: o.logLevel, RATE_LIMIT: '0', ...o.serviceEnv,
+        ...common,
+        NODE_ENV: 'production',
+        JWT_SECRETS: `${o.jwt.kid}:${o.jwt.secret}`,
+        LOG_LEVEL: o.logLevel,
+        RATE_LIMIT: '0',
+        ...o.serviceEnv,
         ...(kind === 'workers' ? { WORKERS: String(o.workers ?? 2) } : {}),
       },
     }
   }
   const peer = peerServers[kind]
-  if (!existsSync(join(peer.dir, 'node_modules'))) throw new Error(`${peer.dir}/node_modules is missing: \`make bench\` installs it (npm ci there)`)
+  if (!existsSync(join(peer.dir, 'node_modules')))
+    throw new Error(`${peer.dir}/node_modules is missing: \`make bench\` installs it (npm ci there)`)
   return {
     args: [...extraNodeArgs, peer.script],
     cwd: peer.dir,
@@ -115,7 +127,14 @@ export async function startServer(kind: Kind, o: ServerOptions, extraNodeArgs: s
   const child = spawn(process.execPath, args, { cwd, env, stdio: ['ignore', fd, 'pipe'] })
   closeSync(fd)
   const server: RunningServer = {
-    kind, child, pid: child.pid!, origin: `http://127.0.0.1:${port}`, appName: APP_NAMES[kind], logFile, stderr: [], exited: false,
+    kind,
+    child,
+    pid: child.pid!,
+    origin: `http://127.0.0.1:${port}`,
+    appName: APP_NAMES[kind],
+    logFile,
+    stderr: [],
+    exited: false,
   }
   running.add(server)
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => server.stderr.push(chunk))
@@ -157,7 +176,8 @@ async function waitReady(server: RunningServer, path: string): Promise<void> {
     } catch {
       // not listening yet
     }
-    if (Date.now() > deadline) throw new Error(`the ${server.kind} server did not become ready within 30 s:\n${server.stderr.join('')}`)
+    if (Date.now() > deadline)
+      throw new Error(`the ${server.kind} server did not become ready within 30 s:\n${server.stderr.join('')}`)
     await new Promise((r) => setTimeout(r, 100))
   }
 }

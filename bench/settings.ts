@@ -12,14 +12,16 @@ export function intSetting(name: string, fallback: number, min = 1): number {
   const raw = env[name]
   if (raw === undefined || raw === '') return fallback
   const value = Number(raw)
-  if (!Number.isInteger(value) || value < min) fail(`${name}: must be an integer of at least ${min} (got ${JSON.stringify(raw)})`)
+  if (!Number.isInteger(value) || value < min)
+    fail(`${name}: must be an integer of at least ${min} (got ${JSON.stringify(raw)})`)
   return value
 }
 
 export function oneOf<T extends string>(name: string, values: readonly T[], fallback: T): T {
   const raw = env[name]
   if (raw === undefined || raw === '') return fallback
-  if (!(values as readonly string[]).includes(raw)) fail(`${name}: must be one of ${values.join(', ')} (got ${JSON.stringify(raw)})`)
+  if (!(values as readonly string[]).includes(raw))
+    fail(`${name}: must be one of ${values.join(', ')} (got ${JSON.stringify(raw)})`)
   return raw as T
 }
 
@@ -29,6 +31,7 @@ export function countsSetting(name: string, fallback: number[], offAllowed = fal
   if (raw === undefined || raw === '') return fallback
   if (offAllowed && raw === 'off') return []
   const counts = raw.split(',').map(Number)
-  if (!counts.every((n) => Number.isInteger(n) && n >= 1)) fail(`${name}: comma-separated counts${offAllowed ? ', or off' : ''} (got ${JSON.stringify(raw)})`)
+  if (!counts.every((n) => Number.isInteger(n) && n >= 1))
+    fail(`${name}: comma-separated counts${offAllowed ? ', or off' : ''} (got ${JSON.stringify(raw)})`)
   return counts
 }

@@ -63,7 +63,15 @@ interface Topology {
   nginx: Nginx
 }
 
-async function measure(t: Topology, bouncer: PgBouncer, admin: Sql, db: Seeded, load: WrkRequests, seconds: number, seed: number): Promise<Figures> {
+async function measure(
+  t: Topology,
+  bouncer: PgBouncer,
+  admin: Sql,
+  db: Seeded,
+  load: WrkRequests,
+  seconds: number,
+  seed: number,
+): Promise<Figures> {
   const parts = () => ({
     service: t.instances.reduce((sum, i) => sum + (cpuMicros(i.pid) ?? NaN), 0),
     nginx: [...cpuOf(t.nginx.pids()).values()].reduce((a, b) => a + b, 0),
@@ -72,7 +80,17 @@ async function measure(t: Topology, bouncer: PgBouncer, admin: Sql, db: Seeded, 
   const pgBefore = cpuOf(await backendPids(admin, db))
   const before = parts()
   const machineBefore = machineCpu()
-  const r = await runWrk({ ...load, origin: t.nginx.url, rows: db.rows, connections: settings.connections, threads: 1, seconds, timeoutSeconds: 10, seed, tag: `topology-${seed}` })
+  const r = await runWrk({
+    ...load,
+    origin: t.nginx.url,
+    rows: db.rows,
+    connections: settings.connections,
+    threads: 1,
+    seconds,
+    timeoutSeconds: 10,
+    seed,
+    tag: `topology-${seed}`,
+  })
   const machineAfter = machineCpu()
   const after = parts()
   const pgAfter = cpuOf(await backendPids(admin, db))
@@ -113,15 +131,22 @@ type Results = Record<string, Partial<Record<(typeof settings.layouts)[number], 
 
 function table(results: Results): string {
   const rows: string[] = [
-    '| endpoint | instances | req/s | p99 ms | failed | CPU µs/req: instances | nginx | PgBouncer | PostgreSQL | the rest (wrk, kernel) | cores busy |',
+    '| endpoint | instances | req/s | p99 ms | failed | CPU µs/req: instances | nginx | PgBouncer | PostgreSQL | the ' +
+      'rest (wrk, kernel) | cores busy |',
     '|---|---|---|---|---|---|---|---|---|---|---|',
   ]
   for (const [label, byCount] of Object.entries(results)) {
     for (const [layout, runs] of Object.entries(byCount) as Array<[string, Figures[]]>) {
       const count = layout === 'direct' ? '1, without PgBouncer' : layout
       const pick = (f: (x: Figures) => number, digits = 0) => cell(runs.map(f), digits)
-      rows.push(`| ${label} | ${count} | ${pick((x) => x.rps)} | ${pick((x) => x.p99, 1)} | ${runs.reduce((a, x) => a + x.failed, 0)} | ` +
-        `${pick((x) => x.service)} | ${pick((x) => x.nginx)} | ${pick((x) => x.pgbouncer)} | ${pick((x) => x.postgres)} | ${pick((x) => x.rest)} | ${pick((x) => x.cores, 2)} |`)
+      rows.push(
+        `| ${label} | ${count} ` +
+          `| ${pick((x) => x.rps)} | ${pick((x) => x.p99, 1)} | ${runs.reduce((a, x) => a + x.failed, 0)} | ` +
+          `${pick((x) => x.service)} ` +
+          `| ${pick((x) => x.nginx)} ` +
+          `| ${pick((x) => x.pgbouncer)} ` +
+          `| ${pick((x) => x.postgres)} | ${pick((x) => x.rest)} | ${pick((x) => x.cores, 2)} |`,
+      )
     }
   }
   return rows.join('\n')
@@ -138,14 +163,22 @@ async function main(): Promise<void> {
   try {
     log(`seeding ${settings.rows.toLocaleString('en')} users and products`)
     db = await createBenchDatabase(admin, serverUrl, settings.rows)
-    // Through a transaction pooler the time-outs are the role's (src/core/db/pooler.ts): the service checks them at start.
+    // Through a transaction pooler the time-outs are the role's (src/core/db/pooler.ts):
+    // the service checks them at start.
     await admin`ALTER ROLE CURRENT_USER IN DATABASE ${admin(db.name)} SET statement_timeout = 5000`
     await admin`ALTER ROLE CURRENT_USER IN DATABASE ${admin(db.name)} SET idle_in_transaction_session_timeout = 5000`
     // Server connections for two instances' pools: with three, PgBouncer shares them for real.
     bouncer = await launchPgBouncer(serverUrl, { poolSize: settings.pool * 2 })
     const options: ServerOptions = {
-      root, outDir, databaseUrl: bouncer.urlFor(db.url), rows: db.rows, pool: settings.pool, jwt,
-      serviceMain: join(root, 'dist', 'main.js'), serviceNodeArgs: [], logLevel: 'info',
+      root,
+      outDir,
+      databaseUrl: bouncer.urlFor(db.url),
+      rows: db.rows,
+      pool: settings.pool,
+      jwt,
+      serviceMain: join(root, 'dist', 'main.js'),
+      serviceNodeArgs: [],
+      logLevel: 'info',
       serviceEnv: { DATABASE_LISTEN_URL: db.url },
     }
     const direct: ServerOptions = { ...options, databaseUrl: db.url, serviceEnv: {} }
@@ -159,21 +192,39 @@ async function main(): Promise<void> {
             await measure(t, bouncer!, admin, db!, e.load, 1, ++seed + 1000)
             const figures = await measure(t, bouncer!, admin, db!, e.load, settings.seconds, ++seed)
             ;((results[e.label] ??= {})[layout] ??= []).push(figures)
-            log(`round ${round + 1}/${settings.rounds}, ${layout === 'direct' ? '1 instance without PgBouncer' : `${count} instance(s)`}, ${e.label}: ${figures.rps.toFixed(0)} req/s, ` +
-              `${(figures.service + figures.nginx + figures.pgbouncer + figures.postgres + figures.rest).toFixed(0)} µs CPU/req in all, failed ${figures.failed}`)
+            const cpu = figures.service + figures.nginx + figures.pgbouncer + figures.postgres + figures.rest
+            log(
+              `round ${round + 1}/${settings.rounds}, ` +
+                (layout === 'direct' ? '1 instance without PgBouncer' : `${count} instance(s)`) +
+                `, ${e.label}: ${figures.rps.toFixed(0)} req/s, ` +
+                `${cpu.toFixed(0)} ` +
+                `µs CPU/req in all, failed ${figures.failed}`,
+            )
           }
         })
       }
     }
     const text = [
-      `## Through nginx and PgBouncer: 1, 2 and 3 instances, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`, '',
-      `wrk (1 thread, ${settings.connections} connections) → nginx (deploy/nginx.conf) → instances (dist/main.js, a pool of ${settings.pool} each, through ${bouncer.version} in transaction mode) → PostgreSQL; ` +
-      `${settings.rows.toLocaleString('en')} users and products; ${settings.rounds} rounds of ${settings.seconds} s per endpoint and instance count, each after 1 s of warm-up; median (min–max). ` +
-      'CPU µs/req: utime + stime of each part over the run ÷ successful responses; "the rest" is the machine\'s busy time less the parts (wrk, the kernel\'s loopback, everything else); cores busy: the machine\'s busy time ÷ the run\'s length.',
-      '', table(results), '',
+      `## Through nginx and PgBouncer: 1, 2 and 3 ` +
+        `instances, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`,
+      '',
+      `wrk (1 thread, ${settings.connections} connections) → nginx (deploy/nginx.conf) → instances (dist/main.js, a ` +
+        `pool of ${settings.pool} each, through ${bouncer.version} in transaction mode) → PostgreSQL; ` +
+        `${settings.rows.toLocaleString('en')} users and ` +
+        `products; ${settings.rounds} rounds ` +
+        `of ${settings.seconds} s per endpoint and instance count, each after 1 s of warm-up; median (min–max). ` +
+        'CPU µs/req: utime + stime of each part over the run ÷ successful responses; "the rest" is the machine\'s ' +
+        "busy time less the parts (wrk, the kernel's loopback, everything else); cores busy: the machine's busy time " +
+        "÷ the run's length.",
+      '',
+      table(results),
+      '',
     ].join('\n')
     process.stdout.write('\n' + text + '\n')
-    writeFileSync(join(outDir, `topology-${new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19)}.md`), text + '\n')
+    writeFileSync(
+      join(outDir, `topology-${new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19)}.md`),
+      text + '\n',
+    )
   } finally {
     await bouncer?.stop()
     if (db) await dropBenchDatabase(admin, db.name).catch(() => {})

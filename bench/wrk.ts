@@ -60,17 +60,35 @@ export function wrkVersion(): string | undefined {
 export function assertWrk(): string {
   const version = wrkVersion()
   if (!version) {
-    throw new Error('wrk (the load generator) is not installed. `make bench` installs it with apt-get when it can; otherwise install it yourself: ' +
-      'Debian/Ubuntu `apt-get install wrk`, Fedora `dnf install wrk`, macOS `brew install wrk`.')
+    throw new Error(
+      'wrk (the load generator) is not installed. `make bench` installs it with apt-get when it can; otherwise ' +
+        'install it yourself: ' +
+        'Debian/Ubuntu `apt-get install wrk`, Fedora `dnf install wrk`, macOS `brew install wrk`.',
+    )
   }
   return version
 }
 
 export function runWrk(load: WrkLoad): Promise<WrkResult> {
   const args = [
-    '-t', String(load.threads), '-c', String(load.connections), '-d', `${load.seconds}s`, '--timeout', `${load.timeoutSeconds}s`,
-    '-s', script, load.origin, '--',
-    load.mode, load.path, String(load.rows), String(load.threads), String(load.seed), load.tag,
+    '-t',
+    String(load.threads),
+    '-c',
+    String(load.connections),
+    '-d',
+    `${load.seconds}s`,
+    '--timeout',
+    `${load.timeoutSeconds}s`,
+    '-s',
+    script,
+    load.origin,
+    '--',
+    load.mode,
+    load.path,
+    String(load.rows),
+    String(load.threads),
+    String(load.seed),
+    load.tag,
     ...Object.entries(load.headers).map(([name, value]) => `${name}: ${value}`),
   ]
   return new Promise((resolve, reject) => {
@@ -88,7 +106,12 @@ export function runWrk(load: WrkLoad): Promise<WrkResult> {
         requests: raw.requests,
         seconds: raw.duration_us / 1e6,
         errors: raw.errors,
-        latencyMs: { p50: ms(raw.latency_us.p50), p99: ms(raw.latency_us.p99), max: ms(raw.latency_us.max), mean: ms(raw.latency_us.mean) },
+        latencyMs: {
+          p50: ms(raw.latency_us.p50),
+          p99: ms(raw.latency_us.p99),
+          max: ms(raw.latency_us.max),
+          mean: ms(raw.latency_us.mean),
+        },
       })
     })
   })

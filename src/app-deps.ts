@@ -30,7 +30,10 @@ export interface AppDeps extends AuthServices {
   maintenanceSql: Sql
   /** The database check of /readyz, one query a second at most (src/health/readiness.ts). */
   readiness: ReadinessCheck
-  /** The figures GET /metrics answers with: this instance's, or, in a cluster worker, every worker's (src/cluster/worker.ts). */
+  /**
+   * The figures GET /metrics answers with: this instance's, or, in
+   * a cluster worker, every worker's (src/cluster/worker.ts).
+   */
   metricsReport(): Promise<string>
   /** Moves committed events from the outbox to the event log, numbered in commit order (src/events/publisher.ts). */
   eventPublisher: EventPublisher

@@ -19,7 +19,9 @@ export interface ScopeGrant {
   roles: readonly Role[]
 }
 
-/** A resource of a module: its declaration, its routes (src/resource-module.ts makes them), what webhooks may ask for. */
+/**
+ * A resource of a module: its declaration, its routes (src/resource-module.ts makes them), what webhooks may ask for.
+ */
 export interface ResourceModule {
   readonly resource: Resource
   readonly routes: readonly AnyRoute[]
@@ -46,7 +48,10 @@ export interface AppModule<Services = never> {
   readonly eventTypes?: readonly string[]
   /** Its components: started in list order before the HTTP server, stopped after it has drained. */
   components?(services: Services): ReadonlyArray<Component | undefined>
-  /** Components whose clients never finish by themselves (event streams): started after the HTTP server, stopped before it drains. */
+  /**
+   * Components whose clients never finish by themselves (event streams): started after the HTTP server, stopped before
+   * it drains.
+   */
   streams?(services: Services): readonly Component[]
   /** Its repeating jobs, each a bounded batch of work (src/core/scheduler.ts). */
   jobs?(services: Services): ReadonlyArray<Job<unknown>>

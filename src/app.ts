@@ -1,6 +1,12 @@
 import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { createServer, STATUS_CODES, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http'
+import {
+  createServer,
+  STATUS_CODES,
+  type IncomingMessage,
+  type Server as HttpServer,
+  type ServerResponse,
+} from 'node:http'
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https'
 import type { Duplex } from 'node:stream'
 import type { AppDeps } from './app-deps.js'
@@ -16,7 +22,9 @@ import { createRouter } from './core/http/router.js'
 import type { Registry } from './registry.js'
 
 // The version in the OpenAPI document is the package's (same path from src/ and dist/).
-const packageVersion = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version
+const packageVersion = (
+  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
+).version
 
 /** Every route of the service, `extra` ones appended, and /openapi.json, which describes them all. */
 export function allRoutes(registry: Registry, apiPrefix: string, extra: readonly AnyRoute[] = []): AnyRoute[] {
@@ -35,8 +43,8 @@ export function allRoutes(registry: Registry, apiPrefix: string, extra: readonly
  * - keepAliveTimeout: an idle connection stays open longer than a typical
  *   proxy's 60 s idle time, so the proxy, not us, closes it and never sends a
  *   request on a socket we are closing;
- * - handshakeTimeout (HTTPS): the TLS handshake, like the headers, within
- *   headersTimeout;
+ * - handshakeTimeout (HTTPS): the TLS handshake,
+ *   like the headers, within   headersTimeout;
  * - maxConnections: open connections at most; those over it are closed at once.
  */
 /** The HTTP server, or the HTTPS one with TLS_CERT_FILE and TLS_KEY_FILE (src/core/http/tls.ts). */
@@ -47,7 +55,12 @@ export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsO
   const { config } = deps
   // handshakeTimeout: a connection that never starts (or never finishes) its TLS handshake has
   // as long as one that never sends its headers; Node's default is 120 s.
-  const create = (tls ? (options: object, listener: never) => createHttpsServer({ ...options, ...tls, handshakeTimeout: config.headersTimeoutMs }, listener) : createServer) as typeof createServer
+  const create = (
+    tls
+      ? (options: object, listener: never) =>
+          createHttpsServer({ ...options, ...tls, handshakeTimeout: config.headersTimeoutMs }, listener)
+      : createServer
+  ) as typeof createServer
   const server = create(
     {
       headersTimeout: config.headersTimeoutMs,
@@ -75,7 +88,8 @@ export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsO
   // An expectation other than 100-continue: Node would answer an empty 417; RFC 9110 (10.1.1) lets a
   // server ignore it instead, and the request is served as if it had none.
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => server.emit('request', req, res))
-  // CONNECT asks for a tunnel, which this server does not make: without a listener Node closes the connection unanswered.
+  // CONNECT asks for a tunnel, which this server does not make:
+  // without a listener Node closes the connection unanswered.
   server.on('connect', (req: IncomingMessage, socket: Duplex) => refuseTunnel(req, socket, deps))
   return server
 }
@@ -92,7 +106,11 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, deps: App
   const tlsFailure = /^ERR_(TLS|SSL)_/.test(err.code ?? '') || 'library' in err
   if (!socket.writable || err.code === 'ECONNRESET' || tlsFailure) return void socket.destroy()
   const problem = new HttpError(
-    err.code === 'HPE_HEADER_OVERFLOW' ? 'headers_too_large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'invalid_request',
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? 'headers_too_large'
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? 'request_timeout'
+        : 'invalid_request',
     'The request could not be read.',
   )
   answerOnSocket(socket, problem, deps, { method: null, error: err.code ?? 'client_error' })
@@ -116,8 +134,15 @@ function refuseTunnel(req: IncomingMessage, socket: Duplex, deps: AppDeps): void
   answerOnSocket(socket, problem, deps, { method: req.method ?? 'CONNECT', error: 'connect' })
 }
 
-/** A problem written on the socket itself, outside the pipeline (no response object exists), and the connection closed. */
-function answerOnSocket(socket: Duplex, problem: HttpError, deps: AppDeps, logged: { method: string | null; error: string }): void {
+/**
+ * A problem written on the socket itself, outside the pipeline (no response object exists), and the connection closed.
+ */
+function answerOnSocket(
+  socket: Duplex,
+  problem: HttpError,
+  deps: AppDeps,
+  logged: { method: string | null; error: string },
+): void {
   const requestId = randomUUID()
   const answer = problemAnswer(problem, deps.problems, '', requestId)
   const { status } = answer
@@ -125,7 +150,8 @@ function answerOnSocket(socket: Duplex, problem: HttpError, deps: AppDeps, logge
   const body = JSON.stringify(answer.body)
   deps.log.info('request', { request_id: requestId, method: logged.method, route: null, status, error: logged.error })
   socket.end(
-    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json; ` +
+      `charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
       `X-Request-Id: ${requestId}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n${body}`,
   )
 }

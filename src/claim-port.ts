@@ -9,8 +9,8 @@ import { ConfigError } from './core/config-error.js'
 /**
  * Binds host:port alone (without SO_REUSEPORT) and lets go at once: resolves
  * to the port, the one the system picked for port 0. A port that cannot be
- * had (EADDRINUSE, EACCES, an address not on this machine) is a ConfigError
- * (`cannotListen`).
+ * had (EADDRINUSE, EACCES, an address not on this
+ * machine) is a ConfigError (`cannotListen`).
  */
 export function claimPort(host: string, port: number): Promise<number> {
   return new Promise<number>((resolve, reject) => {
@@ -28,6 +28,11 @@ export function claimPort(host: string, port: number): Promise<number> {
 /** The line start-up stops with when `listen` on host:port failed with `err`, whoever tried. */
 export function cannotListen(host: string, port: number, err: unknown): ConfigError {
   const { code, message } = err as NodeJS.ErrnoException
-  const hint = code === 'EADDRINUSE' ? '; is another copy of the service running?' : code === 'EADDRNOTAVAIL' ? '; HOST must be an address of this machine' : ''
+  const hint =
+    code === 'EADDRINUSE'
+      ? '; is another copy of the service running?'
+      : code === 'EADDRNOTAVAIL'
+        ? '; HOST must be an address of this machine'
+        : ''
   return new ConfigError(`PORT=${port} on HOST=${host}: cannot listen (${code ?? message})${hint}`)
 }

@@ -5,8 +5,8 @@ import { closestName } from './core/lib/closest-name.js'
 // are one table (src/main.ts), from which come the help, the refusal of a
 // command that does not exist, and the dispatch: a new command is an entry
 // there and nothing else. Settings are never arguments; they are
-// environment variables (docs/operations.md), read the same way by every
-// command.
+// environment variables (docs/operations.md),
+// read the same way by every command.
 
 export interface Command {
   /** Its arguments as the help shows them, e.g. `[email]`; none when absent. */
@@ -27,7 +27,10 @@ export const DEFAULT_COMMAND = 'serve'
 export class UsageError extends Error {}
 
 /** The command `argv` (the arguments after the script) names, and its arguments; `--help` and `-h` are `help`. */
-export function pickCommand(commands: Commands, argv: readonly string[]): { name: string; command: Command; args: string[] } {
+export function pickCommand(
+  commands: Commands,
+  argv: readonly string[],
+): { name: string; command: Command; args: string[] } {
   const [first, ...args] = argv
   const name = first === undefined ? DEFAULT_COMMAND : first === '--help' || first === '-h' ? 'help' : first
   const command = Object.hasOwn(commands, name) ? commands[name] : undefined
@@ -36,14 +39,24 @@ export function pickCommand(commands: Commands, argv: readonly string[]): { name
     throw new UsageError(`unknown command "${name}"${near ? `; did you mean ${near}?` : ''}`)
   }
   const most = command.maxArgs ?? 0
-  if (args.length > most) throw new UsageError(`${name} takes ${most === 0 ? 'no arguments' : `at most ${most}`}, not ${args.map((a) => JSON.stringify(a)).join(' ')}`)
+  if (args.length > most)
+    throw new UsageError(
+      `${name} takes ${most === 0 ? 'no arguments' : `at most ${most}`}, ` +
+        `not ${args.map((a) => JSON.stringify(a)).join(' ')}`,
+    )
   return { name, command, args }
 }
 
 /** The help: how to run it, the commands, where the settings are described. */
 export function usage(commands: Commands, script = process.argv[1] ?? 'dist/main.js'): string {
   const program = `node ${relative(process.cwd(), script) || script}`
-  const rows = Object.entries(commands).map(([name, c]) => [`${name}${c.args ? ` ${c.args}` : ''}`, `${c.summary}${name === DEFAULT_COMMAND ? ' (the default: no command)' : ''}`] as const)
+  const rows = Object.entries(commands).map(
+    ([name, c]) =>
+      [
+        `${name}${c.args ? ` ${c.args}` : ''}`,
+        `${c.summary}${name === DEFAULT_COMMAND ? ' (the default: no command)' : ''}`,
+      ] as const,
+  )
   const width = Math.max(...rows.map(([left]) => left.length))
   return [
     `Usage: ${program} [command]`,

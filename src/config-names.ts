@@ -16,7 +16,18 @@ import { closestName, editDistance } from './core/lib/closest-name.js'
 // only, and short names are matched more strictly (closest-name.ts).
 
 /** Name families of the service: a variable starting with one of these is the service's, or a mistake. */
-export const SERVICE_PREFIXES = ['DATABASE_', 'JWT_', 'TLS_', 'WEBHOOK_', 'ADMIN_', 'SMTP_', 'MAIL_', 'OIDC_', 'PASSWORD_RESET_', 'VERIFY_EMAIL_'] as const
+export const SERVICE_PREFIXES = [
+  'DATABASE_',
+  'JWT_',
+  'TLS_',
+  'WEBHOOK_',
+  'ADMIN_',
+  'SMTP_',
+  'MAIL_',
+  'OIDC_',
+  'PASSWORD_RESET_',
+  'VERIFY_EMAIL_',
+] as const
 
 /**
  * Well-known variables of other software that happen to be near one of the
@@ -39,7 +50,11 @@ export interface Suspect {
  * `secrets` may also be given as `<NAME>_FILE`. Empty variables carry
  * nothing and are not reported.
  */
-export function suspectVariables(env: Record<string, string | undefined>, known: ReadonlySet<string>, secrets: readonly string[]): Suspect[] {
+export function suspectVariables(
+  env: Record<string, string | undefined>,
+  known: ReadonlySet<string>,
+  secrets: readonly string[],
+): Suspect[] {
   const suspects: Suspect[] = []
   for (const [name, value] of Object.entries(env)) {
     if (!value || known.has(name) || FOREIGN_VARIABLES.has(name) || isServiceLink(name, env)) continue
@@ -51,10 +66,16 @@ export function suspectVariables(env: Record<string, string | undefined>, known:
 
 function judge(name: string, known: ReadonlySet<string>, secrets: readonly string[]): Suspect | undefined {
   const upper = name.toUpperCase()
-  if (known.has(upper)) return { name, meant: [upper], message: `${name}: not read (names are case-sensitive); did you mean ${upper}?` }
+  if (known.has(upper))
+    return { name, meant: [upper], message: `${name}: not read (names are case-sensitive); did you mean ${upper}?` }
   const base = upper.endsWith('_FILE') ? upper.slice(0, -'_FILE'.length) : undefined
   if (base && known.has(base)) {
-    return { name, meant: [base], message: `${name}: not read: only ${secrets.join(', ')} can be read from a file (<NAME>_FILE); set ${base} itself` }
+    return {
+      name,
+      meant: [base],
+      message:
+        `${name}: not read: ` + `only ${secrets.join(', ')} can be read from a file (<NAME>_FILE); set ${base} itself`,
+    }
   }
   const near = closestName(upper, known)
   if (near) return { name, meant: [near], message: `${name}: not a variable of this service; did you mean ${near}?` }
@@ -62,9 +83,15 @@ function judge(name: string, known: ReadonlySet<string>, secrets: readonly strin
   if (!prefix) return undefined
   // The _FILE twins go without saying; the nearest first.
   const isTwin = (k: string) => k.endsWith('_FILE') && known.has(k.slice(0, -'_FILE'.length))
-  const family = [...known].filter((k) => k.startsWith(prefix) && !isTwin(k)).sort((a, b) => editDistance(upper, a) - editDistance(upper, b))
+  const family = [...known]
+    .filter((k) => k.startsWith(prefix) && !isTwin(k))
+    .sort((a, b) => editDistance(upper, a) - editDistance(upper, b))
   const hint = family.length ? `its ${prefix}… variables are ${family.join(', ')}` : `it has no ${prefix}… variable`
-  return { name, meant: family, message: `${name}: not a variable of this service (${hint}; docs/operations.md lists them all)` }
+  return {
+    name,
+    meant: family,
+    message: `${name}: not a variable of this service (${hint}; docs/operations.md lists them all)`,
+  }
 }
 
 /**
@@ -78,7 +105,10 @@ function judge(name: string, known: ReadonlySet<string>, secrets: readonly strin
  * is still reported.
  */
 function isServiceLink(name: string, env: Record<string, string | undefined>): boolean {
-  const m = /^(.+?)_(?:SERVICE_(?:HOST|PORT(?:_.+)?)|PORT(?:_\d+_(?:TCP|UDP|SCTP)(?:_(?:ADDR|PORT|PROTO))?)?|NAME|ENV_.+)$/.exec(name)
+  const m =
+    /^(.+?)_(?:SERVICE_(?:HOST|PORT(?:_.+)?)|PORT(?:_\d+_(?:TCP|UDP|SCTP)(?:_(?:ADDR|PORT|PROTO))?)?|NAME|ENV_.+)$/.exec(
+      name,
+    )
   if (!m) return false
   const service = m[1]!
   return env[`${service}_SERVICE_HOST`] !== undefined || /^(tcp|udp|sctp):\/\//.test(env[`${service}_PORT`] ?? '')

@@ -13,7 +13,10 @@ import type { MailSettings } from './mail/transport.js'
 import { suspectVariables } from './config-names.js'
 import { readSecret } from './secret-files.js'
 
-/** log2 of scrypt's N (src/auth/password.ts): the default, the floor in production, and the range PASSWORD_HASH_COST accepts. */
+/**
+ * log2 of scrypt's N (src/auth/password.ts): the default, the floor
+ * in production, and the range PASSWORD_HASH_COST accepts.
+ */
 export const PASSWORD_HASH_COST = { default: 15, productionFloor: 15, min: 10, max: 17 } as const
 
 // Every setting the service reads, with its default. Values arrive as strings
@@ -39,13 +42,27 @@ const EnvSchema = Type.Object({
   HOST: Type.Optional(Type.String({ minLength: 1 })),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
   DATABASE_LISTEN_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
-  DATABASE_MIGRATION_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' })),
-  DATABASE_POOLER: Type.Optional(Type.Union(['auto', 'transaction', 'none'].map((l) => Type.Literal(l)), { description: 'auto, transaction or none' })),
+  DATABASE_MIGRATION_URL: Type.Optional(
+    Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// URL' }),
+  ),
+  DATABASE_POOLER: Type.Optional(
+    Type.Union(
+      ['auto', 'transaction', 'none'].map((l) => Type.Literal(l)),
+      { description: 'auto, transaction or none' },
+    ),
+  ),
   DATABASE_POOL_MAX: Type.Optional(Integer(1, 1000)),
-  API_PREFIX: Type.Optional(Type.String({ pattern: '^(/[A-Za-z0-9._~-]+)*$', description: 'empty or a path such as /v1' })),
+  API_PREFIX: Type.Optional(
+    Type.String({ pattern: '^(/[A-Za-z0-9._~-]+)*$', description: 'empty or a path such as /v1' }),
+  ),
   BODY_LIMIT: Type.Optional(Integer(1, 1073741824)),
   JWT_SECRETS: Type.Optional(Type.String({ minLength: 1 })),
-  LOG_LEVEL: Type.Optional(Type.Union(['debug', 'info', 'warn', 'error'].map((l) => Type.Literal(l)), { description: 'debug, info, warn or error' })),
+  LOG_LEVEL: Type.Optional(
+    Type.Union(
+      ['debug', 'info', 'warn', 'error'].map((l) => Type.Literal(l)),
+      { description: 'debug, info, warn or error' },
+    ),
+  ),
   SHUTDOWN_TIMEOUT: Type.Optional(Integer(0, 3600)),
   SHUTDOWN_DELAY: Type.Optional(Integer(0, 3600)),
   HEADERS_TIMEOUT: Type.Optional(Integer(1, 3600)),
@@ -59,47 +76,99 @@ const EnvSchema = Type.Object({
   MAX_API_KEYS_PER_USER: Type.Optional(Integer(1, 100000)),
   REAUTH_WINDOW: Type.Optional(Integer(0, 86400)),
   LOGIN_RATE_LIMIT: Type.Optional(Integer(0, 1000000)),
-  TRUST_PROXY: Type.Optional(Type.String({
-    pattern: '^([0-9]{1,2}|[0-9A-Fa-f:.]+(,[0-9A-Fa-f:.]+)*)$',
-    description: 'a number of proxy hops (0 to 99) or a comma-separated list of proxy addresses',
-  })),
-  CORS_ORIGINS: Type.Optional(Type.String({
-    pattern: '^(\\*|https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(,https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?)*)$',
-    description: 'a comma-separated list of origins such as https://app.example.com, or *',
-  })),
+  TRUST_PROXY: Type.Optional(
+    Type.String({
+      pattern: '^([0-9]{1,2}|[0-9A-Fa-f:.]+(,[0-9A-Fa-f:.]+)*)$',
+      description: 'a number of proxy hops (0 to 99) or a comma-separated list of proxy addresses',
+    }),
+  ),
+  CORS_ORIGINS: Type.Optional(
+    Type.String({
+      pattern: '^(\\*|https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(,https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?)*)$',
+      description: 'a comma-separated list of origins such as https://app.example.com, or *',
+    }),
+  ),
   JWT_ISSUER: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   JWT_AUDIENCE: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   ACCESS_TOKEN_TTL: Type.Optional(Integer(1, 86400)),
   REFRESH_TOKEN_TTL: Type.Optional(Integer(60, 31536000)),
   ADMIN_EMAIL: Type.Optional(Type.String({ minLength: 3, maxLength: 254 })),
-  ADMIN_PASSWORD: Type.Optional(Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' })),
+  ADMIN_PASSWORD: Type.Optional(
+    Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' }),
+  ),
   EVENTS_RETENTION_DAYS: Type.Optional(Integer(1, 3650)),
   TLS_CERT_FILE: Type.Optional(Type.String({ minLength: 1 })),
   TLS_KEY_FILE: Type.Optional(Type.String({ minLength: 1 })),
   WEBHOOK_ALLOW_PRIVATE: Type.Optional(Bool),
-  WEBHOOK_ALLOWED_PORTS: Type.Optional(Type.String({
-    pattern: '^[0-9]{1,5}(,[0-9]{1,5})*$',
-    description: 'a comma-separated list of ports (1 to 65535) webhook URLs may name besides 443',
-  })),
-  PASSWORD_RESET_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s]*\\{token\\}', maxLength: 1000, description: 'an http(s) URL holding {token}' })),
-  VERIFY_EMAIL_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s]*\\{token\\}', maxLength: 1000, description: 'an http(s) URL holding {token}' })),
+  WEBHOOK_ALLOWED_PORTS: Type.Optional(
+    Type.String({
+      pattern: '^[0-9]{1,5}(,[0-9]{1,5})*$',
+      description: 'a comma-separated list of ports (1 to 65535) webhook URLs may name besides 443',
+    }),
+  ),
+  PASSWORD_RESET_URL: Type.Optional(
+    Type.String({
+      pattern: '^https?://[^\\s]*\\{token\\}',
+      maxLength: 1000,
+      description: 'an http(s) URL holding {token}',
+    }),
+  ),
+  VERIFY_EMAIL_URL: Type.Optional(
+    Type.String({
+      pattern: '^https?://[^\\s]*\\{token\\}',
+      maxLength: 1000,
+      description: 'an http(s) URL holding {token}',
+    }),
+  ),
   PASSWORD_RESET_TTL: Type.Optional(Integer(60, 86400)),
   PASSWORD_HASH_COST: Type.Optional(Integer(PASSWORD_HASH_COST.min, PASSWORD_HASH_COST.max)),
   REQUIRE_VERIFIED_EMAIL: Type.Optional(Bool),
   SMTP_URL: Type.Optional(Type.String({ description: 'an smtp:// or smtps:// URL (src/mail/smtp-url.ts checks it)' })),
   // One line: it becomes a header, and a line break would let it add headers.
-  MAIL_FROM: Type.Optional(Type.String({ pattern: '^[^\\r\\n]*@[^\\r\\n]*$', maxLength: 320, description: 'an address such as "Example <no-reply@example.com>", on one line' })),
+  MAIL_FROM: Type.Optional(
+    Type.String({
+      pattern: '^[^\\r\\n]*@[^\\r\\n]*$',
+      maxLength: 320,
+      description: 'an address such as "Example <no-reply@example.com>", on one line',
+    }),
+  ),
   MAIL_HOOK_URL: Type.Optional(Type.String({ description: 'an http(s) URL (src/mail/hook.ts checks it)' })),
-  MAIL_HOOK_SECRET: Type.Optional(Type.String({ description: 'whsec_ and the base64 of 24 to 64 random bytes (src/mail/hook.ts checks it)' })),
-  OIDC_ISSUER: Type.Optional(Type.String({ pattern: '^https://[^\\s]+$', maxLength: 1000, description: 'the https:// URL of the identity provider, exactly as its tokens\' iss says it' })),
-  OIDC_AUDIENCE: Type.Optional(Type.String({ pattern: '^[^\\s]+$', maxLength: 1000, description: 'the audience (aud) the provider issues this API\'s tokens for' })),
-  OIDC_ADMIN_CLAIM: Type.Optional(Type.String({ pattern: '^[^\\s]+$', maxLength: 200, description: 'a claim name or dotted path, such as realm_access.roles' })),
+  MAIL_HOOK_SECRET: Type.Optional(
+    Type.String({ description: 'whsec_ and the base64 of 24 to 64 random bytes (src/mail/hook.ts checks it)' }),
+  ),
+  OIDC_ISSUER: Type.Optional(
+    Type.String({
+      pattern: '^https://[^\\s]+$',
+      maxLength: 1000,
+      description: "the https:// URL of the identity provider, exactly as its tokens' iss says it",
+    }),
+  ),
+  OIDC_AUDIENCE: Type.Optional(
+    Type.String({
+      pattern: '^[^\\s]+$',
+      maxLength: 1000,
+      description: "the audience (aud) the provider issues this API's tokens for",
+    }),
+  ),
+  OIDC_ADMIN_CLAIM: Type.Optional(
+    Type.String({
+      pattern: '^[^\\s]+$',
+      maxLength: 200,
+      description: 'a claim name or dotted path, such as realm_access.roles',
+    }),
+  ),
   OIDC_ADMIN_VALUE: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   OIDC_REPROVISION: Type.Optional(Bool),
-  WORKERS: Type.Optional(Type.String({ pattern: '^(auto|[0-9]+)$', description: `auto or an integer from 1 to ${MAX_WORKERS}`, minimum: 1, maximum: MAX_WORKERS })),
+  WORKERS: Type.Optional(
+    Type.String({
+      pattern: '^(auto|[0-9]+)$',
+      description: `auto or an integer from 1 to ${MAX_WORKERS}`,
+      minimum: 1,
+      maximum: MAX_WORKERS,
+    }),
+  ),
 })
 const checkEnv = Compile(EnvSchema)
-
 
 export interface Config {
   production: boolean
@@ -134,7 +203,10 @@ export interface Config {
   logLevel: LogLevel
   /** How long the drain may take, counted from its start (after shutdownDelayMs). */
   shutdownTimeoutMs: number
-  /** From the signal to the drain: /readyz fails, requests are still served, so that load balancers stop routing here first. */
+  /**
+   * From the signal to the drain: /readyz fails, requests are still
+   * served, so that load balancers stop routing here first.
+   */
   shutdownDelayMs: number
   headersTimeoutMs: number
   requestTimeoutMs: number
@@ -150,7 +222,10 @@ export interface Config {
   maxApiKeysPerUser: number
   /** Seconds after a password login in which creating an API key needs no current_password. */
   reauthWindow: number
-  /** Login attempts per minute per client address on one instance, with rateLimit on; 0 is off (the failure counts in the database still lock). */
+  /**
+   * Login attempts per minute per client address on one instance, with rateLimit on; 0 is off (the failure counts in
+   * the database still lock).
+   */
   loginRateLimit: number
   /** Proxy hops, or proxy addresses, whose X-Forwarded-For entries are believed. */
   trustProxy: TrustProxy
@@ -171,7 +246,10 @@ export interface Config {
   webhookAllowedPorts: ReadonlySet<number>
   /** Processes serving the port (src/cluster/primary.ts); 1: this process alone, no primary. */
   workers: number
-  /** Account recovery (src/auth/recovery/recovery-routes.ts): link templates with `{token}`; undefined: that flow is off (404). */
+  /**
+   * Account recovery (src/auth/recovery/recovery-routes.ts): link
+   * templates with `{token}`; undefined: that flow is off (404).
+   */
   passwordResetUrl: string | undefined
   verifyEmailUrl: string | undefined
   /** Seconds a password-reset link lives. */
@@ -180,7 +258,10 @@ export interface Config {
   passwordHashCost: number
   /** A password login before the address is verified is 403 email_not_verified. */
   requireVerifiedEmail: boolean
-  /** Outgoing mail (src/mail/transport.ts): at most one of SMTP and the hook; neither is the console in development, nothing in production. */
+  /**
+   * Outgoing mail (src/mail/transport.ts): at most one of SMTP and the hook; neither is the console in development,
+   * nothing in production.
+   */
   mail: MailSettings
   /** The identity provider whose access tokens are accepted beside ours (src/auth/oidc/); undefined: none. */
   oidc: ProviderSettings | undefined
@@ -206,14 +287,26 @@ export interface ProviderSettings {
  * The secrets: each may also be given as `<NAME>_FILE` (src/secret-files.ts),
  * and no message ever echoes its value. A new secret variable joins here.
  */
-export const SECRET_VARIABLES = ['DATABASE_URL', 'DATABASE_LISTEN_URL', 'DATABASE_MIGRATION_URL', 'JWT_SECRETS', 'ADMIN_PASSWORD', 'SMTP_URL', 'MAIL_HOOK_SECRET'] as const
+export const SECRET_VARIABLES = [
+  'DATABASE_URL',
+  'DATABASE_LISTEN_URL',
+  'DATABASE_MIGRATION_URL',
+  'JWT_SECRETS',
+  'ADMIN_PASSWORD',
+  'SMTP_URL',
+  'MAIL_HOOK_SECRET',
+] as const
 const secretVariables: ReadonlySet<string> = new Set(SECRET_VARIABLES)
 
 /** Variables the service reads outside this schema: the development cluster's binaries, a worker's number. */
 const OTHER_VARIABLES = ['PG_BIN', WORKER_SLOT_VARIABLE]
 
 /** Every variable the service reads: what a misspelt one is compared with (src/config-names.ts). */
-export const KNOWN_VARIABLES: ReadonlySet<string> = new Set([...Object.keys(EnvSchema.properties), ...SECRET_VARIABLES.map((s) => `${s}_FILE`), ...OTHER_VARIABLES])
+export const KNOWN_VARIABLES: ReadonlySet<string> = new Set([
+  ...Object.keys(EnvSchema.properties),
+  ...SECRET_VARIABLES.map((s) => `${s}_FILE`),
+  ...OTHER_VARIABLES,
+])
 
 type EnvName = keyof typeof EnvSchema.properties
 
@@ -258,7 +351,11 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     if (!schema) continue
     // Never echo a value that may hold a credential (a URL's password, signing
     // secrets): the message goes to stderr and from there into logs.
-    report(name, `must be ${schema.description ?? 'valid'}${secretVariables.has(name) ? '' : ` (got ${JSON.stringify(given[name])})`}`)
+    report(
+      name,
+      `must be ${schema.description ?? 'valid'}` +
+        (secretVariables.has(name) ? '' : ` (got ${JSON.stringify(given[name])})`),
+    )
   }
   for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL', 'DATABASE_MIGRATION_URL'] as const) {
     const url = given[name]
@@ -266,7 +363,11 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     // The pattern passes `postgres://[x`, which only the URL parser refuses; the value is not echoed (a password).
     if (!URL.canParse(url)) report(name, 'must be a postgres:// URL (it does not parse as a URL)')
     else if (!percentEncodingValid(url)) {
-      report(name, 'its user, password or host holds a % that is not followed by two hexadecimal digits; write a % as %25 (percent-encode the password: encodeURIComponent)')
+      report(
+        name,
+        'its user, password or host holds a % that is not followed by two hexadecimal digits; write a % as %25 ' +
+          '(percent-encode the password: encodeURIComponent)',
+      )
     }
   }
   // What passed its own checks; a variable with a problem counts as unset below, so that it gives no second line.
@@ -274,7 +375,11 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
   const int = (name: EnvName, fallback: number): number => {
     const raw = e[name]
     if (raw === undefined) return fallback
-    const { minimum, maximum, description } = EnvSchema.properties[name] as unknown as { minimum: number; maximum: number; description: string }
+    const { minimum, maximum, description } = EnvSchema.properties[name] as unknown as {
+      minimum: number
+      maximum: number
+      description: string
+    }
     const value = Number(raw)
     if (value >= minimum && value <= maximum) return value
     report(name, `must be ${description} (got ${JSON.stringify(raw)})`)
@@ -285,44 +390,83 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
   const isGiven = (name: string) => given[name] !== undefined || problems.has(name)
   if (production && !isGiven('DATABASE_URL')) report('DATABASE_URL', 'required when NODE_ENV=production')
   if (e.DATABASE_LISTEN_URL && !isGiven('DATABASE_URL')) {
-    report('DATABASE_LISTEN_URL', 'set it with DATABASE_URL (it is a direct connection to the database DATABASE_URL names)')
+    report(
+      'DATABASE_LISTEN_URL',
+      'set it with DATABASE_URL (it is a direct connection to the database DATABASE_URL names)',
+    )
   }
   if (e.DATABASE_MIGRATION_URL && !isGiven('DATABASE_URL')) {
-    report('DATABASE_MIGRATION_URL', 'set it with DATABASE_URL (it is a connection as the schema\'s owner to the database DATABASE_URL names)')
+    report(
+      'DATABASE_MIGRATION_URL',
+      "set it with DATABASE_URL (it is a connection as the schema's owner to the database DATABASE_URL names)",
+    )
   }
   if (e.DATABASE_POOLER === 'transaction' && !isGiven('DATABASE_LISTEN_URL')) {
-    report('DATABASE_POOLER', '`transaction` needs DATABASE_LISTEN_URL, a direct connection to PostgreSQL for LISTEN/NOTIFY and migrations, which a transaction pooler cannot carry')
+    report(
+      'DATABASE_POOLER',
+      '`transaction` needs DATABASE_LISTEN_URL, a direct connection to PostgreSQL for LISTEN/NOTIFY and migrations, ' +
+        'which a transaction pooler cannot carry',
+    )
   }
   if (production && !isGiven('JWT_SECRETS')) report('JWT_SECRETS', 'required when NODE_ENV=production')
   // A cheap hash turns a stolen table into passwords within hours; the low end of the range is for tests.
   if (production && Number(e.PASSWORD_HASH_COST) < PASSWORD_HASH_COST.productionFloor) {
-    report('PASSWORD_HASH_COST', `must be at least ${PASSWORD_HASH_COST.productionFloor} when NODE_ENV=production (got ${JSON.stringify(e.PASSWORD_HASH_COST)}); lower costs are for tests`)
+    report(
+      'PASSWORD_HASH_COST',
+      `must be at least ${PASSWORD_HASH_COST.productionFloor} when NODE_ENV=production ` +
+        `(got ${JSON.stringify(e.PASSWORD_HASH_COST)}); lower costs are for tests`,
+    )
   }
-  if (isGiven('ADMIN_EMAIL') !== isGiven('ADMIN_PASSWORD')) problem('ADMIN_EMAIL', 'ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
-  if (isGiven('TLS_CERT_FILE') !== isGiven('TLS_KEY_FILE')) problem('TLS_CERT_FILE', 'TLS_CERT_FILE and TLS_KEY_FILE: set both or neither')
+  if (isGiven('ADMIN_EMAIL') !== isGiven('ADMIN_PASSWORD'))
+    problem('ADMIN_EMAIL', 'ADMIN_EMAIL and ADMIN_PASSWORD: set both or neither')
+  if (isGiven('TLS_CERT_FILE') !== isGiven('TLS_KEY_FILE'))
+    problem('TLS_CERT_FILE', 'TLS_CERT_FILE and TLS_KEY_FILE: set both or neither')
   // Without links to send, an unverified user could never become verified, and could never log in again.
-  if (e.REQUIRE_VERIFIED_EMAIL === 'true' && !isGiven('VERIFY_EMAIL_URL')) report('REQUIRE_VERIFIED_EMAIL', 'needs VERIFY_EMAIL_URL: without verification links, no unverified user could ever log in')
-  if (isGiven('SMTP_URL') && isGiven('MAIL_HOOK_URL')) problem('SMTP_URL', 'SMTP_URL and MAIL_HOOK_URL: set one of them (mail goes out one way)')
-  if (isGiven('SMTP_URL') && !isGiven('MAIL_FROM')) report('MAIL_FROM', 'required with SMTP_URL (the From of every message)')
-  // The transports' own checks (src/mail/smtp-url.ts, address.ts, hook.ts): what they will be given must parse now, not at the first mail.
+  if (e.REQUIRE_VERIFIED_EMAIL === 'true' && !isGiven('VERIFY_EMAIL_URL'))
+    report(
+      'REQUIRE_VERIFIED_EMAIL',
+      'needs VERIFY_EMAIL_URL: without verification links, no unverified user could ever log in',
+    )
+  if (isGiven('SMTP_URL') && isGiven('MAIL_HOOK_URL'))
+    problem('SMTP_URL', 'SMTP_URL and MAIL_HOOK_URL: set one of them (mail goes out one way)')
+  if (isGiven('SMTP_URL') && !isGiven('MAIL_FROM'))
+    report('MAIL_FROM', 'required with SMTP_URL (the From of every message)')
+  // The transports' own checks (src/mail/smtp-url.ts, address.ts, hook.ts): what they will be given must parse now, not
+  // at the first mail.
   const smtpServer = e.SMTP_URL ? parseSmtpUrl(e.SMTP_URL) : undefined
   if (typeof smtpServer === 'string') report('SMTP_URL', smtpServer)
   const mailFrom = e.MAIL_FROM ? parseMailFrom(e.MAIL_FROM) : undefined
   if (typeof mailFrom === 'string') report('MAIL_FROM', mailFrom)
-  for (const { variable, problem: wrong } of hookSettingProblems({ url: e.MAIL_HOOK_URL, secret: e.MAIL_HOOK_SECRET, production })) report(variable, wrong)
+  for (const { variable, problem: wrong } of hookSettingProblems({
+    url: e.MAIL_HOOK_URL,
+    secret: e.MAIL_HOOK_SECRET,
+    production,
+  }))
+    report(variable, wrong)
   for (const name of ['PASSWORD_RESET_URL', 'VERIFY_EMAIL_URL'] as const) {
     const url = e[name]
     if (url === undefined) continue
     // The link a person is sent: readable by anyone on the way unless it is https.
-    if (!URL.canParse(url.replace('{token}', 'x'))) report(name, `must be an http(s) URL (it does not parse as a URL; got ${JSON.stringify(url)})`)
-    else if (production && !url.startsWith('https://')) report(name, 'must be an https:// URL when NODE_ENV=production (the link carries a one-time token)')
+    if (!URL.canParse(url.replace('{token}', 'x')))
+      report(name, `must be an http(s) URL (it does not parse as a URL; got ${JSON.stringify(url)})`)
+    else if (production && !url.startsWith('https://'))
+      report(name, 'must be an https:// URL when NODE_ENV=production (the link carries a one-time token)')
   }
-  if (isGiven('OIDC_ISSUER') !== isGiven('OIDC_AUDIENCE')) problem('OIDC_ISSUER', 'OIDC_ISSUER and OIDC_AUDIENCE: set both or neither (a provider token is accepted only for this API\'s audience)')
-  if (isGiven('OIDC_ADMIN_CLAIM') !== isGiven('OIDC_ADMIN_VALUE')) problem('OIDC_ADMIN_CLAIM', 'OIDC_ADMIN_CLAIM and OIDC_ADMIN_VALUE: set both or neither')
-  if (!isGiven('OIDC_ISSUER')) for (const name of ['OIDC_ADMIN_CLAIM', 'OIDC_REPROVISION'] as const) if (isGiven(name)) report(name, 'needs OIDC_ISSUER and OIDC_AUDIENCE')
-  if (e.OIDC_ISSUER !== undefined && !URL.canParse(e.OIDC_ISSUER)) report('OIDC_ISSUER', `must be an https:// URL (it does not parse as a URL; got ${JSON.stringify(e.OIDC_ISSUER)})`)
+  if (isGiven('OIDC_ISSUER') !== isGiven('OIDC_AUDIENCE'))
+    problem(
+      'OIDC_ISSUER',
+      "OIDC_ISSUER and OIDC_AUDIENCE: set both or neither (a provider token is accepted only for this API's audience)",
+    )
+  if (isGiven('OIDC_ADMIN_CLAIM') !== isGiven('OIDC_ADMIN_VALUE'))
+    problem('OIDC_ADMIN_CLAIM', 'OIDC_ADMIN_CLAIM and OIDC_ADMIN_VALUE: set both or neither')
+  if (!isGiven('OIDC_ISSUER'))
+    for (const name of ['OIDC_ADMIN_CLAIM', 'OIDC_REPROVISION'] as const)
+      if (isGiven(name)) report(name, 'needs OIDC_ISSUER and OIDC_AUDIENCE')
+  if (e.OIDC_ISSUER !== undefined && !URL.canParse(e.OIDC_ISSUER))
+    report('OIDC_ISSUER', `must be an https:// URL (it does not parse as a URL; got ${JSON.stringify(e.OIDC_ISSUER)})`)
   // The issuer picks which verification a JWT goes through: ours (HMAC only) or the provider's (keys only).
-  if (e.OIDC_ISSUER !== undefined && e.OIDC_ISSUER === (e.JWT_ISSUER ?? 'users-products-api')) report('OIDC_ISSUER', 'must differ from JWT_ISSUER (the issuer tells the provider\'s tokens from ours)')
+  if (e.OIDC_ISSUER !== undefined && e.OIDC_ISSUER === (e.JWT_ISSUER ?? 'users-products-api'))
+    report('OIDC_ISSUER', "must differ from JWT_ISSUER (the issuer tells the provider's tokens from ours)")
   const jwtSecrets = e.JWT_SECRETS ? jwtSecretsIn(e.JWT_SECRETS) : []
   if (typeof jwtSecrets === 'string') report('JWT_SECRETS', jwtSecrets)
   const webhookAllowedPorts = portsIn(e.WEBHOOK_ALLOWED_PORTS)
@@ -333,7 +477,8 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
 
   const warnings: string[] = []
   for (const suspect of suspectVariables(env, KNOWN_VARIABLES, SECRET_VARIABLES)) {
-    // Set: the variable, or its _FILE twin (but for the suspect itself: PORT_FILE does not set PORT). A family without any variable yet loses nothing.
+    // Set: the variable, or its _FILE twin (but for the suspect itself: PORT_FILE does not set PORT). A family without
+    // any variable yet loses nothing.
     const isSet = (name: string) => Boolean(env[name] || (`${name}_FILE` !== suspect.name && env[`${name}_FILE`]))
     const lost = suspect.meant.length > 0 && !suspect.meant.some(isSet)
     if (lost) problem(suspect.name, suspect.message)
@@ -343,7 +488,8 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
   const config: Config = {
     production,
     port: int('PORT', 3000),
-    // Development listens on this machine only: a laptop on a café's network does not serve the API with its generated secret.
+    // Development listens on this machine only: a laptop on a café's
+    // network does not serve the API with its generated secret.
     host: e.HOST ?? (production ? '0.0.0.0' : '127.0.0.1'),
     databaseUrl: e.DATABASE_URL,
     databaseListenUrl: e.DATABASE_LISTEN_URL,
@@ -373,7 +519,8 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     jwtAudience: e.JWT_AUDIENCE ?? 'users-products-api',
     accessTokenTtl: int('ACCESS_TOKEN_TTL', 900),
     refreshTokenTtl: int('REFRESH_TOKEN_TTL', 1209600),
-    bootstrapAdmin: e.ADMIN_EMAIL && e.ADMIN_PASSWORD ? { email: e.ADMIN_EMAIL, password: e.ADMIN_PASSWORD } : undefined,
+    bootstrapAdmin:
+      e.ADMIN_EMAIL && e.ADMIN_PASSWORD ? { email: e.ADMIN_EMAIL, password: e.ADMIN_PASSWORD } : undefined,
     eventsRetentionDays: int('EVENTS_RETENTION_DAYS', 30),
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
     webhookAllowedPorts: typeof webhookAllowedPorts === 'string' ? new Set() : webhookAllowedPorts,
@@ -383,15 +530,26 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     passwordResetTtl: int('PASSWORD_RESET_TTL', 3600),
     passwordHashCost: int('PASSWORD_HASH_COST', PASSWORD_HASH_COST.default),
     requireVerifiedEmail: e.REQUIRE_VERIFIED_EMAIL === 'true',
-    mail: typeof smtpServer === 'object' && typeof mailFrom === 'object' ? { via: 'smtp', server: smtpServer, from: mailFrom }
-      : e.MAIL_HOOK_URL && e.MAIL_HOOK_SECRET ? { via: 'hook', url: e.MAIL_HOOK_URL, secret: e.MAIL_HOOK_SECRET }
-      : { via: 'none' },
-    oidc: e.OIDC_ISSUER && e.OIDC_AUDIENCE
-      ? { issuer: e.OIDC_ISSUER, audience: e.OIDC_AUDIENCE, adminClaim: e.OIDC_ADMIN_CLAIM, adminValue: e.OIDC_ADMIN_VALUE, reprovision: e.OIDC_REPROVISION === 'true' }
-      : undefined,
+    mail:
+      typeof smtpServer === 'object' && typeof mailFrom === 'object'
+        ? { via: 'smtp', server: smtpServer, from: mailFrom }
+        : e.MAIL_HOOK_URL && e.MAIL_HOOK_SECRET
+          ? { via: 'hook', url: e.MAIL_HOOK_URL, secret: e.MAIL_HOOK_SECRET }
+          : { via: 'none' },
+    oidc:
+      e.OIDC_ISSUER && e.OIDC_AUDIENCE
+        ? {
+            issuer: e.OIDC_ISSUER,
+            audience: e.OIDC_AUDIENCE,
+            adminClaim: e.OIDC_ADMIN_CLAIM,
+            adminValue: e.OIDC_ADMIN_VALUE,
+            reprovision: e.OIDC_REPROVISION === 'true',
+          }
+        : undefined,
     tls: e.TLS_CERT_FILE && e.TLS_KEY_FILE ? { certFile: e.TLS_CERT_FILE, keyFile: e.TLS_KEY_FILE } : undefined,
   }
-  // Start-up stops anyway: the variables that look misspelt are said with the rest, since they may be why (DATABASE_HOST beside "DATABASE_URL: required").
+  // Start-up stops anyway: the variables that look misspelt are said with the rest, since they may be why
+  // (DATABASE_HOST beside "DATABASE_URL: required").
   if (problems.size) throw new ConfigError([...problems.values(), ...warnings])
   return { config, warnings }
 }
@@ -429,7 +587,8 @@ function jwtSecretsIn(raw: string): Array<{ kid: string; secret: Buffer }> | str
     const colon = pair.indexOf(':')
     const kid = pair.slice(0, colon).trim()
     const secret = Buffer.from(pair.slice(colon + 1), 'utf8')
-    if (colon < 1 || !/^[A-Za-z0-9._-]{1,64}$/.test(kid)) return `entry ${i + 1} must be kid:secret with a kid of [A-Za-z0-9._-]`
+    if (colon < 1 || !/^[A-Za-z0-9._-]{1,64}$/.test(kid))
+      return `entry ${i + 1} must be kid:secret with a kid of [A-Za-z0-9._-]`
     if (seen.has(kid)) return `kid "${kid}" appears twice`
     if (secret.length < 32) return `the secret of kid "${kid}" must be at least 32 bytes`
     seen.add(kid)

@@ -33,11 +33,17 @@ const PROBES: Record<Probe, { path: string; status: string }> = {
 export function healthUrl(config: Pick<Config, 'host' | 'port' | 'apiPrefix' | 'tls'>, probe: Probe): URL {
   const host = config.host === '0.0.0.0' ? '127.0.0.1' : config.host === '::' ? '::1' : config.host
   const authority = isIP(host) === 6 ? `[${host}]` : host
-  return new URL(`${config.tls ? 'https' : 'http'}://${authority}:${config.port}${config.apiPrefix}${PROBES[probe].path}`)
+  return new URL(
+    `${config.tls ? 'https' : 'http'}://${authority}:${config.port}${config.apiPrefix}${PROBES[probe].path}`,
+  )
 }
 
 /** Undefined when the service answers the probe as a healthy one does; otherwise why not, in a few words. */
-export function checkHealth(config: Pick<Config, 'host' | 'port' | 'apiPrefix' | 'tls'>, probe: Probe, timeoutMs = HEALTHCHECK_TIMEOUT_MS): Promise<string | undefined> {
+export function checkHealth(
+  config: Pick<Config, 'host' | 'port' | 'apiPrefix' | 'tls'>,
+  probe: Probe,
+  timeoutMs = HEALTHCHECK_TIMEOUT_MS,
+): Promise<string | undefined> {
   const url = healthUrl(config, probe)
   const expected = PROBES[probe].status
   const request = config.tls ? httpsRequest : httpRequest
@@ -50,14 +56,23 @@ export function checkHealth(config: Pick<Config, 'host' | 'port' | 'apiPrefix' |
       req.destroy()
       resolve(reason)
     }
-    const req = request(url, {
-      headers: { accept: 'application/json', connection: 'close' },
-      agent: false,
-      // The certificate is issued for the service's public name, not for the loopback address asked here, and may
-      // be signed by a CA this container does not hold. Nothing secret is sent and only a status is read, from this
-      // host's own service, so its identity is not checked: a renewal in progress must not make a live service "dead".
-      rejectUnauthorized: false,
-    }, (res) => readBody(res).then((body) => finish(judge(res.statusCode, body, expected, config)), (err: unknown) => finish(failure(err, config))))
+    const req = request(
+      url,
+      {
+        headers: { accept: 'application/json', connection: 'close' },
+        agent: false,
+        // The certificate is issued for the service's public name, not for the loopback address asked here, and may
+        // be signed by a CA this container does not hold. Nothing secret is sent and only a status is read, from this
+        // host's own service, so its identity is not checked: a renewal
+        // in progress must not make a live service "dead".
+        rejectUnauthorized: false,
+      },
+      (res) =>
+        readBody(res).then(
+          (body) => finish(judge(res.statusCode, body, expected, config)),
+          (err: unknown) => finish(failure(err, config)),
+        ),
+    )
     req.on('error', (err) => finish(failure(err, config)))
     req.end()
     const timer = setTimeout(() => finish(`no answer within ${timeoutMs / 1000} s`), timeoutMs)
@@ -77,7 +92,12 @@ function readBody(res: IncomingMessage): Promise<string> {
   })
 }
 
-function judge(status: number | undefined, body: string, expected: string, config: Pick<Config, 'apiPrefix'>): string | undefined {
+function judge(
+  status: number | undefined,
+  body: string,
+  expected: string,
+  config: Pick<Config, 'apiPrefix'>,
+): string | undefined {
   if (status === 200) {
     try {
       if ((JSON.parse(body) as { status?: unknown }).status === expected) return undefined
@@ -97,16 +117,27 @@ function failure(err: unknown, config: Pick<Config, 'port' | 'tls'>): string {
   const { code, message } = err as NodeJS.ErrnoException
   if (code === 'ECONNREFUSED') return `connection refused: is the service running, on PORT=${config.port}?`
   // HTTPS to a plain HTTP server: its answer is no TLS record.
-  if (config.tls && (code === 'EPROTO' || /^ERR_SSL_/.test(code ?? ''))) return `TLS handshake failed (${code}): does the service serve HTTPS (TLS_CERT_FILE), on PORT=${config.port}?`
+  if (config.tls && (code === 'EPROTO' || /^ERR_SSL_/.test(code ?? '')))
+    return `TLS handshake failed (${code}): does the service serve HTTPS (TLS_CERT_FILE), on PORT=${config.port}?`
   // Plain HTTP to an HTTPS server: it closes the connection without an answer.
-  if (!config.tls && (code === 'ECONNRESET' || message === 'socket hang up')) return `closed without an answer: does the service serve HTTPS here (then TLS_CERT_FILE must be set for this check too)?`
+  if (!config.tls && (code === 'ECONNRESET' || message === 'socket hang up'))
+    return (
+      `closed without an answer: does the service serve HTTPS here (then TLS_CERT_FILE must be set for this ` +
+      `check too)?`
+    )
   return `${message}${code && !message.includes(code) ? ` (${code})` : ''}`
 }
 
 /** The command: `healthcheck` asks liveness, `healthcheck --ready` readiness; the exit code for Docker. */
-export async function healthcheckCommand(args: readonly string[], env: Record<string, string | undefined>): Promise<0 | 1> {
+export async function healthcheckCommand(
+  args: readonly string[],
+  env: Record<string, string | undefined>,
+): Promise<0 | 1> {
   if (args.length > 1 || (args.length === 1 && args[0] !== '--ready')) {
-    process.stderr.write(`healthcheck: unknown argument ${JSON.stringify(args.find((a) => a !== '--ready'))}; usage: healthcheck [--ready]\n`)
+    process.stderr.write(
+      `healthcheck: unknown ` +
+        `argument ${JSON.stringify(args.find((a) => a !== '--ready'))}; usage: healthcheck [--ready]\n`,
+    )
     return 1
   }
   const probe: Probe = args[0] === '--ready' ? 'readiness' : 'liveness'

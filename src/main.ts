@@ -7,18 +7,28 @@ import { pickCommand, usage, UsageError, type Commands } from './cli.js'
 
 /** Every command (src/cli.ts). A new one is an entry here. */
 const commands: Commands = {
-  serve: { summary: 'apply pending migrations, then serve the API until SIGTERM or SIGINT', run: async () => (await import('./start.js')).start('serve', []) },
-  migrate: { summary: 'apply pending migrations (sql/) and exit', run: async () => (await import('./start.js')).start('migrate', []) },
+  serve: {
+    summary: 'apply pending migrations, then serve the API until SIGTERM or SIGINT',
+    run: async () => (await import('./start.js')).start('serve', []),
+  },
+  migrate: {
+    summary: 'apply pending migrations (sql/) and exit',
+    run: async () => (await import('./start.js')).start('migrate', []),
+  },
   admin: {
     args: '[email]',
-    summary: 'create an admin, or give an admin a new password (from ADMIN_PASSWORD or standard input; without either, one is generated and printed)',
+    summary:
+      'create an admin, or give an admin a new password (from ADMIN_PASSWORD or standard input; without either, one ' +
+      'is generated and printed)',
     // It says itself why a second argument is refused: a password there would show in ps.
     maxArgs: Infinity,
     run: async (args) => (await import('./start.js')).start('admin', args),
   },
   healthcheck: {
     args: '[--ready]',
-    summary: 'ask this service, where its configuration says it listens, for liveness (or readiness): exit 0 healthy, 1 not; no database (the image\'s HEALTHCHECK)',
+    summary:
+      'ask this service, where its configuration says it listens, for liveness (or readiness): exit 0 healthy, 1 ' +
+      "not; no database (the image's HEALTHCHECK)",
     // It checks its own argument, and exits 1 on a bad one: Docker reserves 2.
     maxArgs: Infinity,
     run: async (args) => process.exit(await (await import('./healthcheck.js')).healthcheckCommand(args, process.env)),

@@ -25,8 +25,14 @@ export function supportedLines(today: Date): number[] {
   return RELEASE_LINES.filter((r) => !ended(r.endOfLife, today)).map((r) => r.line)
 }
 
-/** Why `version` (as `process.version` gives it, "v20.19.5") should be replaced on `today`, or undefined while it is supported. */
-export function endOfLifeNotice(version: string, today: Date): { msg: string; fields: Record<string, unknown> } | undefined {
+/**
+ * Why `version` (as `process.version` gives it, "v20.19.5") should
+ * be replaced on `today`, or undefined while it is supported.
+ */
+export function endOfLifeNotice(
+  version: string,
+  today: Date,
+): { msg: string; fields: Record<string, unknown> } | undefined {
   const line = Number(/^v?(\d+)\./.exec(version)?.[1])
   if (!Number.isInteger(line) || line > RELEASE_LINES[RELEASE_LINES.length - 1]!.line) return undefined
   // No row: a line older than the table's first, long ended.
@@ -34,7 +40,9 @@ export function endOfLifeNotice(version: string, today: Date): { msg: string; fi
   if (row && !ended(row.endOfLife, today)) return undefined
   const install = supportedLines(today)
   return {
-    msg: `Node.js ${version} is end-of-life and gets no security fixes; install a supported release line (${install.join(', ')})`,
+    msg:
+      `Node.js ${version} is end-of-life and gets no security fixes; install a supported release line ` +
+      `(${install.join(', ')})`,
     fields: { node_version: version, end_of_life: row?.endOfLife ?? null, supported_lines: install },
   }
 }

@@ -41,12 +41,19 @@ export function buildRegistry(modules: ReadonlyArray<AppModule<never>>): Registr
   const twice = names.find((v, i) => names.indexOf(v) !== i)
   if (twice) throw new Error(`two modules are named "${twice}"`)
   // Two sources naming one code with different meanings throw here.
-  const problems = problemTable(coreProblems, ...modules.map((m) => m.problems ?? {}), ...resources.map((r) => r.problems))
+  const problems = problemTable(
+    coreProblems,
+    ...modules.map((m) => m.problems ?? {}),
+    ...resources.map((r) => r.problems),
+  )
   return {
     modules: modules as ReadonlyArray<AppModule<unknown>>,
     resources,
     routes: parts.flatMap((p) => [...p.resources.flatMap((r) => r.routes), ...(p.module.routes ?? [])]),
-    scopes: new ScopePolicy(resources, modules.flatMap((m) => m.scopes ?? [])),
+    scopes: new ScopePolicy(
+      resources,
+      modules.flatMap((m) => m.scopes ?? []),
+    ),
     eventTypes,
     problems,
     resourceOf(table) {

@@ -12,7 +12,6 @@ import { resourceRoutes, type ResourceRouteOptions } from './core/resources/rout
 type ProtectedAccess = Access & { kind: 'protected' }
 type AccessGroup = 'list' | 'create' | 'read' | 'write'
 
-
 export interface ResourceModuleOptions<State> extends Omit<ResourceRouteOptions<State>, 'routes'> {
   /** What an operation adds to, or changes in, the access its declaration gives it. */
   access?: Partial<Record<AccessGroup, Partial<Omit<ProtectedAccess, 'kind' | 'scope'>>>>
@@ -20,10 +19,21 @@ export interface ResourceModuleOptions<State> extends Omit<ResourceRouteOptions<
   unsubscribable?: readonly string[]
 }
 
-/** The access of each operation: `<table>:read` for list and read, `<table>:write` for the rest, for whom the declaration names. */
-export function accessOf(resource: Resource, refine: ResourceModuleOptions<unknown>['access'] = {}): Record<AccessGroup, ProtectedAccess> {
+/**
+ * The access of each operation: `<table>:read` for list and read, `<table>:write` for the rest, for whom the
+ * declaration names.
+ */
+export function accessOf(
+  resource: Resource,
+  refine: ResourceModuleOptions<unknown>['access'] = {},
+): Record<AccessGroup, ProtectedAccess> {
   const { read, write } = scopesOfResource(resource)
-  const of = (group: AccessGroup, scope: string, who: ProtectedAccess['who']): ProtectedAccess => ({ kind: 'protected', scope, who, ...refine[group] })
+  const of = (group: AccessGroup, scope: string, who: ProtectedAccess['who']): ProtectedAccess => ({
+    kind: 'protected',
+    scope,
+    who,
+    ...refine[group],
+  })
   return {
     list: of('list', read, resource.access.read),
     read: of('read', read, resource.access.read),
@@ -33,12 +43,23 @@ export function accessOf(resource: Resource, refine: ResourceModuleOptions<unkno
 }
 
 /** What resourceRoutes passes through to each operation's route: its access. */
-export function routeExtensionsOf(resource: Resource, refine?: ResourceModuleOptions<unknown>['access']): ResourceRouteOptions<unknown>['routes'] {
+export function routeExtensionsOf(
+  resource: Resource,
+  refine?: ResourceModuleOptions<unknown>['access'],
+): ResourceRouteOptions<unknown>['routes'] {
   const access = accessOf(resource, refine)
-  return { list: { access: access.list }, create: { access: access.create }, read: { access: access.read }, write: { access: access.write } }
+  return {
+    list: { access: access.list },
+    create: { access: access.create },
+    read: { access: access.read },
+    write: { access: access.write },
+  }
 }
 
-export function resourceModule<State = undefined>(resource: Resource, options: ResourceModuleOptions<State> = {}): ResourceModule {
+export function resourceModule<State = undefined>(
+  resource: Resource,
+  options: ResourceModuleOptions<State> = {},
+): ResourceModule {
   const { access, unsubscribable = [], ...routeOptions } = options
   const { created, updated, deleted } = resource.events
   return {

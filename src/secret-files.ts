@@ -37,8 +37,13 @@ export function readSecret(env: Record<string, string | undefined>, name: string
   const direct = env[name] || undefined
   const file = env[`${name}_FILE`] || undefined
   if (file === undefined) return { value: direct }
-  if (direct !== undefined) return { value: undefined, file, problem: `${name} and ${name}_FILE: both are set; set one or the other` }
-  const unreadable = (why: string): SecretValue => ({ value: undefined, file, problem: `${name}_FILE: cannot read ${file} (${why})` })
+  if (direct !== undefined)
+    return { value: undefined, file, problem: `${name} and ${name}_FILE: both are set; set one or the other` }
+  const unreadable = (why: string): SecretValue => ({
+    value: undefined,
+    file,
+    problem: `${name}_FILE: cannot read ${file} (${why})`,
+  })
   let text: string
   try {
     // statSync follows symbolic links, which is how Kubernetes mounts each key of a secret.

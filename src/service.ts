@@ -65,22 +65,36 @@ export interface ServiceOptions {
   cacheSize?: number
   /** Routes appended to the service's own; /openapi.json describes them too. */
   routes?: readonly AnyRoute[]
-  /** Its resources and what is derived from them; default the application's modules (src/modules.ts). A test adds a module here. */
+  /**
+   * Its resources and what is derived from them; default the application's modules (src/modules.ts). A test adds a
+   * module here.
+   */
   registry?: Registry
-  /** Tuning of the event stream, webhook deliveries and retention (tests shorten the times); defaults in each module. */
+  /**
+   * Tuning of the event stream, webhook deliveries and retention (tests shorten the times); defaults in each module.
+   */
   streams?: Partial<StreamSettings>
   webhooks?: Partial<WebhookSettings>
   retention?: Partial<RetentionSettings>
   publisher?: Partial<PublisherSettings>
   /** The mail worker's times, and a transport in place of the configuration's (a test's that fails, then recovers). */
   mail?: Partial<MailSettings>
-  /** How the identity provider's keys are fetched (src/auth/oidc/key-set.ts): tests shorten the wait between fetches for unknown kids. */
+  /**
+   * How the identity provider's keys are fetched (src/auth/oidc/key-set.ts): tests shorten the wait between fetches for
+   * unknown kids.
+   */
   identityProvider?: ProviderTuning
   /** How many password-reset requests are worked on at once and held at most (src/auth/recovery/recovery-routes.ts). */
   recoveryRequests?: Partial<BackgroundWorkSettings>
-  /** The time its own expiry checks read; default the system's. Tests move theirs forward instead of waiting (src/core/lib/clock.ts). */
+  /**
+   * The time its own expiry checks read; default the system's. Tests
+   * move theirs forward instead of waiting (src/core/lib/clock.ts).
+   */
   clock?: Clock
-  /** What GET /metrics answers; default this service's figures. A cluster worker answers for every worker (src/cluster/worker.ts). */
+  /**
+   * What GET /metrics answers; default this service's figures. A cluster
+   * worker answers for every worker (src/cluster/worker.ts).
+   */
   metricsReport?: () => Promise<string>
 }
 
@@ -126,38 +140,52 @@ export function createService(config: Config, options: ServiceOptions): Service 
   const server = createApp(deps, allRoutes(deps.registry, config.apiPrefix, options.routes), tls)
   const http = new HttpServerComponent(server, config, log)
 
-  scheduler.add(purgeJob({ name: 'idempotency.purge', table: 'idempotency_keys', where: expiredIdempotencyRecords, sql: deps.maintenanceSql }))
+  scheduler.add(
+    purgeJob({
+      name: 'idempotency.purge',
+      table: 'idempotency_keys',
+      where: expiredIdempotencyRecords,
+      sql: deps.maintenanceSql,
+    }),
+  )
   if (config.tls) scheduler.add(certificateReloadJob(server as HttpsServer, config.tls, log))
   for (const module of modules) for (const job of module.jobs?.(deps) ?? []) scheduler.add(job)
 
   // Each uses, starting and stopping, what is registered before it.
   lifecycle.register(new DatabaseComponent(deps.sql, deps.listenSql, deps.maintenanceSql))
   lifecycle.register(deps.databaseAdmission)
-  for (const module of modules) for (const component of module.components?.(deps) ?? []) if (component) lifecycle.register(component)
+  for (const module of modules)
+    for (const component of module.components?.(deps) ?? []) if (component) lifecycle.register(component)
   lifecycle.register(scheduler)
   lifecycle.register(http)
   // Streams never finish by themselves: they end before the server drains, and their clients resume elsewhere.
   for (const module of modules) for (const component of module.streams?.(deps) ?? []) lifecycle.register(component)
 
   let stopped: Promise<void> | undefined
-  const stop = (deadline: number) => (stopped ??= (async () => {
-    const started = performance.now()
-    deps.stopping.draining = true
-    await lifecycle.stop(deadline)
-    log.info('stopped', { duration_ms: Math.round(performance.now() - started) })
-  })())
+  const stop = (deadline: number) =>
+    (stopped ??= (async () => {
+      const started = performance.now()
+      deps.stopping.draining = true
+      await lifecycle.stop(deadline)
+      log.info('stopped', { duration_ms: Math.round(performance.now() - started) })
+    })())
   let leaving: { delay: DrainDelay | undefined; stopped: Promise<void> } | undefined
   const shutdown = () => {
     if (leaving) {
       const left = leaving.delay?.skip() ?? 0
-      if (left > 0) log.info('the drain begins now, before the end of SHUTDOWN_DELAY (a second signal)', { skipped_ms: Math.round(left) })
+      if (left > 0)
+        log.info('the drain begins now, before the end of SHUTDOWN_DELAY (a second signal)', {
+          skipped_ms: Math.round(left),
+        })
       return leaving.stopped
     }
     const drain = () => stop(performance.now() + config.shutdownTimeoutMs)
     if (config.shutdownDelayMs === 0) return (leaving = { delay: undefined, stopped: drain() }).stopped
     const delay = new DrainDelay(config.shutdownDelayMs)
     deps.stopping.drainsAt = delay.drainsAt
-    log.info('not ready: serving for SHUTDOWN_DELAY while load balancers stop sending requests here, then draining', { shutdown_delay_s: config.shutdownDelayMs / 1000 })
+    log.info('not ready: serving for SHUTDOWN_DELAY while load balancers stop sending requests here, then draining', {
+      shutdown_delay_s: config.shutdownDelayMs / 1000,
+    })
     const stopped = delay.over.then(() => {
       log.info('draining')
       return drain()
@@ -185,23 +213,39 @@ export function createService(config: Config, options: ServiceOptions): Service 
 
 function createDeps(
   config: Config,
-  { log, cacheSize = CREDENTIAL_CACHE_SIZE, registry = buildRegistry(applicationModules), clock = systemClock, ...tuning }: ServiceOptions,
+  {
+    log,
+    cacheSize = CREDENTIAL_CACHE_SIZE,
+    registry = buildRegistry(applicationModules),
+    clock = systemClock,
+    ...tuning
+  }: ServiceOptions,
 ): AppDeps {
   if (config.databaseUrl === undefined) throw new Error('createService: config.databaseUrl is not set')
-  if (config.databasePooler === 'auto') throw new Error('createService: config.databasePooler is not resolved (resolvePooler, src/core/db/pooler.ts)')
+  if (config.databasePooler === 'auto')
+    throw new Error('createService: config.databasePooler is not resolved (resolvePooler, src/core/db/pooler.ts)')
   const metrics = new Metrics({ max: config.poolMax })
   const { statementTimeoutMs } = config
   const pooled = config.databasePooler === 'transaction'
-  const sql = connect(config.databaseUrl, { max: config.poolMax, statementTimeoutMs, pooled, onQuery: () => void metrics.queries++ })
-  // Its `listen` opens one connection of its own (postgres.js), and nothing else does; without a listen URL, the pool's does.
-  const listenSql = config.databaseListenUrl ? connect(config.databaseListenUrl, { max: 1, statementTimeoutMs, onQuery: () => void metrics.queries++ }) : sql
+  const sql = connect(config.databaseUrl, {
+    max: config.poolMax,
+    statementTimeoutMs,
+    pooled,
+    onQuery: () => void metrics.queries++,
+  })
+  // Its `listen` opens one connection of its own (postgres.js), and
+  // nothing else does; without a listen URL, the pool's does.
+  const listenSql = config.databaseListenUrl
+    ? connect(config.databaseListenUrl, { max: 1, statementTimeoutMs, onQuery: () => void metrics.queries++ })
+    : sql
   const stopping = { draining: false }
   const maintenanceSql = backgroundConnection(sql)
   const apiKeyCache = new ApiKeyCache(cacheSize, () => clock.now())
   const revocations = new RevocationList(() => clock.now())
   const mailSettings = { ...defaultMailSettings, ...tuning.mail }
   const passwords = new PasswordHasher(config.passwordHashCost)
-  const hashesHelp = 'Password hashes derived (scrypt runs): logins, against a decoy for unknown accounts, and new passwords.'
+  const hashesHelp =
+    'Password hashes derived (scrypt runs): logins, against a decoy for unknown accounts, and new passwords.'
   metrics.counterOf('password_hashes_total', hashesHelp, () => passwords.derivations)
   const deps: AppDeps = {
     registry,
@@ -212,14 +256,21 @@ function createDeps(
     clock,
     log,
     stopping,
-    readiness: new ReadinessCheck(() => sql`SELECT 1`, () => clock.now()),
+    readiness: new ReadinessCheck(
+      () => sql`SELECT 1`,
+      () => clock.now(),
+    ),
     cursorKeys: cursorKeysFrom(config.jwtSecrets),
     metrics,
     metricsReport: tuning.metricsReport ?? (async () => metrics.render()),
     jwtCache: new JwtCache(cacheSize),
     apiKeyCache,
     apiKeyUse: new LastUsedWrites(cacheSize),
-    logins: new LoginGuard(config.rateLimit > 0 ? config.loginRateLimit : 0, knownAddressKeysFrom(config.jwtSecrets), () => clock.now()),
+    logins: new LoginGuard(
+      config.rateLimit > 0 ? config.loginRateLimit : 0,
+      knownAddressKeysFrom(config.jwtSecrets),
+      () => clock.now(),
+    ),
     revocations,
     credentialChanges: new CredentialChanges(sql, listenSql, apiKeyCache, revocations, log, { stopping }),
     databaseAdmission: admissionFor(config.poolMax, config.statementTimeoutMs, log),
@@ -231,16 +282,54 @@ function createDeps(
     idempotencySecrets: config.jwtSecrets.map((k) => k.secret),
     eventPublisher: new EventPublisher(sql, wakeWorkers, { ...defaultPublisherSettings, ...tuning.publisher }),
     // Streams are checked in the background, outside the database admission that requests wait under;
-    // before events are let through, once this instance has applied every credential change committed before (src/events/stream-authority.ts).
-    eventHub: new EventHub(sql, listenSql, log, { ...defaultStreamSettings, ...tuning.streams }, async (grants, { catchUp }) => {
-      if (catchUp) await deps.credentialChanges.caughtUp()
-      return checkGrants(grants, credentialDeps(deps, (work) => work()), config.allowSignup)
+    // before events are let through, once this instance has applied every credential
+    // change committed before (src/events/stream-authority.ts).
+    eventHub: new EventHub(
+      sql,
+      listenSql,
+      log,
+      { ...defaultStreamSettings, ...tuning.streams },
+      async (grants, { catchUp }) => {
+        if (catchUp) await deps.credentialChanges.caughtUp()
+        return checkGrants(
+          grants,
+          credentialDeps(deps, (work) => work()),
+          config.allowSignup,
+        )
+      },
+    ),
+    webhooks: new WebhookWorker(sql, listenSql, registry.resourceOf('webhooks'), config, log, {
+      ...defaultWebhookSettings,
+      ...tuning.webhooks,
     }),
-    webhooks: new WebhookWorker(sql, listenSql, registry.resourceOf('webhooks'), config, log, { ...defaultWebhookSettings, ...tuning.webhooks }),
-    mail: new MailWorker(sql, listenSql, mailSettings.transport ?? mailTransportFor(config, log), log, metrics, mailSettings),
-    recoveryRequests: new BackgroundWork('recovery-requests', log, { ...defaultRecoveryRequestSettings, ...tuning.recoveryRequests }),
-    identityProvider: config.oidc ? new IdentityProvider(config.oidc, users, log, cacheSize, DEFAULT_LEEWAY_SECONDS, metrics, clock, tuning.identityProvider) : undefined,
-    retention: new EventRetention(maintenanceSql, log, config.eventsRetentionDays, { ...defaultRetentionSettings, ...tuning.retention }),
+    mail: new MailWorker(
+      sql,
+      listenSql,
+      mailSettings.transport ?? mailTransportFor(config, log),
+      log,
+      metrics,
+      mailSettings,
+    ),
+    recoveryRequests: new BackgroundWork('recovery-requests', log, {
+      ...defaultRecoveryRequestSettings,
+      ...tuning.recoveryRequests,
+    }),
+    identityProvider: config.oidc
+      ? new IdentityProvider(
+          config.oidc,
+          users,
+          log,
+          cacheSize,
+          DEFAULT_LEEWAY_SECONDS,
+          metrics,
+          clock,
+          tuning.identityProvider,
+        )
+      : undefined,
+    retention: new EventRetention(maintenanceSql, log, config.eventsRetentionDays, {
+      ...defaultRetentionSettings,
+      ...tuning.retention,
+    }),
   }
   return deps
 }

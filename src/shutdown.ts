@@ -45,8 +45,8 @@ export class DrainDelay {
  * The HTTP server as a component: it opens the port when started, last but
  * the event streams (src/service.ts), and stops first but them. Its stop is
  * the drain of a graceful stop, bounded by the deadline (SHUTDOWN_TIMEOUT
- * from the drain's start, which is the signal, or SHUTDOWN_DELAY after it,
- * src/service.ts):
+ * from the drain's start, which is the signal,
+ * or SHUTDOWN_DELAY after it, src/service.ts):
  * - /readyz already answers 503 and new requests on open connections get 503
  *   shutting_down, every answer carrying `Connection: close`
  *   (`stopping.draining`, flipped before the components stop); the
@@ -105,12 +105,18 @@ export class HttpServerComponent implements Component {
     const closed = new Promise<unknown>((resolve) => server.close(resolve))
     server.closeIdleConnections()
     let cut = false
-    const timer = setTimeout(() => {
-      cut = true
-      server.closeAllConnections()
-    }, Math.max(0, deadline - performance.now()))
+    const timer = setTimeout(
+      () => {
+        cut = true
+        server.closeAllConnections()
+      },
+      Math.max(0, deadline - performance.now()),
+    )
     await closed
     clearTimeout(timer)
-    if (cut) this.log.warn('requests still running at SHUTDOWN_TIMEOUT were cut', { shutdown_timeout_s: this.config.shutdownTimeoutMs / 1000 })
+    if (cut)
+      this.log.warn('requests still running at SHUTDOWN_TIMEOUT were cut', {
+        shutdown_timeout_s: this.config.shutdownTimeoutMs / 1000,
+      })
   }
 }

@@ -37,10 +37,17 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
   // on a driver without its patch, a database restart could crash the process.
   assertDriverPatched({ problem: patchProblem, script: PATCH_SCRIPT })
   // For `admin`, ADMIN_EMAIL and ADMIN_PASSWORD name the admin to make, not the one to create at start-up.
-  const env = kind === 'admin' ? { ...process.env, ADMIN_EMAIL: undefined, ADMIN_PASSWORD: undefined, ADMIN_PASSWORD_FILE: undefined } : process.env
+  const env =
+    kind === 'admin'
+      ? { ...process.env, ADMIN_EMAIL: undefined, ADMIN_PASSWORD: undefined, ADMIN_PASSWORD_FILE: undefined }
+      : process.env
   const worker = workerLink()
   const { config, warnings } = readConfig(env)
-  const stdout = batchedWriter((text) => process.stdout.write(text), undefined, config.workers > 1 ? PIPE_BUF : undefined)
+  const stdout = batchedWriter(
+    (text) => process.stdout.write(text),
+    undefined,
+    config.workers > 1 ? PIPE_BUF : undefined,
+  )
   process.on('exit', stdout.flush)
   const log = createLogger(config.logLevel, stdout.write, worker?.logFields)
   // Last resort. Every known way for the database driver to throw outside a
@@ -56,7 +63,8 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
   process.on('uncaughtException', fatal('uncaught exception'))
   process.on('unhandledRejection', fatal('unhandled promise rejection'))
 
-  // A worker is given both by its primary (DATABASE_URL, DATABASE_POOLER resolved), which migrated and wrote the development secret.
+  // A worker is given both by its primary (DATABASE_URL, DATABASE_POOLER resolved), which migrated and wrote the
+  // development secret.
   if (worker) return serve({ ...config, jwtSecrets: resolveSecrets(config, dataRoot) }, log, worker)
 
   // Once per service: the primary (or the only process) says these, not each worker.
@@ -66,9 +74,13 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
   // Before anything lasts (migrations, the first admin): a port that is taken stops the start here, once.
   // Port 0 cannot be taken: one process lets the system pick when it listens; a primary needs one port for all
   // its workers, so it has the system pick it here.
-  const port = kind === 'serve' && (config.port !== 0 || config.workers > 1) ? await claimPort(config.host, config.port) : config.port
+  const port =
+    kind === 'serve' && (config.port !== 0 || config.workers > 1)
+      ? await claimPort(config.host, config.port)
+      : config.port
 
-  // Without DATABASE_URL, the local cluster's database, served as a runtime role and migrated as its owner, as in production.
+  // Without DATABASE_URL, the local cluster's database, served as
+  // a runtime role and migrated as its owner, as in production.
   const local = config.databaseUrl === undefined ? await localDevelopmentDatabase() : undefined
   const databaseUrl = config.databaseUrl ?? local!.url
   /** The variable to fix when a database cannot be reached, by the URL that failed (the first that has it). */
@@ -83,11 +95,16 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
     const databasePooler = await resolvePooler({ ...config, databaseUrl })
     if (kind === 'serve') logStart(config, databaseUrl, databasePooler, log)
     if (databasePooler === 'transaction') {
-      log.info('DATABASE_URL goes through a transaction pooler: no prepared statements there; LISTEN (and migrations, without DATABASE_MIGRATION_URL) on DATABASE_LISTEN_URL', { pooler: config.databasePooler === 'auto' ? 'detected' : 'DATABASE_POOLER' })
+      log.info(
+        'DATABASE_URL goes through a transaction pooler: no prepared statements there; LISTEN (and migrations, ' +
+          'without DATABASE_MIGRATION_URL) on DATABASE_LISTEN_URL',
+        { pooler: config.databasePooler === 'auto' ? 'detected' : 'DATABASE_POOLER' },
+      )
     }
-    // Migrations and the commands run on a short connection of their own: as the schema's owner on DATABASE_MIGRATION_URL
-    // when DATABASE_URL's role may only read and write (deploy/postgres/runtime-role.psql), else on DATABASE_LISTEN_URL when set:
-    // PostgreSQL itself, so that what a migration file does never depends on a pooler. The service opens its pool after them.
+    // Migrations and the commands run on a short connection of their own: as the schema's owner on
+    // DATABASE_MIGRATION_URL when DATABASE_URL's role may only read and write (deploy/postgres/runtime-role.psql), else
+    // on DATABASE_LISTEN_URL when set: PostgreSQL itself, so that what a migration file does never depends on a pooler.
+    // The service opens its pool after them.
     const setupUrl = config.databaseMigrationUrl ?? local?.ownerUrl ?? config.databaseListenUrl ?? databaseUrl
     const setup = connect(setupUrl, { max: 1, statementTimeoutMs: config.statementTimeoutMs })
     try {
@@ -97,15 +114,23 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
       if (applied.length) log.info('migrations applied', { migrations: applied })
       if (kind === 'migrate') return log.info('database is up to date')
       if (kind === 'admin') return await adminCommand(setup, new PasswordHasher(config.passwordHashCost), args)
-      if (config.bootstrapAdmin && (await bootstrapAdminIfNone(setup, new PasswordHasher(config.passwordHashCost), config.bootstrapAdmin))) {
+      if (
+        config.bootstrapAdmin &&
+        (await bootstrapAdminIfNone(setup, new PasswordHasher(config.passwordHashCost), config.bootstrapAdmin))
+      ) {
         log.info('created the first admin from ADMIN_EMAIL', { email: config.bootstrapAdmin.email })
       }
     } finally {
       await setup.end({ timeout: 5 })
     }
     const resolved = { ...config, port, databaseUrl, databasePooler, jwtSecrets: resolveSecrets(config, dataRoot) }
-    // Workers read the configuration as this process did (secret files included); they are given only what it found out.
-    if (config.workers > 1) return await runPrimary(resolved, log, { ...(config.databaseUrl ? {} : { DATABASE_URL: databaseUrl }), DATABASE_POOLER: databasePooler })
+    // Workers read the configuration as this process did (secret
+    // files included); they are given only what it found out.
+    if (config.workers > 1)
+      return await runPrimary(resolved, log, {
+        ...(config.databaseUrl ? {} : { DATABASE_URL: databaseUrl }),
+        DATABASE_POOLER: databasePooler,
+      })
     await serve(resolved, log)
   } catch (err) {
     if (err instanceof DatabaseUnreachable) throw new ConfigError(`${settingOf(err.url)}: ${err.message}`)
@@ -146,7 +171,11 @@ function warnDevelopment(config: Config, log: Logger): void {
  * log); a generated one is printed, since it is shown nowhere else.
  */
 async function adminCommand(sql: Sql, passwords: PasswordHasher, args: string[]): Promise<void> {
-  if (args.length > 1) throw new ConfigError('admin takes the e-mail only; give the password in ADMIN_PASSWORD or on standard input, not on the command line (it would show in ps).')
+  if (args.length > 1)
+    throw new ConfigError(
+      'admin takes the e-mail only; give the password in ADMIN_PASSWORD or on standard input, not on the command ' +
+        'line (it would show in ps).',
+    )
   const email = args[0] || process.env.ADMIN_EMAIL || 'admin@example.com'
   const secret = readSecret(process.env, 'ADMIN_PASSWORD')
   if (secret.problem) throw new ConfigError(secret.problem)
@@ -154,17 +183,24 @@ async function adminCommand(sql: Sql, passwords: PasswordHasher, args: string[])
   const admin = await createOrResetAdmin(sql, passwords, email, given)
   const verb = admin.created ? 'Created' : 'Reset'
   const source = secret.file ? 'ADMIN_PASSWORD_FILE' : secret.value ? 'ADMIN_PASSWORD' : 'standard input'
-  process.stdout.write(given === undefined ? `${verb} admin ${email} (id ${admin.id}). Password: ${admin.password}\n` : `${verb} admin ${email} (id ${admin.id}) with the password from ${source}.\n`)
+  process.stdout.write(
+    given === undefined
+      ? `${verb} admin ${email} (id ${admin.id}). Password: ${admin.password}\n`
+      : `${verb} admin ${email} (id ${admin.id}) with the password from ${source}.\n`,
+  )
 }
 
 async function serve(config: Config, log: Logger, worker?: WorkerLink): Promise<void> {
-  // Loaded here, not at the top: a primary of workers never serves, and the whole application is most of a process's memory.
+  // Loaded here, not at the top: a primary of workers never serves,
+  // and the whole application is most of a process's memory.
   const { createService } = await import('./service.js')
   const service = createService(config, { log, metricsReport: worker && (() => worker.serviceMetrics()) })
   // The port was claimed before the migrations; taken since (or port 0's pick lost), it is said the same way.
-  const { address, port } = await service.listen(config.port, config.host, { reusePort: worker !== undefined }).catch((err: unknown) => {
-    throw (err as NodeJS.ErrnoException).syscall === 'listen' ? cannotListen(config.host, config.port, err) : err
-  })
+  const { address, port } = await service
+    .listen(config.port, config.host, { reusePort: worker !== undefined })
+    .catch((err: unknown) => {
+      throw (err as NodeJS.ErrnoException).syscall === 'listen' ? cannotListen(config.host, config.port, err) : err
+    })
   log.info('listening', { address, port, prefix: config.apiPrefix || null })
   worker?.listening(port, service.deps.metrics)
 
@@ -184,11 +220,15 @@ async function serve(config: Config, log: Logger, worker?: WorkerLink): Promise<
 
 /** Start-up failures an operator can act on: their message alone, one line per problem, no stack trace. */
 const explained = (err: unknown): err is Error =>
-  err instanceof ConfigError || err instanceof MigrationError || err instanceof LocalClusterError || err instanceof DriverPatchError
+  err instanceof ConfigError ||
+  err instanceof MigrationError ||
+  err instanceof LocalClusterError ||
+  err instanceof DriverPatchError
 
 /** Says why a command failed, one line per problem and no stack trace when an operator can act on it, and exits 1. */
 export async function exitCannotStart(err: unknown): Promise<never> {
-  const lines = err instanceof ConfigError ? err.problems : explained(err) ? [err.message] : [JSON.stringify(describeError(err))]
+  const lines =
+    err instanceof ConfigError ? err.problems : explained(err) ? [err.message] : [JSON.stringify(describeError(err))]
   process.stderr.write(lines.map((line) => `Cannot start: ${line}\n`).join(''))
   await reportCannotStart(explained(err) || !(err instanceof Error) ? lines.join('; ') : err.message)
   process.exit(1)

@@ -55,9 +55,13 @@ async function database(): Promise<Database> {
   const url = await createTestDatabase()
   const config = {
     ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS, ...testHashCostFor({}) }),
-    databaseUrl: url, databasePooler: 'none' as const,
+    databaseUrl: url,
+    databasePooler: 'none' as const,
   }
-  const service = createService({ ...config, poolMax: 2, statementTimeoutMs: 10_000 }, { log: createLogger('error', () => {}) })
+  const service = createService(
+    { ...config, poolMax: 2, statementTimeoutMs: 10_000 },
+    { log: createLogger('error', () => {}) },
+  )
   after(() => service.close())
   const appUrl = `http://127.0.0.1:${(await service.listen(0, '127.0.0.1')).port}`
   const { sql } = service.deps
@@ -65,7 +69,11 @@ async function database(): Promise<Database> {
 }
 
 async function loginAt(baseUrl: string, email: string, password: string): Promise<number> {
-  const res = await fetch(`${baseUrl}/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email, password }) })
+  const res = await fetch(`${baseUrl}/auth/login`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ email, password }),
+  })
   await res.arrayBuffer()
   return res.status
 }
@@ -78,11 +86,19 @@ interface UserRow {
   password_hash: string | null
   version: number
 }
-const usersIn = (sql: Sql) => sql<UserRow[]>`SELECT id, email, name, role, password_hash, version FROM users ORDER BY id`
+const usersIn = (sql: Sql) =>
+  sql<UserRow[]>`SELECT id, email, name, role, password_hash, version FROM users ORDER BY id`
 
 // A generated password is printed (it is shown nowhere else); a given one never is, only where it came from.
-const CREATED = /^(Created|Reset) admin (\S+) \(id (\d+)\)(?:\. Password: (.+)| with the password from (ADMIN_PASSWORD|standard input)\.)\n$/
-function parseAdminOutput(exit: CommandExit): { verb: string; email: string; id: number; password: string | undefined; source: string | undefined } {
+const CREATED =
+  /^(Created|Reset) admin (\S+) \(id (\d+)\)(?:\. Password: (.+)| with the password from (ADMIN_PASSWORD|standard input)\.)\n$/
+function parseAdminOutput(exit: CommandExit): {
+  verb: string
+  email: string
+  id: number
+  password: string | undefined
+  source: string | undefined
+} {
   assert.equal(exit.code, 0, exit.stderr)
   const m = CREATED.exec(exit.stdout)
   assert.ok(m, `unexpected output: ${JSON.stringify(exit.stdout)}`)
@@ -93,65 +109,105 @@ function parseAdminOutput(exit: CommandExit): { verb: string; email: string; id:
 // make admin
 
 describe('dist/main.js admin <email> (password from ADMIN_PASSWORD or standard input)', { concurrency: true }, () => {
-  test('without a password creates the admin and prints a generated password that logs in; again, it resets it and ends its sessions', async () => {
-    const db = await database()
-    const email = 'first.admin@example.com'
+  test(
+    'without a password creates the admin and prints a generated password that logs in; again, it resets it and ' +
+      'ends its sessions',
+    async () => {
+      const db = await database()
+      const email = 'first.admin@example.com'
 
-    const first = parseAdminOutput(await runMain(['admin', email], { DATABASE_URL: db.url, JWT_SECRETS }))
-    assert.equal(first.verb, 'Created')
-    assert.equal(first.email, email)
-    assert.ok(first.password && first.password.length >= 16, `a weak generated password: ${first.password}`)
-    const [row, ...others] = await usersIn(db.sql)
-    assert.equal(others.length, 0)
-    assert.deepEqual({ id: row!.id, email: row!.email, role: row!.role }, { id: first.id, email, role: 'admin' })
-    assert.ok(!row!.password_hash!.includes(first.password), 'the password is stored in clear')
-    assert.equal(await db.login(email, first.password!), 200)
+      const first = parseAdminOutput(await runMain(['admin', email], { DATABASE_URL: db.url, JWT_SECRETS }))
+      assert.equal(first.verb, 'Created')
+      assert.equal(first.email, email)
+      assert.ok(first.password && first.password.length >= 16, `a weak generated password: ${first.password}`)
+      const [row, ...others] = await usersIn(db.sql)
+      assert.equal(others.length, 0)
+      assert.deepEqual({ id: row!.id, email: row!.email, role: row!.role }, { id: first.id, email, role: 'admin' })
+      assert.ok(!row!.password_hash!.includes(first.password), 'the password is stored in clear')
+      assert.equal(await db.login(email, first.password!), 200)
 
-    // Again for the same e-mail: a new password, the old one no longer works, still one row, its sessions ended.
-    const second = parseAdminOutput(await runMain(['admin', email], { DATABASE_URL: db.url, JWT_SECRETS }))
-    assert.equal(second.verb, 'Reset')
-    assert.equal(second.id, first.id)
-    assert.ok(second.password && second.password !== first.password)
-    const rows = await usersIn(db.sql)
-    assert.equal(rows.length, 1)
-    assert.equal(rows[0]!.role, 'admin')
-    assert.equal(rows[0]!.version, row!.version + 1)
-    const [{ live }] = await db.sql<[{ live: number }]>`SELECT count(*)::int AS live FROM sessions WHERE user_id = ${first.id} AND revoked_at IS NULL`
-    assert.equal(live, 0, 'the session of the first login was ended')
-    assert.equal(await db.login(email, first.password!), 401)
-    assert.equal(await db.login(email, second.password!), 200)
-  })
+      // Again for the same e-mail: a new password, the old one no longer works, still one row, its sessions ended.
+      const second = parseAdminOutput(await runMain(['admin', email], { DATABASE_URL: db.url, JWT_SECRETS }))
+      assert.equal(second.verb, 'Reset')
+      assert.equal(second.id, first.id)
+      assert.ok(second.password && second.password !== first.password)
+      const rows = await usersIn(db.sql)
+      assert.equal(rows.length, 1)
+      assert.equal(rows[0]!.role, 'admin')
+      assert.equal(rows[0]!.version, row!.version + 1)
+      const [{ live }] = await db.sql<
+        [{ live: number }]
+      >`SELECT count(*)::int AS live FROM sessions WHERE user_id = ${first.id} AND revoked_at IS NULL`
+      assert.equal(live, 0, 'the session of the first login was ended')
+      assert.equal(await db.login(email, first.password!), 401)
+      assert.equal(await db.login(email, second.password!), 200)
+    },
+  )
 
-  test('the password from ADMIN_PASSWORD, or the first line of standard input; the e-mail matches without regard to case', async () => {
-    const db = await database()
-    const created = parseAdminOutput(await runMain(['admin', 'Case.Admin@Example.com'], { DATABASE_URL: db.url, JWT_SECRETS, ADMIN_PASSWORD: 'first chosen password' }))
-    assert.deepEqual([created.password, created.source], [undefined, 'ADMIN_PASSWORD'], 'a password given is not printed back')
-    const reset = parseAdminOutput(await runMain(['admin', 'case.admin@example.COM'], { DATABASE_URL: db.url, JWT_SECRETS }, 'second chosen password\nignored\n'))
-    assert.equal(reset.verb, 'Reset')
-    assert.equal(reset.id, created.id)
-    assert.deepEqual([reset.password, reset.source], [undefined, 'standard input'])
-    const rows = await usersIn(db.sql)
-    assert.deepEqual(rows.map((r) => [r.email, r.role]), [['Case.Admin@Example.com', 'admin']], 'one row, the e-mail as first stored')
-    assert.equal(await db.login('case.admin@example.com', 'first chosen password'), 401)
-    assert.equal(await db.login('Case.Admin@Example.com', 'second chosen password'), 200)
-  })
+  test(
+    'the password from ADMIN_PASSWORD, or the first line of standard input; the e-mail matches without regard to ' +
+      'case',
+    async () => {
+      const db = await database()
+      const created = parseAdminOutput(
+        await runMain(['admin', 'Case.Admin@Example.com'], {
+          DATABASE_URL: db.url,
+          JWT_SECRETS,
+          ADMIN_PASSWORD: 'first chosen password',
+        }),
+      )
+      assert.deepEqual(
+        [created.password, created.source],
+        [undefined, 'ADMIN_PASSWORD'],
+        'a password given is not printed back',
+      )
+      const reset = parseAdminOutput(
+        await runMain(
+          ['admin', 'case.admin@example.COM'],
+          { DATABASE_URL: db.url, JWT_SECRETS },
+          'second chosen password\nignored\n',
+        ),
+      )
+      assert.equal(reset.verb, 'Reset')
+      assert.equal(reset.id, created.id)
+      assert.deepEqual([reset.password, reset.source], [undefined, 'standard input'])
+      const rows = await usersIn(db.sql)
+      assert.deepEqual(
+        rows.map((r) => [r.email, r.role]),
+        [['Case.Admin@Example.com', 'admin']],
+        'one row, the e-mail as first stored',
+      )
+      assert.equal(await db.login('case.admin@example.com', 'first chosen password'), 401)
+      assert.equal(await db.login('Case.Admin@Example.com', 'second chosen password'), 200)
+    },
+  )
 
-  test('an existing account that is not an admin is not promoted: exit 1 with the way to do it, nothing changed', async () => {
-    const db = await database()
-    await db.sql`INSERT INTO users (name, email) VALUES ('Plain Person', 'plain@example.com')`
-    const before = await usersIn(db.sql)
-    const exit = await runMain(['admin', 'PLAIN@example.com'], { DATABASE_URL: db.url, JWT_SECRETS, ADMIN_PASSWORD: 'promoted password' })
-    assert.equal(exit.code, 1, exit.stdout)
-    assert.match(exit.stderr, /not an admin/)
-    assert.doesNotMatch(exit.stderr, STACK_LINE)
-    assert.ok(!exit.stderr.includes('promoted password'))
-    assert.deepEqual([...(await usersIn(db.sql))], [...before])
-    assert.equal(await db.login('plain@example.com', 'promoted password'), 401)
-  })
+  test(
+    'an existing account that is not an admin is not promoted: exit 1 with the way to do it, nothing ' + 'changed',
+    async () => {
+      const db = await database()
+      await db.sql`INSERT INTO users (name, email) VALUES ('Plain Person', 'plain@example.com')`
+      const before = await usersIn(db.sql)
+      const exit = await runMain(['admin', 'PLAIN@example.com'], {
+        DATABASE_URL: db.url,
+        JWT_SECRETS,
+        ADMIN_PASSWORD: 'promoted password',
+      })
+      assert.equal(exit.code, 1, exit.stdout)
+      assert.match(exit.stderr, /not an admin/)
+      assert.doesNotMatch(exit.stderr, STACK_LINE)
+      assert.ok(!exit.stderr.includes('promoted password'))
+      assert.deepEqual([...(await usersIn(db.sql))], [...before])
+      assert.equal(await db.login('plain@example.com', 'promoted password'), 401)
+    },
+  )
 
   test('a password on the command line is refused (ps would show it), and not echoed', async () => {
     const db = await database()
-    const exit = await runMain(['admin', 'argv.admin@example.com', 'visible in ps'], { DATABASE_URL: db.url, JWT_SECRETS })
+    const exit = await runMain(['admin', 'argv.admin@example.com', 'visible in ps'], {
+      DATABASE_URL: db.url,
+      JWT_SECRETS,
+    })
     assert.equal(exit.code, 1)
     assert.match(exit.stderr, /ADMIN_PASSWORD or on standard input/)
     assert.ok(!exit.stderr.includes('visible in ps') && !exit.stdout.includes('visible in ps'))
@@ -161,11 +217,18 @@ describe('dist/main.js admin <email> (password from ADMIN_PASSWORD or standard i
   const refused: Array<[string, string[], Record<string, string>, RegExp]> = [
     ['an e-mail without a domain', ['admin', 'not-an-email'], {}, /email/],
     ['an e-mail without a dot in the domain', ['admin', 'root@localhost'], {}, /email/],
-    ['a password under 8 characters', ['admin', 'short.password@example.com'], { ADMIN_PASSWORD: 'seven77' }, /password/],
+    [
+      'a password under 8 characters',
+      ['admin', 'short.password@example.com'],
+      { ADMIN_PASSWORD: 'seven77' },
+      /password/,
+    ],
   ]
   test('refuses invalid input: exits non-zero, says why without a stack trace, creates nothing', async () => {
     const db = await database()
-    const exits = await Promise.all(refused.map(([, args, env]) => runMain(args, { DATABASE_URL: db.url, JWT_SECRETS, ...env })))
+    const exits = await Promise.all(
+      refused.map(([, args, env]) => runMain(args, { DATABASE_URL: db.url, JWT_SECRETS, ...env })),
+    )
     for (const [i, exit] of exits.entries()) {
       const [label, , env, message] = refused[i]!
       assert.notEqual(exit.code, 0, `${label}: exit code`)
@@ -186,10 +249,20 @@ describe('ADMIN_EMAIL and ADMIN_PASSWORD at start-up', { concurrency: true }, ()
   test('create the admin when no admin exists (plain users do not count); it logs in; SIGTERM exits 0', async () => {
     const db = await database()
     await db.sql`INSERT INTO users (name, email) VALUES ('Plain Person', 'plain@example.com')`
-    const service = await startMain({ DATABASE_URL: db.url, ADMIN_EMAIL: 'boot@example.com', ADMIN_PASSWORD: 'bootstrap password' })
+    const service = await startMain({
+      DATABASE_URL: db.url,
+      ADMIN_EMAIL: 'boot@example.com',
+      ADMIN_PASSWORD: 'bootstrap password',
+    })
 
     const rows = await usersIn(db.sql)
-    assert.deepEqual(rows.map((r) => [r.email, r.role]), [['plain@example.com', 'user'], ['boot@example.com', 'admin']])
+    assert.deepEqual(
+      rows.map((r) => [r.email, r.role]),
+      [
+        ['plain@example.com', 'user'],
+        ['boot@example.com', 'admin'],
+      ],
+    )
     assert.equal(await loginAt(service.url, 'boot@example.com', 'bootstrap password'), 200)
     await assertStopsCleanly(service)
   })
@@ -197,16 +270,30 @@ describe('ADMIN_EMAIL and ADMIN_PASSWORD at start-up', { concurrency: true }, ()
   test('ADMIN_EMAIL naming an existing account that is not an admin: start-up refused, nothing promoted', async () => {
     const db = await database()
     await db.sql`INSERT INTO users (name, email) VALUES ('Self Registered', 'early@example.com')`
-    const exit = await runMain([], { DATABASE_URL: db.url, JWT_SECRETS, ADMIN_EMAIL: 'early@example.com', ADMIN_PASSWORD: 'takeover password' })
+    const exit = await runMain([], {
+      DATABASE_URL: db.url,
+      JWT_SECRETS,
+      ADMIN_EMAIL: 'early@example.com',
+      ADMIN_PASSWORD: 'takeover password',
+    })
     assert.equal(exit.code, 1)
     assert.match(exit.stderr, /not an admin/)
     assert.ok(!exit.stderr.includes('takeover password'))
-    assert.deepEqual((await usersIn(db.sql)).map((r) => [r.email, r.role]), [['early@example.com', 'user']])
+    assert.deepEqual(
+      (await usersIn(db.sql)).map((r) => [r.email, r.role]),
+      [['early@example.com', 'user']],
+    )
   })
 
   test('do nothing when an admin exists: no new admin, and no password reset of an existing one', async () => {
     const db = await database()
-    const out = parseAdminOutput(await runMain(['admin', 'sitting@example.com'], { DATABASE_URL: db.url, JWT_SECRETS, ADMIN_PASSWORD: 'the sitting password' }))
+    const out = parseAdminOutput(
+      await runMain(['admin', 'sitting@example.com'], {
+        DATABASE_URL: db.url,
+        JWT_SECRETS,
+        ADMIN_PASSWORD: 'the sitting password',
+      }),
+    )
     const before = await usersIn(db.sql)
 
     const [newcomer, sameEmail] = await Promise.all([

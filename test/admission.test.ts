@@ -38,7 +38,12 @@ class SimulatedDatabase {
 }
 
 /** `clients` closed-loop clients (each sends its next request when its last is answered) for `durationMs`. */
-async function closedLoop(work: DatabaseAdmission, clients: number, durationMs: number, request: () => Promise<unknown>) {
+async function closedLoop(
+  work: DatabaseAdmission,
+  clients: number,
+  durationMs: number,
+  request: () => Promise<unknown>,
+) {
   const end = performance.now() + durationMs
   let served = 0
   let refused = 0
@@ -73,26 +78,40 @@ after(() => thawAll.forEach((thaw) => thaw()))
 test('work gives its value or its error', async () => {
   const work = new DatabaseAdmission({ floor: 2, targetMs: 200, deadlineMs: 1000 })
   assert.equal(await work.run(async () => 42), 42)
-  await assert.rejects(work.run(async () => { throw new Error('boom') }), /boom/)
-  await assert.rejects(work.run(() => { throw new Error('sync boom') }), /sync boom/)
+  await assert.rejects(
+    work.run(async () => {
+      throw new Error('boom')
+    }),
+    /boom/,
+  )
+  await assert.rejects(
+    work.run(() => {
+      throw new Error('sync boom')
+    }),
+    /sync boom/,
+  )
   assert.equal(work.active, 0)
   assert.equal(work.finished, 3)
 })
 
-test('many times more clients than connections is no reason to refuse: on a database that keeps up, every client is served and nobody refused', async () => {
-  // 10 connections, 4 ms a statement, 200 clients: each request queues behind 19 others. How long that
-  // is depends on the machine (the simulated statements are timers), so the target is set from the
-  // longest wait the same load shows first with nothing refused, five times over: the wait stays within
-  // the target because the database keeps up, not because this machine is quick.
-  const db = new SimulatedDatabase(10)
-  const unbounded = new DatabaseAdmission({ floor: 10, targetMs: 60_000, deadlineMs: 60_000 })
-  const alone = await closedLoop(unbounded, 200, 300, () => db.statement(4, 'row'))
-  const work = new DatabaseAdmission({ floor: 10, targetMs: 5 * alone.longest, deadlineMs: 60_000 })
-  const result = await closedLoop(work, 200, 600, () => db.statement(4, 'row'))
-  assert.equal(result.refused, 0, JSON.stringify({ alone, result }))
-  assert.ok(result.leastServed >= 1, `every client served: ${JSON.stringify(result)}`)
-  assert.ok(work.peak >= 190, `peak ${work.peak}: nearly all 200 waited at once`)
-})
+test(
+  'many times more clients than connections is no reason to refuse: on a database that keeps up, every client is ' +
+    'served and nobody refused',
+  async () => {
+    // 10 connections, 4 ms a statement, 200 clients: each request queues behind 19 others. How long that
+    // is depends on the machine (the simulated statements are timers), so the target is set from the
+    // longest wait the same load shows first with nothing refused, five times over: the wait stays within
+    // the target because the database keeps up, not because this machine is quick.
+    const db = new SimulatedDatabase(10)
+    const unbounded = new DatabaseAdmission({ floor: 10, targetMs: 60_000, deadlineMs: 60_000 })
+    const alone = await closedLoop(unbounded, 200, 300, () => db.statement(4, 'row'))
+    const work = new DatabaseAdmission({ floor: 10, targetMs: 5 * alone.longest, deadlineMs: 60_000 })
+    const result = await closedLoop(work, 200, 600, () => db.statement(4, 'row'))
+    assert.equal(result.refused, 0, JSON.stringify({ alone, result }))
+    assert.ok(result.leastServed >= 1, `every client served: ${JSON.stringify(result)}`)
+    assert.ok(work.peak >= 190, `peak ${work.peak}: nearly all 200 waited at once`)
+  },
+)
 
 test('one slow statement among fast ones refuses nobody, though it is the oldest past the target', async () => {
   // A target of 300 ms, far above the fast statements' wait (a few ms), so that an event loop held up
@@ -106,28 +125,39 @@ test('one slow statement among fast ones refuses nobody, though it is the oldest
   assert.equal(work.refused, 0)
 })
 
-test('a frozen database: newcomers are admitted until the oldest has waited the target, then refused at once, never started', async () => {
-  const targetMs = 300
-  const work = new DatabaseAdmission({ floor: 2, targetMs, deadlineMs: 60_000 })
-  const heldAt = performance.now()
-  const held = Array.from({ length: 5 }, () => work.run(frozen))
-  for (const h of held) h.catch(() => {})
-  // Within the target: still admitted (a burst after a quiet spell is not a failure).
-  const early = work.run(frozen)
-  early.catch(() => {})
-  assert.ok(performance.now() - heldAt < targetMs, 'the newcomer came within the target')
-  assert.equal(work.active, 6)
-  await waitUntil('the oldest to have waited the target', () => performance.now() - heldAt > targetMs)
-  let started = false
-  // At once: refused before the event loop turns (a bound in milliseconds fails on a busy machine, not on a wrong rule).
-  const refusal = work.run(async () => void (started = true))
-  const first = await Promise.race([refusal.then(() => 'ran', () => 'refused'), new Promise((resolve) => setImmediate(() => resolve('waited')))])
-  assert.equal(first, 'refused')
-  await assert.rejects(refusal, isUnavailable('1'))
-  assert.equal(started, false)
-  assert.equal(work.refused, 1)
-  assert.equal(work.active, 6)
-})
+test(
+  'a frozen database: newcomers are admitted until the oldest has waited the target, then refused at once, never ' +
+    'started',
+  async () => {
+    const targetMs = 300
+    const work = new DatabaseAdmission({ floor: 2, targetMs, deadlineMs: 60_000 })
+    const heldAt = performance.now()
+    const held = Array.from({ length: 5 }, () => work.run(frozen))
+    for (const h of held) h.catch(() => {})
+    // Within the target: still admitted (a burst after a quiet spell is not a failure).
+    const early = work.run(frozen)
+    early.catch(() => {})
+    assert.ok(performance.now() - heldAt < targetMs, 'the newcomer came within the target')
+    assert.equal(work.active, 6)
+    await waitUntil('the oldest to have waited the target', () => performance.now() - heldAt > targetMs)
+    let started = false
+    // At once: refused before the event loop turns (a bound in milliseconds
+    // fails on a busy machine, not on a wrong rule).
+    const refusal = work.run(async () => void (started = true))
+    const first = await Promise.race([
+      refusal.then(
+        () => 'ran',
+        () => 'refused',
+      ),
+      new Promise((resolve) => setImmediate(() => resolve('waited'))),
+    ])
+    assert.equal(first, 'refused')
+    await assert.rejects(refusal, isUnavailable('1'))
+    assert.equal(started, false)
+    assert.equal(work.refused, 1)
+    assert.equal(work.active, 6)
+  },
+)
 
 test('below the floor (the pool has a free connection) nobody is refused, even on a stalled database', async () => {
   const work = new DatabaseAdmission({ floor: 3, targetMs: 100, deadlineMs: 60_000 })
@@ -145,7 +175,10 @@ test('once the database answers again, requests are admitted again', async () =>
   const thawed = new Promise<void>((resolve) => (thaw = resolve))
   const held = Array.from({ length: 4 }, () => work.run(() => thawed))
   await sleep(300)
-  await assert.rejects(work.run(async () => 'refused'), isUnavailable('1'))
+  await assert.rejects(
+    work.run(async () => 'refused'),
+    isUnavailable('1'),
+  )
   thaw()
   await Promise.all(held)
   assert.equal(await work.run(async () => 'served'), 'served')
@@ -153,67 +186,98 @@ test('once the database answers again, requests are admitted again', async () =>
   assert.equal(await work.run(async () => 'served again'), 'served again')
 })
 
-test('an open-loop flood on a slow database: what waits stays near what the database finishes in the target, the rest is refused at once', async () => {
-  // 2 connections, 20 ms a statement: 100 a second, 20 in the 200 ms target.
-  // Requests arrive at up to 1,000 a second for 0.6 s: without the bound, 540 would queue.
-  const db = new SimulatedDatabase(2)
-  const work = new DatabaseAdmission({ floor: 2, targetMs: 200, deadlineMs: 60_000 })
-  const answers: Array<Promise<string>> = []
-  const floodMs = 600
-  const end = performance.now() + floodMs
-  while (performance.now() < end) {
-    answers.push(work.run(() => db.statement(20, 'row')).then(() => 'served', (err) => (isUnavailable('1')(err) ? 'refused' : 'other')))
-    await sleep(1)
-  }
-  const outcomes = await Promise.all(answers)
-  const served = outcomes.filter((o) => o === 'served').length
-  const refused = outcomes.filter((o) => o === 'refused').length
-  assert.equal(served + refused, outcomes.length)
-  // Served: at most what the database finishes during the flood (2 every 20 ms) and what waited at its
-  // end; every other arrival refused. (A busy machine sends fewer: the bound follows them.)
-  const finishable = 2 * (floodMs / 20) + work.peak
-  assert.ok(refused > 0 && refused >= outcomes.length - finishable, `${refused} of ${outcomes.length} refused, at most ${finishable} could be served`)
-  // At most the target's arrivals (one a millisecond at most: 200) plus what the database finishes in it (20)
-  // ever waited.
-  assert.ok(work.peak < 300, `peak ${work.peak}`)
-})
+test(
+  'an open-loop flood on a slow database: what waits stays near what the database finishes in the target, the ' +
+    'rest is refused at once',
+  async () => {
+    // 2 connections, 20 ms a statement: 100 a second, 20 in the 200 ms target.
+    // Requests arrive at up to 1,000 a second for 0.6 s: without the bound, 540 would queue.
+    const db = new SimulatedDatabase(2)
+    const work = new DatabaseAdmission({ floor: 2, targetMs: 200, deadlineMs: 60_000 })
+    const answers: Array<Promise<string>> = []
+    const floodMs = 600
+    const end = performance.now() + floodMs
+    while (performance.now() < end) {
+      answers.push(
+        work
+          .run(() => db.statement(20, 'row'))
+          .then(
+            () => 'served',
+            (err) => (isUnavailable('1')(err) ? 'refused' : 'other'),
+          ),
+      )
+      await sleep(1)
+    }
+    const outcomes = await Promise.all(answers)
+    const served = outcomes.filter((o) => o === 'served').length
+    const refused = outcomes.filter((o) => o === 'refused').length
+    assert.equal(served + refused, outcomes.length)
+    // Served: at most what the database finishes during the flood (2 every 20 ms) and what waited at its
+    // end; every other arrival refused. (A busy machine sends fewer: the bound follows them.)
+    const finishable = 2 * (floodMs / 20) + work.peak
+    assert.ok(
+      refused > 0 && refused >= outcomes.length - finishable,
+      `${refused} of ${outcomes.length} refused, at most ${finishable} could be served`,
+    )
+    // At most the target's arrivals (one a millisecond at most: 200) plus what the database finishes in it (20)
+    // ever waited.
+    assert.ok(work.peak < 300, `peak ${work.peak}`)
+  },
+)
 
-test('work past its deadline is answered 503 with Retry-After: 5 within one sweep, and counts until it settles', async () => {
-  const deadlineMs = 200
-  const work = new DatabaseAdmission({ floor: 1, targetMs: 100, deadlineMs })
-  let release!: () => void
-  const gate = new Promise<void>((resolve) => (release = resolve))
-  const started = performance.now()
-  // The sweep is a timer: it runs as late as the event loop is held up, measured meanwhile.
-  const { lagMs } = await withLoopLag(() => assert.rejects(work.run(() => gate), isUnavailable('5')))
-  const waited = performance.now() - started
-  assert.ok(waited >= deadlineMs, `answered after ${waited.toFixed(0)} ms, before the deadline`)
-  const bound = deadlineMs + SWEEP_MS + 2 * lagMs + 50
-  assert.ok(waited < bound, `answered after ${waited.toFixed(0)} ms, the loop held up at most ${lagMs.toFixed(0)} ms`)
-  assert.equal(work.overdue, 1)
-  // Abandoned, not cancelled: it is still the oldest work, and nothing finished since.
-  assert.equal(work.active, 1)
-  await assert.rejects(work.run(async () => 'no room'), isUnavailable('1'))
-  release()
-  await sleep(0)
-  assert.equal(work.active, 0)
-  assert.equal(await work.run(async () => 'room'), 'room')
-  assert.equal(work.overdue, 1)
-})
+test(
+  'work past its deadline is answered 503 with Retry-After: 5 within one sweep, and counts until it ' + 'settles',
+  async () => {
+    const deadlineMs = 200
+    const work = new DatabaseAdmission({ floor: 1, targetMs: 100, deadlineMs })
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    const started = performance.now()
+    // The sweep is a timer: it runs as late as the event loop is held up, measured meanwhile.
+    const { lagMs } = await withLoopLag(() =>
+      assert.rejects(
+        work.run(() => gate),
+        isUnavailable('5'),
+      ),
+    )
+    const waited = performance.now() - started
+    assert.ok(waited >= deadlineMs, `answered after ${waited.toFixed(0)} ms, before the deadline`)
+    const bound = deadlineMs + SWEEP_MS + 2 * lagMs + 50
+    assert.ok(waited < bound, `answered after ${waited.toFixed(0)} ms, the loop held up at most ${lagMs.toFixed(0)} ms`)
+    assert.equal(work.overdue, 1)
+    // Abandoned, not cancelled: it is still the oldest work, and nothing finished since.
+    assert.equal(work.active, 1)
+    await assert.rejects(
+      work.run(async () => 'no room'),
+      isUnavailable('1'),
+    )
+    release()
+    await sleep(0)
+    assert.equal(work.active, 0)
+    assert.equal(await work.run(async () => 'room'), 'room')
+    assert.equal(work.overdue, 1)
+  },
+)
 
-test('work that finishes in time is not answered twice: the sweep that finds overdue work passes over what settled', async () => {
-  const deadlineMs = 200
-  const work = new DatabaseAdmission({ floor: 10, targetMs: 1000, deadlineMs })
-  let release!: () => void
-  const gate = new Promise<void>((resolve) => (release = resolve))
-  // One held past the deadline keeps the sweep running; the others settle at once, before any sweep.
-  const held = work.run(() => gate)
-  const quick = await Promise.allSettled(Array.from({ length: 9 }, (_, i) => work.run(async () => i)))
-  assert.deepEqual(quick.map((r) => r.status === 'fulfilled' && r.value), [0, 1, 2, 3, 4, 5, 6, 7, 8])
-  await assert.rejects(held, isUnavailable('5'))
-  // Sweeps after the deadline: only the held work was ever overdue.
-  const sweptAt = performance.now()
-  await waitUntil('two more sweeps', () => performance.now() - sweptAt > 2 * SWEEP_MS)
-  assert.equal(work.overdue, 1)
-  release()
-})
+test(
+  'work that finishes in time is not answered twice: the sweep that finds overdue work passes over what ' + 'settled',
+  async () => {
+    const deadlineMs = 200
+    const work = new DatabaseAdmission({ floor: 10, targetMs: 1000, deadlineMs })
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    // One held past the deadline keeps the sweep running; the others settle at once, before any sweep.
+    const held = work.run(() => gate)
+    const quick = await Promise.allSettled(Array.from({ length: 9 }, (_, i) => work.run(async () => i)))
+    assert.deepEqual(
+      quick.map((r) => r.status === 'fulfilled' && r.value),
+      [0, 1, 2, 3, 4, 5, 6, 7, 8],
+    )
+    await assert.rejects(held, isUnavailable('5'))
+    // Sweeps after the deadline: only the held work was ever overdue.
+    const sweptAt = performance.now()
+    await waitUntil('two more sweeps', () => performance.now() - sweptAt > 2 * SWEEP_MS)
+    assert.equal(work.overdue, 1)
+    release()
+  },
+)

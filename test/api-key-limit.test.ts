@@ -10,9 +10,14 @@ import { startServer } from './helpers/server.js'
 const MAX = 3
 const api = await startServer({ MAX_API_KEYS_PER_USER: String(MAX) })
 
-const create = (token: string, name = 'k') => api.request('POST', '/api-keys', { auth: token, body: { name, scopes: ['users:read'] } })
+const create = (token: string, name = 'k') =>
+  api.request('POST', '/api-keys', { auth: token, body: { name, scopes: ['users:read'] } })
 const liveKeys = async (userId: number) =>
-  (await api.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM api_keys WHERE user_id = ${userId} AND (expires_at IS NULL OR expires_at > now())`)[0].n
+  (
+    await api.sql<
+      [{ n: number }]
+    >`SELECT count(*)::int AS n FROM api_keys WHERE user_id = ${userId} AND (expires_at IS NULL OR expires_at > now())`
+  )[0].n
 
 describe('MAX_API_KEYS_PER_USER', () => {
   test('the key beyond the limit is 409 api_key_limit and nothing is created; deleting one frees a place', async () => {

@@ -39,7 +39,8 @@ interface KeyRow {
   last_used_at: string | null
 }
 
-const keyRow = async (id: number): Promise<KeyRow | undefined> => (await sql<KeyRow[]>`SELECT * FROM api_keys WHERE id = ${id}`)[0]
+const keyRow = async (id: number): Promise<KeyRow | undefined> =>
+  (await sql<KeyRow[]>`SELECT * FROM api_keys WHERE id = ${id}`)[0]
 const keyCount = async (): Promise<number> => (await sql<[{ n: number }]>`SELECT count(*)::int AS n FROM api_keys`)[0].n
 
 function assertProblem(res: TestResponse, status: number, code: string): void {
@@ -62,8 +63,14 @@ function assertInvalidToken(res: TestResponse): void {
 }
 
 /** Creates a key through the API with the given credential (default: the file's admin). */
-async function createKey(body: Record<string, unknown>, auth?: string): Promise<TestResponse & { key: string; id: number }> {
-  const res = await api.request('POST', '/api-keys', { body: { name: unique('key'), scopes: ['users:read'], ...body }, auth })
+async function createKey(
+  body: Record<string, unknown>,
+  auth?: string,
+): Promise<TestResponse & { key: string; id: number }> {
+  const res = await api.request('POST', '/api-keys', {
+    body: { name: unique('key'), scopes: ['users:read'], ...body },
+    auth,
+  })
   assert.equal(res.status, 201, res.text)
   return Object.assign(res, { key: res.body.key as string, id: res.body.id as number })
 }
@@ -79,7 +86,9 @@ async function databaseText(): Promise<string> {
   assert.ok(tables.some((t) => t.name === 'api_keys'))
   let text = ''
   for (const { name } of tables) {
-    const [{ dump }] = await sql<[{ dump: string }]>`SELECT coalesce(string_agg(t::text, '|'), '') AS dump FROM ${sql(name)} t`
+    const [{ dump }] = await sql<
+      [{ dump: string }]
+    >`SELECT coalesce(string_agg(t::text, '|'), '') AS dump FROM ${sql(name)} t`
     text += dump
   }
   return text
@@ -92,7 +101,10 @@ describe('POST /api-keys', () => {
   test('answers 201 with the key once, its metadata, Location and no-store', async () => {
     const user = await api.createUser({ session: true })
     const name = unique('Deploy key')
-    const res = await api.request('POST', '/api-keys', { body: { name, scopes: ['users:read', 'api_keys:read'] }, auth: user.token })
+    const res = await api.request('POST', '/api-keys', {
+      body: { name, scopes: ['users:read', 'api_keys:read'] },
+      auth: user.token,
+    })
     assert.equal(res.status, 201, res.text)
     assert.deepEqual(Object.keys(res.body).sort(), [...KEY_MEMBERS, 'key'].sort())
     assert.match(res.body.key, KEY_SHAPE)
@@ -126,7 +138,10 @@ describe('POST /api-keys', () => {
   })
 
   test('with an Idempotency-Key, too, the key is stored nowhere in clear', async () => {
-    const res = await api.request('POST', '/api-keys', { body: { name: unique('idempotent'), scopes: ['users:read'] }, headers: { 'idempotency-key': unique('idem') } })
+    const res = await api.request('POST', '/api-keys', {
+      body: { name: unique('idempotent'), scopes: ['users:read'] },
+      headers: { 'idempotency-key': unique('idem') },
+    })
     assert.equal(res.status, 201, res.text)
     assert.ok(!(await databaseText()).includes(secretOf(res.body.key)), 'the key is stored in clear')
   })
@@ -156,8 +171,18 @@ describe('POST /api-keys', () => {
 
   // A key can never do more than the credential that creates it.
   const beyond: Array<{ label: string; credential: () => Promise<string>; scopes: string[]; missing: string }> = [
-    { label: 'a user creating products:write', credential: async () => (await api.createUser({ session: true })).token, scopes: ['products:write'], missing: 'products:write' },
-    { label: 'a user creating users:read and products:write', credential: async () => (await api.createUser({ session: true })).token, scopes: ['users:read', 'products:write'], missing: 'products:write' },
+    {
+      label: 'a user creating products:write',
+      credential: async () => (await api.createUser({ session: true })).token,
+      scopes: ['products:write'],
+      missing: 'products:write',
+    },
+    {
+      label: 'a user creating users:read and products:write',
+      credential: async () => (await api.createUser({ session: true })).token,
+      scopes: ['users:read', 'products:write'],
+      missing: 'products:write',
+    },
     {
       label: 'a JWT narrowed to api_keys:write creating users:read',
       credential: async () => api.loginJwtFor((await api.createUser()).id, 'user', ['api_keys:write']),
@@ -165,7 +190,8 @@ describe('POST /api-keys', () => {
       missing: 'users:read',
     },
     {
-      label: 'an admin JWT narrowed to api_keys:write and users:read creating users:read, products:write and products:read',
+      label:
+        'an admin JWT narrowed to api_keys:write and users:read creating users:read, products:write and products:read',
       credential: async () => api.loginJwtFor(api.admin.id, 'admin', ['api_keys:write', 'users:read']),
       scopes: ['users:read', 'products:write', 'products:read'],
       missing: 'products:write products:read',
@@ -175,36 +201,60 @@ describe('POST /api-keys', () => {
     test(`scopes beyond the creator's are refused: ${c.label} → 403 insufficient_scope, no row`, async () => {
       const credential = await c.credential()
       const before = await keyCount()
-      const res = await api.request('POST', '/api-keys', { body: { name: 'Too much', scopes: c.scopes }, auth: credential })
+      const res = await api.request('POST', '/api-keys', {
+        body: { name: 'Too much', scopes: c.scopes },
+        auth: credential,
+      })
       assertProblem(res, 403, 'insufficient_scope')
       assert.equal(res.headers.get('www-authenticate'), `${REALM}, error="insufficient_scope", scope="${c.missing}"`)
       assert.equal(await keyCount(), before)
     })
   }
 
-  test('a key never creates a key, whatever its scopes: 403 forbidden, no row (test/reauth.test.ts has the rest)', async () => {
-    const parent = await createKey({ scopes: ['api_keys:write', 'products:read'] })
-    const before = await keyCount()
-    const res = await api.request('POST', '/api-keys', { body: { name: 'Child', scopes: ['products:read'] }, headers: { 'x-api-key': parent.key }, auth: null })
-    assertProblem(res, 403, 'forbidden')
-    assert.equal(await keyCount(), before)
-  })
+  test(
+    'a key never creates a key, whatever its scopes: 403 forbidden, no row (test/reauth.test.ts has the ' + 'rest)',
+    async () => {
+      const parent = await createKey({ scopes: ['api_keys:write', 'products:read'] })
+      const before = await keyCount()
+      const res = await api.request('POST', '/api-keys', {
+        body: { name: 'Child', scopes: ['products:read'] },
+        headers: { 'x-api-key': parent.key },
+        auth: null,
+      })
+      assertProblem(res, 403, 'forbidden')
+      assert.equal(await keyCount(), before)
+    },
+  )
 
   const invalid: Array<{ label: string; body: Record<string, unknown>; path: string }> = [
     { label: 'an unknown scope', body: { scopes: ['users:read', 'users:delete'] }, path: '/scopes/1' },
     { label: 'a scope in the wrong case', body: { scopes: ['USERS:READ'] }, path: '/scopes/0' },
-    { label: 'expires_at in the past', body: { expires_at: new Date(Date.now() - 60_000).toISOString() }, path: '/expires_at' },
+    {
+      label: 'expires_at in the past',
+      body: { expires_at: new Date(Date.now() - 60_000).toISOString() },
+      path: '/expires_at',
+    },
     { label: 'expires_at that is not a timestamp', body: { expires_at: 'tomorrow' }, path: '/expires_at' },
     { label: 'expires_at as a number', body: { expires_at: Date.now() + 60_000 }, path: '/expires_at' },
     // RFC 3339 all three, but no instant a timestamp holds: a leap second, year 10000 once in UTC, a zone suffix.
     { label: 'expires_at on a leap second', body: { expires_at: '2030-06-30T23:59:60Z' }, path: '/expires_at' },
-    { label: 'expires_at past year 9999 in UTC', body: { expires_at: '9999-12-31T23:59:59-23:59' }, path: '/expires_at' },
-    { label: 'expires_at with an RFC 9557 zone suffix', body: { expires_at: '2030-01-01T00:00:00Z[Europe/Paris]' }, path: '/expires_at' },
+    {
+      label: 'expires_at past year 9999 in UTC',
+      body: { expires_at: '9999-12-31T23:59:59-23:59' },
+      path: '/expires_at',
+    },
+    {
+      label: 'expires_at with an RFC 9557 zone suffix',
+      body: { expires_at: '2030-01-01T00:00:00Z[Europe/Paris]' },
+      path: '/expires_at',
+    },
   ]
   for (const c of invalid) {
     test(`${c.label} → 422 naming ${c.path}, no row`, async () => {
       const before = await keyCount()
-      const res = await api.request('POST', '/api-keys', { body: { name: 'Invalid', scopes: ['users:read'], ...c.body } })
+      const res = await api.request('POST', '/api-keys', {
+        body: { name: 'Invalid', scopes: ['users:read'], ...c.body },
+      })
       assertValidation(res, c.path)
       assert.equal(await keyCount(), before)
     })
@@ -244,7 +294,8 @@ describe('using a key', () => {
     const { key, id } = await createKey({ expires_at: new Date(Date.now() + 3_600_000).toISOString() })
     assert.equal((await me({ 'x-api-key': key })).status, 200)
     await sql`UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = ${id}`
-    // A change made in SQL, not through the API, reaches the instance's key cache by a notification, a moment after the commit.
+    // A change made in SQL, not through the API, reaches the instance's
+    // key cache by a notification, a moment after the commit.
     await api.deps.credentialChanges.caughtUp()
     assertInvalidToken(await me({ 'x-api-key': key }))
     assertInvalidToken(await me({ authorization: `Bearer ${key}` }))
@@ -299,7 +350,8 @@ describe('GET /api-keys and /api-keys/{id}', async () => {
       for (const auth of [owner.token, api.admin.token]) {
         const res = await api.request('GET', path, { auth })
         assert.equal(res.status, 200, res.text)
-        for (const item of Array.isArray(res.body) ? res.body : [res.body]) assert.deepEqual(Object.keys(item).sort(), KEY_MEMBERS)
+        for (const item of Array.isArray(res.body) ? res.body : [res.body])
+          assert.deepEqual(Object.keys(item).sort(), KEY_MEMBERS)
         assert.ok(!res.text.includes(key.slice('upa_ak_'.length)), `${path} shows the key`)
         assert.ok(!res.text.includes(hashHex), `${path} shows the hash`)
         assert.ok(!/key_hash/.test(res.text))
@@ -307,37 +359,53 @@ describe('GET /api-keys and /api-keys/{id}', async () => {
     }
   })
 
-  test("a user sees only its own keys, and X-Total-Count counts only those", async () => {
+  test('a user sees only its own keys, and X-Total-Count counts only those', async () => {
     const res = await api.request('GET', '/api-keys?count=true&limit=200', { auth: owner.token })
     assert.equal(res.status, 200, res.text)
-    assert.deepEqual(res.body.map((k: { id: number }) => k.id), ownKeys.map((k) => k.id))
+    assert.deepEqual(
+      res.body.map((k: { id: number }) => k.id),
+      ownKeys.map((k) => k.id),
+    )
     assert.equal(res.headers.get('x-total-count'), String(ownKeys.length))
   })
 
   test('?user_id=<another user> is 403 forbidden for a user; ?user_id=<itself> works', async () => {
     assertProblem(await api.request('GET', `/api-keys?user_id=${stranger.id}`, { auth: owner.token }), 403, 'forbidden')
-    assertProblem(await api.request('GET', `/api-keys?user_id=${api.admin.id}`, { auth: owner.token }), 403, 'forbidden')
+    assertProblem(
+      await api.request('GET', `/api-keys?user_id=${api.admin.id}`, { auth: owner.token }),
+      403,
+      'forbidden',
+    )
     const own = await api.request('GET', `/api-keys?user_id=${owner.id}`, { auth: owner.token })
     assert.equal(own.status, 200, own.text)
     assert.equal(own.body.length, ownKeys.length)
   })
 
   test("filter operators on user_id do not reach another user's keys", async () => {
-    for (const query of [`user_id[in]=${stranger.id},${owner.id}`, `user_id[ne]=${owner.id}`, `user_id[gte]=1`, `q=stranger`, `name=stranger-${stranger.id}`]) {
+    for (const query of [
+      `user_id[in]=${stranger.id},${owner.id}`,
+      `user_id[ne]=${owner.id}`,
+      `user_id[gte]=1`,
+      `q=stranger`,
+      `name=stranger-${stranger.id}`,
+    ]) {
       const res = await api.request('GET', `/api-keys?${query}&limit=200`, { auth: owner.token })
       assert.equal(res.status, 200, `${query}: ${res.text}`)
       for (const k of res.body) assert.equal(k.user_id, owner.id, `${query} shows a key of user ${k.user_id}`)
     }
   })
 
-  test('an admin sees everyone\'s keys, and one user\'s with ?user_id=', async () => {
+  test("an admin sees everyone's keys, and one user's with ?user_id=", async () => {
     const all = await api.request('GET', '/api-keys?limit=200')
     assert.equal(all.status, 200)
     const ids = all.body.map((k: { id: number }) => k.id)
     assert.ok(ids.includes(strangerKey.id) && ids.includes(ownKeys[0]!.id))
     const one = await api.request('GET', `/api-keys?user_id=${stranger.id}`)
     assert.equal(one.status, 200)
-    assert.deepEqual(one.body.map((k: { id: number }) => k.id), [strangerKey.id])
+    assert.deepEqual(
+      one.body.map((k: { id: number }) => k.id),
+      [strangerKey.id],
+    )
   })
 
   test('pages with ?limit=1 and Link rel=next through exactly the own keys', async () => {
@@ -354,10 +422,13 @@ describe('GET /api-keys and /api-keys/{id}', async () => {
       if (++pages === 1) assert.ok(link, 'the first page links to the next')
       assert.ok(pages <= ownKeys.length + 1, 'paging does not end')
     }
-    assert.deepEqual(seen, ownKeys.map((k) => k.id))
+    assert.deepEqual(
+      seen,
+      ownKeys.map((k) => k.id),
+    )
   })
 
-  test('a cursor from an admin\'s listing shows a user nothing but its own keys', async () => {
+  test("a cursor from an admin's listing shows a user nothing but its own keys", async () => {
     const adminPage = await api.request('GET', '/api-keys?limit=1')
     const next = /^<([^>]+)>/.exec(adminPage.headers.get('link') ?? '')?.[1]
     assert.ok(next)
@@ -368,14 +439,27 @@ describe('GET /api-keys and /api-keys/{id}', async () => {
 
   test('filters, search, sort and fields work on the own keys', async () => {
     const byName = await api.request('GET', `/api-keys?name=bravo-${owner.id}`, { auth: owner.token })
-    assert.deepEqual(byName.body.map((k: { id: number }) => k.id), [ownKeys[1]!.id])
+    assert.deepEqual(
+      byName.body.map((k: { id: number }) => k.id),
+      [ownKeys[1]!.id],
+    )
     const search = await api.request('GET', '/api-keys?q=CHARL', { auth: owner.token })
-    assert.deepEqual(search.body.map((k: { id: number }) => k.id), [ownKeys[2]!.id])
+    assert.deepEqual(
+      search.body.map((k: { id: number }) => k.id),
+      [ownKeys[2]!.id],
+    )
     const sorted = await api.request('GET', '/api-keys?sort=-id', { auth: owner.token })
-    assert.deepEqual(sorted.body.map((k: { id: number }) => k.id), ownKeys.map((k) => k.id).reverse())
+    assert.deepEqual(
+      sorted.body.map((k: { id: number }) => k.id),
+      ownKeys.map((k) => k.id).reverse(),
+    )
     const fields = await api.request('GET', '/api-keys?fields=id,name&limit=1', { auth: owner.token })
     assert.deepEqual(fields.body, [{ id: ownKeys[0]!.id, name: ownKeys[0]!.name }])
-    assertProblem(await api.request('GET', '/api-keys?fields=key_hash', { auth: owner.token }), 400, 'invalid_parameter')
+    assertProblem(
+      await api.request('GET', '/api-keys?fields=key_hash', { auth: owner.token }),
+      400,
+      'invalid_parameter',
+    )
     assertProblem(await api.request('GET', '/api-keys?sort=key_hash', { auth: owner.token }), 400, 'invalid_parameter')
   })
 
@@ -410,7 +494,11 @@ describe('GET /api-keys and /api-keys/{id}', async () => {
 describe('hostile bodies are refused with no row', () => {
   const cases: Array<{ label: string; body: unknown; status?: number; code?: string; path?: string }> = [
     { label: 'an unknown member', body: { name: 'k', scopes: ['users:read'], user_id: 1 }, path: '/user_id' },
-    { label: 'a key member (choosing the secret)', body: { name: 'k', scopes: ['users:read'], key: `upa_ak_${'A'.repeat(43)}` }, path: '/key' },
+    {
+      label: 'a key member (choosing the secret)',
+      body: { name: 'k', scopes: ['users:read'], key: `upa_ak_${'A'.repeat(43)}` },
+      path: '/key',
+    },
     { label: 'a 201-character name', body: { name: 'n'.repeat(201), scopes: ['users:read'] }, path: '/name' },
     { label: 'an empty name', body: { name: '', scopes: ['users:read'] }, path: '/name' },
     { label: 'a name of spaces', body: { name: '   ', scopes: ['users:read'] }, path: '/name' },
@@ -419,16 +507,30 @@ describe('hostile bodies are refused with no row', () => {
     { label: 'scopes as a string', body: { name: 'k', scopes: 'users:read' }, path: '/scopes' },
     { label: 'scopes as an object', body: { name: 'k', scopes: { 0: 'users:read' } }, path: '/scopes' },
     { label: 'scopes empty', body: { name: 'k', scopes: [] }, path: '/scopes' },
-    { label: '100 scopes', body: { name: 'k', scopes: Array.from({ length: 100 }, (_, i) => `scope:${i}`) }, path: '/scopes' },
+    {
+      label: '100 scopes',
+      body: { name: 'k', scopes: Array.from({ length: 100 }, (_, i) => `scope:${i}`) },
+      path: '/scopes',
+    },
     { label: 'a scope listed twice', body: { name: 'k', scopes: ['users:read', 'users:read'] }, path: '/scopes' },
     { label: 'a scope that is not a string', body: { name: 'k', scopes: [1] }, path: '/scopes/0' },
     { label: 'a huge scope string', body: { name: 'k', scopes: ['x'.repeat(100_000)] }, path: '/scopes/0' },
     { label: 'no scopes', body: { name: 'k' }, path: '/scopes' },
     { label: 'no name', body: { scopes: ['users:read'] }, path: '/name' },
-    { label: 'an array body', body: [], },
+    { label: 'an array body', body: [] },
     { label: 'malformed JSON', body: '{"name":', status: 400, code: 'malformed_json' },
-    { label: 'a duplicate member', body: '{"name":"a","name":"b","scopes":["users:read"]}', status: 400, code: 'malformed_json' },
-    { label: 'a __proto__ member', body: '{"__proto__":{"user_id":1},"name":"a","scopes":["users:read"]}', status: 400, code: 'malformed_json' },
+    {
+      label: 'a duplicate member',
+      body: '{"name":"a","name":"b","scopes":["users:read"]}',
+      status: 400,
+      code: 'malformed_json',
+    },
+    {
+      label: 'a __proto__ member',
+      body: '{"__proto__":{"user_id":1},"name":"a","scopes":["users:read"]}',
+      status: 400,
+      code: 'malformed_json',
+    },
   ]
   for (const c of cases) {
     const outcome = c.status ? `${c.status} ${c.code}` : '422'
@@ -454,7 +556,10 @@ describe('deleting a user', async () => {
     const user = await api.createUser({ role, passwordHash })
     const logins = []
     for (const token_format of ['jwt', 'opaque']) {
-      const res = await api.request('POST', '/auth/login', { auth: null, body: { email: user.email, password, token_format } })
+      const res = await api.request('POST', '/auth/login', {
+        auth: null,
+        body: { email: user.email, password, token_format },
+      })
       assert.equal(res.status, 200, res.text)
       logins.push(res.body as { access_token: string; refresh_token: string })
     }
@@ -466,22 +571,28 @@ describe('deleting a user', async () => {
   const rowsOf = async (userId: number) => {
     const [counts] = await sql<[{ sessions: number; refresh_tokens: number; access_tokens: number; api_keys: number }]>`
       SELECT (SELECT count(*)::int FROM sessions WHERE user_id = ${userId}) AS sessions,
-             (SELECT count(*)::int FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id WHERE s.user_id = ${userId}) AS refresh_tokens,
-             (SELECT count(*)::int FROM access_tokens a JOIN sessions s ON s.id = a.session_id WHERE s.user_id = ${userId}) AS access_tokens,
+             (SELECT count(*)::int FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id WHERE s.user_id
+             = ${userId}) AS refresh_tokens,
+             (SELECT count(*)::int FROM access_tokens a JOIN sessions s ON s.id = a.session_id WHERE s.user_id
+             = ${userId}) AS access_tokens,
              (SELECT count(*)::int FROM api_keys WHERE user_id = ${userId}) AS api_keys`
     return counts
   }
 
   test('deletes its sessions, refresh and access tokens and API keys; all are refused at once', async () => {
     const user = await userWithCredentials('user')
-    const sessionIds = (await sql<Array<{ id: number }>>`SELECT id FROM sessions WHERE user_id = ${user.id}`).map((r) => r.id)
+    const sessionIds = (await sql<Array<{ id: number }>>`SELECT id FROM sessions WHERE user_id = ${user.id}`).map(
+      (r) => r.id,
+    )
     assert.deepEqual(await rowsOf(user.id), { sessions: 2, refresh_tokens: 2, access_tokens: 1, api_keys: 1 })
     const opaque = user.logins[1]!.access_token
     assert.equal((await me({ authorization: `Bearer ${opaque}` })).status, 200)
 
     assert.equal((await api.request('DELETE', `/users/${user.id}`)).status, 204)
     assert.deepEqual(await rowsOf(user.id), { sessions: 0, refresh_tokens: 0, access_tokens: 0, api_keys: 0 })
-    const [{ n }] = await sql<[{ n: number }]>`SELECT count(*)::int AS n FROM refresh_tokens WHERE session_id IN ${sql(sessionIds)}`
+    const [{ n }] = await sql<
+      [{ n: number }]
+    >`SELECT count(*)::int AS n FROM refresh_tokens WHERE session_id IN ${sql(sessionIds)}`
     assert.equal(n, 0)
     assertInvalidToken(await me({ authorization: `Bearer ${opaque}` }))
     assertInvalidToken(await me({ 'x-api-key': user.key.key }))
@@ -511,7 +622,10 @@ describe('deleting a user', async () => {
     const user = await api.createUser()
     assert.equal((await api.request('DELETE', `/users/${user.id}`)).status, 204)
     const before = await keyCount()
-    const res = await api.request('POST', '/api-keys', { body: { name: 'Orphan', scopes: ['users:read'] }, auth: user.token })
+    const res = await api.request('POST', '/api-keys', {
+      body: { name: 'Orphan', scopes: ['users:read'] },
+      auth: user.token,
+    })
     assertInvalidToken(res)
     assert.equal(await keyCount(), before)
   })

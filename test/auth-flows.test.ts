@@ -26,7 +26,10 @@ const second = await startSecondInstance()
 
 async function startSecondInstance(): Promise<{ url: string; logs: Array<Record<string, unknown>> }> {
   const logs: Array<Record<string, unknown>> = []
-  const service = createService({ ...config, poolMax: 4 }, { log: createLogger('debug', (line) => void logs.push(JSON.parse(line))) })
+  const service = createService(
+    { ...config, poolMax: 4 },
+    { log: createLogger('debug', (line) => void logs.push(JSON.parse(line))) },
+  )
   after(() => service.close())
   return { url: `http://127.0.0.1:${(await service.listen(0, '127.0.0.1')).port}`, logs }
 }
@@ -64,9 +67,15 @@ async function callOn(base: string, method: string, path: string, options: CallO
   const res = await fetch(base + path, { method, headers, body })
   const text = await res.text()
   const parsed = /json/.test(res.headers.get('content-type') ?? '') && text ? JSON.parse(text) : undefined
-  if (path.startsWith('/auth/')) assert.equal(res.headers.get('cache-control'), 'no-store', `${method} ${path} answered ${res.status} without Cache-Control: no-store`)
+  if (path.startsWith('/auth/'))
+    assert.equal(
+      res.headers.get('cache-control'),
+      'no-store',
+      `${method} ${path} answered ${res.status} without Cache-Control: no-store`,
+    )
   if (res.status >= 400) errorBodies.push(text)
-  for (const member of ['access_token', 'refresh_token', 'key']) if (typeof parsed?.[member] === 'string') keep(parsed[member])
+  for (const member of ['access_token', 'refresh_token', 'key'])
+    if (typeof parsed?.[member] === 'string') keep(parsed[member])
   return { status: res.status, headers: res.headers, text, body: parsed }
 }
 const call = (method: string, path: string, options?: CallOptions) => callOn(api.url, method, path, options)
@@ -99,9 +108,13 @@ async function userWithPassword(role: 'admin' | 'user' = 'user', email?: string)
   return { ...user, password: pw }
 }
 
-const login = (email: string, pw: string, extra: Record<string, unknown> = {}, on = call) => on('POST', '/auth/login', { body: { email, password: pw, ...extra } })
+const login = (email: string, pw: string, extra: Record<string, unknown> = {}, on = call) =>
+  on('POST', '/auth/login', { body: { email, password: pw, ...extra } })
 
-async function loggedIn(user: { email: string; password: string }, extra: Record<string, unknown> = {}): Promise<TokenPair> {
+async function loggedIn(
+  user: { email: string; password: string },
+  extra: Record<string, unknown> = {},
+): Promise<TokenPair> {
   const res = await login(user.email, user.password, extra)
   assert.equal(res.status, 200, res.text)
   return res.body
@@ -120,24 +133,32 @@ interface RefreshRow {
 }
 async function refreshRow(token: string): Promise<RefreshRow> {
   const [row] = await sql<RefreshRow[]>`
-    SELECT r.session_id, r.used_at, s.revoked_at FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id WHERE r.token_hash = ${sha256(token)}`
+    SELECT r.session_id, r.used_at, s.revoked_at FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id WHERE
+    r.token_hash = ${sha256(token)}`
   assert.ok(row, 'the refresh token is stored (as its SHA-256)')
   return row
 }
-const accessTokensOf = (sessionId: number) => count(sql`SELECT count(*)::int AS n FROM access_tokens WHERE session_id = ${sessionId}`)
+const accessTokensOf = (sessionId: number) =>
+  count(sql`SELECT count(*)::int AS n FROM access_tokens WHERE session_id = ${sessionId}`)
 
 async function failuresOf(email: string): Promise<{ failures: number; locked: boolean } | undefined> {
   const [row] = await sql<Array<{ failures: number; locked: boolean }>>`
-    SELECT failures, coalesce(locked_until > now(), false) AS locked FROM login_failures WHERE email = ${email.toLowerCase()} AND address <> '*'`
+    SELECT failures, coalesce(locked_until > now(), false) AS locked FROM login_failures WHERE email
+    = ${email.toLowerCase()} AND address <> '*'`
   return row
 }
 
 // ---------------------------------------------------------------------------
 // JWT attacks through the server (the unit-level reasons are in jwt.test.ts)
 
-const b64 = (value: unknown) => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url')
+const b64 = (value: unknown) =>
+  Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url')
 
-function forge(header: unknown, payload: unknown, { secret = SIGNING_KEY.secret, bits = 256 }: { secret?: Buffer; bits?: 256 | 384 | 512 } = {}): string {
+function forge(
+  header: unknown,
+  payload: unknown,
+  { secret = SIGNING_KEY.secret, bits = 256 }: { secret?: Buffer; bits?: 256 | 384 | 512 } = {},
+): string {
   const input = `${b64(header)}.${b64(payload)}`
   return `${input}.${createHmac(`sha${bits}`, secret).update(input).digest('base64url')}`
 }
@@ -145,7 +166,18 @@ function forge(header: unknown, payload: unknown, { secret = SIGNING_KEY.secret,
 function adminClaims(over: Record<string, unknown> = {}): Record<string, unknown> {
   const now = Math.floor(Date.now() / 1000)
   const scope = 'api_keys:read api_keys:write products:read products:write users:read users:write'
-  return { sub: String(api.admin.id), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + 900, role: 'admin', scope, sid: String(2 ** 53), gen: 0, ...over }
+  return {
+    sub: String(api.admin.id),
+    iss: config.jwtIssuer,
+    aud: config.jwtAudience,
+    iat: now,
+    exp: now + 900,
+    role: 'admin',
+    scope,
+    sid: String(2 ** 53),
+    gen: 0,
+    ...over,
+  }
 }
 
 function jwtAttacks(): Array<[string, string]> {
@@ -155,7 +187,8 @@ function jwtAttacks(): Array<[string, string]> {
   const now = Math.floor(Date.now() / 1000)
   // A signature with a - or _ to re-encode, and its last character changed without changing its bytes.
   let withUrlChars = good
-  for (let i = 1; !/[-_]/.test(withUrlChars.split('.')[2]!); i++) withUrlChars = forge(HS256, adminClaims({ iat: now - i }))
+  for (let i = 1; !/[-_]/.test(withUrlChars.split('.')[2]!); i++)
+    withUrlChars = forge(HS256, adminClaims({ iat: now - i }))
   const [uh, up, us] = withUrlChars.split('.') as [string, string, string]
   const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
   const sameBytes = s.slice(0, -1) + alphabet[alphabet.indexOf(s.at(-1)!) ^ 1]
@@ -196,11 +229,14 @@ function jwtAttacks(): Array<[string, string]> {
 }
 
 describe('credentials on the wire', () => {
-  test('the forging helper makes good tokens when nothing is wrong (so the attacks below test what they say)', async () => {
-    const res = await me(forge({ alg: 'HS256', typ: 'JWT', kid: SIGNING_KEY.kid }, adminClaims()))
-    assert.equal(res.status, 200, res.text)
-    assert.equal(res.body.user.id, api.admin.id)
-  })
+  test(
+    'the forging helper makes good tokens when nothing is wrong (so the attacks below test what they ' + 'say)',
+    async () => {
+      const res = await me(forge({ alg: 'HS256', typ: 'JWT', kid: SIGNING_KEY.kid }, adminClaims()))
+      assert.equal(res.status, 200, res.text)
+      assert.equal(res.body.user.id, api.admin.id)
+    },
+  )
 
   for (const [name, token] of jwtAttacks()) {
     test(`a JWT with ${name} is refused: 401 invalid_token, never 500`, async () => {
@@ -235,11 +271,22 @@ describe('credentials on the wire', () => {
   })
 
   test('Authorization and X-API-Key together: 400 invalid_request, even when both are good', async () => {
-    const created = await call('POST', '/api-keys', { auth: api.admin.token, body: { name: 'both', scopes: ['users:read'] } })
+    const created = await call('POST', '/api-keys', {
+      auth: api.admin.token,
+      body: { name: 'both', scopes: ['users:read'] },
+    })
     assert.equal(created.status, 201, created.text)
     for (const auth of [api.admin.token, 'garbage']) {
-      assertProblem(await call('GET', '/auth/me', { auth, headers: { 'x-api-key': created.body.key } }), 400, 'invalid_request')
-      assertProblem(await call('GET', '/users', { auth, headers: { 'x-api-key': created.body.key } }), 400, 'invalid_request')
+      assertProblem(
+        await call('GET', '/auth/me', { auth, headers: { 'x-api-key': created.body.key } }),
+        400,
+        'invalid_request',
+      )
+      assertProblem(
+        await call('GET', '/users', { auth, headers: { 'x-api-key': created.body.key } }),
+        400,
+        'invalid_request',
+      )
     }
   })
 
@@ -249,8 +296,16 @@ describe('credentials on the wire', () => {
     assertProblem(await call('GET', `/auth/me?access_token=${token}`), 401, 'unauthorized', CHALLENGE)
     assertProblem(await call('GET', `/users?access_token=${token}`), 401, 'unauthorized', CHALLENGE)
     // With a credential, the parameter is unknown.
-    assertProblem(await call('GET', `/auth/me?access_token=${token}`, { auth: api.admin.token }), 400, 'unknown_parameter')
-    assertProblem(await call('GET', `/users?access_token=${token}`, { auth: api.admin.token }), 400, 'unknown_parameter')
+    assertProblem(
+      await call('GET', `/auth/me?access_token=${token}`, { auth: api.admin.token }),
+      400,
+      'unknown_parameter',
+    )
+    assertProblem(
+      await call('GET', `/users?access_token=${token}`, { auth: api.admin.token }),
+      400,
+      'unknown_parameter',
+    )
     assertProblem(await call('GET', `/users?api_key=${token}`, { auth: api.admin.token }), 400, 'unknown_parameter')
   })
 
@@ -287,13 +342,24 @@ describe('POST /auth/login', () => {
     const res = await login(`ann.login-${tag}@example.com`, user.password)
     assert.equal(res.status, 200, res.text)
     assert.match(res.headers.get('content-type') ?? '', /^application\/json/)
-    assert.deepEqual(Object.keys(res.body).sort(), ['access_token', 'expires_in', 'refresh_token', 'scope', 'token_type'])
+    assert.deepEqual(Object.keys(res.body).sort(), [
+      'access_token',
+      'expires_in',
+      'refresh_token',
+      'scope',
+      'token_type',
+    ])
     assert.equal(res.body.token_type, 'Bearer')
     assert.equal(res.body.expires_in, 900)
     assert.match(res.body.refresh_token, /^upa_rt_[A-Za-z0-9_-]{43}$/)
     assert.equal(res.body.scope, 'api_keys:read api_keys:write products:read users:read users:write')
 
-    const claims = verifyJwt(res.body.access_token, { keys: config.jwtSecrets, issuer: config.jwtIssuer, audience: config.jwtAudience, now: Date.now() / 1000 })
+    const claims = verifyJwt(res.body.access_token, {
+      keys: config.jwtSecrets,
+      issuer: config.jwtIssuer,
+      audience: config.jwtAudience,
+      now: Date.now() / 1000,
+    })
     assert.equal(claims.sub, String(user.id))
     assert.equal(claims.role, 'user')
     assert.equal(claims.scope, res.body.scope)
@@ -301,14 +367,29 @@ describe('POST /auth/login', () => {
     assert.ok(Math.abs(claims.iat - Date.now() / 1000) < 10)
 
     // A session, its refresh token stored only as a hash, no opaque access token.
-    assert.equal(await count(sql`SELECT count(*)::int AS n FROM sessions WHERE user_id = ${user.id}`), sessionsBefore + 1)
+    assert.equal(
+      await count(sql`SELECT count(*)::int AS n FROM sessions WHERE user_id = ${user.id}`),
+      sessionsBefore + 1,
+    )
     const row = await refreshRow(res.body.refresh_token)
     assert.equal(row.used_at, null)
     assert.equal(row.revoked_at, null)
-    const [session] = await sql<Array<{ user_id: number; token_format: string; scopes: string[] }>>`SELECT user_id, token_format, scopes FROM sessions WHERE id = ${row.session_id}`
-    assert.deepEqual(session, { user_id: user.id, token_format: 'jwt', scopes: ['users:read', 'users:write', 'products:read', 'api_keys:read', 'api_keys:write'] })
+    const [session] = await sql<
+      Array<{ user_id: number; token_format: string; scopes: string[] }>
+    >`SELECT user_id, token_format, scopes FROM sessions WHERE id = ${row.session_id}`
+    assert.deepEqual(session, {
+      user_id: user.id,
+      token_format: 'jwt',
+      scopes: ['users:read', 'users:write', 'products:read', 'api_keys:read', 'api_keys:write'],
+    })
     assert.equal(await accessTokensOf(row.session_id), 0)
-    assert.equal(await count(sql`SELECT count(*)::int AS n FROM refresh_tokens WHERE token_hash = ${Buffer.from(res.body.refresh_token)}`), 0, 'not stored in plain')
+    assert.equal(
+      await count(
+        sql`SELECT count(*)::int AS n FROM refresh_tokens WHERE token_hash = ${Buffer.from(res.body.refresh_token)}`,
+      ),
+      0,
+      'not stored in plain',
+    )
 
     // Upper case works as well, and the token authenticates.
     assert.equal((await login(user.email.toUpperCase(), user.password)).status, 200)
@@ -321,7 +402,8 @@ describe('POST /auth/login', () => {
     assert.match(pair.access_token, /^upa_at_[A-Za-z0-9_-]{43}$/)
     assert.equal(pair.expires_in, 900)
     const [row] = await sql<Array<{ session_id: number; seconds: number }>>`
-      SELECT session_id, extract(epoch FROM expires_at - now())::float8 AS seconds FROM access_tokens WHERE token_hash = ${sha256(pair.access_token)}`
+      SELECT session_id, extract(epoch FROM expires_at - now())::float8 AS seconds FROM access_tokens WHERE
+      token_hash = ${sha256(pair.access_token)}`
     assert.ok(row, 'the access token is stored as its SHA-256')
     assert.ok(row.seconds > 890 && row.seconds <= 900, `expires in ${row.seconds} s`)
     assert.equal((await refreshRow(pair.refresh_token)).session_id, row.session_id)
@@ -337,55 +419,75 @@ describe('POST /auth/login', () => {
     assert.equal((await me(pair.access_token)).body.credential.scopes.join(' '), 'products:read')
     assert.equal((await call('GET', '/products', { auth: pair.access_token })).status, 200)
     const denied = await call('GET', `/users/${user.id}`, { auth: pair.access_token })
-    assertProblem(denied, 403, 'insufficient_scope', 'Bearer realm="api", error="insufficient_scope", scope="users:read"')
+    assertProblem(
+      denied,
+      403,
+      'insufficient_scope',
+      'Bearer realm="api", error="insufficient_scope", scope="users:read"',
+    )
     const opaque = await loggedIn(user, { scope: 'products:read users:read', token_format: 'opaque' })
     assert.equal(opaque.scope, 'products:read users:read')
     assert.equal((await call('GET', `/users/${user.id}`, { auth: opaque.access_token })).status, 200)
-    assertProblem(await call('PATCH', `/users/${user.id}`, { auth: opaque.access_token, body: { name: 'x' } }), 403, 'insufficient_scope')
+    assertProblem(
+      await call('PATCH', `/users/${user.id}`, { auth: opaque.access_token, body: { name: 'x' } }),
+      403,
+      'insufficient_scope',
+    )
   })
 
-  test('asking for a scope beyond the role, an unknown or an empty scope: 403 insufficient_scope and no session', async () => {
-    const user = await userWithPassword()
-    for (const scope of ['products:write', 'products:read products:write', 'admin', '', '   ']) {
-      const res = await login(user.email, user.password, { scope })
-      assertProblem(res, 403, 'insufficient_scope')
-    }
-    assert.equal(await count(sql`SELECT count(*)::int AS n FROM sessions WHERE user_id = ${user.id}`), 0)
-    // An admin may ask for products:write.
-    const admin = await userWithPassword('admin')
-    assert.equal((await loggedIn(admin, { scope: 'products:write' })).scope, 'products:write')
-  })
-
-  test('a wrong password, an unknown e-mail and an account without a password: the same 401, for the same work (one scrypt hash, against a decoy where there is no hash)', async () => {
-    // A server of the test's own: its counters count these logins and nothing else.
-    const own = await startServer()
-    const onOwn = (method: string, path: string, options?: CallOptions) => callOn(own.url, method, path, options)
-    const ownLogin = (email: string) => login(email, password('wrong'), {}, onOwn)
-    const cases = {
-      'a wrong password': (await own.createUser({ password: password() })).email,
-      'an unknown e-mail': `nobody-${unique()}@example.com`,
-      'an account without a password': (await own.createUser()).email,
-    }
-    const strip = ({ request_id, ...rest }: Record<string, unknown>) => (assert.equal(typeof request_id, 'string'), rest)
-    const headerNames = (res: TestResponse) => [...res.headers.keys()].filter((h) => h !== 'date' && h !== 'x-request-id').sort()
-    let first: { res: TestResponse; work: Work } | undefined
-    for (let i = 0; i < 4; i++) {
-      for (const [name, email] of Object.entries(cases)) {
-        const { result: res, work } = await workOf(own, () => ownLogin(email))
-        assertProblem(res, 401, 'invalid_credentials')
-        first ??= { res, work }
-        assert.deepEqual(strip(res.body), strip(first.res.body), name)
-        assert.deepEqual(headerNames(res), headerNames(first.res), name)
-        assert.deepEqual(work, { hashes: 1, statements: first.work.statements }, `${name}: a wrong password's work`)
+  test(
+    'asking for a scope beyond the role, an unknown or an empty scope: 403 insufficient_scope and no ' + 'session',
+    async () => {
+      const user = await userWithPassword()
+      for (const scope of ['products:write', 'products:read products:write', 'admin', '', '   ']) {
+        const res = await login(user.email, user.password, { scope })
+        assertProblem(res, 403, 'insufficient_scope')
       }
-    }
-    // Every address is counted, known or not, and none is locked after 4.
-    const failures = await own.sql<Array<{ email: string; failures: number; locked: boolean }>>`
+      assert.equal(await count(sql`SELECT count(*)::int AS n FROM sessions WHERE user_id = ${user.id}`), 0)
+      // An admin may ask for products:write.
+      const admin = await userWithPassword('admin')
+      assert.equal((await loggedIn(admin, { scope: 'products:write' })).scope, 'products:write')
+    },
+  )
+
+  test(
+    'a wrong password, an unknown e-mail and an account without a password: the same 401, for the same work (one ' +
+      'scrypt hash, against a decoy where there is no hash)',
+    async () => {
+      // A server of the test's own: its counters count these logins and nothing else.
+      const own = await startServer()
+      const onOwn = (method: string, path: string, options?: CallOptions) => callOn(own.url, method, path, options)
+      const ownLogin = (email: string) => login(email, password('wrong'), {}, onOwn)
+      const cases = {
+        'a wrong password': (await own.createUser({ password: password() })).email,
+        'an unknown e-mail': `nobody-${unique()}@example.com`,
+        'an account without a password': (await own.createUser()).email,
+      }
+      const strip = ({ request_id, ...rest }: Record<string, unknown>) => (
+        assert.equal(typeof request_id, 'string'),
+        rest
+      )
+      const headerNames = (res: TestResponse) =>
+        [...res.headers.keys()].filter((h) => h !== 'date' && h !== 'x-request-id').sort()
+      let first: { res: TestResponse; work: Work } | undefined
+      for (let i = 0; i < 4; i++) {
+        for (const [name, email] of Object.entries(cases)) {
+          const { result: res, work } = await workOf(own, () => ownLogin(email))
+          assertProblem(res, 401, 'invalid_credentials')
+          first ??= { res, work }
+          assert.deepEqual(strip(res.body), strip(first.res.body), name)
+          assert.deepEqual(headerNames(res), headerNames(first.res), name)
+          assert.deepEqual(work, { hashes: 1, statements: first.work.statements }, `${name}: a wrong password's work`)
+        }
+      }
+      // Every address is counted, known or not, and none is locked after 4.
+      const failures = await own.sql<Array<{ email: string; failures: number; locked: boolean }>>`
       SELECT email, failures, coalesce(locked_until > now(), false) AS locked FROM login_failures WHERE address <> '*'`
-    const byEmail = (a: { email: string }, b: { email: string }) => (a.email < b.email ? -1 : 1)
-    const expected = Object.values(cases).map((email) => ({ email, failures: 4, locked: false }))
-    assert.deepEqual(failures.map((row) => ({ ...row })).sort(byEmail), expected.sort(byEmail))
-  })
+      const byEmail = (a: { email: string }, b: { email: string }) => (a.email < b.email ? -1 : 1)
+      const expected = Object.values(cases).map((email) => ({ email, failures: 4, locked: false }))
+      assert.deepEqual(failures.map((row) => ({ ...row })).sort(byEmail), expected.sort(byEmail))
+    },
+  )
 
   test('a user without a password cannot log in: the same 401 invalid_credentials', async () => {
     const user = await api.createUser()
@@ -399,28 +501,75 @@ describe('POST /auth/login', () => {
     const user = await userWithPassword()
     const big = keep('p'.repeat(100_000))
     const cases: Array<[string, unknown, number, string, string?, Record<string, string>?]> = [
-      ['an unknown member (role)', { email: user.email, password: user.password, role: 'admin' }, 422, 'validation_failed', '/role'],
-      ['an unknown member (user_id)', { email: user.email, password: user.password, user_id: 1 }, 422, 'validation_failed', '/user_id'],
+      [
+        'an unknown member (role)',
+        { email: user.email, password: user.password, role: 'admin' },
+        422,
+        'validation_failed',
+        '/role',
+      ],
+      [
+        'an unknown member (user_id)',
+        { email: user.email, password: user.password, user_id: 1 },
+        422,
+        'validation_failed',
+        '/user_id',
+      ],
       ['email as a number', { email: 42, password: user.password }, 422, 'validation_failed', '/email'],
       ['email as an array', { email: [user.email], password: user.password }, 422, 'validation_failed', '/email'],
-      ['password as an object (operator injection)', { email: user.email, password: { $ne: '' } }, 422, 'validation_failed', '/password'],
+      [
+        'password as an object (operator injection)',
+        { email: user.email, password: { $ne: '' } },
+        422,
+        'validation_failed',
+        '/password',
+      ],
       ['password as true', { email: user.email, password: true }, 422, 'validation_failed', '/password'],
       ['password missing', { email: user.email }, 422, 'validation_failed', '/password'],
       ['email missing', { password: user.password }, 422, 'validation_failed', '/email'],
       ['password empty', { email: user.email, password: '' }, 422, 'validation_failed', '/password'],
       ['a 100 kB password', { email: user.email, password: big }, 422, 'validation_failed', '/password'],
-      ['a password with NUL', { email: user.email, password: `${user.password}\u0000` }, 422, 'validation_failed', '/password'],
-      ['token_format unknown', { email: user.email, password: user.password, token_format: 'saml' }, 422, 'validation_failed', '/token_format'],
-      ['scope as an array', { email: user.email, password: user.password, scope: ['products:read'] }, 422, 'validation_failed', '/scope'],
+      [
+        'a password with NUL',
+        { email: user.email, password: `${user.password}\u0000` },
+        422,
+        'validation_failed',
+        '/password',
+      ],
+      [
+        'token_format unknown',
+        { email: user.email, password: user.password, token_format: 'saml' },
+        422,
+        'validation_failed',
+        '/token_format',
+      ],
+      [
+        'scope as an array',
+        { email: user.email, password: user.password, scope: ['products:read'] },
+        422,
+        'validation_failed',
+        '/scope',
+      ],
       ['the body an array', [{ email: user.email, password: user.password }], 422, 'validation_failed'],
       ['malformed JSON', `{"email":"${user.email}","password":"${user.password}"`, 400, 'malformed_json'],
-      ['a form-encoded body', `email=${user.email}&password=${user.password}`, 415, 'unsupported_media_type', undefined, { 'content-type': 'application/x-www-form-urlencoded' }],
+      [
+        'a form-encoded body',
+        `email=${user.email}&password=${user.password}`,
+        415,
+        'unsupported_media_type',
+        undefined,
+        { 'content-type': 'application/x-www-form-urlencoded' },
+      ],
     ]
     for (const [name, body, status, code, path, headers] of cases) {
       test(`${name}: ${status} ${code}`, async () => {
         const res = await call('POST', '/auth/login', { body, ...(headers ? { headers } : {}) })
         assertProblem(res, status, code)
-        if (path) assert.ok(res.body.errors.some((e: { path: string }) => e.path === path), res.text)
+        if (path)
+          assert.ok(
+            res.body.errors.some((e: { path: string }) => e.path === path),
+            res.text,
+          )
         assert.ok(!res.text.includes(user.password), 'the password is not echoed')
         assert.ok(res.text.length < 2000, 'the 100 kB value is not echoed either')
       })
@@ -436,46 +585,55 @@ describe('POST /auth/login', () => {
 // Throttling
 
 describe('login throttling', () => {
-  test('after 5 failures for one e-mail: 429 too_many_login_attempts with Retry-After, even with the right password', async () => {
-    const user = await userWithPassword()
-    for (let i = 0; i < 5; i++) assertProblem(await login(user.email, password('guess')), 401, 'invalid_credentials')
-    assert.deepEqual(await failuresOf(user.email), { failures: 5, locked: true })
-    for (const pw of [user.password, password('guess')]) {
-      const res = await login(user.email.toUpperCase(), pw)
-      assertProblem(res, 429, 'too_many_login_attempts')
-      const retryAfter = res.headers.get('retry-after') ?? ''
-      assert.match(retryAfter, /^\d+$/)
-      assert.ok(Number(retryAfter) >= 1 && Number(retryAfter) <= 30, `Retry-After: ${retryAfter}`)
-    }
-    // Refused attempts do not add to the count.
-    assert.deepEqual(await failuresOf(user.email), { failures: 5, locked: true })
-    assert.equal(await count(sql`SELECT count(*)::int AS n FROM sessions WHERE user_id = ${user.id}`), 0)
+  test(
+    'after 5 failures for one e-mail: 429 too_many_login_attempts with Retry-After, even with the right ' + 'password',
+    async () => {
+      const user = await userWithPassword()
+      for (let i = 0; i < 5; i++) assertProblem(await login(user.email, password('guess')), 401, 'invalid_credentials')
+      assert.deepEqual(await failuresOf(user.email), { failures: 5, locked: true })
+      for (const pw of [user.password, password('guess')]) {
+        const res = await login(user.email.toUpperCase(), pw)
+        assertProblem(res, 429, 'too_many_login_attempts')
+        const retryAfter = res.headers.get('retry-after') ?? ''
+        assert.match(retryAfter, /^\d+$/)
+        assert.ok(Number(retryAfter) >= 1 && Number(retryAfter) <= 30, `Retry-After: ${retryAfter}`)
+      }
+      // Refused attempts do not add to the count.
+      assert.deepEqual(await failuresOf(user.email), { failures: 5, locked: true })
+      assert.equal(await count(sql`SELECT count(*)::int AS n FROM sessions WHERE user_id = ${user.id}`), 0)
 
-    // The wait is over (simulated): the right password works and clears the count.
-    await sql`UPDATE login_failures SET locked_until = now() - interval '1 second' WHERE email = ${user.email.toLowerCase()}`
-    await loggedIn(user)
-    assert.equal(await failuresOf(user.email), undefined)
-  })
+      // The wait is over (simulated): the right password works and clears the count.
+      await sql`UPDATE login_failures SET locked_until = now() - interval '1 second' WHERE email
+      = ${user.email.toLowerCase()}`
+      await loggedIn(user)
+      assert.equal(await failuresOf(user.email), undefined)
+    },
+  )
 
   test('a burst of concurrent guesses for one e-mail is stopped after 5 as well', async () => {
     const email = `burst-${unique()}@example.com`
     const answers = await Promise.all(Array.from({ length: 12 }, () => login(email, password('burst'))))
     const statuses = answers.map((r) => r.status).sort()
     assert.deepEqual(statuses, [...Array(5).fill(401), ...Array(7).fill(429)], `statuses ${statuses.join(' ')}`)
-    for (const res of answers) assertProblem(res, res.status, res.status === 401 ? 'invalid_credentials' : 'too_many_login_attempts')
+    for (const res of answers)
+      assertProblem(res, res.status, res.status === 401 ? 'invalid_credentials' : 'too_many_login_attempts')
     assert.deepEqual(await failuresOf(email), { failures: 5, locked: true })
   })
 
   test('failures on one instance count on the other, and a success on either clears them for both', async () => {
     const user = await userWithPassword()
-    for (let i = 0; i < 2; i++) assertProblem(await login(user.email, password('a'), {}, call), 401, 'invalid_credentials')
-    for (let i = 0; i < 2; i++) assertProblem(await login(user.email, password('b'), {}, callB), 401, 'invalid_credentials')
+    for (let i = 0; i < 2; i++)
+      assertProblem(await login(user.email, password('a'), {}, call), 401, 'invalid_credentials')
+    for (let i = 0; i < 2; i++)
+      assertProblem(await login(user.email, password('b'), {}, callB), 401, 'invalid_credentials')
     assert.deepEqual(await failuresOf(user.email), { failures: 4, locked: false })
     assert.equal((await login(user.email, user.password, {}, callB)).status, 200)
     assert.equal(await failuresOf(user.email), undefined)
 
-    for (let i = 0; i < 3; i++) assertProblem(await login(user.email, password('a'), {}, call), 401, 'invalid_credentials')
-    for (let i = 0; i < 2; i++) assertProblem(await login(user.email, password('b'), {}, callB), 401, 'invalid_credentials')
+    for (let i = 0; i < 3; i++)
+      assertProblem(await login(user.email, password('a'), {}, call), 401, 'invalid_credentials')
+    for (let i = 0; i < 2; i++)
+      assertProblem(await login(user.email, password('b'), {}, callB), 401, 'invalid_credentials')
     for (const on of [call, callB]) {
       const res = await login(user.email, user.password, {}, on)
       assertProblem(res, 429, 'too_many_login_attempts')
@@ -547,15 +705,22 @@ describe('POST /auth/refresh', () => {
     assertInvalidToken(answers.find((r) => r.status === 401)!)
     // One rotation only: the login's refresh token and one successor.
     assert.equal(await count(sql`SELECT count(*)::int AS n FROM refresh_tokens WHERE session_id = ${session_id}`), 2)
-    // The loser was a reuse of a retired token: strict reuse detection ends the session (README, "Deviations from the contract").
+    // The loser was a reuse of a retired token: strict reuse detection
+    // ends the session (README, "Deviations from the contract").
     assert.equal(typeof (await refreshRow(pair.refresh_token)).revoked_at, 'string')
   })
 
   test('unknown or malformed refresh tokens: 401 or 422, and nothing changes', async () => {
     const pair = await loggedIn(refreshUser, { token_format: 'opaque' })
     const unknownToken = `upa_rt_${randomBytes(32).toString('base64url')}`
-    for (const token of [unknownToken, pair.access_token, 'upa_rt_short', api.admin.token]) assertInvalidToken(await refresh(token))
-    for (const body of [{}, { refresh_token: 42 }, { refresh_token: '' }, { refresh_token: pair.refresh_token, scope: 'products:write' }]) {
+    for (const token of [unknownToken, pair.access_token, 'upa_rt_short', api.admin.token])
+      assertInvalidToken(await refresh(token))
+    for (const body of [
+      {},
+      { refresh_token: 42 },
+      { refresh_token: '' },
+      { refresh_token: pair.refresh_token, scope: 'products:write' },
+    ]) {
       assertProblem(await call('POST', '/auth/refresh', { body }), 422, 'validation_failed')
     }
     assertProblem(await call('POST', '/auth/refresh'), 415, 'unsupported_media_type')
@@ -582,18 +747,21 @@ describe('POST /auth/logout', () => {
     assertInvalidToken(await refresh(pair.refresh_token))
   })
 
-  test('with the opaque access token as credential and no body: 204, and that token stops working at once', async () => {
-    const pair = await loggedIn(refreshUser, { token_format: 'opaque' })
-    const other = await loggedIn(refreshUser, { token_format: 'opaque' })
-    assert.equal((await me(pair.access_token)).status, 200)
-    const res = await call('POST', '/auth/logout', { auth: pair.access_token })
-    assert.equal(res.status, 204, res.text)
-    assertInvalidToken(await me(pair.access_token))
-    assertInvalidToken(await refresh(pair.refresh_token))
-    assert.equal(typeof (await refreshRow(pair.refresh_token)).revoked_at, 'string')
-    // Only that session: another login of the same user goes on.
-    assert.equal((await me(other.access_token)).status, 200)
-  })
+  test(
+    'with the opaque access token as credential and no body: 204, and that token stops working at ' + 'once',
+    async () => {
+      const pair = await loggedIn(refreshUser, { token_format: 'opaque' })
+      const other = await loggedIn(refreshUser, { token_format: 'opaque' })
+      assert.equal((await me(pair.access_token)).status, 200)
+      const res = await call('POST', '/auth/logout', { auth: pair.access_token })
+      assert.equal(res.status, 204, res.text)
+      assertInvalidToken(await me(pair.access_token))
+      assertInvalidToken(await refresh(pair.refresh_token))
+      assert.equal(typeof (await refreshRow(pair.refresh_token)).revoked_at, 'string')
+      // Only that session: another login of the same user goes on.
+      assert.equal((await me(other.access_token)).status, 200)
+    },
+  )
 
   test('with a JWT and no body: its session ends, the JWT and its refresh token stop at once', async () => {
     const pair = await loggedIn(refreshUser)
@@ -607,21 +775,32 @@ describe('POST /auth/logout', () => {
   test('with nothing at all, or with an API key: 400 invalid_request, no session ended', async () => {
     const pair = await loggedIn(refreshUser)
     assertProblem(await call('POST', '/auth/logout'), 400, 'invalid_request')
-    const key = (await call('POST', '/api-keys', { auth: pair.access_token, body: { name: 'logout key', scopes: ['users:read'] } })).body.key
+    const key = (
+      await call('POST', '/api-keys', { auth: pair.access_token, body: { name: 'logout key', scopes: ['users:read'] } })
+    ).body.key
     assertProblem(await call('POST', '/auth/logout', { auth: key }), 400, 'invalid_request')
     assert.equal((await refreshRow(pair.refresh_token)).revoked_at, null)
     assert.equal((await me(pair.access_token)).status, 200)
   })
 
-  test('an unknown refresh token: 401; a bad credential beside a good refresh token: 401 and the session stays', async () => {
-    assertInvalidToken(await call('POST', '/auth/logout', { body: { refresh_token: `upa_rt_${randomBytes(32).toString('base64url')}` } }))
-    const pair = await loggedIn(refreshUser, { token_format: 'opaque' })
-    assertInvalidToken(await call('POST', '/auth/logout', { auth: 'upa_at_nonsense', body: { refresh_token: pair.refresh_token } }))
-    // A token in the query string logs nobody out.
-    assertProblem(await call('POST', `/auth/logout?access_token=${pair.access_token}`), 400, 'unknown_parameter')
-    assert.equal((await refreshRow(pair.refresh_token)).revoked_at, null)
-    assert.equal((await me(pair.access_token)).status, 200)
-  })
+  test(
+    'an unknown refresh token: 401; a bad credential beside a good refresh token: 401 and the session ' + 'stays',
+    async () => {
+      assertInvalidToken(
+        await call('POST', '/auth/logout', {
+          body: { refresh_token: `upa_rt_${randomBytes(32).toString('base64url')}` },
+        }),
+      )
+      const pair = await loggedIn(refreshUser, { token_format: 'opaque' })
+      assertInvalidToken(
+        await call('POST', '/auth/logout', { auth: 'upa_at_nonsense', body: { refresh_token: pair.refresh_token } }),
+      )
+      // A token in the query string logs nobody out.
+      assertProblem(await call('POST', `/auth/logout?access_token=${pair.access_token}`), 400, 'unknown_parameter')
+      assert.equal((await refreshRow(pair.refresh_token)).revoked_at, null)
+      assert.equal((await me(pair.access_token)).status, 200)
+    },
+  )
 })
 
 // ---------------------------------------------------------------------------
@@ -650,23 +829,43 @@ describe('GET /auth/me', () => {
     const pair = await loggedIn(refreshUser, { token_format: 'opaque', scope: 'users:read products:read' })
     const res = await me(pair.access_token)
     assert.equal(res.status, 200, res.text)
-    const [row] = await sql<Array<{ expires_at: string }>>`SELECT expires_at FROM access_tokens WHERE token_hash = ${sha256(pair.access_token)}`
-    assert.deepEqual(res.body.credential, { type: 'token', scopes: ['products:read', 'users:read'], expires_at: row!.expires_at })
+    const [row] = await sql<
+      Array<{ expires_at: string }>
+    >`SELECT expires_at FROM access_tokens WHERE token_hash = ${sha256(pair.access_token)}`
+    assert.deepEqual(res.body.credential, {
+      type: 'token',
+      scopes: ['products:read', 'users:read'],
+      expires_at: row!.expires_at,
+    })
     assert.equal(res.body.user.id, refreshUser.id)
   })
 
   test('with an API key (X-API-Key or Bearer): {type: "api_key"}, its scopes and expiry', async () => {
     const expires = new Date(Date.now() + 86_400_000).toISOString()
-    const created = await call('POST', '/api-keys', { auth: refreshUser.token, body: { name: 'me', scopes: ['users:read', 'products:read'], expires_at: expires, current_password: refreshUser.password } })
+    const created = await call('POST', '/api-keys', {
+      auth: refreshUser.token,
+      body: {
+        name: 'me',
+        scopes: ['users:read', 'products:read'],
+        expires_at: expires,
+        current_password: refreshUser.password,
+      },
+    })
     assert.equal(created.status, 201, created.text)
     assert.match(created.body.key, /^upa_ak_[A-Za-z0-9_-]{43}$/)
     const expected = { type: 'api_key', scopes: ['products:read', 'users:read'], expires_at: expires }
-    for (const res of [await call('GET', '/auth/me', { headers: { 'x-api-key': created.body.key } }), await me(created.body.key)]) {
+    for (const res of [
+      await call('GET', '/auth/me', { headers: { 'x-api-key': created.body.key } }),
+      await me(created.body.key),
+    ]) {
       assert.equal(res.status, 200, res.text)
       assert.equal(res.body.user.id, refreshUser.id)
       assert.deepEqual(res.body.credential, expected)
     }
-    const forever = await call('POST', '/api-keys', { auth: refreshUser.token, body: { name: 'forever', scopes: ['products:read'], current_password: refreshUser.password } })
+    const forever = await call('POST', '/api-keys', {
+      auth: refreshUser.token,
+      body: { name: 'forever', scopes: ['products:read'], current_password: refreshUser.password },
+    })
     assert.equal((await me(forever.body.key)).body.credential.expires_at, null)
   })
 })
@@ -675,96 +874,128 @@ describe('GET /auth/me', () => {
 // Live credentials and changes to their user
 
 describe('every credential sees role changes and deletion at once', () => {
-  test('demoted: the opaque token and the API key lose admin powers at once; a JWT issued before is refused', async () => {
-    const carol = await userWithPassword('admin')
-    const opaque = await loggedIn(carol, { token_format: 'opaque' })
-    const jwt = await loggedIn(carol)
-    const key = (await call('POST', '/api-keys', { auth: opaque.access_token, body: { name: 'admin key', scopes: ['users:read', 'products:write'] } })).body.key
-    for (const auth of [opaque.access_token, jwt.access_token, key]) assert.equal((await call('GET', '/users', { auth })).status, 200)
+  test(
+    'demoted: the opaque token and the API key lose admin powers at once; a JWT issued before is ' + 'refused',
+    async () => {
+      const carol = await userWithPassword('admin')
+      const opaque = await loggedIn(carol, { token_format: 'opaque' })
+      const jwt = await loggedIn(carol)
+      const key = (
+        await call('POST', '/api-keys', {
+          auth: opaque.access_token,
+          body: { name: 'admin key', scopes: ['users:read', 'products:write'] },
+        })
+      ).body.key
+      for (const auth of [opaque.access_token, jwt.access_token, key])
+        assert.equal((await call('GET', '/users', { auth })).status, 200)
 
-    const demoted = await call('PATCH', `/users/${carol.id}`, { auth: api.admin.token, body: { role: 'user' } })
-    assert.equal(demoted.status, 200, demoted.text)
-    assert.equal(demoted.body.role, 'user')
+      const demoted = await call('PATCH', `/users/${carol.id}`, { auth: api.admin.token, body: { role: 'user' } })
+      assert.equal(demoted.status, 200, demoted.text)
+      assert.equal(demoted.body.role, 'user')
 
-    assertProblem(await call('GET', '/users', { auth: opaque.access_token }), 403, 'forbidden')
-    assertProblem(await call('GET', '/users', { auth: key }), 403, 'forbidden')
-    // products:write is beyond the user role now, whatever the key was given.
-    assertProblem(await call('POST', '/products', { auth: key, body: { sku: `K-${unique()}`, name: 'n', price: 1, currency: 'EUR' } }), 403, 'insufficient_scope')
-    const now = await me(opaque.access_token)
-    assert.equal(now.body.user.role, 'user')
-    assert.ok(!now.body.credential.scopes.includes('products:write'))
-    // The JWT says admin, but a role change voids every JWT issued before it.
-    assertInvalidToken(await call('GET', '/users', { auth: jwt.access_token }))
-    // A refresh issues what the role allows now.
-    const refreshed = await refresh(jwt.refresh_token)
-    assert.equal(refreshed.status, 200, refreshed.text)
-    assert.ok(!refreshed.body.scope.includes('products:write'), refreshed.body.scope)
-    assertProblem(await call('GET', '/users', { auth: refreshed.body.access_token }), 403, 'forbidden')
-  })
+      assertProblem(await call('GET', '/users', { auth: opaque.access_token }), 403, 'forbidden')
+      assertProblem(await call('GET', '/users', { auth: key }), 403, 'forbidden')
+      // products:write is beyond the user role now, whatever the key was given.
+      assertProblem(
+        await call('POST', '/products', {
+          auth: key,
+          body: { sku: `K-${unique()}`, name: 'n', price: 1, currency: 'EUR' },
+        }),
+        403,
+        'insufficient_scope',
+      )
+      const now = await me(opaque.access_token)
+      assert.equal(now.body.user.role, 'user')
+      assert.ok(!now.body.credential.scopes.includes('products:write'))
+      // The JWT says admin, but a role change voids every JWT issued before it.
+      assertInvalidToken(await call('GET', '/users', { auth: jwt.access_token }))
+      // A refresh issues what the role allows now.
+      const refreshed = await refresh(jwt.refresh_token)
+      assert.equal(refreshed.status, 200, refreshed.text)
+      assert.ok(!refreshed.body.scope.includes('products:write'), refreshed.body.scope)
+      assertProblem(await call('GET', '/users', { auth: refreshed.body.access_token }), 403, 'forbidden')
+    },
+  )
 
-  test('deleted: its opaque token, refresh token, API key and JWT are refused at once, its sessions and keys are gone', async () => {
-    const dave = await userWithPassword()
-    const opaque = await loggedIn(dave, { token_format: 'opaque' })
-    const created = await call('POST', '/api-keys', { auth: dave.token, body: { name: 'doomed', scopes: ['users:read'], current_password: dave.password } })
-    assert.equal(created.status, 201, created.text)
-    const { session_id } = await refreshRow(opaque.refresh_token)
-    const rows = () =>
-      sql<[{ sessions: number; keys: number; refresh: number; access: number }]>`
+  test(
+    'deleted: its opaque token, refresh token, API key and JWT are refused at once, its sessions and keys are ' +
+      'gone',
+    async () => {
+      const dave = await userWithPassword()
+      const opaque = await loggedIn(dave, { token_format: 'opaque' })
+      const created = await call('POST', '/api-keys', {
+        auth: dave.token,
+        body: { name: 'doomed', scopes: ['users:read'], current_password: dave.password },
+      })
+      assert.equal(created.status, 201, created.text)
+      const { session_id } = await refreshRow(opaque.refresh_token)
+      const rows = () =>
+        sql<[{ sessions: number; keys: number; refresh: number; access: number }]>`
         SELECT (SELECT count(*)::int FROM sessions WHERE user_id = ${dave.id}) AS sessions,
                (SELECT count(*)::int FROM api_keys WHERE user_id = ${dave.id}) AS keys,
                (SELECT count(*)::int FROM refresh_tokens WHERE session_id = ${session_id}) AS refresh,
                (SELECT count(*)::int FROM access_tokens WHERE session_id = ${session_id}) AS access`
-    assert.deepEqual((await rows())[0], { sessions: 1, keys: 1, refresh: 1, access: 1 })
-    assert.equal((await me(created.body.key)).status, 200)
+      assert.deepEqual((await rows())[0], { sessions: 1, keys: 1, refresh: 1, access: 1 })
+      assert.equal((await me(created.body.key)).status, 200)
 
-    assert.equal((await call('DELETE', `/users/${dave.id}`, { auth: api.admin.token })).status, 204)
-    assertInvalidToken(await me(opaque.access_token))
-    assertInvalidToken(await call('GET', '/auth/me', { headers: { 'x-api-key': created.body.key } }))
-    assertInvalidToken(await refresh(opaque.refresh_token))
-    assertInvalidToken(await me(dave.token))
-    assert.deepEqual((await rows())[0], { sessions: 0, keys: 0, refresh: 0, access: 0 })
-  })
+      assert.equal((await call('DELETE', `/users/${dave.id}`, { auth: api.admin.token })).status, 204)
+      assertInvalidToken(await me(opaque.access_token))
+      assertInvalidToken(await call('GET', '/auth/me', { headers: { 'x-api-key': created.body.key } }))
+      assertInvalidToken(await refresh(opaque.refresh_token))
+      assertInvalidToken(await me(dave.token))
+      assert.deepEqual((await rows())[0], { sessions: 0, keys: 0, refresh: 0, access: 0 })
+    },
+  )
 })
 
 // ---------------------------------------------------------------------------
 // Flood
 
-test('a login flood fills the hash queue and no more: the logins past it are turned away at once (429, Retry-After), other endpoints answer meanwhile', async () => {
-  const product = await call('POST', '/products', { auth: api.admin.token, body: { sku: `FLOOD-${unique()}`, name: 'Flood', price: 100, currency: 'EUR' } })
-  assert.equal(product.status, 201, product.text)
-  const reader = await api.createUser()
-  const probe = async () => {
-    assert.equal((await call('GET', '/healthz')).status, 200)
-    const read = await call('GET', `/products/${product.body.id}`, { auth: reader.token })
-    assert.equal(read.status, 200, read.text)
-  }
-  // Both hash slots held: the flood waits in the queue (64) or is turned away, whatever a hash costs here.
-  // How long the probes take meanwhile is a figure of `make bench-faults` (bench/faults/timing-channels.ts).
-  const release = await holdHashSlots(api)
-  const answered: TestResponse[] = []
-  const flood = Promise.all(Array.from({ length: 100 }, async () => {
-    const res = await login(`flood-${unique()}@example.com`, password('flood'))
-    answered.push(res)
-    return res
-  }))
-  let answers: TestResponse[]
-  try {
-    await waitUntil('the 36 logins past the queue turned away', () => answered.length === 36)
-    for (const res of answered) {
-      assertProblem(res, 429, 'rate_limited')
-      assert.equal(res.headers.get('retry-after'), '1')
+test(
+  'a login flood fills the hash queue and no more: the logins past it are turned away at once (429, Retry-After), ' +
+    'other endpoints answer meanwhile',
+  async () => {
+    const product = await call('POST', '/products', {
+      auth: api.admin.token,
+      body: { sku: `FLOOD-${unique()}`, name: 'Flood', price: 100, currency: 'EUR' },
+    })
+    assert.equal(product.status, 201, product.text)
+    const reader = await api.createUser()
+    const probe = async () => {
+      assert.equal((await call('GET', '/healthz')).status, 200)
+      const read = await call('GET', `/products/${product.body.id}`, { auth: reader.token })
+      assert.equal(read.status, 200, read.text)
     }
-    for (let i = 0; i < 5; i++) await probe()
-    assert.equal(answered.length, 36, 'the queued logins wait')
-  } finally {
-    await release()
-    answers = await flood
-  }
-  const checked = answers.filter((r) => r.status === 401)
-  assert.equal(checked.length, 64, `statuses: ${answers.map((r) => r.status).join(' ')}`)
-  for (const res of checked) assertProblem(res, 401, 'invalid_credentials')
-  await probe()
-})
+    // Both hash slots held: the flood waits in the queue (64) or is turned away, whatever a hash costs here.
+    // How long the probes take meanwhile is a figure of `make bench-faults` (bench/faults/timing-channels.ts).
+    const release = await holdHashSlots(api)
+    const answered: TestResponse[] = []
+    const flood = Promise.all(
+      Array.from({ length: 100 }, async () => {
+        const res = await login(`flood-${unique()}@example.com`, password('flood'))
+        answered.push(res)
+        return res
+      }),
+    )
+    let answers: TestResponse[]
+    try {
+      await waitUntil('the 36 logins past the queue turned away', () => answered.length === 36)
+      for (const res of answered) {
+        assertProblem(res, 429, 'rate_limited')
+        assert.equal(res.headers.get('retry-after'), '1')
+      }
+      for (let i = 0; i < 5; i++) await probe()
+      assert.equal(answered.length, 36, 'the queued logins wait')
+    } finally {
+      await release()
+      answers = await flood
+    }
+    const checked = answers.filter((r) => r.status === 401)
+    assert.equal(checked.length, 64, `statuses: ${answers.map((r) => r.status).join(' ')}`)
+    for (const res of checked) assertProblem(res, 401, 'invalid_credentials')
+    await probe()
+  },
+)
 
 // ---------------------------------------------------------------------------
 // Secrets
@@ -772,7 +1003,10 @@ test('a login flood fills the hash queue and no more: the logins past it are tur
 test('no password, token, refresh token or API key appears in a log line or an error body', () => {
   assert.ok(secrets.size > 100, `collected ${secrets.size} secrets`)
   const lines = [...api.logs, ...second.logs].map((line) => JSON.stringify(line))
-  assert.ok(lines.some((l) => l.includes('"/auth/login"')), 'the logins were logged')
+  assert.ok(
+    lines.some((l) => l.includes('"/auth/login"')),
+    'the logins were logged',
+  )
   assert.ok(errorBodies.length > 100)
   for (const secret of secrets) {
     const inLog = lines.find((l) => l.includes(secret))

@@ -56,8 +56,11 @@ interface Made {
 }
 
 const adminOnly = (server: TestServer, auth: string) => server.request('GET', '/users?limit=1', { auth })
-const KEY_REASON = 'an API key is a program\'s credential, not a session\'s: it ends with logout-all {"api_keys": true}, its revocation, or its owner\'s demotion, deletion or password reset by an admin'
-const WEBHOOK_REASON = 'a webhook belongs to its owner\'s role, not to a session or a password: it stops when the owner is demoted or deleted'
+const KEY_REASON =
+  'an API key is a program\'s credential, not a session\'s: it ends with logout-all {"api_keys": true}, its ' +
+  "revocation, or its owner's demotion, deletion or password reset by an admin"
+const WEBHOOK_REASON =
+  "a webhook belongs to its owner's role, not to a session or a password: it stops when the owner is demoted or deleted"
 
 async function openStream(auth: Record<string, string>): Promise<Grant> {
   const stream = await SseClient.open(B.url, '/events/stream', { headers: auth, light: true })
@@ -113,12 +116,17 @@ const kinds: GrantKind[] = [
   {
     name: 'opaque access token',
     stops: { logout: true, 'logout-all': true, 'password change': true, demotion: true, deletion: true },
-    make: async (_owner, made) => ({ alive: async () => (await adminOnly(B, made.opaque.access_token)).status === 200 }),
+    make: async (_owner, made) => ({
+      alive: async () => (await adminOnly(B, made.opaque.access_token)).status === 200,
+    }),
   },
   {
     name: 'API key',
     stops: { logout: KEY_REASON, 'logout-all': true, 'password change': KEY_REASON, demotion: true, deletion: true },
-    make: async (_owner, made) => ({ alive: async () => (await B.request('GET', '/users?limit=1', { headers: { 'x-api-key': made.apiKey.key } })).status === 200 }),
+    make: async (_owner, made) => ({
+      alive: async () =>
+        (await B.request('GET', '/users?limit=1', { headers: { 'x-api-key': made.apiKey.key } })).status === 200,
+    }),
   },
   {
     name: 'event stream (JWT)',
@@ -137,9 +145,18 @@ const kinds: GrantKind[] = [
   },
   {
     name: 'webhook',
-    stops: { logout: WEBHOOK_REASON, 'logout-all': WEBHOOK_REASON, 'password change': WEBHOOK_REASON, demotion: true, deletion: true },
+    stops: {
+      logout: WEBHOOK_REASON,
+      'logout-all': WEBHOOK_REASON,
+      'password change': WEBHOOK_REASON,
+      demotion: true,
+      deletion: true,
+    },
     async make(_owner, made) {
-      const res = await A.request('POST', '/webhooks', { auth: made.jwt.access_token, body: { url: 'http://127.0.0.1:9/hook', event_types: ['product.created'] } })
+      const res = await A.request('POST', '/webhooks', {
+        auth: made.jwt.access_token,
+        body: { url: 'http://127.0.0.1:9/hook', event_types: ['product.created'] },
+      })
       assert.equal(res.status, 201, res.text)
       // Read by another admin (the file's), whose authority no way here touches.
       return { alive: async () => (await B.request('GET', `/webhooks/${res.body.id}`)).body.status === 'active' }
@@ -152,7 +169,10 @@ async function newOwner(): Promise<{ owner: Owner; made: Made }> {
   const jwt = await passwordLogin(A, account, 'jwt')
   const opaque = await passwordLogin(A, account, 'opaque')
   const desk = (await passwordLogin(A, account, 'jwt')).access_token
-  const key = await A.request('POST', '/api-keys', { auth: jwt.access_token, body: { name: 'program', scopes: ['users:read', 'events:read'], current_password: account.password } })
+  const key = await A.request('POST', '/api-keys', {
+    auth: jwt.access_token,
+    body: { name: 'program', scopes: ['users:read', 'events:read'], current_password: account.password },
+  })
   assert.equal(key.status, 201, key.text)
   return { owner: { ...account, desk }, made: { jwt, opaque, apiKey: { id: key.body.id, key: key.body.key } } }
 }
@@ -166,14 +186,23 @@ async function withdraw(way: Way, owner: Owner, made: Made): Promise<number> {
   switch (way) {
     case 'logout':
       // Every session that holds a grant, each by its own logout.
-      await expect(204, A.request('POST', '/auth/logout', { auth: null, body: { refresh_token: made.jwt.refresh_token } }))
+      await expect(
+        204,
+        A.request('POST', '/auth/logout', { auth: null, body: { refresh_token: made.jwt.refresh_token } }),
+      )
       await expect(204, A.request('POST', '/auth/logout', { auth: made.opaque.access_token }))
       break
     case 'logout-all':
       await expect(204, A.request('POST', '/auth/logout-all', { auth: owner.desk, body: { api_keys: true } }))
       break
     case 'password change':
-      await expect(200, A.request('PATCH', `/users/${owner.id}`, { auth: owner.desk, body: { password: `new-${unique()}-long-enough`, current_password: owner.password } }))
+      await expect(
+        200,
+        A.request('PATCH', `/users/${owner.id}`, {
+          auth: owner.desk,
+          body: { password: `new-${unique()}-long-enough`, current_password: owner.password },
+        }),
+      )
       break
     case 'demotion':
       await expect(200, A.request('PATCH', `/users/${owner.id}`, { body: { role: 'user' } }))
@@ -187,7 +216,10 @@ async function withdraw(way: Way, owner: Owner, made: Made): Promise<number> {
 
 describe('every grant lives no longer than the authority that made it, on every instance', () => {
   for (const way of ways) {
-    test(`${way} on A: within a second on B, ${kinds.filter((k) => k.stops[way] === true).map((k) => k.name).join(', ')} stop; the rest outlive it as the contract says`, async (t) => {
+    test(`${way} on A: within a second on B, ${kinds
+      .filter((k) => k.stops[way] === true)
+      .map((k) => k.name)
+      .join(', ')} stop; the rest outlive it as the contract says`, async (t) => {
       const { owner, made } = await newOwner()
       const grants = new Map<GrantKind, Grant>()
       for (const kind of kinds) grants.set(kind, await kind.make(owner, made))
@@ -207,8 +239,10 @@ describe('every grant lives no longer than the authority that made it, on every 
             if (!(await grants.get(kind)!.alive())) stoppedAfter.set(kind, asked - answered)
           }
           const late = mustStop.filter((k) => !stoppedAfter.has(k))
-          assert.ok(performance.now() - answered < within || late.length === 0,
-            `still alive on B ${Math.round(within)} ms after the ${way}: ${late.map((k) => k.name).join(', ')}`)
+          assert.ok(
+            performance.now() - answered < within || late.length === 0,
+            `still alive on B ${Math.round(within)} ms after the ${way}: ${late.map((k) => k.name).join(', ')}`,
+          )
           await sleep(10)
         }
         const stops = [...stoppedAfter].map(([k, ms]) => `${k.name} ${Math.max(0, ms).toFixed(0)} ms`)

@@ -46,7 +46,10 @@ const opaqueTokens = new Map<number, string>()
 async function opaqueToken(server: TestServer, actor: Actor): Promise<string> {
   const cached = opaqueTokens.get(actor.id)
   if (cached) return cached
-  const res = await server.request('POST', '/auth/login', { auth: null, body: { email: actor.email, password: PASSWORD, token_format: 'opaque' } })
+  const res = await server.request('POST', '/auth/login', {
+    auth: null,
+    body: { email: actor.email, password: PASSWORD, token_format: 'opaque' },
+  })
   assert.equal(res.status, 200, res.text)
   assert.match(res.body.access_token, /^upa_at_/)
   opaqueTokens.set(actor.id, res.body.access_token)
@@ -58,7 +61,12 @@ async function opaqueToken(server: TestServer, actor: Actor): Promise<string> {
  * that a key may hold a scope its user's role does not allow (as after a
  * demotion): the API itself refuses to create such a key.
  */
-async function plantKey(server: TestServer, userId: number, scopes: readonly string[], name = 'planted'): Promise<{ id: number; key: string }> {
+async function plantKey(
+  server: TestServer,
+  userId: number,
+  scopes: readonly string[],
+  name = 'planted',
+): Promise<{ id: number; key: string }> {
   const key = newSecret('apiKey')
   const [row] = await server.sql<Array<{ id: number }>>`
     INSERT INTO api_keys (user_id, name, prefix, key_hash, scopes)
@@ -88,16 +96,22 @@ const snapshotQueries = new Map<TestServer, string>()
 async function snapshot(server: TestServer): Promise<string> {
   let query = snapshotQueries.get(server)
   if (!query) {
-    const tables = await server.sql<Array<{ name: string }>>`SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`
+    const tables = await server.sql<
+      Array<{ name: string }>
+    >`SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`
     assert.ok(tables.length >= 7, 'the snapshot sees the tables')
     const parts = tables.map(({ name }) => {
-      const from = name === 'api_keys' ? '(SELECT id, user_id, name, prefix, key_hash, scopes, created_at, expires_at FROM api_keys)' : `"${name}"`
+      const from =
+        name === 'api_keys'
+          ? '(SELECT id, user_id, name, prefix, key_hash, scopes, created_at, expires_at FROM api_keys)'
+          : `"${name}"`
       return `'${name}', (SELECT coalesce(json_agg(t ORDER BY t::text), '[]') FROM ${from} t)`
     })
     query = `SELECT json_build_object(${parts.join(', ')})::text AS s`
     snapshotQueries.set(server, query)
   }
-  // Events move from the outbox to the log in the background (src/events/publisher.ts): moved first, an event is in one place only.
+  // Events move from the outbox to the log in the background (src/events/publisher.ts): moved first, an event is in one
+  // place only.
   await server.published()
   const [row] = await server.sql.unsafe<[{ s: string }]>(query)
   return row.s
@@ -172,7 +186,10 @@ interface Endpoint {
   success: number
   /** Whether a successful call writes to the database. */
   writes: boolean
-  /** For a person, not a program: an API key (with the scope) gets 403 forbidden always, or when acting on itself ('self'). */
+  /**
+   * For a person, not a program: an API key (with the scope) gets
+   * 403 forbidden always, or when acting on itself ('self').
+   */
   interactive?: 'always' | 'self'
   arrange(): Promise<Arranged>
   /** Checks on a successful answer. */
@@ -180,10 +197,31 @@ interface Endpoint {
 }
 
 const endpoints: Endpoint[] = [
-  { method: 'GET', template: '/healthz', scope: null, who: 'public', success: 200, writes: false, arrange: async () => ({ path: '/healthz' }) },
-  { method: 'GET', template: '/readyz', scope: null, who: 'public', success: 200, writes: false, arrange: async () => ({ path: '/readyz' }) },
   {
-    method: 'GET', template: '/auth/me', scope: null, who: 'any', success: 200, writes: false,
+    method: 'GET',
+    template: '/healthz',
+    scope: null,
+    who: 'public',
+    success: 200,
+    writes: false,
+    arrange: async () => ({ path: '/healthz' }),
+  },
+  {
+    method: 'GET',
+    template: '/readyz',
+    scope: null,
+    who: 'public',
+    success: 200,
+    writes: false,
+    arrange: async () => ({ path: '/readyz' }),
+  },
+  {
+    method: 'GET',
+    template: '/auth/me',
+    scope: null,
+    who: 'any',
+    success: 200,
+    writes: false,
     arrange: async () => ({ path: '/auth/me' }),
     check(res, caller, credential) {
       assert.equal(res.body.user.id, caller.id)
@@ -192,62 +230,135 @@ const endpoints: Endpoint[] = [
     },
   },
   {
-    method: 'GET', template: '/users', scope: 'users:read', who: 'admin', success: 200, writes: false,
+    method: 'GET',
+    template: '/users',
+    scope: 'users:read',
+    who: 'admin',
+    success: 200,
+    writes: false,
     arrange: async () => ({ path: '/users?limit=200' }),
     check: (res) => assert.ok(res.body.some((u: { id: number }) => u.id === actors.other.id)),
   },
   {
-    method: 'POST', template: '/users', scope: 'users:write', who: 'admin', success: 201, writes: true,
+    method: 'POST',
+    template: '/users',
+    scope: 'users:write',
+    who: 'admin',
+    success: 201,
+    writes: true,
     arrange: async () => ({ path: '/users', body: { name: 'Created', email: `${unique('created')}@example.com` } }),
   },
   {
-    method: 'GET', template: '/users/{id}', scope: 'users:read', who: 'admin-or-self', success: 200, writes: false,
+    method: 'GET',
+    template: '/users/{id}',
+    scope: 'users:read',
+    who: 'admin-or-self',
+    success: 200,
+    writes: false,
     arrange: async () => ({ path: `/users/${actors.self.id}` }),
     check: (res) => assert.equal(res.body.id, actors.self.id),
   },
   {
-    method: 'PUT', template: '/users/{id}', scope: 'users:write', who: 'admin-or-self', success: 200, writes: true,
-    arrange: async () => ({ path: `/users/${actors.self.id}`, body: { name: unique('Put'), email: actors.self.email } }),
+    method: 'PUT',
+    template: '/users/{id}',
+    scope: 'users:write',
+    who: 'admin-or-self',
+    success: 200,
+    writes: true,
+    arrange: async () => ({
+      path: `/users/${actors.self.id}`,
+      body: { name: unique('Put'), email: actors.self.email },
+    }),
   },
   {
-    method: 'PATCH', template: '/users/{id}', scope: 'users:write', who: 'admin-or-self', success: 200, writes: true,
+    method: 'PATCH',
+    template: '/users/{id}',
+    scope: 'users:write',
+    who: 'admin-or-self',
+    success: 200,
+    writes: true,
     arrange: async () => ({ path: `/users/${actors.self.id}`, body: { name: unique('Patched') } }),
   },
   {
     // Each case deletes a user of its own, which is also "self" for the case.
-    method: 'DELETE', template: '/users/{id}', scope: 'users:write', who: 'admin-or-self', success: 204, writes: true, interactive: 'self',
+    method: 'DELETE',
+    template: '/users/{id}',
+    scope: 'users:write',
+    who: 'admin-or-self',
+    success: 204,
+    writes: true,
+    interactive: 'self',
     async arrange() {
       const target = await newActor(api, 'user')
-      // Deleting oneself takes the password; an admin deleting another user needs no body, and one given changes nothing.
+      // Deleting oneself takes the password; an admin deleting another
+      // user needs no body, and one given changes nothing.
       return { path: `/users/${target.id}`, self: target, body: { current_password: PASSWORD } }
     },
   },
   {
-    method: 'GET', template: '/products', scope: 'products:read', who: 'any', success: 200, writes: false,
+    method: 'GET',
+    template: '/products',
+    scope: 'products:read',
+    who: 'any',
+    success: 200,
+    writes: false,
     arrange: async () => ({ path: '/products' }),
   },
   {
-    method: 'GET', template: '/products/{id}', scope: 'products:read', who: 'any', success: 200, writes: false,
+    method: 'GET',
+    template: '/products/{id}',
+    scope: 'products:read',
+    who: 'any',
+    success: 200,
+    writes: false,
     arrange: async () => ({ path: `/products/${standingProduct}` }),
   },
   {
-    method: 'POST', template: '/products', scope: 'products:write', who: 'admin', success: 201, writes: true,
+    method: 'POST',
+    template: '/products',
+    scope: 'products:write',
+    who: 'admin',
+    success: 201,
+    writes: true,
     arrange: async () => ({ path: '/products', body: validProduct() }),
   },
   {
-    method: 'PUT', template: '/products/{id}', scope: 'products:write', who: 'admin', success: 200, writes: true,
-    arrange: async () => ({ path: `/products/${standingProduct}`, body: { ...validProduct(), name: unique('Replaced') } }),
+    method: 'PUT',
+    template: '/products/{id}',
+    scope: 'products:write',
+    who: 'admin',
+    success: 200,
+    writes: true,
+    arrange: async () => ({
+      path: `/products/${standingProduct}`,
+      body: { ...validProduct(), name: unique('Replaced') },
+    }),
   },
   {
-    method: 'PATCH', template: '/products/{id}', scope: 'products:write', who: 'admin', success: 200, writes: true,
+    method: 'PATCH',
+    template: '/products/{id}',
+    scope: 'products:write',
+    who: 'admin',
+    success: 200,
+    writes: true,
     arrange: async () => ({ path: `/products/${standingProduct}`, body: { name: unique('Patched') } }),
   },
   {
-    method: 'DELETE', template: '/products/{id}', scope: 'products:write', who: 'admin', success: 204, writes: true,
+    method: 'DELETE',
+    template: '/products/{id}',
+    scope: 'products:write',
+    who: 'admin',
+    success: 204,
+    writes: true,
     arrange: async () => ({ path: `/products/${await plantProduct()}` }),
   },
   {
-    method: 'GET', template: '/api-keys', scope: 'api_keys:read', who: 'any', success: 200, writes: false,
+    method: 'GET',
+    template: '/api-keys',
+    scope: 'api_keys:read',
+    who: 'any',
+    success: 200,
+    writes: false,
     arrange: async () => ({ path: '/api-keys?limit=200' }),
     check(res, caller) {
       assert.ok(res.body.length > 0)
@@ -257,7 +368,12 @@ const endpoints: Endpoint[] = [
     },
   },
   {
-    method: 'GET', template: '/api-keys?user_id={id}', scope: 'api_keys:read', who: 'admin-or-self', success: 200, writes: false,
+    method: 'GET',
+    template: '/api-keys?user_id={id}',
+    scope: 'api_keys:read',
+    who: 'admin-or-self',
+    success: 200,
+    writes: false,
     arrange: async () => ({ path: `/api-keys?user_id=${actors.self.id}` }),
     check(res) {
       assert.ok(res.body.some((k: { id: number }) => k.id === standingKeyOfSelf.id))
@@ -265,19 +381,40 @@ const endpoints: Endpoint[] = [
     },
   },
   {
-    method: 'POST', template: '/api-keys', scope: 'api_keys:write', who: 'any', success: 201, writes: true, interactive: 'always',
+    method: 'POST',
+    template: '/api-keys',
+    scope: 'api_keys:write',
+    who: 'any',
+    success: 201,
+    writes: true,
+    interactive: 'always',
     // The matrix's JWTs name no session, so no fresh login: the password is given.
-    arrange: async () => ({ path: '/api-keys', body: { name: 'Matrix key', scopes: ['api_keys:write'], current_password: PASSWORD } }),
+    arrange: async () => ({
+      path: '/api-keys',
+      body: { name: 'Matrix key', scopes: ['api_keys:write'], current_password: PASSWORD },
+    }),
     check: (res, caller) => assert.equal(res.body.user_id, caller.id),
   },
   {
-    method: 'GET', template: '/api-keys/{id}', scope: 'api_keys:read', who: 'owner', success: 200, writes: false,
+    method: 'GET',
+    template: '/api-keys/{id}',
+    scope: 'api_keys:read',
+    who: 'owner',
+    success: 200,
+    writes: false,
     arrange: async () => ({ path: `/api-keys/${standingKeyOfSelf.id}` }),
     check: (res) => assert.equal(res.body.id, standingKeyOfSelf.id),
   },
   {
-    method: 'DELETE', template: '/api-keys/{id}', scope: 'api_keys:write', who: 'owner', success: 204, writes: true,
-    arrange: async () => ({ path: `/api-keys/${(await plantKey(api, actors.self.id, ['users:read'], 'to delete')).id}` }),
+    method: 'DELETE',
+    template: '/api-keys/{id}',
+    scope: 'api_keys:write',
+    who: 'owner',
+    success: 204,
+    writes: true,
+    arrange: async () => ({
+      path: `/api-keys/${(await plantKey(api, actors.self.id, ['users:read'], 'to delete')).id}`,
+    }),
   },
 ]
 
@@ -299,7 +436,8 @@ function expected(endpoint: Endpoint, actor: ActorKind, role: Role, credential: 
     return { status: 403, code: 'insufficient_scope', scope }
   }
   const key = credential === 'API key with the scope'
-  if (key && (endpoint.interactive === 'always' || (endpoint.interactive === 'self' && actor === 'self'))) return { status: 403, code: 'forbidden' }
+  if (key && (endpoint.interactive === 'always' || (endpoint.interactive === 'self' && actor === 'self')))
+    return { status: 403, code: 'forbidden' }
   if (role !== 'admin' && actor === 'other') {
     if (endpoint.who === 'admin-or-self') return { status: 403, code: 'forbidden' }
     if (endpoint.who === 'owner') return { status: 404, code: 'not_found' }
@@ -309,7 +447,11 @@ function expected(endpoint: Endpoint, actor: ActorKind, role: Role, credential: 
 }
 
 /** The headers that present a credential of this kind for this actor. */
-async function credentialHeaders(actor: Actor, credential: CredentialKind, scope: Scope | null): Promise<Record<string, string>> {
+async function credentialHeaders(
+  actor: Actor,
+  credential: CredentialKind,
+  scope: Scope | null,
+): Promise<Record<string, string>> {
   switch (credential) {
     case 'none':
       return {}
@@ -377,16 +519,20 @@ describe("a non-admin and another user's id", () => {
   ]
 
   for (const [method, body] of requests) {
-    test(`${method} /users/{id} answers 403 forbidden alike for an existing and a nonexistent id, and changes nothing`, async () => {
-      const token = api.jwtFor(actors.other.id, 'user')
-      const before = await snapshot(api)
-      const existing = await api.request(method, `/users/${actors.self.id}`, { body, auth: token })
-      const absent = await api.request(method, `/users/${missing}`, { body, auth: token })
-      assertRefused(existing, 403, 'forbidden')
-      assertRefused(absent, 403, 'forbidden')
-      assert.equal(absent.body.detail, existing.body.detail, 'the answers tell the two apart')
-      assert.equal(await snapshot(api), before)
-    })
+    test(
+      `${method} /users/{id} answers 403 forbidden alike for an existing and a nonexistent id, and changes ` +
+        `nothing`,
+      async () => {
+        const token = api.jwtFor(actors.other.id, 'user')
+        const before = await snapshot(api)
+        const existing = await api.request(method, `/users/${actors.self.id}`, { body, auth: token })
+        const absent = await api.request(method, `/users/${missing}`, { body, auth: token })
+        assertRefused(existing, 403, 'forbidden')
+        assertRefused(absent, 403, 'forbidden')
+        assert.equal(absent.body.detail, existing.body.detail, 'the answers tell the two apart')
+        assert.equal(await snapshot(api), before)
+      },
+    )
   }
 
   test('an admin asking for a nonexistent id gets 404 not_found', async () => {
@@ -410,15 +556,41 @@ describe("a non-admin and another user's id", () => {
 
 describe('a non-admin and the role member', () => {
   const self = actors.self
-  const cases: Array<{ label: string; method: 'PUT' | 'PATCH'; body: () => Record<string, unknown>; status: number }> = [
-    { label: 'PUT with role admin', method: 'PUT', body: () => ({ name: 'Self', email: self.email, role: 'admin' }), status: 403 },
-    { label: 'PUT with role admin and a new name', method: 'PUT', body: () => ({ name: unique('Sneaky'), email: self.email, role: 'admin' }), status: 403 },
-    { label: 'PUT with role admin and a new e-mail', method: 'PUT', body: () => ({ name: 'Self', email: `${unique('sneaky')}@example.com`, role: 'admin' }), status: 403 },
-    { label: 'PATCH with role admin', method: 'PATCH', body: () => ({ role: 'admin' }), status: 403 },
-    { label: 'PATCH with role admin and a new name', method: 'PATCH', body: () => ({ role: 'admin', name: unique('Sneaky') }), status: 403 },
-    { label: 'PUT echoing its own role user', method: 'PUT', body: () => ({ name: unique('Echo'), email: self.email, role: 'user' }), status: 200 },
-    { label: 'PATCH echoing its own role user', method: 'PATCH', body: () => ({ role: 'user' }), status: 200 },
-  ]
+  const cases: Array<{ label: string; method: 'PUT' | 'PATCH'; body: () => Record<string, unknown>; status: number }> =
+    [
+      {
+        label: 'PUT with role admin',
+        method: 'PUT',
+        body: () => ({ name: 'Self', email: self.email, role: 'admin' }),
+        status: 403,
+      },
+      {
+        label: 'PUT with role admin and a new name',
+        method: 'PUT',
+        body: () => ({ name: unique('Sneaky'), email: self.email, role: 'admin' }),
+        status: 403,
+      },
+      {
+        label: 'PUT with role admin and a new e-mail',
+        method: 'PUT',
+        body: () => ({ name: 'Self', email: `${unique('sneaky')}@example.com`, role: 'admin' }),
+        status: 403,
+      },
+      { label: 'PATCH with role admin', method: 'PATCH', body: () => ({ role: 'admin' }), status: 403 },
+      {
+        label: 'PATCH with role admin and a new name',
+        method: 'PATCH',
+        body: () => ({ role: 'admin', name: unique('Sneaky') }),
+        status: 403,
+      },
+      {
+        label: 'PUT echoing its own role user',
+        method: 'PUT',
+        body: () => ({ name: unique('Echo'), email: self.email, role: 'user' }),
+        status: 200,
+      },
+      { label: 'PATCH echoing its own role user', method: 'PATCH', body: () => ({ role: 'user' }), status: 200 },
+    ]
 
   for (const credential of ['JWT', 'opaque token', 'API key with the scope'] as const) {
     for (const c of cases) {
@@ -442,7 +614,10 @@ describe('a non-admin and the role member', () => {
 
   test('setting role user on itself changes no version (nothing to change)', async () => {
     const [before] = await api.sql<Array<{ version: number }>>`SELECT version FROM users WHERE id = ${self.id}`
-    const res = await api.request('PATCH', `/users/${self.id}`, { body: { role: 'user' }, auth: api.jwtFor(self.id, 'user') })
+    const res = await api.request('PATCH', `/users/${self.id}`, {
+      body: { role: 'user' },
+      auth: api.jwtFor(self.id, 'user'),
+    })
     assert.equal(res.status, 200, res.text)
     const [after] = await api.sql<Array<{ version: number }>>`SELECT version FROM users WHERE id = ${self.id}`
     assert.equal(after!.version, before!.version)
@@ -450,7 +625,10 @@ describe('a non-admin and the role member', () => {
 
   test('an admin may set a role (the refusal is about the caller, not the member)', async () => {
     const target = await api.createUser()
-    const res = await api.request('PATCH', `/users/${target.id}`, { body: { role: 'admin' }, auth: api.jwtFor(actors.admin.id, 'admin') })
+    const res = await api.request('PATCH', `/users/${target.id}`, {
+      body: { role: 'admin' },
+      auth: api.jwtFor(actors.admin.id, 'admin'),
+    })
     assert.equal(res.status, 200, res.text)
     assert.equal(res.body.role, 'admin')
     await api.sql`UPDATE users SET role = 'user' WHERE id = ${target.id}`
@@ -464,7 +642,11 @@ describe('effective scopes: the role allows, the credential narrows', () => {
   test('a key holding products:write does not let a user write products (the role does not allow it)', async () => {
     const { key } = await plantKey(api, actors.self.id, ['products:write', 'products:read'])
     const before = await snapshot(api)
-    const res = await api.request('POST', '/products', { body: validProduct(), headers: { 'x-api-key': key }, auth: null })
+    const res = await api.request('POST', '/products', {
+      body: validProduct(),
+      headers: { 'x-api-key': key },
+      auth: null,
+    })
     assertRefused(res, 403, 'insufficient_scope', 'products:write')
     assert.equal(await snapshot(api), before)
     const me = await api.request('GET', '/auth/me', { headers: { 'x-api-key': key }, auth: null })
@@ -475,18 +657,32 @@ describe('effective scopes: the role allows, the credential narrows', () => {
     const former = await newActor(api, 'admin')
     const token = await opaqueToken(api, former)
     const { key } = await plantKey(api, former.id, ['users:read', 'products:write'])
-    for (const headers of [{ authorization: `Bearer ${token}` }, { 'x-api-key': key }] as Array<Record<string, string>>) {
+    for (const headers of [{ authorization: `Bearer ${token}` }, { 'x-api-key': key }] as Array<
+      Record<string, string>
+    >) {
       assert.equal((await api.request('GET', '/users', { headers, auth: null })).status, 200)
     }
     await api.sql`UPDATE users SET role = 'user' WHERE id = ${former.id}`
     // Changed in SQL, not through the API: the key cache hears of it by a notification, a moment after the commit.
     await api.deps.credentialChanges.caughtUp()
-    for (const headers of [{ authorization: `Bearer ${token}` }, { 'x-api-key': key }] as Array<Record<string, string>>) {
+    for (const headers of [{ authorization: `Bearer ${token}` }, { 'x-api-key': key }] as Array<
+      Record<string, string>
+    >) {
       assertRefused(await api.request('GET', '/users', { headers, auth: null }), 403, 'forbidden')
     }
     const before = await snapshot(api)
-    assertRefused(await api.request('POST', '/products', { body: validProduct(), headers: { 'x-api-key': key }, auth: null }), 403, 'insufficient_scope', 'products:write')
-    assertRefused(await api.request('POST', '/products', { body: validProduct(), auth: token }), 403, 'insufficient_scope', 'products:write')
+    assertRefused(
+      await api.request('POST', '/products', { body: validProduct(), headers: { 'x-api-key': key }, auth: null }),
+      403,
+      'insufficient_scope',
+      'products:write',
+    )
+    assertRefused(
+      await api.request('POST', '/products', { body: validProduct(), auth: token }),
+      403,
+      'insufficient_scope',
+      'products:write',
+    )
     assert.equal(await snapshot(api), before)
   })
 
@@ -503,7 +699,14 @@ describe('effective scopes: the role allows, the credential narrows', () => {
       const actor = admin ? actors.admin : actors.self
       const token = api.jwtFor(actor.id, actor.role, scopes)
       const path = where === 'self' ? `/users/${actor.id}` : where
-      const body = method === 'GET' ? undefined : where === '/products' ? validProduct() : where === '/api-keys' ? { name: 'k', scopes: ['api_keys:read'] } : { name: 'Narrowed' }
+      const body =
+        method === 'GET'
+          ? undefined
+          : where === '/products'
+            ? validProduct()
+            : where === '/api-keys'
+              ? { name: 'k', scopes: ['api_keys:read'] }
+              : { name: 'Narrowed' }
       const before = await snapshot(api)
       assertRefused(await api.request(method, path, { body, auth: token }), 403, 'insufficient_scope', needed)
       assert.equal(await snapshot(api), before)
@@ -515,7 +718,12 @@ describe('effective scopes: the role allows, the credential narrows', () => {
     const me = await api.request('GET', '/auth/me', { auth: token })
     assert.equal(me.status, 200, me.text)
     assert.deepEqual(me.body.credential.scopes, [])
-    assertRefused(await api.request('GET', `/users/${actors.self.id}`, { auth: token }), 403, 'insufficient_scope', 'users:read')
+    assertRefused(
+      await api.request('GET', `/users/${actors.self.id}`, { auth: token }),
+      403,
+      'insufficient_scope',
+      'users:read',
+    )
   })
 
   test('public endpoints ignore a credential, even a broken one', async () => {
@@ -538,7 +746,8 @@ describe('effective scopes: the role allows, the credential narrows', () => {
 // Self sign-up
 
 describe('POST /users and ALLOW_SIGNUP', () => {
-  const userCount = async (server: TestServer) => (await server.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM users`)[0].n
+  const userCount = async (server: TestServer) =>
+    (await server.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM users`)[0].n
 
   test('by default (ALLOW_SIGNUP unset) an anonymous POST /users is 401 unauthorized and inserts nothing', async () => {
     const email = `${unique('anon')}@example.com`
@@ -554,18 +763,26 @@ describe('POST /users and ALLOW_SIGNUP', () => {
     test('an anonymous POST /users creates a plain user: 201, role user, and the row', async () => {
       const before = await userCount(open)
       const email = `${unique('signup')}@example.com`
-      const res = await open.request('POST', '/users', { body: { name: 'Signed Up', email, password: 'a good long password' }, auth: null })
+      const res = await open.request('POST', '/users', {
+        body: { name: 'Signed Up', email, password: 'a good long password' },
+        auth: null,
+      })
       assert.equal(res.status, 201, res.text)
       assert.equal(res.body.role, 'user')
       assert.equal(await userCount(open), before + 1)
-      const [row] = await open.sql<Array<{ role: string; email: string; password_hash: string | null }>>`SELECT role, email, password_hash FROM users WHERE id = ${res.body.id}`
+      const [row] = await open.sql<
+        Array<{ role: string; email: string; password_hash: string | null }>
+      >`SELECT role, email, password_hash FROM users WHERE id = ${res.body.id}`
       assert.equal(row!.role, 'user')
       assert.equal(row!.email, email)
       assert.match(row!.password_hash ?? '', /^scrypt\$/)
     })
 
     test('an anonymous POST /users with role user explicitly is 201', async () => {
-      const res = await open.request('POST', '/users', { body: { name: 'Explicit', email: `${unique('signup')}@example.com`, role: 'user' }, auth: null })
+      const res = await open.request('POST', '/users', {
+        body: { name: 'Explicit', email: `${unique('signup')}@example.com`, role: 'user' },
+        auth: null,
+      })
       assert.equal(res.status, 201, res.text)
       assert.equal(res.body.role, 'user')
     })
@@ -578,28 +795,42 @@ describe('POST /users and ALLOW_SIGNUP', () => {
       assert.equal(await snapshot(open), before)
     })
 
-    test('a non-admin with a credential POSTing /users is 403 forbidden, with or without a role, and inserts nothing', async () => {
-      const user = await open.createUser()
-      const key = (await plantKey(open, user.id, ['users:write'])).key
-      for (const headers of [{ authorization: `Bearer ${user.token}` }, { 'x-api-key': key }] as Array<Record<string, string>>) {
-        for (const role of [undefined, 'user', 'admin']) {
-          const before = await snapshot(open)
-          const res = await open.request('POST', '/users', { body: { name: 'Via User', email: `${unique('via')}@example.com`, role }, headers, auth: null })
-          assertRefused(res, 403, 'forbidden')
-          assert.equal(await snapshot(open), before)
+    test(
+      'a non-admin with a credential POSTing /users is 403 forbidden, with or without a role, and inserts ' + 'nothing',
+      async () => {
+        const user = await open.createUser()
+        const key = (await plantKey(open, user.id, ['users:write'])).key
+        for (const headers of [{ authorization: `Bearer ${user.token}` }, { 'x-api-key': key }] as Array<
+          Record<string, string>
+        >) {
+          for (const role of [undefined, 'user', 'admin']) {
+            const before = await snapshot(open)
+            const res = await open.request('POST', '/users', {
+              body: { name: 'Via User', email: `${unique('via')}@example.com`, role },
+              headers,
+              auth: null,
+            })
+            assertRefused(res, 403, 'forbidden')
+            assert.equal(await snapshot(open), before)
+          }
         }
-      }
-    })
+      },
+    )
 
     test('an invalid credential is 401 invalid_token even where anonymous callers are admitted', async () => {
       const before = await snapshot(open)
-      const res = await open.request('POST', '/users', { body: { name: 'Broken', email: `${unique('broken')}@example.com` }, auth: 'garbage' })
+      const res = await open.request('POST', '/users', {
+        body: { name: 'Broken', email: `${unique('broken')}@example.com` },
+        auth: 'garbage',
+      })
       assertProblem(res, 401, 'invalid_token')
       assert.equal(await snapshot(open), before)
     })
 
     test('an admin may still create an admin', async () => {
-      const res = await open.request('POST', '/users', { body: { name: 'Second Admin', email: `${unique('admin')}@example.com`, role: 'admin' } })
+      const res = await open.request('POST', '/users', {
+        body: { name: 'Second Admin', email: `${unique('admin')}@example.com`, role: 'admin' },
+      })
       assert.equal(res.status, 201, res.text)
       assert.equal(res.body.role, 'admin')
     })

@@ -10,7 +10,10 @@ test('holds at most max entries; a new key evicts the oldest, handing it to onEv
   for (const [i, k] of ['a', 'b', 'c', 'd', 'e'].entries()) map.set(k, i)
   assert.equal(map.size, 3)
   assert.deepEqual([...map.keys()], ['c', 'd', 'e'])
-  assert.deepEqual(evicted, [['a', 0], ['b', 1]])
+  assert.deepEqual(evicted, [
+    ['a', 0],
+    ['b', 1],
+  ])
 })
 
 test('setting an existing key keeps its place and evicts nothing; refresh moves it last', () => {
@@ -18,10 +21,23 @@ test('setting an existing key keeps its place and evicts nothing; refresh moves 
   map.set('a', 1)
   map.set('b', 2)
   map.set('a', 3)
-  assert.deepEqual([...map], [['a', 3], ['b', 2]])
+  assert.deepEqual(
+    [...map],
+    [
+      ['a', 3],
+      ['b', 2],
+    ],
+  )
   map.refresh('a')
   map.set('c', 4)
-  assert.deepEqual([...map], [['a', 3], ['c', 4]], 'b, least recently used, left')
+  assert.deepEqual(
+    [...map],
+    [
+      ['a', 3],
+      ['c', 4],
+    ],
+    'b, least recently used, left',
+  )
   map.refresh('missing')
   assert.equal(map.size, 2)
 })

@@ -16,7 +16,10 @@ const SECRET = 'a'.repeat(32)
 /** Asserts loadConfig refuses `env` with a ConfigError whose message starts with the variable's name. */
 function assertRefused(env: Record<string, string>, variable: string, also?: RegExp): ConfigError {
   let caught: unknown
-  assert.throws(() => loadConfig(env), (err: unknown) => ((caught = err), true))
+  assert.throws(
+    () => loadConfig(env),
+    (err: unknown) => ((caught = err), true),
+  )
   assert.ok(caught instanceof ConfigError, `expected a ConfigError, got ${String(caught)}`)
   assert.ok(caught.message.startsWith(`${variable}:`), `message does not start with ${variable}: ${caught.message}`)
   if (also) assert.match(caught.message, also)
@@ -284,7 +287,11 @@ describe('refused values', () => {
   test('does not echo a malformed DATABASE_LISTEN_URL either, whether its scheme or its syntax is wrong', () => {
     const url = 'postgres://app@db/app'
     for (const bad of ['mysql://app:hunter2-secret@db/app', 'postgres://app:hunter2-secret@[db/app']) {
-      const err = assertRefused({ DATABASE_URL: url, DATABASE_LISTEN_URL: bad }, 'DATABASE_LISTEN_URL', /postgres:\/\/ URL/)
+      const err = assertRefused(
+        { DATABASE_URL: url, DATABASE_LISTEN_URL: bad },
+        'DATABASE_LISTEN_URL',
+        /postgres:\/\/ URL/,
+      )
       assert.doesNotMatch(err.message, /hunter2/)
     }
   })
@@ -298,7 +305,10 @@ describe('DATABASE_LISTEN_URL and DATABASE_POOLER', () => {
     assert.equal(config.databaseListenUrl, listen)
     assert.equal(config.databasePooler, 'auto')
     assert.equal(loadConfig({ DATABASE_URL: url, DATABASE_POOLER: 'none' }).databasePooler, 'none')
-    assert.equal(loadConfig({ DATABASE_URL: url, DATABASE_LISTEN_URL: listen, DATABASE_POOLER: 'transaction' }).databasePooler, 'transaction')
+    assert.equal(
+      loadConfig({ DATABASE_URL: url, DATABASE_LISTEN_URL: listen, DATABASE_POOLER: 'transaction' }).databasePooler,
+      'transaction',
+    )
   })
 
   test('refuses DATABASE_LISTEN_URL without DATABASE_URL (it names the same database)', () => {
@@ -313,10 +323,17 @@ describe('DATABASE_LISTEN_URL and DATABASE_POOLER', () => {
 describe('DATABASE_MIGRATION_URL', () => {
   const owner = 'postgres://owner:hunter2-secret@db:5432/app'
   test('is read; refused without DATABASE_URL (it names the same database); never echoed when malformed', () => {
-    assert.equal(loadConfig({ DATABASE_URL: 'postgres://app@db/app', DATABASE_MIGRATION_URL: owner }).databaseMigrationUrl, owner)
+    assert.equal(
+      loadConfig({ DATABASE_URL: 'postgres://app@db/app', DATABASE_MIGRATION_URL: owner }).databaseMigrationUrl,
+      owner,
+    )
     assertRefused({ DATABASE_MIGRATION_URL: owner }, 'DATABASE_MIGRATION_URL', /DATABASE_URL/)
     for (const bad of ['mysql://owner:hunter2-secret@db/app', 'postgres://owner:hunter2-secret@[db/app']) {
-      const err = assertRefused({ DATABASE_URL: 'postgres://app@db/app', DATABASE_MIGRATION_URL: bad }, 'DATABASE_MIGRATION_URL', /postgres:\/\/ URL/)
+      const err = assertRefused(
+        { DATABASE_URL: 'postgres://app@db/app', DATABASE_MIGRATION_URL: bad },
+        'DATABASE_MIGRATION_URL',
+        /postgres:\/\/ URL/,
+      )
       assert.doesNotMatch(err.message, /hunter2/)
     }
   })
@@ -343,7 +360,11 @@ describe('production', () => {
 
   test('refuses a PASSWORD_HASH_COST below 15 in production, which development and tests may use', () => {
     const production = { NODE_ENV: 'production', DATABASE_URL: url, JWT_SECRETS: `k:${SECRET}` }
-    assertRefused({ ...production, PASSWORD_HASH_COST: '14' }, 'PASSWORD_HASH_COST', /at least 15 when NODE_ENV=production/)
+    assertRefused(
+      { ...production, PASSWORD_HASH_COST: '14' },
+      'PASSWORD_HASH_COST',
+      /at least 15 when NODE_ENV=production/,
+    )
     assertRefused({ ...production, PASSWORD_HASH_COST: '10' }, 'PASSWORD_HASH_COST', /got "10"/)
     assert.equal(loadConfig({ ...production, PASSWORD_HASH_COST: '15' }).passwordHashCost, 15)
     assert.equal(loadConfig({ ...production, PASSWORD_HASH_COST: '17' }).passwordHashCost, 17)
@@ -371,28 +392,63 @@ describe('every problem at once', () => {
   })
 
   test('bad values of several variables: one line per variable, each naming it; the message is the lines', () => {
-    const env = { PORT: 'abc', LOG_LEVEL: 'loud', BODY_LIMIT: '0', WORKERS: '0', JWT_SECRETS: 'k:short', ADMIN_EMAIL: 'root@example.com', WEBHOOK_ALLOWED_PORTS: '70000' }
+    const env = {
+      PORT: 'abc',
+      LOG_LEVEL: 'loud',
+      BODY_LIMIT: '0',
+      WORKERS: '0',
+      JWT_SECRETS: 'k:short',
+      ADMIN_EMAIL: 'root@example.com',
+      WEBHOOK_ALLOWED_PORTS: '70000',
+    }
     const lines = problemsOf(env)
-    assert.deepEqual(lines.map((l) => l.split(':')[0]).sort(), ['ADMIN_EMAIL and ADMIN_PASSWORD', 'BODY_LIMIT', 'JWT_SECRETS', 'LOG_LEVEL', 'PORT', 'WEBHOOK_ALLOWED_PORTS', 'WORKERS'])
+    assert.deepEqual(lines.map((l) => l.split(':')[0]).sort(), [
+      'ADMIN_EMAIL and ADMIN_PASSWORD',
+      'BODY_LIMIT',
+      'JWT_SECRETS',
+      'LOG_LEVEL',
+      'PORT',
+      'WEBHOOK_ALLOWED_PORTS',
+      'WORKERS',
+    ])
     assert.ok(lines.includes('PORT: must be an integer from 0 to 65535 (got "abc")'), lines.join('\n'))
     assert.ok(lines.includes('JWT_SECRETS: the secret of kid "k" must be at least 32 bytes'), lines.join('\n'))
-    assert.throws(() => loadConfig(env), (err: unknown) => err instanceof ConfigError && err.message === lines.join('\n'))
+    assert.throws(
+      () => loadConfig(env),
+      (err: unknown) => err instanceof ConfigError && err.message === lines.join('\n'),
+    )
   })
 
   test('one cause gives one line: a DATABASE_URL that is not a URL is not also "required"', () => {
-    assert.deepEqual(problemsOf({ NODE_ENV: 'production', DATABASE_URL: 'mysql://u:hunter2@db/app', JWT_SECRETS: `k:${SECRET}` }), ['DATABASE_URL: must be a postgres:// URL'])
+    assert.deepEqual(
+      problemsOf({ NODE_ENV: 'production', DATABASE_URL: 'mysql://u:hunter2@db/app', JWT_SECRETS: `k:${SECRET}` }),
+      ['DATABASE_URL: must be a postgres:// URL'],
+    )
   })
 
-  test('a % in the password that is not an escape (%zz) is refused here, naming DATABASE_URL, without echoing it (the driver would throw "URI malformed")', () => {
-    for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL']) {
-      const env = { DATABASE_URL: 'postgres://app:pw@db/app', [name]: 'postgres://app:hunter2%zz@db:5432/app' }
-      const [line, ...others] = problemsOf(env)
-      assert.deepEqual(others, [])
-      assert.match(line!, new RegExp(`^${name}: its user, password or host holds a % that is not followed by two hexadecimal digits; write a % as %25`))
-      assert.doesNotMatch(line!, /hunter2/)
-    }
-    assert.equal(loadConfig({ DATABASE_URL: 'postgres://app:50%25off@db/app' }).databaseUrl, 'postgres://app:50%25off@db/app')
-  })
+  test(
+    'a % in the password that is not an escape (%zz) is refused here, naming DATABASE_URL, without echoing it ' +
+      '(the driver would throw "URI malformed")',
+    () => {
+      for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL']) {
+        const env = { DATABASE_URL: 'postgres://app:pw@db/app', [name]: 'postgres://app:hunter2%zz@db:5432/app' }
+        const [line, ...others] = problemsOf(env)
+        assert.deepEqual(others, [])
+        assert.match(
+          line!,
+          new RegExp(
+            `^${name}: its user, password or host holds a % that is not followed by two hexadecimal digits; write a ` +
+              `% as %25`,
+          ),
+        )
+        assert.doesNotMatch(line!, /hunter2/)
+      }
+      assert.equal(
+        loadConfig({ DATABASE_URL: 'postgres://app:50%25off@db/app' }).databaseUrl,
+        'postgres://app:50%25off@db/app',
+      )
+    },
+  )
 })
 
 describe('<NAME>_FILE', () => {
@@ -421,33 +477,52 @@ describe('<NAME>_FILE', () => {
   })
 
   test('a secret file counts for "required in production"', () => {
-    assert.deepEqual(problemsOf({ NODE_ENV: 'production', DATABASE_URL_FILE: file('url2', url) }), ['JWT_SECRETS: required when NODE_ENV=production'])
+    assert.deepEqual(problemsOf({ NODE_ENV: 'production', DATABASE_URL_FILE: file('url2', url) }), [
+      'JWT_SECRETS: required when NODE_ENV=production',
+    ])
   })
 
   test('a variable and its _FILE twin together: an error naming both', () => {
-    assert.deepEqual(problemsOf({ DATABASE_URL: url, DATABASE_URL_FILE: file('url3', url) }), ['DATABASE_URL and DATABASE_URL_FILE: both are set; set one or the other'])
+    assert.deepEqual(problemsOf({ DATABASE_URL: url, DATABASE_URL_FILE: file('url3', url) }), [
+      'DATABASE_URL and DATABASE_URL_FILE: both are set; set one or the other',
+    ])
   })
 
-  test('a file that cannot be read, or is empty: an error naming the _FILE variable and the path, never the content', () => {
-    const missing = join(dir, 'missing')
-    const empty = file('empty', '\n')
-    const unreadable = file('unreadable', `k:${SECRET}`)
-    chmodSync(unreadable, 0o000)
-    const lines = problemsOf({ DATABASE_URL_FILE: missing, ADMIN_EMAIL: 'root@example.com', ADMIN_PASSWORD_FILE: empty, JWT_SECRETS_FILE: dir })
-    assert.deepEqual(lines, [
-      `DATABASE_URL_FILE: cannot read ${missing} (no such file)`,
-      `JWT_SECRETS_FILE: cannot read ${dir} (a directory, not a file)`,
-      `ADMIN_PASSWORD_FILE: ${empty} is empty`,
-    ])
-    // Root reads any file whatever its mode; the check is for the service's own unprivileged user.
-    if (process.getuid?.() !== 0) assert.deepEqual(problemsOf({ JWT_SECRETS_FILE: unreadable }), [`JWT_SECRETS_FILE: cannot read ${unreadable} (permission denied)`])
-  })
+  test(
+    'a file that cannot be read, or is empty: an error naming the _FILE variable and the path, never the ' + 'content',
+    () => {
+      const missing = join(dir, 'missing')
+      const empty = file('empty', '\n')
+      const unreadable = file('unreadable', `k:${SECRET}`)
+      chmodSync(unreadable, 0o000)
+      const lines = problemsOf({
+        DATABASE_URL_FILE: missing,
+        ADMIN_EMAIL: 'root@example.com',
+        ADMIN_PASSWORD_FILE: empty,
+        JWT_SECRETS_FILE: dir,
+      })
+      assert.deepEqual(lines, [
+        `DATABASE_URL_FILE: cannot read ${missing} (no such file)`,
+        `JWT_SECRETS_FILE: cannot read ${dir} (a directory, not a file)`,
+        `ADMIN_PASSWORD_FILE: ${empty} is empty`,
+      ])
+      // Root reads any file whatever its mode; the check is for the service's own unprivileged user.
+      if (process.getuid?.() !== 0)
+        assert.deepEqual(problemsOf({ JWT_SECRETS_FILE: unreadable }), [
+          `JWT_SECRETS_FILE: cannot read ${unreadable} (permission denied)`,
+        ])
+    },
+  )
 
   test('a bad value read from a file names the _FILE variable and its path, not the value', () => {
     const path = file('bad-url', 'mysql://app:hunter2@db/app')
-    assert.deepEqual(problemsOf({ DATABASE_URL_FILE: path }), [`DATABASE_URL_FILE (${path}): must be a postgres:// URL`])
+    assert.deepEqual(problemsOf({ DATABASE_URL_FILE: path }), [
+      `DATABASE_URL_FILE (${path}): must be a postgres:// URL`,
+    ])
     const jwt = file('bad-jwt', `k:${'a'.repeat(31)}`)
-    assert.deepEqual(problemsOf({ JWT_SECRETS_FILE: jwt }), [`JWT_SECRETS_FILE (${jwt}): the secret of kid "k" must be at least 32 bytes`])
+    assert.deepEqual(problemsOf({ JWT_SECRETS_FILE: jwt }), [
+      `JWT_SECRETS_FILE (${jwt}): the secret of kid "k" must be at least 32 bytes`,
+    ])
   })
 
   test('an empty _FILE counts as unset', () => {
@@ -458,9 +533,15 @@ describe('<NAME>_FILE', () => {
 describe('misspelt variables', () => {
   const url = 'postgres://app@db/app'
 
-  test('DATABSE_URL alone stops start-up, naming DATABASE_URL (the service would otherwise run on the development database)', () => {
-    assert.deepEqual(problemsOf({ DATABSE_URL: url }), ['DATABSE_URL: not a variable of this service; did you mean DATABASE_URL?'])
-  })
+  test(
+    'DATABSE_URL alone stops start-up, naming DATABASE_URL (the service would otherwise run on the development ' +
+      'database)',
+    () => {
+      assert.deepEqual(problemsOf({ DATABSE_URL: url }), [
+        'DATABSE_URL: not a variable of this service; did you mean DATABASE_URL?',
+      ])
+    },
+  )
 
   test('the same near-names, each refused naming the variable it was meant for', () => {
     const cases: Array<[string, string]> = [
@@ -472,23 +553,38 @@ describe('misspelt variables', () => {
       ['API_PREFX', 'API_PREFIX'],
       ['DATABASE_URL_FIEL', 'DATABASE_URL_FILE'],
     ]
-    for (const [name, meant] of cases) assert.deepEqual(problemsOf({ [name]: 'x' }), [`${name}: not a variable of this service; did you mean ${meant}?`], name)
+    for (const [name, meant] of cases)
+      assert.deepEqual(
+        problemsOf({ [name]: 'x' }),
+        [`${name}: not a variable of this service; did you mean ${meant}?`],
+        name,
+      )
   })
 
   test('the wrong case, and _FILE on a variable that is not a secret', () => {
-    assert.deepEqual(problemsOf({ database_url: url }), ['database_url: not read (names are case-sensitive); did you mean DATABASE_URL?'])
+    assert.deepEqual(problemsOf({ database_url: url }), [
+      'database_url: not read (names are case-sensitive); did you mean DATABASE_URL?',
+    ])
     assert.deepEqual(problemsOf({ PORT_FILE: '/run/secrets/port' }), [
-      'PORT_FILE: not read: only DATABASE_URL, DATABASE_LISTEN_URL, DATABASE_MIGRATION_URL, JWT_SECRETS, ADMIN_PASSWORD, SMTP_URL, MAIL_HOOK_SECRET can be read from a file (<NAME>_FILE); set PORT itself',
+      'PORT_FILE: not read: only DATABASE_URL, DATABASE_LISTEN_URL, DATABASE_MIGRATION_URL, JWT_SECRETS, ' +
+        'ADMIN_PASSWORD, SMTP_URL, MAIL_HOOK_SECRET can be read from a file (<NAME>_FILE); set PORT itself',
     ])
   })
 
-  test('a name in one of the service\'s families that it does not read: refused, listing the family', () => {
+  test("a name in one of the service's families that it does not read: refused, listing the family", () => {
     const [line] = problemsOf({ DATABASE_HOST: 'db' })
-    assert.match(line!, /^DATABASE_HOST: not a variable of this service \(its DATABASE_… variables are DATABASE_URL, .*DATABASE_POOLER.*; docs\/operations\.md lists them all\)$/)
+    assert.match(
+      line!,
+      /^DATABASE_HOST: not a variable of this service \(its DATABASE_… variables are DATABASE_URL, .*DATABASE_POOLER.*; docs\/operations\.md lists them all\)$/,
+    )
   })
 
   test('beside the variable it was meant for, it loses nothing: a warning, not a refusal', () => {
-    const { config, warnings } = readConfig({ DATABASE_URL: url, DATABSE_URL: 'postgres://old@db/old', DATABASE_HOST: 'db' })
+    const { config, warnings } = readConfig({
+      DATABASE_URL: url,
+      DATABSE_URL: 'postgres://old@db/old',
+      DATABASE_HOST: 'db',
+    })
     assert.equal(config.databaseUrl, url)
     assert.deepEqual(warnings, [
       'DATABSE_URL: not a variable of this service; did you mean DATABASE_URL?',
@@ -500,17 +596,26 @@ describe('misspelt variables', () => {
   })
 
   test('when start-up stops anyway, the suspects are among the lines: they may be why', () => {
-    assert.deepEqual(problemsOf({ NODE_ENV: 'production', JWT_SECRETS: `k:${SECRET}`, DATABASE_POOL_MAX: '5', DATABASE_HOST: 'db' }), [
-      'DATABASE_URL: required when NODE_ENV=production',
-      'DATABASE_HOST: not a variable of this service (its DATABASE_… variables are DATABASE_URL, DATABASE_POOLER, DATABASE_POOL_MAX, DATABASE_LISTEN_URL, DATABASE_MIGRATION_URL; docs/operations.md lists them all)',
-    ])
+    assert.deepEqual(
+      problemsOf({ NODE_ENV: 'production', JWT_SECRETS: `k:${SECRET}`, DATABASE_POOL_MAX: '5', DATABASE_HOST: 'db' }),
+      [
+        'DATABASE_URL: required when NODE_ENV=production',
+        'DATABASE_HOST: not a variable of this service (its DATABASE_… variables are DATABASE_URL, DATABASE_POOLER, ' +
+          'DATABASE_POOL_MAX, DATABASE_LISTEN_URL, DATABASE_MIGRATION_URL; docs/operations.md lists them all)',
+      ],
+    )
   })
 
-  test('a variable of a family the service reads, but not one of its own (OIDC_CLIENT_ID: no client is needed to check tokens): start-up stops, naming the family', () => {
-    assert.deepEqual(problemsOf({ OIDC_CLIENT_ID: 'api' }), [
-      'OIDC_CLIENT_ID: not a variable of this service (its OIDC_… variables are OIDC_AUDIENCE, OIDC_ISSUER, OIDC_ADMIN_CLAIM, OIDC_ADMIN_VALUE, OIDC_REPROVISION; docs/operations.md lists them all)',
-    ])
-  })
+  test(
+    'a variable of a family the service reads, but not one of its own (OIDC_CLIENT_ID: no client is needed to ' +
+      'check tokens): start-up stops, naming the family',
+    () => {
+      assert.deepEqual(problemsOf({ OIDC_CLIENT_ID: 'api' }), [
+        'OIDC_CLIENT_ID: not a variable of this service (its OIDC_… variables are OIDC_AUDIENCE, OIDC_ISSUER, ' +
+          'OIDC_ADMIN_CLAIM, OIDC_ADMIN_VALUE, OIDC_REPROVISION; docs/operations.md lists them all)',
+      ])
+    },
+  )
 
   test('an empty variable carries nothing: not reported', () => {
     assert.deepEqual(readConfig({ DATABSE_URL: '' }).warnings, [])
@@ -519,33 +624,127 @@ describe('misspelt variables', () => {
   // What a process is given besides its configuration, in the places it runs: none of it may be reported.
   const ordinary: Record<string, Record<string, string>> = {
     'a shell': {
-      PATH: '/usr/local/bin:/usr/bin', HOME: '/home/dev', USER: 'dev', LOGNAME: 'dev', SHELL: '/bin/bash', TERM: 'xterm-256color', LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8',
-      PWD: '/app', OLDPWD: '/', SHLVL: '1', _: '/usr/bin/node', MAIL: '/var/mail/dev', TMPDIR: '/tmp', EDITOR: 'vi', TZ: 'UTC', HOSTTYPE: 'x86_64', DISPLAY: ':0',
-      SSH_AUTH_SOCK: '/tmp/ssh', XDG_RUNTIME_DIR: '/run/user/1000', http_proxy: 'http://proxy:3128', no_proxy: 'localhost',
+      PATH: '/usr/local/bin:/usr/bin',
+      HOME: '/home/dev',
+      USER: 'dev',
+      LOGNAME: 'dev',
+      SHELL: '/bin/bash',
+      TERM: 'xterm-256color',
+      LANG: 'C.UTF-8',
+      LC_ALL: 'C.UTF-8',
+      PWD: '/app',
+      OLDPWD: '/',
+      SHLVL: '1',
+      _: '/usr/bin/node',
+      MAIL: '/var/mail/dev',
+      TMPDIR: '/tmp',
+      EDITOR: 'vi',
+      TZ: 'UTC',
+      HOSTTYPE: 'x86_64',
+      DISPLAY: ':0',
+      SSH_AUTH_SOCK: '/tmp/ssh',
+      XDG_RUNTIME_DIR: '/run/user/1000',
+      http_proxy: 'http://proxy:3128',
+      no_proxy: 'localhost',
     },
-    'the official node image and Docker': { HOSTNAME: 'f00dcafe1234', NODE_VERSION: '26.1.0', YARN_VERSION: '1.22.22', HOME: '/home/node', PATH: '/usr/local/bin:/usr/bin' },
-    'Node itself': { NODE_OPTIONS: '--max-old-space-size=512', NODE_EXTRA_CA_CERTS: '/etc/ca.pem', NODE_DEBUG: 'http', NODE_PATH: '/usr/lib/node', UV_THREADPOOL_SIZE: '8', NODE_NO_WARNINGS: '1', NODE_TLS_REJECT_UNAUTHORIZED: '1', NODE_UNIQUE_ID: '1' },
+    'the official node image and Docker': {
+      HOSTNAME: 'f00dcafe1234',
+      NODE_VERSION: '26.1.0',
+      YARN_VERSION: '1.22.22',
+      HOME: '/home/node',
+      PATH: '/usr/local/bin:/usr/bin',
+    },
+    'Node itself': {
+      NODE_OPTIONS: '--max-old-space-size=512',
+      NODE_EXTRA_CA_CERTS: '/etc/ca.pem',
+      NODE_DEBUG: 'http',
+      NODE_PATH: '/usr/lib/node',
+      UV_THREADPOOL_SIZE: '8',
+      NODE_NO_WARNINGS: '1',
+      NODE_TLS_REJECT_UNAUTHORIZED: '1',
+      NODE_UNIQUE_ID: '1',
+    },
     'npm run': {
-      npm_config_user_agent: 'npm/11', npm_lifecycle_event: 'start', npm_lifecycle_script: 'node dist/main.js', npm_package_name: 'users-products-api', npm_package_version: '0.1.0',
-      npm_node_execpath: '/usr/bin/node', npm_execpath: '/usr/lib/npm-cli.js', npm_config_cache: '/root/.npm', npm_command: 'start', INIT_CWD: '/app', NODE: '/usr/bin/node', COLOR: '0', npm_config_port: '1',
+      npm_config_user_agent: 'npm/11',
+      npm_lifecycle_event: 'start',
+      npm_lifecycle_script: 'node dist/main.js',
+      npm_package_name: 'users-products-api',
+      npm_package_version: '0.1.0',
+      npm_node_execpath: '/usr/bin/node',
+      npm_execpath: '/usr/lib/npm-cli.js',
+      npm_config_cache: '/root/.npm',
+      npm_command: 'start',
+      INIT_CWD: '/app',
+      NODE: '/usr/bin/node',
+      COLOR: '0',
+      npm_config_port: '1',
     },
     'Kubernetes, with services named database, api, admin and webhook in the namespace': {
-      KUBERNETES_SERVICE_HOST: '10.96.0.1', KUBERNETES_SERVICE_PORT: '443', KUBERNETES_SERVICE_PORT_HTTPS: '443', KUBERNETES_PORT: 'tcp://10.96.0.1:443',
-      KUBERNETES_PORT_443_TCP: 'tcp://10.96.0.1:443', KUBERNETES_PORT_443_TCP_PROTO: 'tcp', KUBERNETES_PORT_443_TCP_PORT: '443', KUBERNETES_PORT_443_TCP_ADDR: '10.96.0.1',
-      ...serviceLinks('DATABASE', 5432), ...serviceLinks('API', 3000), ...serviceLinks('ADMIN', 8080), ...serviceLinks('WEBHOOK', 443),
-      DATABASE_SERVICE_PORT_POSTGRES: '5432', POD_NAME: 'api-7d9f', POD_NAMESPACE: 'shop',
+      KUBERNETES_SERVICE_HOST: '10.96.0.1',
+      KUBERNETES_SERVICE_PORT: '443',
+      KUBERNETES_SERVICE_PORT_HTTPS: '443',
+      KUBERNETES_PORT: 'tcp://10.96.0.1:443',
+      KUBERNETES_PORT_443_TCP: 'tcp://10.96.0.1:443',
+      KUBERNETES_PORT_443_TCP_PROTO: 'tcp',
+      KUBERNETES_PORT_443_TCP_PORT: '443',
+      KUBERNETES_PORT_443_TCP_ADDR: '10.96.0.1',
+      ...serviceLinks('DATABASE', 5432),
+      ...serviceLinks('API', 3000),
+      ...serviceLinks('ADMIN', 8080),
+      ...serviceLinks('WEBHOOK', 443),
+      DATABASE_SERVICE_PORT_POSTGRES: '5432',
+      POD_NAME: 'api-7d9f',
+      POD_NAMESPACE: 'shop',
     },
     'Docker links (legacy)': {
-      DATABASE_PORT: 'tcp://172.17.0.2:5432', DATABASE_PORT_5432_TCP: 'tcp://172.17.0.2:5432', DATABASE_PORT_5432_TCP_ADDR: '172.17.0.2', DATABASE_PORT_5432_TCP_PORT: '5432',
-      DATABASE_PORT_5432_TCP_PROTO: 'tcp', DATABASE_NAME: '/api/database', DATABASE_ENV_POSTGRES_PASSWORD: 'pw', DATABASE_ENV_POSTGRES_USER: 'api',
+      DATABASE_PORT: 'tcp://172.17.0.2:5432',
+      DATABASE_PORT_5432_TCP: 'tcp://172.17.0.2:5432',
+      DATABASE_PORT_5432_TCP_ADDR: '172.17.0.2',
+      DATABASE_PORT_5432_TCP_PORT: '5432',
+      DATABASE_PORT_5432_TCP_PROTO: 'tcp',
+      DATABASE_NAME: '/api/database',
+      DATABASE_ENV_POSTGRES_PASSWORD: 'pw',
+      DATABASE_ENV_POSTGRES_USER: 'api',
     },
     'GitHub Actions': {
-      CI: 'true', GITHUB_ACTIONS: 'true', GITHUB_WORKSPACE: '/home/runner/work', GITHUB_SHA: 'abc', GITHUB_REF: 'refs/heads/main', GITHUB_ENV: '/tmp/env', GITHUB_TOKEN: 'x',
-      RUNNER_OS: 'Linux', RUNNER_TEMP: '/tmp', RUNNER_TOOL_CACHE: '/opt/hostedtoolcache', ImageOS: 'ubuntu24', ImageVersion: '2026', ACTIONS_RUNNER_DEBUG: 'false', JAVA_HOME: '/usr/lib/jvm',
-      ANDROID_HOME: '/usr/local/lib/android', GOROOT: '/usr/local/go', PIPX_HOME: '/opt/pipx', AGENT_TOOLSDIRECTORY: '/opt/hostedtoolcache', DEBIAN_FRONTEND: 'noninteractive',
+      CI: 'true',
+      GITHUB_ACTIONS: 'true',
+      GITHUB_WORKSPACE: '/home/runner/work',
+      GITHUB_SHA: 'abc',
+      GITHUB_REF: 'refs/heads/main',
+      GITHUB_ENV: '/tmp/env',
+      GITHUB_TOKEN: 'x',
+      RUNNER_OS: 'Linux',
+      RUNNER_TEMP: '/tmp',
+      RUNNER_TOOL_CACHE: '/opt/hostedtoolcache',
+      ImageOS: 'ubuntu24',
+      ImageVersion: '2026',
+      ACTIONS_RUNNER_DEBUG: 'false',
+      JAVA_HOME: '/usr/lib/jvm',
+      ANDROID_HOME: '/usr/local/lib/android',
+      GOROOT: '/usr/local/go',
+      PIPX_HOME: '/opt/pipx',
+      AGENT_TOOLSDIRECTORY: '/opt/hostedtoolcache',
+      DEBIAN_FRONTEND: 'noninteractive',
     },
-    'OpenSSL and other TLS clients': { SSL_CERT_FILE: '/etc/ssl/certs/ca-certificates.crt', SSL_CERT_DIR: '/etc/ssl/certs', REQUESTS_CA_BUNDLE: '/etc/ssl/ca.pem', CURL_CA_BUNDLE: '/etc/ssl/ca.pem', NODE_EXTRA_CA_CERTS: '/etc/ssl/ca.pem' },
-    'PostgreSQL clients and images': { PGHOST: 'db', PGPORT: '5432', PGUSER: 'api', PGDATABASE: 'api', PGPASSWORD: 'pw', PGDATA: '/var/lib/postgresql/data', POSTGRES_PASSWORD: 'pw', POSTGRES_USER: 'api', POSTGRES_DB: 'api' },
+    'OpenSSL and other TLS clients': {
+      SSL_CERT_FILE: '/etc/ssl/certs/ca-certificates.crt',
+      SSL_CERT_DIR: '/etc/ssl/certs',
+      REQUESTS_CA_BUNDLE: '/etc/ssl/ca.pem',
+      CURL_CA_BUNDLE: '/etc/ssl/ca.pem',
+      NODE_EXTRA_CA_CERTS: '/etc/ssl/ca.pem',
+    },
+    'PostgreSQL clients and images': {
+      PGHOST: 'db',
+      PGPORT: '5432',
+      PGUSER: 'api',
+      PGDATABASE: 'api',
+      PGPASSWORD: 'pw',
+      PGDATA: '/var/lib/postgresql/data',
+      POSTGRES_PASSWORD: 'pw',
+      POSTGRES_USER: 'api',
+      POSTGRES_DB: 'api',
+    },
   }
   for (const [where, env] of Object.entries(ordinary)) {
     test(`the environment of ${where}: nothing reported`, () => {
@@ -553,8 +752,15 @@ describe('misspelt variables', () => {
     })
   }
 
-  test('none of the service\'s own variables is a suspect, whatever its value', () => {
-    assert.deepEqual(suspectVariables(Object.fromEntries([...KNOWN_VARIABLES].map((name) => [name, 'x'])), KNOWN_VARIABLES, SECRET_VARIABLES), [])
+  test("none of the service's own variables is a suspect, whatever its value", () => {
+    assert.deepEqual(
+      suspectVariables(
+        Object.fromEntries([...KNOWN_VARIABLES].map((name) => [name, 'x'])),
+        KNOWN_VARIABLES,
+        SECRET_VARIABLES,
+      ),
+      [],
+    )
   })
 })
 
@@ -575,7 +781,10 @@ function serviceLinks(name: string, port: number): Record<string, string> {
 describe('JWT_SECRETS', () => {
   test('keeps the order of kid:secret pairs (the first signs) and uses the secret bytes as given', () => {
     const secrets = parseJwtSecrets(`new:${SECRET},old:${'b'.repeat(40)}`)
-    assert.deepEqual(secrets.map((s) => s.kid), ['new', 'old'])
+    assert.deepEqual(
+      secrets.map((s) => s.kid),
+      ['new', 'old'],
+    )
     assert.deepEqual(secrets[1]!.secret, Buffer.from('b'.repeat(40)))
   })
 
@@ -625,7 +834,10 @@ describe('the entry point', () => {
   })
 
   test('exits 1 naming DATABASE_LISTEN_URL, without echoing its password, when it does not parse', async () => {
-    const { code, stderr } = await run({ DATABASE_URL: 'postgres://app@127.0.0.1:1/app', DATABASE_LISTEN_URL: 'postgres://app:hunter2-secret@[db/app' })
+    const { code, stderr } = await run({
+      DATABASE_URL: 'postgres://app@127.0.0.1:1/app',
+      DATABASE_LISTEN_URL: 'postgres://app:hunter2-secret@[db/app',
+    })
     assert.equal(code, 1)
     assert.match(stderr, /^Cannot start: DATABASE_LISTEN_URL: /m)
     assert.doesNotMatch(stderr, /hunter2/)

@@ -18,26 +18,60 @@ const off = await startServer()
 // Helpers
 
 /** A comma-separated field as a lower-case list. */
-const list = (res: TestResponse, name: string) => (res.headers.get(name) ?? '').split(',').map((s) => s.trim().toLowerCase()).filter(Boolean)
+const list = (res: TestResponse, name: string) =>
+  (res.headers.get(name) ?? '')
+    .split(',')
+    .map((s) => s.trim().toLowerCase())
+    .filter(Boolean)
 
-const accessControlFields = (res: TestResponse) => [...res.headers.keys()].filter((name) => name.startsWith('access-control-'))
+const accessControlFields = (res: TestResponse) =>
+  [...res.headers.keys()].filter((name) => name.startsWith('access-control-'))
 
 function assertVaryOrigin(res: TestResponse): void {
   assert.ok(list(res, 'vary').includes('origin'), `Vary: Origin on a ${res.status}, got ${res.headers.get('vary')}`)
 }
 
 function assertNoCredentialsField(res: TestResponse): void {
-  assert.equal(res.headers.get('access-control-allow-credentials'), null, 'Access-Control-Allow-Credentials is never sent')
+  assert.equal(
+    res.headers.get('access-control-allow-credentials'),
+    null,
+    'Access-Control-Allow-Credentials is never sent',
+  )
 }
 
-const preflight = (server: TestServer, path: string, origin: string, method = 'POST', requestHeaders = 'authorization, content-type, idempotency-key') =>
+const preflight = (
+  server: TestServer,
+  path: string,
+  origin: string,
+  method = 'POST',
+  requestHeaders = 'authorization, content-type, idempotency-key',
+) =>
   server.request('OPTIONS', path, {
     auth: null,
     headers: { origin, 'access-control-request-method': method, 'access-control-request-headers': requestHeaders },
   })
 
-const REQUEST_HEADERS = ['authorization', 'content-type', 'if-match', 'idempotency-key', 'if-none-match', 'x-api-key', 'x-request-id']
-const EXPOSED_HEADERS = ['etag', 'link', 'location', 'x-total-count', 'x-request-id', 'retry-after', 'idempotent-replayed', 'ratelimit-limit', 'ratelimit-remaining', 'ratelimit-reset']
+const REQUEST_HEADERS = [
+  'authorization',
+  'content-type',
+  'if-match',
+  'idempotency-key',
+  'if-none-match',
+  'x-api-key',
+  'x-request-id',
+]
+const EXPOSED_HEADERS = [
+  'etag',
+  'link',
+  'location',
+  'x-total-count',
+  'x-request-id',
+  'retry-after',
+  'idempotent-replayed',
+  'ratelimit-limit',
+  'ratelimit-remaining',
+  'ratelimit-reset',
+]
 
 // ---------------------------------------------------------------------------
 // A listed origin
@@ -50,41 +84,60 @@ describe('CORS_ORIGINS lists the origin', () => {
     ['/api-keys', ['GET', 'HEAD', 'POST', 'OPTIONS']],
   ]
   for (const [path, methods] of preflights) {
-    test(`a preflight for ${path} (anonymous) is 204 with the origin echoed, its methods, the request headers and a max age`, async () => {
-      const res = await preflight(cors, path, APP)
-      assert.equal(res.status, 204, res.text)
-      assert.equal(res.text, '')
-      assert.equal(res.headers.get('access-control-allow-origin'), APP)
-      assert.deepEqual(list(res, 'access-control-allow-methods').sort(), methods.map((m) => m.toLowerCase()).sort())
-      const allowed = list(res, 'access-control-allow-headers')
-      for (const header of REQUEST_HEADERS) assert.ok(allowed.includes(header), `Access-Control-Allow-Headers includes ${header}: ${allowed.join(', ')}`)
-      const maxAge = res.headers.get('access-control-max-age')
-      assert.match(maxAge ?? '', /^[1-9][0-9]*$/, 'a positive Access-Control-Max-Age')
-      assertVaryOrigin(res)
-      assertNoCredentialsField(res)
-    })
+    test(
+      `a preflight for ${path} (anonymous) is 204 with the origin echoed, its methods, the request headers and a ` +
+        `max age`,
+      async () => {
+        const res = await preflight(cors, path, APP)
+        assert.equal(res.status, 204, res.text)
+        assert.equal(res.text, '')
+        assert.equal(res.headers.get('access-control-allow-origin'), APP)
+        assert.deepEqual(list(res, 'access-control-allow-methods').sort(), methods.map((m) => m.toLowerCase()).sort())
+        const allowed = list(res, 'access-control-allow-headers')
+        for (const header of REQUEST_HEADERS)
+          assert.ok(allowed.includes(header), `Access-Control-Allow-Headers includes ${header}: ${allowed.join(', ')}`)
+        const maxAge = res.headers.get('access-control-max-age')
+        assert.match(maxAge ?? '', /^[1-9][0-9]*$/, 'a positive Access-Control-Max-Age')
+        assertVaryOrigin(res)
+        assertNoCredentialsField(res)
+      },
+    )
   }
 
   test('a preflight is not rate limited and not authenticated: a bad credential on OPTIONS is still 204', async () => {
-    const res = await cors.request('OPTIONS', '/users', { auth: 'garbage', headers: { origin: APP, 'access-control-request-method': 'GET' } })
+    const res = await cors.request('OPTIONS', '/users', {
+      auth: 'garbage',
+      headers: { origin: APP, 'access-control-request-method': 'GET' },
+    })
     assert.equal(res.status, 204)
     assert.equal(res.headers.get('access-control-allow-origin'), APP)
   })
 
-  test('a GET from the origin gets Access-Control-Allow-Origin and Expose-Headers naming the fields a client reads', async () => {
-    const res = await cors.request('GET', '/users', { headers: { origin: APP } })
-    assert.equal(res.status, 200, res.text)
-    assert.equal(res.headers.get('access-control-allow-origin'), APP)
-    const exposed = list(res, 'access-control-expose-headers')
-    for (const header of EXPOSED_HEADERS) assert.ok(exposed.includes(header), `Access-Control-Expose-Headers includes ${header}: ${exposed.join(', ')}`)
-    assert.equal(res.headers.get('access-control-allow-methods'), null, 'preflight-only fields stay off simple answers')
-    assert.equal(res.headers.get('access-control-max-age'), null)
-    assertVaryOrigin(res)
-    assertNoCredentialsField(res)
-  })
+  test(
+    'a GET from the origin gets Access-Control-Allow-Origin and Expose-Headers naming the fields a client ' + 'reads',
+    async () => {
+      const res = await cors.request('GET', '/users', { headers: { origin: APP } })
+      assert.equal(res.status, 200, res.text)
+      assert.equal(res.headers.get('access-control-allow-origin'), APP)
+      const exposed = list(res, 'access-control-expose-headers')
+      for (const header of EXPOSED_HEADERS)
+        assert.ok(exposed.includes(header), `Access-Control-Expose-Headers includes ${header}: ${exposed.join(', ')}`)
+      assert.equal(
+        res.headers.get('access-control-allow-methods'),
+        null,
+        'preflight-only fields stay off simple answers',
+      )
+      assert.equal(res.headers.get('access-control-max-age'), null)
+      assertVaryOrigin(res)
+      assertNoCredentialsField(res)
+    },
+  )
 
   test('a POST from the origin: 201 with Location readable (exposed) by the page', async () => {
-    const res = await cors.request('POST', '/products', { headers: { origin: APP }, body: { sku: `CORS-${Date.now()}`, name: 'Cors', price: 100, currency: 'EUR' } })
+    const res = await cors.request('POST', '/products', {
+      headers: { origin: APP },
+      body: { sku: `CORS-${Date.now()}`, name: 'Cors', price: 100, currency: 'EUR' },
+    })
     assert.equal(res.status, 201, res.text)
     assert.equal(res.headers.get('access-control-allow-origin'), APP)
     assert.ok(res.headers.get('location'))
@@ -109,15 +162,12 @@ describe('CORS_ORIGINS lists the origin', () => {
     })
   }
 
-  test(
-    'a 404 for a path no route matches carries the CORS fields too',
-    async () => {
-      const res = await cors.request('GET', '/no-such-thing', { headers: { origin: APP } })
-      assert.equal(res.status, 404)
-      assertVaryOrigin(res)
-      assert.equal(res.headers.get('access-control-allow-origin'), APP)
-    },
-  )
+  test('a 404 for a path no route matches carries the CORS fields too', async () => {
+    const res = await cors.request('GET', '/no-such-thing', { headers: { origin: APP } })
+    assert.equal(res.status, 404)
+    assertVaryOrigin(res)
+    assert.equal(res.headers.get('access-control-allow-origin'), APP)
+  })
 
   test('a request without Origin gets Vary: Origin and no Access-Control-* field', async () => {
     for (const res of [await cors.request('GET', '/users'), await cors.request('OPTIONS', '/users', { auth: null })]) {
@@ -141,16 +191,19 @@ describe('an origin that is not listed', () => {
     'null',
   ]
   for (const origin of strangers) {
-    test(`${origin}: neither a preflight nor a GET gets any Access-Control-* field; both get Vary: Origin`, async () => {
-      const pre = await preflight(cors, '/users', origin)
-      assert.equal(pre.status, 204)
-      assert.deepEqual(accessControlFields(pre), [])
-      assertVaryOrigin(pre)
-      const get = await cors.request('GET', '/users', { headers: { origin } })
-      assert.equal(get.status, 200)
-      assert.deepEqual(accessControlFields(get), [])
-      assertVaryOrigin(get)
-    })
+    test(
+      `${origin}: neither a preflight nor a GET gets any Access-Control-* field; both get Vary: ` + `Origin`,
+      async () => {
+        const pre = await preflight(cors, '/users', origin)
+        assert.equal(pre.status, 204)
+        assert.deepEqual(accessControlFields(pre), [])
+        assertVaryOrigin(pre)
+        const get = await cors.request('GET', '/users', { headers: { origin } })
+        assert.equal(get.status, 200)
+        assert.deepEqual(accessControlFields(get), [])
+        assertVaryOrigin(get)
+      },
+    )
   }
 })
 

@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { test } from 'node:test'
-import { cursorKey, decodeCursor, encodeCursor, sealCursor, type CursorKey, type CursorPayload } from '../src/core/collections/cursor.js'
+import {
+  cursorKey,
+  decodeCursor,
+  encodeCursor,
+  sealCursor,
+  type CursorKey,
+  type CursorPayload,
+} from '../src/core/collections/cursor.js'
 
 // Unit tests of the collection cursor: unreadable, tamper-evident, and opened
 // under any of several keys (rotation). No server, no database.
@@ -10,10 +17,15 @@ const key = cursorKey(randomBytes(32))
 const otherKey = cursorKey(randomBytes(32))
 const BASE64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
 
-const payload: CursorPayload = { sort: '-price,name,id', filter: 'AbCdEfGhIjKlMnOp', after: [1999, 'Widget "deluxe" ü ✓', 42] }
+const payload: CursorPayload = {
+  sort: '-price,name,id',
+  filter: 'AbCdEfGhIjKlMnOp',
+  after: [1999, 'Widget "deluxe" ü ✓', 42],
+}
 
 /** A cursor sealed right under `key` but whose plaintext is whatever the caller says. */
-const sealed = (plaintext: Buffer | string, k: CursorKey = key) => sealCursor(Buffer.isBuffer(plaintext) ? plaintext : Buffer.from(plaintext, 'utf8'), k)
+const sealed = (plaintext: Buffer | string, k: CursorKey = key) =>
+  sealCursor(Buffer.isBuffer(plaintext) ? plaintext : Buffer.from(plaintext, 'utf8'), k)
 
 test('a cursor decodes to the payload it was made from', () => {
   const cursor = encodeCursor(payload, key)
@@ -45,7 +57,9 @@ test('a cursor does not show its values: neither as text nor in base64 at any al
   const bytes = Buffer.from(cursor, 'base64url')
   assert.ok(!cursor.includes('alice') && !bytes.includes('alice') && !bytes.includes('example.com'))
   for (let shift = 0; shift < 3; shift++) {
-    const encoded = Buffer.from('x'.repeat(shift) + 'alice.secret').toString('base64url').slice(4, 12)
+    const encoded = Buffer.from('x'.repeat(shift) + 'alice.secret')
+      .toString('base64url')
+      .slice(4, 12)
     assert.ok(!cursor.includes(encoded), `base64 of the e-mail (alignment ${shift})`)
   }
 })
@@ -69,7 +83,9 @@ test('the last character has no spare spellings', () => {
   // decoder that ignores them would accept other spellings of the cursor.
   const cursor = encodeCursor(payload, key)
   const last = cursor.at(-1)!
-  const accepted = [...BASE64URL].filter((c) => c !== last && decodeCursor(cursor.slice(0, -1) + c, [key]) !== undefined)
+  const accepted = [...BASE64URL].filter(
+    (c) => c !== last && decodeCursor(cursor.slice(0, -1) + c, [key]) !== undefined,
+  )
   assert.deepEqual(accepted, [])
 })
 
@@ -98,7 +114,10 @@ test('a cursor made under an older key still opens while that key is in the list
 
 test('the same payload under the same key gives the same cursor; a different payload a different one', () => {
   assert.equal(encodeCursor(payload, key), encodeCursor({ ...payload, after: [...payload.after] }, key))
-  assert.notEqual(encodeCursor(payload, key), encodeCursor({ ...payload, after: [1999, 'Widget "deluxe" ü ✓', 43] }, key))
+  assert.notEqual(
+    encodeCursor(payload, key),
+    encodeCursor({ ...payload, after: [1999, 'Widget "deluxe" ü ✓', 43] }, key),
+  )
   assert.notEqual(encodeCursor(payload, key), encodeCursor({ ...payload, sort: 'price,name,id' }, key))
   assert.notEqual(encodeCursor(payload, key), encodeCursor({ ...payload, filter: 'other' }, key))
 })

@@ -42,7 +42,9 @@ function findBinaries(): string {
   const candidates: string[] = []
   if (process.env.PG_BIN) candidates.push(process.env.PG_BIN)
   if (existsSync('/usr/lib/postgresql')) {
-    const versions = readdirSync('/usr/lib/postgresql').filter((d) => /^[0-9]+$/.test(d)).sort((a, b) => Number(b) - Number(a))
+    const versions = readdirSync('/usr/lib/postgresql')
+      .filter((d) => /^[0-9]+$/.test(d))
+      .sort((a, b) => Number(b) - Number(a))
     candidates.push(...versions.map((v) => `/usr/lib/postgresql/${v}/bin`))
   }
   candidates.push(...(process.env.PATH ?? '').split(':').filter(Boolean))
@@ -81,13 +83,25 @@ export class OwnCluster {
     const c = new OwnCluster()
     await run('mkdir', ['-m', '700', c.data, c.sockets])
     if (c.account) await run('chown', ['-R', `${c.account}:`, c.root])
-    await c.tool('initdb', ['-D', c.data, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--no-locale', '--no-instructions', '--no-sync'])
+    await c.tool('initdb', [
+      '-D',
+      c.data,
+      '-U',
+      'postgres',
+      '--auth=trust',
+      '--encoding=UTF8',
+      '--no-locale',
+      '--no-instructions',
+      '--no-sync',
+    ])
     await c.start()
     return c
   }
 
   private async tool(name: string, args: string[]): Promise<string> {
-    const [cmd, argv] = this.account ? ['runuser', ['-u', this.account, '--', join(this.bin, name), ...args]] : [join(this.bin, name), args]
+    const [cmd, argv] = this.account
+      ? ['runuser', ['-u', this.account, '--', join(this.bin, name), ...args]]
+      : [join(this.bin, name), args]
     const { stdout, stderr } = await run(cmd, argv, { timeout: 60_000 })
     return stdout + stderr
   }
@@ -99,8 +113,21 @@ export class OwnCluster {
   async start(): Promise<void> {
     // fsync off: a crash of the server (what the tests cause) loses nothing the
     // kernel already has; only a crash of the machine would.
-    const options = `-c listen_addresses='' -c unix_socket_directories='${this.sockets}' -c max_connections=100 -c fsync=off -c full_page_writes=off`
-    await this.tool('pg_ctl', ['start', '-D', this.data, '-w', '-t', '60', '-l', join(this.root, 'postgres.log'), '-o', options])
+    const options =
+      `-c listen_addresses='' -c ` +
+      `unix_socket_directories='${this.sockets}' -c max_connections=100 -c fsync=off -c full_page_writes=off`
+    await this.tool('pg_ctl', [
+      'start',
+      '-D',
+      this.data,
+      '-w',
+      '-t',
+      '60',
+      '-l',
+      join(this.root, 'postgres.log'),
+      '-o',
+      options,
+    ])
   }
 
   async stop(mode: 'fast' | 'immediate'): Promise<void> {
@@ -126,7 +153,8 @@ export class OwnCluster {
     const db = connect(this.url(name), { max: 1, statementTimeoutMs: 60_000 })
     try {
       await migrate(db)
-      const [admin] = await db<Array<{ id: number }>>`INSERT INTO users (name, email, role) VALUES ('Fault Admin', ${`admin.${name}@example.com`}, 'admin') RETURNING id`
+      const [admin] = await db<Array<{ id: number }>>`INSERT INTO users (name, email, role) VALUES
+        ('Fault Admin', ${`admin.${name}@example.com`}, 'admin') RETURNING id`
       return { url: this.url(name), adminId: admin!.id }
     } finally {
       await db.end({ timeout: 5 })
@@ -150,7 +178,10 @@ export class OwnCluster {
  * Holds the lock `take` acquires, in a transaction of its own, until
  * `release()`; resolves once the lock is held.
  */
-async function holdLock(sql: Sql, take: (tx: TransactionSql) => Promise<unknown>): Promise<{ release(): void; done: Promise<unknown> }> {
+async function holdLock(
+  sql: Sql,
+  take: (tx: TransactionSql) => Promise<unknown>,
+): Promise<{ release(): void; done: Promise<unknown> }> {
   let release!: () => void
   const released = new Promise<void>((resolve) => (release = resolve))
   let locked!: () => void
@@ -177,10 +208,16 @@ export function adminToken(adminId: number): string {
   const now = Math.floor(Date.now() / 1000)
   return signJwt(
     {
-      sub: String(adminId), iss: 'users-products-api', aud: 'users-products-api', iat: now, exp: now + 3600, role: 'admin',
+      sub: String(adminId),
+      iss: 'users-products-api',
+      aud: 'users-products-api',
+      iat: now,
+      exp: now + 3600,
+      role: 'admin',
       scope: [...applicationRegistry.scopes.byRole.admin].join(' '),
       // No session has this id; the epoch of a user never changed: revoked only with its user.
-      sid: String(2 ** 53), gen: 0,
+      sid: String(2 ** 53),
+      gen: 0,
     },
     { kid: 'fault', secret: Buffer.from(JWT_SECRET) },
   )
@@ -217,7 +254,11 @@ export interface CommandExit {
  * environment, nothing inherited but PATH and HOME; `input` on its standard
  * input. Killed after 30 s, so a command that hangs fails its test.
  */
-export function spawnCommand(args: string[], env: Record<string, string>, input?: string): { child: ChildProcess; exited: Promise<CommandExit>; stdout(): string } {
+export function spawnCommand(
+  args: string[],
+  env: Record<string, string>,
+  input?: string,
+): { child: ChildProcess; exited: Promise<CommandExit>; stdout(): string } {
   const child = spawn(process.execPath, [mainScript, ...args], {
     cwd: projectRoot,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
@@ -239,7 +280,8 @@ export function spawnCommand(args: string[], env: Record<string, string>, input?
 }
 
 /** spawnCommand, once it has ended. */
-export const runCommand = (args: string[], env: Record<string, string>, input?: string) => spawnCommand(args, env, input).exited
+export const runCommand = (args: string[], env: Record<string, string>, input?: string) =>
+  spawnCommand(args, env, input).exited
 
 /**
  * The lines of a service's log that say something went wrong: errors and
@@ -247,7 +289,9 @@ export const runCommand = (args: string[], env: Record<string, string>, input?: 
  * does not set NODE_ENV).
  */
 export const troubleIn = (logs: ReadonlyArray<Record<string, unknown>>) =>
-  logs.filter((l) => l.level === 'error' || (l.level === 'warn' && l.msg !== 'development mode: NODE_ENV is not "production"'))
+  logs.filter(
+    (l) => l.level === 'error' || (l.level === 'warn' && l.msg !== 'development mode: NODE_ENV is not "production"'),
+  )
 
 /**
  * The real service, `node dist/main.js` (or another script that logs as it
@@ -261,7 +305,15 @@ export function launchService(env: Record<string, string>, { script = mainScript
     cwd: projectRoot,
     // Detached: a process group of its own, for a test to signal as a terminal or a supervisor signals one.
     detached,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, HOST: '127.0.0.1', PORT: '0', ...serviceEnv, ...testHashCostFor(env), ...env },
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      HOST: '127.0.0.1',
+      PORT: '0',
+      ...serviceEnv,
+      ...testHashCostFor(env),
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   const logs: Array<Record<string, unknown>> = []
@@ -289,14 +341,30 @@ export function launchService(env: Record<string, string>, { script = mainScript
       resolve({ code, signal, at: performance.now() })
     }),
   )
-  const handle = { pid: child.pid!, logs, stderr: () => stderr, exited, alive: () => alive, kill: (signal: NodeJS.Signals) => void child.kill(signal) }
+  const handle = {
+    pid: child.pid!,
+    logs,
+    stderr: () => stderr,
+    exited,
+    alive: () => alive,
+    kill: (signal: NodeJS.Signals) => void child.kill(signal),
+  }
   // The 'listening' line is at info level: with LOG_LEVEL above it, pass a PORT.
   const fixed = env.PORT && env.PORT !== '0' ? Number(env.PORT) : undefined
-  const ready = fixed === undefined ? announced : waitFor('the service to listen', async () => (await call(`http://127.0.0.1:${fixed}`, 'GET', '/healthz', { timeoutMs: 1000 })).status === 200, 30_000).then(() => fixed)
+  const ready =
+    fixed === undefined
+      ? announced
+      : waitFor(
+          'the service to listen',
+          async () => (await call(`http://127.0.0.1:${fixed}`, 'GET', '/healthz', { timeoutMs: 1000 })).status === 200,
+          30_000,
+        ).then(() => fixed)
   const listening = Promise.race([
     ready,
     exited.then(({ code }) => Promise.reject(new Error(`the service exited (${code}) before listening: ${stderr}`))),
-    sleep(30_000, undefined, { ref: false }).then(() => Promise.reject(new Error(`the service did not listen within 30 s: ${stderr}`))),
+    sleep(30_000, undefined, { ref: false }).then(() =>
+      Promise.reject(new Error(`the service did not listen within 30 s: ${stderr}`)),
+    ),
   ]).then(
     (port): Spawned => ({ ...handle, url: `http://127.0.0.1:${port}`, port }),
     (err: unknown) => {
@@ -309,7 +377,8 @@ export function launchService(env: Record<string, string>, { script = mainScript
 }
 
 /** The real service (`launchService`); resolves once it listens. */
-export const spawnService = (env: Record<string, string>, script?: string): Promise<Spawned> => launchService(env, script ? { script } : {}).listening
+export const spawnService = (env: Record<string, string>, script?: string): Promise<Spawned> =>
+  launchService(env, script ? { script } : {}).listening
 
 export interface Outcome {
   client: number
@@ -327,22 +396,48 @@ export interface Outcome {
 
 /** One request with fetch, a hard time-out, and its outcome; never throws. */
 export async function call(
-  base: string, method: string, path: string,
-  options: { token?: string; body?: unknown; headers?: Record<string, string>; timeoutMs?: number; what?: string; client?: number; seq?: number } = {},
+  base: string,
+  method: string,
+  path: string,
+  options: {
+    token?: string
+    body?: unknown
+    headers?: Record<string, string>
+    timeoutMs?: number
+    what?: string
+    client?: number
+    seq?: number
+  } = {},
 ): Promise<Outcome> {
   const headers: Record<string, string> = { ...options.headers }
   if (options.token) headers.authorization = `Bearer ${options.token}`
-  if (options.body !== undefined) headers['content-type'] ??= method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
+  if (options.body !== undefined)
+    headers['content-type'] ??= method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
   const started = performance.now()
-  const base_ = { client: options.client ?? 0, seq: options.seq ?? 0, what: options.what ?? `${method} ${path}`, started }
+  const base_ = {
+    client: options.client ?? 0,
+    seq: options.seq ?? 0,
+    what: options.what ?? `${method} ${path}`,
+    started,
+  }
   try {
     const res = await fetch(base + path, {
-      method, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body),
+      method,
+      headers,
+      body: options.body === undefined ? undefined : JSON.stringify(options.body),
       signal: AbortSignal.timeout(options.timeoutMs ?? 20_000),
     })
     const text = await res.text()
     const body = text && /json/.test(res.headers.get('content-type') ?? '') ? JSON.parse(text) : undefined
-    return { ...base_, ended: performance.now(), status: res.status, code: body?.code, retryAfter: res.headers.get('retry-after'), etag: res.headers.get('etag'), body }
+    return {
+      ...base_,
+      ended: performance.now(),
+      status: res.status,
+      code: body?.code,
+      retryAfter: res.headers.get('retry-after'),
+      etag: res.headers.get('etag'),
+      body,
+    }
   } catch (err) {
     const e = err as Error & { cause?: { code?: string } }
     return { ...base_, ended: performance.now(), error: `${e.name}: ${e.cause?.code ?? e.message}` }
@@ -387,7 +482,12 @@ export function connectionRefused(port: number): Promise<boolean> {
 }
 
 /** Polls until `check` is true; returns the time it took (ms), or throws after `timeoutMs`. */
-export async function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000, everyMs = 50): Promise<number> {
+export async function waitFor(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 30_000,
+  everyMs = 50,
+): Promise<number> {
   const started = performance.now()
   while (!(await check())) {
     if (performance.now() - started > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
@@ -533,7 +633,9 @@ export class RawClient {
     this.socket.once('connect', () => void (this.localPort = this.socket.localPort!))
     this.socket.on('data', (d: Buffer) => void (this.data = Buffer.concat([this.data, d])))
     this.socket.on('error', () => {})
-    this.closed = new Promise((resolve) => this.socket.on('close', () => ((this.closedAt = performance.now()), resolve())))
+    this.closed = new Promise((resolve) =>
+      this.socket.on('close', () => ((this.closedAt = performance.now()), resolve())),
+    )
   }
   async open(): Promise<this> {
     await new Promise((resolve) => this.socket.once('connect', resolve))
@@ -553,7 +655,9 @@ export class RawClient {
       const end = rest.indexOf('\r\n\r\n')
       if (end === -1) return out
       const [statusLine, ...lines] = rest.slice(0, end).split('\r\n')
-      const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]))
+      const headers = Object.fromEntries(
+        lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
+      )
       const length = Number(headers['content-length'] ?? 0)
       if (rest.length < end + 4 + length) return out
       out.push({ status: Number(statusLine!.split(' ')[1]), headers, body: rest.slice(end + 4, end + 4 + length) })
@@ -573,14 +677,19 @@ export function malformedRequests(token: string, bodyLimit: number): MalformedRe
   const chunkedOver = `${post}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${chunks}0\r\n\r\n`
   const nested = '['.repeat(100_000)
   return [
-    ['Content-Length with Transfer-Encoding', `${post}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
-      400],
+    [
+      'Content-Length with Transfer-Encoding',
+      `${post}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+      400,
+    ],
     ['two Content-Length headers', `${post}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}`, 400],
     ['headers over 16 KiB', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431],
     ['a chunked body over BODY_LIMIT', chunkedOver, 413],
-    ['100,000 nested arrays',
+    [
+      '100,000 nested arrays',
       `${post}Content-Type: application/json\r\nContent-Length: ${nested.length}\r\nConnection: close\r\n\r\n${nested}`,
-      400],
+      400,
+    ],
   ]
 }
 
@@ -629,7 +738,8 @@ export async function slowClients(
   const many = (first: string, next: (i: number) => string) =>
     Promise.all(Array.from({ length: clients }, (_, i) => slow(first, () => next(i))))
   const headers = 'GET /healthz HTTP/1.1\r\nHost: x\r\n'
-  const body = `POST /users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n` +
+  const body =
+    `POST /users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n` +
     'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"name":"'
   try {
     const [slowHeaders, bodies] = await Promise.all([many(headers, (i) => `X-Slow-${i}: y\r\n`), many(body, () => 'a')])

@@ -32,7 +32,8 @@ async function createUser(server: TestServer, prefix = ''): Promise<{ id: number
   return { id: res.body.id, etag: res.headers.get('etag')!, location: res.headers.get('location')! }
 }
 
-const countUsers = async (server: TestServer) => (await server.sql<Array<{ n: number }>>`SELECT count(*)::int AS n FROM users`)[0]!.n
+const countUsers = async (server: TestServer) =>
+  (await server.sql<Array<{ n: number }>>`SELECT count(*)::int AS n FROM users`)[0]!.n
 
 /** Asserts what every response carries, and for problems the RFC 9457 body. */
 function assertCommon(res: { status: number; headers: Headers; text: string }): void {
@@ -56,12 +57,16 @@ function assertProblem(res: TestResponse, status: number, code: string, instance
   if (instance !== undefined) assert.equal(body.instance, instance)
   else assert.equal(typeof body.instance, 'string')
   for (const key of Object.keys(body)) {
-    assert.ok(['type', 'title', 'status', 'code', 'detail', 'instance', 'request_id', 'errors'].includes(key), `unexpected problem member ${key}`)
+    assert.ok(
+      ['type', 'title', 'status', 'code', 'detail', 'instance', 'request_id', 'errors'].includes(key),
+      `unexpected problem member ${key}`,
+    )
   }
 }
 
 /** The error paths of a problem, for `errors` assertions. */
-const errorPaths = (res: TestResponse): string[] => ((res.body?.errors ?? []) as Array<{ path: string }>).map((e) => e.path)
+const errorPaths = (res: TestResponse): string[] =>
+  ((res.body?.errors ?? []) as Array<{ path: string }>).map((e) => e.path)
 
 /** The server's log line for a request id; waits briefly, since it is written on `finish`. */
 async function logLine(server: TestServer, requestId: string): Promise<Record<string, unknown>> {
@@ -84,16 +89,29 @@ interface RawResponse {
  * collects everything until the server closes it. Requests should ask for
  * `Connection: close`. Fails if the server keeps the socket open past `timeoutMs`.
  */
-function rawExchange(server: TestServer, rawChunks: Array<string | Buffer>, { pauseMs = 0, timeoutMs = 5000 } = {}): Promise<Buffer> {
+function rawExchange(
+  server: TestServer,
+  rawChunks: Array<string | Buffer>,
+  { pauseMs = 0, timeoutMs = 5000 } = {},
+): Promise<Buffer> {
   const { port } = new URL(server.url)
   // Every raw request acts as the file's admin, like api.request does.
-  const chunks = rawChunks.map((c) => (typeof c === 'string' ? c.replaceAll('\r\nHost: x\r\n', `\r\nHost: x\r\nAuthorization: Bearer ${server.admin.token}\r\n`) : c))
+  const chunks = rawChunks.map((c) =>
+    typeof c === 'string'
+      ? c.replaceAll('\r\nHost: x\r\n', `\r\nHost: x\r\nAuthorization: Bearer ${server.admin.token}\r\n`)
+      : c,
+  )
   return new Promise((resolve, reject) => {
     const socket = netConnect(Number(port), '127.0.0.1')
     const received: Buffer[] = []
     const timer = setTimeout(() => {
       socket.destroy()
-      reject(new Error(`the server did not close the connection within ${timeoutMs} ms; received ${JSON.stringify(Buffer.concat(received).toString('latin1'))}`))
+      reject(
+        new Error(
+          `the server did not close the connection ` +
+            `within ${timeoutMs} ms; received ${JSON.stringify(Buffer.concat(received).toString('latin1'))}`,
+        ),
+      )
     }, timeoutMs)
     socket.on('data', (d: Buffer) => received.push(d))
     // A reset after the answer (the server closes while we still send) is fine: what was received counts.
@@ -133,7 +151,11 @@ function parseResponses(data: Buffer, { head = false } = {}): RawResponse[] {
   return out
 }
 
-async function raw(server: TestServer, chunks: Array<string | Buffer>, options?: { pauseMs?: number; head?: boolean }): Promise<RawResponse> {
+async function raw(
+  server: TestServer,
+  chunks: Array<string | Buffer>,
+  options?: { pauseMs?: number; head?: boolean },
+): Promise<RawResponse> {
   const responses = parseResponses(await rawExchange(server, chunks, options), { head: options?.head })
   assert.equal(responses.length, 1, `expected one response, got ${responses.length}`)
   return responses[0]!
@@ -180,14 +202,19 @@ describe('headers on every response', () => {
 describe('request ids and the log line', () => {
   const kept = ['abc', 'A-Za-z0-9._:-', 'trace:4bf92f3577b34da6.a3ce929d0e0e4736', 'x'.repeat(128)]
   for (const id of kept) {
-    test(`keeps a client X-Request-Id of ${id.length} allowed characters (${JSON.stringify(id.slice(0, 20))}) in the header, problem body and log line`, async () => {
-      const res = await api.request('GET', '/users/999999', { headers: { 'x-request-id': id } })
-      assertProblem(res, 404, 'not_found', '/users/999999')
-      assert.equal(res.headers.get('x-request-id'), id)
-      assert.equal(res.body.request_id, id)
-      const line = await logLine(api, id)
-      assert.equal(line.status, 404)
-    })
+    test(
+      `keeps a client X-Request-Id ` +
+        `of ${id.length} allowed characters ` +
+        `(${JSON.stringify(id.slice(0, 20))}) in the header, problem body and log line`,
+      async () => {
+        const res = await api.request('GET', '/users/999999', { headers: { 'x-request-id': id } })
+        assertProblem(res, 404, 'not_found', '/users/999999')
+        assert.equal(res.headers.get('x-request-id'), id)
+        assert.equal(res.body.request_id, id)
+        const line = await logLine(api, id)
+        assert.equal(line.status, 404)
+      },
+    )
   }
 
   const replaced = [
@@ -206,24 +233,38 @@ describe('request ids and the log line', () => {
       assert.match(given, UUID)
       assert.equal(res.body.request_id, given)
       await logLine(api, given)
-      assert.equal(api.logs.some((l) => l.request_id === id), false, 'the refused id reached the log')
+      assert.equal(
+        api.logs.some((l) => l.request_id === id),
+        false,
+        'the refused id reached the log',
+      )
     })
   }
 
   test('replaces a repeated X-Request-Id header (which Node joins with ", ")', async () => {
-    const res = await raw(api, [`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: one\r\nX-Request-Id: two\r\nConnection: close\r\n\r\n`])
+    const res = await raw(api, [
+      `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: one\r\nX-Request-Id: two\r\nConnection: close\r\n\r\n`,
+    ])
     assert.equal(res.status, 200)
     assert.match(res.headers['x-request-id']!, UUID)
   })
 
   test('replaces a client X-Request-Id with a non-ASCII byte', async () => {
-    const res = await raw(api, [Buffer.concat([Buffer.from('GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: caf'), Buffer.from([0xe9]), Buffer.from('\r\nConnection: close\r\n\r\n')])])
+    const res = await raw(api, [
+      Buffer.concat([
+        Buffer.from('GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: caf'),
+        Buffer.from([0xe9]),
+        Buffer.from('\r\nConnection: close\r\n\r\n'),
+      ]),
+    ])
     assert.equal(res.status, 200)
     assert.match(res.headers['x-request-id']!, UUID)
   })
 
   test('generates a different id for each request without one', async () => {
-    const ids = await Promise.all([1, 2, 3].map(async () => (await api.request('GET', '/healthz')).headers.get('x-request-id')))
+    const ids = await Promise.all(
+      [1, 2, 3].map(async () => (await api.request('GET', '/healthz')).headers.get('x-request-id')),
+    )
     assert.equal(new Set(ids).size, 3)
   })
 
@@ -266,7 +307,11 @@ describe('request ids and the log line', () => {
   test('still logs a request whose client aborted the upload', async () => {
     const socket = netConnect(Number(new URL(api.url).port), '127.0.0.1')
     await new Promise((resolve) => socket.on('connect', resolve))
-    socket.write(`POST /users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${api.admin.token}\r\nX-Request-Id: aborted-upload\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":`)
+    socket.write(
+      `POST /users HTTP/1.1\r\nHost: x\r\nAuthorization: ` +
+        `Bearer ${api.admin.token}\r\nX-Request-Id: aborted-upload\r\nContent-Type: ` +
+        `application/json\r\nContent-Length: 100\r\n\r\n{"name":`,
+    )
     await new Promise((resolve) => setTimeout(resolve, 50))
     socket.destroy()
     const line = await logLine(api, 'aborted-upload')
@@ -329,7 +374,11 @@ describe('routing', () => {
     assert.equal(await countUsers(api), before)
   })
 
-  for (const [path, allow] of [['/users/1', ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'PUT']], ['/users', ['GET', 'HEAD', 'OPTIONS', 'POST']], ['/healthz', ['GET', 'HEAD', 'OPTIONS']]] as const) {
+  for (const [path, allow] of [
+    ['/users/1', ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'PUT']],
+    ['/users', ['GET', 'HEAD', 'OPTIONS', 'POST']],
+    ['/healthz', ['GET', 'HEAD', 'OPTIONS']],
+  ] as const) {
     test(`answers OPTIONS ${path} with 204, Allow and no body`, async () => {
       const res = await api.request('OPTIONS', path)
       assert.equal(res.status, 204)
@@ -351,7 +400,8 @@ describe('routing', () => {
     const head = await api.request('HEAD', `/users/${user.id}`)
     assert.equal(head.status, 200)
     assertCommon(head)
-    for (const name of ['content-type', 'content-length', 'etag']) assert.equal(head.headers.get(name), get.headers.get(name), name)
+    for (const name of ['content-type', 'content-length', 'etag'])
+      assert.equal(head.headers.get(name), get.headers.get(name), name)
     assert.equal(Number(head.headers.get('content-length')), Buffer.byteLength(get.text))
     assert.equal(head.text, '')
     // On the wire: nothing follows the head, although Content-Length is not 0.
@@ -397,7 +447,12 @@ describe('content types', () => {
   for (const [what, headers] of refused) {
     test(`answers POST /users with ${what} with 415 and creates nothing`, async () => {
       const before = await countUsers(api)
-      assertProblem(await api.request('POST', '/users', { body: JSON.stringify(newUser()), headers }), 415, 'unsupported_media_type', '/users')
+      assertProblem(
+        await api.request('POST', '/users', { body: JSON.stringify(newUser()), headers }),
+        415,
+        'unsupported_media_type',
+        '/users',
+      )
       assert.equal(await countUsers(api), before)
     })
   }
@@ -405,30 +460,51 @@ describe('content types', () => {
   test('answers POST /users without Content-Type with 415 and creates nothing', async () => {
     const before = await countUsers(api)
     const body = JSON.stringify(newUser())
-    const res = await raw(api, [`POST /users HTTP/1.1\r\nHost: x\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`])
+    const res = await raw(api, [
+      `POST /users HTTP/1.1\r\nHost: ` +
+        `x\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    ])
     assert.equal(res.status, 415)
     assert.equal(res.headers['content-type'], PROBLEM_TYPE)
     assert.equal(JSON.parse(res.body).code, 'unsupported_media_type')
     assert.equal(await countUsers(api), before)
   })
 
-  for (const type of ['application/json; charset=utf-8', 'application/json;charset=UTF-8', 'application/json; charset="utf-8"', 'Application/JSON']) {
+  for (const type of [
+    'application/json; charset=utf-8',
+    'application/json;charset=UTF-8',
+    'application/json; charset="utf-8"',
+    'Application/JSON',
+  ]) {
     test(`accepts POST /users with Content-Type ${type}`, async () => {
-      const res = await api.request('POST', '/users', { body: JSON.stringify(newUser()), headers: { 'content-type': type } })
+      const res = await api.request('POST', '/users', {
+        body: JSON.stringify(newUser()),
+        headers: { 'content-type': type },
+      })
       assert.equal(res.status, 201, res.text)
     })
   }
 
   test('refuses application/merge-patch+json for PUT with 415', async () => {
     const user = await createUser(api)
-    const res = await api.request('PUT', `/users/${user.id}`, { body: newUser(), headers: { 'content-type': 'application/merge-patch+json' } })
+    const res = await api.request('PUT', `/users/${user.id}`, {
+      body: newUser(),
+      headers: { 'content-type': 'application/merge-patch+json' },
+    })
     assertProblem(res, 415, 'unsupported_media_type')
   })
 
-  for (const type of ['application/merge-patch+json', 'application/json', 'application/merge-patch+json; charset=utf-8']) {
+  for (const type of [
+    'application/merge-patch+json',
+    'application/json',
+    'application/merge-patch+json; charset=utf-8',
+  ]) {
     test(`accepts PATCH with ${type}`, async () => {
       const user = await createUser(api)
-      const res = await api.request('PATCH', `/users/${user.id}`, { body: { name: 'Patched Name' }, headers: { 'content-type': type } })
+      const res = await api.request('PATCH', `/users/${user.id}`, {
+        body: { name: 'Patched Name' },
+        headers: { 'content-type': type },
+      })
       assert.equal(res.status, 200, res.text)
       assert.equal(res.body.name, 'Patched Name')
       const [row] = await api.sql<Array<{ name: string }>>`SELECT name FROM users WHERE id = ${user.id}`
@@ -438,7 +514,14 @@ describe('content types', () => {
 
   test('refuses PATCH with text/plain with 415 and changes nothing', async () => {
     const user = await createUser(api)
-    assertProblem(await api.request('PATCH', `/users/${user.id}`, { body: JSON.stringify({ name: 'Nope' }), headers: { 'content-type': 'text/plain' } }), 415, 'unsupported_media_type')
+    assertProblem(
+      await api.request('PATCH', `/users/${user.id}`, {
+        body: JSON.stringify({ name: 'Nope' }),
+        headers: { 'content-type': 'text/plain' },
+      }),
+      415,
+      'unsupported_media_type',
+    )
     const [row] = await api.sql<Array<{ name: string }>>`SELECT name FROM users WHERE id = ${user.id}`
     assert.equal(row!.name, 'Ann Lee')
   })
@@ -446,11 +529,15 @@ describe('content types', () => {
   test('keeps a keep-alive connection usable after a 415 that left the body unread', async () => {
     const body = JSON.stringify(newUser())
     const bytes = await rawExchange(api, [
-      `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}` +
+      `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: ` +
+        `text/plain\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}` +
         `GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`,
     ])
     const responses = parseResponses(bytes)
-    assert.deepEqual(responses.map((r) => r.status), [415, 200])
+    assert.deepEqual(
+      responses.map((r) => r.status),
+      [415, 200],
+    )
     assert.deepEqual(JSON.parse(responses[1]!.body), { status: 'ok' })
   })
 })
@@ -474,65 +561,95 @@ describe('body limit (BODY_LIMIT=1024)', () => {
     assert.deepEqual(errorPaths(res), ['/name'])
   })
 
-  test('answers 413 payload_too_large for a declared Content-Length one byte over, creates nothing, and reads the body away: the connection goes on', async () => {
-    const before = await countUsers(small)
-    const body = bodyOfSize(1025)
-    // Closing with the body unread would reset the connection under a proxy still sending it (a 502 there).
-    const [tooLarge, next, ...rest] = parseResponses(await rawExchange(small, [
-      `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1025\r\n\r\n${body}`,
-      'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
-    ]))
-    assert.equal(tooLarge?.status, 413)
-    assert.notEqual(tooLarge?.headers.connection, 'close')
-    assert.equal(tooLarge?.headers['content-type'], PROBLEM_TYPE)
-    assert.equal(JSON.parse(tooLarge!.body).code, 'payload_too_large')
-    assert.equal(next?.status, 200, 'the next request on the connection is answered')
-    assert.deepEqual(rest, [])
-    assert.equal(await countUsers(small), before)
-  })
+  test(
+    'answers 413 payload_too_large for a declared Content-Length one byte over, creates nothing, and reads the ' +
+      'body away: the connection goes on',
+    async () => {
+      const before = await countUsers(small)
+      const body = bodyOfSize(1025)
+      // Closing with the body unread would reset the connection under a proxy still sending it (a 502 there).
+      const [tooLarge, next, ...rest] = parseResponses(
+        await rawExchange(small, [
+          `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1025\r\n\r\n${body}`,
+          'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
+        ]),
+      )
+      assert.equal(tooLarge?.status, 413)
+      assert.notEqual(tooLarge?.headers.connection, 'close')
+      assert.equal(tooLarge?.headers['content-type'], PROBLEM_TYPE)
+      assert.equal(JSON.parse(tooLarge!.body).code, 'payload_too_large')
+      assert.equal(next?.status, 200, 'the next request on the connection is answered')
+      assert.deepEqual(rest, [])
+      assert.equal(await countUsers(small), before)
+    },
+  )
 
   test('answers 413 and closes for a declared Content-Length over twice the limit, without reading it', async () => {
-    const res = await raw(small, [`POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2049\r\n\r\n${'x'.repeat(2049)}`])
+    const res = await raw(small, [
+      `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ` +
+        `2049\r\n\r\n${'x'.repeat(2049)}`,
+    ])
     assert.equal(res.status, 413)
     assert.equal(res.headers.connection, 'close')
   })
 
   test('answers 413 for a declared length over the limit before the body is sent', async () => {
     // Only the head: the answer must come without waiting for a single body byte.
-    const res = await raw(small, [`POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n`])
+    const res = await raw(small, [
+      `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n`,
+    ])
     assert.equal(res.status, 413)
     assert.equal(JSON.parse(res.body).code, 'payload_too_large')
   })
 
   test('answers 413 through fetch as well', async () => {
     const before = await countUsers(small)
-    assertProblem(await small.request('POST', '/users', { body: { name: 'x'.repeat(2000), email: uniqueEmail() } }), 413, 'payload_too_large', '/users')
+    assertProblem(
+      await small.request('POST', '/users', { body: { name: 'x'.repeat(2000), email: uniqueEmail() } }),
+      413,
+      'payload_too_large',
+      '/users',
+    )
     assert.equal(await countUsers(small), before)
   })
 
-  test('answers 413 for a chunked body of no declared length that passes the limit, creates nothing and closes', async () => {
-    const before = await countUsers(small)
-    const body = JSON.stringify({ name: 'x'.repeat(3000), email: uniqueEmail() })
-    const head = `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nX-Request-Id: chunked-413\r\n\r\n`
-    const res = await raw(small, [head, chunk(body.slice(0, 600)), chunk(body.slice(600, 1200)), chunk(body.slice(1200)), '0\r\n\r\n'], { pauseMs: 20 })
-    assert.equal(res.status, 413)
-    assert.equal(res.headers.connection, 'close')
-    assert.equal(JSON.parse(res.body).code, 'payload_too_large')
-    assert.equal(JSON.parse(res.body).request_id, 'chunked-413')
-    assert.equal(await countUsers(small), before)
-    assert.equal((await logLine(small, 'chunked-413')).status, 413)
-  })
+  test(
+    'answers 413 for a chunked body of no declared length that passes the limit, creates nothing and ' + 'closes',
+    async () => {
+      const before = await countUsers(small)
+      const body = JSON.stringify({ name: 'x'.repeat(3000), email: uniqueEmail() })
+      const head =
+        `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: ` +
+        `chunked\r\nX-Request-Id: chunked-413\r\n\r\n`
+      const res = await raw(
+        small,
+        [head, chunk(body.slice(0, 600)), chunk(body.slice(600, 1200)), chunk(body.slice(1200)), '0\r\n\r\n'],
+        { pauseMs: 20 },
+      )
+      assert.equal(res.status, 413)
+      assert.equal(res.headers.connection, 'close')
+      assert.equal(JSON.parse(res.body).code, 'payload_too_large')
+      assert.equal(JSON.parse(res.body).request_id, 'chunked-413')
+      assert.equal(await countUsers(small), before)
+      assert.equal((await logLine(small, 'chunked-413')).status, 413)
+    },
+  )
 
   test('answers 413 for a chunked body that never ends, without waiting for it', async () => {
-    const head = `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`
+    const head =
+      `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: ` + `chunked\r\n\r\n`
     // 2 KiB in chunks and no terminating chunk: the server must answer once the limit is passed.
-    const res = await raw(small, [head, chunk('['), ...Array.from({ length: 8 }, () => chunk('1,'.repeat(128)))], { pauseMs: 5 })
+    const res = await raw(small, [head, chunk('['), ...Array.from({ length: 8 }, () => chunk('1,'.repeat(128)))], {
+      pauseMs: 5,
+    })
     assert.equal(res.status, 413)
   })
 
   test('accepts a chunked body under the limit', async () => {
     const body = JSON.stringify(newUser())
-    const head = `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n`
+    const head =
+      `POST /users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: ` +
+      `chunked\r\nConnection: close\r\n\r\n`
     const res = await raw(small, [head, chunk(body.slice(0, 10)), chunk(body.slice(10)), '0\r\n\r\n'])
     assert.equal(res.status, 201, res.body)
   })
@@ -545,9 +662,18 @@ describe('request bodies', () => {
     ['truncated JSON', '{"name":"Ann"'],
     ['an empty body', ''],
     ['white space only', '  \n'],
-    ['invalid UTF-8 bytes', Buffer.concat([Buffer.from('{"name":"Ann'), Buffer.from([0xff, 0xfe]), Buffer.from('","email":"a@b.co"}')])],
-    ['an overlong UTF-8 encoding', Buffer.concat([Buffer.from('{"name":"'), Buffer.from([0xc0, 0xaf]), Buffer.from('","email":"a@b.co"}')])],
-    ['a UTF-8 encoded surrogate', Buffer.concat([Buffer.from('{"name":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('","email":"a@b.co"}')])],
+    [
+      'invalid UTF-8 bytes',
+      Buffer.concat([Buffer.from('{"name":"Ann'), Buffer.from([0xff, 0xfe]), Buffer.from('","email":"a@b.co"}')]),
+    ],
+    [
+      'an overlong UTF-8 encoding',
+      Buffer.concat([Buffer.from('{"name":"'), Buffer.from([0xc0, 0xaf]), Buffer.from('","email":"a@b.co"}')]),
+    ],
+    [
+      'a UTF-8 encoded surrogate',
+      Buffer.concat([Buffer.from('{"name":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('","email":"a@b.co"}')]),
+    ],
     ['duplicate member names', '{"name":"Ann","email":"a@example.com","email":"b@example.com"}'],
     ['a __proto__ member', '{"name":"Ann","email":"p@example.com","__proto__":{"role":"admin"}}'],
     ['trailing data', '{"name":"Ann","email":"t@example.com"} {}'],
@@ -568,7 +694,13 @@ describe('request bodies', () => {
     })
   }
 
-  for (const [what, body] of [['an array', '[]'], ['a string', '"Ann"'], ['null', 'null'], ['a number', '42'], ['true', 'true']] as const) {
+  for (const [what, body] of [
+    ['an array', '[]'],
+    ['a string', '"Ann"'],
+    ['null', 'null'],
+    ['a number', '42'],
+    ['true', 'true'],
+  ] as const) {
     test(`answers 422 validation_failed for a JSON body that is ${what}`, async () => {
       const res = await api.request('POST', '/users', { body, headers: { 'content-type': 'application/json' } })
       assertProblem(res, 422, 'validation_failed', '/users')
@@ -633,7 +765,12 @@ describe('request bodies', () => {
 // ---------------------------------------------------------------- query strings
 
 describe('query strings', () => {
-  for (const [path, name] of [['/users/1?foo=1', 'foo'], ['/healthz?verbose', 'verbose'], ['/users?limt=5', 'limt'], ['/users/1?x=1&y=2', 'x']] as const) {
+  for (const [path, name] of [
+    ['/users/1?foo=1', 'foo'],
+    ['/healthz?verbose', 'verbose'],
+    ['/users?limt=5', 'limt'],
+    ['/users/1?x=1&y=2', 'x'],
+  ] as const) {
     test(`answers 400 unknown_parameter naming ${name} for ${path}`, async () => {
       const res = await api.request('GET', path)
       assertProblem(res, 400, 'unknown_parameter', path.slice(0, path.indexOf('?')))
@@ -780,9 +917,24 @@ describe('unexpected errors', () => {
 describe('requests Node refuses before the pipeline', () => {
   // Each code has one status: a 431 has a code of its own.
   const cases: Array<[string, string, number, string]> = [
-    ['Content-Length together with Transfer-Encoding', 'POST /users HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n', 400, 'invalid_request'],
-    ['two different Content-Length headers', 'POST /users HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}', 400, 'invalid_request'],
-    ['headers over 16 KiB', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'headers_too_large'],
+    [
+      'Content-Length together with Transfer-Encoding',
+      'POST /users HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+      400,
+      'invalid_request',
+    ],
+    [
+      'two different Content-Length headers',
+      'POST /users HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}',
+      400,
+      'invalid_request',
+    ],
+    [
+      'headers over 16 KiB',
+      `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+      431,
+      'headers_too_large',
+    ],
   ]
   for (const [name, request, status, code] of cases) {
     test(`${name} gets ${status} as a problem with a request id, and the connection closes`, async () => {
@@ -798,60 +950,77 @@ describe('requests Node refuses before the pipeline', () => {
     })
   }
 
-  test('an HTTP/1.1 request without Host gets 400 invalid_request as a problem through the pipeline, logged; HTTP/1.0 needs none', async () => {
-    const res = await raw(api, ['GET /users HTTP/1.1\r\nConnection: close\r\n\r\n'])
-    assert.equal(res.status, 400)
-    assert.equal(res.headers['content-type'], 'application/problem+json; charset=utf-8')
-    assert.equal(res.headers['x-content-type-options'], 'nosniff')
-    const body = JSON.parse(res.body)
-    assert.equal(body.code, 'invalid_request')
-    assert.match(body.detail, /Host/)
-    assert.equal(body.request_id, res.headers['x-request-id'])
-    assert.equal((await logLine(api, body.request_id)).status, 400)
-    const old = parseResponses(await rawExchange(api, ['GET /healthz HTTP/1.0\r\n\r\n']))
-    assert.equal(old[0]?.status, 200)
-  })
+  test(
+    'an HTTP/1.1 request without Host gets 400 invalid_request as a problem through the pipeline, logged; ' +
+      'HTTP/1.0 needs none',
+    async () => {
+      const res = await raw(api, ['GET /users HTTP/1.1\r\nConnection: close\r\n\r\n'])
+      assert.equal(res.status, 400)
+      assert.equal(res.headers['content-type'], 'application/problem+json; charset=utf-8')
+      assert.equal(res.headers['x-content-type-options'], 'nosniff')
+      const body = JSON.parse(res.body)
+      assert.equal(body.code, 'invalid_request')
+      assert.match(body.detail, /Host/)
+      assert.equal(body.request_id, res.headers['x-request-id'])
+      assert.equal((await logLine(api, body.request_id)).status, 400)
+      const old = parseResponses(await rawExchange(api, ['GET /healthz HTTP/1.0\r\n\r\n']))
+      assert.equal(old[0]?.status, 200)
+    },
+  )
 
-  test('an Expect other than 100-continue is ignored, as RFC 9110 allows: the request is served (not Node\'s empty 417)', async () => {
-    const res = await raw(api, ['GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nConnection: close\r\n\r\n'])
-    assert.equal(res.status, 200, res.body)
-    assert.ok(res.headers['x-request-id'])
-    const created = await raw(api, [`POST /users HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nAuthorization: Bearer ${api.admin.token}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`])
-    assert.equal(created.status, 422, 'the body was read and checked')
-  })
+  test(
+    "an Expect other than 100-continue is ignored, as RFC 9110 allows: the request is served (not Node's empty " +
+      '417)',
+    async () => {
+      const res = await raw(api, ['GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nConnection: close\r\n\r\n'])
+      assert.equal(res.status, 200, res.body)
+      assert.ok(res.headers['x-request-id'])
+      const created = await raw(api, [
+        `POST /users HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nAuthorization: ` +
+          `Bearer ${api.admin.token}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: ` +
+          `close\r\n\r\n{}`,
+      ])
+      assert.equal(created.status, 422, 'the body was read and checked')
+    },
+  )
 
-  test('CONNECT gets 400 invalid_request as a problem with a request id, and the server closes the connection itself, even from a client that keeps its side open', async () => {
-    const res = await raw(api, ['CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n'])
-    assert.equal(res.status, 400)
-    assert.equal(res.headers['content-type'], 'application/problem+json; charset=utf-8')
-    assert.equal(res.headers.connection, 'close')
-    const body = JSON.parse(res.body)
-    assert.equal(body.code, 'invalid_request')
-    assert.match(body.detail, /CONNECT/)
-    assert.equal(body.request_id, res.headers['x-request-id'])
-    const line = await logLine(api, body.request_id)
-    assert.deepEqual([line.method, line.status], ['CONNECT', 400])
+  test(
+    'CONNECT gets 400 invalid_request as a problem with a request id, and the server closes the connection ' +
+      'itself, even from a client that keeps its side open',
+    async () => {
+      const res = await raw(api, ['CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n'])
+      assert.equal(res.status, 400)
+      assert.equal(res.headers['content-type'], 'application/problem+json; charset=utf-8')
+      assert.equal(res.headers.connection, 'close')
+      const body = JSON.parse(res.body)
+      assert.equal(body.code, 'invalid_request')
+      assert.match(body.detail, /CONNECT/)
+      assert.equal(body.request_id, res.headers['x-request-id'])
+      const line = await logLine(api, body.request_id)
+      assert.deepEqual([line.method, line.status], ['CONNECT', 400])
 
-    // Node hands a CONNECT's socket over outside its time-outs and its tracking: one left half-open would hold a connection slot, and the shutdown, for good.
-    const accepted: Array<{ socket: Socket; port: number | undefined }> = []
-    api.onConnection((s) => accepted.push({ socket: s, port: s.remotePort }))
-    const socket = netConnect({ port: Number(new URL(api.url).port), host: '127.0.0.1', allowHalfOpen: true })
-    socket.on('error', () => {})
-    socket.resume()
-    const answered = new Promise<void>((resolve, reject) => {
-      socket.once('end', resolve)
-      setTimeout(() => reject(new Error('no answer to CONNECT within 5 s')), 5000).unref()
-    })
-    socket.write('CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n')
-    await answered
-    try {
-      const ours = accepted.find((a) => a.port === socket.localPort)?.socket
-      assert.ok(ours, 'the server side of the connection')
-      await waitUntil('the server to let go of the CONNECT\'s half-open connection', () => ours.destroyed, 2000)
-    } finally {
-      socket.destroy()
-    }
-  })
+      // Node hands a CONNECT's socket over outside its time-outs and its tracking: one left half-open would hold a
+      // connection slot, and the shutdown, for good.
+      const accepted: Array<{ socket: Socket; port: number | undefined }> = []
+      api.onConnection((s) => accepted.push({ socket: s, port: s.remotePort }))
+      const socket = netConnect({ port: Number(new URL(api.url).port), host: '127.0.0.1', allowHalfOpen: true })
+      socket.on('error', () => {})
+      socket.resume()
+      const answered = new Promise<void>((resolve, reject) => {
+        socket.once('end', resolve)
+        setTimeout(() => reject(new Error('no answer to CONNECT within 5 s')), 5000).unref()
+      })
+      socket.write('CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n')
+      await answered
+      try {
+        const ours = accepted.find((a) => a.port === socket.localPort)?.socket
+        assert.ok(ours, 'the server side of the connection')
+        await waitUntil("the server to let go of the CONNECT's half-open connection", () => ours.destroyed, 2000)
+      } finally {
+        socket.destroy()
+      }
+    },
+  )
 
   test('a client that resets its connection right after CONNECT does not take the process down', async () => {
     for (let i = 0; i < 5; i++) {

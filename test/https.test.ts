@@ -43,21 +43,43 @@ const rsa = makeCertificate('rsa', 'rsa', true)
 const ca = [first.pem, second.pem, rsa.pem]
 const HEADERS_TIMEOUT = 2
 // An RSA certificate (the static-RSA and ECDHE-RSA suites apply only to one) and a short HEADERS_TIMEOUT.
-const rsaApi = await startServer({ TLS_CERT_FILE: rsa.cert, TLS_KEY_FILE: rsa.key, HEADERS_TIMEOUT: String(HEADERS_TIMEOUT) })
+const rsaApi = await startServer({
+  TLS_CERT_FILE: rsa.cert,
+  TLS_KEY_FILE: rsa.key,
+  HEADERS_TIMEOUT: String(HEADERS_TIMEOUT),
+})
 const rsaPort = new URL(rsaApi.url).port
 
-/** The subject CN of the certificate each connection was given, recorded when it was set up (a reused connection has no handshake). */
+/**
+ * The subject CN of the certificate each connection was given, recorded
+ * when it was set up (a reused connection has no handshake).
+ */
 const certificateOf = new WeakMap<object, string>()
 
 /** GET /healthz over HTTPS; the answer and the certificate the server presented on its connection. */
-function get(options: { agent?: Agent; maxVersion?: 'TLSv1.1' | 'TLSv1.2' | 'TLSv1.3' } = {}): Promise<{ status: number; headers: Record<string, unknown>; certificateCn: string }> {
+function get(
+  options: { agent?: Agent; maxVersion?: 'TLSv1.1' | 'TLSv1.2' | 'TLSv1.3' } = {},
+): Promise<{ status: number; headers: Record<string, unknown>; certificateCn: string }> {
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path: '/healthz', ca, agent: options.agent ?? false, ...(options.maxVersion ? { maxVersion: options.maxVersion } : {}) }, (res) => {
-      const socket = res.socket as TLSSocket
-      if (!certificateOf.has(socket)) certificateOf.set(socket, new X509Certificate(socket.getPeerCertificate().raw).subject.replace(/^CN=/, ''))
-      res.resume()
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, certificateCn: certificateOf.get(socket)! }))
-    })
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        path: '/healthz',
+        ca,
+        agent: options.agent ?? false,
+        ...(options.maxVersion ? { maxVersion: options.maxVersion } : {}),
+      },
+      (res) => {
+        const socket = res.socket as TLSSocket
+        if (!certificateOf.has(socket))
+          certificateOf.set(socket, new X509Certificate(socket.getPeerCertificate().raw).subject.replace(/^CN=/, ''))
+        res.resume()
+        res.on('end', () =>
+          resolve({ status: res.statusCode!, headers: res.headers, certificateCn: certificateOf.get(socket)! }),
+        )
+      },
+    )
     req.on('error', reject)
     req.end()
   })
@@ -75,7 +97,14 @@ test('refuses a client that offers no more than TLS 1.1', async () => {
 })
 
 /** A TLS handshake with the client's own limits; the suite and version agreed, or the handshake's error. */
-function handshake(port: string, options: { ciphers?: string; minVersion?: 'TLSv1' | 'TLSv1.1' | 'TLSv1.2' | 'TLSv1.3'; maxVersion?: 'TLSv1.1' | 'TLSv1.2' | 'TLSv1.3' }): Promise<{ cipher: string; version: string } | { error: string }> {
+function handshake(
+  port: string,
+  options: {
+    ciphers?: string
+    minVersion?: 'TLSv1' | 'TLSv1.1' | 'TLSv1.2' | 'TLSv1.3'
+    maxVersion?: 'TLSv1.1' | 'TLSv1.2' | 'TLSv1.3'
+  },
+): Promise<{ cipher: string; version: string } | { error: string }> {
   return new Promise((resolve) => {
     const socket = tlsConnect({ host: '127.0.0.1', port: Number(port), ca, ...options })
     socket.once('secureConnect', () => {
@@ -88,10 +117,16 @@ function handshake(port: string, options: { ciphers?: string; minVersion?: 'TLSv
 
 test('TLS 1.2 takes only forward-secret AEAD suites: static RSA key exchange and CBC suites are refused', async () => {
   for (const ciphers of ['AES128-SHA', 'AES256-GCM-SHA384', 'ECDHE-RSA-AES128-SHA', 'ECDHE-RSA-AES256-SHA384']) {
-    assert.ok('error' in (await handshake(rsaPort, { ciphers, maxVersion: 'TLSv1.2' })), `${ciphers} refused (RSA certificate)`)
+    assert.ok(
+      'error' in (await handshake(rsaPort, { ciphers, maxVersion: 'TLSv1.2' })),
+      `${ciphers} refused (RSA certificate)`,
+    )
   }
   for (const ciphers of ['ECDHE-ECDSA-AES128-SHA', 'ECDHE-ECDSA-AES256-SHA384']) {
-    assert.ok('error' in (await handshake(port, { ciphers, maxVersion: 'TLSv1.2' })), `${ciphers} refused (ECDSA certificate)`)
+    assert.ok(
+      'error' in (await handshake(port, { ciphers, maxVersion: 'TLSv1.2' })),
+      `${ciphers} refused (ECDSA certificate)`,
+    )
   }
   const accepted = {
     'ECDHE-RSA-AES128-GCM-SHA256': 'TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256',
@@ -114,31 +149,38 @@ test('TLS 1.3 is served with its standard suites; TLS 1.1 is refused', async () 
   }
 })
 
-test(`a connection that never starts its TLS handshake, or never finishes it, is closed after HEADERS_TIMEOUT (${HEADERS_TIMEOUT} s)`, async () => {
-  // Closed at HEADERS_TIMEOUT, seen late by no more than a second, or five times a handshake here now.
-  const latest = HEADERS_TIMEOUT * 1000 + boundFrom(await timed(() => handshake(rsaPort, {})))
-  const open = () => {
-    const socket = tcpConnect(Number(rsaPort), '127.0.0.1')
-    const openedAt = performance.now()
-    socket.on('error', () => {})
-    // Not waited for past the bound: Node's default would hold them 120 s.
-    const closed = Promise.race([
-      new Promise<number>((resolve) => socket.on('close', () => resolve(performance.now() - openedAt))),
-      sleep(latest, undefined, { ref: false }).then(() => (socket.destroy(), Infinity)),
-    ])
-    return { socket, closed }
-  }
-  const silent = open()
-  const halfway = open()
-  // The first bytes of a ClientHello (a handshake record of 512 bytes), and nothing after them.
-  halfway.socket.write(Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]))
-  const [silentMs, halfwayMs] = await Promise.all([silent.closed, halfway.closed])
-  for (const [what, ms] of [['silent', silentMs], ['half a handshake', halfwayMs]] as const) {
-    const bounds = `closed after ${Math.round(ms)} ms (bound ${Math.round(latest)} ms)`
-    assert.ok(ms >= HEADERS_TIMEOUT * 1000 - 100 && ms < latest, `${what}: ${bounds}`)
-  }
-  assert.ok('version' in (await handshake(rsaPort, {})), 'a client that shakes hands in time is served')
-})
+test(
+  `a connection that never starts its TLS handshake, or never finishes it, is closed after HEADERS_TIMEOUT ` +
+    `(${HEADERS_TIMEOUT} s)`,
+  async () => {
+    // Closed at HEADERS_TIMEOUT, seen late by no more than a second, or five times a handshake here now.
+    const latest = HEADERS_TIMEOUT * 1000 + boundFrom(await timed(() => handshake(rsaPort, {})))
+    const open = () => {
+      const socket = tcpConnect(Number(rsaPort), '127.0.0.1')
+      const openedAt = performance.now()
+      socket.on('error', () => {})
+      // Not waited for past the bound: Node's default would hold them 120 s.
+      const closed = Promise.race([
+        new Promise<number>((resolve) => socket.on('close', () => resolve(performance.now() - openedAt))),
+        sleep(latest, undefined, { ref: false }).then(() => (socket.destroy(), Infinity)),
+      ])
+      return { socket, closed }
+    }
+    const silent = open()
+    const halfway = open()
+    // The first bytes of a ClientHello (a handshake record of 512 bytes), and nothing after them.
+    halfway.socket.write(Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]))
+    const [silentMs, halfwayMs] = await Promise.all([silent.closed, halfway.closed])
+    for (const [what, ms] of [
+      ['silent', silentMs],
+      ['half a handshake', halfwayMs],
+    ] as const) {
+      const bounds = `closed after ${Math.round(ms)} ms (bound ${Math.round(latest)} ms)`
+      assert.ok(ms >= HEADERS_TIMEOUT * 1000 - 100 && ms < latest, `${what}: ${bounds}`)
+    }
+    assert.ok('version' in (await handshake(rsaPort, {})), 'a client that shakes hands in time is served')
+  },
+)
 
 test('MAX_CONNECTIONS holds over HTTPS: past it a new connection is closed before its handshake', async () => {
   const capped = await startServer({ TLS_CERT_FILE: rsa.cert, TLS_KEY_FILE: rsa.key, MAX_CONNECTIONS: '3' })
@@ -175,7 +217,16 @@ test('a key that does not match the certificate (half a renewal) leaves the curr
   writeFileSync(keyFile, readFileSync(second.key))
 })
 
-test('TLS_CERT_FILE and TLS_KEY_FILE go together, and files that cannot be read stop start-up naming the variable', async () => {
-  assert.throws(() => loadConfig({ TLS_CERT_FILE: certFile }), (err: unknown) => err instanceof ConfigError && /TLS_CERT_FILE and TLS_KEY_FILE/.test(err.message))
-  await assert.rejects(startServer({ TLS_CERT_FILE: join(dir, 'missing.pem'), TLS_KEY_FILE: keyFile }), (err: unknown) => err instanceof ConfigError && /^TLS_CERT_FILE: cannot read/.test(err.message))
-})
+test(
+  'TLS_CERT_FILE and TLS_KEY_FILE go together, and files that cannot be read stop start-up naming the ' + 'variable',
+  async () => {
+    assert.throws(
+      () => loadConfig({ TLS_CERT_FILE: certFile }),
+      (err: unknown) => err instanceof ConfigError && /TLS_CERT_FILE and TLS_KEY_FILE/.test(err.message),
+    )
+    await assert.rejects(
+      startServer({ TLS_CERT_FILE: join(dir, 'missing.pem'), TLS_KEY_FILE: keyFile }),
+      (err: unknown) => err instanceof ConfigError && /^TLS_CERT_FILE: cannot read/.test(err.message),
+    )
+  },
+)

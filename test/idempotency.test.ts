@@ -39,7 +39,8 @@ function assertProblem(res: TestResponse, status: number, code: string): void {
 }
 
 /** POST with an Idempotency-Key, as the admin unless `token` says otherwise. */
-const post = (path: string, key: string, body: unknown, token?: string) => api.request('POST', path, { body, headers: { 'idempotency-key': key }, auth: token })
+const post = (path: string, key: string, body: unknown, token?: string) =>
+  api.request('POST', path, { body, headers: { 'idempotency-key': key }, auth: token })
 
 /** The same POST to the second instance. */
 async function postToSecond(path: string, key: string, body: unknown, token = api.admin.token): Promise<TestResponse> {
@@ -68,13 +69,15 @@ const endpoints: Endpoint[] = [
   {
     path: '/users',
     body: () => ({ name: 'Idem User', email: `${unique('idem')}@example.com` }),
-    rows: (b) => count(sql<Array<{ n: number }>>`SELECT count(*)::int AS n FROM users WHERE email = ${b.email as string}`),
+    rows: (b) =>
+      count(sql<Array<{ n: number }>>`SELECT count(*)::int AS n FROM users WHERE email = ${b.email as string}`),
     conflict: 'email_taken',
   },
   {
     path: '/products',
     body: () => ({ sku: unique('IDEM'), name: 'Idem Product', price: 1999, currency: 'EUR' }),
-    rows: (b) => count(sql<Array<{ n: number }>>`SELECT count(*)::int AS n FROM products WHERE sku = ${b.sku as string}`),
+    rows: (b) =>
+      count(sql<Array<{ n: number }>>`SELECT count(*)::int AS n FROM products WHERE sku = ${b.sku as string}`),
     conflict: 'sku_taken',
   },
 ]
@@ -89,12 +92,14 @@ interface StoredRecord {
   body: string | null
 }
 const recordCount = () => count(sql<Array<{ n: number }>>`SELECT count(*)::int AS n FROM idempotency_keys`)
-const records = (key: string) => sql<StoredRecord[]>`SELECT caller, fingerprint, status, headers, body FROM idempotency_keys WHERE key = ${key}`
+const records = (key: string) =>
+  sql<StoredRecord[]>`SELECT caller, fingerprint, status, headers, body FROM idempotency_keys WHERE key = ${key}`
 
 /** Ages the record of `key` (and optionally marks it still running). */
 async function age(key: string, interval: string, running = false): Promise<void> {
   const updated = running
-    ? await sql`UPDATE idempotency_keys SET created_at = now() - ${interval}::interval, status = NULL, headers = NULL, body = NULL WHERE key = ${key}`
+    ? await sql`UPDATE idempotency_keys SET created_at = now()
+      - ${interval}::interval, status = NULL, headers = NULL, body = NULL WHERE key = ${key}`
     : await sql`UPDATE idempotency_keys SET created_at = now() - ${interval}::interval WHERE key = ${key}`
   assert.equal(updated.count, 1, `one record for ${key}`)
 }
@@ -107,7 +112,11 @@ function assertReplay(first: TestResponse, retry: TestResponse): void {
   assert.equal(retry.headers.get('etag'), first.headers.get('etag'))
   assert.match(retry.headers.get('content-type') ?? '', /^application\/json/)
   assert.equal(retry.headers.get('idempotent-replayed'), 'true')
-  assert.notEqual(retry.headers.get('x-request-id'), first.headers.get('x-request-id'), 'the request id is the retry’s own')
+  assert.notEqual(
+    retry.headers.get('x-request-id'),
+    first.headers.get('x-request-id'),
+    'the request id is the retry’s own',
+  )
 }
 
 function assertFresh(res: TestResponse, message = ''): void {
@@ -115,9 +124,16 @@ function assertFresh(res: TestResponse, message = ''): void {
   assert.equal(res.headers.get('idempotent-replayed'), null, 'a first answer is not marked replayed')
 }
 
-/** Of concurrent answers with one key and body: one original 201, the rest replays of it or 409 idempotency_key_in_use. */
+/**
+ * Of concurrent answers with one key and body: one original 201, the rest replays of it or 409 idempotency_key_in_use.
+ */
 function assertOneRan(answers: TestResponse[], message = ''): void {
-  const summary = answers.map((r) => `${r.status}${r.headers.get('idempotent-replayed') ? 'r' : ''}${r.status === 201 ? '' : `:${r.body?.code}`}`).join(' ')
+  const summary = answers
+    .map(
+      (r) =>
+        `${r.status}${r.headers.get('idempotent-replayed') ? 'r' : ''}${r.status === 201 ? '' : `:${r.body?.code}`}`,
+    )
+    .join(' ')
   const originals = answers.filter((r) => r.status === 201 && r.headers.get('idempotent-replayed') === null)
   assert.equal(originals.length, 1, `${message}one request ran; answers: ${summary}`)
   for (const res of answers) {
@@ -135,18 +151,22 @@ function assertOneRan(answers: TestResponse[], message = ''): void {
 
 for (const endpoint of endpoints) {
   describe(`POST ${endpoint.path} with Idempotency-Key`, () => {
-    test('a retry with the same key and body gets the first answer again (status, body, Location, ETag) marked Idempotent-Replayed, and one row exists', async () => {
-      const key = newKey()
-      const body = endpoint.body()
-      const first = await post(endpoint.path, key, body)
-      assertFresh(first)
-      assert.ok(first.headers.get('location'), 'Location on the first answer')
-      for (let i = 0; i < 3; i++) assertReplay(first, await post(endpoint.path, key, body))
-      assert.equal(await endpoint.rows(body), 1)
-      const [record] = await records(key)
-      assert.equal(record?.status, 201)
-      assert.equal(record?.caller, `user ${api.admin.id}`)
-    })
+    test(
+      'a retry with the same key and body gets the first answer again (status, body, Location, ETag) marked ' +
+        'Idempotent-Replayed, and one row exists',
+      async () => {
+        const key = newKey()
+        const body = endpoint.body()
+        const first = await post(endpoint.path, key, body)
+        assertFresh(first)
+        assert.ok(first.headers.get('location'), 'Location on the first answer')
+        for (let i = 0; i < 3; i++) assertReplay(first, await post(endpoint.path, key, body))
+        assert.equal(await endpoint.rows(body), 1)
+        const [record] = await records(key)
+        assert.equal(record?.status, 201)
+        assert.equal(record?.caller, `user ${api.admin.id}`)
+      },
+    )
 
     test('the same key with another body is 422 idempotency_key_reused and creates nothing', async () => {
       const key = newKey()
@@ -168,7 +188,6 @@ for (const endpoint of endpoints) {
   })
 }
 
-
 describe('Idempotency-Key: scope and what is stored', () => {
   test('the same key on another endpoint is 422 idempotency_key_reused (the path is part of the request)', async () => {
     const key = newKey()
@@ -188,34 +207,45 @@ describe('Idempotency-Key: scope and what is stored', () => {
     assertReplay(first, await post('/products', key, body))
   })
 
-  test('a user created with a password: the record holds neither the password nor an unkeyed hash of the request', async () => {
-    const key = newKey()
-    const password = `pw-${randomBytes(6).toString('hex')}`
-    const body = { ...users.body(), password }
-    const first = await post('/users', key, body)
-    assertFresh(first)
-    assertReplay(first, await post('/users', key, body))
-    const [record] = await records(key)
-    assert.ok(record)
-    assert.ok(!JSON.stringify(record).includes(password), 'no password in the record')
-    // Anyone reading the table could test guesses against a plain SHA-256 of the
-    // request at a billion a second, around the scrypt hash of the password.
-    const unkeyed = createHash('sha256').update(JSON.stringify(['POST', '/users', body])).digest('base64url')
-    assert.notEqual(record.fingerprint, unkeyed, 'the fingerprint is keyed by a server secret')
-  })
+  test(
+    'a user created with a password: the record holds neither the password nor an unkeyed hash of the ' + 'request',
+    async () => {
+      const key = newKey()
+      const password = `pw-${randomBytes(6).toString('hex')}`
+      const body = { ...users.body(), password }
+      const first = await post('/users', key, body)
+      assertFresh(first)
+      assertReplay(first, await post('/users', key, body))
+      const [record] = await records(key)
+      assert.ok(record)
+      assert.ok(!JSON.stringify(record).includes(password), 'no password in the record')
+      // Anyone reading the table could test guesses against a plain SHA-256 of the
+      // request at a billion a second, around the scrypt hash of the password.
+      const unkeyed = createHash('sha256')
+        .update(JSON.stringify(['POST', '/users', body]))
+        .digest('base64url')
+      assert.notEqual(record.fingerprint, unkeyed, 'the fingerprint is keyed by a server secret')
+    },
+  )
 
-  test('POST /api-keys does not take part (a replay would need the secret stored): no record, and a retry creates a second key', async () => {
-    const user = await api.createUser({ session: true })
-    const key = newKey()
-    const body = { name: unique('no idem'), scopes: ['products:read'] }
-    const first = await post('/api-keys', key, body, user.token)
-    const second = await post('/api-keys', key, body, user.token)
-    for (const res of [first, second]) assertFresh(res)
-    assert.notEqual(first.body.id, second.body.id)
-    assert.equal((await records(key)).length, 0)
-    const [{ n }] = await sql<[{ n: number }]>`SELECT count(*)::int AS n FROM idempotency_keys WHERE body LIKE ${'%' + first.body.key + '%'}`
-    assert.equal(n, 0, 'no stored answer holds the secret')
-  })
+  test(
+    'POST /api-keys does not take part (a replay would need the secret stored): no record, and a retry creates a ' +
+      'second key',
+    async () => {
+      const user = await api.createUser({ session: true })
+      const key = newKey()
+      const body = { name: unique('no idem'), scopes: ['products:read'] }
+      const first = await post('/api-keys', key, body, user.token)
+      const second = await post('/api-keys', key, body, user.token)
+      for (const res of [first, second]) assertFresh(res)
+      assert.notEqual(first.body.id, second.body.id)
+      assert.equal((await records(key)).length, 0)
+      const [{ n }] = await sql<
+        [{ n: number }]
+      >`SELECT count(*)::int AS n FROM idempotency_keys WHERE body LIKE ${'%' + first.body.key + '%'}`
+      assert.equal(n, 0, 'no stored answer holds the secret')
+    },
+  )
 })
 
 // ---------------------------------------------------------------------------
@@ -263,21 +293,28 @@ describe('Idempotency-Key syntax', () => {
 
 describe('Idempotency-Key belongs to its caller', () => {
   for (const endpoint of endpoints) {
-    test(`another admin sending the same key to POST ${endpoint.path} creates its own; each retry replays its caller’s answer`, async () => {
-      const other = await api.createUser({ role: 'admin' })
-      const key = newKey()
-      const [mine, theirs] = [endpoint.body(), endpoint.body()]
-      const first = await post(endpoint.path, key, mine)
-      const second = await post(endpoint.path, key, theirs, other.token)
-      assertFresh(first)
-      assertFresh(second, 'not a 422: the key is another caller’s')
-      assert.notEqual(first.body.id, second.body.id)
-      assert.equal(await endpoint.rows(mine), 1)
-      assert.equal(await endpoint.rows(theirs), 1)
-      assert.deepEqual((await records(key)).map((r) => r.caller).sort(), [`user ${api.admin.id}`, `user ${other.id}`].sort())
-      assertReplay(first, await post(endpoint.path, key, mine))
-      assertReplay(second, await post(endpoint.path, key, theirs, other.token))
-    })
+    test(
+      `another admin sending the same key to ` +
+        `POST ${endpoint.path} creates its own; each retry replays its caller’s answer`,
+      async () => {
+        const other = await api.createUser({ role: 'admin' })
+        const key = newKey()
+        const [mine, theirs] = [endpoint.body(), endpoint.body()]
+        const first = await post(endpoint.path, key, mine)
+        const second = await post(endpoint.path, key, theirs, other.token)
+        assertFresh(first)
+        assertFresh(second, 'not a 422: the key is another caller’s')
+        assert.notEqual(first.body.id, second.body.id)
+        assert.equal(await endpoint.rows(mine), 1)
+        assert.equal(await endpoint.rows(theirs), 1)
+        assert.deepEqual(
+          (await records(key)).map((r) => r.caller).sort(),
+          [`user ${api.admin.id}`, `user ${other.id}`].sort(),
+        )
+        assertReplay(first, await post(endpoint.path, key, mine))
+        assertReplay(second, await post(endpoint.path, key, theirs, other.token))
+      },
+    )
   }
 })
 
@@ -285,19 +322,23 @@ describe('Idempotency-Key belongs to its caller', () => {
 // Failures and concurrency
 
 describe('a first request that fails leaves no record', () => {
-  test('409 email_taken: no record; a retry runs again (409 again), and once the conflict is gone it creates the user', async () => {
-    const key = newKey()
-    const body = users.body()
-    const taken = await api.createUser({ email: body.email as string })
-    assertProblem(await post('/users', key, body), 409, 'email_taken')
-    assert.equal((await records(key)).length, 0)
-    assertProblem(await post('/users', key, body), 409, 'email_taken')
-    await sql`DELETE FROM users WHERE id = ${taken.id}`
-    const retry = await post('/users', key, body)
-    assertFresh(retry)
-    assert.equal(await users.rows(body), 1)
-    assert.equal((await records(key))[0]?.status, 201)
-  })
+  test(
+    '409 email_taken: no record; a retry runs again (409 again), and once the conflict is gone it creates the ' +
+      'user',
+    async () => {
+      const key = newKey()
+      const body = users.body()
+      const taken = await api.createUser({ email: body.email as string })
+      assertProblem(await post('/users', key, body), 409, 'email_taken')
+      assert.equal((await records(key)).length, 0)
+      assertProblem(await post('/users', key, body), 409, 'email_taken')
+      await sql`DELETE FROM users WHERE id = ${taken.id}`
+      const retry = await post('/users', key, body)
+      assertFresh(retry)
+      assert.equal(await users.rows(body), 1)
+      assert.equal((await records(key))[0]?.status, 201)
+    },
+  )
 
   test('409 sku_taken: no record, the key stays free for another body', async () => {
     const key = newKey()
@@ -311,8 +352,18 @@ describe('a first request that fails leaves no record', () => {
   })
 
   const refused: Array<[name: string, body: Record<string, unknown>, status: number, code: string]> = [
-    ['422 validation_failed (an unknown currency)', { sku: 'BAD-CUR', name: 'x', price: 1, currency: 'XYZ' }, 422, 'validation_failed'],
-    ['422 validation_failed (a member missing)', { sku: 'NO-PRICE', name: 'x', currency: 'EUR' }, 422, 'validation_failed'],
+    [
+      '422 validation_failed (an unknown currency)',
+      { sku: 'BAD-CUR', name: 'x', price: 1, currency: 'XYZ' },
+      422,
+      'validation_failed',
+    ],
+    [
+      '422 validation_failed (a member missing)',
+      { sku: 'NO-PRICE', name: 'x', currency: 'EUR' },
+      422,
+      'validation_failed',
+    ],
   ]
   for (const [name, body, status, code] of refused) {
     test(`${name}: no record, the key stays free for another body`, async () => {
@@ -336,28 +387,36 @@ describe('a first request that fails leaves no record', () => {
 
 describe('concurrent requests with one key', () => {
   for (const endpoint of endpoints) {
-    test(`20 concurrent POST ${endpoint.path} with one key and body: one row, every answer 201 (one original, the rest replays) or 409 idempotency_key_in_use`, async () => {
-      const key = newKey()
-      const body = endpoint.body()
-      const answers = await Promise.all(Array.from({ length: 20 }, () => post(endpoint.path, key, body)))
-      assertOneRan(answers)
-      assert.equal(await endpoint.rows(body), 1)
-    })
+    test(
+      `20 concurrent POST ${endpoint.path} with one key and body: one row, every answer 201 (one original, the ` +
+        `rest replays) or 409 idempotency_key_in_use`,
+      async () => {
+        const key = newKey()
+        const body = endpoint.body()
+        const answers = await Promise.all(Array.from({ length: 20 }, () => post(endpoint.path, key, body)))
+        assertOneRan(answers)
+        assert.equal(await endpoint.rows(body), 1)
+      },
+    )
   }
 
-  test('a record still running (under a minute old) answers 409 idempotency_key_in_use with Retry-After and creates nothing', async () => {
-    const key = newKey()
-    const body = products.body()
-    const first = await post('/products', key, body)
-    assertFresh(first)
-    await deleteProduct(first.body.id)
-    await age(key, '50 seconds', true)
-    const res = await post('/products', key, body)
-    assertProblem(res, 409, 'idempotency_key_in_use')
-    assert.equal(res.headers.get('retry-after'), '1')
-    assert.equal(await products.rows(body), 0)
-    assert.equal((await records(key))[0]?.status, null, 'the running record is left alone')
-  })
+  test(
+    'a record still running (under a minute old) answers 409 idempotency_key_in_use with Retry-After and creates ' +
+      'nothing',
+    async () => {
+      const key = newKey()
+      const body = products.body()
+      const first = await post('/products', key, body)
+      assertFresh(first)
+      await deleteProduct(first.body.id)
+      await age(key, '50 seconds', true)
+      const res = await post('/products', key, body)
+      assertProblem(res, 409, 'idempotency_key_in_use')
+      assert.equal(res.headers.get('retry-after'), '1')
+      assert.equal(await products.rows(body), 0)
+      assert.equal((await records(key))[0]?.status, null, 'the running record is left alone')
+    },
+  )
 })
 
 describe('two instances on one database', () => {
@@ -376,7 +435,9 @@ describe('two instances on one database', () => {
   test('20 concurrent requests split over both instances create one row', async () => {
     const key = newKey()
     const body = users.body()
-    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? post('/users', key, body) : postToSecond('/users', key, body))))
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => (i % 2 ? post('/users', key, body) : postToSecond('/users', key, body))),
+    )
     assertOneRan(answers)
     assert.equal(await users.rows(body), 1)
   })
@@ -395,27 +456,34 @@ describe('expiry and abandoned records', () => {
     assert.equal(await products.rows(body), 1)
   })
 
-  test('a record over 24 hours old is not replayed: the request runs again (409 here, the product exists)', async () => {
-    const key = newKey()
-    const body = products.body()
-    assertFresh(await post('/products', key, body))
-    await age(key, '25 hours')
-    assertProblem(await post('/products', key, body), 409, 'sku_taken')
-    assert.equal((await records(key)).length, 0, 'the expired record is gone')
-  })
+  test(
+    'a record over 24 hours old is not replayed: the request runs again (409 here, the product ' + 'exists)',
+    async () => {
+      const key = newKey()
+      const body = products.body()
+      assertFresh(await post('/products', key, body))
+      await age(key, '25 hours')
+      assertProblem(await post('/products', key, body), 409, 'sku_taken')
+      assert.equal((await records(key)).length, 0, 'the expired record is gone')
+    },
+  )
 
-  test('a record over 24 hours old: once the product is gone the request creates it anew, and that answer is the new record', async () => {
-    const key = newKey()
-    const body = products.body()
-    const first = await post('/products', key, body)
-    await deleteProduct(first.body.id)
-    await age(key, '25 hours')
-    const again = await post('/products', key, body)
-    assertFresh(again)
-    assert.notEqual(again.body.id, first.body.id)
-    assert.equal(await products.rows(body), 1)
-    assertReplay(again, await post('/products', key, body))
-  })
+  test(
+    'a record over 24 hours old: once the product is gone the request creates it anew, and that answer is the new ' +
+      'record',
+    async () => {
+      const key = newKey()
+      const body = products.body()
+      const first = await post('/products', key, body)
+      await deleteProduct(first.body.id)
+      await age(key, '25 hours')
+      const again = await post('/products', key, body)
+      assertFresh(again)
+      assert.notEqual(again.body.id, first.body.id)
+      assert.equal(await products.rows(body), 1)
+      assertReplay(again, await post('/products', key, body))
+    },
+  )
 
   test('an expired key may be used with another body', async () => {
     const key = newKey()
@@ -426,18 +494,22 @@ describe('expiry and abandoned records', () => {
     assert.equal(await products.rows(other), 1)
   })
 
-  test('a running record abandoned for 2 minutes (its process died before the insert) is taken over: the request runs', async () => {
-    const key = newKey()
-    const body = products.body()
-    const first = await post('/products', key, body)
-    await deleteProduct(first.body.id)
-    await age(key, '2 minutes', true)
-    const taken = await post('/products', key, body)
-    assertFresh(taken)
-    assert.notEqual(taken.body.id, first.body.id)
-    assert.equal(await products.rows(body), 1)
-    assert.equal((await records(key))[0]?.status, 201)
-  })
+  test(
+    'a running record abandoned for 2 minutes (its process died before the insert) is taken over: the request ' +
+      'runs',
+    async () => {
+      const key = newKey()
+      const body = products.body()
+      const first = await post('/products', key, body)
+      await deleteProduct(first.body.id)
+      await age(key, '2 minutes', true)
+      const taken = await post('/products', key, body)
+      assertFresh(taken)
+      assert.notEqual(taken.body.id, first.body.id)
+      assert.equal(await products.rows(body), 1)
+      assert.equal((await records(key))[0]?.status, 201)
+    },
+  )
 
   test('20 concurrent retries (over both instances) of an abandoned record: exactly one takes it over', async () => {
     for (let round = 0; round < 5; round++) {
@@ -446,7 +518,11 @@ describe('expiry and abandoned records', () => {
       const first = await post('/products', key, body)
       await deleteProduct(first.body.id)
       await age(key, '2 minutes', true)
-      const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? post('/products', key, body) : postToSecond('/products', key, body))))
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          i % 2 ? post('/products', key, body) : postToSecond('/products', key, body),
+        ),
+      )
       assertOneRan(answers, `round ${round}: `)
       assert.equal(await products.rows(body), 1)
     }

@@ -52,7 +52,8 @@ const resources: Resource[] = [
 type Write = 'PUT' | 'PATCH' | 'DELETE'
 const writes: Write[] = ['PUT', 'PATCH', 'DELETE']
 
-const bodyFor = (resource: Resource, method: Write) => (method === 'PUT' ? resource.replace() : method === 'PATCH' ? resource.patch() : undefined)
+const bodyFor = (resource: Resource, method: Write) =>
+  method === 'PUT' ? resource.replace() : method === 'PATCH' ? resource.patch() : undefined
 const okStatus = (method: Write) => (method === 'DELETE' ? 204 : 200)
 
 /** Creates a resource through the API; its id and ETag. */
@@ -62,7 +63,8 @@ async function create(server: TestServer, resource: Resource): Promise<{ id: num
   return { id: res.body.id, etag: res.headers.get('etag')! }
 }
 
-const row = async (server: TestServer, table: string, id: number) => (await server.sql<Array<Record<string, unknown>>>`SELECT * FROM ${server.sql(table)} WHERE id = ${id}`)[0]
+const row = async (server: TestServer, table: string, id: number) =>
+  (await server.sql<Array<Record<string, unknown>>>`SELECT * FROM ${server.sql(table)} WHERE id = ${id}`)[0]
 
 // ---------------------------------------------------------------------------
 // REQUIRE_IF_MATCH=true
@@ -81,7 +83,10 @@ for (const resource of resources) {
 
       test(`${method} with the current ETag in If-Match succeeds (${okStatus(method)}) and writes`, async () => {
         const { id, etag } = await create(strict, resource)
-        const res = await strict.request(method, `${resource.collection}/${id}`, { body: bodyFor(resource, method), headers: { 'if-match': etag } })
+        const res = await strict.request(method, `${resource.collection}/${id}`, {
+          body: bodyFor(resource, method),
+          headers: { 'if-match': etag },
+        })
         assert.equal(res.status, okStatus(method), res.text)
         const after = await row(strict, resource.table, id)
         if (method === 'DELETE') assert.equal(after, undefined)
@@ -93,10 +98,16 @@ for (const resource of resources) {
 
       test(`${method} with a stale ETag is 412 precondition_failed (not 428) and changes nothing`, async () => {
         const { id, etag } = await create(strict, resource)
-        const bumped = await strict.request('PATCH', `${resource.collection}/${id}`, { body: resource.patch(), headers: { 'if-match': etag } })
+        const bumped = await strict.request('PATCH', `${resource.collection}/${id}`, {
+          body: resource.patch(),
+          headers: { 'if-match': etag },
+        })
         assert.equal(bumped.status, 200, bumped.text)
         const before = await row(strict, resource.table, id)
-        const res = await strict.request(method, `${resource.collection}/${id}`, { body: bodyFor(resource, method), headers: { 'if-match': etag } })
+        const res = await strict.request(method, `${resource.collection}/${id}`, {
+          body: bodyFor(resource, method),
+          headers: { 'if-match': etag },
+        })
         assertProblem(res, 412, 'precondition_failed')
         assert.deepEqual(await row(strict, resource.table, id), before)
       })
@@ -104,7 +115,10 @@ for (const resource of resources) {
 
     test('If-Match: * satisfies the requirement', async () => {
       const { id } = await create(strict, resource)
-      const res = await strict.request('PATCH', `${resource.collection}/${id}`, { body: resource.patch(), headers: { 'if-match': '*' } })
+      const res = await strict.request('PATCH', `${resource.collection}/${id}`, {
+        body: resource.patch(),
+        headers: { 'if-match': '*' },
+      })
       assert.equal(res.status, 200, res.text)
     })
 
@@ -125,22 +139,35 @@ for (const resource of resources) {
 describe('REQUIRE_IF_MATCH=true: ordering and scope', () => {
   test('a user writing their own record without If-Match gets 428; with it, 200', async () => {
     const user = await strict.createUser({ name: 'Self' })
-    assertProblem(await strict.request('PATCH', `/users/${user.id}`, { auth: user.token, body: { name: 'Self 2' } }), 428, 'precondition_required')
+    assertProblem(
+      await strict.request('PATCH', `/users/${user.id}`, { auth: user.token, body: { name: 'Self 2' } }),
+      428,
+      'precondition_required',
+    )
     const etag = (await strict.request('GET', `/users/${user.id}`, { auth: user.token })).headers.get('etag')!
-    const res = await strict.request('PATCH', `/users/${user.id}`, { auth: user.token, body: { name: 'Self 2' }, headers: { 'if-match': etag } })
+    const res = await strict.request('PATCH', `/users/${user.id}`, {
+      auth: user.token,
+      body: { name: 'Self 2' },
+      headers: { 'if-match': etag },
+    })
     assert.equal(res.status, 200, res.text)
     assert.equal((await row(strict, 'users', user.id))?.name, 'Self 2')
   })
 
-  test('authentication and authorization come first: anonymous is 401 and another user’s record 403, not 428', async () => {
-    const [a, b] = [await strict.createUser(), await strict.createUser()]
-    assertProblem(await strict.request('DELETE', `/users/${a.id}`, { auth: null }), 401, 'unauthorized')
-    assertProblem(await strict.request('DELETE', `/users/${a.id}`, { auth: b.token }), 403, 'forbidden')
-    assert.ok(await row(strict, 'users', a.id))
-  })
+  test(
+    'authentication and authorization come first: anonymous is 401 and another user’s record 403, not ' + '428',
+    async () => {
+      const [a, b] = [await strict.createUser(), await strict.createUser()]
+      assertProblem(await strict.request('DELETE', `/users/${a.id}`, { auth: null }), 401, 'unauthorized')
+      assertProblem(await strict.request('DELETE', `/users/${a.id}`, { auth: b.token }), 403, 'forbidden')
+      assert.ok(await row(strict, 'users', a.id))
+    },
+  )
 
   test('an unversioned resource (DELETE /api-keys/{id}) needs no If-Match', async () => {
-    const created = await strict.request('POST', '/api-keys', { body: { name: 'unversioned', scopes: ['products:read'] } })
+    const created = await strict.request('POST', '/api-keys', {
+      body: { name: 'unversioned', scopes: ['products:read'] },
+    })
     assert.equal(created.status, 201, created.text)
     const res = await strict.request('DELETE', `/api-keys/${created.body.id}`)
     assert.equal(res.status, 204, res.text)
@@ -165,8 +192,15 @@ for (const resource of resources) {
 
     test('If-Match, when sent, is still checked: a stale one is 412', async () => {
       const { id, etag } = await create(lenient, resource)
-      assert.equal((await lenient.request('PATCH', `${resource.collection}/${id}`, { body: resource.patch() })).status, 200)
-      assertProblem(await lenient.request('DELETE', `${resource.collection}/${id}`, { headers: { 'if-match': etag } }), 412, 'precondition_failed')
+      assert.equal(
+        (await lenient.request('PATCH', `${resource.collection}/${id}`, { body: resource.patch() })).status,
+        200,
+      )
+      assertProblem(
+        await lenient.request('DELETE', `${resource.collection}/${id}`, { headers: { 'if-match': etag } }),
+        412,
+        'precondition_failed',
+      )
       assert.ok(await row(lenient, resource.table, id))
     })
   })

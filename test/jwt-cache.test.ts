@@ -35,49 +35,56 @@ function oneCharacterOff(token: string, at: number): string {
 }
 
 describe('through the server', () => {
-  test('a cached token still expires on time: 200 while exp + 30 s leeway is ahead, 401 invalid_token from then on', async () => {
-    const user = await api.createUser()
-    // exp 10 s ago: within the 30 s leeway.
-    const exp = Math.floor(nowSeconds()) - 10
-    const token = api.jwtFor(user.id, 'user', undefined, { iat: exp - 900, exp })
-    const before = api.deps.jwtCache.size
-    assert.equal((await me(token)).status, 200)
-    assert.equal(api.deps.jwtCache.size, before + 1, 'the verified token is cached')
-    assert.equal((await me(token)).status, 200, 'answered from the cache')
+  test(
+    'a cached token still expires on time: 200 while exp + 30 s leeway is ahead, 401 invalid_token from then ' + 'on',
+    async () => {
+      const user = await api.createUser()
+      // exp 10 s ago: within the 30 s leeway.
+      const exp = Math.floor(nowSeconds()) - 10
+      const token = api.jwtFor(user.id, 'user', undefined, { iat: exp - 900, exp })
+      const before = api.deps.jwtCache.size
+      assert.equal((await me(token)).status, 200)
+      assert.equal(api.deps.jwtCache.size, before + 1, 'the verified token is cached')
+      assert.equal((await me(token)).status, 200, 'answered from the cache')
 
-    // The service's clock at exp + 30 s, the leeway's end.
-    api.clock.advance((exp + 30) * 1000 - api.clock.now())
-    assertInvalidToken(await me(token))
-    assertInvalidToken(await me(token))
-    assert.equal(api.deps.jwtCache.size, before, 'the expired token left the cache')
-  })
+      // The service's clock at exp + 30 s, the leeway's end.
+      api.clock.advance((exp + 30) * 1000 - api.clock.now())
+      assertInvalidToken(await me(token))
+      assertInvalidToken(await me(token))
+      assert.equal(api.deps.jwtCache.size, before, 'the expired token left the cache')
+    },
+  )
 
-  test('a token one character off a cached one is refused (header, payload, signature, its unused trailing bits), and not cached', async () => {
-    const user = await api.createUser()
-    const token = api.jwtFor(user.id, 'user')
-    assert.equal((await me(token)).status, 200)
-    const cached = api.deps.jwtCache.size
-    const [header, payload] = token.split('.') as [string, string, string]
-    const positions = {
-      'the header': 3,
-      'the payload': header.length + 1 + Math.floor(payload.length / 2),
-      'the last of the payload': header.length + payload.length,
-      'the signature': header.length + payload.length + 2,
-      'the last of the signature': -1,
-    }
-    for (const [where, at] of Object.entries(positions)) {
-      const forged = oneCharacterOff(token, at)
-      assert.notEqual(forged, token)
-      const res = await me(forged)
-      assert.equal(res.status, 401, `one character off in ${where}: ${res.text}`)
-      assert.equal(res.body.code, 'invalid_token')
-    }
-    // Also a token with one character more or less.
-    assertInvalidToken(await me(token + 'A'))
-    assertInvalidToken(await me(token.slice(0, -1)))
-    assert.equal(api.deps.jwtCache.size, cached, 'no refused token was cached')
-    assert.equal((await me(token)).status, 200, 'the genuine token still works')
-  })
+  test(
+    'a token one character off a cached one is refused (header, payload, signature, its unused trailing bits), ' +
+      'and not cached',
+    async () => {
+      const user = await api.createUser()
+      const token = api.jwtFor(user.id, 'user')
+      assert.equal((await me(token)).status, 200)
+      const cached = api.deps.jwtCache.size
+      const [header, payload] = token.split('.') as [string, string, string]
+      const positions = {
+        'the header': 3,
+        'the payload': header.length + 1 + Math.floor(payload.length / 2),
+        'the last of the payload': header.length + payload.length,
+        'the signature': header.length + payload.length + 2,
+        'the last of the signature': -1,
+      }
+      for (const [where, at] of Object.entries(positions)) {
+        const forged = oneCharacterOff(token, at)
+        assert.notEqual(forged, token)
+        const res = await me(forged)
+        assert.equal(res.status, 401, `one character off in ${where}: ${res.text}`)
+        assert.equal(res.body.code, 'invalid_token')
+      }
+      // Also a token with one character more or less.
+      assertInvalidToken(await me(token + 'A'))
+      assertInvalidToken(await me(token.slice(0, -1)))
+      assert.equal(api.deps.jwtCache.size, cached, 'no refused token was cached')
+      assert.equal((await me(token)).status, 200, 'the genuine token still works')
+    },
+  )
 
   test('a token with a bad signature is refused every time, never remembered', async () => {
     const token = oneCharacterOff(api.jwtFor(api.admin.id, 'admin'), -2)
@@ -100,24 +107,37 @@ describe('through the server', () => {
     assert.equal(narrow.body.code, 'insufficient_scope')
   })
 
-  test('an instance with a cache of 4 keeps 4 tokens; a token pushed out is verified again and still works', async () => {
-    const small = await startServer({}, {}, { databaseUrl: api.databaseUrl, cacheSize: 4 })
-    const user = await small.createUser()
-    // Distinct tokens: iat differs.
-    const iat = Math.floor(small.clock.now() / 1000)
-    const tokens = Array.from({ length: 10 }, (_, i) => small.jwtFor(user.id, 'user', undefined, { iat: iat - i }))
-    for (const token of tokens) {
-      assert.equal((await small.request('GET', '/auth/me', { auth: token })).status, 200)
-      assert.ok(small.deps.jwtCache.size <= 4, `size ${small.deps.jwtCache.size}`)
-    }
-    assert.equal(small.deps.jwtCache.size, 4)
-    assert.equal((await small.request('GET', '/auth/me', { auth: tokens[0]! })).status, 200, 'the oldest, pushed out, works again')
-    assert.equal(small.deps.jwtCache.size, 4)
-  })
+  test(
+    'an instance with a cache of 4 keeps 4 tokens; a token pushed out is verified again and still ' + 'works',
+    async () => {
+      const small = await startServer({}, {}, { databaseUrl: api.databaseUrl, cacheSize: 4 })
+      const user = await small.createUser()
+      // Distinct tokens: iat differs.
+      const iat = Math.floor(small.clock.now() / 1000)
+      const tokens = Array.from({ length: 10 }, (_, i) => small.jwtFor(user.id, 'user', undefined, { iat: iat - i }))
+      for (const token of tokens) {
+        assert.equal((await small.request('GET', '/auth/me', { auth: token })).status, 200)
+        assert.ok(small.deps.jwtCache.size <= 4, `size ${small.deps.jwtCache.size}`)
+      }
+      assert.equal(small.deps.jwtCache.size, 4)
+      assert.equal(
+        (await small.request('GET', '/auth/me', { auth: tokens[0]! })).status,
+        200,
+        'the oldest, pushed out, works again',
+      )
+      assert.equal(small.deps.jwtCache.size, 4)
+    },
+  )
 })
 
 describe('JwtCache', () => {
-  const principal = (userId: string): UserPrincipal => ({ kind: 'user', userId, role: 'user', scopes: new Set(), credential: { type: 'jwt', expiresAt: new Date(0).toISOString(), sessionId: 1, epoch: 0 } })
+  const principal = (userId: string): UserPrincipal => ({
+    kind: 'user',
+    userId,
+    role: 'user',
+    scopes: new Set(),
+    credential: { type: 'jwt', expiresAt: new Date(0).toISOString(), sessionId: 1, epoch: 0 },
+  })
 
   test('keeps at most max entries, dropping the oldest first', () => {
     const cache = new JwtCache(3)

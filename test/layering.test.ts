@@ -18,7 +18,8 @@ const allowedPackages = /^(node:.+|typebox|typebox\/.+|postgres)$/
 const sources = (dir: string): string[] => sourceFiles(dir, /\.m?[tj]s$/)
 
 /** Every specifier of a source's imports and export-froms, static and dynamic (`import()`), type-only ones included. */
-const specifiersIn = (text: string): string[] => ts.preProcessFile(text, true, true).importedFiles.map((f) => f.fileName)
+const specifiersIn = (text: string): string[] =>
+  ts.preProcessFile(text, true, true).importedFiles.map((f) => f.fileName)
 const specifiers = (file: string): string[] => specifiersIn(readFileSync(file, 'utf8'))
 
 const inCore = (path: string) => path === core || path.startsWith(core + sep)
@@ -26,27 +27,40 @@ const inCore = (path: string) => path === core || path.startsWith(core + sep)
 const folderOf = (path: string) => relative(core, path).split(sep).slice(0, -1)[0] ?? '.'
 
 const files = sources(core)
-const edges = files.flatMap((file) => specifiers(file).map((specifier) => ({
-  file: relative(root, file),
-  specifier,
-  target: specifier.startsWith('.') ? resolve(dirname(file), specifier) : undefined,
-  from: folderOf(file),
-})))
+const edges = files.flatMap((file) =>
+  specifiers(file).map((specifier) => ({
+    file: relative(root, file),
+    specifier,
+    target: specifier.startsWith('.') ? resolve(dirname(file), specifier) : undefined,
+    from: folderOf(file),
+  })),
+)
 
 test('the scan finds src/core and its imports', () => {
   assert.ok(files.length > 30, `only ${files.length} files under src/core`)
-  assert.ok(edges.some((e) => e.specifier === 'typebox'), 'no import of typebox found: the scan reads nothing')
-  assert.ok(edges.some((e) => e.specifier === 'node:crypto'), 'no import of node:crypto found')
+  assert.ok(
+    edges.some((e) => e.specifier === 'typebox'),
+    'no import of typebox found: the scan reads nothing',
+  )
+  assert.ok(
+    edges.some((e) => e.specifier === 'node:crypto'),
+    'no import of node:crypto found',
+  )
 })
 
 test('the scan sees every form of import', () => {
-  const text = `import type { A } from './a.js'\nexport { b } from '../b.js'\nexport * from 'c'\nimport 'd'\nconst e = await import('../../e.js')\n`
+  const text =
+    `import type { A } from './a.js'\nexport { b } from '../b.js'\nexport * from 'c'\nimport 'd'\nconst e ` +
+    `= await import('../../e.js')\n`
   assert.deepEqual(specifiersIn(text), ['./a.js', '../b.js', 'c', 'd', '../../e.js'])
 })
 
 test('src/core imports nothing outside src/core but node:*, typebox and postgres', () => {
   const outside = edges.filter((e) => (e.target === undefined ? !allowedPackages.test(e.specifier) : !inCore(e.target)))
-  assert.deepEqual(outside.map((e) => `${e.file} imports '${e.specifier}'`), [])
+  assert.deepEqual(
+    outside.map((e) => `${e.file} imports '${e.specifier}'`),
+    [],
+  )
 })
 
 /**
@@ -83,7 +97,10 @@ function circles(graph: ReadonlyMap<string, ReadonlySet<string>>): string[][] {
 }
 
 /** Edges as a graph between what `group` maps each end to, an edge inside one group left out. */
-function graphOf(pairs: ReadonlyArray<readonly [string, string]>, group: (path: string) => string): Map<string, Set<string>> {
+function graphOf(
+  pairs: ReadonlyArray<readonly [string, string]>,
+  group: (path: string) => string,
+): Map<string, Set<string>> {
   const graph = new Map<string, Set<string>>()
   for (const [from, to] of pairs) {
     const [a, b] = [group(from), group(to)]
@@ -93,13 +110,22 @@ function graphOf(pairs: ReadonlyArray<readonly [string, string]>, group: (path: 
 }
 
 test('circles finds a cycle of three and one of two, and none in a chain', () => {
-  const graph = (pairs: string[]) => graphOf(pairs.map((p) => p.split('>') as [string, string]), (x) => x)
-  assert.deepEqual(circles(graph(['a>b', 'b>c', 'c>a', 'c>d', 'd>e', 'e>d'])), [['d', 'e'], ['a', 'b', 'c']])
+  const graph = (pairs: string[]) =>
+    graphOf(
+      pairs.map((p) => p.split('>') as [string, string]),
+      (x) => x,
+    )
+  assert.deepEqual(circles(graph(['a>b', 'b>c', 'c>a', 'c>d', 'd>e', 'e>d'])), [
+    ['d', 'e'],
+    ['a', 'b', 'c'],
+  ])
   assert.deepEqual(circles(graph(['a>b', 'b>c', 'a>c'])), [])
 })
 
 test('no two folders of src/core import each other, directly or around a cycle', () => {
-  const inside = edges.filter((e) => e.target !== undefined && inCore(e.target)).map((e) => [join(root, e.file), e.target!] as const)
+  const inside = edges
+    .filter((e) => e.target !== undefined && inCore(e.target))
+    .map((e) => [join(root, e.file), e.target!] as const)
   assert.deepEqual(circles(graphOf(inside, folderOf)), [])
 })
 
@@ -108,15 +134,24 @@ const src = join(root, 'src')
 const srcFiles = sources(src)
 const resolveSource = (from: string, specifier: string): string | undefined => {
   const path = resolve(dirname(from), specifier)
-  return [path, path.replace(/\.js$/, '.ts'), path.replace(/\.mjs$/, '.d.mts')].find((candidate) => srcFiles.includes(candidate))
+  return [path, path.replace(/\.js$/, '.ts'), path.replace(/\.mjs$/, '.d.mts')].find((candidate) =>
+    srcFiles.includes(candidate),
+  )
 }
-const srcEdges = srcFiles.flatMap((file) => specifiers(file).filter((s) => s.startsWith('.')).map((s) => [file, resolveSource(file, s)] as const))
+const srcEdges = srcFiles.flatMap((file) =>
+  specifiers(file)
+    .filter((s) => s.startsWith('.'))
+    .map((s) => [file, resolveSource(file, s)] as const),
+)
 /** What a file of src/ belongs to at the top: its folder (`src/auth`), or itself (`src/service.ts`). */
 const topOf = (path: string) => relative(src, path).split(sep)[0]!
 
 test('the scan of src/ resolves every relative import to a file', () => {
   assert.ok(srcEdges.length > 500, `only ${srcEdges.length} imports found under src/`)
-  assert.deepEqual(srcEdges.filter(([, to]) => to === undefined).map(([from]) => relative(root, from)), [])
+  assert.deepEqual(
+    srcEdges.filter(([, to]) => to === undefined).map(([from]) => relative(root, from)),
+    [],
+  )
 })
 
 test('no file of src/ imports itself around a cycle', () => {

@@ -24,47 +24,104 @@ import { DatabaseAdmission } from '../src/core/db/admission.js'
 // a stop waits for the run under way, up to its deadline.
 
 const databaseUrl = await createTestDatabase()
-const loaded: Config = { ...loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0' }), databaseUrl }
+const loaded: Config = {
+  ...loadConfig({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'debug',
+    JWT_SECRETS: `test:${TEST_JWT_SECRET}`,
+    RATE_LIMIT: '0',
+  }),
+  databaseUrl,
+}
 const config: Config = { ...loaded, databasePooler: await resolvePooler({ ...loaded, databaseUrl }) }
 
-function newService(tuning: { publisher?: { intervalMs: number } } = {}, overrides: Partial<Config> = {}): { service: Service; logs: Array<Record<string, unknown>> } {
+function newService(
+  tuning: { publisher?: { intervalMs: number } } = {},
+  overrides: Partial<Config> = {},
+): { service: Service; logs: Array<Record<string, unknown>> } {
   const logs: Array<Record<string, unknown>> = []
-  const service = createService({ ...config, ...overrides }, { log: createLogger('debug', (line) => void logs.push(JSON.parse(line))), ...tuning })
+  const service = createService(
+    { ...config, ...overrides },
+    { log: createLogger('debug', (line) => void logs.push(JSON.parse(line))), ...tuning },
+  )
   return { service, logs }
 }
 
 /** One request on a connection of its own (no agent: nothing of the client stays open after the answer). */
-function call(port: number, method: string, path: string, headers: Record<string, string> = {}, body?: unknown): Promise<{ status: number; body: string }> {
+function call(
+  port: number,
+  method: string,
+  path: string,
+  headers: Record<string, string> = {},
+  body?: unknown,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const text = body === undefined ? undefined : JSON.stringify(body)
-    const req = httpRequest({ host: '127.0.0.1', port, method, path, agent: false, headers: { ...headers, ...(text ? { 'content-type': 'application/json' } : {}) } }, (res) => {
-      let received = ''
-      res.setEncoding('utf8')
-      res.on('data', (chunk: string) => (received += chunk))
-      res.on('end', () => resolve({ status: res.statusCode!, body: received }))
-    })
+    const req = httpRequest(
+      {
+        host: '127.0.0.1',
+        port,
+        method,
+        path,
+        agent: false,
+        headers: { ...headers, ...(text ? { 'content-type': 'application/json' } : {}) },
+      },
+      (res) => {
+        let received = ''
+        res.setEncoding('utf8')
+        res.on('data', (chunk: string) => (received += chunk))
+        res.on('end', () => resolve({ status: res.statusCode!, body: received }))
+      },
+    )
     req.once('error', reject)
     req.end(text)
   })
 }
 
-/** Serves requests (a read, an idempotent create), a stream that receives the create's event, and the scheduler's runs. */
+/**
+ * Serves requests (a read, an idempotent create), a stream that receives the create's event, and the scheduler's runs.
+ */
 async function exercise(service: Service): Promise<SseClient> {
   return (await exerciseWith(service)).stream
 }
 
-async function exerciseWith(service: Service): Promise<{ stream: SseClient; port: number; auth: Record<string, string> }> {
+async function exerciseWith(
+  service: Service,
+): Promise<{ stream: SseClient; port: number; auth: Record<string, string> }> {
   const { port } = await service.listen(0, '127.0.0.1')
   const [admin] = await service.deps.sql<Array<{ id: number }>>`
-    INSERT INTO users (name, email, role) VALUES ('Lifecycle', ${`lifecycle-${process.hrtime.bigint()}@example.com`}, 'admin') RETURNING id`
+    INSERT INTO users (name, email, role) VALUES
+    ('Lifecycle', ${`lifecycle-${process.hrtime.bigint()}@example.com`}, 'admin') RETURNING id`
   const now = Math.floor(Date.now() / 1000)
-  const token = signJwt({ sub: String(admin!.id), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + 900, role: 'admin', scope: [...applicationRegistry.scopes.byRole.admin].join(' '), sid: String(2 ** 53), gen: 0 } as JwtClaims, config.jwtSecrets[0]!)
+  const token = signJwt(
+    {
+      sub: String(admin!.id),
+      iss: config.jwtIssuer,
+      aud: config.jwtAudience,
+      iat: now,
+      exp: now + 900,
+      role: 'admin',
+      scope: [...applicationRegistry.scopes.byRole.admin].join(' '),
+      sid: String(2 ** 53),
+      gen: 0,
+    } as JwtClaims,
+    config.jwtSecrets[0]!,
+  )
   const auth = { authorization: `Bearer ${token}` }
   assert.equal((await call(port, 'GET', '/healthz')).status, 200)
   assert.equal((await call(port, 'GET', '/users?limit=1', auth)).status, 200)
-  const stream = await SseClient.open(`http://127.0.0.1:${port}`, '/events/stream?type=product.created', { headers: auth })
+  const stream = await SseClient.open(`http://127.0.0.1:${port}`, '/events/stream?type=product.created', {
+    headers: auth,
+  })
   await stream.waitFor(() => stream.retry !== undefined, 20_000, 'retry:')
-  const created = await call(port, 'POST', '/products', { ...auth, 'idempotency-key': `lifecycle-${process.hrtime.bigint()}` }, { sku: `LC-${process.hrtime.bigint()}`, name: 'x', price: 1, currency: 'EUR' })
+  const created = await call(
+    port,
+    'POST',
+    '/products',
+    { ...auth, 'idempotency-key': `lifecycle-${process.hrtime.bigint()}` },
+    { sku: `LC-${process.hrtime.bigint()}`, name: 'x', price: 1, currency: 'EUR' },
+  )
   assert.equal(created.status, 201, created.body)
   // Published by the job events.publish and read by events.read: both ran on their timers.
   await stream.waitForEvents(1, 20_000)
@@ -78,11 +135,16 @@ async function exerciseWith(service: Service): Promise<{ stream: SseClient; port
  */
 async function assertNothingLeft(ledger: HandleLedger, before: Record<string, number>): Promise<void> {
   // Turns of the event loop, not a timer, which would be one more handle to wait for.
-  for (const giveUpAt = performance.now() + 5000; ledger.open().length > 0 && performance.now() < giveUpAt;) await nextTurn()
+  for (const giveUpAt = performance.now() + 5000; ledger.open().length > 0 && performance.now() < giveUpAt;)
+    await nextTurn()
   ledger.off()
   assert.deepEqual(ledger.open(), [], 'every timer, socket and watcher opened since createService is closed')
   const after = activeResources()
-  for (const [kind, n] of Object.entries(after)) assert.ok(n <= (before[kind] ?? 0), `${kind}: ${before[kind] ?? 0} before createService, ${n} after: ${JSON.stringify({ before, after })}`)
+  for (const [kind, n] of Object.entries(after))
+    assert.ok(
+      n <= (before[kind] ?? 0),
+      `${kind}: ${before[kind] ?? 0} before createService, ${n} after: ${JSON.stringify({ before, after })}`,
+    )
 }
 
 describe('a service leaves nothing open once stopped', () => {
@@ -107,29 +169,38 @@ describe('a service leaves nothing open once stopped', () => {
     await assertNothingLeft(ledger, before)
   })
 
-  test('after a database outage (new sessions refused, every session ended, then allowed again), close() still ends every connection', async () => {
-    // From the server's maintenance database: PostgreSQL refuses ALLOW_CONNECTIONS for the database one is connected to.
-    const server = connect(process.env.TEST_SERVER_URL!, { max: 1, statementTimeoutMs: 10_000 })
-    const database = new URL(databaseUrl).pathname.slice(1)
-    await server`SELECT 1`
-    const before = activeResources()
-    const ledger = openLedger()
-    const { service } = newService()
-    const { stream, port, auth } = await exerciseWith(service)
-    try {
-      await server`ALTER DATABASE ${server(database)} ALLOW_CONNECTIONS false`
-      await server`SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = ${database} AND pid <> pg_backend_pid()`
-      const answers = await Promise.all(Array.from({ length: 5 }, () => call(port, 'GET', '/users?limit=1', auth)))
-      assert.deepEqual(answers.map((a) => a.status), [503, 503, 503, 503, 503])
-    } finally {
-      await server`ALTER DATABASE ${server(database)} ALLOW_CONNECTIONS true`
-    }
-    // At once: the pool and the listeners are opening connections again, and close() must end those too.
-    await service.close()
-    await stream.ended
-    await server.end({ timeout: 5 })
-    await assertNothingLeft(ledger, before)
-  })
+  test(
+    'after a database outage (new sessions refused, every session ended, then allowed again), close() still ends ' +
+      'every connection',
+    async () => {
+      // From the server's maintenance database: PostgreSQL refuses
+      // ALLOW_CONNECTIONS for the database one is connected to.
+      const server = connect(process.env.TEST_SERVER_URL!, { max: 1, statementTimeoutMs: 10_000 })
+      const database = new URL(databaseUrl).pathname.slice(1)
+      await server`SELECT 1`
+      const before = activeResources()
+      const ledger = openLedger()
+      const { service } = newService()
+      const { stream, port, auth } = await exerciseWith(service)
+      try {
+        await server`ALTER DATABASE ${server(database)} ALLOW_CONNECTIONS false`
+        await server`SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname
+        = ${database} AND pid <> pg_backend_pid()`
+        const answers = await Promise.all(Array.from({ length: 5 }, () => call(port, 'GET', '/users?limit=1', auth)))
+        assert.deepEqual(
+          answers.map((a) => a.status),
+          [503, 503, 503, 503, 503],
+        )
+      } finally {
+        await server`ALTER DATABASE ${server(database)} ALLOW_CONNECTIONS true`
+      }
+      // At once: the pool and the listeners are opening connections again, and close() must end those too.
+      await service.close()
+      await stream.ended
+      await server.end({ timeout: 5 })
+      await assertNothingLeft(ledger, before)
+    },
+  )
 
   test('a service created and never listened opens nothing; close() ends what its pool opened when used', async () => {
     const before = activeResources()
@@ -147,24 +218,29 @@ describe('a service leaves nothing open once stopped', () => {
 })
 
 describe('connections', () => {
-  test('serving, streaming and running its jobs, an instance holds at most DATABASE_POOL_MAX + 9 connections (the count of docs/scaling.md)', async () => {
-    const server = connect(process.env.TEST_SERVER_URL!, { max: 1, statementTimeoutMs: 10_000 })
-    const database = new URL(databaseUrl).pathname.slice(1)
-    const { service } = newService({}, { poolMax: 2 })
-    try {
-      const stream = await exercise(service)
-      // Every job has run at least once by now (their first runs are at start), and the webhook worker claimed.
-      const held = await server<Array<{ backend_type: string; query: string }>>`
-        SELECT backend_type, left(query, 60) AS query FROM pg_stat_activity WHERE datname = ${database} AND pid <> pg_backend_pid()`
-      assert.ok(held.length <= 2 + 9, `${held.length} connections: ${JSON.stringify(held)}`)
-      assert.ok(held.length >= 1 + 8, `the count is of connections the instance opened: ${JSON.stringify(held)}`)
-      await service.close()
-      await stream.ended
-    } finally {
-      await service.close()
-      await server.end({ timeout: 5 })
-    }
-  })
+  test(
+    'serving, streaming and running its jobs, an instance holds at most DATABASE_POOL_MAX + 9 connections (the ' +
+      'count of docs/scaling.md)',
+    async () => {
+      const server = connect(process.env.TEST_SERVER_URL!, { max: 1, statementTimeoutMs: 10_000 })
+      const database = new URL(databaseUrl).pathname.slice(1)
+      const { service } = newService({}, { poolMax: 2 })
+      try {
+        const stream = await exercise(service)
+        // Every job has run at least once by now (their first runs are at start), and the webhook worker claimed.
+        const held = await server<Array<{ backend_type: string; query: string }>>`
+        SELECT backend_type, left(query, 60) AS query FROM pg_stat_activity WHERE datname
+        = ${database} AND pid <> pg_backend_pid()`
+        assert.ok(held.length <= 2 + 9, `${held.length} connections: ${JSON.stringify(held)}`)
+        assert.ok(held.length >= 1 + 8, `the count is of connections the instance opened: ${JSON.stringify(held)}`)
+        await service.close()
+        await stream.ended
+      } finally {
+        await service.close()
+        await server.end({ timeout: 5 })
+      }
+    },
+  )
 })
 
 describe('order', () => {
@@ -225,7 +301,10 @@ describe('order', () => {
     await lifecycle.start()
     await lifecycle.stop(performance.now() + 50)
     assert.ok(firstStopped)
-    assert.deepEqual(lines.map((l) => [l.msg, l.component]), [['a component did not stop by its deadline; the others stop without it', 'stuck']])
+    assert.deepEqual(
+      lines.map((l) => [l.msg, l.component]),
+      [['a component did not stop by its deadline; the others stop without it', 'stuck']],
+    )
   })
 })
 
@@ -264,10 +343,14 @@ describe('the scheduler', () => {
   test('stop waits for a slow run within its deadline, and not past it', async () => {
     const scheduler = new Scheduler(createLogger('error', () => {}))
     let slowDone = false
-    const slow = scheduler.add({ name: 'slow', periodMs: 60_000, run: async () => {
-      await sleep(300)
-      slowDone = true
-    } })
+    const slow = scheduler.add({
+      name: 'slow',
+      periodMs: 60_000,
+      run: async () => {
+        await sleep(300)
+        slowDone = true
+      },
+    })
     scheduler.start()
     void slow.runNow()
     await scheduler.stop(performance.now() + 30_000)
@@ -284,12 +367,16 @@ describe('the scheduler', () => {
   test('a run sees its signal abort when the scheduler stops, and can end between two batches', async () => {
     const scheduler = new Scheduler(createLogger('error', () => {}))
     let batches = 0
-    const job = scheduler.add({ name: 'batches', periodMs: 60_000, run: async (signal) => {
-      while (!signal.aborted && batches < 1000) {
-        batches++
-        await sleep(5)
-      }
-    } })
+    const job = scheduler.add({
+      name: 'batches',
+      periodMs: 60_000,
+      run: async (signal) => {
+        while (!signal.aborted && batches < 1000) {
+          batches++
+          await sleep(5)
+        }
+      },
+    })
     void job.runNow()
     await sleep(30)
     await scheduler.stop(performance.now() + 30_000)

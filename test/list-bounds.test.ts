@@ -28,36 +28,55 @@ const VALUES: Record<string, [one: string, list: string]> = {
   updated_at: ['2030-01-01T00:00:00Z', '2020-01-01T00:00:00Z'],
 }
 const OPS = ['', 'ne', 'gt', 'gte', 'lt', 'lte', 'in']
-const PARAMETERS = Object.keys(VALUES).flatMap((member) => OPS.map((op) => [op ? `${member}[${op}]` : member, op === 'in' ? VALUES[member]![1] : VALUES[member]![0]] as const))
+const PARAMETERS = Object.keys(VALUES).flatMap((member) =>
+  OPS.map((op) => [op ? `${member}[${op}]` : member, op === 'in' ? VALUES[member]![1] : VALUES[member]![0]] as const),
+)
 const SORTS = Object.keys(VALUES).flatMap((m) => [m, `-${m}`])
 
 const PAIRS = PARAMETERS.flatMap((a, i) => PARAMETERS.slice(i + 1).map((b) => [a, b] as const))
 
-/** The n-th distinct shape: two filter parameters (an unordered pair: the order of a query string is not part of a shape) and a sort. */
+/**
+ * The n-th distinct shape: two filter parameters (an unordered pair: the order of a query string is not part of a
+ * shape) and a sort.
+ */
 function shape(n: number): Record<string, string> {
   const [a, b] = PAIRS[n % PAIRS.length]!
-  return { [a[0]]: a[1], [b[0]]: b[1], sort: SORTS[Math.floor(n / PAIRS.length) % SORTS.length]!, ...(n % 2 ? { count: 'true' } : {}) }
+  return {
+    [a[0]]: a[1],
+    [b[0]]: b[1],
+    sort: SORTS[Math.floor(n / PAIRS.length) % SORTS.length]!,
+    ...(n % 2 ? { count: 'true' } : {}),
+  }
 }
 
 async function preparedPerBackend(): Promise<number[]> {
   const backends = await Promise.all([api.sql.reserve(), api.sql.reserve()])
   try {
-    return await Promise.all(backends.map(async (db) => (await db<[{ n: number }]>`SELECT count(*)::int AS n FROM pg_prepared_statements`)[0].n))
+    return await Promise.all(
+      backends.map(
+        async (db) => (await db<[{ n: number }]>`SELECT count(*)::int AS n FROM pg_prepared_statements`)[0].n,
+      ),
+    )
   } finally {
     for (const db of backends) db.release()
   }
 }
 
 describe('list shapes', () => {
-  test(`more than ${MAX_FILTERS} filter parameters in one request: 400 invalid_parameter naming the first beyond; ${MAX_FILTERS} are served`, async () => {
-    const eleven = PARAMETERS.filter(([name]) => !name.includes('[in]')).slice(0, MAX_FILTERS + 1)
-    const query = (params: ReadonlyArray<readonly [string, string]>) => params.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&')
-    const refused = await api.request('GET', `/products?${query(eleven)}`)
-    assert.equal(refused.status, 400, refused.text)
-    assert.equal(refused.body.code, 'invalid_parameter')
-    assert.equal(refused.body.errors[0].path, eleven[MAX_FILTERS]![0])
-    assert.equal((await api.request('GET', `/products?${query(eleven.slice(0, MAX_FILTERS))}`)).status, 200)
-  })
+  test(
+    `more than ${MAX_FILTERS} filter parameters in one request: 400 invalid_parameter naming the first ` +
+      `beyond; ${MAX_FILTERS} are served`,
+    async () => {
+      const eleven = PARAMETERS.filter(([name]) => !name.includes('[in]')).slice(0, MAX_FILTERS + 1)
+      const query = (params: ReadonlyArray<readonly [string, string]>) =>
+        params.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&')
+      const refused = await api.request('GET', `/products?${query(eleven)}`)
+      assert.equal(refused.status, 400, refused.text)
+      assert.equal(refused.body.code, 'invalid_parameter')
+      assert.equal(refused.body.errors[0].path, eleven[MAX_FILTERS]![0])
+      assert.equal((await api.request('GET', `/products?${query(eleven.slice(0, MAX_FILTERS))}`)).status, 200)
+    },
+  )
 
   test('a shape runs unprepared until used often, then prepared, with the same answer', async () => {
     const query = { 'price[gte]': '100', currency: 'USD', sort: '-stock' }
@@ -74,27 +93,55 @@ describe('list shapes', () => {
   // Three times as many shapes used often as may be prepared, and many more used once: the bound must evict.
   const OFTEN = 3 * MAX_PREPARED_SHAPES
   const SHAPES = 2_000
-  test(`${SHAPES} distinct shapes, ${OFTEN} of them sent ${PREPARE_AFTER_USES} times: every backend holds a bounded number of prepared statements`, async () => {
-    const deps = api.deps
-    const shapes = Array.from({ length: SHAPES }, (_, n) => shape(n))
-    assert.equal(new Set(shapes.map((q) => JSON.stringify(Object.keys(q).filter((k) => k !== 'count').sort()) + q.sort)).size, SHAPES, 'the shapes are distinct')
-    // Listed straight through the list code, with the server's own pool: thousands of requests over HTTP would take long here.
-    for (let start = 0; start < shapes.length; start += 100) {
-      await Promise.all(shapes.slice(start, start + 100).map(async (query, i) => {
-        const uses = start + i < OFTEN ? PREPARE_AFTER_USES : 1
-        for (let use = 0; use < uses; use++) assert.equal((await listCollection(products.collection, checkedQuery(query), { services: deps })).status, 200)
-      }))
-    }
-    assert.equal(api.deps.listShapes.preparedCount(products.collection), MAX_PREPARED_SHAPES)
-    const perBackend = await preparedPerBackend()
-    // A shape is two statements (the page and its count); the service's own tagged statements are a few dozen more.
-    for (const n of perBackend) assert.ok(n <= 2 * MAX_PREPARED_SHAPES + 100, `a backend holds ${n} prepared statements`)
-    // And they still answer right, prepared or not.
-    const late = await api.request('GET', '/products?stock=3&currency=USD&sort=-price&count=true')
-    assert.equal(late.status, 200)
-    const [{ n }] = await api.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM products WHERE stock = 3 AND currency = 'USD'`
-    assert.equal(Number(late.headers.get('x-total-count')), n)
-  })
+  test(
+    `${SHAPES} distinct ` +
+      `shapes, ${OFTEN} of them ` +
+      `sent ${PREPARE_AFTER_USES} times: every backend holds a bounded number of prepared statements`,
+    async () => {
+      const deps = api.deps
+      const shapes = Array.from({ length: SHAPES }, (_, n) => shape(n))
+      assert.equal(
+        new Set(
+          shapes.map(
+            (q) =>
+              JSON.stringify(
+                Object.keys(q)
+                  .filter((k) => k !== 'count')
+                  .sort(),
+              ) + q.sort,
+          ),
+        ).size,
+        SHAPES,
+        'the shapes are distinct',
+      )
+      // Listed straight through the list code, with the server's own pool: thousands of requests over HTTP would take
+      // long here.
+      for (let start = 0; start < shapes.length; start += 100) {
+        await Promise.all(
+          shapes.slice(start, start + 100).map(async (query, i) => {
+            const uses = start + i < OFTEN ? PREPARE_AFTER_USES : 1
+            for (let use = 0; use < uses; use++)
+              assert.equal(
+                (await listCollection(products.collection, checkedQuery(query), { services: deps })).status,
+                200,
+              )
+          }),
+        )
+      }
+      assert.equal(api.deps.listShapes.preparedCount(products.collection), MAX_PREPARED_SHAPES)
+      const perBackend = await preparedPerBackend()
+      // A shape is two statements (the page and its count); the service's own tagged statements are a few dozen more.
+      for (const n of perBackend)
+        assert.ok(n <= 2 * MAX_PREPARED_SHAPES + 100, `a backend holds ${n} prepared statements`)
+      // And they still answer right, prepared or not.
+      const late = await api.request('GET', '/products?stock=3&currency=USD&sort=-price&count=true')
+      assert.equal(late.status, 200)
+      const [{ n }] = await api.sql<
+        [{ n: number }]
+      >`SELECT count(*)::int AS n FROM products WHERE stock = 3 AND currency = 'USD'`
+      assert.equal(Number(late.headers.get('x-total-count')), n)
+    },
+  )
 })
 
 /** A query as the pipeline hands it to the list code: read from text and checked. */

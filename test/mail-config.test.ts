@@ -15,34 +15,70 @@ const HOOK_SECRET = `whsec_${Buffer.alloc(24, 7).toString('base64')}`
 
 function refused(env: Record<string, string>, line: RegExp): string {
   let message = ''
-  assert.throws(() => loadConfig(env), (err: unknown) => {
-    assert.ok(err instanceof ConfigError, String(err))
-    message = err.message
-    return true
-  })
+  assert.throws(
+    () => loadConfig(env),
+    (err: unknown) => {
+      assert.ok(err instanceof ConfigError, String(err))
+      message = err.message
+      return true
+    },
+  )
   assert.match(message, line)
   return message
 }
 
 describe('mail and recovery settings', () => {
   test('one transport at most; MAIL_FROM with SMTP_URL; the hook needs its whsec_ secret; no secret is echoed', () => {
-    const both = refused({ SMTP_URL: 'smtp://u:hunter2@mail.example.com:587', MAIL_FROM: 'a@example.com', MAIL_HOOK_URL: 'https://hooks.example.com/mail', MAIL_HOOK_SECRET: HOOK_SECRET }, /^SMTP_URL and MAIL_HOOK_URL: set one of them/m)
+    const both = refused(
+      {
+        SMTP_URL: 'smtp://u:hunter2@mail.example.com:587',
+        MAIL_FROM: 'a@example.com',
+        MAIL_HOOK_URL: 'https://hooks.example.com/mail',
+        MAIL_HOOK_SECRET: HOOK_SECRET,
+      },
+      /^SMTP_URL and MAIL_HOOK_URL: set one of them/m,
+    )
     assert.ok(!both.includes('hunter2') && !both.includes(HOOK_SECRET))
     refused({ SMTP_URL: 'smtp://mail.example.com' }, /^MAIL_FROM: required with SMTP_URL/m)
-    const bad = refused({ SMTP_URL: 'http://u:hunter2@mail.example.com', MAIL_FROM: 'a@example.com' }, /^SMTP_URL: must be smtp:\/\/user:password@host:port \(STARTTLS\) or smtps:\/\/user:password@host:port \(TLS\) \(the scheme is "http:"\)$/m)
+    const bad = refused(
+      { SMTP_URL: 'http://u:hunter2@mail.example.com', MAIL_FROM: 'a@example.com' },
+      /^SMTP_URL: must be smtp:\/\/user:password@host:port \(STARTTLS\) or smtps:\/\/user:password@host:port \(TLS\) \(the scheme is "http:"\)$/m,
+    )
     assert.ok(!bad.includes('hunter2'))
     refused({ MAIL_HOOK_URL: 'https://hooks.example.com/mail' }, /^MAIL_HOOK_SECRET: required with MAIL_HOOK_URL/m)
     refused({ MAIL_HOOK_SECRET: HOOK_SECRET }, /^MAIL_HOOK_URL: required with MAIL_HOOK_SECRET/m)
-    refused({ MAIL_HOOK_URL: 'https://hooks.example.com/mail', MAIL_HOOK_SECRET: 'not-whsec' }, /^MAIL_HOOK_SECRET: must start with whsec_/m)
+    refused(
+      { MAIL_HOOK_URL: 'https://hooks.example.com/mail', MAIL_HOOK_SECRET: 'not-whsec' },
+      /^MAIL_HOOK_SECRET: must start with whsec_/m,
+    )
     refused({ MAIL_FROM: 'a@example.com\r\nBcc: everyone@example.com' }, /^MAIL_FROM: must be an address/m)
   })
 
   test('link templates hold {token}; https in production', () => {
-    refused({ PASSWORD_RESET_URL: 'https://app.example.com/reset' }, /^PASSWORD_RESET_URL: must be an http\(s\) URL holding \{token\}/m)
-    refused({ VERIFY_EMAIL_URL: 'javascript:alert(1)//{token}' }, /^VERIFY_EMAIL_URL: must be an http\(s\) URL holding \{token\}/m)
-    refused({ NODE_ENV: 'production', DATABASE_URL: 'postgres://db/app', JWT_SECRETS: `k:${'s'.repeat(32)}`, PASSWORD_RESET_URL: 'http://app.example.com/reset?t={token}' }, /^PASSWORD_RESET_URL: must be an https:\/\/ URL when NODE_ENV=production/m)
+    refused(
+      { PASSWORD_RESET_URL: 'https://app.example.com/reset' },
+      /^PASSWORD_RESET_URL: must be an http\(s\) URL holding \{token\}/m,
+    )
+    refused(
+      { VERIFY_EMAIL_URL: 'javascript:alert(1)//{token}' },
+      /^VERIFY_EMAIL_URL: must be an http\(s\) URL holding \{token\}/m,
+    )
+    refused(
+      {
+        NODE_ENV: 'production',
+        DATABASE_URL: 'postgres://db/app',
+        JWT_SECRETS: `k:${'s'.repeat(32)}`,
+        PASSWORD_RESET_URL: 'http://app.example.com/reset?t={token}',
+      },
+      /^PASSWORD_RESET_URL: must be an https:\/\/ URL when NODE_ENV=production/m,
+    )
     refused({ REQUIRE_VERIFIED_EMAIL: 'true' }, /^REQUIRE_VERIFIED_EMAIL: needs VERIFY_EMAIL_URL/m)
-    const config = loadConfig({ PASSWORD_RESET_URL: 'http://localhost:5173/reset?t={token}', PASSWORD_RESET_TTL: '600', REQUIRE_VERIFIED_EMAIL: 'true', VERIFY_EMAIL_URL: 'http://localhost:5173/verify?t={token}' })
+    const config = loadConfig({
+      PASSWORD_RESET_URL: 'http://localhost:5173/reset?t={token}',
+      PASSWORD_RESET_TTL: '600',
+      REQUIRE_VERIFIED_EMAIL: 'true',
+      VERIFY_EMAIL_URL: 'http://localhost:5173/verify?t={token}',
+    })
     assert.equal(config.passwordResetUrl, 'http://localhost:5173/reset?t={token}')
     assert.equal(config.passwordResetTtl, 600)
     assert.equal(config.requireVerifiedEmail, true)
@@ -59,15 +95,25 @@ describe('mail and recovery settings', () => {
       server: { host: 'mail.example.com', port: 465, security: 'tls', credentials: { user: 'u', password: 'p' } },
       from: { address: 'a@example.com', domain: 'example.com' },
     })
-    assert.deepEqual(loadConfig({ MAIL_HOOK_URL: 'http://127.0.0.1:9000/mail', MAIL_HOOK_SECRET_FILE: join(dir, 'hook') }).mail, { via: 'hook', url: 'http://127.0.0.1:9000/mail', secret: HOOK_SECRET })
+    assert.deepEqual(
+      loadConfig({ MAIL_HOOK_URL: 'http://127.0.0.1:9000/mail', MAIL_HOOK_SECRET_FILE: join(dir, 'hook') }).mail,
+      { via: 'hook', url: 'http://127.0.0.1:9000/mail', secret: HOOK_SECRET },
+    )
   })
 
   test('the transport: the console in development, none in production (with a warning)', () => {
     const lines: string[] = []
     const log = createLogger('info', (line) => void lines.push(line))
     assert.equal(mailTransportFor(loadConfig({}), log)?.name, 'console')
-    const production = loadConfig({ NODE_ENV: 'production', DATABASE_URL: 'postgres://db/app', JWT_SECRETS: `k:${'s'.repeat(32)}` })
+    const production = loadConfig({
+      NODE_ENV: 'production',
+      DATABASE_URL: 'postgres://db/app',
+      JWT_SECRETS: `k:${'s'.repeat(32)}`,
+    })
     assert.equal(mailTransportFor(production, log), undefined)
-    assert.ok(lines.some((l) => JSON.parse(l).level === 'warn' && JSON.parse(l).msg === MAIL_NOT_CONFIGURED), lines.join('\n'))
+    assert.ok(
+      lines.some((l) => JSON.parse(l).level === 'warn' && JSON.parse(l).msg === MAIL_NOT_CONFIGURED),
+      lines.join('\n'),
+    )
   })
 })

@@ -56,60 +56,66 @@ function parseExposition(text: string): Exposition {
     current = family
   }
 
-  text.slice(0, -1).split('\n').forEach((line, i) => {
-    const where = `line ${i + 1} (${JSON.stringify(line)})`
-    assert.notEqual(line, '', `${where}: no empty lines`)
-    if (line.startsWith('#')) {
-      const m = /^# (HELP|TYPE) (\S+) (.*)$/.exec(line)
-      assert.ok(m, `${where}: a comment is # HELP or # TYPE`)
-      const [, kind, name, rest] = m as unknown as [string, 'HELP' | 'TYPE', string, string]
-      assert.match(name, METRIC_NAME, `${where}: metric name`)
-      enter(name, where)
-      if (kind === 'TYPE') {
-        assert.ok(TYPES.has(rest), `${where}: known type`)
-        assert.ok(!types.has(name), `${where}: one TYPE per family`)
-        assert.ok(!samples.some((s) => s.family === name), `${where}: TYPE comes before the samples`)
-        types.set(name, rest)
-      } else {
-        assert.ok(!help.has(name), `${where}: one HELP per family`)
-        assert.ok(rest.length > 0 && /^(?:[^\\]|\\[\\n])*$/.test(rest), `${where}: HELP text with only \\\\ and \\n escapes`)
-        help.set(name, rest)
+  text
+    .slice(0, -1)
+    .split('\n')
+    .forEach((line, i) => {
+      const where = `line ${i + 1} (${JSON.stringify(line)})`
+      assert.notEqual(line, '', `${where}: no empty lines`)
+      if (line.startsWith('#')) {
+        const m = /^# (HELP|TYPE) (\S+) (.*)$/.exec(line)
+        assert.ok(m, `${where}: a comment is # HELP or # TYPE`)
+        const [, kind, name, rest] = m as unknown as [string, 'HELP' | 'TYPE', string, string]
+        assert.match(name, METRIC_NAME, `${where}: metric name`)
+        enter(name, where)
+        if (kind === 'TYPE') {
+          assert.ok(TYPES.has(rest), `${where}: known type`)
+          assert.ok(!types.has(name), `${where}: one TYPE per family`)
+          assert.ok(!samples.some((s) => s.family === name), `${where}: TYPE comes before the samples`)
+          types.set(name, rest)
+        } else {
+          assert.ok(!help.has(name), `${where}: one HELP per family`)
+          assert.ok(
+            rest.length > 0 && /^(?:[^\\]|\\[\\n])*$/.test(rest),
+            `${where}: HELP text with only \\\\ and \\n escapes`,
+          )
+          help.set(name, rest)
+        }
+        return
       }
-      return
-    }
-    const nameMatch = /^[a-zA-Z_:][a-zA-Z0-9_:]*/.exec(line)
-    assert.ok(nameMatch, `${where}: a sample starts with a metric name`)
-    const name = nameMatch[0]
-    let at = name.length
-    const labels: Record<string, string> = {}
-    if (line[at] === '{') {
-      at++
-      while (line[at] !== '}') {
-        LABEL.lastIndex = at
-        const l = LABEL.exec(line)
-        assert.ok(l, `${where}: a label name="value" at column ${at}`)
-        assert.ok(!(l[1]! in labels), `${where}: label ${l[1]} once`)
-        labels[l[1]!] = unescapeLabel(l[2]!)
-        at = LABEL.lastIndex
-        if (line[at] === ',') at++
-        else assert.equal(line[at], '}', `${where}: labels end with }`)
+      const nameMatch = /^[a-zA-Z_:][a-zA-Z0-9_:]*/.exec(line)
+      assert.ok(nameMatch, `${where}: a sample starts with a metric name`)
+      const name = nameMatch[0]
+      let at = name.length
+      const labels: Record<string, string> = {}
+      if (line[at] === '{') {
+        at++
+        while (line[at] !== '}') {
+          LABEL.lastIndex = at
+          const l = LABEL.exec(line)
+          assert.ok(l, `${where}: a label name="value" at column ${at}`)
+          assert.ok(!(l[1]! in labels), `${where}: label ${l[1]} once`)
+          labels[l[1]!] = unescapeLabel(l[2]!)
+          at = LABEL.lastIndex
+          if (line[at] === ',') at++
+          else assert.equal(line[at], '}', `${where}: labels end with }`)
+        }
+        at++
       }
-      at++
-    }
-    const rest = line.slice(at)
-    const v = /^ (\S+)(?: (-?[0-9]+))?$/.exec(rest)
-    assert.ok(v, `${where}: one space, then the value (and an optional timestamp)`)
-    assert.match(v[1]!, VALUE, `${where}: a float value`)
-    const family = types.has(name)
-      ? name
-      : [...types].find(([f, t]) => (SUFFIXES[t] ?? []).some((suffix) => name === f + suffix))?.[0]
-    assert.ok(family, `${where}: the family of ${name} is declared by # TYPE`)
-    enter(family, where)
-    const series = `${name}${JSON.stringify(Object.entries(labels).sort())}`
-    assert.ok(!seenSeries.has(series), `${where}: series appears once`)
-    seenSeries.add(series)
-    samples.push({ name, family, labels, value: parseValue(v[1]!) })
-  })
+      const rest = line.slice(at)
+      const v = /^ (\S+)(?: (-?[0-9]+))?$/.exec(rest)
+      assert.ok(v, `${where}: one space, then the value (and an optional timestamp)`)
+      assert.match(v[1]!, VALUE, `${where}: a float value`)
+      const family = types.has(name)
+        ? name
+        : [...types].find(([f, t]) => (SUFFIXES[t] ?? []).some((suffix) => name === f + suffix))?.[0]
+      assert.ok(family, `${where}: the family of ${name} is declared by # TYPE`)
+      enter(family, where)
+      const series = `${name}${JSON.stringify(Object.entries(labels).sort())}`
+      assert.ok(!seenSeries.has(series), `${where}: series appears once`)
+      seenSeries.add(series)
+      samples.push({ name, family, labels, value: parseValue(v[1]!) })
+    })
   return { types, help, samples }
 }
 
@@ -118,7 +124,11 @@ const find = (e: Exposition, name: string, labels: Record<string, string> = {}) 
 
 /** The value of the one series with exactly these labels, or 0 when there is none yet (a counter not yet seen). */
 function counter(e: Exposition, name: string, labels: Record<string, string>): number {
-  const matching = e.samples.filter((s) => s.name === name && JSON.stringify(Object.entries(s.labels).sort()) === JSON.stringify(Object.entries(labels).sort()))
+  const matching = e.samples.filter(
+    (s) =>
+      s.name === name &&
+      JSON.stringify(Object.entries(s.labels).sort()) === JSON.stringify(Object.entries(labels).sort()),
+  )
   assert.ok(matching.length <= 1)
   return matching[0]?.value ?? 0
 }
@@ -144,12 +154,23 @@ function assertHistograms(e: Exposition): number {
     for (const [key, buckets] of groups) {
       const labels = Object.fromEntries(JSON.parse(key) as Array<[string, string]>)
       const bounds = buckets.map((b) => parseValue(b.labels.le!))
-      assert.deepEqual(bounds, [...bounds].sort((a, b) => a - b), `${family}${key}: buckets in ascending le`)
+      assert.deepEqual(
+        bounds,
+        [...bounds].sort((a, b) => a - b),
+        `${family}${key}: buckets in ascending le`,
+      )
       assert.equal(bounds.at(-1), Infinity, `${family}${key}: a +Inf bucket last`)
       for (let i = 1; i < buckets.length; i++) {
-        assert.ok(buckets[i]!.value >= buckets[i - 1]!.value, `${family}${key}: cumulative at le=${buckets[i]!.labels.le}`)
+        assert.ok(
+          buckets[i]!.value >= buckets[i - 1]!.value,
+          `${family}${key}: cumulative at le=${buckets[i]!.labels.le}`,
+        )
       }
-      assert.equal(buckets.at(-1)!.value, counter(e, `${family}_count`, labels), `${family}${key}: +Inf bucket = _count`)
+      assert.equal(
+        buckets.at(-1)!.value,
+        counter(e, `${family}_count`, labels),
+        `${family}${key}: +Inf bucket = _count`,
+      )
       const sum = find(e, `${family}_sum`, labels)
       assert.equal(sum.length, 1, `${family}${key}: one _sum`)
       assert.ok(sum[0]!.value >= 0)
@@ -185,7 +206,9 @@ describe('the test’s exposition parser', () => {
   for (const [name, text] of bad) test(`refuses ${name}`, () => assert.throws(() => parseExposition(text)))
 
   test('accepts escapes and braces inside label values', () => {
-    const e = parseExposition('# HELP foo Some \\\\ help.\n# TYPE foo counter\nfoo{route="/users/{id}",q="a\\"b\\\\c\\nd"} 3\n')
+    const e = parseExposition(
+      '# HELP foo Some \\\\ help.\n# TYPE foo counter\nfoo{route="/users/{id}",q="a\\"b\\\\c\\nd"} 3\n',
+    )
     assert.deepEqual(e.samples[0]!.labels, { route: '/users/{id}', q: 'a"b\\c\nd' })
     assert.equal(e.samples[0]!.value, 3)
   })
@@ -197,15 +220,18 @@ describe('the test’s exposition parser', () => {
 describe('Metrics.render', () => {
   test('histogram buckets are cumulative, +Inf is the count, the sum adds up; counts by status', () => {
     const m = new Metrics({ max: 7 })
-    const observations: Array<[seconds: number, status: number]> = [[0.003, 200], [0.003, 200], [0.3, 404], [0.75, 200], [20, 500]]
+    const observations: Array<[seconds: number, status: number]> = [
+      [0.003, 200],
+      [0.003, 200],
+      [0.3, 404],
+      [0.75, 200],
+      [20, 500],
+    ]
     for (const [seconds, status] of observations) m.observe('GET', '/things/{id}', status, seconds)
     const e = parseExposition(m.render())
     const labels = { method: 'GET', route: '/things/{id}' }
     const bucket = (le: string) => counter(e, 'http_request_duration_seconds_bucket', { ...labels, le })
-    assert.deepEqual(
-      ['0.005', '0.01', '0.25', '0.5', '1', '10', '+Inf'].map(bucket),
-      [2, 2, 2, 3, 4, 4, 5],
-    )
+    assert.deepEqual(['0.005', '0.01', '0.25', '0.5', '1', '10', '+Inf'].map(bucket), [2, 2, 2, 3, 4, 4, 5])
     assert.equal(counter(e, 'http_request_duration_seconds_count', labels), 5)
     assert.ok(Math.abs(counter(e, 'http_request_duration_seconds_sum', labels) - 21.056) < 1e-9)
     assert.equal(counter(e, 'http_requests_total', { ...labels, status: '200' }), 3)
@@ -222,12 +248,15 @@ describe('Metrics.render', () => {
     m.observe('POST', 'odd "route" \\ with\nbreak', 200, 0.001)
     const e = parseExposition(m.render())
     assert.equal(counter(e, 'http_requests_total', { method: 'GET', route: 'unmatched', status: '404' }), 2)
-    assert.equal(counter(e, 'http_requests_total', { method: 'POST', route: 'odd "route" \\ with\nbreak', status: '200' }), 1)
+    assert.equal(
+      counter(e, 'http_requests_total', { method: 'POST', route: 'odd "route" \\ with\nbreak', status: '200' }),
+      1,
+    )
   })
 })
 
 describe('mergeExpositions (WORKERS > 1, src/cluster/metrics.ts)', () => {
-  test('two workers\' figures are one valid exposition: each series labelled with its worker, each family once', () => {
+  test("two workers' figures are one valid exposition: each series labelled with its worker, each family once", () => {
     const parts = [1, 2].map((worker) => {
       const m = new Metrics({ max: 3 })
       for (let i = 0; i < worker; i++) m.observe('GET', '/things/{id}', 200, 0.003)
@@ -236,9 +265,28 @@ describe('mergeExpositions (WORKERS > 1, src/cluster/metrics.ts)', () => {
     })
     const e = parseExposition(mergeExpositions(parts))
     for (const worker of ['1', '2']) {
-      assert.equal(counter(e, 'http_requests_total', { worker, method: 'GET', route: '/things/{id}', status: '200' }), Number(worker))
-      assert.equal(counter(e, 'http_request_duration_seconds_bucket', { worker, method: 'GET', route: '/things/{id}', le: '+Inf' }), Number(worker))
-      assert.equal(counter(e, 'http_requests_total', { worker, method: 'POST', route: 'odd "route" \\ with\nbreak', status: '201' }), 1)
+      assert.equal(
+        counter(e, 'http_requests_total', { worker, method: 'GET', route: '/things/{id}', status: '200' }),
+        Number(worker),
+      )
+      assert.equal(
+        counter(e, 'http_request_duration_seconds_bucket', {
+          worker,
+          method: 'GET',
+          route: '/things/{id}',
+          le: '+Inf',
+        }),
+        Number(worker),
+      )
+      assert.equal(
+        counter(e, 'http_requests_total', {
+          worker,
+          method: 'POST',
+          route: 'odd "route" \\ with\nbreak',
+          status: '201',
+        }),
+        1,
+      )
       assert.equal(counter(e, 'db_pool_max_connections', { worker }), 3)
     }
     assert.equal(assertHistograms(e), 4)
@@ -256,7 +304,7 @@ describe('GET /metrics access', () => {
     assert.doesNotMatch(res.text, /http_requests_total/)
   })
 
-  test('a user: 403 insufficient_scope (metrics:read is an admin\'s)', async () => {
+  test("a user: 403 insufficient_scope (metrics:read is an admin's)", async () => {
     const user = await api.createUser()
     const res = await api.request('GET', '/metrics', { auth: user.token })
     assert.equal(res.status, 403)
@@ -298,11 +346,20 @@ describe('GET /metrics content', () => {
     assert.equal(counter(e, 'http_requests_total', invalid) - counter(before, 'http_requests_total', invalid), 1)
     assert.equal(counter(e, 'http_requests_total', unmatched) - counter(before, 'http_requests_total', unmatched), 1)
 
-    const templates = new Set([...allRoutes(api.deps.registry, api.deps.config.apiPrefix).map((r) => r.path), 'unmatched'])
-    const routeLabels = e.samples.filter((s) => s.family.startsWith('http_request')).map((s) => s.labels.route).filter((r) => r !== undefined)
+    const templates = new Set([
+      ...allRoutes(api.deps.registry, api.deps.config.apiPrefix).map((r) => r.path),
+      'unmatched',
+    ])
+    const routeLabels = e.samples
+      .filter((s) => s.family.startsWith('http_request'))
+      .map((s) => s.labels.route)
+      .filter((r) => r !== undefined)
     assert.ok(routeLabels.length > 0)
     for (const route of routeLabels) assert.ok(templates.has(route!), `route label ${route} is a template`)
-    assert.ok(!e.samples.some((s) => Object.values(s.labels).some((v) => v.includes(String(user.id)) && v.startsWith('/'))), 'no raw path with an id')
+    assert.ok(
+      !e.samples.some((s) => Object.values(s.labels).some((v) => v.includes(String(user.id)) && v.startsWith('/'))),
+      'no raw path with an id',
+    )
     for (const s of find(e, 'http_requests_total')) {
       assert.deepEqual(Object.keys(s.labels).sort(), ['method', 'route', 'status'])
       assert.match(s.labels.status!, /^[1-5][0-9]{2}$/)
@@ -323,21 +380,30 @@ describe('GET /metrics content', () => {
       process_cpu_seconds_total: 'counter',
       nodejs_eventloop_delay_seconds: 'gauge',
     }
-    for (const [family, type] of Object.entries(expected)) assert.equal(e.types.get(family), type, `# TYPE ${family} ${type}`)
+    for (const [family, type] of Object.entries(expected))
+      assert.equal(e.types.get(family), type, `# TYPE ${family} ${type}`)
     for (const family of e.types.keys()) assert.ok(e.help.has(family), `# HELP ${family}`)
-    for (const [family, type] of e.types) if (type === 'counter') assert.match(family, /_total$/, `counter ${family} ends in _total`)
+    for (const [family, type] of e.types)
+      if (type === 'counter') assert.match(family, /_total$/, `counter ${family} ends in _total`)
   })
 
-  test('request-duration histograms are cumulative with +Inf equal to _count, and count the requests made', async () => {
-    const path = `/users/${api.admin.id}`
-    for (let i = 0; i < 4; i++) await api.request('GET', path)
-    const { e } = await scrape()
-    assert.ok(assertHistograms(e) >= 2, 'histograms for several routes')
-    const labels = { method: 'GET', route: '/users/{id}' }
-    assert.ok(counter(e, 'http_request_duration_seconds_count', labels) >= 4)
-    const total = find(e, 'http_requests_total', labels).reduce((n, s) => n + s.value, 0)
-    assert.equal(counter(e, 'http_request_duration_seconds_count', labels), total, 'one observation per counted request')
-  })
+  test(
+    'request-duration histograms are cumulative with +Inf equal to _count, and count the requests ' + 'made',
+    async () => {
+      const path = `/users/${api.admin.id}`
+      for (let i = 0; i < 4; i++) await api.request('GET', path)
+      const { e } = await scrape()
+      assert.ok(assertHistograms(e) >= 2, 'histograms for several routes')
+      const labels = { method: 'GET', route: '/users/{id}' }
+      assert.ok(counter(e, 'http_request_duration_seconds_count', labels) >= 4)
+      const total = find(e, 'http_requests_total', labels).reduce((n, s) => n + s.value, 0)
+      assert.equal(
+        counter(e, 'http_request_duration_seconds_count', labels),
+        total,
+        'one observation per counted request',
+      )
+    },
+  )
 
   test('db_queries_total grows with requests that read the database, and not with those that do not', async () => {
     const first = single((await scrape()).e, 'db_queries_total')
@@ -350,17 +416,21 @@ describe('GET /metrics content', () => {
     assert.equal(third, second, '/healthz never touches the database')
   })
 
-  test('password_hashes_total counts one hash per login checked, an unknown account\'s too, and none for a login refused before', async () => {
-    const password = 'a password of the metrics test'
-    const user = await api.createUser({ password })
-    const hashes = async () => single((await scrape()).e, 'password_hashes_total')
-    const before = await hashes()
-    const login = (body: unknown) => api.request('POST', '/auth/login', { auth: null, body })
-    assert.equal((await login({ email: user.email, password })).status, 200)
-    assert.equal((await login({ email: `nobody-${user.email}`, password })).status, 401)
-    assert.equal((await login({ email: user.email })).status, 422)
-    assert.equal(await hashes(), before + 2)
-  })
+  test(
+    "password_hashes_total counts one hash per login checked, an unknown account's too, and none for a login " +
+      'refused before',
+    async () => {
+      const password = 'a password of the metrics test'
+      const user = await api.createUser({ password })
+      const hashes = async () => single((await scrape()).e, 'password_hashes_total')
+      const before = await hashes()
+      const login = (body: unknown) => api.request('POST', '/auth/login', { auth: null, body })
+      assert.equal((await login({ email: user.email, password })).status, 200)
+      assert.equal((await login({ email: `nobody-${user.email}`, password })).status, 401)
+      assert.equal((await login({ email: user.email })).status, 422)
+      assert.equal(await hashes(), before + 2)
+    },
+  )
 
   test('process and pool figures are present and plausible', async () => {
     const { e } = await scrape()

@@ -37,7 +37,8 @@ const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 type Applied = { version: number; name: string; checksum: string }
 // postgres.js answers with a Result, an Array subclass: spread for deepEqual against plain arrays.
 const rows = async <T>(query: Promise<T[]>): Promise<T[]> => [...(await query)]
-const appliedRows = (sql: Sql) => rows(sql<Applied[]>`SELECT version, name, checksum FROM schema_migrations ORDER BY version`)
+const appliedRows = (sql: Sql) =>
+  rows(sql<Applied[]>`SELECT version, name, checksum FROM schema_migrations ORDER BY version`)
 
 after(async () => {
   await Promise.all(pools.map((p) => p.end({ timeout: 5 })))
@@ -84,13 +85,16 @@ describe('an already migrated database', () => {
     const sql = pool(await createTestDatabase())
     const dir = await copyOfSqlDir()
     for (const name of await readdir(dir.path)) await rm(join(dir.path, name))
-    await assert.rejects(migrate(sql, dir.url), (err: unknown) => err instanceof MigrationError && /001_/.test(err.message) && /not in sql/.test(err.message))
+    await assert.rejects(
+      migrate(sql, dir.url),
+      (err: unknown) => err instanceof MigrationError && /001_/.test(err.message) && /not in sql/.test(err.message),
+    )
   })
 
   test('applies a new file once and records it with its checksum', async () => {
     const sql = pool(await createTestDatabase())
     const dir = await copyOfSqlDir()
-    const text = "CREATE TABLE migration_probe (id int PRIMARY KEY);\nINSERT INTO migration_probe VALUES (1);\n"
+    const text = 'CREATE TABLE migration_probe (id int PRIMARY KEY);\nINSERT INTO migration_probe VALUES (1);\n'
     await writeFile(join(dir.path, '900_x.sql'), text)
 
     assert.deepEqual(await migrate(sql, dir.url), ['900_x.sql'])
@@ -110,7 +114,10 @@ describe('an already migrated database', () => {
     await writeFile(join(dir.path, '900_half.sql'), 'CREATE TABLE half_done (id int);\nSELECT * FROM no_such_table;\n')
     await assert.rejects(migrate(sql, dir.url), /no_such_table/)
     assert.equal((await sql`SELECT to_regclass('half_done') AS t`)[0]!.t, null)
-    assert.deepEqual((await appliedRows(sql)).map((r) => r.version), (await loadMigrations()).map((f) => f.version))
+    assert.deepEqual(
+      (await appliedRows(sql)).map((r) => r.version),
+      (await loadMigrations()).map((f) => f.version),
+    )
   })
 })
 
@@ -136,7 +143,10 @@ describe('file names', () => {
   test('ignores files that are not .sql', async () => {
     const dir = await copyOfSqlDir()
     await writeFile(join(dir.path, 'README.md'), 'notes\n')
-    assert.deepEqual((await loadMigrations(dir.url)).map((f) => f.name), (await loadMigrations()).map((f) => f.name))
+    assert.deepEqual(
+      (await loadMigrations(dir.url)).map((f) => f.name),
+      (await loadMigrations()).map((f) => f.name),
+    )
   })
 })
 
@@ -145,22 +155,39 @@ describe('an empty database', () => {
     const sql = pool(await createTestDatabase({ empty: true }))
     const names = (await loadMigrations()).map((f) => f.name)
     assert.deepEqual(await migrate(sql), names)
-    assert.deepEqual((await appliedRows(sql)).map((r) => r.name), names)
+    assert.deepEqual(
+      (await appliedRows(sql)).map((r) => r.name),
+      names,
+    )
     assert.notEqual((await sql`SELECT to_regclass('users') AS t`)[0]!.t, null)
   })
 
   test('several concurrent migrate() calls all succeed and apply each file exactly once', async () => {
     const url = await createTestDatabase({ empty: true })
     const dir = await copyOfSqlDir()
-    await writeFile(join(dir.path, '900_x.sql'), 'CREATE TABLE concurrency_probe (id int);\nINSERT INTO concurrency_probe VALUES (1);\n')
+    await writeFile(
+      join(dir.path, '900_x.sql'),
+      'CREATE TABLE concurrency_probe (id int);\nINSERT INTO concurrency_probe VALUES (1);\n',
+    )
     // One pool per caller, as separate instances starting together would have.
     const callers = Array.from({ length: 5 }, () => pool(url))
     const results = await Promise.all(callers.map((sql) => migrate(sql, dir.url)))
 
     const applied = results.flat().sort()
-    assert.deepEqual(applied, [...(await loadMigrations()).map((f) => f.name), '900_x.sql'].sort(), 'each file reported applied by exactly one caller')
-    assert.equal(results.filter((r) => r.length > 0).length, 1, 'one caller applied everything, the others found nothing to do')
-    assert.deepEqual((await appliedRows(callers[0]!)).map((r) => r.version), [...(await loadMigrations()).map((f) => f.version), 900])
+    assert.deepEqual(
+      applied,
+      [...(await loadMigrations()).map((f) => f.name), '900_x.sql'].sort(),
+      'each file reported applied by exactly one caller',
+    )
+    assert.equal(
+      results.filter((r) => r.length > 0).length,
+      1,
+      'one caller applied everything, the others found nothing to do',
+    )
+    assert.deepEqual(
+      (await appliedRows(callers[0]!)).map((r) => r.version),
+      [...(await loadMigrations()).map((f) => f.version), 900],
+    )
     assert.deepEqual(await rows(callers[0]!`SELECT id FROM concurrency_probe`), [{ id: 1 }])
   })
 })

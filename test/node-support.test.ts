@@ -22,7 +22,8 @@ describe('which release lines are end-of-life', () => {
       assert.match(notice.msg, new RegExp(`${version} is end-of-life.*\\(22, 24, 26\\)`))
       assert.deepEqual(notice.fields.supported_lines, [22, 24, 26])
     }
-    for (const version of ['v22.0.0', 'v22.23.3', 'v24.21.0', 'v26.10.0']) assert.equal(endOfLifeNotice(version, today), undefined, version)
+    for (const version of ['v22.0.0', 'v22.23.3', 'v24.21.0', 'v26.10.0'])
+      assert.equal(endOfLifeNotice(version, today), undefined, version)
   })
 
   test('a line ends on its end-of-life day, and the lines to install move on with the date', () => {
@@ -30,7 +31,11 @@ describe('which release lines are end-of-life', () => {
     assert.equal(endOfLifeNotice('v25.9.0', day('2026-06-01'))?.fields.end_of_life, '2026-06-01')
     assert.equal(endOfLifeNotice('v22.23.3', day('2027-04-29')), undefined)
     const after22 = endOfLifeNotice('v22.23.3', day('2027-04-30'))
-    assert.deepEqual(after22?.fields, { node_version: 'v22.23.3', end_of_life: '2027-04-30', supported_lines: [24, 26] })
+    assert.deepEqual(after22?.fields, {
+      node_version: 'v22.23.3',
+      end_of_life: '2027-04-30',
+      supported_lines: [24, 26],
+    })
   })
 
   test('a line newer than the table is taken as supported', () => {
@@ -39,13 +44,16 @@ describe('which release lines are end-of-life', () => {
   })
 
   test('package.json engines admits the supported lines and refuses the ended ones', () => {
-    const engines = (JSON.parse(readFileSync(join(projectRoot, 'package.json'), 'utf8')) as { engines: { node: string } }).engines.node
+    const engines = (
+      JSON.parse(readFileSync(join(projectRoot, 'package.json'), 'utf8')) as { engines: { node: string } }
+    ).engines.node
     // The range, read as npm reads it, for these two forms only: "^N.m.p" (line N) and ">=N.m.p" (N and later).
-    const admits = (line: number) => engines.split('||').some((part) => {
-      const m = /^\s*(\^|>=)(\d+)(?:\.\d+){0,2}\s*$/.exec(part)
-      assert.ok(m, `engines part "${part}" is of a form this test reads`)
-      return m[1] === '^' ? Number(m[2]) === line : line >= Number(m[2])
-    })
+    const admits = (line: number) =>
+      engines.split('||').some((part) => {
+        const m = /^\s*(\^|>=)(\d+)(?:\.\d+){0,2}\s*$/.exec(part)
+        assert.ok(m, `engines part "${part}" is of a form this test reads`)
+        return m[1] === '^' ? Number(m[2]) === line : line >= Number(m[2])
+      })
     for (const line of supportedLines(day('2026-11-25'))) assert.ok(admits(line), `engines ${engines} admits ${line}`)
     for (const line of [18, 20, 21, 23, 25]) assert.ok(!admits(line), `engines ${engines} refuses ${line}`)
   })
@@ -65,14 +73,18 @@ describe('the warning at start-up, through the real entry point', () => {
   const endOfLifeLines = (logs: Array<Record<string, unknown>>) => logs.filter((l) => /end-of-life/.test(String(l.msg)))
 
   test('on Node 20 the service warns once, naming the lines to install, and serves', async () => {
-    const service = await launchService({ DATABASE_URL: await createTestDatabase(), ...pretending('v20.19.5') }).listening
+    const service = await launchService({ DATABASE_URL: await createTestDatabase(), ...pretending('v20.19.5') })
+      .listening
     after(() => service.kill('SIGKILL'))
     const warnings = endOfLifeLines(service.logs)
     assert.equal(warnings.length, 1, JSON.stringify(service.logs))
     assert.equal(warnings[0]!.level, 'warn')
     assert.equal(warnings[0]!.node_version, 'v20.19.5')
     assert.deepEqual(warnings[0]!.supported_lines, supportedLines(new Date()))
-    assert.ok(String(warnings[0]!.msg).endsWith(`install a supported release line (${supportedLines(new Date()).join(', ')})`), String(warnings[0]!.msg))
+    assert.ok(
+      String(warnings[0]!.msg).endsWith(`install a supported release line (${supportedLines(new Date()).join(', ')})`),
+      String(warnings[0]!.msg),
+    )
     const health = await fetch(`${service.url}/healthz`)
     assert.equal(health.status, 200)
     assert.deepEqual(await health.json(), { status: 'ok' })
@@ -80,7 +92,8 @@ describe('the warning at start-up, through the real entry point', () => {
 
   test('on the newest line of the table it does not warn', async () => {
     const newest = RELEASE_LINES[RELEASE_LINES.length - 1]!.line
-    const service = await launchService({ DATABASE_URL: await createTestDatabase(), ...pretending(`v${newest}.10.0`) }).listening
+    const service = await launchService({ DATABASE_URL: await createTestDatabase(), ...pretending(`v${newest}.10.0`) })
+      .listening
     after(() => service.kill('SIGKILL'))
     assert.deepEqual(endOfLifeLines(service.logs), [])
     assert.ok(service.logs.some((l) => l.msg === 'listening'))

@@ -38,18 +38,38 @@ test('every route is an operation with a summary, a success answer and problem a
     assert.ok(op, `${route.method} ${route.path} missing`)
     assert.ok(op.summary, `${route.method} ${route.path} has no summary`)
     const statuses = Object.keys(op.responses).map(Number)
-    assert.ok(statuses.some((s) => s >= 200 && s < 300), `${route.method} ${route.path} declares no success`)
+    assert.ok(
+      statuses.some((s) => s >= 200 && s < 300),
+      `${route.method} ${route.path} declares no success`,
+    )
     assert.ok(statuses.includes(500))
     assert.equal(op.responses['500'].content['application/problem+json'].schema.$ref, '#/components/schemas/Problem')
   }
-  const ids = Object.values(doc.paths).flatMap((p: any) => Object.values(p).map((o: any) => o.operationId)) // eslint-disable-line @typescript-eslint/no-explicit-any
+  // eslint-disable-line @typescript-eslint/no-explicit-any
+  const ids = Object.values(doc.paths).flatMap((p: any) => Object.values(p).map((o: any) => o.operationId))
   assert.equal(new Set(ids).size, ids.length, 'operationIds are unique')
 })
 
 test('collections document their filter operators, sort, paging and count parameters', () => {
   const names = doc.paths['/products'].get.parameters.map((p: { name: string }) => p.name)
-  for (const n of ['price', 'price[gte]', 'price[in]', 'currency[ne]', 'q', 'sort', 'limit', 'cursor', 'offset', 'count', 'fields']) assert.ok(names.includes(n), n)
-  assert.deepEqual(Object.keys(doc.paths['/products'].get.responses['200'].headers).sort(), ['Link', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'X-Request-Id', 'X-Total-Count'].sort())
+  for (const n of [
+    'price',
+    'price[gte]',
+    'price[in]',
+    'currency[ne]',
+    'q',
+    'sort',
+    'limit',
+    'cursor',
+    'offset',
+    'count',
+    'fields',
+  ])
+    assert.ok(names.includes(n), n)
+  assert.deepEqual(
+    Object.keys(doc.paths['/products'].get.responses['200'].headers).sort(),
+    ['Link', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'X-Request-Id', 'X-Total-Count'].sort(),
+  )
 })
 
 test('writes document If-Match and creates document Idempotency-Key, with their answers', () => {
@@ -71,10 +91,18 @@ test('request bodies are the validating schemas: strict, with the contract bound
   assert.equal(schema.properties.name.maxLength, 200)
 })
 
-test('security: our bearer tokens, the identity provider\'s and API keys, with the scope each operation needs', () => {
-  assert.deepEqual(Object.keys(doc.components.securitySchemes).sort(), ['apiKeyAuth', 'bearerAuth', 'identityProviderAuth'])
+test("security: our bearer tokens, the identity provider's and API keys, with the scope each operation needs", () => {
+  assert.deepEqual(Object.keys(doc.components.securitySchemes).sort(), [
+    'apiKeyAuth',
+    'bearerAuth',
+    'identityProviderAuth',
+  ])
   assert.equal(doc.components.securitySchemes.identityProviderAuth.bearerFormat, 'JWT')
-  assert.deepEqual(doc.paths['/products'].post.security, [{ bearerAuth: ['products:write'] }, { identityProviderAuth: ['products:write'] }, { apiKeyAuth: ['products:write'] }])
+  assert.deepEqual(doc.paths['/products'].post.security, [
+    { bearerAuth: ['products:write'] },
+    { identityProviderAuth: ['products:write'] },
+    { apiKeyAuth: ['products:write'] },
+  ])
   // Session management is for a person: no API key.
   assert.deepEqual(doc.paths['/auth/sessions'].get.security, [{ bearerAuth: [] }, { identityProviderAuth: [] }])
   assert.deepEqual(doc.paths['/healthz'].get.security, [])
@@ -84,14 +112,39 @@ test('security: our bearer tokens, the identity provider\'s and API keys, with t
 test('operations have the names generated clients will use, and resources named component schemas', () => {
   const id = (path: string, method: string) => doc.paths[path][method].operationId
   assert.deepEqual(
-    [id('/users', 'get'), id('/users', 'post'), id('/users/{id}', 'get'), id('/users/{id}', 'put'), id('/users/{id}', 'patch'), id('/users/{id}', 'delete')],
+    [
+      id('/users', 'get'),
+      id('/users', 'post'),
+      id('/users/{id}', 'get'),
+      id('/users/{id}', 'put'),
+      id('/users/{id}', 'patch'),
+      id('/users/{id}', 'delete'),
+    ],
     ['listUsers', 'createUser', 'getUser', 'replaceUser', 'updateUser', 'deleteUser'],
   )
-  assert.deepEqual([id('/auth/login', 'post'), id('/auth/refresh', 'post'), id('/api-keys', 'post'), id('/healthz', 'get')], ['login', 'refreshTokens', 'createApiKey', 'getHealth'])
-  for (const name of ['User', 'UserPage', 'UserCreate', 'UserReplace', 'UserPatch', 'Product', 'ProductPage', 'ApiKey', 'ApiKeyCreate', 'ApiKeyCreated']) assert.ok(doc.components.schemas[name], name)
+  assert.deepEqual(
+    [id('/auth/login', 'post'), id('/auth/refresh', 'post'), id('/api-keys', 'post'), id('/healthz', 'get')],
+    ['login', 'refreshTokens', 'createApiKey', 'getHealth'],
+  )
+  for (const name of [
+    'User',
+    'UserPage',
+    'UserCreate',
+    'UserReplace',
+    'UserPatch',
+    'Product',
+    'ProductPage',
+    'ApiKey',
+    'ApiKeyCreate',
+    'ApiKeyCreated',
+  ])
+    assert.ok(doc.components.schemas[name], name)
   // API keys are never replaced or patched: no body schemas for operations that do not exist.
   assert.equal(doc.components.schemas.ApiKeyPatch, undefined)
-  assert.equal(doc.paths['/api-keys'].post.responses['201'].content['application/json'].schema.$ref, '#/components/schemas/ApiKeyCreated')
+  assert.equal(
+    doc.paths['/api-keys'].post.responses['201'].content['application/json'].schema.$ref,
+    '#/components/schemas/ApiKeyCreated',
+  )
   // A secret member is never part of a representation.
   assert.equal(doc.components.schemas.User.properties.password, undefined)
   assert.ok(doc.components.schemas.UserCreate.properties.password)

@@ -34,7 +34,8 @@ interface DbProduct {
   updated_at: string
 }
 
-const dbRow = async (id: number): Promise<DbProduct | undefined> => (await sql<DbProduct[]>`SELECT * FROM products WHERE id = ${id}`)[0]
+const dbRow = async (id: number): Promise<DbProduct | undefined> =>
+  (await sql<DbProduct[]>`SELECT * FROM products WHERE id = ${id}`)[0]
 const productCount = async () => (await sql<[{ n: number }]>`SELECT count(*)::int AS n FROM products`)[0].n
 
 async function create(over: Record<string, unknown> = {}): Promise<{ res: TestResponse; id: number; etag: string }> {
@@ -134,7 +135,15 @@ test('GET /products/{id} returns the product with its ETag; If-None-Match with i
 
 test('GET /products/{id} of a missing or malformed id is 404 not_found', async () => {
   const { id } = await create()
-  for (const path of [`/products/${id + 100000}`, '/products/0', '/products/-1', '/products/abc', '/products/1.5', '/products/99999999999999999999', '/products/9223372036854775807']) {
+  for (const path of [
+    `/products/${id + 100000}`,
+    '/products/0',
+    '/products/-1',
+    '/products/abc',
+    '/products/1.5',
+    '/products/99999999999999999999',
+    '/products/9223372036854775807',
+  ]) {
     const res = await api.request('GET', path)
     assertProblem(res, 404, 'not_found')
   }
@@ -147,7 +156,10 @@ test('POST /products with a SKU in use is 409 sku_taken and creates nothing', as
   assertProblem(res, 409, 'sku_taken')
   assert.equal(await productCount(), before)
   const rows = await sql`SELECT name FROM products WHERE sku = ${first.body.sku}`
-  assert.deepEqual(rows.map((r) => r.name), ['Blue widget'])
+  assert.deepEqual(
+    rows.map((r) => r.name),
+    ['Blue widget'],
+  )
 })
 
 // ------------------------------------------------------------- hostile input
@@ -222,16 +234,22 @@ function bodyWith(base: Record<string, unknown>, member: string, json: string): 
   return `{${inner}${inner ? ',' : ''}${J(member)}:${json}}`
 }
 
-test('POST /products refuses hostile input with 422 validation_failed naming the member, and creates nothing', async () => {
-  const before = await productCount()
-  for (const h of [...hostile, ...unknownMembers, ...readOnlyOnPost]) {
-    const base = validProduct()
-    const res = await api.request('POST', '/products', { body: bodyWith(base, h.member, h.json), headers: { 'content-type': 'application/json' } })
-    assertProblem(res, 422, 'validation_failed', `/${h.member}`)
-    assert.equal((await sql`SELECT 1 FROM products WHERE sku = ${base.sku}`).length, 0, h.what)
-  }
-  assert.equal(await productCount(), before)
-})
+test(
+  'POST /products refuses hostile input with 422 validation_failed naming the member, and creates ' + 'nothing',
+  async () => {
+    const before = await productCount()
+    for (const h of [...hostile, ...unknownMembers, ...readOnlyOnPost]) {
+      const base = validProduct()
+      const res = await api.request('POST', '/products', {
+        body: bodyWith(base, h.member, h.json),
+        headers: { 'content-type': 'application/json' },
+      })
+      assertProblem(res, 422, 'validation_failed', `/${h.member}`)
+      assert.equal((await sql`SELECT 1 FROM products WHERE sku = ${base.sku}`).length, 0, h.what)
+    }
+    assert.equal(await productCount(), before)
+  },
+)
 
 test('POST /products refuses a body that lacks a required member or is not an object', async () => {
   const before = await productCount()
@@ -239,7 +257,12 @@ test('POST /products refuses a body that lacks a required member or is not an ob
     const body: Record<string, unknown> = validProduct()
     delete body[member]
     assertProblem(await api.request('POST', '/products', { body }), 422, 'validation_failed', `/${member}`)
-    assertProblem(await api.request('POST', '/products', { body: { ...validProduct(), [member]: null } }), 422, 'validation_failed', `/${member}`)
+    assertProblem(
+      await api.request('POST', '/products', { body: { ...validProduct(), [member]: null } }),
+      422,
+      'validation_failed',
+      `/${member}`,
+    )
   }
   for (const body of ['[]', 'null', '"product"', '42', '{}']) {
     const res = await api.request('POST', '/products', { body, headers: { 'content-type': 'application/json' } })
@@ -252,7 +275,10 @@ test('PUT /products/{id} refuses hostile input with 422 and leaves the product u
   const { id } = await create()
   const before = await dbRow(id)
   for (const h of [...hostile, ...unknownMembers]) {
-    const res = await api.request('PUT', `/products/${id}`, { body: bodyWith(validProduct({ sku: before!.sku }), h.member, h.json), headers: { 'content-type': 'application/json' } })
+    const res = await api.request('PUT', `/products/${id}`, {
+      body: bodyWith(validProduct({ sku: before!.sku }), h.member, h.json),
+      headers: { 'content-type': 'application/json' },
+    })
     assertProblem(res, 422, 'validation_failed', `/${h.member}`)
   }
   assert.deepEqual(await dbRow(id), before)
@@ -262,7 +288,10 @@ test('PATCH /products/{id} refuses hostile input with 422 and leaves the product
   const { id } = await create()
   const before = await dbRow(id)
   for (const h of [...hostile, ...unknownMembers]) {
-    const res = await api.request('PATCH', `/products/${id}`, { body: bodyWith({}, h.member, h.json), headers: { 'content-type': 'application/merge-patch+json' } })
+    const res = await api.request('PATCH', `/products/${id}`, {
+      body: bodyWith({}, h.member, h.json),
+      headers: { 'content-type': 'application/merge-patch+json' },
+    })
     assertProblem(res, 422, 'validation_failed', `/${h.member}`)
   }
   assert.deepEqual(await dbRow(id), before)
@@ -286,10 +315,21 @@ test('PUT replaces every writable member; description and stock left out get the
   const res = await api.request('PUT', `/products/${id}`, { body: replacement })
   assert.equal(res.status, 200, res.text)
   assert.equal(res.headers.get('etag'), '"v2"')
-  assert.deepEqual({ ...res.body, id: undefined, created_at: undefined, updated_at: undefined }, { ...replacement, description: '', stock: 0, id: undefined, created_at: undefined, updated_at: undefined })
+  assert.deepEqual(
+    { ...res.body, id: undefined, created_at: undefined, updated_at: undefined },
+    { ...replacement, description: '', stock: 0, id: undefined, created_at: undefined, updated_at: undefined },
+  )
   const row = await dbRow(id)
   assert.deepEqual(
-    { sku: row?.sku, name: row?.name, description: row?.description, price: row?.price, currency: row?.currency, stock: row?.stock, version: row?.version },
+    {
+      sku: row?.sku,
+      name: row?.name,
+      description: row?.description,
+      price: row?.price,
+      currency: row?.currency,
+      stock: row?.stock,
+      version: row?.version,
+    },
     { ...replacement, description: '', stock: 0, version: 2 },
   )
   const got = await api.request('GET', `/products/${id}`)
@@ -300,7 +340,12 @@ test('PUT replaces every writable member; description and stock left out get the
 test('PUT of a GET representation round-trips: echoed id, created_at and updated_at are ignored', async () => {
   const { res: created, id } = await create()
   const original = await dbRow(id)
-  const echoed = { ...created.body, name: 'Renamed', created_at: '1999-01-01T00:00:00.000Z', updated_at: 'not even a date' }
+  const echoed = {
+    ...created.body,
+    name: 'Renamed',
+    created_at: '1999-01-01T00:00:00.000Z',
+    updated_at: 'not even a date',
+  }
   await new Promise((r) => setTimeout(r, 5)) // so that a new updated_at is a later millisecond
   const res = await api.request('PUT', `/products/${id}`, { body: echoed })
   assert.equal(res.status, 200, res.text)
@@ -321,7 +366,9 @@ test('PUT with an id differing from the path is 422 and changes nothing', async 
   const { id: other } = await create()
   const before = await dbRow(id)
   const otherBefore = await dbRow(other)
-  const res = await api.request('PUT', `/products/${id}`, { body: { ...validProduct({ sku: before!.sku, name: 'Hijack' }), id: other } })
+  const res = await api.request('PUT', `/products/${id}`, {
+    body: { ...validProduct({ sku: before!.sku, name: 'Hijack' }), id: other },
+  })
   assertProblem(res, 422, 'validation_failed', '/id')
   assert.deepEqual(await dbRow(id), before)
   assert.deepEqual(await dbRow(other), otherBefore)
@@ -349,7 +396,11 @@ test('PUT or PATCH to a SKU another product has is 409 sku_taken and changes not
   const { res: a } = await create()
   const { id: b } = await create()
   const before = await dbRow(b)
-  assertProblem(await api.request('PUT', `/products/${b}`, { body: validProduct({ sku: a.body.sku }) }), 409, 'sku_taken')
+  assertProblem(
+    await api.request('PUT', `/products/${b}`, { body: validProduct({ sku: a.body.sku }) }),
+    409,
+    'sku_taken',
+  )
   assertProblem(await api.request('PATCH', `/products/${b}`, { body: { sku: a.body.sku } }), 409, 'sku_taken')
   assert.deepEqual(await dbRow(b), before)
 })
@@ -361,7 +412,10 @@ test('PATCH changes only the members it names and bumps the version', async () =
   const res = await api.request('PATCH', `/products/${id}`, { body: { price: 2500, name: 'Cheaper widget' } })
   assert.equal(res.status, 200, res.text)
   assert.equal(res.headers.get('etag'), '"v2"')
-  assert.deepEqual({ ...res.body, updated_at: undefined }, { ...created.body, price: 2500, name: 'Cheaper widget', updated_at: undefined })
+  assert.deepEqual(
+    { ...res.body, updated_at: undefined },
+    { ...created.body, price: 2500, name: 'Cheaper widget', updated_at: undefined },
+  )
   const row = await dbRow(id)
   assert.equal(row?.price, 2500)
   assert.equal(row?.name, 'Cheaper widget')
@@ -372,7 +426,10 @@ test('PATCH changes only the members it names and bumps the version', async () =
 
 test('PATCH accepts application/json as well as application/merge-patch+json', async () => {
   const { id } = await create()
-  const res = await api.request('PATCH', `/products/${id}`, { body: { stock: 9 }, headers: { 'content-type': 'application/json' } })
+  const res = await api.request('PATCH', `/products/${id}`, {
+    body: { stock: 9 },
+    headers: { 'content-type': 'application/json' },
+  })
   assert.equal(res.status, 200, res.text)
   assert.equal((await dbRow(id))?.stock, 9)
 })
@@ -403,7 +460,9 @@ test('PATCH {} changes nothing: same ETag, version and updated_at', async () => 
 test('PATCH setting members to their current values changes nothing', async () => {
   const { res: created, id, etag } = await create()
   const before = await dbRow(id)
-  const res = await api.request('PATCH', `/products/${id}`, { body: { name: created.body.name, price: created.body.price, id, created_at: 'ignored' } })
+  const res = await api.request('PATCH', `/products/${id}`, {
+    body: { name: created.body.name, price: created.body.price, id, created_at: 'ignored' },
+  })
   assert.equal(res.status, 200, res.text)
   assert.equal(res.headers.get('etag'), etag)
   assert.deepEqual(await dbRow(id), before)
@@ -412,7 +471,12 @@ test('PATCH setting members to their current values changes nothing', async () =
 test('PATCH with an id differing from the path is 422; to a missing product 404', async () => {
   const { id } = await create()
   const before = await dbRow(id)
-  assertProblem(await api.request('PATCH', `/products/${id}`, { body: { id: id + 1, name: 'x' } }), 422, 'validation_failed', '/id')
+  assertProblem(
+    await api.request('PATCH', `/products/${id}`, { body: { id: id + 1, name: 'x' } }),
+    422,
+    'validation_failed',
+    '/id',
+  )
   assert.deepEqual(await dbRow(id), before)
   assertProblem(await api.request('PATCH', '/products/987654321', { body: { name: 'x' } }), 404, 'not_found')
 })
@@ -443,7 +507,10 @@ test('If-Match with the current ETag (or *) lets the write through', async () =>
   const res = await api.request('PATCH', `/products/${id}`, { body: { stock: 2 }, headers: { 'if-match': etag } })
   assert.equal(res.status, 200, res.text)
   assert.equal(res.headers.get('etag'), '"v2"')
-  const put = await api.request('PUT', `/products/${id}`, { body: validProduct({ sku: res.body.sku, stock: 3 }), headers: { 'if-match': `"v1", "v2"` } })
+  const put = await api.request('PUT', `/products/${id}`, {
+    body: validProduct({ sku: res.body.sku, stock: 3 }),
+    headers: { 'if-match': `"v1", "v2"` },
+  })
   assert.equal(put.status, 200, put.text)
   const star = await api.request('PATCH', `/products/${id}`, { body: { stock: 4 }, headers: { 'if-match': '*' } })
   assert.equal(star.status, 200, star.text)
@@ -451,7 +518,10 @@ test('If-Match with the current ETag (or *) lets the write through', async () =>
   assert.equal(row?.stock, 4)
   assert.equal(row?.version, 4)
   // A list on PATCH: any strong tag of it may be the current one; a weak one never matches, nor does garbage.
-  const listed = await api.request('PATCH', `/products/${id}`, { body: { stock: 5 }, headers: { 'if-match': `"v1", W/"v4", "v4", "x"` } })
+  const listed = await api.request('PATCH', `/products/${id}`, {
+    body: { stock: 5 },
+    headers: { 'if-match': `"v1", W/"v4", "v4", "x"` },
+  })
   assert.equal(listed.status, 200, listed.text)
   assert.equal(listed.headers.get('etag'), '"v5"')
   for (const refused of ['W/"v5"', '"v5x"', '"v05"', '"v05 "', `"v${'9'.repeat(20)}"`]) {
@@ -486,7 +556,11 @@ test('a deleted product frees its SKU', async () => {
 
 test('10 concurrent POSTs with one SKU: exactly one 201, the others 409 sku_taken, one row', async () => {
   const sku = uniqueSku('RACE')
-  const results = await Promise.all(Array.from({ length: 10 }, (_, i) => api.request('POST', '/products', { body: validProduct({ sku, name: `Racer ${i}` }) })))
+  const results = await Promise.all(
+    Array.from({ length: 10 }, (_, i) =>
+      api.request('POST', '/products', { body: validProduct({ sku, name: `Racer ${i}` }) }),
+    ),
+  )
   const statuses = results.map((r) => r.status).sort()
   assert.deepEqual(statuses, [201, ...Array(9).fill(409)], results.map((r) => r.text).join('\n'))
   for (const r of results.filter((r) => r.status === 409)) assert.equal(r.body.code, 'sku_taken')
@@ -500,7 +574,12 @@ test('10 concurrent POSTs with one SKU: exactly one 201, the others 409 sku_take
 test('10 concurrent PATCHes with one If-Match: exactly one 200, the others 412, one new version', async () => {
   const { id, etag } = await create()
   const results = await Promise.all(
-    Array.from({ length: 10 }, (_, i) => api.request('PATCH', `/products/${id}`, { body: { name: `Writer ${i}`, stock: i }, headers: { 'if-match': etag } })),
+    Array.from({ length: 10 }, (_, i) =>
+      api.request('PATCH', `/products/${id}`, {
+        body: { name: `Writer ${i}`, stock: i },
+        headers: { 'if-match': etag },
+      }),
+    ),
   )
   const statuses = results.map((r) => r.status).sort()
   assert.deepEqual(statuses, [200, ...Array(9).fill(412)], results.map((r) => r.text).join('\n'))

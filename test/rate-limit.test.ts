@@ -30,19 +30,34 @@ let lastOctet = 1
 const freshAddress = () => `127.0.0.${++lastOctet}`
 
 /** One request from a chosen local address, on a connection of its own. */
-function send(baseUrl: string, method: string, path: string, options: { headers?: Record<string, string>; from?: string } = {}): Promise<TestResponse> {
+function send(
+  baseUrl: string,
+  method: string,
+  path: string,
+  options: { headers?: Record<string, string>; from?: string } = {},
+): Promise<TestResponse> {
   return new Promise((resolve, reject) => {
-    const req = httpRequest(new URL(path, baseUrl), { method, headers: options.headers, localAddress: options.from, agent: false }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('error', reject)
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8')
-        const headers = new Headers()
-        for (const [name, value] of Object.entries(res.headers)) if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value)
-        resolve({ status: res.statusCode!, headers, text, body: /json/.test(res.headers['content-type'] ?? '') && text ? JSON.parse(text) : undefined })
-      })
-    })
+    const req = httpRequest(
+      new URL(path, baseUrl),
+      { method, headers: options.headers, localAddress: options.from, agent: false },
+      (res) => {
+        const chunks: Buffer[] = []
+        res.on('data', (c: Buffer) => chunks.push(c))
+        res.on('error', reject)
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8')
+          const headers = new Headers()
+          for (const [name, value] of Object.entries(res.headers))
+            if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value)
+          resolve({
+            status: res.statusCode!,
+            headers,
+            text,
+            body: /json/.test(res.headers['content-type'] ?? '') && text ? JSON.parse(text) : undefined,
+          })
+        })
+      },
+    )
     req.on('error', reject)
     req.end()
   })
@@ -56,13 +71,19 @@ function assertProblem(res: TestResponse, status: number, code: string): void {
 
 /** The three RateLimit fields, as numbers; asserts they are all there and integers. */
 function rateFigures(res: TestResponse): { limit: number; remaining: number; reset: number } {
-  const figures = { limit: res.headers.get('ratelimit-limit'), remaining: res.headers.get('ratelimit-remaining'), reset: res.headers.get('ratelimit-reset') }
-  for (const [name, value] of Object.entries(figures)) assert.match(value ?? '(absent)', /^[0-9]+$/, `RateLimit ${name} on a ${res.status}`)
+  const figures = {
+    limit: res.headers.get('ratelimit-limit'),
+    remaining: res.headers.get('ratelimit-remaining'),
+    reset: res.headers.get('ratelimit-reset'),
+  }
+  for (const [name, value] of Object.entries(figures))
+    assert.match(value ?? '(absent)', /^[0-9]+$/, `RateLimit ${name} on a ${res.status}`)
   return { limit: Number(figures.limit), remaining: Number(figures.remaining), reset: Number(figures.reset) }
 }
 
 function assertNoRateHeaders(res: TestResponse): void {
-  for (const name of ['ratelimit-limit', 'ratelimit-remaining', 'ratelimit-reset']) assert.equal(res.headers.get(name), null, `${name} on ${res.status}`)
+  for (const name of ['ratelimit-limit', 'ratelimit-remaining', 'ratelimit-reset'])
+    assert.equal(res.headers.get(name), null, `${name} on ${res.status}`)
 }
 
 /** Asserts a 429 rate_limited with Retry-After (= RateLimit-Reset, within the minute) and Remaining 0. */
@@ -89,7 +110,10 @@ async function spendWindow(sendOne: (i: number) => Promise<TestResponse>, admitt
 
 /** A fake request: only what clientAddress reads. */
 const fakeRequest = (remoteAddress: string | undefined, xff?: string | string[]) =>
-  ({ socket: { remoteAddress }, headers: xff === undefined ? {} : { 'x-forwarded-for': xff } }) as unknown as IncomingMessage
+  ({
+    socket: { remoteAddress },
+    headers: xff === undefined ? {} : { 'x-forwarded-for': xff },
+  }) as unknown as IncomingMessage
 
 // ---------------------------------------------------------------------------
 // RateLimiter on its own
@@ -106,14 +130,29 @@ describe('RateLimiter', () => {
     const decisions = [1, 2, 3, 4, 5].map(() => limiter.hit('k'))
     assert.deepEqual(
       decisions.map((d) => [d.allowed, d.limit, d.remaining]),
-      [[true, 3, 2], [true, 3, 1], [true, 3, 0], [false, 3, 0], [false, 3, 0]],
+      [
+        [true, 3, 2],
+        [true, 3, 1],
+        [true, 3, 0],
+        [false, 3, 0],
+        [false, 3, 0],
+      ],
     )
   })
 
   test('Reset is the whole seconds left in the window, at least 1', () => {
     const c = clock()
     const limiter = new RateLimiter(100, 1000, c.now)
-    const cases: Array<[elapsedMs: number, reset: number]> = [[0, 60], [1, 60], [999, 60], [1000, 59], [30_000, 30], [58_500, 2], [59_000, 1], [59_999, 1]]
+    const cases: Array<[elapsedMs: number, reset: number]> = [
+      [0, 60],
+      [1, 60],
+      [999, 60],
+      [1000, 59],
+      [30_000, 30],
+      [58_500, 2],
+      [59_000, 1],
+      [59_999, 1],
+    ]
     const start = c.t
     for (const [elapsed, reset] of cases) {
       c.t = start + elapsed
@@ -146,26 +185,32 @@ describe('RateLimiter', () => {
     assert.equal(limiter.hit('b').allowed, false)
   })
 
-  test('memory is bounded: 100,000 distinct keys leave at most maxKeys (1000) windows, and limiting still works', () => {
-    const c = clock()
-    const limiter = new RateLimiter(2, 1000, c.now)
-    for (let i = 0; i < 100_000; i++) {
-      limiter.hit(`flood ${i}`)
-      if (i % 10_000 === 0) c.t += 1 // time moves, but far less than a window
-    }
-    assert.equal(limiter.size, 1000)
-    limiter.hit('victim')
-    limiter.hit('victim')
-    assert.equal(limiter.hit('victim').allowed, false, 'a recent key is still limited after the flood')
-    assert.ok(limiter.size <= 1000)
-  })
+  test(
+    'memory is bounded: 100,000 distinct keys leave at most maxKeys (1000) windows, and limiting still ' + 'works',
+    () => {
+      const c = clock()
+      const limiter = new RateLimiter(2, 1000, c.now)
+      for (let i = 0; i < 100_000; i++) {
+        limiter.hit(`flood ${i}`)
+        if (i % 10_000 === 0) c.t += 1 // time moves, but far less than a window
+      }
+      assert.equal(limiter.size, 1000)
+      limiter.hit('victim')
+      limiter.hit('victim')
+      assert.equal(limiter.hit('victim').allowed, false, 'a recent key is still limited after the flood')
+      assert.ok(limiter.size <= 1000)
+    },
+  )
 
-  test('the default bound (the one the server uses) holds too: 150,000 distinct keys keep at most 100,000 windows', () => {
-    const c = clock()
-    const limiter = new RateLimiter(10, undefined, c.now)
-    for (let i = 0; i < 150_000; i++) limiter.hit(`client ${i}`)
-    assert.equal(limiter.size, 100_000)
-  })
+  test(
+    'the default bound (the one the server uses) holds too: 150,000 distinct keys keep at most 100,000 ' + 'windows',
+    () => {
+      const c = clock()
+      const limiter = new RateLimiter(10, undefined, c.now)
+      for (let i = 0; i < 150_000; i++) limiter.hit(`client ${i}`)
+      assert.equal(limiter.size, 100_000)
+    },
+  )
 
   test('expired windows are dropped as requests arrive', () => {
     const c = clock()
@@ -185,18 +230,44 @@ describe('RateLimiter', () => {
 
 describe('clientAddress', () => {
   const proxies = trustedProxies(['10.0.0.1', '10.0.0.2'])
-  const cases: Array<[name: string, trust: TrustProxy, peer: string | undefined, xff: string | string[] | undefined, expected: string]> = [
+  const cases: Array<
+    [name: string, trust: TrustProxy, peer: string | undefined, xff: string | string[] | undefined, expected: string]
+  > = [
     ['TRUST_PROXY=0: the peer, whatever X-Forwarded-For says', 0, '203.0.113.9', '198.51.100.1', '203.0.113.9'],
     ['TRUST_PROXY=0: an IPv4-mapped IPv6 peer is its IPv4 address', 0, '::ffff:203.0.113.9', undefined, '203.0.113.9'],
     ['TRUST_PROXY=0: an IPv6 peer as is', 0, '2001:db8::1', '198.51.100.1', '2001:db8::1'],
-    ['TRUST_PROXY=1: the right-most X-Forwarded-For entry', 1, '10.0.0.1', 'forged, 198.51.100.1, 203.0.113.7', '203.0.113.7'],
+    [
+      'TRUST_PROXY=1: the right-most X-Forwarded-For entry',
+      1,
+      '10.0.0.1',
+      'forged, 198.51.100.1, 203.0.113.7',
+      '203.0.113.7',
+    ],
     ['TRUST_PROXY=1: without X-Forwarded-For, the peer', 1, '10.0.0.1', undefined, '10.0.0.1'],
     ['TRUST_PROXY=1: an empty X-Forwarded-For, the peer', 1, '10.0.0.1', '', '10.0.0.1'],
-    ['TRUST_PROXY=1: entries are trimmed and IPv4-mapped ones normalized', 1, '10.0.0.1', ' 198.51.100.1 ,  ::ffff:203.0.113.7 ', '203.0.113.7'],
-    ['TRUST_PROXY=1: repeated X-Forwarded-For fields are one list', 1, '10.0.0.1', ['198.51.100.1', '203.0.113.7'], '203.0.113.7'],
+    [
+      'TRUST_PROXY=1: entries are trimmed and IPv4-mapped ones normalized',
+      1,
+      '10.0.0.1',
+      ' 198.51.100.1 ,  ::ffff:203.0.113.7 ',
+      '203.0.113.7',
+    ],
+    [
+      'TRUST_PROXY=1: repeated X-Forwarded-For fields are one list',
+      1,
+      '10.0.0.1',
+      ['198.51.100.1', '203.0.113.7'],
+      '203.0.113.7',
+    ],
     ['TRUST_PROXY=2: the second entry from the right', 2, '10.0.0.2', 'forged, 203.0.113.7, 10.0.0.1', '203.0.113.7'],
     // Fewer entries than trusted hops: the request bypassed a proxy, and the left-most entry may be the client's own.
-    ['TRUST_PROXY=5 with only two entries: the peer, not a client-chosen entry', 5, '10.0.0.2', '203.0.113.7, 10.0.0.1', '10.0.0.2'],
+    [
+      'TRUST_PROXY=5 with only two entries: the peer, not a client-chosen entry',
+      5,
+      '10.0.0.2',
+      '203.0.113.7, 10.0.0.1',
+      '10.0.0.2',
+    ],
     ['TRUST_PROXY=2 with one entry: the peer', 2, '10.0.0.2', '203.0.113.7', '10.0.0.2'],
     ['TRUST_PROXY=1: a port is not part of the address', 1, '10.0.0.1', '203.0.113.7:5678', '203.0.113.7'],
     ['TRUST_PROXY=1: a bracketed IPv6 address with a port', 1, '10.0.0.1', '[2001:DB8::7]:443', '2001:db8::7'],
@@ -206,14 +277,56 @@ describe('clientAddress', () => {
     ['TRUST_PROXY=1: a NUL byte: the peer', 1, '10.0.0.1', '203.0.113.7\u0000', '10.0.0.1'],
     ['TRUST_PROXY=1: 999.1.1.1: the peer', 1, '10.0.0.1', '999.1.1.1', '10.0.0.1'],
     ['TRUST_PROXY=2: an invalid entry in the trusted part: the peer', 2, '10.0.0.2', '203.0.113.7, bogus', '10.0.0.2'],
-    ['TRUST_PROXY=1: an invalid entry left of the trusted part is never read', 1, '10.0.0.1', '1:2:3:4:5:6:7:8::9, 203.0.113.7', '203.0.113.7'],
-    ['proxy list: an invalid entry stops at the proxy right of it', proxies, '10.0.0.1', '203.0.113.7, bogus, 10.0.0.2', '10.0.0.2'],
-    ['proxy list: the right-most address that is not a listed proxy', proxies, '10.0.0.1', 'forged, 203.0.113.7, 10.0.0.2', '203.0.113.7'],
-    ['proxy list: a peer that is not a listed proxy is the client, its header ignored', proxies, '192.0.2.50', '203.0.113.7', '192.0.2.50'],
-    ['proxy list: a listed IPv4 proxy matches on a dual-stack socket (::ffff:)', proxies, '::ffff:10.0.0.1', '203.0.113.7', '203.0.113.7'],
+    [
+      'TRUST_PROXY=1: an invalid entry left of the trusted part is never read',
+      1,
+      '10.0.0.1',
+      '1:2:3:4:5:6:7:8::9, 203.0.113.7',
+      '203.0.113.7',
+    ],
+    [
+      'proxy list: an invalid entry stops at the proxy right of it',
+      proxies,
+      '10.0.0.1',
+      '203.0.113.7, bogus, 10.0.0.2',
+      '10.0.0.2',
+    ],
+    [
+      'proxy list: the right-most address that is not a listed proxy',
+      proxies,
+      '10.0.0.1',
+      'forged, 203.0.113.7, 10.0.0.2',
+      '203.0.113.7',
+    ],
+    [
+      'proxy list: a peer that is not a listed proxy is the client, its header ignored',
+      proxies,
+      '192.0.2.50',
+      '203.0.113.7',
+      '192.0.2.50',
+    ],
+    [
+      'proxy list: a listed IPv4 proxy matches on a dual-stack socket (::ffff:)',
+      proxies,
+      '::ffff:10.0.0.1',
+      '203.0.113.7',
+      '203.0.113.7',
+    ],
     ['proxy list: every address a proxy, the left-most', proxies, '10.0.0.1', '10.0.0.2', '10.0.0.2'],
-    ['proxy list written as ::ffff:a.b.c.d matches the peer it names', trustedProxies(['::ffff:10.0.0.1']), '::ffff:10.0.0.1', '203.0.113.7', '203.0.113.7'],
-    ['proxy list in upper case matches the lower-case IPv6 peer', trustedProxies(['FD00::1']), 'fd00::1', '203.0.113.7', '203.0.113.7'],
+    [
+      'proxy list written as ::ffff:a.b.c.d matches the peer it names',
+      trustedProxies(['::ffff:10.0.0.1']),
+      '::ffff:10.0.0.1',
+      '203.0.113.7',
+      '203.0.113.7',
+    ],
+    [
+      'proxy list in upper case matches the lower-case IPv6 peer',
+      trustedProxies(['FD00::1']),
+      'fd00::1',
+      '203.0.113.7',
+      '203.0.113.7',
+    ],
   ]
   for (const [name, trust, peer, xff, expected] of cases) {
     test(name, () => assert.equal(clientAddress(fakeRequest(peer, xff), trust), expected))
@@ -222,7 +335,8 @@ describe('clientAddress', () => {
   test('rotating the left part of X-Forwarded-For never changes the address (TRUST_PROXY=0, 1 and a list)', () => {
     for (const trust of [0, 1, proxies] as TrustProxy[]) {
       const seen = new Set<string>()
-      for (let i = 0; i < 50; i++) seen.add(clientAddress(fakeRequest('10.0.0.1', `198.51.100.${i}, 203.0.113.7`), trust))
+      for (let i = 0; i < 50; i++)
+        seen.add(clientAddress(fakeRequest('10.0.0.1', `198.51.100.${i}, 203.0.113.7`), trust))
       assert.equal(seen.size, 1, `trust ${String(trust instanceof Set ? [...trust] : trust)}: ${[...seen].join(' ')}`)
     }
   })
@@ -232,15 +346,21 @@ describe('clientAddress', () => {
 // Through the server: per credential
 
 describe('rate limit per credential (RATE_LIMIT=5)', () => {
-  test('every counted answer carries RateLimit-Limit/Remaining/Reset; the 6th request in the minute is 429 rate_limited with Retry-After and the handler does not run', async () => {
-    const user = await limited.createUser({ name: 'Before' })
-    await spendWindow(() => limited.request('GET', `/users/${user.id}`, { auth: user.token }), 200)
-    const refused = await limited.request('PATCH', `/users/${user.id}`, { auth: user.token, body: { name: 'After' } })
-    assertRateLimited(refused)
-    const [row] = await limited.sql<[{ name: string; version: number }]>`SELECT name, version FROM users WHERE id = ${user.id}`
-    assert.deepEqual({ ...row }, { name: 'Before', version: 1 }, 'the refused PATCH changed nothing')
-    assertRateLimited(await limited.request('GET', `/users/${user.id}`, { auth: user.token }))
-  })
+  test(
+    'every counted answer carries RateLimit-Limit/Remaining/Reset; the 6th request in the minute is 429 ' +
+      'rate_limited with Retry-After and the handler does not run',
+    async () => {
+      const user = await limited.createUser({ name: 'Before' })
+      await spendWindow(() => limited.request('GET', `/users/${user.id}`, { auth: user.token }), 200)
+      const refused = await limited.request('PATCH', `/users/${user.id}`, { auth: user.token, body: { name: 'After' } })
+      assertRateLimited(refused)
+      const [row] = await limited.sql<
+        [{ name: string; version: number }]
+      >`SELECT name, version FROM users WHERE id = ${user.id}`
+      assert.deepEqual({ ...row }, { name: 'Before', version: 1 }, 'the refused PATCH changed nothing')
+      assertRateLimited(await limited.request('GET', `/users/${user.id}`, { auth: user.token }))
+    },
+  )
 
   test('errors after authentication count too (a 403 carries the figures)', async () => {
     const user = await limited.createUser()
@@ -260,21 +380,32 @@ describe('rate limit per credential (RATE_LIMIT=5)', () => {
 
   test('an API key is a credential of its own: its bucket is not its owner’s JWT bucket', async () => {
     const owner = await limited.createUser({ session: true })
-    const created = await limited.request('POST', '/api-keys', { auth: owner.token, body: { name: 'limited key', scopes: ['products:read'] } })
+    const created = await limited.request('POST', '/api-keys', {
+      auth: owner.token,
+      body: { name: 'limited key', scopes: ['products:read'] },
+    })
     assert.equal(created.status, 201, created.text)
     assert.equal(rateFigures(created).remaining, LIMIT - 1)
-    await spendWindow(() => limited.request('GET', '/products', { auth: null, headers: { 'x-api-key': created.body.key } }), 200)
-    assertRateLimited(await limited.request('GET', '/products', { auth: null, headers: { 'x-api-key': created.body.key } }))
+    await spendWindow(
+      () => limited.request('GET', '/products', { auth: null, headers: { 'x-api-key': created.body.key } }),
+      200,
+    )
+    assertRateLimited(
+      await limited.request('GET', '/products', { auth: null, headers: { 'x-api-key': created.body.key } }),
+    )
     const jwt = await limited.request('GET', `/users/${owner.id}`, { auth: owner.token })
     assert.equal(jwt.status, 200)
     assert.equal(rateFigures(jwt).remaining, LIMIT - 2, 'the JWT bucket only holds the creation and this request')
   })
 
-  test('a user\'s credentials together get at most 3 × RATE_LIMIT: N keys do not give N times the limit', async () => {
+  test("a user's credentials together get at most 3 × RATE_LIMIT: N keys do not give N times the limit", async () => {
     const owner = await limited.createUser({ session: true })
     const keys: string[] = []
     for (let i = 0; i < 3; i++) {
-      const created = await limited.request('POST', '/api-keys', { auth: owner.token, body: { name: `key ${i}`, scopes: ['products:read'] } })
+      const created = await limited.request('POST', '/api-keys', {
+        auth: owner.token,
+        body: { name: `key ${i}`, scopes: ['products:read'] },
+      })
       assert.equal(created.status, 201, created.text)
       keys.push(created.body.key)
     }
@@ -292,7 +423,8 @@ describe('rate limit per credential (RATE_LIMIT=5)', () => {
   test('a credential’s requests do not count against its client address', async () => {
     const from = freshAddress()
     const user = await limited.createUser()
-    for (let i = 0; i < LIMIT + 2; i++) await send(limited.url, 'GET', `/users/${user.id}`, { from, headers: { authorization: `Bearer ${user.token}` } })
+    for (let i = 0; i < LIMIT + 2; i++)
+      await send(limited.url, 'GET', `/users/${user.id}`, { from, headers: { authorization: `Bearer ${user.token}` } })
     const anonymous = await send(limited.url, 'GET', '/users', { from })
     assertProblem(anonymous, 401, 'unauthorized')
     assert.equal(rateFigures(anonymous).remaining, LIMIT - 1)
@@ -320,8 +452,13 @@ describe('rate limit per client address when anonymous (RATE_LIMIT=5, TRUST_PROX
 
   test('rotating X-Forwarded-For does not escape the limit when no proxy is trusted', async () => {
     const from = freshAddress()
-    await spendWindow((i) => send(limited.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': `198.51.100.${i}` } }), 401)
-    assertRateLimited(await send(limited.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': '198.51.100.99' } }))
+    await spendWindow(
+      (i) => send(limited.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': `198.51.100.${i}` } }),
+      401,
+    )
+    assertRateLimited(
+      await send(limited.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': '198.51.100.99' } }),
+    )
   })
 
   const badCredentials: Array<[name: string, headers: Record<string, string>]> = [
@@ -330,24 +467,32 @@ describe('rate limit per client address when anonymous (RATE_LIMIT=5, TRUST_PROX
     ['an unknown API key', { 'x-api-key': `upa_ak_${'A'.repeat(43)}` }],
   ]
   for (const [name, headers] of badCredentials) {
-    test(`bad credentials (${name}) count against the address: 401 invalid_token with the figures, then 429, and the address stays limited for anonymous requests`, async () => {
-      const from = freshAddress()
-      await spendWindow(async () => {
-        const res = await send(limited.url, 'GET', '/products', { from, headers })
-        assert.equal(res.body?.code, 'invalid_token', res.text)
-        return res
-      }, 401)
-      assertRateLimited(await send(limited.url, 'GET', '/products', { from, headers }))
-      assertRateLimited(await send(limited.url, 'GET', '/products', { from }))
-    })
+    test(
+      `bad credentials (${name}) count against the address: 401 invalid_token with the figures, then 429, ` +
+        `and the address stays limited for anonymous requests`,
+      async () => {
+        const from = freshAddress()
+        await spendWindow(async () => {
+          const res = await send(limited.url, 'GET', '/products', { from, headers })
+          assert.equal(res.body?.code, 'invalid_token', res.text)
+          return res
+        }, 401)
+        assertRateLimited(await send(limited.url, 'GET', '/products', { from, headers }))
+        assertRateLimited(await send(limited.url, 'GET', '/products', { from }))
+      },
+    )
   }
 
   test('an address that has spent its window is refused before its credential costs a database read', async () => {
     const from = freshAddress()
     await spendWindow(() => send(limited.url, 'GET', '/products', { from }), 401)
-    const statements = async () => Number(/^db_queries_total ([0-9]+)$/m.exec((await limited.request('GET', '/metrics')).text)![1])
+    const statements = async () =>
+      Number(/^db_queries_total ([0-9]+)$/m.exec((await limited.request('GET', '/metrics')).text)![1])
     const before = await statements()
-    const credentials: Array<Record<string, string>> = [{ 'x-api-key': `upa_ak_${'B'.repeat(43)}` }, { authorization: `Bearer upa_at_${'C'.repeat(43)}` }]
+    const credentials: Array<Record<string, string>> = [
+      { 'x-api-key': `upa_ak_${'B'.repeat(43)}` },
+      { authorization: `Bearer upa_at_${'C'.repeat(43)}` },
+    ]
     for (const headers of credentials) {
       assertRateLimited(await send(limited.url, 'GET', '/products', { from, headers }))
     }
@@ -367,42 +512,85 @@ describe('rate limit per client address when anonymous (RATE_LIMIT=5, TRUST_PROX
     }
   })
 
-  test('a request with a bad credential to /healthz is not counted (public routes never look at credentials)', async () => {
-    const from = freshAddress()
-    for (let i = 0; i < LIMIT + 2; i++) assert.equal((await send(limited.url, 'GET', '/healthz', { from, headers: { authorization: 'Bearer nope' } })).status, 200)
-    const res = await send(limited.url, 'GET', '/users', { from })
-    assert.equal(rateFigures(res).remaining, LIMIT - 1)
-  })
+  test(
+    'a request with a bad credential to /healthz is not counted (public routes never look at ' + 'credentials)',
+    async () => {
+      const from = freshAddress()
+      for (let i = 0; i < LIMIT + 2; i++)
+        assert.equal(
+          (await send(limited.url, 'GET', '/healthz', { from, headers: { authorization: 'Bearer nope' } })).status,
+          200,
+        )
+      const res = await send(limited.url, 'GET', '/users', { from })
+      assert.equal(rateFigures(res).remaining, LIMIT - 1)
+    },
+  )
 })
 
 describe('X-Forwarded-For behind trusted proxies', () => {
   test('TRUST_PROXY=1: only the right-most entry counts, so rotating the rest does not escape the limit', async () => {
-    await spendWindow((i) => send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': `10.9.9.${i}, 198.51.100.7` } }), 401)
-    assertRateLimited(await send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '10.9.9.99, 198.51.100.7' } }))
-    assertRateLimited(await send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '198.51.100.7' } }))
+    await spendWindow(
+      (i) => send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': `10.9.9.${i}, 198.51.100.7` } }),
+      401,
+    )
+    assertRateLimited(
+      await send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '10.9.9.99, 198.51.100.7' } }),
+    )
+    assertRateLimited(
+      await send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '198.51.100.7' } }),
+    )
   })
 
   test('TRUST_PROXY=1: another right-most entry is another client with a bucket of its own', async () => {
-    await spendWindow(() => send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '198.51.100.20' } }), 401)
-    assertRateLimited(await send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '198.51.100.20' } }))
-    const other = await send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '198.51.100.20, 198.51.100.21' } })
+    await spendWindow(
+      () => send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '198.51.100.20' } }),
+      401,
+    )
+    assertRateLimited(
+      await send(behindOneProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '198.51.100.20' } }),
+    )
+    const other = await send(behindOneProxy.url, 'GET', '/users', {
+      headers: { 'x-forwarded-for': '198.51.100.20, 198.51.100.21' },
+    })
     assertProblem(other, 401, 'unauthorized')
     assert.equal(rateFigures(other).remaining, LIMIT - 1)
   })
 
   test('TRUST_PROXY=<list>: the right-most address that is not a listed proxy counts', async () => {
     // The peer (127.0.0.1) and an inner hop (127.0.0.1 again) are listed proxies; 198.51.100.30 is the client.
-    await spendWindow((i) => send(behindListedProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': `10.8.8.${i}, 198.51.100.30, 127.0.0.1` } }), 401)
-    assertRateLimited(await send(behindListedProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '198.51.100.30' } }))
-    const other = await send(behindListedProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '198.51.100.31' } })
+    await spendWindow(
+      (i) =>
+        send(behindListedProxy.url, 'GET', '/users', {
+          headers: { 'x-forwarded-for': `10.8.8.${i}, 198.51.100.30, 127.0.0.1` },
+        }),
+      401,
+    )
+    assertRateLimited(
+      await send(behindListedProxy.url, 'GET', '/users', { headers: { 'x-forwarded-for': '198.51.100.30' } }),
+    )
+    const other = await send(behindListedProxy.url, 'GET', '/users', {
+      headers: { 'x-forwarded-for': '198.51.100.31' },
+    })
     assert.equal(rateFigures(other).remaining, LIMIT - 1)
   })
 
-  test('TRUST_PROXY=<list>: a peer that is not a listed proxy is the client; its X-Forwarded-For is ignored', async () => {
-    const from = freshAddress()
-    await spendWindow((i) => send(behindListedProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': `198.51.100.${100 + i}` } }), 401)
-    assertRateLimited(await send(behindListedProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': '198.51.100.200' } }))
-  })
+  test(
+    'TRUST_PROXY=<list>: a peer that is not a listed proxy is the client; its X-Forwarded-For is ' + 'ignored',
+    async () => {
+      const from = freshAddress()
+      await spendWindow(
+        (i) =>
+          send(behindListedProxy.url, 'GET', '/users', {
+            from,
+            headers: { 'x-forwarded-for': `198.51.100.${100 + i}` },
+          }),
+        401,
+      )
+      assertRateLimited(
+        await send(behindListedProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': '198.51.100.200' } }),
+      )
+    },
+  )
 })
 
 describe('hostile X-Forwarded-For through the server (TRUST_PROXY=1)', () => {
@@ -416,19 +604,36 @@ describe('hostile X-Forwarded-For through the server (TRUST_PROXY=1)', () => {
     '1.2.3.4:99999',
   ]
   for (const xff of hostile) {
-    test(`X-Forwarded-For ${JSON.stringify(xff.slice(0, 40))}: an ordinary answer on every kind of endpoint, nothing logged as an error`, async () => {
-      for (const [method, path] of [['GET', '/users'], ['GET', '/healthz'], ['POST', '/auth/login'], ['GET', '/nowhere']]) {
-        const res = await send(behindOneProxy.url, method!, path!, { headers: { 'x-forwarded-for': xff } })
-        assert.ok(res.status < 500, `${method} ${path}: ${res.status} ${res.text}`)
-      }
-      assert.deepEqual(behindOneProxy.logs.filter((l) => l.level === 'error'), [])
-    })
+    test(
+      `X-Forwarded-For ${JSON.stringify(xff.slice(0, 40))}: an ordinary answer on every kind of endpoint, nothing ` +
+        `logged as an error`,
+      async () => {
+        for (const [method, path] of [
+          ['GET', '/users'],
+          ['GET', '/healthz'],
+          ['POST', '/auth/login'],
+          ['GET', '/nowhere'],
+        ]) {
+          const res = await send(behindOneProxy.url, method!, path!, { headers: { 'x-forwarded-for': xff } })
+          assert.ok(res.status < 500, `${method} ${path}: ${res.status} ${res.text}`)
+        }
+        assert.deepEqual(
+          behindOneProxy.logs.filter((l) => l.level === 'error'),
+          [],
+        )
+      },
+    )
   }
 
   test('a malformed X-Forwarded-For counts against the peer: rotating garbage does not escape the limit', async () => {
     const from = freshAddress()
-    await spendWindow((i) => send(behindOneProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': `garbage-${i}` } }), 401)
-    assertRateLimited(await send(behindOneProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': '1:2:3:4:5:6:7:8::9' } }))
+    await spendWindow(
+      (i) => send(behindOneProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': `garbage-${i}` } }),
+      401,
+    )
+    assertRateLimited(
+      await send(behindOneProxy.url, 'GET', '/users', { from, headers: { 'x-forwarded-for': '1:2:3:4:5:6:7:8::9' } }),
+    )
     const logged = behindOneProxy.logs.filter((l) => l.msg === 'request').at(-1)!
     assert.equal(logged.client, from)
   })

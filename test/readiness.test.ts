@@ -17,7 +17,9 @@ async function queriesSoFar(): Promise<number> {
 }
 
 async function flood(n: number): Promise<number[]> {
-  return (await Promise.all(Array.from({ length: n }, () => api.request('GET', '/readyz', { auth: null })))).map((r) => r.status)
+  return (await Promise.all(Array.from({ length: n }, () => api.request('GET', '/readyz', { auth: null })))).map(
+    (r) => r.status,
+  )
 }
 
 test('100 concurrent /readyz cost one query, not 100; a second later the database is asked again', async () => {
@@ -25,13 +27,19 @@ test('100 concurrent /readyz cost one query, not 100; a second later the databas
   assert.deepEqual(await flood(100), Array(100).fill(200))
   const afterFirst = await queriesSoFar()
   // One query for the flood; the margin is for the service's own background statements, never a hundred.
-  assert.ok(afterFirst - before >= 1 && afterFirst - before <= 5, `db_queries_total ${before} → ${afterFirst} for 100 /readyz`)
+  assert.ok(
+    afterFirst - before >= 1 && afterFirst - before <= 5,
+    `db_queries_total ${before} → ${afterFirst} for 100 /readyz`,
+  )
 
   // The service's clock, which the test moves (src/core/lib/clock.ts), not a second of waiting.
   api.clock.advance(READINESS_TTL_MS)
   assert.deepEqual(await flood(100), Array(100).fill(200))
   const afterSecond = await queriesSoFar()
-  assert.ok(afterSecond - afterFirst >= 1 && afterSecond - afterFirst <= 5, `db_queries_total ${afterFirst} → ${afterSecond}: asked again once the answer is a second old`)
+  assert.ok(
+    afterSecond - afterFirst >= 1 && afterSecond - afterFirst <= 5,
+    `db_queries_total ${afterFirst} → ${afterSecond}: asked again once the answer is a second old`,
+  )
 })
 
 test('draining turns /readyz 503 at once, within the second its database answer is kept', async () => {

@@ -9,10 +9,14 @@ import { startServer } from './helpers/server.js'
 // (test/helpers/categories.ts): the test-only categories pass the same
 // contract as products, a real resource, which proves the suite itself.
 
-const api = await startServer({ WEBHOOK_ALLOW_PRIVATE: 'true' }, {}, {
-  registry: categoriesRegistry,
-  tuning: { webhooks: { pollMs: 50, retryDelaysMs: [50], retryJitter: 0, timeoutMs: 1000, leaseMs: 3000 } },
-})
+const api = await startServer(
+  { WEBHOOK_ALLOW_PRIVATE: 'true' },
+  {},
+  {
+    registry: categoriesRegistry,
+    tuning: { webhooks: { pollMs: 50, retryDelaysMs: [50], retryJitter: 0, timeoutMs: 1000, leaseMs: 3000 } },
+  },
+)
 await api.sql.unsafe(categoriesMigration)
 
 const categoryName = (n: number) => `category-${n}`
@@ -32,7 +36,14 @@ resourceConformance(api, {
 resourceConformance(api, {
   resource: products,
   create: (n) => ({ sku: `CONF-${n}`, name: `Product ${n}`, price: n, currency: 'EUR', stock: 3 }),
-  replace: (n) => ({ sku: `REPL-${n}`, name: `Replaced ${n}`, description: 'new', price: 10, currency: 'USD', stock: 1 }),
+  replace: (n) => ({
+    sku: `REPL-${n}`,
+    name: `Replaced ${n}`,
+    description: 'new',
+    price: 10,
+    currency: 'USD',
+    stock: 1,
+  }),
   patch: ['price', 999],
   resettable: ['stock', 0],
   sortable: 'price',
@@ -41,13 +52,26 @@ resourceConformance(api, {
   userMay: { read: true, write: false },
 })
 
-test('the categories declaration gives its plural, scopes, event types and problem code to the service, and nothing else had to change', async () => {
-  const { registry } = api.deps
-  assert.deepEqual(registry.scopes.byRole.user.filter((s) => s.startsWith('categories:')), ['categories:read'])
-  assert.deepEqual(registry.scopes.byRole.admin.filter((s) => s.startsWith('categories:')), ['categories:read', 'categories:write'])
-  assert.deepEqual(registry.eventTypes.filter((t) => t.startsWith('category.')), ['category.created', 'category.updated', 'category.deleted'])
-  assert.deepEqual(registry.problems.category_name_taken, { status: 409, title: 'Category name already in use' })
-  const doc = (await api.request('GET', '/openapi.json', { auth: null })).body
-  assert.equal(doc.paths['/categories'].get.operationId, 'listCategories')
-  assert.ok(doc.components.schemas.WebhookCreate.properties.event_types.items.enum.includes('category.created'))
-})
+test(
+  'the categories declaration gives its plural, scopes, event types and problem code to the service, and nothing ' +
+    'else had to change',
+  async () => {
+    const { registry } = api.deps
+    assert.deepEqual(
+      registry.scopes.byRole.user.filter((s) => s.startsWith('categories:')),
+      ['categories:read'],
+    )
+    assert.deepEqual(
+      registry.scopes.byRole.admin.filter((s) => s.startsWith('categories:')),
+      ['categories:read', 'categories:write'],
+    )
+    assert.deepEqual(
+      registry.eventTypes.filter((t) => t.startsWith('category.')),
+      ['category.created', 'category.updated', 'category.deleted'],
+    )
+    assert.deepEqual(registry.problems.category_name_taken, { status: 409, title: 'Category name already in use' })
+    const doc = (await api.request('GET', '/openapi.json', { auth: null })).body
+    assert.equal(doc.paths['/categories'].get.operationId, 'listCategories')
+    assert.ok(doc.components.schemas.WebhookCreate.properties.event_types.items.enum.includes('category.created'))
+  },
+)

@@ -21,7 +21,13 @@ const sql: Sql = connect(await createTestDatabase(), { max: 1, statementTimeoutM
 after(() => sql.end())
 await sql.unsafe(categoriesMigration)
 
-interface Column { column_name: string; data_type: string; udt_name: string; is_nullable: 'YES' | 'NO'; column_default: string | null }
+interface Column {
+  column_name: string
+  data_type: string
+  udt_name: string
+  is_nullable: 'YES' | 'NO'
+  column_default: string | null
+}
 
 const isNull = (s: TSchema) => Type.IsNull(s)
 const withoutNull = (s: TSchema): TSchema => {
@@ -36,14 +42,18 @@ function storedAs(schema: TSchema): string[] {
   if (Type.IsInteger(s)) return ['int2', 'int4', 'int8']
   if (Type.IsNumber(s)) return ['numeric', 'float8', 'float4']
   if (Type.IsBoolean(s)) return ['bool']
-  if (Type.IsString(s)) return (s as { format?: string }).format === 'date-time' ? ['timestamptz'] : ['text', 'citext', 'varchar']
+  if (Type.IsString(s))
+    return (s as { format?: string }).format === 'date-time' ? ['timestamptz'] : ['text', 'citext', 'varchar']
   // A union of string literals or an enum: text with a CHECK, or an enum type (its own udt name).
   if (Type.IsUnion(s) || Type.IsEnum(s)) return ['text', 'varchar', 'enum']
   if (Type.IsArray(s)) return storedAs(s.items as TSchema).map((t) => `_${t}`)
   return []
 }
 
-/** Whether the declaration lets the stored value be NULL: a null in its schema, or optional or nullable with no default to fall back on. */
+/**
+ * Whether the declaration lets the stored value be NULL: a null in its schema, or optional or nullable with no default
+ * to fall back on.
+ */
 function mayBeNull(schema: TSchema): boolean {
   const t = traitsOf(schema)
   const nullInSchema = Type.IsUnion(schema) && (schema.anyOf as TSchema[]).some(isNull)
@@ -51,7 +61,11 @@ function mayBeNull(schema: TSchema): boolean {
 }
 
 /** A column default as the value it gives: `'user'::text` is user, `0` is 0. */
-const defaultValue = (text: string) => text.replace(/::[a-z ]+(\[\])?$/, '').replace(/^'(.*)'$/s, '$1').replaceAll("''", "'")
+const defaultValue = (text: string) =>
+  text
+    .replace(/::[a-z ]+(\[\])?$/, '')
+    .replace(/^'(.*)'$/s, '$1')
+    .replaceAll("''", "'")
 
 async function disagreements(resource: Resource): Promise<string[]> {
   const table = resource.table
@@ -59,7 +73,9 @@ async function disagreements(resource: Resource): Promise<string[]> {
     SELECT column_name, data_type, udt_name, is_nullable, column_default FROM information_schema.columns
     WHERE table_schema = current_schema() AND table_name = ${table}`
   if (columns.length === 0) return [`${table}: no such table`]
-  const enums = new Set((await sql<Array<{ typname: string }>>`SELECT typname FROM pg_type WHERE typtype = 'e'`).map((r) => r.typname))
+  const enums = new Set(
+    (await sql<Array<{ typname: string }>>`SELECT typname FROM pg_type WHERE typtype = 'e'`).map((r) => r.typname),
+  )
   const byName = new Map(columns.map((c) => [c.column_name, c]))
   const found: string[] = []
   const stored = Object.entries(resource.members).filter(([, s]) => !traitsOf(s).virtual)
@@ -71,20 +87,38 @@ async function disagreements(resource: Resource): Promise<string[]> {
     }
     const udt = enums.has(column.udt_name) ? 'enum' : column.udt_name
     const allowed = storedAs(schema)
-    if (!allowed.includes(udt)) found.push(`${table}.${name}: column is ${column.udt_name}, the declaration wants one of ${allowed.join(', ')}`)
+    if (!allowed.includes(udt))
+      found.push(`${table}.${name}: column is ${column.udt_name}, the declaration wants one of ${allowed.join(', ')}`)
     const nullable = column.is_nullable === 'YES'
-    if (nullable !== mayBeNull(schema)) found.push(`${table}.${name}: column ${nullable ? 'allows' : 'refuses'} NULL, the declaration ${mayBeNull(schema) ? 'allows' : 'refuses'} it`)
+    if (nullable !== mayBeNull(schema))
+      found.push(
+        `${table}.${name}: column ${nullable ? 'allows' : 'refuses'} NULL, the ` +
+          `declaration ${mayBeNull(schema) ? 'allows' : 'refuses'} it`,
+      )
     const declared = traitsOf(schema).default
-    if (declared !== undefined && (column.column_default === null || defaultValue(column.column_default) !== String(declared))) {
-      found.push(`${table}.${name}: declared default ${JSON.stringify(declared)}, column default ${column.column_default}`)
+    if (
+      declared !== undefined &&
+      (column.column_default === null || defaultValue(column.column_default) !== String(declared))
+    ) {
+      found.push(
+        `${table}.${name}: declared default ${JSON.stringify(declared)}, column default ${column.column_default}`,
+      )
     }
   }
-  const known = new Set([...stored.map(([n]) => n), ...resource.serverColumns, ...(resource.versioned ? ['version'] : [])])
-  for (const column of columns) if (!known.has(column.column_name)) found.push(`${table}.${column.column_name}: a column the declaration does not know`)
+  const known = new Set([
+    ...stored.map(([n]) => n),
+    ...resource.serverColumns,
+    ...(resource.versioned ? ['version'] : []),
+  ])
+  for (const column of columns)
+    if (!known.has(column.column_name))
+      found.push(`${table}.${column.column_name}: a column the declaration does not know`)
   if (resource.versioned && !byName.has('version')) found.push(`${table}: versioned, but no version column`)
-  for (const s of resource.serverColumns) if (!byName.has(s)) found.push(`${table}.${s}: a declared server column that does not exist`)
+  for (const s of resource.serverColumns)
+    if (!byName.has(s)) found.push(`${table}.${s}: a declared server column that does not exist`)
 
-  // A unique constraint is backed by a unique index of its name; an expression index (lower(email)) counts when it is on the column.
+  // A unique constraint is backed by a unique index of its name; an expression index (lower(email)) counts when it is
+  // on the column.
   for (const [constraint, { member: label }] of resource.uniqueCodes) {
     const column = label.replaceAll(' ', '_')
     const [index] = await sql<Array<{ definition: string; is_unique: boolean }>>`
@@ -92,15 +126,20 @@ async function disagreements(resource: Resource): Promise<string[]> {
       FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid
       WHERE c.relname = ${constraint} AND t.relname = ${table}`
     if (!index?.is_unique) found.push(`${table}: no unique constraint ${constraint}`)
-    else if (!new RegExp(`\\(\\s*(lower\\()?${column}\\)?\\s*\\)`).test(index.definition)) found.push(`${table}: ${constraint} is not on ${column} (${index.definition})`)
+    else if (!new RegExp(`\\(\\s*(lower\\()?${column}\\)?\\s*\\)`).test(index.definition))
+      found.push(`${table}: ${constraint} is not on ${column} (${index.definition})`)
   }
   return found
 }
 
 for (const resource of [...applicationRegistry.resources, categories]) {
-  test(`the ${resource.label} declaration matches its table ${resource.table}: members, types, NULL, defaults, uniques, no unknown column`, async () => {
-    assert.deepEqual(await disagreements(resource), [])
-  })
+  test(
+    `the ${resource.label} declaration matches its ` +
+      `table ${resource.table}: members, types, NULL, defaults, uniques, no unknown column`,
+    async () => {
+      assert.deepEqual(await disagreements(resource), [])
+    },
+  )
 }
 
 test('a declaration that disagrees with its migration is caught, each disagreement named', async () => {
@@ -112,7 +151,14 @@ test('a declaration that disagrees with its migration is caught, each disagreeme
     members: {
       id: idMember(),
       // A unique constraint under another name, and optional although the column is NOT NULL.
-      name: member(nameSchema(), { optional: true, unique: { constraint: 'categories_title_key', code: 'category_name_taken', title: 'Category name already in use' } }),
+      name: member(nameSchema(), {
+        optional: true,
+        unique: {
+          constraint: 'categories_title_key',
+          code: 'category_name_taken',
+          title: 'Category name already in use',
+        },
+      }),
       // An integer where the column is text, with a default the column does not have.
       description: member(Type.Integer({ minimum: 0 }), { default: 7 }),
       // No such column.

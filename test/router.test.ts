@@ -29,7 +29,10 @@ const router = createRouter(table)
 /** Allow as a sorted list, so the test does not depend on the order methods were declared in. */
 const allowOf = (m: Match) => {
   assert.ok(m.kind === 'options' || m.kind === 'method_not_allowed', `expected an Allow list, got ${m.kind}`)
-  return m.allow.split(',').map((s) => s.trim()).sort()
+  return m.allow
+    .split(',')
+    .map((s) => s.trim())
+    .sort()
 }
 
 describe('route table compilation', () => {
@@ -57,15 +60,21 @@ describe('route table compilation', () => {
   ] as const
   for (const [what, path] of malformed) {
     test(`refuses a malformed template at construction (${what}: ${JSON.stringify(path)})`, () => {
-      assert.throws(() => createRouter([route('GET', path)]), (err: Error) => {
-        assert.match(err.message, /malformed|unknown parameter/)
-        return true
-      })
+      assert.throws(
+        () => createRouter([route('GET', path)]),
+        (err: Error) => {
+          assert.match(err.message, /malformed|unknown parameter/)
+          return true
+        },
+      )
     })
   }
 
   test('refuses the same method and template defined twice, naming them', () => {
-    assert.throws(() => createRouter([route('GET', '/things/{id}'), route('PUT', '/things/{id}'), route('GET', '/things/{id}')]), /GET \/things\/\{id\} is defined twice/)
+    assert.throws(
+      () => createRouter([route('GET', '/things/{id}'), route('PUT', '/things/{id}'), route('GET', '/things/{id}')]),
+      /GET \/things\/\{id\} is defined twice/,
+    )
   })
 
   test('accepts the same template with different methods', () => {
@@ -126,7 +135,17 @@ describe('matching', () => {
     assert.equal(m.kind === 'found' && m.template, '/things/latest')
   })
 
-  const notFound = ['/nothing', '/things/', '/things/1/', '//things', '/things/1/2', 'things', '', '/THINGS', '/things/1/archive/x']
+  const notFound = [
+    '/nothing',
+    '/things/',
+    '/things/1/',
+    '//things',
+    '/things/1/2',
+    'things',
+    '',
+    '/THINGS',
+    '/things/1/archive/x',
+  ]
   for (const path of notFound) {
     test(`answers not_found for ${JSON.stringify(path)}`, () => {
       assert.deepEqual(router.match('GET', path), { kind: 'not_found' })
@@ -172,8 +191,19 @@ describe('matching', () => {
 })
 
 describe('noStore', () => {
-  const secret = defineRoute({ method: 'POST', path: '/secret', access: publicAccess, noStore: true, handle: async () => ({ status: 204 }) })
-  const plain = defineRoute({ method: 'GET', path: '/secret', access: publicAccess, handle: async () => ({ status: 204 }) })
+  const secret = defineRoute({
+    method: 'POST',
+    path: '/secret',
+    access: publicAccess,
+    noStore: true,
+    handle: async () => ({ status: 204 }),
+  })
+  const plain = defineRoute({
+    method: 'GET',
+    path: '/secret',
+    access: publicAccess,
+    handle: async () => ({ status: 204 }),
+  })
   const withSecret = createRouter([...table, secret, plain])
   const noStoreOf = (m: Match) => (m.kind === 'not_found' ? undefined : m.noStore)
 
@@ -193,6 +223,9 @@ describe('noStore', () => {
   test('every route of the service under /auth/ declares it', () => {
     const auth = appRoutes.filter((r) => r.path.startsWith('/auth/'))
     assert.ok(auth.length > 0)
-    assert.deepEqual(auth.filter((r) => !r.noStore).map((r) => `${r.method} ${r.path}`), [])
+    assert.deepEqual(
+      auth.filter((r) => !r.noStore).map((r) => `${r.method} ${r.path}`),
+      [],
+    )
   })
 })

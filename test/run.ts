@@ -50,7 +50,10 @@ function testFiles(): string[] {
   const only = process.argv.slice(2)
   if (only.length) return only.map((file) => relative(projectRoot, resolve(file)))
   return TEST_FOLDERS.flatMap((dir) =>
-    readdirSync(join(projectRoot, dir)).filter((f) => f.endsWith('.test.ts')).map((f) => `${dir}/${f}`))
+    readdirSync(join(projectRoot, dir))
+      .filter((f) => f.endsWith('.test.ts'))
+      .map((f) => `${dir}/${f}`),
+  )
 }
 
 async function migratedTemplate(): Promise<void> {
@@ -85,18 +88,27 @@ async function withTemplate(): Promise<boolean> {
   console.log(`${files.length} files, ${FILES_AT_ONCE} at a time, longest first by the times in ${TIMINGS_NAME}`)
   const started = performance.now()
   const failuresFile = process.env.TEST_FAILURES_FILE
-  const outcomes = await inLanes(files, FILES_AT_ONCE, interruption.signal, async (file, index): Promise<FileOutcome> => {
-    const prefix = `${template}_${index}_`
-    const options = { env: { ...env, TEST_DATABASE_PREFIX: prefix }, timeoutMs: FILE_TIMEOUT_MS, signal: interruption.signal }
-    const outcome = outcomeOf(file, await runFile(join(projectRoot, file), options), FILE_TIMEOUT_MS)
-    // One after another on the one admin connection, in the background: the lane goes on to its next file.
-    drops = drops.then(() => dropDatabases(prefix)).then((n) => void (droppedEarly += n))
-    console.log(fileReport(outcome))
-    // Every file's whole TAP, with each test's duration_ms, for a look at where a file spends its time.
-    writeFileSync(join(OUTPUT_DIR, file.replaceAll('/', '_') + '.tap'), outcome.stdout)
-    if (failuresFile) appendFileSync(failuresFile, outcome.failureLines.map((line) => line + '\n').join(''))
-    return outcome
-  })
+  const outcomes = await inLanes(
+    files,
+    FILES_AT_ONCE,
+    interruption.signal,
+    async (file, index): Promise<FileOutcome> => {
+      const prefix = `${template}_${index}_`
+      const options = {
+        env: { ...env, TEST_DATABASE_PREFIX: prefix },
+        timeoutMs: FILE_TIMEOUT_MS,
+        signal: interruption.signal,
+      }
+      const outcome = outcomeOf(file, await runFile(join(projectRoot, file), options), FILE_TIMEOUT_MS)
+      // One after another on the one admin connection, in the background: the lane goes on to its next file.
+      drops = drops.then(() => dropDatabases(prefix)).then((n) => void (droppedEarly += n))
+      console.log(fileReport(outcome))
+      // Every file's whole TAP, with each test's duration_ms, for a look at where a file spends its time.
+      writeFileSync(join(OUTPUT_DIR, file.replaceAll('/', '_') + '.tap'), outcome.stdout)
+      if (failuresFile) appendFileSync(failuresFile, outcome.failureLines.map((line) => line + '\n').join(''))
+      return outcome
+    },
+  )
   const finished = outcomes.filter((o) => !o.aborted)
   saveTimings(TIMINGS_FILE, Object.fromEntries(finished.map((o) => [o.file, Math.round(o.seconds * 10) / 10])))
   console.log(runSummary(finished, (performance.now() - started) / 1000, files.length - finished.length))
@@ -108,7 +120,9 @@ let droppedEarly = 0
 
 /** Drops the databases whose names start with `prefix` (their connections ended): how many. */
 async function dropDatabases(prefix: string): Promise<number> {
-  const names = await admin<Array<{ datname: string }>>`SELECT datname FROM pg_database WHERE starts_with(datname, ${prefix})`
+  const names = await admin<
+    Array<{ datname: string }>
+  >`SELECT datname FROM pg_database WHERE starts_with(datname, ${prefix})`
   for (const { datname } of names) await admin`DROP DATABASE IF EXISTS ${admin(datname)} WITH (FORCE)`
   return names.length
 }
@@ -121,7 +135,10 @@ try {
   const dropping = performance.now()
   await drops.catch((err: unknown) => console.log(`dropping a file's databases failed: ${String(err)}`))
   const atEnd = await dropDatabases(template)
-  console.log(`dropped ${droppedEarly} databases as their files ended, and ${atEnd} at the end in ${((performance.now() - dropping) / 1000).toFixed(1)} s`)
+  console.log(
+    `dropped ${droppedEarly} databases as their files ended, ` +
+      `and ${atEnd} at the end in ${((performance.now() - dropping) / 1000).toFixed(1)} s`,
+  )
   await admin.end({ timeout: 5 })
 }
 process.exit(interruptedBy ? 128 + constants.signals[interruptedBy] : passed ? 0 : 1)

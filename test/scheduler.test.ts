@@ -31,18 +31,21 @@ test('when idle, runAnew starts a run at once', async () => {
   assert.equal(starts.length, 1)
 })
 
-test('during a run, runAnew waits for a new one, which every caller meanwhile shares; runNow joins the one under way', async () => {
-  const { job, starts } = counted(30)
-  const first = job.runNow()
-  await sleep(5)
-  const asked = performance.now()
-  const [a, b, joined] = await Promise.all([job.runAnew(), job.runAnew(), job.runNow()])
-  assert.equal(await first, 1)
-  assert.equal(joined, 1)
-  assert.deepEqual([a, b], [2, 2])
-  assert.equal(starts.length, 2)
-  assert.ok(starts[1]! >= asked)
-})
+test(
+  'during a run, runAnew waits for a new one, which every caller meanwhile shares; runNow joins the one under ' + 'way',
+  async () => {
+    const { job, starts } = counted(30)
+    const first = job.runNow()
+    await sleep(5)
+    const asked = performance.now()
+    const [a, b, joined] = await Promise.all([job.runAnew(), job.runAnew(), job.runNow()])
+    assert.equal(await first, 1)
+    assert.equal(joined, 1)
+    assert.deepEqual([a, b], [2, 2])
+    assert.equal(starts.length, 2)
+    assert.ok(starts[1]! >= asked)
+  },
+)
 
 test('stop waits for the run under way; a run asked for meanwhile, and any after, is refused', async () => {
   const { scheduler, job, starts } = counted(20)
@@ -66,15 +69,22 @@ test('a failing job is logged with its name once per run of failures, and once w
   const lines: Array<Record<string, unknown>> = []
   const scheduler = new Scheduler(createLogger('info', (line) => void lines.push(JSON.parse(line))))
   let fail = true
-  const job = scheduler.add({ name: 'flaky', periodMs: 60_000, run: async () => {
-    if (fail) throw new Error('boom')
-  } })
+  const job = scheduler.add({
+    name: 'flaky',
+    periodMs: 60_000,
+    run: async () => {
+      if (fail) throw new Error('boom')
+    },
+  })
   await assert.rejects(job.runNow(), /boom/)
   await assert.rejects(job.runNow(), /boom/)
   fail = false
   await job.runNow()
-  assert.deepEqual(lines.map((l) => [l.level, l.msg, l.job]), [
-    ['warn', 'background job failed; it runs again every period', 'flaky'],
-    ['info', 'background job works again', 'flaky'],
-  ])
+  assert.deepEqual(
+    lines.map((l) => [l.level, l.msg, l.job]),
+    [
+      ['warn', 'background job failed; it runs again every period', 'flaky'],
+      ['info', 'background job works again', 'flaky'],
+    ],
+  )
 })

@@ -19,7 +19,8 @@ const representation = Type.Object({
 })
 const serializer = compileSerializer(representation)
 const order = Object.keys(representation.properties)
-const reference = (row: Record<string, unknown>, fields = order) => JSON.stringify(Object.fromEntries(fields.map((f) => [f, row[f]])))
+const reference = (row: Record<string, unknown>, fields = order) =>
+  JSON.stringify(Object.fromEntries(fields.map((f) => [f, row[f]])))
 
 const hostile = [
   'plain',
@@ -33,7 +34,15 @@ const hostile = [
   'x'.repeat(100_000),
 ]
 const row = (name: string, extra: Record<string, unknown> = {}) => ({
-  id: 7, name, role: 'admin', stock: 3, tags: [name, 'b'], created_at: '2026-11-22T10:15:30.120Z', version: 9, password_hash: 'secret', ...extra,
+  id: 7,
+  name,
+  role: 'admin',
+  stock: 3,
+  tags: [name, 'b'],
+  created_at: '2026-11-22T10:15:30.120Z',
+  version: 9,
+  password_hash: 'secret',
+  ...extra,
 })
 
 test('one row: the same text as JSON.stringify for every hostile string, and only the declared members', () => {
@@ -62,7 +71,10 @@ test('values not of the declared type are written as JSON.stringify writes them'
   for (const extra of odd) {
     const r = row('n', extra)
     // undefined becomes null (a member is never dropped), as JSON.stringify writes it inside an array.
-    const expected = reference({ ...r, ...Object.fromEntries(Object.entries(extra).map(([k, v]) => [k, v === undefined ? null : v])) })
+    const expected = reference({
+      ...r,
+      ...Object.fromEntries(Object.entries(extra).map(([k, v]) => [k, v === undefined ? null : v])),
+    })
     assert.equal(serializer.one(r), expected, JSON.stringify(Object.keys(extra)))
   }
 })
@@ -71,7 +83,10 @@ test('a page: every row, or only the chosen fields in the schema order; an empty
   const rows = hostile.map((name, i) => row(name, { id: i + 1 }))
   assert.equal(serializer.page(rows), `[${rows.map((r) => reference(r)).join(',')}]`)
   assert.equal(serializer.page([]), '[]')
-  assert.equal(serializer.page(rows, ['id', 'created_at']), `[${rows.map((r) => reference(r, ['id', 'created_at'])).join(',')}]`)
+  assert.equal(
+    serializer.page(rows, ['id', 'created_at']),
+    `[${rows.map((r) => reference(r, ['id', 'created_at'])).join(',')}]`,
+  )
   assert.equal(serializer.page(rows.slice(0, 1), ['name']), `[${reference(rows[0]!, ['name'])}]`)
   assert.throws(() => serializer.page(rows, ['password_hash']), /not a member/)
 })
@@ -83,14 +98,36 @@ test('a member name that needs escaping is written escaped, and cannot inject co
   assert.equal(compileSerializer(Type.Object({})).one({ a: 1 }), '{}')
 })
 
-test('the resources\' serializers write their representations as JSON.stringify of present()', () => {
-  const user = { id: 1, name: 'A "quoted" name', email: 'a@example.com', role: 'user', email_verified_at: null, created_at: '2026-01-02T03:04:05.006Z', updated_at: '2026-01-02T03:04:05.006Z', password_hash: 'x', credential_epoch: 3, version: 2 }
+test("the resources' serializers write their representations as JSON.stringify of present()", () => {
+  const user = {
+    id: 1,
+    name: 'A "quoted" name',
+    email: 'a@example.com',
+    role: 'user',
+    email_verified_at: null,
+    created_at: '2026-01-02T03:04:05.006Z',
+    updated_at: '2026-01-02T03:04:05.006Z',
+    password_hash: 'x',
+    credential_epoch: 3,
+    version: 2,
+  }
   assert.equal(users.serializer.one(user), JSON.stringify(users.present(user)))
-  const product = { id: 2, sku: 'SKU-1', name: 'n', description: 'd\n', price: 100, currency: 'EUR', stock: null, created_at: '2026-01-02T03:04:05.006Z', updated_at: '2026-01-02T03:04:05.006Z', version: 1 }
+  const product = {
+    id: 2,
+    sku: 'SKU-1',
+    name: 'n',
+    description: 'd\n',
+    price: 100,
+    currency: 'EUR',
+    stock: null,
+    created_at: '2026-01-02T03:04:05.006Z',
+    updated_at: '2026-01-02T03:04:05.006Z',
+    version: 1,
+  }
   assert.equal(products.serializer.one(product), JSON.stringify(products.present(product)))
 })
 
-test('timestamps: PostgreSQL\'s UTC text becomes RFC 3339 with milliseconds, as Date#toISOString writes it', () => {
+test("timestamps: PostgreSQL's UTC text becomes RFC 3339 with milliseconds, as Date#toISOString writes it", () => {
   const cases: Array<[string, string]> = [
     ['2026-11-22 10:15:30.12+00', '2026-11-22T10:15:30.120Z'],
     ['2026-11-22 10:15:30+00', '2026-11-22T10:15:30.000Z'],

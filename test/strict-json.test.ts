@@ -38,9 +38,12 @@ describe('valid documents', () => {
     '{"a":'.repeat(63) + '{}' + '}'.repeat(63),
   ]
   for (const text of valid) {
-    test(`parses ${JSON.stringify(text.length > 60 ? text.slice(0, 60) + '…' : text)} exactly as JSON.parse does`, () => {
-      assert.deepEqual(parseStrictJson(text), JSON.parse(text))
-    })
+    test(
+      `parses ${JSON.stringify(text.length > 60 ? text.slice(0, 60) + '…' : text)} exactly as JSON.parse ` + `does`,
+      () => {
+        assert.deepEqual(parseStrictJson(text), JSON.parse(text))
+      },
+    )
   }
 
   test('parses 1e400 to Infinity', () => {
@@ -111,18 +114,24 @@ describe('refused documents', () => {
   ]
   for (const [what, text, message] of invalid) {
     test(`throws JsonSyntaxError for ${what}`, () => {
-      assert.throws(() => parseStrictJson(text), (err: unknown) => {
-        assert.ok(err instanceof JsonSyntaxError, `expected JsonSyntaxError, got ${String(err)}`)
-        if (message) assert.match(err.message, message)
-        assert.match(err.message, /at position [0-9]+$/)
-        return true
-      })
+      assert.throws(
+        () => parseStrictJson(text),
+        (err: unknown) => {
+          assert.ok(err instanceof JsonSyntaxError, `expected JsonSyntaxError, got ${String(err)}`)
+          if (message) assert.match(err.message, message)
+          assert.match(err.message, /at position [0-9]+$/)
+          return true
+        },
+      )
     })
   }
 
   test('throws JsonSyntaxError, not a stack overflow, for 100000 nested arrays', () => {
     for (const text of ['['.repeat(100_000), '['.repeat(100_000) + ']'.repeat(100_000), '{"a":'.repeat(100_000)]) {
-      assert.throws(() => parseStrictJson(text), (err: unknown) => err instanceof JsonSyntaxError && /nesting/.test(err.message))
+      assert.throws(
+        () => parseStrictJson(text),
+        (err: unknown) => err instanceof JsonSyntaxError && /nesting/.test(err.message),
+      )
     }
   })
 })

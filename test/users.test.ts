@@ -23,8 +23,12 @@ const adminPasswordHash = await api.deps.passwords.hash(ADMIN_PASSWORD)
 const RFC3339_MS_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
 const SCRYPT_HASH = /^scrypt\$(\d+)\$(\d+)\$(\d+)\$([A-Za-z0-9+/]+={0,2})\$([A-Za-z0-9+/]+={0,2})$/
 const USER_MEMBERS = ['created_at', 'email', 'email_verified_at', 'id', 'name', 'role', 'updated_at']
-/** A syntactically valid scrypt hash, planted with SQL where a test only needs "some password" (real hashing costs ~100 ms). */
-const PLANTED_HASH = `scrypt$32768$8$3$${Buffer.alloc(16, 1).toString('base64')}$${Buffer.alloc(32, 2).toString('base64')}`
+/**
+ * A syntactically valid scrypt hash, planted with SQL where a test
+ * only needs "some password" (real hashing costs ~100 ms).
+ */
+const PLANTED_HASH =
+  `scrypt$32768$8$3$${Buffer.alloc(16, 1).toString('base64')}` + `$${Buffer.alloc(32, 2).toString('base64')}`
 
 let sequence = 0
 const uniqueEmail = (tag = 'user') => `${tag}.${++sequence}@example.com`
@@ -232,7 +236,9 @@ describe('POST /users', () => {
       assertProblem(res, 409, 'email_taken')
     }
     assert.equal(await userCount(), before)
-    const [{ n: same }] = await api.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM users WHERE lower(email) = ${`ann${n}@x.com`}`
+    const [{ n: same }] = await api.sql<
+      [{ n: number }]
+    >`SELECT count(*)::int AS n FROM users WHERE lower(email) = ${`ann${n}@x.com`}`
     assert.equal(same, 1)
     assert.deepEqual(await mustRow(id), original, 'the existing user is untouched')
   })
@@ -330,7 +336,9 @@ describe('PUT /users/{id}', () => {
 
   test('a given role is set', async () => {
     const { id } = await createUser()
-    const res = await api.request('PUT', `/users/${id}`, { body: { name: 'Promoted', email: uniqueEmail(), role: 'admin' } })
+    const res = await api.request('PUT', `/users/${id}`, {
+      body: { name: 'Promoted', email: uniqueEmail(), role: 'admin' },
+    })
     assert.equal(res.status, 200, res.text)
     assert.equal(res.body.role, 'admin')
     assert.equal((await mustRow(id)).role, 'admin')
@@ -342,7 +350,12 @@ describe('PUT /users/{id}', () => {
     const before = await mustRow(id)
     const got = await api.request('GET', `/users/${id}`)
     await tick()
-    const body = { ...got.body, name: 'Round Tripped', created_at: '1999-01-01T00:00:00.000Z', updated_at: '1999-01-01T00:00:00.000Z' }
+    const body = {
+      ...got.body,
+      name: 'Round Tripped',
+      created_at: '1999-01-01T00:00:00.000Z',
+      updated_at: '1999-01-01T00:00:00.000Z',
+    }
     const res = await api.request('PUT', `/users/${id}`, { body })
     assert.equal(res.status, 200, res.text)
     const after = await mustRow(id)
@@ -356,7 +369,9 @@ describe('PUT /users/{id}', () => {
     const { id } = await createUser()
     const other = await createUser()
     const before = await mustRow(id)
-    const res = await api.request('PUT', `/users/${id}`, { body: { id: other.id, name: 'Wrong Target', email: uniqueEmail() } })
+    const res = await api.request('PUT', `/users/${id}`, {
+      body: { id: other.id, name: 'Wrong Target', email: uniqueEmail() },
+    })
     assertValidation(res, '/id')
     assert.deepEqual(await mustRow(id), before)
     assert.deepEqual((await mustRow(other.id)).name, other.body.name)
@@ -411,7 +426,9 @@ describe('PUT /users/{id}', () => {
     const { id } = await createUser()
     await api.sql`UPDATE users SET password_hash = ${PLANTED_HASH} WHERE id = ${id}`
     const pw = password('put')
-    const res = await api.request('PUT', `/users/${id}`, { body: { name: 'With Password', email: uniqueEmail(), password: pw } })
+    const res = await api.request('PUT', `/users/${id}`, {
+      body: { name: 'With Password', email: uniqueEmail(), password: pw },
+    })
     assert.equal(res.status, 200, res.text)
     assertUserShape(res.body)
     assert.ok(!res.text.includes(pw))
@@ -435,7 +452,10 @@ describe('PATCH /users/{id}', () => {
     assert.equal(res.status, 200, res.text)
     const after = await mustRow(id)
     assertMatchesRow(res.body, after)
-    assert.deepEqual({ ...after, updated_at: null, version: null }, { ...before, name: 'After Patch', updated_at: null, version: null })
+    assert.deepEqual(
+      { ...after, updated_at: null, version: null },
+      { ...before, name: 'After Patch', updated_at: null, version: null },
+    )
     assert.equal(after.version, before.version + 1)
     assert.ok(after.updated_at > before.updated_at)
     assert.notEqual(res.headers.get('etag'), `"v${before.version}"`)
@@ -466,7 +486,9 @@ describe('PATCH /users/{id}', () => {
     const { id, etag, body } = await createUser()
     const before = await mustRow(id)
     await tick()
-    const res = await api.request('PATCH', `/users/${id}`, { body: { name: body.name, email: body.email, role: body.role } })
+    const res = await api.request('PATCH', `/users/${id}`, {
+      body: { name: body.name, email: body.email, role: body.role },
+    })
     assert.equal(res.status, 200, res.text)
     assert.equal(res.headers.get('etag'), etag)
     assert.deepEqual(await mustRow(id), before)
@@ -474,7 +496,10 @@ describe('PATCH /users/{id}', () => {
 
   test('plain application/json is accepted for a merge patch', async () => {
     const { id } = await createUser()
-    const res = await api.request('PATCH', `/users/${id}`, { body: { name: 'Json Patch' }, headers: { 'content-type': 'application/json' } })
+    const res = await api.request('PATCH', `/users/${id}`, {
+      body: { name: 'Json Patch' },
+      headers: { 'content-type': 'application/json' },
+    })
     assert.equal(res.status, 200, res.text)
     assert.equal((await mustRow(id)).name, 'Json Patch')
   })
@@ -497,9 +522,15 @@ describe('PATCH /users/{id}', () => {
     assert.ok(!res.text.includes(pw))
     const row = await mustRow(id)
     assert.equal(row.version, 2, 'setting a password is a change')
-    const [, N, r, p, salt] = SCRYPT_HASH.exec(row.password_hash ?? '') ?? assert.fail(`not a scrypt hash: ${row.password_hash}`)
-    // The configured cost (the suite's is the lowest, test/helpers/passwords.ts; production's floor is test/config.test.ts's).
-    assert.deepEqual([Number(N), Number(r), Number(p)], [2 ** api.deps.config.passwordHashCost, 8, 3], `scrypt parameters ${N}/${r}/${p}`)
+    const [, N, r, p, salt] =
+      SCRYPT_HASH.exec(row.password_hash ?? '') ?? assert.fail(`not a scrypt hash: ${row.password_hash}`)
+    // The configured cost (the suite's is the lowest, test/helpers/passwords.ts;
+    // production's floor is test/config.test.ts's).
+    assert.deepEqual(
+      [Number(N), Number(r), Number(p)],
+      [2 ** api.deps.config.passwordHashCost, 8, 3],
+      `scrypt parameters ${N}/${r}/${p}`,
+    )
     assert.ok(Buffer.from(salt!, 'base64').length >= 16, 'a salt of at least 16 bytes')
     assert.equal(await api.deps.passwords.verify(pw, row.password_hash!), true)
     assert.equal(await api.deps.passwords.verify(pw + 'x', row.password_hash!), false)
@@ -540,7 +571,11 @@ describe('PATCH /users/{id}', () => {
     await createUser({ email: `Other${n}@Example.com` })
     const { id } = await createUser()
     const before = await mustRow(id)
-    assertProblem(await api.request('PATCH', `/users/${id}`, { body: { email: `OTHER${n}@example.com` } }), 409, 'email_taken')
+    assertProblem(
+      await api.request('PATCH', `/users/${id}`, { body: { email: `OTHER${n}@example.com` } }),
+      409,
+      'email_taken',
+    )
     assert.deepEqual(await mustRow(id), before)
   })
 
@@ -662,7 +697,10 @@ describe('ETag and If-Match', () => {
 
     test(`${method} with If-Match listing the current ETag among others succeeds`, async () => {
       const { id, etag } = await createUser()
-      const res = await api.request(method, `/users/${id}`, { body: body?.(), headers: { 'if-match': `"v999", ${etag}` } })
+      const res = await api.request(method, `/users/${id}`, {
+        body: body?.(),
+        headers: { 'if-match': `"v999", ${etag}` },
+      })
       assert.equal(res.status, method === 'DELETE' ? 204 : 200, res.text)
     })
   }
@@ -719,18 +757,41 @@ const hostileCases: HostileCase[] = [
   { label: 'role outside the enum ("root")', members: { role: 'root' }, path: '/role' },
   { label: 'role in the wrong case ("Admin")', members: { role: 'Admin' }, path: '/role' },
   { label: 'unknown member', members: { x: 1 }, path: '/x' },
-  { label: 'unknown member password_hash', members: { password_hash: 'scrypt$1$1$1$AA==$AA==' }, path: '/password_hash' },
+  {
+    label: 'unknown member password_hash',
+    members: { password_hash: 'scrypt$1$1$1$AA==$AA==' },
+    path: '/password_hash',
+  },
   { label: 'unknown member version', members: { version: 1 }, path: '/version' },
-  { label: 'id echo of 1e400 (Infinity)', raw: (valid) => JSON.stringify(valid).replace(/^\{/, '{"id":1e400,'), path: '/id' },
+  {
+    label: 'id echo of 1e400 (Infinity)',
+    raw: (valid) => JSON.stringify(valid).replace(/^\{/, '{"id":1e400,'),
+    path: '/id',
+  },
   { label: 'id echo of a fraction', members: { id: 1.5 }, path: '/id' },
   { label: 'id echo as a string', members: { id: '1' }, path: '/id' },
   { label: 'id echo of 0', members: { id: 0 }, path: '/id' },
-  { label: 'created_at echo of the wrong type', members: { created_at: 5 }, path: '/created_at', only: ['PUT', 'PATCH'] },
+  {
+    label: 'created_at echo of the wrong type',
+    members: { created_at: 5 },
+    path: '/created_at',
+    only: ['PUT', 'PATCH'],
+  },
   { label: 'name null', members: { name: null }, path: '/name' },
   { label: 'email null', members: { email: null }, path: '/email' },
   { label: 'role null', members: { role: null }, path: '/role' },
-  { label: 'a duplicate member', raw: (valid) => JSON.stringify(valid).replace(/^\{/, '{"name":"Shadow",'), status: 400, code: 'malformed_json' },
-  { label: 'a __proto__ member', raw: (valid) => JSON.stringify(valid).replace(/^\{/, '{"__proto__":{"role":"admin"},'), status: 400, code: 'malformed_json' },
+  {
+    label: 'a duplicate member',
+    raw: (valid) => JSON.stringify(valid).replace(/^\{/, '{"name":"Shadow",'),
+    status: 400,
+    code: 'malformed_json',
+  },
+  {
+    label: 'a __proto__ member',
+    raw: (valid) => JSON.stringify(valid).replace(/^\{/, '{"__proto__":{"role":"admin"},'),
+    status: 400,
+    code: 'malformed_json',
+  },
   { label: 'an array instead of an object', raw: () => '[]', status: 422, code: 'validation_failed' },
   { label: 'malformed JSON', raw: () => '{"name":', status: 400, code: 'malformed_json' },
 ]
@@ -762,7 +823,9 @@ describe('hostile input', () => {
           assert.equal(await userCount(), countBefore, 'no row added or removed')
           if (target !== undefined) assert.deepEqual(await mustRow(target), before, 'the row is unchanged')
           else {
-            const [{ n }] = await api.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM users WHERE lower(email) = lower(${String(valid.email)})`
+            const [{ n }] = await api.sql<
+              [{ n: number }]
+            >`SELECT count(*)::int AS n FROM users WHERE lower(email) = lower(${String(valid.email)})`
             assert.equal(n, 0, 'nothing inserted')
           }
         })
@@ -791,7 +854,9 @@ describe('hostile input', () => {
 describe('passwords', () => {
   test('POST with a password stores a verifiable scrypt hash and never returns it', async () => {
     const pw = password('create')
-    const res = await api.request('POST', '/users', { body: { name: 'Has Password', email: uniqueEmail(), password: pw } })
+    const res = await api.request('POST', '/users', {
+      body: { name: 'Has Password', email: uniqueEmail(), password: pw },
+    })
     assert.equal(res.status, 201, res.text)
     assertUserShape(res.body)
     assert.ok(!res.text.includes(pw), 'not in the response')
@@ -823,12 +888,17 @@ describe('passwords', () => {
   test('no password sent by this file appears in any log line', async () => {
     // Make sure there is something to search: the server logs every request.
     assert.ok(api.logs.length > 0, 'the server wrote log lines')
-    assert.ok(api.logs.some((l) => l.route === '/users' && l.method === 'POST'), 'requests are logged')
+    assert.ok(
+      api.logs.some((l) => l.route === '/users' && l.method === 'POST'),
+      'requests are logged',
+    )
     assert.ok(passwordsSent.size >= 5)
     const logText = JSON.stringify(api.logs)
     for (const pw of passwordsSent) assert.ok(!logText.includes(pw), `password ${pw.slice(0, 12)}… found in the log`)
     // Nor any stored hash.
-    const hashes = await api.sql<Array<{ h: string }>>`SELECT password_hash AS h FROM users WHERE password_hash IS NOT NULL`
+    const hashes = await api.sql<
+      Array<{ h: string }>
+    >`SELECT password_hash AS h FROM users WHERE password_hash IS NOT NULL`
     for (const { h } of hashes) assert.ok(!logText.includes(h.split('$')[5]!), 'a password hash found in the log')
   })
 })
@@ -856,7 +926,9 @@ describe('concurrency', () => {
     const before = await userCount()
     const variants = [`race${n}@x.com`, `RACE${n}@X.COM`, `Race${n}@x.com`, `rAcE${n}@X.com`, `race${n}@X.COM`]
     const results = await Promise.all(
-      Array.from({ length: 10 }, (_, i) => api.request('POST', '/users', { body: { name: `Case Racer ${i}`, email: variants[i % variants.length] } })),
+      Array.from({ length: 10 }, (_, i) =>
+        api.request('POST', '/users', { body: { name: `Case Racer ${i}`, email: variants[i % variants.length] } }),
+      ),
     )
     assert.deepEqual(results.map((r) => r.status).sort(), [201, ...Array(9).fill(409)])
     assert.equal(await userCount(), before + 1)
@@ -865,7 +937,9 @@ describe('concurrency', () => {
   test('10 concurrent PATCHes with the same If-Match: exactly one 200, the rest 412, one new version', async () => {
     const { id, etag } = await createUser({ name: 'Contended' })
     const results = await Promise.all(
-      Array.from({ length: 10 }, (_, i) => api.request('PATCH', `/users/${id}`, { body: { name: `Writer ${i}` }, headers: { 'if-match': etag } })),
+      Array.from({ length: 10 }, (_, i) =>
+        api.request('PATCH', `/users/${id}`, { body: { name: `Writer ${i}` }, headers: { 'if-match': etag } }),
+      ),
     )
     assert.deepEqual(results.map((r) => r.status).sort(), [200, ...Array(9).fill(412)])
     for (const r of results.filter((r) => r.status === 412)) assert.equal(r.body.code, 'precondition_failed')
@@ -876,15 +950,21 @@ describe('concurrency', () => {
     assert.equal(winner.headers.get('etag'), `"v${row.version}"`)
   })
 
-  test('10 concurrent PATCHes without If-Match all apply, one after another (no lost update of the version)', async () => {
-    const { id } = await createUser({ name: 'Serial' })
-    const results = await Promise.all(
-      Array.from({ length: 10 }, (_, i) => api.request('PATCH', `/users/${id}`, { body: { name: `Serial ${i}` } })),
-    )
-    assert.deepEqual(results.map((r) => r.status), Array(10).fill(200))
-    assert.equal(new Set(results.map((r) => r.headers.get('etag'))).size, 10, 'each write got its own version')
-    assert.equal((await mustRow(id)).version, 11)
-  })
+  test(
+    '10 concurrent PATCHes without If-Match all apply, one after another (no lost update of the ' + 'version)',
+    async () => {
+      const { id } = await createUser({ name: 'Serial' })
+      const results = await Promise.all(
+        Array.from({ length: 10 }, (_, i) => api.request('PATCH', `/users/${id}`, { body: { name: `Serial ${i}` } })),
+      )
+      assert.deepEqual(
+        results.map((r) => r.status),
+        Array(10).fill(200),
+      )
+      assert.equal(new Set(results.map((r) => r.headers.get('etag'))).size, 10, 'each write got its own version')
+      assert.equal((await mustRow(id)).version, 11)
+    },
+  )
 })
 
 // ---------------------------------------------------------------------------
@@ -929,15 +1009,26 @@ describe('the last admin', () => {
   test('demoting the last admin with PATCH role user answers 409 last_admin and changes nothing', async () => {
     const admin = await onlyAdmin()
     const before = await mustRow(admin.id)
-    assertProblem(await api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { role: 'user' } }), 409, 'last_admin')
-    assertProblem(await api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { role: 'user', name: 'Also Renamed' } }), 409, 'last_admin')
+    assertProblem(
+      await api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { role: 'user' } }),
+      409,
+      'last_admin',
+    )
+    assertProblem(
+      await api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { role: 'user', name: 'Also Renamed' } }),
+      409,
+      'last_admin',
+    )
     assert.deepEqual(await mustRow(admin.id), before, 'not even the name changed')
   })
 
   test('demoting the last admin with PUT role user answers 409 last_admin and changes nothing', async () => {
     const admin = await onlyAdmin()
     const before = await mustRow(admin.id)
-    const res = await api.request('PUT', `/users/${admin.id}`, { ...as(admin), body: { name: 'Put Demoted', email: before.email, role: 'user' } })
+    const res = await api.request('PUT', `/users/${admin.id}`, {
+      ...as(admin),
+      body: { name: 'Put Demoted', email: before.email, role: 'user' },
+    })
     assertProblem(res, 409, 'last_admin')
     assert.deepEqual(await mustRow(admin.id), before)
   })
@@ -945,8 +1036,15 @@ describe('the last admin', () => {
   test('the last admin may still be edited in other ways, and PUT without role keeps it admin', async () => {
     const admin = await onlyAdmin()
     const { email } = await mustRow(admin.id)
-    assert.equal((await api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { name: 'Still Admin', role: 'admin' } })).status, 200)
-    assert.equal((await api.request('PUT', `/users/${admin.id}`, { ...as(admin), body: { name: 'Still Admin 2', email } })).status, 200)
+    assert.equal(
+      (await api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { name: 'Still Admin', role: 'admin' } }))
+        .status,
+      200,
+    )
+    assert.equal(
+      (await api.request('PUT', `/users/${admin.id}`, { ...as(admin), body: { name: 'Still Admin 2', email } })).status,
+      200,
+    )
     assert.deepEqual(await adminIds(), [admin.id])
   })
 
@@ -977,36 +1075,53 @@ describe('the last admin', () => {
     assert.deepEqual(await adminIds(), [admin.id])
   })
 
-  test('two concurrent demotions of the only two admins (each of itself): exactly one succeeds, one 409 last_admin, one admin remains', async () => {
-    for (let round = 0; round < 5; round++) {
-      await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
-      const admins = await twoAdmins()
-      const results = await Promise.all(admins.map((admin) => api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { role: 'user' } })))
-      assert.deepEqual(results.map((r) => r.status).sort(), [200, 409], `round ${round}`)
-      assert.equal(results.find((r) => r.status === 409)!.body.code, 'last_admin')
-      const loser = admins[results.findIndex((r) => r.status === 409)]!.id
-      assert.deepEqual(await adminIds(), [loser], 'the refused one is still admin')
-      assert.equal((await mustRow(loser)).version, 1, 'the refused one is unchanged')
-    }
-  })
+  test(
+    'two concurrent demotions of the only two admins (each of itself): exactly one succeeds, one 409 last_admin, ' +
+      'one admin remains',
+    async () => {
+      for (let round = 0; round < 5; round++) {
+        await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
+        const admins = await twoAdmins()
+        const results = await Promise.all(
+          admins.map((admin) => api.request('PATCH', `/users/${admin.id}`, { ...as(admin), body: { role: 'user' } })),
+        )
+        assert.deepEqual(results.map((r) => r.status).sort(), [200, 409], `round ${round}`)
+        assert.equal(results.find((r) => r.status === 409)!.body.code, 'last_admin')
+        const loser = admins[results.findIndex((r) => r.status === 409)]!.id
+        assert.deepEqual(await adminIds(), [loser], 'the refused one is still admin')
+        assert.equal((await mustRow(loser)).version, 1, 'the refused one is unchanged')
+      }
+    },
+  )
 
-  test('two concurrent deletions of the only two admins (each of itself): exactly one 204, one 409 last_admin', async () => {
-    for (let round = 0; round < 3; round++) {
-      await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
-      const admins = await twoAdmins()
-      const results = await Promise.all(admins.map((admin) => api.request('DELETE', `/users/${admin.id}`, asSelf(admin))))
-      assert.deepEqual(results.map((r) => r.status).sort(), [204, 409], `round ${round}`)
-      assert.equal((await adminIds()).length, 1)
-    }
-  })
+  test(
+    'two concurrent deletions of the only two admins (each of itself): exactly one 204, one 409 ' + 'last_admin',
+    async () => {
+      for (let round = 0; round < 3; round++) {
+        await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
+        const admins = await twoAdmins()
+        const results = await Promise.all(
+          admins.map((admin) => api.request('DELETE', `/users/${admin.id}`, asSelf(admin))),
+        )
+        assert.deepEqual(results.map((r) => r.status).sort(), [204, 409], `round ${round}`)
+        assert.equal((await adminIds()).length, 1)
+      }
+    },
+  )
 
   test('a concurrent deletion and demotion of the only two admins leave one admin', async () => {
     for (let round = 0; round < 3; round++) {
       await api.sql`UPDATE users SET role = 'user' WHERE role = 'admin'`
       const [a, b] = await twoAdmins()
-      const results = await Promise.all([api.request('DELETE', `/users/${a.id}`, asSelf(a)), api.request('PATCH', `/users/${b.id}`, { ...as(b), body: { role: 'user' } })])
+      const results = await Promise.all([
+        api.request('DELETE', `/users/${a.id}`, asSelf(a)),
+        api.request('PATCH', `/users/${b.id}`, { ...as(b), body: { role: 'user' } }),
+      ])
       const [deleted, demoted] = results.map((r) => r.status)
-      assert.ok((deleted === 204 && demoted === 409) || (deleted === 409 && demoted === 200), `round ${round}: DELETE ${deleted}, PATCH ${demoted}`)
+      assert.ok(
+        (deleted === 204 && demoted === 409) || (deleted === 409 && demoted === 200),
+        `round ${round}: DELETE ${deleted}, PATCH ${demoted}`,
+      )
       assert.equal(results.find((r) => r.status === 409)!.body.code, 'last_admin')
       assert.equal((await adminIds()).length, 1)
     }

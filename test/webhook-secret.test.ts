@@ -23,7 +23,10 @@ describe('signing secret sealing', () => {
     const secret = newSigningSecret()
     const sealed = sealSecret(secret, [keyA, keyB])
     assert.match(sealed, /^v1\.a\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/)
-    assert.ok(!sealed.includes(secret.slice(6)) && !sealed.includes(Buffer.from(secret.slice(6), 'base64').toString('base64url')))
+    assert.ok(
+      !sealed.includes(secret.slice(6)) &&
+        !sealed.includes(Buffer.from(secret.slice(6), 'base64').toString('base64url')),
+    )
     assert.notEqual(sealSecret(secret, [keyA]), sealed, 'a fresh IV each time')
     assert.equal(openSecret(sealed, [keyA]), secret)
     // After the JWT secrets rotate (b signs now, a still verifies), the secret still opens.
@@ -32,7 +35,13 @@ describe('signing secret sealing', () => {
 
   test('fails clearly when the kid is gone, and refuses a tampered or relabelled text', () => {
     const sealed = sealSecret(newSigningSecret(), [keyA])
-    assert.throws(() => openSecret(sealed, [keyB]), (err: unknown) => err instanceof SealingKeyMissing && err.kid === 'a' && /kid "a", which is no longer configured/.test(err.message))
+    assert.throws(
+      () => openSecret(sealed, [keyB]),
+      (err: unknown) =>
+        err instanceof SealingKeyMissing &&
+        err.kid === 'a' &&
+        /kid "a", which is no longer configured/.test(err.message),
+    )
     const parts = sealed.split('.')
     const flipped = Buffer.from(parts[3]!, 'base64url')
     flipped[0]! ^= 1
@@ -51,14 +60,21 @@ describe('Standard Webhooks signature', () => {
     for (let i = 0; i < 20; i++) {
       const secret = newSigningSecret()
       const at = new Date(Date.UTC(2026, 10, 24, 12, 0, i))
-      assert.equal(signatureOf(secret, `${i}`, Math.floor(at.getTime() / 1000), body), new Webhook(secret).sign(`${i}`, at, body))
+      assert.equal(
+        signatureOf(secret, `${i}`, Math.floor(at.getTime() / 1000), body),
+        new Webhook(secret).sign(`${i}`, at, body),
+      )
     }
   })
 
   test('a header with two signatures verifies with either secret, and with neither other', () => {
     const [current, previous, other] = [newSigningSecret(), newSigningSecret(), newSigningSecret()]
     const timestamp = Math.floor(Date.now() / 1000)
-    const headers = { 'webhook-id': '42', 'webhook-timestamp': String(timestamp), 'webhook-signature': signatureHeader([current, previous], '42', timestamp, body) }
+    const headers = {
+      'webhook-id': '42',
+      'webhook-timestamp': String(timestamp),
+      'webhook-signature': signatureHeader([current, previous], '42', timestamp, body),
+    }
     assert.equal(headers['webhook-signature'].split(' ').length, 2)
     assert.deepEqual(new Webhook(current).verify(body, headers), JSON.parse(body))
     assert.deepEqual(new Webhook(previous).verify(body, headers), JSON.parse(body))
@@ -72,11 +88,26 @@ describe('retry schedule', () => {
   const schedule = { delaysMs: [5000, 300_000, 1_800_000], jitter: 0.2 }
 
   test('follows the schedule, scaled by the jitter factor, and ends after its last entry', () => {
-    assert.equal(retryDelayMs(schedule, 1, () => 0.5), 5000)
-    assert.equal(retryDelayMs(schedule, 1, () => 0), 4000)
-    assert.equal(retryDelayMs(schedule, 1, () => 1), 6000)
-    assert.equal(retryDelayMs(schedule, 3, () => 0.5), 1_800_000)
-    assert.equal(retryDelayMs(schedule, 4, () => 0.5), undefined)
+    assert.equal(
+      retryDelayMs(schedule, 1, () => 0.5),
+      5000,
+    )
+    assert.equal(
+      retryDelayMs(schedule, 1, () => 0),
+      4000,
+    )
+    assert.equal(
+      retryDelayMs(schedule, 1, () => 1),
+      6000,
+    )
+    assert.equal(
+      retryDelayMs(schedule, 3, () => 0.5),
+      1_800_000,
+    )
+    assert.equal(
+      retryDelayMs(schedule, 4, () => 0.5),
+      undefined,
+    )
     assert.equal(retryDelayMs({ delaysMs: [], jitter: 0 }, 1), undefined)
     for (let i = 0; i < 100; i++) {
       const d = retryDelayMs(schedule, 2)!

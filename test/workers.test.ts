@@ -10,7 +10,15 @@ import { reusePortMissing } from '../src/cluster/reuse-port.js'
 import { loadConfig } from '../src/config.js'
 import { connect } from '../src/core/db/connect.js'
 import {
-  adminToken, holdRowLock, launchService, runCommand, startLoad, summarize, waitFor, type Outcome, type Spawned,
+  adminToken,
+  holdRowLock,
+  launchService,
+  runCommand,
+  startLoad,
+  summarize,
+  waitFor,
+  type Outcome,
+  type Spawned,
 } from './fault-kit.js'
 import { call, tally, type Answer } from './helpers/http-client.js'
 import { createTestDatabase } from './helpers/server.js'
@@ -27,7 +35,9 @@ import { boundFrom, SLOWDOWN, timed } from './helpers/time-bounds.js'
 const databaseUrl = await createTestDatabase()
 const db = connect(databaseUrl, { max: 4, statementTimeoutMs: 60_000 })
 after(() => db.end({ timeout: 5 }))
-const [{ id: adminId }] = await db<[{ id: number }]>`INSERT INTO users (name, email, role) VALUES ('Workers Admin', 'workers-admin@example.com', 'admin') RETURNING id`
+const [{ id: adminId }] = await db<
+  [{ id: number }]
+>`INSERT INTO users (name, email, role) VALUES ('Workers Admin', 'workers-admin@example.com', 'admin') RETURNING id`
 const auth = { authorization: `Bearer ${adminToken(adminId)}` }
 const SHUTDOWN_TIMEOUT_MS = 5000
 
@@ -35,19 +45,36 @@ const SHUTDOWN_TIMEOUT_MS = 5000
 async function startWorkers(env: Record<string, string> = {}, options?: { detached: boolean }): Promise<Spawned> {
   // PORT=0 is claimed by the primary and let go before the workers bind it (src/claim-port.ts): a port of the kernel's
   // ephemeral range could be taken in between by another test's socket.
-  const service = await launchService({ DATABASE_URL: databaseUrl, WORKERS: '2', PORT: String(portBelowEphemeral()), ...env }, options).listening
+  const service = await launchService(
+    { DATABASE_URL: databaseUrl, WORKERS: '2', PORT: String(portBelowEphemeral()), ...env },
+    options,
+  ).listening
   after(() => void (service.alive() && service.kill('SIGKILL')))
   await waitFor('every worker to listen', () => service.logs.some((l) => l.msg === 'every worker is listening'), 20_000)
   return service
 }
 
-const workerPids = (service: Spawned) => service.logs.filter((l) => l.msg === 'worker started').map((l) => ({ worker: l.worker as number, pid: l.pid as number }))
+const workerPids = (service: Spawned) =>
+  service.logs
+    .filter((l) => l.msg === 'worker started')
+    .map((l) => ({ worker: l.worker as number, pid: l.pid as number }))
 
 let sent = 0
 /** A request on a new connection, with a request id of its own to find its log line by. */
-function fresh(service: Spawned, method: string, path: string, headers: Record<string, string> = auth, body?: unknown, timeoutMs?: number): Promise<Answer & { requestId: string }> {
+function fresh(
+  service: Spawned,
+  method: string,
+  path: string,
+  headers: Record<string, string> = auth,
+  body?: unknown,
+  timeoutMs?: number,
+): Promise<Answer & { requestId: string }> {
   const requestId = `workers-test-${process.pid}-${++sent}`
-  return call(service.url, method, path, { headers: { ...headers, connection: 'close', 'x-request-id': requestId }, body, timeoutMs }).then((a) => ({ ...a, requestId }))
+  return call(service.url, method, path, {
+    headers: { ...headers, connection: 'close', 'x-request-id': requestId },
+    body,
+    timeoutMs,
+  }).then((a) => ({ ...a, requestId }))
 }
 
 /** The worker that answered a request, if its log line has come (lines are written within 20 ms). */
@@ -64,11 +91,14 @@ async function servedBy(service: Spawned, requestId: string): Promise<number> {
 async function probeMs(service: Spawned, headers: Record<string, string> = auth): Promise<number> {
   let slowest = 0
   for (let i = 0; i < 3; i++) {
-    slowest = Math.max(slowest, await timed(async () => {
-      const answer = await fresh(service, 'GET', '/auth/me', headers)
-      assert.equal(answer.status, 200)
-      await servedBy(service, answer.requestId)
-    }))
+    slowest = Math.max(
+      slowest,
+      await timed(async () => {
+        const answer = await fresh(service, 'GET', '/auth/me', headers)
+        assert.equal(answer.status, 200)
+        await servedBy(service, answer.requestId)
+      }),
+    )
   }
   return slowest
 }
@@ -88,48 +118,88 @@ describe('WORKERS', { concurrency: true }, () => {
   describe('WORKERS=2: one port, two processes', { concurrency: 1 }, async () => {
     const service = await startWorkers({ SHUTDOWN_TIMEOUT: String(SHUTDOWN_TIMEOUT_MS / 1000) })
 
-    test('both workers answer on the one port; each request line names its worker, /metrics answers for both', async () => {
-      const answers = await Promise.all(Array.from({ length: 12 }, () => fresh(service, 'GET', `/users/${adminId}`)))
-      assert.deepEqual(tally(answers), { 200: 12 })
-      const workers = await Promise.all(answers.map((a) => servedBy(service, a.requestId)))
-      assert.deepEqual([...new Set(workers)].sort(), [1, 2], `served by ${workers.join(', ')}`)
-      // Two processes besides the primary, each its own pid.
-      const pids = workerPids(service)
-      assert.equal(new Set(pids.map((p) => p.pid).concat(service.pid)).size, 3)
-      // The primary's own lines carry no worker; every worker's does.
-      assert.ok(service.logs.some((l) => l.msg === 'starting workers' && !('worker' in l)))
-      assert.deepEqual(service.logs.filter((l) => l.msg === 'listening').map((l) => l.worker).sort(), [1, 2])
+    test(
+      'both workers answer on the one port; each request line names its worker, /metrics answers for ' + 'both',
+      async () => {
+        const answers = await Promise.all(Array.from({ length: 12 }, () => fresh(service, 'GET', `/users/${adminId}`)))
+        assert.deepEqual(tally(answers), { 200: 12 })
+        const workers = await Promise.all(answers.map((a) => servedBy(service, a.requestId)))
+        assert.deepEqual([...new Set(workers)].sort(), [1, 2], `served by ${workers.join(', ')}`)
+        // Two processes besides the primary, each its own pid.
+        const pids = workerPids(service)
+        assert.equal(new Set(pids.map((p) => p.pid).concat(service.pid)).size, 3)
+        // The primary's own lines carry no worker; every worker's does.
+        assert.ok(service.logs.some((l) => l.msg === 'starting workers' && !('worker' in l)))
+        assert.deepEqual(
+          service.logs
+            .filter((l) => l.msg === 'listening')
+            .map((l) => l.worker)
+            .sort(),
+          [1, 2],
+        )
 
-      const metrics = await fresh(service, 'GET', '/metrics')
-      assert.equal(metrics.status, 200)
-      const text = metrics.body as string
-      for (const worker of [1, 2]) {
-        assert.match(text, new RegExp(`^http_requests_total\\{worker="${worker}",method="GET",route="/users/\\{id\\}",status="200"\\} \\d+$`, 'm'))
-        assert.match(text, new RegExp(`^process_resident_memory_bytes\\{worker="${worker}"\\} \\d+$`, 'm'))
-      }
-      // The two workers' requests by id add up to the 12 (and no more: nothing else read a user).
-      const served = [...text.matchAll(/^http_requests_total\{worker="\d",method="GET",route="\/users\/\{id\}",status="200"\} (\d+)$/gm)].map((m) => Number(m[1]))
-      assert.equal(served.reduce((a, b) => a + b, 0), 12)
-      // One family, one HELP and TYPE, whatever the number of workers (the format's rule).
-      assert.equal(text.match(/^# TYPE http_requests_total counter$/gm)?.length, 1)
-      assert.match(text, /^# HELP http_requests_total .*\(label worker\)\.$/m)
-    })
+        const metrics = await fresh(service, 'GET', '/metrics')
+        assert.equal(metrics.status, 200)
+        const text = metrics.body as string
+        for (const worker of [1, 2]) {
+          assert.match(
+            text,
+            new RegExp(
+              `^http_requests_total\\{worker="${worker}",method="GET",route="/users/\\{id\\}",status="200"\\} \\d+$`,
+              'm',
+            ),
+          )
+          assert.match(text, new RegExp(`^process_resident_memory_bytes\\{worker="${worker}"\\} \\d+$`, 'm'))
+        }
+        // The two workers' requests by id add up to the 12 (and no more: nothing else read a user).
+        const served = [
+          ...text.matchAll(
+            /^http_requests_total\{worker="\d",method="GET",route="\/users\/\{id\}",status="200"\} (\d+)$/gm,
+          ),
+        ].map((m) => Number(m[1]))
+        assert.equal(
+          served.reduce((a, b) => a + b, 0),
+          12,
+        )
+        // One family, one HELP and TYPE, whatever the number of workers (the format's rule).
+        assert.equal(text.match(/^# TYPE http_requests_total counter$/gm)?.length, 1)
+        assert.match(text, /^# HELP http_requests_total .*\(label worker\)\.$/m)
+      },
+    )
 
     test('each worker listens on a socket of its own on the one port', async () => {
       assert.equal(await listeningSockets(service.port), 2)
     })
 
-    test('a second copy started on the port is refused before any worker starts (SO_REUSEPORT would let it share); the first serves on', async () => {
-      const { code, stderr } = await startOnly({ WORKERS: '2', HOST: '127.0.0.1', PORT: String(service.port) })
-      assert.equal(code, 1)
-      assert.equal(stderr, `Cannot start: PORT=${service.port} on HOST=127.0.0.1: cannot listen (EADDRINUSE); is another copy of the service running?\n`)
-      assert.equal(await listeningSockets(service.port), 2)
-      assert.equal((await fresh(service, 'GET', `/users/${adminId}`)).status, 200)
-    })
+    test(
+      'a second copy started on the port is refused before any worker starts (SO_REUSEPORT would let it share); ' +
+        'the first serves on',
+      async () => {
+        const { code, stderr } = await startOnly({ WORKERS: '2', HOST: '127.0.0.1', PORT: String(service.port) })
+        assert.equal(code, 1)
+        assert.equal(
+          stderr,
+          `Cannot start: PORT=${service.port} on HOST=127.0.0.1: cannot listen (EADDRINUSE); is another copy of the ` +
+            `service running?\n`,
+        )
+        assert.equal(await listeningSockets(service.port), 2)
+        assert.equal((await fresh(service, 'GET', `/users/${adminId}`)).status, 200)
+      },
+    )
 
     test('a logout on one worker: the same token is refused by both within a second', async () => {
       const email = `workers-logout-${Date.now()}@example.com`
-      assert.equal((await fresh(service, 'POST', '/users', auth, { name: 'Logs out', email, password: 'a long enough password', role: 'user' })).status, 201)
+      assert.equal(
+        (
+          await fresh(service, 'POST', '/users', auth, {
+            name: 'Logs out',
+            email,
+            password: 'a long enough password',
+            role: 'user',
+          })
+        ).status,
+        201,
+      )
       const login = await fresh(service, 'POST', '/auth/login', {}, { email, password: 'a long enough password' })
       assert.equal(login.status, 200)
       const bearer = { authorization: `Bearer ${login.body.access_token}` }
@@ -153,29 +223,53 @@ describe('WORKERS', { concurrency: true }, () => {
       const answers = `worker ${loggedOutBy} logged out; bound ${Math.round(bound)} ms; then ${JSON.stringify(after)}`
       assert.deepEqual([...refusedBy.keys()].sort(), [1, 2], answers)
       const refusedAfter = [...refusedBy.values()]
-      assert.ok(refusedAfter.every((ms) => ms < bound), `refused after ${refusedAfter.map(Math.round)} ms; ${answers}`)
+      assert.ok(
+        refusedAfter.every((ms) => ms < bound),
+        `refused after ${refusedAfter.map(Math.round)} ms; ${answers}`,
+      )
       // Once a worker refused it, it never accepts it again.
-      assert.deepEqual(after.filter((a, i) => a.status === 200 && after.slice(0, i).some((b) => b.worker === a.worker && b.status === 401)), [])
+      assert.deepEqual(
+        after.filter(
+          (a, i) => a.status === 200 && after.slice(0, i).some((b) => b.worker === a.worker && b.status === 401),
+        ),
+        [],
+      )
     })
 
     test('a worker killed with SIGKILL is replaced under load; only requests on its connections fail', async () => {
-      const [victim] = workerPids(service).filter((p) => p.worker === 1).slice(-1)
+      const [victim] = workerPids(service)
+        .filter((p) => p.worker === 1)
+        .slice(-1)
       // A reset comes at once: within a second, or five times a request's time here now. A connection left hanging
       // would show as a time-out at three times that.
       const atOnce = boundFrom(await probeMs(service))
       const load = startLoad(6, async (client, seq) => {
         const started = performance.now()
         const a = await fresh(service, 'GET', `/users/${adminId}`, auth, undefined, 3 * atOnce)
-        return { client, seq, what: a.requestId, started, ended: performance.now(), status: a.status || undefined, error: a.error }
+        return {
+          client,
+          seq,
+          what: a.requestId,
+          started,
+          ended: performance.now(),
+          status: a.status || undefined,
+          error: a.error,
+        }
       })
       /** Workers that answered requests started after `since`, as far as their log lines have come. */
-      const answeredBy = (since: number) => new Set(load.outcomes
-        .filter((o) => o.started > since && o.status === 200).map((o) => workerOf(service, o.what)))
+      const answeredBy = (since: number) =>
+        new Set(
+          load.outcomes.filter((o) => o.started > since && o.status === 200).map((o) => workerOf(service, o.what)),
+        )
       const both = (workers: Set<number | undefined>) => workers.has(1) && workers.has(2)
       await waitFor('both workers to answer the load', () => both(answeredBy(0)))
       const killedAt = performance.now()
       process.kill(victim!.pid, 'SIGKILL')
-      await waitFor('a new worker 1 to listen', () => service.logs.filter((l) => l.msg === 'listening' && l.worker === 1).length === 2, 10_000)
+      await waitFor(
+        'a new worker 1 to listen',
+        () => service.logs.filter((l) => l.msg === 'listening' && l.worker === 1).length === 2,
+        10_000,
+      )
       const replacedAt = performance.now()
       // The replacement, worker 1 again in a new process, serves beside worker 2.
       await waitFor('both workers to answer the load after the replacement', () => both(answeredBy(replacedAt)))
@@ -186,116 +280,210 @@ describe('WORKERS', { concurrency: true }, () => {
       // the kernel queued on its socket while the process was being torn down. Each started before the primary saw
       // the death, and each is refused at once (a reset, a hang-up), none left hanging.
       const seenDead = (died as { seenAt?: number } | undefined)?.seenAt ?? Infinity
-      assert.deepEqual(failed.filter((o) => o.started > seenDead), [], 'a request started after the primary saw the death failed')
+      assert.deepEqual(
+        failed.filter((o) => o.started > seenDead),
+        [],
+        'a request started after the primary saw the death failed',
+      )
       const reset = (o: Outcome) => /ECONNRESET|socket hang up/.test(o.error ?? '') && o.ended - o.started <= atOnce
       const notAtOnce = failed.filter((o) => !reset(o))
       assert.deepEqual(notAtOnce, [], `failed (bound ${Math.round(atOnce)} ms): ${JSON.stringify(failed)}`)
       assert.equal(died?.pid, victim!.pid)
       assert.equal(died?.signal, 'SIGKILL')
-      const [replacement] = workerPids(service).filter((p) => p.worker === 1).slice(-1)
+      const [replacement] = workerPids(service)
+        .filter((p) => p.worker === 1)
+        .slice(-1)
       assert.notEqual(replacement!.pid, victim!.pid)
-      assert.ok(outcomes.some((o) => o.started < killedAt && o.ended > killedAt), 'requests were in flight at the kill')
+      assert.ok(
+        outcomes.some((o) => o.started < killedAt && o.ended > killedAt),
+        'requests were in flight at the kill',
+      )
     })
 
-    test('SIGTERM to the primary under load: requests in flight on both workers finish, new connections are refused, exit 0 within SHUTDOWN_TIMEOUT', async () => {
-      // Writes of one user wait on a row lock this test holds: requests in flight for as long as it likes.
-      const [{ id: userId }] = await db<[{ id: number }]>`INSERT INTO users (name, email) VALUES ('Held', ${`held-${Date.now()}@example.com`}) RETURNING id`
-      const lock = await holdRowLock(db, 'users', userId)
-      // The kernel spreads new connections by a hash (SO_REUSEPORT), not in turn: writes are added until each worker
-      // holds one (its http_requests_in_flight, less the scrape's own on the worker that served it), at most ten (a pool).
-      const held: Array<ReturnType<typeof fresh>> = []
-      const waitingOnLock = async () => (await db<[{ n: number }]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)[0].n
-      const heldByEach = async () => {
-        const scrape = await fresh(service, 'GET', '/metrics')
-        const by = await servedBy(service, scrape.requestId)
-        return [1, 2].map((w) => Number(new RegExp(`^http_requests_in_flight\\{worker="${w}"\\} (\\d+)$`, 'm').exec(scrape.body as string)?.[1] ?? 0) - (w === by ? 1 : 0))
-      }
-      for (;;) {
-        held.push(fresh(service, 'PATCH', `/users/${userId}`, auth, { name: `Held ${held.length}` }))
-        await waitFor(`${held.length} writes waiting on the lock`, async () => (await waitingOnLock()) >= held.length, 5000)
-        if (held.length >= 6 && (await heldByEach()).every((n) => n > 0)) break
-        assert.ok(held.length < 10, 'ten writes on new connections all reached one worker')
-      }
-      const load = startLoad(4, async (client, seq) => {
-        const started = performance.now()
-        const a = await fresh(service, 'GET', `/users/${adminId}`, auth)
-        if (a.error) await sleep(20)
-        return { client, seq, what: a.requestId, started, ended: performance.now(), status: a.status || undefined, code: a.body?.code, error: a.error }
-      })
-      await waitFor('the load to be answered', () => load.outcomes.filter((o) => o.status === 200).length >= 8)
-      const termAt = performance.now()
-      service.kill('SIGTERM')
-      // Both workers drain; the port is closed once both have stopped listening.
-      const draining = () => service.logs.filter((l) => l.msg === 'shutting down' && l.worker !== undefined).length
-      await waitFor('both workers to shut down', () => draining() === 2, 10_000, 10)
-      const refusedAfter = await waitFor('a new connection to be refused', () => refused(service.port), 10_000, 10)
-      const whileHeld = performance.now()
-      // The load meets the closed port while the writes are still held.
-      await waitFor('the load to be refused', () => load.outcomes.some((o) => o.started > whileHeld && o.error))
-      lock.release()
-      await lock.done
-      const answers = await Promise.all(held)
-      const exit = await service.exited
-      const outcomes = await load.stop()
-      const exitAfter = exit.at - termAt
-      assert.deepEqual(answers.map((a) => a.status), held.map(() => 200))
-      assert.ok(answers.every((a) => a.headers.connection === 'close'))
-      const workers = await Promise.all(answers.map((a) => servedBy(service, a.requestId)))
-      assert.deepEqual([...new Set(workers)].sort(), [1, 2], 'writes held on both workers')
-      assert.ok(whileHeld < exit.at, 'connections were refused while requests were still in flight')
-      assert.equal(exit.code, 0)
-      // Within SHUTDOWN_TIMEOUT of the signal, and five times what this machine took to act on it (the port closing).
-      const deadline = SHUTDOWN_TIMEOUT_MS + SLOWDOWN * refusedAfter
-      assert.ok(exitAfter < deadline, `exit ${Math.round(exitAfter)} ms after SIGTERM (bound ${Math.round(deadline)})`)
-      // Under load: before the signal, every answer 200; after it, 200, 503 shutting_down, or a connection refused
-      // or closed before any answer (reset, or closed: "socket hang up"), as with one process (test/fault-shutdown.test.ts).
-      const unexpected = outcomes.filter((o) => !(o.status === 200 || o.code === 'shutting_down' || (o.ended > termAt && /ECONNREFUSED|ECONNRESET|socket hang up/.test(o.error ?? ''))))
-      assert.deepEqual(unexpected, [], JSON.stringify(summarize(outcomes)))
-      assert.ok(service.logs.some((l) => l.msg === 'stopped' && l.exit_code === 0))
-      console.log(`# refused ${Math.round(refusedAfter)} ms after SIGTERM; exit ${Math.round(exitAfter)} ms after; load: ${JSON.stringify(summarize(outcomes))}`)
-    })
+    test(
+      'SIGTERM to the primary under load: requests in flight on both workers finish, new connections are refused, ' +
+        'exit 0 within SHUTDOWN_TIMEOUT',
+      async () => {
+        // Writes of one user wait on a row lock this test holds: requests in flight for as long as it likes.
+        const [{ id: userId }] = await db<
+          [{ id: number }]
+        >`INSERT INTO users (name, email) VALUES ('Held', ${`held-${Date.now()}@example.com`}) RETURNING id`
+        const lock = await holdRowLock(db, 'users', userId)
+        // The kernel spreads new connections by a hash (SO_REUSEPORT), not in turn: writes are added until each worker
+        // holds one (its http_requests_in_flight, less the scrape's
+        // own on the worker that served it), at most ten (a pool).
+        const held: Array<ReturnType<typeof fresh>> = []
+        const waitingOnLock = async () =>
+          (
+            await db<
+              [{ n: number }]
+            >`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type =
+            'Lock'`
+          )[0].n
+        const heldByEach = async () => {
+          const scrape = await fresh(service, 'GET', '/metrics')
+          const by = await servedBy(service, scrape.requestId)
+          return [1, 2].map(
+            (w) =>
+              Number(
+                new RegExp(`^http_requests_in_flight\\{worker="${w}"\\} (\\d+)$`, 'm').exec(
+                  scrape.body as string,
+                )?.[1] ?? 0,
+              ) - (w === by ? 1 : 0),
+          )
+        }
+        for (;;) {
+          held.push(fresh(service, 'PATCH', `/users/${userId}`, auth, { name: `Held ${held.length}` }))
+          await waitFor(
+            `${held.length} writes waiting on the lock`,
+            async () => (await waitingOnLock()) >= held.length,
+            5000,
+          )
+          if (held.length >= 6 && (await heldByEach()).every((n) => n > 0)) break
+          assert.ok(held.length < 10, 'ten writes on new connections all reached one worker')
+        }
+        const load = startLoad(4, async (client, seq) => {
+          const started = performance.now()
+          const a = await fresh(service, 'GET', `/users/${adminId}`, auth)
+          if (a.error) await sleep(20)
+          return {
+            client,
+            seq,
+            what: a.requestId,
+            started,
+            ended: performance.now(),
+            status: a.status || undefined,
+            code: a.body?.code,
+            error: a.error,
+          }
+        })
+        await waitFor('the load to be answered', () => load.outcomes.filter((o) => o.status === 200).length >= 8)
+        const termAt = performance.now()
+        service.kill('SIGTERM')
+        // Both workers drain; the port is closed once both have stopped listening.
+        const draining = () => service.logs.filter((l) => l.msg === 'shutting down' && l.worker !== undefined).length
+        await waitFor('both workers to shut down', () => draining() === 2, 10_000, 10)
+        const refusedAfter = await waitFor('a new connection to be refused', () => refused(service.port), 10_000, 10)
+        const whileHeld = performance.now()
+        // The load meets the closed port while the writes are still held.
+        await waitFor('the load to be refused', () => load.outcomes.some((o) => o.started > whileHeld && o.error))
+        lock.release()
+        await lock.done
+        const answers = await Promise.all(held)
+        const exit = await service.exited
+        const outcomes = await load.stop()
+        const exitAfter = exit.at - termAt
+        assert.deepEqual(
+          answers.map((a) => a.status),
+          held.map(() => 200),
+        )
+        assert.ok(answers.every((a) => a.headers.connection === 'close'))
+        const workers = await Promise.all(answers.map((a) => servedBy(service, a.requestId)))
+        assert.deepEqual([...new Set(workers)].sort(), [1, 2], 'writes held on both workers')
+        assert.ok(whileHeld < exit.at, 'connections were refused while requests were still in flight')
+        assert.equal(exit.code, 0)
+        // Within SHUTDOWN_TIMEOUT of the signal, and five times what this machine took to act on it (the port closing).
+        const deadline = SHUTDOWN_TIMEOUT_MS + SLOWDOWN * refusedAfter
+        assert.ok(
+          exitAfter < deadline,
+          `exit ${Math.round(exitAfter)} ms after SIGTERM (bound ${Math.round(deadline)})`,
+        )
+        // Under load: before the signal, every answer 200; after it, 200, 503 shutting_down, or a connection refused
+        // or closed before any answer (reset, or closed: "socket hang
+        // up"), as with one process (test/fault-shutdown.test.ts).
+        const unexpected = outcomes.filter(
+          (o) =>
+            !(
+              o.status === 200 ||
+              o.code === 'shutting_down' ||
+              (o.ended > termAt && /ECONNREFUSED|ECONNRESET|socket hang up/.test(o.error ?? ''))
+            ),
+        )
+        assert.deepEqual(unexpected, [], JSON.stringify(summarize(outcomes)))
+        assert.ok(service.logs.some((l) => l.msg === 'stopped' && l.exit_code === 0))
+        console.log(
+          `# refused ${Math.round(refusedAfter)} ms after SIGTERM; ` +
+            `exit ${Math.round(exitAfter)} ms after; load: ${JSON.stringify(summarize(outcomes))}`,
+        )
+      },
+    )
   })
 
   // Beside the suite above, one service at a time: more processes starting at once only slow each other on two cores.
   describe('WORKERS=2: stops, by a signal to the group or by itself', { concurrency: 1 }, () => {
-    test('a crash loop (5 worker deaths within a minute) stops the service: the reason in a JSON log line, exit 1', async () => {
-      const service = await startWorkers()
-      for (let deaths = 0; deaths < 5 && service.alive(); deaths++) {
-        const started = workerPids(service)
-        process.kill(started.at(-1)!.pid, 'SIGKILL')
-        if (deaths < 4) await waitFor('a replacement', () => workerPids(service).length > started.length, 15_000, 10)
-      }
-      const exit = await service.exited
-      assert.equal(exit.code, 1)
-      const reason = service.logs.find((l) => l.msg === 'stopping the service')
-      assert.equal(reason?.level, 'error')
-      assert.match(String(reason?.reason), /5 workers died within 60 s: a crash loop/)
-      assert.equal(service.logs.filter((l) => l.msg === 'worker died; replacing it').length, 4)
-      // Each replacement waited longer than the last (back-off).
-      const delays = service.logs.filter((l) => l.msg === 'worker died; replacing it').map((l) => l.replace_in_ms as number)
-      assert.ok(delays.every((d, i) => i === 0 || d >= delays[i - 1]!), `delays ${delays.join(', ')}`)
-    })
+    test(
+      'a crash loop (5 worker deaths within a minute) stops the service: the reason in a JSON log line, exit ' + '1',
+      async () => {
+        const service = await startWorkers()
+        for (let deaths = 0; deaths < 5 && service.alive(); deaths++) {
+          const started = workerPids(service)
+          process.kill(started.at(-1)!.pid, 'SIGKILL')
+          if (deaths < 4) await waitFor('a replacement', () => workerPids(service).length > started.length, 15_000, 10)
+        }
+        const exit = await service.exited
+        assert.equal(exit.code, 1)
+        const reason = service.logs.find((l) => l.msg === 'stopping the service')
+        assert.equal(reason?.level, 'error')
+        assert.match(String(reason?.reason), /5 workers died within 60 s: a crash loop/)
+        assert.equal(service.logs.filter((l) => l.msg === 'worker died; replacing it').length, 4)
+        // Each replacement waited longer than the last (back-off).
+        const delays = service.logs
+          .filter((l) => l.msg === 'worker died; replacing it')
+          .map((l) => l.replace_in_ms as number)
+        assert.ok(
+          delays.every((d, i) => i === 0 || d >= delays[i - 1]!),
+          `delays ${delays.join(', ')}`,
+        )
+      },
+    )
 
-    test('in development (no JWT_SECRETS) a login on one worker is accepted by both; SIGINT to the whole process group (Ctrl-C): each worker drains once, exit 0', async () => {
-      // JWT_SECRETS empty is unset: the secret generated into .data/jwt-secret (src/auth/secrets.ts), written by the primary before it forks.
-      const service = await startWorkers({ JWT_SECRETS: '' }, { detached: true })
-      const email = `workers-dev-${Date.now()}@example.com`
-      await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Dev', ${email}, 'user', ${await testPasswords.hash('a long enough password')})`
-      const login = await fresh(service, 'POST', '/auth/login', {}, { email, password: 'a long enough password' })
-      assert.equal(login.status, 200)
-      await acceptedByBoth(service, { authorization: `Bearer ${login.body.access_token}` })
-      process.kill(-service.pid, 'SIGINT')
-      const exit = await service.exited
-      assert.equal(exit.code, 0)
-      const lines = (msg: string) => service.logs.filter((l) => l.msg === msg)
-      // Each worker drains once, on whichever came first: the terminal's SIGINT or its primary's SIGTERM.
-      const drains = lines('shutting down')
-      assert.deepEqual(drains.filter((l) => l.worker === undefined).map((l) => l.signal), ['SIGINT'])
-      assert.deepEqual(drains.filter((l) => l.worker !== undefined).map((l) => l.worker).sort(), [1, 2], JSON.stringify(drains))
-      assert.ok(drains.every((l) => l.worker === undefined || l.signal === 'SIGINT' || l.signal === 'SIGTERM'), JSON.stringify(drains))
-      assert.deepEqual(lines('worker stopped').map((l) => [l.worker, l.code]).sort(), [[1, 0], [2, 0]])
-      assert.deepEqual(lines('worker died; replacing it'), [])
-    })
+    test(
+      'in development (no JWT_SECRETS) a login on one worker is accepted by both; SIGINT to the whole process ' +
+        'group (Ctrl-C): each worker drains once, exit 0',
+      async () => {
+        // JWT_SECRETS empty is unset: the secret generated into .data/jwt-secret (src/auth/secrets.ts), written by the
+        // primary before it forks.
+        const service = await startWorkers({ JWT_SECRETS: '' }, { detached: true })
+        const email = `workers-dev-${Date.now()}@example.com`
+        await db`INSERT INTO users (name, email, role, password_hash) VALUES
+        ('Dev', ${email}, 'user', ${await testPasswords.hash('a long enough password')})`
+        const login = await fresh(service, 'POST', '/auth/login', {}, { email, password: 'a long enough password' })
+        assert.equal(login.status, 200)
+        await acceptedByBoth(service, { authorization: `Bearer ${login.body.access_token}` })
+        process.kill(-service.pid, 'SIGINT')
+        const exit = await service.exited
+        assert.equal(exit.code, 0)
+        const lines = (msg: string) => service.logs.filter((l) => l.msg === msg)
+        // Each worker drains once, on whichever came first: the terminal's SIGINT or its primary's SIGTERM.
+        const drains = lines('shutting down')
+        assert.deepEqual(
+          drains.filter((l) => l.worker === undefined).map((l) => l.signal),
+          ['SIGINT'],
+        )
+        assert.deepEqual(
+          drains
+            .filter((l) => l.worker !== undefined)
+            .map((l) => l.worker)
+            .sort(),
+          [1, 2],
+          JSON.stringify(drains),
+        )
+        assert.ok(
+          drains.every((l) => l.worker === undefined || l.signal === 'SIGINT' || l.signal === 'SIGTERM'),
+          JSON.stringify(drains),
+        )
+        assert.deepEqual(
+          lines('worker stopped')
+            .map((l) => [l.worker, l.code])
+            .sort(),
+          [
+            [1, 0],
+            [2, 0],
+          ],
+        )
+        assert.deepEqual(lines('worker died; replacing it'), [])
+      },
+    )
 
     test('a port taken by another program stops the service at start, naming why, exit 1', async () => {
       const taken = createServer()
@@ -308,7 +496,12 @@ describe('WORKERS', { concurrency: true }, () => {
     })
 
     test('a worker that cannot start (an unreadable certificate) stops the service, naming why, exit 1', async () => {
-      const service = launchService({ DATABASE_URL: databaseUrl, WORKERS: '2', TLS_CERT_FILE: '/nonexistent/cert.pem', TLS_KEY_FILE: '/nonexistent/key.pem' })
+      const service = launchService({
+        DATABASE_URL: databaseUrl,
+        WORKERS: '2',
+        TLS_CERT_FILE: '/nonexistent/cert.pem',
+        TLS_KEY_FILE: '/nonexistent/key.pem',
+      })
       after(() => void (service.alive() && service.kill('SIGKILL')))
       const exit = await service.exited
       assert.equal(exit.code, 1)
@@ -322,7 +515,9 @@ describe('WORKERS', { concurrency: true }, () => {
       assert.equal(stderr, 'Cannot start: WORKERS: must be auto or an integer from 1 to 64 (got "0")\n')
       // The same check, without a process each: every kind of bad value.
       for (const value of ['65', 'two', '-1', '1.5', 'AUTO', ' 2']) {
-        assert.throws(() => loadConfig({ WORKERS: value }), { message: `WORKERS: must be auto or an integer from 1 to 64 (got ${JSON.stringify(value)})` })
+        assert.throws(() => loadConfig({ WORKERS: value }), {
+          message: `WORKERS: must be auto or an integer from 1 to 64 (got ${JSON.stringify(value)})`,
+        })
       }
       assert.equal(loadConfig({}).workers, 1)
       assert.equal(loadConfig({ WORKERS: '64' }).workers, 64)
@@ -331,27 +526,45 @@ describe('WORKERS', { concurrency: true }, () => {
   })
 })
 
-test('reusePortMissing (src/cluster/reuse-port.ts): Node 22.12+ on a platform that spreads connections; WORKERS>1 is refused elsewhere, naming why', () => {
-  for (const version of ['22.12.0', '22.23.3', '23.1.0', '24.0.0', '26.10.0', '30.0.0']) assert.equal(reusePortMissing(version, 'linux'), undefined, version)
-  for (const version of ['20.20.2', '22.11.0', '23.0.0']) assert.match(reusePortMissing(version, 'linux')!, new RegExp(`Node.js 22.12 or later .* this is ${version.replaceAll('.', '\\.')}$`))
-  assert.equal(reusePortMissing('26.10.0', 'freebsd'), undefined)
-  assert.match(reusePortMissing('26.10.0', 'darwin')!, /which darwin does not have$/)
-  // Through the configuration: the variable named, one process suggested.
-  if (reusePortMissing() === undefined) assert.equal(loadConfig({ WORKERS: '2' }).workers, 2)
-  else assert.throws(() => loadConfig({ WORKERS: '2' }), { message: /^WORKERS=2: .*; run one process per instance \(WORKERS=1\)$/ })
-})
+test(
+  'reusePortMissing (src/cluster/reuse-port.ts): Node 22.12+ on a platform that spreads connections; WORKERS>1 is ' +
+    'refused elsewhere, naming why',
+  () => {
+    for (const version of ['22.12.0', '22.23.3', '23.1.0', '24.0.0', '26.10.0', '30.0.0'])
+      assert.equal(reusePortMissing(version, 'linux'), undefined, version)
+    for (const version of ['20.20.2', '22.11.0', '23.0.0'])
+      assert.match(
+        reusePortMissing(version, 'linux')!,
+        new RegExp(`Node.js 22.12 or later .* this is ${version.replaceAll('.', '\\.')}$`),
+      )
+    assert.equal(reusePortMissing('26.10.0', 'freebsd'), undefined)
+    assert.match(reusePortMissing('26.10.0', 'darwin')!, /which darwin does not have$/)
+    // Through the configuration: the variable named, one process suggested.
+    if (reusePortMissing() === undefined) assert.equal(loadConfig({ WORKERS: '2' }).workers, 2)
+    else
+      assert.throws(() => loadConfig({ WORKERS: '2' }), {
+        message: /^WORKERS=2: .*; run one process per instance \(WORKERS=1\)$/,
+      })
+  },
+)
 
 describe('RestartPolicy (src/cluster/restart-policy.ts)', () => {
-  test('the delay doubles with each quick death of a slot up to 10 s, and starts again once a worker stayed up 30 s', () => {
-    const policy = new RestartPolicy()
-    // One death a minute apart: never a crash loop, whatever the delays.
-    const delays = Array.from({ length: 9 }, (_, i) => policy.onDeath(1, i * 61_000 + 60_000, i * 61_000 + 61_000))
-    assert.deepEqual(delays, [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000].map((replaceInMs) => ({ replaceInMs })))
-    // Up 30 s: the streak is over.
-    assert.deepEqual(policy.onDeath(1, 600_000, 630_000), { replaceInMs: 100 })
-    // Another slot has a streak of its own.
-    assert.deepEqual(policy.onDeath(2, 700_000, 700_001), { replaceInMs: 100 })
-  })
+  test(
+    'the delay doubles with each quick death of a slot up to 10 s, and starts again once a worker stayed up 30 ' + 's',
+    () => {
+      const policy = new RestartPolicy()
+      // One death a minute apart: never a crash loop, whatever the delays.
+      const delays = Array.from({ length: 9 }, (_, i) => policy.onDeath(1, i * 61_000 + 60_000, i * 61_000 + 61_000))
+      assert.deepEqual(
+        delays,
+        [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000].map((replaceInMs) => ({ replaceInMs })),
+      )
+      // Up 30 s: the streak is over.
+      assert.deepEqual(policy.onDeath(1, 600_000, 630_000), { replaceInMs: 100 })
+      // Another slot has a streak of its own.
+      assert.deepEqual(policy.onDeath(2, 700_000, 700_001), { replaceInMs: 100 })
+    },
+  )
 
   test('the fifth death within 60 s, of any slots, stops; deaths older than 60 s do not count', () => {
     const policy = new RestartPolicy()
@@ -366,7 +579,10 @@ describe('RestartPolicy (src/cluster/restart-policy.ts)', () => {
 /** How many sockets listen on 127.0.0.1:`port` (IPv4, /proc/net/tcp: state 0A is LISTEN). */
 async function listeningSockets(port: number): Promise<number> {
   const local = `0100007F:${port.toString(16).toUpperCase().padStart(4, '0')}`
-  const rows = (await readFile('/proc/net/tcp', 'utf8')).split('\n').slice(1).map((row) => row.trim().split(/\s+/))
+  const rows = (await readFile('/proc/net/tcp', 'utf8'))
+    .split('\n')
+    .slice(1)
+    .map((row) => row.trim().split(/\s+/))
   return rows.filter((r) => r[1] === local && r[3] === '0A').length
 }
 

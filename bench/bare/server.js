@@ -77,7 +77,12 @@ class Exchange {
 
   send(status, body, headers) {
     const payload = JSON.stringify(body)
-    const head = { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(payload), 'x-request-id': this.requestId, ...headers }
+    const head = {
+      'content-type': JSON_TYPE,
+      'content-length': Buffer.byteLength(payload),
+      'x-request-id': this.requestId,
+      ...headers,
+    }
     this.res.writeHead(status, head)
     this.res.end(payload)
     this.log(status)
@@ -85,18 +90,20 @@ class Exchange {
 
   log(status) {
     // One line per request, as the service writes; stdout is a file during the benchmark.
-    process.stdout.write(JSON.stringify({
-      time: new Date().toISOString(),
-      level: 'info',
-      msg: 'request',
-      request_id: this.requestId,
-      method: this.req.method,
-      route: this.route,
-      status,
-      duration_ms: Number(process.hrtime.bigint() - this.started) / 1e6,
-      user_id: this.userId,
-      client: this.req.socket.remoteAddress ?? null,
-    }) + '\n')
+    process.stdout.write(
+      JSON.stringify({
+        time: new Date().toISOString(),
+        level: 'info',
+        msg: 'request',
+        request_id: this.requestId,
+        method: this.req.method,
+        route: this.route,
+        status,
+        duration_ms: Number(process.hrtime.bigint() - this.started) / 1e6,
+        user_id: this.userId,
+        client: this.req.socket.remoteAddress ?? null,
+      }) + '\n',
+    )
   }
 }
 
@@ -107,7 +114,10 @@ const problem = (status, message) => ({ status, message })
 const SEGMENT = /^[A-Za-z0-9_-]+$/
 const ID = /^[1-9][0-9]{0,18}$/
 const API_KEY = /^upa_ak_[A-Za-z0-9_-]{43}$/
-const invalidToken = () => new HttpError(401, 'The credential is invalid, expired or revoked.', { 'www-authenticate': 'Bearer realm="api", error="invalid_token"' })
+const invalidToken = () =>
+  new HttpError(401, 'The credential is invalid, expired or revoked.', {
+    'www-authenticate': 'Bearer realm="api", error="invalid_token"',
+  })
 
 function decodeSegment(segment) {
   try {
@@ -125,14 +135,25 @@ function verifyJwt(token) {
   if (parts.length !== 3 || !parts.every((p) => SEGMENT.test(p))) throw invalidToken()
   const [h, p, s] = parts
   const header = decodeSegment(h)
-  if (header.alg !== 'HS256' || (header.kid !== undefined && header.kid !== jwtKid) || header.crit !== undefined) throw invalidToken()
+  if (header.alg !== 'HS256' || (header.kid !== undefined && header.kid !== jwtKid) || header.crit !== undefined)
+    throw invalidToken()
   const expected = Buffer.from(createHmac('sha256', jwtSecret).update(`${h}.${p}`).digest('base64url'))
   const given = Buffer.from(s)
   if (expected.length !== given.length || !timingSafeEqual(expected, given)) throw invalidToken()
   const claims = decodeSegment(p)
   if (typeof claims.exp !== 'number' || !(claims.exp > Date.now() / 1000)) throw invalidToken()
-  if (claims.iss !== issuer || !(claims.aud === audience || (Array.isArray(claims.aud) && claims.aud.includes(audience)))) throw invalidToken()
-  if (typeof claims.sub !== 'string' || !ID.test(claims.sub) || typeof claims.role !== 'string' || typeof claims.scope !== 'string') throw invalidToken()
+  if (
+    claims.iss !== issuer ||
+    !(claims.aud === audience || (Array.isArray(claims.aud) && claims.aud.includes(audience)))
+  )
+    throw invalidToken()
+  if (
+    typeof claims.sub !== 'string' ||
+    !ID.test(claims.sub) ||
+    typeof claims.role !== 'string' ||
+    typeof claims.scope !== 'string'
+  )
+    throw invalidToken()
   return { userId: claims.sub, role: claims.role, scopes: claims.scope.split(' ') }
 }
 
@@ -151,7 +172,8 @@ async function verifyApiKey(key) {
   const now = Date.now()
   if (!(now - (keyWrittenAt.get(row.api_key_id) ?? -Infinity) < 60_000)) {
     keyWrittenAt.set(row.api_key_id, now)
-    await sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${row.api_key_id} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`
+    await sql`UPDATE api_keys SET last_used_at = now() WHERE id
+      = ${row.api_key_id} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`
   }
   return { userId: String(row.user_id), role: row.role, scopes: row.scopes }
 }
@@ -162,7 +184,8 @@ async function verifyApiKey(key) {
  */
 async function authorize(x, scope, who, id) {
   const { authorization, 'x-api-key': apiKey } = x.req.headers
-  if (authorization !== undefined && apiKey !== undefined) throw new HttpError(400, 'Send one credential, not both Authorization and X-API-Key.')
+  if (authorization !== undefined && apiKey !== undefined)
+    throw new HttpError(400, 'Send one credential, not both Authorization and X-API-Key.')
   let caller
   if (typeof apiKey === 'string') {
     caller = await verifyApiKey(apiKey.trim())
@@ -175,7 +198,8 @@ async function authorize(x, scope, who, id) {
   }
   x.userId = caller.userId
   if (!caller.scopes.includes(scope)) throw new HttpError(403, `This credential lacks the scope ${scope}.`)
-  if (!(caller.role === 'admin' || who === 'any' || (who === 'admin-or-self' && id === caller.userId))) throw new HttpError(403, 'This credential may not do this.')
+  if (!(caller.role === 'admin' || who === 'any' || (who === 'admin-or-self' && id === caller.userId)))
+    throw new HttpError(403, 'This credential may not do this.')
   return caller
 }
 
@@ -206,33 +230,46 @@ function listQuery(search, collection) {
     if (seen.has(name)) throw new HttpError(400, `${name}: must be given at most once`)
     seen.add(name)
     switch (name) {
-      case 'limit': q.limit = integerParam(name, value, 1, MAX_LIMIT); break
-      case 'offset': q.offset = integerParam(name, value, 0, MAX_OFFSET); break
-      case 'id[gt]': q.idGt = integerParam(name, value, -Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER); break
+      case 'limit':
+        q.limit = integerParam(name, value, 1, MAX_LIMIT)
+        break
+      case 'offset':
+        q.offset = integerParam(name, value, 0, MAX_OFFSET)
+        break
+      case 'id[gt]':
+        q.idGt = integerParam(name, value, -Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER)
+        break
       case 'sort':
-        if (!collection.sorts.includes(value)) throw new HttpError(400, `sort: must be one of ${collection.sorts.join(', ')}`)
+        if (!collection.sorts.includes(value))
+          throw new HttpError(400, `sort: must be one of ${collection.sorts.join(', ')}`)
         q.sort = value
         break
       case 'fields': {
         const wanted = new Set(value.split(','))
-        for (const f of wanted) if (!collection.members.includes(f)) throw new HttpError(400, `fields: "${f}" is not a member`)
+        for (const f of wanted)
+          if (!collection.members.includes(f)) throw new HttpError(400, `fields: "${f}" is not a member`)
         // In the order of the representation, whatever the order asked for: as the service answers.
         q.fields = collection.members.filter((m) => wanted.has(m))
         break
       }
-      case 'after': q.after = value.split(',').map((v) => integerParam(name, v, 0, Number.MAX_SAFE_INTEGER)); break
-      default: throw new HttpError(400, `${name}: is not a parameter of this endpoint`)
+      case 'after':
+        q.after = value.split(',').map((v) => integerParam(name, v, 0, Number.MAX_SAFE_INTEGER))
+        break
+      default:
+        throw new HttpError(400, `${name}: is not a parameter of this endpoint`)
     }
   }
   if (q.after && q.offset) throw new HttpError(400, 'offset: cannot be combined with after')
-  if (q.after && q.after.length !== (q.sort === '-price' ? 2 : 1)) throw new HttpError(400, 'after: is not a cursor of this sort')
+  if (q.after && q.after.length !== (q.sort === '-price' ? 2 : 1))
+    throw new HttpError(400, 'after: is not a cursor of this sort')
   return q
 }
 
 async function readJson(req, types) {
   const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase()
   if (!types.includes(type)) throw new HttpError(415, `Content-Type must be ${types.join(' or ')}.`)
-  if (Number(req.headers['content-length'] ?? 0) > BODY_LIMIT) throw new HttpError(413, 'The body is too large.', { connection: 'close' })
+  if (Number(req.headers['content-length'] ?? 0) > BODY_LIMIT)
+    throw new HttpError(413, 'The body is too large.', { connection: 'close' })
   const chunks = []
   let size = 0
   for await (const chunk of req) {
@@ -246,13 +283,15 @@ async function readJson(req, types) {
   } catch {
     throw new HttpError(400, 'The body is not valid JSON.')
   }
-  if (!body || typeof body !== 'object' || Array.isArray(body)) throw new HttpError(422, 'The body must be a JSON object.')
+  if (!body || typeof body !== 'object' || Array.isArray(body))
+    throw new HttpError(422, 'The body must be a JSON object.')
   return body
 }
 
 // The rules of the service's schemas (src/users/resource.ts, src/products/resource.ts, src/core/resources/common.ts).
 const NAME = /^(?=[\s\S]*[^\s])[^\u0000-\u001f\u007f-\u009f]*$/
-const EMAIL = /^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$/
+const EMAIL =
+  /^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$/
 const SKU = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
 const DESCRIPTION = /^[^\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]*$/
 const CURRENCIES = new Set(Intl.supportedValuesOf('currency'))
@@ -266,9 +305,11 @@ function invalid(member, rule) {
 }
 
 function checkUserCreate(body) {
-  for (const key of Object.keys(body)) if (!['name', 'email', 'role'].includes(key)) throw invalid(key, 'left out (not a member)')
+  for (const key of Object.keys(body))
+    if (!['name', 'email', 'role'].includes(key)) throw invalid(key, 'left out (not a member)')
   if (!isName(body.name)) throw invalid('name', 'a name of 1 to 200 characters')
-  if (typeof body.email !== 'string' || body.email.length > 254 || !EMAIL.test(body.email)) throw invalid('email', 'an e-mail address')
+  if (typeof body.email !== 'string' || body.email.length > 254 || !EMAIL.test(body.email))
+    throw invalid('email', 'an e-mail address')
   if (body.role !== undefined && body.role !== 'admin' && body.role !== 'user') throw invalid('role', 'admin or user')
   return { name: body.name, email: body.email, role: body.role ?? 'user' }
 }
@@ -278,15 +319,34 @@ function checkProductPatch(body, id) {
   const changes = {}
   for (const [key, value] of Object.entries(body)) {
     switch (key) {
-      case 'sku': if (typeof value !== 'string' || !SKU.test(value)) throw invalid(key, 'a SKU'); break
-      case 'name': if (!isName(value)) throw invalid(key, 'a name of 1 to 200 characters'); break
-      case 'description': if (value !== null && (typeof value !== 'string' || value.length > 10000 || !DESCRIPTION.test(value))) throw invalid(key, 'a text of at most 10000 characters'); break
-      case 'price': if (!isInteger(value, 0, 1_000_000_000_000)) throw invalid(key, 'an integer from 0 to 1000000000000'); break
-      case 'currency': if (typeof value !== 'string' || !CURRENCIES.has(value)) throw invalid(key, 'an ISO 4217 currency code'); break
-      case 'stock': if (value !== null && !isInteger(value, 0, 2_147_483_647)) throw invalid(key, 'an integer from 0 to 2147483647'); break
-      case 'id': if (!Number.isInteger(value) || String(value) !== id) throw invalid(key, 'the id in the path'); continue
-      case 'created_at': case 'updated_at': if (typeof value !== 'string' || value.length > 64) throw invalid(key, 'a string (read-only; ignored)'); continue
-      default: throw invalid(key, 'left out (not a member)')
+      case 'sku':
+        if (typeof value !== 'string' || !SKU.test(value)) throw invalid(key, 'a SKU')
+        break
+      case 'name':
+        if (!isName(value)) throw invalid(key, 'a name of 1 to 200 characters')
+        break
+      case 'description':
+        if (value !== null && (typeof value !== 'string' || value.length > 10000 || !DESCRIPTION.test(value)))
+          throw invalid(key, 'a text of at most 10000 characters')
+        break
+      case 'price':
+        if (!isInteger(value, 0, 1_000_000_000_000)) throw invalid(key, 'an integer from 0 to 1000000000000')
+        break
+      case 'currency':
+        if (typeof value !== 'string' || !CURRENCIES.has(value)) throw invalid(key, 'an ISO 4217 currency code')
+        break
+      case 'stock':
+        if (value !== null && !isInteger(value, 0, 2_147_483_647)) throw invalid(key, 'an integer from 0 to 2147483647')
+        break
+      case 'id':
+        if (!Number.isInteger(value) || String(value) !== id) throw invalid(key, 'the id in the path')
+        continue
+      case 'created_at':
+      case 'updated_at':
+        if (typeof value !== 'string' || value.length > 64) throw invalid(key, 'a string (read-only; ignored)')
+        continue
+      default:
+        throw invalid(key, 'left out (not a member)')
     }
     changes[key] = value === null ? PRODUCT_DEFAULTS[key] : value
   }
@@ -300,9 +360,25 @@ const PRODUCT_DEFAULTS = { description: '', stock: 0 }
 const USER_MEMBERS = ['id', 'name', 'email', 'role', 'email_verified_at', 'created_at', 'updated_at']
 const PRODUCT_MEMBERS = ['id', 'sku', 'name', 'description', 'price', 'currency', 'stock', 'created_at', 'updated_at']
 
-const presentUser = (r) => ({ id: r.id, name: r.name, email: r.email, role: r.role, email_verified_at: r.email_verified_at, created_at: r.created_at, updated_at: r.updated_at })
+const presentUser = (r) => ({
+  id: r.id,
+  name: r.name,
+  email: r.email,
+  role: r.role,
+  email_verified_at: r.email_verified_at,
+  created_at: r.created_at,
+  updated_at: r.updated_at,
+})
 const presentProduct = (r) => ({
-  id: r.id, sku: r.sku, name: r.name, description: r.description, price: r.price, currency: r.currency, stock: r.stock, created_at: r.created_at, updated_at: r.updated_at,
+  id: r.id,
+  sku: r.sku,
+  name: r.name,
+  description: r.description,
+  price: r.price,
+  currency: r.currency,
+  stock: r.stock,
+  created_at: r.created_at,
+  updated_at: r.updated_at,
 })
 
 /** Only the members `fields` asks for, in representation order. */
@@ -343,10 +419,12 @@ async function listUsers(x, search) {
   x.route = '/users'
   await authorize(x, 'users:read', 'admin')
   const q = listQuery(search, users)
-  // The service's statement for sort=id: the representation's columns, one row more than the page to know if there is a next one.
+  // The service's statement for sort=id: the representation's columns, one row more than the page to know if there is a
+  // next one.
   const rows = await sql`
     SELECT id, name, email, role, email_verified_at, created_at, updated_at FROM users
-    WHERE true ${q.idGt !== undefined ? sql`AND id > ${q.idGt}` : sql``} ${q.after ? sql`AND id > ${q.after[0]}` : sql``}
+    WHERE true ${q.idGt !== undefined ? sql`AND id > ${q.idGt}` : sql``}
+    ${q.after ? sql`AND id > ${q.after[0]}` : sql``}
     ORDER BY id ASC LIMIT ${q.limit + 1} ${q.offset ? sql`OFFSET ${q.offset}` : sql``}`
   const headers = {}
   if (rows.length > q.limit) {
@@ -364,7 +442,8 @@ async function createUser(x) {
   try {
     ;[row] = await sql`INSERT INTO users ${sql(user)} RETURNING *`
   } catch (err) {
-    if (err.code === '23505' && err.constraint_name === 'users_email_key') throw new HttpError(409, 'A user with this email already exists.')
+    if (err.code === '23505' && err.constraint_name === 'users_email_key')
+      throw new HttpError(409, 'A user with this email already exists.')
     throw err
   }
   x.send(201, presentUser(row), { etag: etag(row.version), location: `/users/${row.id}` })
@@ -387,8 +466,20 @@ async function listProducts(x, search) {
   const rows = await sql`
     SELECT id, sku, name, description, price, currency, stock, created_at, updated_at FROM products
     WHERE true ${q.idGt !== undefined ? sql`AND id > ${q.idGt}` : sql``}
-      ${q.after ? (byPrice ? sql`AND (price, id) < (${q.after[0]}, ${q.after[1]})` : sql`AND id > ${q.after[0]}`) : sql``}
-    ORDER BY ${byPrice ? sql`price DESC, id DESC` : sql`id ASC`} LIMIT ${q.limit + 1} ${q.offset ? sql`OFFSET ${q.offset}` : sql``}`
+      ${
+        q.after
+          ? byPrice
+            ? sql`AND (price, id) <
+        (${q.after[0]}, ${q.after[1]})`
+            : sql`AND id > ${q.after[0]}`
+          : sql``
+      }
+    ORDER BY ${
+      byPrice
+        ? sql`price DESC, id
+      DESC`
+        : sql`id ASC`
+    } LIMIT ${q.limit + 1} ${q.offset ? sql`OFFSET ${q.offset}` : sql``}`
   const headers = {}
   if (rows.length > q.limit) {
     rows.pop()
@@ -416,7 +507,8 @@ async function patchProduct(x, id) {
   const row = await sql.begin(async (tx) => {
     const [current] = await tx`SELECT * FROM products WHERE id = ${id} FOR UPDATE`
     if (!current) throw new HttpError(404, 'Not found.')
-    if (!ifMatchHolds(ifMatch, current.version)) throw new HttpError(412, 'If-Match does not match the ETag.', { etag: etag(current.version) })
+    if (!ifMatchHolds(ifMatch, current.version))
+      throw new HttpError(412, 'If-Match does not match the ETag.', { etag: etag(current.version) })
     const changes = {}
     for (const [k, v] of Object.entries(patch)) if (v !== current[k]) changes[k] = v
     if (Object.keys(changes).length === 0) return current
@@ -484,7 +576,10 @@ function stop() {
   stopping = true
   server.close()
   server.closeIdleConnections()
-  sql.end({ timeout: 5 }).then(() => process.exit(0), () => process.exit(1))
+  sql.end({ timeout: 5 }).then(
+    () => process.exit(0),
+    () => process.exit(1),
+  )
 }
 process.on('SIGTERM', stop)
 process.on('SIGINT', stop)

@@ -19,8 +19,8 @@
 // Start: `npm ci` in this folder, then `node bench/fastify-minimal/server.js`.
 // Environment: PORT, HOST (127.0.0.1), DATABASE_URL (a `host=/dir` query
 // parameter names a Unix socket folder), DATABASE_POOL_MAX (10),
-// BENCH_JWT_SECRET (the UTF-8 secret), JWT_ISSUER and JWT_AUDIENCE
-// (users-products-api).
+// BENCH_JWT_SECRET (the UTF-8 secret), JWT_ISSUER
+// and JWT_AUDIENCE (users-products-api).
 
 import { randomBytes, scrypt } from 'node:crypto'
 import { promisify } from 'node:util'
@@ -48,38 +48,60 @@ const sql = postgres(url.toString(), {
 })
 
 const app = Fastify()
-app.addContentTypeParser('application/merge-patch+json', { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'))
+app.addContentTypeParser(
+  'application/merge-patch+json',
+  { parseAs: 'string' },
+  app.getDefaultJsonParser('error', 'error'),
+)
 await app.register(fastifyJwt, {
   secret: env.BENCH_JWT_SECRET,
   verify: { algorithms: ['HS256'], allowedIss: issuer, allowedAud: env.JWT_AUDIENCE || issuer },
 })
 
-/** onRequest: a valid token with `scope`, from an admin, or from anyone (`any`), or from the user the path names (`self`). */
-const allow = (scope, who = 'admin') => async (request, reply) => {
-  try {
-    await request.jwtVerify()
-  } catch {
-    return reply.code(401).send({ message: 'Unauthorized' })
+/**
+ * onRequest: a valid token with `scope`, from an admin, or from
+ * anyone (`any`), or from the user the path names (`self`).
+ */
+const allow =
+  (scope, who = 'admin') =>
+  async (request, reply) => {
+    try {
+      await request.jwtVerify()
+    } catch {
+      return reply.code(401).send({ message: 'Unauthorized' })
+    }
+    const { sub, role, scope: scopes } = request.user
+    if (!String(scopes).split(' ').includes(scope)) return reply.code(403).send({ message: 'Forbidden' })
+    // (onRequest runs before the params are validated: the id is still the path's text.)
+    if (who !== 'any' && role !== 'admin' && !(who === 'self' && request.params.id === sub))
+      return reply.code(403).send({ message: 'Forbidden' })
   }
-  const { sub, role, scope: scopes } = request.user
-  if (!String(scopes).split(' ').includes(scope)) return reply.code(403).send({ message: 'Forbidden' })
-  // (onRequest runs before the params are validated: the id is still the path's text.)
-  if (who !== 'any' && role !== 'admin' && !(who === 'self' && request.params.id === sub)) return reply.code(403).send({ message: 'Forbidden' })
-}
 
 const date = { type: 'string', format: 'date-time' }
 const user = {
   type: 'object',
   properties: {
-    id: { type: 'integer' }, name: { type: 'string' }, email: { type: 'string' }, role: { type: 'string' },
-    email_verified_at: { type: ['string', 'null'], format: 'date-time' }, created_at: date, updated_at: date,
+    id: { type: 'integer' },
+    name: { type: 'string' },
+    email: { type: 'string' },
+    role: { type: 'string' },
+    email_verified_at: { type: ['string', 'null'], format: 'date-time' },
+    created_at: date,
+    updated_at: date,
   },
 }
 const product = {
   type: 'object',
   properties: {
-    id: { type: 'integer' }, sku: { type: 'string' }, name: { type: 'string' }, description: { type: 'string' }, price: { type: 'integer' },
-    currency: { type: 'string' }, stock: { type: 'integer' }, created_at: date, updated_at: date,
+    id: { type: 'integer' },
+    sku: { type: 'string' },
+    name: { type: 'string' },
+    description: { type: 'string' },
+    price: { type: 'integer' },
+    currency: { type: 'string' },
+    stock: { type: 'integer' },
+    created_at: date,
+    updated_at: date,
   },
 }
 const byId = { type: 'object', properties: { id: { type: 'integer', minimum: 1 } } }
@@ -88,7 +110,10 @@ const page = (item) => ({
   properties: {
     limit: { type: 'integer', minimum: 1, maximum: 200, default: 50 },
     'id[gt]': { type: 'integer', default: 0 },
-    fields: { type: 'string', pattern: `^(${Object.keys(item.properties).join('|')})(,(${Object.keys(item.properties).join('|')}))*$` },
+    fields: {
+      type: 'string',
+      pattern: `^(${Object.keys(item.properties).join('|')})(,(${Object.keys(item.properties).join('|')}))*$`,
+    },
   },
 })
 const only = (fields) => (row) => Object.fromEntries(fields.split(',').map((f) => [f, row[f]]))
@@ -98,20 +123,33 @@ const PRODUCT = sql`id, sku, name, description, price, currency, stock, created_
 
 app.get('/healthz', async () => ({ status: 'ok' }))
 
-app.get('/users/:id', { onRequest: allow('users:read', 'self'), schema: { params: byId, response: { 200: user } } }, async (request, reply) => {
-  const [row] = await sql`SELECT ${USER} FROM users WHERE id = ${request.params.id}`
-  return row ?? reply.code(404).send({ message: 'Not Found' })
-})
+app.get(
+  '/users/:id',
+  { onRequest: allow('users:read', 'self'), schema: { params: byId, response: { 200: user } } },
+  async (request, reply) => {
+    const [row] = await sql`SELECT ${USER} FROM users WHERE id = ${request.params.id}`
+    return row ?? reply.code(404).send({ message: 'Not Found' })
+  },
+)
 
-app.get('/users', { onRequest: allow('users:read'), schema: { querystring: page(user), response: { 200: { type: 'array', items: user } } } }, async (request) => {
-  const q = request.query
-  const rows = await sql`SELECT ${USER} FROM users WHERE id > ${q['id[gt]']} ORDER BY id LIMIT ${q.limit}`
-  return q.fields ? rows.map(only(q.fields)) : rows
-})
+app.get(
+  '/users',
+  {
+    onRequest: allow('users:read'),
+    schema: { querystring: page(user), response: { 200: { type: 'array', items: user } } },
+  },
+  async (request) => {
+    const q = request.query
+    const rows = await sql`SELECT ${USER} FROM users WHERE id > ${q['id[gt]']} ORDER BY id LIMIT ${q.limit}`
+    return q.fields ? rows.map(only(q.fields)) : rows
+  },
+)
 
 const hashPassword = async (password) => {
   const salt = randomBytes(16)
-  const N = 2 ** 15, r = 8, p = 3
+  const N = 2 ** 15,
+    r = 8,
+    p = 3
   const key = await promisify(scrypt)(password.normalize('NFC'), salt, 32, { N, r, p, maxmem: 256 * N * r })
   return `scrypt$${N}$${r}$${p}$${salt.toString('base64')}$${key.toString('base64')}`
 }
@@ -127,43 +165,69 @@ const newUser = {
   },
 }
 
-app.post('/users', { onRequest: allow('users:write'), schema: { body: newUser, response: { 201: user } } }, async (request, reply) => {
-  const { name, email, role, password } = request.body
-  const passwordHash = password === undefined ? null : await hashPassword(password)
-  try {
-    const [row] = await sql`INSERT INTO users (name, email, role, password_hash) VALUES (${name}, ${email}, ${role}, ${passwordHash}) RETURNING ${USER}`
-    return reply.code(201).send(row)
-  } catch (err) {
-    if (err.code === '23505') return reply.code(409).send({ message: 'E-mail address already in use' })
-    throw err
-  }
-})
+app.post(
+  '/users',
+  { onRequest: allow('users:write'), schema: { body: newUser, response: { 201: user } } },
+  async (request, reply) => {
+    const { name, email, role, password } = request.body
+    const passwordHash = password === undefined ? null : await hashPassword(password)
+    try {
+      const [row] = await sql`INSERT INTO users (name, email, role, password_hash) VALUES
+          (${name}, ${email}, ${role}, ${passwordHash}) RETURNING ${USER}`
+      return reply.code(201).send(row)
+    } catch (err) {
+      if (err.code === '23505') return reply.code(409).send({ message: 'E-mail address already in use' })
+      throw err
+    }
+  },
+)
 
-app.get('/products/:id', { onRequest: allow('products:read', 'any'), schema: { params: byId, response: { 200: product } } }, async (request, reply) => {
-  const [row] = await sql`SELECT ${PRODUCT} FROM products WHERE id = ${request.params.id}`
-  return row ?? reply.code(404).send({ message: 'Not Found' })
-})
+app.get(
+  '/products/:id',
+  { onRequest: allow('products:read', 'any'), schema: { params: byId, response: { 200: product } } },
+  async (request, reply) => {
+    const [row] = await sql`SELECT ${PRODUCT} FROM products WHERE id = ${request.params.id}`
+    return row ?? reply.code(404).send({ message: 'Not Found' })
+  },
+)
 
-app.get('/products', { onRequest: allow('products:read', 'any'), schema: { querystring: page(product), response: { 200: { type: 'array', items: product } } } }, async (request) => {
-  const q = request.query
-  const rows = await sql`SELECT ${PRODUCT} FROM products WHERE id > ${q['id[gt]']} ORDER BY id LIMIT ${q.limit}`
-  return q.fields ? rows.map(only(q.fields)) : rows
-})
+app.get(
+  '/products',
+  {
+    onRequest: allow('products:read', 'any'),
+    schema: { querystring: page(product), response: { 200: { type: 'array', items: product } } },
+  },
+  async (request) => {
+    const q = request.query
+    const rows = await sql`SELECT ${PRODUCT} FROM products WHERE id > ${q['id[gt]']} ORDER BY id LIMIT ${q.limit}`
+    return q.fields ? rows.map(only(q.fields)) : rows
+  },
+)
 
 const productChanges = {
   type: 'object',
   minProperties: 1,
   properties: {
-    sku: { type: 'string', minLength: 1, maxLength: 64 }, name: { type: 'string', minLength: 1, maxLength: 200 }, description: { type: 'string', maxLength: 10000 },
-    price: { type: 'integer', minimum: 0 }, currency: { type: 'string', minLength: 3, maxLength: 3 }, stock: { type: 'integer', minimum: 0 },
+    sku: { type: 'string', minLength: 1, maxLength: 64 },
+    name: { type: 'string', minLength: 1, maxLength: 200 },
+    description: { type: 'string', maxLength: 10000 },
+    price: { type: 'integer', minimum: 0 },
+    currency: { type: 'string', minLength: 3, maxLength: 3 },
+    stock: { type: 'integer', minimum: 0 },
   },
 }
 
-app.patch('/products/:id', { onRequest: allow('products:write'), schema: { params: byId, body: productChanges, response: { 200: product } } }, async (request, reply) => {
-  const changes = request.body
-  const [row] = await sql`UPDATE products SET ${sql(changes, Object.keys(changes))}, updated_at = now() WHERE id = ${request.params.id} RETURNING ${PRODUCT}`
-  return row ?? reply.code(404).send({ message: 'Not Found' })
-})
+app.patch(
+  '/products/:id',
+  { onRequest: allow('products:write'), schema: { params: byId, body: productChanges, response: { 200: product } } },
+  async (request, reply) => {
+    const changes = request.body
+    const [row] = await sql`UPDATE products
+        SET ${sql(changes, Object.keys(changes))}, updated_at = now() WHERE id
+          = ${request.params.id} RETURNING ${PRODUCT}`
+    return row ?? reply.code(404).send({ message: 'Not Found' })
+  },
+)
 
 await app.listen({ port: Number(env.PORT || 3200), host: env.HOST || '127.0.0.1' })
 

@@ -85,16 +85,28 @@ const app = Fastify({
 // A JSON API: bodies are JSON (415 otherwise, as the service answers), and
 // merge patches (RFC 7396) are JSON under their own media type.
 app.removeContentTypeParser('text/plain')
-app.addContentTypeParser('application/merge-patch+json', { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'))
+app.addContentTypeParser(
+  'application/merge-patch+json',
+  { parseAs: 'string' },
+  app.getDefaultJsonParser('error', 'error'),
+)
 
 // The JWT: HS256 only; signature (timingSafeEqual), exp, iss and aud checked
 // by fast-jwt on every request (its verification cache is off, the default;
 // the bare peer verifies every request too). The key is looked up by the
 // header's kid, as with key rotation; a token without kid gets the one key.
 await app.register(fastifyJwt, {
-  secret: (request, token, done) => (token.header.kid === undefined || token.header.kid === jwtKid ? done(null, jwtSecret) : done(httpError(401, 'unknown kid'))),
+  secret: (request, token, done) =>
+    token.header.kid === undefined || token.header.kid === jwtKid
+      ? done(null, jwtSecret)
+      : done(httpError(401, 'unknown kid')),
   decode: { complete: true },
-  verify: { algorithms: ['HS256'], allowedIss: issuer, allowedAud: audience, requiredClaims: ['exp', 'sub', 'role', 'scope'] },
+  verify: {
+    algorithms: ['HS256'],
+    allowedIss: issuer,
+    allowedAud: audience,
+    requiredClaims: ['exp', 'sub', 'role', 'scope'],
+  },
 })
 
 // ---- credentials -------------------------------------------------------------
@@ -116,7 +128,8 @@ async function apiKeyCaller(key) {
   const now = Date.now()
   if (!(now - (keyWrittenAt.get(row.api_key_id) ?? -Infinity) < 60_000)) {
     keyWrittenAt.set(row.api_key_id, now)
-    await sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${row.api_key_id} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`
+    await sql`UPDATE api_keys SET last_used_at = now() WHERE id
+      = ${row.api_key_id} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`
   }
   return { userId: String(row.user_id), role: row.role, scopes: row.scopes }
 }
@@ -129,18 +142,24 @@ async function apiKeyCaller(key) {
 function guard(scope, who) {
   return async function authorize(request) {
     const apiKey = request.headers['x-api-key']
-    if (apiKey !== undefined && request.headers.authorization !== undefined) throw httpError(400, 'Send one credential, not both Authorization and X-API-Key.')
+    if (apiKey !== undefined && request.headers.authorization !== undefined)
+      throw httpError(400, 'Send one credential, not both Authorization and X-API-Key.')
     let caller
     if (typeof apiKey === 'string') {
       caller = await apiKeyCaller(apiKey.trim())
     } else {
       const claims = await request.jwtVerify()
-      if (typeof claims.scope !== 'string' || typeof claims.role !== 'string' || typeof claims.sub !== 'string') throw httpError(401, 'The credential is invalid.')
+      if (typeof claims.scope !== 'string' || typeof claims.role !== 'string' || typeof claims.sub !== 'string')
+        throw httpError(401, 'The credential is invalid.')
       caller = { userId: claims.sub, role: claims.role, scopes: claims.scope.split(' ') }
     }
     request.caller = caller
     if (!caller.scopes.includes(scope)) throw httpError(403, `This credential lacks the scope ${scope}.`)
-    if (!(caller.role === 'admin' || who === 'any' || (who === 'admin-or-self' && request.params.id === caller.userId))) {
+    if (!(
+      caller.role === 'admin' ||
+      who === 'any' ||
+      (who === 'admin-or-self' && request.params.id === caller.userId)
+    )) {
       throw httpError(403, 'This credential may not do this.')
     }
   }
@@ -155,24 +174,29 @@ app.addHook('onRequest', async (request, reply) => {
 
 // One line per request, the fields the service logs; request_id comes from the request's child logger.
 app.addHook('onResponse', async (request, reply) => {
-  request.log.info({
-    method: request.method,
-    route: request.routeOptions.url ?? null,
-    status: reply.statusCode,
-    duration_ms: reply.elapsedTime,
-    user_id: request.caller?.userId ?? null,
-    client: request.ip,
-  }, 'request')
+  request.log.info(
+    {
+      method: request.method,
+      route: request.routeOptions.url ?? null,
+      status: reply.statusCode,
+      duration_ms: reply.elapsedTime,
+      user_id: request.caller?.userId ?? null,
+      client: request.ip,
+    },
+    'request',
+  )
 })
 
 // The service's statuses where Fastify's defaults differ: a malformed id cannot
 // name a resource (404, as the service's router answers); a body that is JSON
 // but breaks the schema is 422 (malformed JSON stays 400).
 app.setErrorHandler((error, request, reply) => {
-  if (error.validation && error.validationContext === 'params') return reply.code(404).send({ statusCode: 404, error: 'Not Found', message: 'Not found.' })
+  if (error.validation && error.validationContext === 'params')
+    return reply.code(404).send({ statusCode: 404, error: 'Not Found', message: 'Not found.' })
   if (error.validation && error.validationContext === 'body') error.statusCode = 422
   // @fastify/jwt maps only some of fast-jwt's refusals to 401 (a token of another algorithm would be a 500).
-  if (typeof error.code === 'string' && (error.code.startsWith('FAST_JWT_') || error.code.startsWith('FST_JWT_'))) error.statusCode = 401
+  if (typeof error.code === 'string' && (error.code.startsWith('FAST_JWT_') || error.code.startsWith('FST_JWT_')))
+    error.statusCode = 401
   // With request logging off, the default handler no longer logs failures: a 500 is logged here.
   if (!(error.statusCode < 500)) request.log.error({ err: error }, 'unhandled error')
   throw error
@@ -243,7 +267,12 @@ const listQuery = (members, sorts) => ({
 })
 
 // The rules of the service's schemas (src/users/resource.ts, src/products/resource.ts, src/core/resources/common.ts).
-const nameRule = { type: 'string', minLength: 1, maxLength: 200, pattern: '^(?=[\\s\\S]*[^\\s])[^\\u0000-\\u001f\\u007f-\\u009f]*$' }
+const nameRule = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 200,
+  pattern: '^(?=[\\s\\S]*[^\\s])[^\\u0000-\\u001f\\u007f-\\u009f]*$',
+}
 const userCreate = {
   type: 'object',
   additionalProperties: false,
@@ -253,19 +282,25 @@ const userCreate = {
     email: {
       type: 'string',
       maxLength: 254,
-      pattern: "^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$",
+      pattern:
+        "^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$",
     },
     role: { type: 'string', enum: ['admin', 'user'] },
   },
 }
-// A merge patch: every member optional, null puts description and stock back to their defaults; read-only members may be echoed.
+// A merge patch: every member optional, null puts description and stock back to their defaults; read-only members may
+// be echoed.
 const productPatch = {
   type: 'object',
   additionalProperties: false,
   properties: {
     sku: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' },
     name: nameRule,
-    description: { type: ['string', 'null'], maxLength: 10000, pattern: '^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f]*$' },
+    description: {
+      type: ['string', 'null'],
+      maxLength: 10000,
+      pattern: '^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f]*$',
+    },
     price: { type: 'integer', minimum: 0, maximum: 1_000_000_000_000 },
     currency: { type: 'string', enum: Intl.supportedValuesOf('currency') },
     stock: { type: ['integer', 'null'], minimum: 0, maximum: 2_147_483_647 },
@@ -311,117 +346,148 @@ function pick(fields) {
 
 app.get('/healthz', async () => ({ status: 'ok' }))
 
-app.get('/users', {
-  onRequest: guard('users:read', 'admin'),
-  schema: { querystring: listQuery(userMembers, ['id']), response: { 200: userPage } },
-}, async (request, reply) => {
-  const q = request.query
-  const idGt = q['id[gt]']
-  const after = q.after?.split(',').map(Number)
-  if (after && after.length !== 1) throw httpError(400, 'after: is not a cursor of this sort')
-  // The service's statement for sort=id: the representation's columns, one row more than the page to know if there is a next one.
-  const rows = await sql`
+app.get(
+  '/users',
+  {
+    onRequest: guard('users:read', 'admin'),
+    schema: { querystring: listQuery(userMembers, ['id']), response: { 200: userPage } },
+  },
+  async (request, reply) => {
+    const q = request.query
+    const idGt = q['id[gt]']
+    const after = q.after?.split(',').map(Number)
+    if (after && after.length !== 1) throw httpError(400, 'after: is not a cursor of this sort')
+    // The service's statement for sort=id: the representation's columns, one row more than the page to know if there is
+    // a next one.
+    const rows = await sql`
     SELECT id, name, email, role, email_verified_at, created_at, updated_at FROM users
     WHERE true ${idGt !== undefined ? sql`AND id > ${idGt}` : sql``} ${after ? sql`AND id > ${after[0]}` : sql``}
     ORDER BY id ASC LIMIT ${q.limit + 1} ${q.offset ? sql`OFFSET ${q.offset}` : sql``}`
-  if (rows.length > q.limit) {
-    rows.pop()
-    reply.header('link', nextLink(request, rows[rows.length - 1].id))
-  }
-  return q.fields ? rows.map(pick(q.fields)) : rows
-})
+    if (rows.length > q.limit) {
+      rows.pop()
+      reply.header('link', nextLink(request, rows[rows.length - 1].id))
+    }
+    return q.fields ? rows.map(pick(q.fields)) : rows
+  },
+)
 
-app.post('/users', {
-  onRequest: guard('users:write', 'admin'),
-  schema: { body: userCreate, response: { 201: userSchema } },
-}, async (request, reply) => {
-  const { name, email, role = 'user' } = request.body
-  try {
-    const [row] = await sql`INSERT INTO users ${sql({ name, email, role })} RETURNING *`
-    return reply.code(201).header('etag', etag(row.version)).header('location', `/users/${row.id}`).send(row)
-  } catch (err) {
-    if (err.code === '23505' && err.constraint_name === 'users_email_key') throw httpError(409, 'A user with this email already exists.')
-    throw err
-  }
-})
+app.post(
+  '/users',
+  {
+    onRequest: guard('users:write', 'admin'),
+    schema: { body: userCreate, response: { 201: userSchema } },
+  },
+  async (request, reply) => {
+    const { name, email, role = 'user' } = request.body
+    try {
+      const [row] = await sql`INSERT INTO users ${sql({ name, email, role })} RETURNING *`
+      return reply.code(201).header('etag', etag(row.version)).header('location', `/users/${row.id}`).send(row)
+    } catch (err) {
+      if (err.code === '23505' && err.constraint_name === 'users_email_key')
+        throw httpError(409, 'A user with this email already exists.')
+      throw err
+    }
+  },
+)
 
-app.get('/users/:id', {
-  onRequest: guard('users:read', 'admin-or-self'),
-  schema: { params: idParams, response: { 200: userSchema } },
-}, async (request, reply) => {
-  const [row] = await sql`SELECT * FROM users WHERE id = ${request.params.id}`
-  if (!row) throw httpError(404, 'Not found.')
-  reply.header('etag', etag(row.version))
-  return row
-})
+app.get(
+  '/users/:id',
+  {
+    onRequest: guard('users:read', 'admin-or-self'),
+    schema: { params: idParams, response: { 200: userSchema } },
+  },
+  async (request, reply) => {
+    const [row] = await sql`SELECT * FROM users WHERE id = ${request.params.id}`
+    if (!row) throw httpError(404, 'Not found.')
+    reply.header('etag', etag(row.version))
+    return row
+  },
+)
 
-app.get('/products', {
-  onRequest: guard('products:read', 'any'),
-  schema: { querystring: listQuery(productMembers, ['id', '-price']), response: { 200: productPage } },
-}, async (request, reply) => {
-  const q = request.query
-  const byPrice = q.sort === '-price'
-  const idGt = q['id[gt]']
-  const after = q.after?.split(',').map(Number)
-  if (after && after.length !== (byPrice ? 2 : 1)) throw httpError(400, 'after: is not a cursor of this sort')
-  // The service's statements for sort=id and sort=-price (ties by id, in the same direction).
-  const rows = await sql`
+app.get(
+  '/products',
+  {
+    onRequest: guard('products:read', 'any'),
+    schema: { querystring: listQuery(productMembers, ['id', '-price']), response: { 200: productPage } },
+  },
+  async (request, reply) => {
+    const q = request.query
+    const byPrice = q.sort === '-price'
+    const idGt = q['id[gt]']
+    const after = q.after?.split(',').map(Number)
+    if (after && after.length !== (byPrice ? 2 : 1)) throw httpError(400, 'after: is not a cursor of this sort')
+    // The service's statements for sort=id and sort=-price (ties by id, in the same direction).
+    const rows = await sql`
     SELECT id, sku, name, description, price, currency, stock, created_at, updated_at FROM products
     WHERE true ${idGt !== undefined ? sql`AND id > ${idGt}` : sql``}
       ${after ? (byPrice ? sql`AND (price, id) < (${after[0]}, ${after[1]})` : sql`AND id > ${after[0]}`) : sql``}
-    ORDER BY ${byPrice ? sql`price DESC, id DESC` : sql`id ASC`} LIMIT ${q.limit + 1} ${q.offset ? sql`OFFSET ${q.offset}` : sql``}`
-  if (rows.length > q.limit) {
-    rows.pop()
-    const last = rows[rows.length - 1]
-    reply.header('link', nextLink(request, byPrice ? `${last.price},${last.id}` : last.id))
-  }
-  return q.fields ? rows.map(pick(q.fields)) : rows
-})
-
-app.get('/products/:id', {
-  onRequest: guard('products:read', 'any'),
-  schema: { params: idParams, response: { 200: productSchema } },
-}, async (request, reply) => {
-  const [row] = await sql`SELECT * FROM products WHERE id = ${request.params.id}`
-  if (!row) throw httpError(404, 'Not found.')
-  reply.header('etag', etag(row.version))
-  return row
-})
-
-app.patch('/products/:id', {
-  onRequest: guard('products:write', 'admin'),
-  schema: { params: idParams, body: productPatch, response: { 200: productSchema } },
-}, async (request, reply) => {
-  const { id } = request.params
-  const body = request.body
-  if (body.id !== undefined && String(body.id) !== id) throw httpError(422, 'id: must equal the id in the path')
-  const ifMatch = request.headers['if-match']
-  // Lock the row, compare its version with If-Match, write only what changes:
-  // concurrent writers queue on the lock and the second one sees the first's version.
-  const row = await sql.begin(async (tx) => {
-    const [current] = await tx`SELECT * FROM products WHERE id = ${id} FOR UPDATE`
-    if (!current) throw httpError(404, 'Not found.')
-    if (!ifMatchHolds(ifMatch, current.version)) {
-      reply.header('etag', etag(current.version))
-      throw httpError(412, 'If-Match does not match the ETag.')
+    ORDER BY ${
+      byPrice
+        ? sql`price DESC, id
+      DESC`
+        : sql`id ASC`
+    } LIMIT ${q.limit + 1} ${q.offset ? sql`OFFSET ${q.offset}` : sql``}`
+    if (rows.length > q.limit) {
+      rows.pop()
+      const last = rows[rows.length - 1]
+      reply.header('link', nextLink(request, byPrice ? `${last.price},${last.id}` : last.id))
     }
-    const changes = {}
-    for (const k of PRODUCT_WRITABLE) {
-      if (body[k] === undefined) continue
-      const value = body[k] === null ? PRODUCT_DEFAULTS[k] : body[k]
-      if (value !== current[k]) changes[k] = value
-    }
-    if (Object.keys(changes).length === 0) return current
-    // now() is the start of the transaction, which may predate the previous write if we waited on its lock.
-    const [updated] = await tx`
+    return q.fields ? rows.map(pick(q.fields)) : rows
+  },
+)
+
+app.get(
+  '/products/:id',
+  {
+    onRequest: guard('products:read', 'any'),
+    schema: { params: idParams, response: { 200: productSchema } },
+  },
+  async (request, reply) => {
+    const [row] = await sql`SELECT * FROM products WHERE id = ${request.params.id}`
+    if (!row) throw httpError(404, 'Not found.')
+    reply.header('etag', etag(row.version))
+    return row
+  },
+)
+
+app.patch(
+  '/products/:id',
+  {
+    onRequest: guard('products:write', 'admin'),
+    schema: { params: idParams, body: productPatch, response: { 200: productSchema } },
+  },
+  async (request, reply) => {
+    const { id } = request.params
+    const body = request.body
+    if (body.id !== undefined && String(body.id) !== id) throw httpError(422, 'id: must equal the id in the path')
+    const ifMatch = request.headers['if-match']
+    // Lock the row, compare its version with If-Match, write only what changes:
+    // concurrent writers queue on the lock and the second one sees the first's version.
+    const row = await sql.begin(async (tx) => {
+      const [current] = await tx`SELECT * FROM products WHERE id = ${id} FOR UPDATE`
+      if (!current) throw httpError(404, 'Not found.')
+      if (!ifMatchHolds(ifMatch, current.version)) {
+        reply.header('etag', etag(current.version))
+        throw httpError(412, 'If-Match does not match the ETag.')
+      }
+      const changes = {}
+      for (const k of PRODUCT_WRITABLE) {
+        if (body[k] === undefined) continue
+        const value = body[k] === null ? PRODUCT_DEFAULTS[k] : body[k]
+        if (value !== current[k]) changes[k] = value
+      }
+      if (Object.keys(changes).length === 0) return current
+      // now() is the start of the transaction, which may predate the previous write if we waited on its lock.
+      const [updated] = await tx`
       UPDATE products SET ${tx(changes, Object.keys(changes))}, version = version + 1,
         updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')
       WHERE id = ${current.id} RETURNING *`
-    return updated
-  })
-  reply.header('etag', etag(row.version))
-  return row
-})
+      return updated
+    })
+    reply.header('etag', etag(row.version))
+    return row
+  },
+)
 
 // ---- start and stop ----------------------------------------------------------------
 

@@ -43,8 +43,17 @@ export async function measure(): Promise<FaultSection> {
       }
       return {
         title: `Database admission: many more clients than connections (pool of ${POOL})`,
-        columns: ['clients', 'connections', 'served', 'p50 ms', 'p99 ms', 'max ms', 'refused (503)', 'other',
-          'target ms'],
+        columns: [
+          'clients',
+          'connections',
+          'served',
+          'p50 ms',
+          'p99 ms',
+          'max ms',
+          'refused (503)',
+          'other',
+          'target ms',
+        ],
         rows,
         note:
           `${DURATION_MS / 1000} s of closed-loop GET /users/{id} per row, from the bench process (fetch). A request ` +

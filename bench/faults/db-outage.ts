@@ -2,7 +2,14 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { DEADLINE_GRACE_MS } from '../../src/core/db/admission.js'
 import { connect } from '../../src/core/db/connect.js'
 import {
-  adminToken, call, holdRowLock, latencies, startLoad, waitFor, type Outcome, type OwnCluster,
+  adminToken,
+  call,
+  holdRowLock,
+  latencies,
+  startLoad,
+  waitFor,
+  type Outcome,
+  type OwnCluster,
 } from '../../test/fault-kit.js'
 import { ms } from './format.js'
 import type { FaultSection } from './section.js'
@@ -42,8 +49,12 @@ export async function measure(): Promise<FaultSection> {
         client % 2
           ? call(service.url, 'GET', `/users/${adminId}`, { token, client, seq, timeoutMs: 20_000 })
           : call(service.url, 'POST', '/users', {
-            token, client, seq, timeoutMs: 20_000, body: { name: 'Outage', email: `outage.${++serial}@example.com` },
-          })
+              token,
+              client,
+              seq,
+              timeoutMs: 20_000,
+              body: { name: 'Outage', email: `outage.${++serial}@example.com` },
+            })
       /** The load for a second, the fault, then once a request sent after its end succeeds, a second more. */
       const outage = async ({ what, begin, lastsMs, end, bounds }: Fault): Promise<string[]> => {
         const api = startLoad(CLIENTS, request)
@@ -75,12 +86,23 @@ export async function measure(): Promise<FaultSection> {
         const healthBefore = latencies(health.outcomes.filter((o) => o.ended < downAt)).max
         const healthDuring = latencies(health.outcomes.filter((o) => o.started >= downAt && o.ended <= upAt)).max
         return [
-          what, String(l.count), ms(firstUnavailable), ms(l.p50), ms(l.p99), ms(l.max), ms(firstSuccess),
-          `${ms(healthBefore)} / ${ms(healthDuring)}`, String(bounds.unavailableMs), String(bounds.servedAgainMs),
+          what,
+          String(l.count),
+          ms(firstUnavailable),
+          ms(l.p50),
+          ms(l.p99),
+          ms(l.max),
+          ms(firstSuccess),
+          `${ms(healthBefore)} / ${ms(healthDuring)}`,
+          String(bounds.unavailableMs),
+          String(bounds.servedAgainMs),
         ]
       }
       const stopped = (mode: 'fast' | 'immediate'): Fault => ({
-        what: `stopped (${mode})`, begin: () => cluster.stop(mode), lastsMs: 3000, end: () => cluster.start(),
+        what: `stopped (${mode})`,
+        begin: () => cluster.stop(mode),
+        lastsMs: 3000,
+        end: () => cluster.start(),
         bounds: { unavailableMs: 1000, servedAgainMs: 1500 },
       })
       const rows = [
@@ -92,8 +114,16 @@ export async function measure(): Promise<FaultSection> {
       return {
         title: 'The database stopped, frozen, or a backend killed, under load',
         columns: [
-          'fault', "503's", 'first 503 after ms', '503 p50 ms', '503 p99 ms', '503 max ms', 'first success after ms',
-          '/healthz max before / during ms', 'bound on a 503 ms', 'bound on the first success ms',
+          'fault',
+          "503's",
+          'first 503 after ms',
+          '503 p50 ms',
+          '503 p99 ms',
+          '503 max ms',
+          'first success after ms',
+          '/healthz max before / during ms',
+          'bound on a 503 ms',
+          'bound on the first success ms',
         ],
         rows,
         note:
@@ -142,12 +172,17 @@ async function killed(base: string, token: string, url: string): Promise<string[
         const body = { name: `Round ${round}` }
         const request = call(base, 'PATCH', `/users/${id}`, { token, body, timeoutMs: 20_000 })
         let pid: number | undefined
-        await waitFor('the request to wait on the lock', async () => {
-          const [waiting] = await db<Array<{ pid: number }>>`
+        await waitFor(
+          'the request to wait on the lock',
+          async () => {
+            const [waiting] = await db<Array<{ pid: number }>>`
             SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`
-          pid = waiting?.pid
-          return pid !== undefined
-        }, 10_000, 10)
+            pid = waiting?.pid
+            return pid !== undefined
+          },
+          10_000,
+          10,
+        )
         const killedAt = performance.now()
         await db`SELECT pg_terminate_backend(${pid!})`
         const answer = await request

@@ -1,6 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import {
-  adminToken, call, floodIdleConnections, malformedRequests, sendMalformed, slowClients, startLoad, type Outcome,
+  adminToken,
+  call,
+  floodIdleConnections,
+  malformedRequests,
+  sendMalformed,
+  slowClients,
+  startLoad,
+  type Outcome,
 } from '../../test/fault-kit.js'
 import { latencyCells, ms } from './format.js'
 import type { FaultSection } from './section.js'

@@ -21,7 +21,9 @@ const STALL_MS = WAIT_TARGET_MS + 1500
 export async function measure(): Promise<FaultSection> {
   return withOwnDatabase(async ({ url, adminId }) => {
     const service = await quietService({
-      DATABASE_URL: url, DATABASE_POOL_MAX: String(POOL), STATEMENT_TIMEOUT: String(STATEMENT_TIMEOUT_S),
+      DATABASE_URL: url,
+      DATABASE_POOL_MAX: String(POOL),
+      STATEMENT_TIMEOUT: String(STATEMENT_TIMEOUT_S),
     })
     const locker = connect(url, { max: 1, statementTimeoutMs: 60_000 })
     try {
@@ -55,10 +57,16 @@ export async function measure(): Promise<FaultSection> {
         title: `A pool of ${POOL} stalled by a lock, under an open-loop flood`,
         columns: ['reads', 'answers', 'p50 ms', 'p99 ms', 'max ms', 'bound'],
         rows: [
-          ['refused at once (503)', ...latencyCells(refused),
-            `the first ${ms(firstRefusal)} ms after the lock, not before ${WAIT_TARGET_MS} ms`],
-          ['admitted while locked (200, or 503 at the deadline)', ...latencyCells(admitted),
-            `${deadlineMs} ms (STATEMENT_TIMEOUT + 5 s)`],
+          [
+            'refused at once (503)',
+            ...latencyCells(refused),
+            `the first ${ms(firstRefusal)} ms after the lock, not before ${WAIT_TARGET_MS} ms`,
+          ],
+          [
+            'admitted while locked (200, or 503 at the deadline)',
+            ...latencyCells(admitted),
+            `${deadlineMs} ms (STATEMENT_TIMEOUT + 5 s)`,
+          ],
           ['once the lock is gone (the baseline)', ...latencyCells(after), ''],
         ],
         note:

@@ -13,10 +13,12 @@ import { OwnCluster, serviceEnv, spawnService, type Spawned } from '../../test/f
 /** A port free now (the kernel's pick), for a service that must not announce itself on its log. */
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    }).once('error', reject)
+    const server = createServer()
+      .listen(0, '127.0.0.1', () => {
+        const { port } = server.address() as { port: number }
+        server.close(() => resolve(port))
+      })
+      .once('error', reject)
   })
 }
 

@@ -3,7 +3,15 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { Sql } from 'postgres'
 import { connect } from '../../src/core/db/connect.js'
 import {
-  adminToken, call, holdRowLock, RawClient, startLoad, waitFor, type Outcome, type OwnCluster, type Spawned,
+  adminToken,
+  call,
+  holdRowLock,
+  RawClient,
+  startLoad,
+  waitFor,
+  type Outcome,
+  type OwnCluster,
+  type Spawned,
 } from '../../test/fault-kit.js'
 import { ms, perSecond } from './format.js'
 import type { FaultSection } from './section.js'
@@ -14,8 +22,8 @@ import { quietService, withOwnDatabase } from './service.js'
 // shutting_down or a refused connection, nothing cut) and that the process
 // exits 0 within SHUTDOWN_TIMEOUT, or at it when a request never finishes.
 // This is how long the exit takes in each case, beside an idle service's,
-// and what keep-alive clients get per second before the signal and during the
-// drain.
+// and what keep-alive clients get per second
+// before the signal and during the drain.
 
 const KEEP_ALIVE_CLIENTS = 6
 
@@ -73,8 +81,11 @@ export async function measure(): Promise<FaultSection> {
   return withOwnDatabase(async ({ cluster, url, adminId }) => {
     const token = adminToken(adminId)
     const db = connect(url, { max: 4, statementTimeoutMs: 60_000 })
-    const env = (timeoutS: number): Env =>
-      ({ DATABASE_URL: url, SHUTDOWN_TIMEOUT: String(timeoutS), STATEMENT_TIMEOUT: '30' })
+    const env = (timeoutS: number): Env => ({
+      DATABASE_URL: url,
+      SHUTDOWN_TIMEOUT: String(timeoutS),
+      STATEMENT_TIMEOUT: '30',
+    })
     try {
       const idle = await terminate(await quietService(env(5)))
       const stuck = await quietService(env(2))
@@ -82,8 +93,12 @@ export async function measure(): Promise<FaultSection> {
       return {
         title: 'SIGTERM: the exit, and what keep-alive clients get during the drain',
         columns: [
-          'case', 'SHUTDOWN_TIMEOUT s', 'exit after SIGTERM ms', 'exit code',
-          'keep-alive answers per second before / draining', 'meanwhile',
+          'case',
+          'SHUTDOWN_TIMEOUT s',
+          'exit after SIGTERM ms',
+          'exit code',
+          'keep-alive answers per second before / draining',
+          'meanwhile',
         ],
         rows: [
           ['idle (the baseline)', '5', ms(idle.ms), String(idle.code), '', ''],
@@ -136,7 +151,10 @@ async function drain(env: Env, token: string, db: Sql): Promise<string[]> {
     const before = outcomes.filter((o) => o.ended >= termAt - 1000 && o.ended < termAt && o.status === 200)
     const draining = outcomes.filter((o) => o.ended >= termAt && o.ended <= exit.at && o.status !== undefined)
     return [
-      'draining 3 requests held 1 s', '5', ms(exit.at - termAt), String(exit.code),
+      'draining 3 requests held 1 s',
+      '5',
+      ms(exit.at - termAt),
+      String(exit.code),
       `${perSecond(before.length, 1000)} / ${perSecond(draining.length, exit.at - termAt)}`,
       `idle connection closed ${ms(idle.closedAt - termAt)} ms after SIGTERM`,
     ]

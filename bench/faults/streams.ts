@@ -100,8 +100,13 @@ export async function measure(): Promise<FaultSection> {
       await s.service.shutdown()
       const shutdownMs = performance.now() - shutdownAt
 
-      const row = (what: string, l: { count: number; p50: number; max: number }, reference: string) =>
-        [what, String(l.count), ms(l.p50), ms(l.max), reference]
+      const row = (what: string, l: { count: number; p50: number; max: number }, reference: string) => [
+        what,
+        String(l.count),
+        ms(l.p50),
+        ms(l.max),
+        reference,
+      ]
       return {
         title: "Event streams: delivery, the listener's return, heartbeats, a shutdown",
         columns: ['what', 'samples', 'p50 ms', 'max ms', 'reference'],
@@ -110,8 +115,11 @@ export async function measure(): Promise<FaultSection> {
           row('a write to its event, on a stream of another instance', other, 'read on notification; polls every 1 s'),
           row('an event committed while the listeners were away, on both', afterLoss, 'once held to 1500 ms'),
           row('between keep-alive comments on an idle stream', spacing, `heartbeat ${HEARTBEAT_MS} ms`),
-          row('shutdown with 5 streams keeping up and 1 stalled', { count: 1, p50: shutdownMs, max: shutdownMs },
-            `a clean end may take ${END_GRACE_MS} ms; the stalled one is cut`),
+          row(
+            'shutdown with 5 streams keeping up and 1 stalled',
+            { count: 1, p50: shutdownMs, max: shutdownMs },
+            `a clean end may take ${END_GRACE_MS} ms; the stalled one is cut`,
+          ),
         ],
         note:
           `${WRITES} writes (POST /products) per delivery row, each timed from the request to the event on the ` +

@@ -59,8 +59,13 @@ interface Served {
 async function serve(databaseUrl: string): Promise<Served> {
   const loaded: Config = {
     ...loadConfig({
-      PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', JWT_SECRETS: `bench:${secret}`, RATE_LIMIT: '0',
-      TRUST_PROXY: '1', PASSWORD_HASH_COST: String(PASSWORD_HASH_COST.default),
+      PORT: '0',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'error',
+      JWT_SECRETS: `bench:${secret}`,
+      RATE_LIMIT: '0',
+      TRUST_PROXY: '1',
+      PASSWORD_HASH_COST: String(PASSWORD_HASH_COST.default),
       PASSWORD_RESET_URL: 'https://app.example.com/reset?token={token}',
     }),
     databaseUrl,
@@ -118,17 +123,25 @@ async function interleaved(cases: Cases): Promise<Map<string, number[]>> {
 function rowsOf(flow: string, times: Map<string, number[]>): string[][] {
   const first = median([...times.values()][0]!)
   return [...times].map(([name, ms]) => [
-    flow, name, String(ms.length), median(ms).toFixed(1), Math.max(...ms).toFixed(1), (median(ms) / first).toFixed(2),
+    flow,
+    name,
+    String(ms.length),
+    median(ms).toFixed(1),
+    Math.max(...ms).toFixed(1),
+    (median(ms) / first).toFixed(2),
   ])
 }
 
 async function loginRows(on: Served, email: string, withoutPassword: string): Promise<string[][]> {
   const wrong = () => `wrong-${randomBytes(4).toString('hex')}`
-  return rowsOf('POST /auth/login (401)', await interleaved({
-    'wrong password': { expect: 401, run: () => login(on, email, wrong()) },
-    'unknown e-mail': { expect: 401, run: () => login(on, nobody(), wrong()) },
-    'account without a password': { expect: 401, run: () => login(on, withoutPassword, wrong()) },
-  }))
+  return rowsOf(
+    'POST /auth/login (401)',
+    await interleaved({
+      'wrong password': { expect: 401, run: () => login(on, email, wrong()) },
+      'unknown e-mail': { expect: 401, run: () => login(on, nobody(), wrong()) },
+      'account without a password': { expect: 401, run: () => login(on, withoutPassword, wrong()) },
+    }),
+  )
 }
 
 async function resetRows(on: Served, email: string): Promise<string[][]> {
@@ -137,11 +150,14 @@ async function resetRows(on: Served, email: string): Promise<string[][]> {
     while (on.service.deps.recoveryRequests.held > 0) await new Promise((resolve) => setTimeout(resolve, 5))
     return timed(`${on.url}/auth/password-reset`, 'POST', body, { 'x-forwarded-for': freshAddress() })
   }
-  return rowsOf('POST /auth/password-reset', await interleaved({
-    'known address (202)': { expect: 202, run: reset({ email }) },
-    'unknown address (202)': { expect: 202, run: reset({ email: nobody() }) },
-    'refused before any work (422)': { expect: 422, run: reset({ email: 1 }) },
-  }))
+  return rowsOf(
+    'POST /auth/password-reset',
+    await interleaved({
+      'known address (202)': { expect: 202, run: reset({ email }) },
+      'unknown address (202)': { expect: 202, run: reset({ email: nobody() }) },
+      'refused before any work (422)': { expect: 422, run: reset({ email: 1 }) },
+    }),
+  )
 }
 
 /** Logins for random accounts from one address, all at once; resolves once those past the queue are turned away. */
@@ -149,11 +165,13 @@ async function floodOfLogins(on: Served): Promise<{ flood: Promise<Timed[]>; set
   const attacker = freshAddress()
   let answered = 0
   let settled = false
-  const flood = Promise.all(Array.from({ length: FLOOD }, async () => {
-    const answer = await login(on, nobody(), 'whatever-1', attacker)
-    answered++
-    return answer
-  })).finally(() => (settled = true))
+  const flood = Promise.all(
+    Array.from({ length: FLOOD }, async () => {
+      const answer = await login(on, nobody(), 'whatever-1', attacker)
+      answered++
+      return answer
+    }),
+  ).finally(() => (settled = true))
   while (answered < FLOOD - QUEUE_HOLDS && !settled) await new Promise((resolve) => setTimeout(resolve, 5))
   return { flood, settled: () => settled }
 }
@@ -177,10 +195,14 @@ async function floodRows(on: Served, probe: () => Promise<Timed[]>, owner: () =>
   while (!settled() && logins.during.length < OWNER_LOGINS) logins.during.push((await owner()).ms)
   const turnedAway = (await flood).filter((a) => a.status === 429).length
   await probing
-  const cases = ({ alone, during }: typeof probes) => new Map([['alone', alone], ['during the flood', during]])
+  const cases = ({ alone, during }: typeof probes) =>
+    new Map([
+      ['alone', alone],
+      ['during the flood', during],
+    ])
   return [
     ...rowsOf(`probes, a flood of ${FLOOD} logins (${turnedAway} turned away)`, cases(probes)),
-    ...rowsOf('an owner\'s login, from another address', cases(logins)),
+    ...rowsOf("an owner's login, from another address", cases(logins)),
   ]
 }
 
@@ -225,10 +247,20 @@ export function measure(): Promise<FaultSection> {
       INSERT INTO products (sku, name, price, currency) VALUES ('TIMING-1', 'Timing', 100, 'EUR') RETURNING id`
     const now = Math.floor(Date.now() / 1000)
     // A session no session has and the epoch of a new user, as test/helpers/server.ts signs them.
-    const token = signJwt({
-      sub: String(user.id), iss: on.config.jwtIssuer, aud: on.config.jwtAudience, iat: now, exp: now + 3600,
-      role: 'user', scope: 'products:read', sid: String(2 ** 53), gen: 0,
-    }, on.config.jwtSecrets[0]!)
+    const token = signJwt(
+      {
+        sub: String(user.id),
+        iss: on.config.jwtIssuer,
+        aud: on.config.jwtAudience,
+        iat: now,
+        exp: now + 3600,
+        role: 'user',
+        scope: 'products:read',
+        sid: String(2 ** 53),
+        gen: 0,
+      },
+      on.config.jwtSecrets[0]!,
+    )
     const probe = async () => [
       await timed(`${on.url}/healthz`, 'GET'),
       await timed(`${on.url}/products/${product.id}`, 'GET', undefined, { authorization: `Bearer ${token}` }),
@@ -250,7 +282,7 @@ export function measure(): Promise<FaultSection> {
         'The tests assert equal work (hashes and statements) for known and unknown accounts, and what a client sees ' +
         'of a flood; these are the times. A login is one scrypt hash whatever the account; a reset answers before ' +
         'its work. During a flood the tests once bounded the slowest probe at max(1 s, 20 times the median alone) ' +
-        'and an owner\'s login at 10 times its time alone; they now hold the queue full and assert the answers and ' +
+        "and an owner's login at 10 times its time alone; they now hold the queue full and assert the answers and " +
         'the order of service.',
     }
   })

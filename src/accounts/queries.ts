@@ -29,7 +29,9 @@ export async function findUser(db: Sql | TransactionSql, id: string): Promise<Us
   return row
 }
 
-/** By an address already normalized (normalizeEmail: ASCII letters lower-cased), through the unique lower(email) index. */
+/**
+ * By an address already normalized (normalizeEmail: ASCII letters lower-cased), through the unique lower(email) index.
+ */
 export async function findUserByEmail(db: Sql | TransactionSql, normalizedEmail: string): Promise<UserRow | undefined> {
   const [row] = await db<UserRow[]>`SELECT * FROM users WHERE lower(email) = ${normalizedEmail}`
   return row
@@ -39,7 +41,10 @@ export async function findUserByEmail(db: Sql | TransactionSql, normalizedEmail:
 // each see the other admin and together leave none.
 const LAST_ADMIN_LOCK = 4_711_000_001
 
-/** Whether an admin other than `leavingId` exists, holding the lock until the transaction ends: call it inside the transaction that removes the role. */
+/**
+ * Whether an admin other than `leavingId` exists, holding the lock until the transaction ends: call it inside the
+ * transaction that removes the role.
+ */
 export async function anotherAdminExists(tx: TransactionSql, leavingId: number): Promise<boolean> {
   await tx`SELECT pg_advisory_xact_lock(${LAST_ADMIN_LOCK})`
   const [other] = await tx`SELECT 1 FROM users WHERE role = 'admin' AND id <> ${leavingId} LIMIT 1`
@@ -48,5 +53,6 @@ export async function anotherAdminExists(tx: TransactionSql, leavingId: number):
 
 /** Refuses (409) to remove the admin role from the only admin left. Call inside the transaction that does it. */
 export async function ensureAnotherAdmin(tx: TransactionSql, leavingId: number): Promise<void> {
-  if (!(await anotherAdminExists(tx, leavingId))) throw new HttpError('last_admin', 'This is the last admin; make another user admin first.')
+  if (!(await anotherAdminExists(tx, leavingId)))
+    throw new HttpError('last_admin', 'This is the last admin; make another user admin first.')
 }

@@ -21,11 +21,17 @@ import { recordEvents } from '../core/resources/change-events.js'
 // or given again.
 
 /** The answer to its creation, the one time the secret `key` is shown. */
-const ApiKeyCreated = Type.Object({ ...apiKeys.schemas.representation.properties, key: Type.String() }, { additionalProperties: false })
+const ApiKeyCreated = Type.Object(
+  { ...apiKeys.schemas.representation.properties, key: Type.String() },
+  { additionalProperties: false },
+)
 
 const userIdOf = (p: Principal) => (p.kind === 'user' ? p.userId : '')
 
-/** The credential creating a key: its session (none for a provider token), and for a JWT or a provider token the credential epoch it was checked at. */
+/**
+ * The credential creating a key: its session (none for a provider token), and for a JWT or a provider token the
+ * credential epoch it was checked at.
+ */
 interface Creator {
   sessionId: number | undefined
   epoch?: number
@@ -43,15 +49,25 @@ interface Creator {
  * a key cannot slip in behind the revocation of its creator (and of its keys).
  */
 async function insertApiKey(
-  sql: Sql, key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null }, creator: Creator, max: number, origin: EventOrigin,
+  sql: Sql,
+  key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null },
+  creator: Creator,
+  max: number,
+  origin: EventOrigin,
 ): Promise<StoredRow | 'gone' | 'limit'> {
   return sql.begin(async (tx) => {
-    const [user] = await tx<Array<{ epoch: number }>>`SELECT credential_epoch AS epoch FROM users WHERE id = ${key.user_id} FOR NO KEY UPDATE`
+    const [user] = await tx<
+      Array<{ epoch: number }>
+    >`SELECT credential_epoch AS epoch FROM users WHERE id = ${key.user_id} FOR NO KEY UPDATE`
     if (!user || (creator.epoch !== undefined && creator.epoch !== user.epoch)) return 'gone'
-    const [ended] = creator.sessionId === undefined ? [] : await tx`SELECT 1 FROM sessions WHERE id = ${creator.sessionId} AND revoked_at IS NOT NULL`
+    const [ended] =
+      creator.sessionId === undefined
+        ? []
+        : await tx`SELECT 1 FROM sessions WHERE id = ${creator.sessionId} AND revoked_at IS NOT NULL`
     if (ended) return 'gone'
     const [{ live }] = await tx<[{ live: number }]>`
-      SELECT count(*)::int AS live FROM api_keys WHERE user_id = ${key.user_id} AND (expires_at IS NULL OR expires_at > now())`
+      SELECT count(*)::int AS live FROM api_keys WHERE user_id
+      = ${key.user_id} AND (expires_at IS NULL OR expires_at > now())`
     if (live >= max) return 'limit'
     const [row] = await tx<StoredRow[]>`INSERT INTO api_keys ${tx(key)} RETURNING *`
     await recordEvents(tx, [eventOf(apiKeys, apiKeys.events.created, row!)], origin)
@@ -84,21 +100,41 @@ const hooks: ResourceHooks = {
       })
     }
     const expiresAt = values.expires_at ? new Date(values.expires_at as string) : null
-    if (expiresAt && expiresAt.getTime() <= services.clock.now()) throw validationFailed([{ path: '/expires_at', message: 'must be in the future' }])
+    if (expiresAt && expiresAt.getTime() <= services.clock.now())
+      throw validationFailed([{ path: '/expires_at', message: 'must be in the future' }])
     const key = newSecret('apiKey')
     const { maxApiKeysPerUser } = services.config
     const { credential } = principal
     if (credential.type === 'api_key') throw new Error('unreachable: an interactive route')
-    const creator: Creator = { sessionId: sessionOf(credential), epoch: credential.type === 'token' ? undefined : credential.epoch }
-    const row = await insertApiKey(services.sql, {
-      user_id: Number(principal.userId), name: values.name as string, prefix: displayPrefix(key), key_hash: hashSecret(key), scopes, expires_at: expiresAt,
-    }, creator, maxApiKeysPerUser, originOf(principal, requestId))
+    const creator: Creator = {
+      sessionId: sessionOf(credential),
+      epoch: credential.type === 'token' ? undefined : credential.epoch,
+    }
+    const row = await insertApiKey(
+      services.sql,
+      {
+        user_id: Number(principal.userId),
+        name: values.name as string,
+        prefix: displayPrefix(key),
+        key_hash: hashSecret(key),
+        scopes,
+        expires_at: expiresAt,
+      },
+      creator,
+      maxApiKeysPerUser,
+      originOf(principal, requestId),
+    )
     // The user was deleted, or the credential revoked, while this request ran: it is good for nothing now.
     if (row === 'gone') throw invalidToken()
-    if (row === 'limit') throw new HttpError('api_key_limit', `This user already holds ${maxApiKeysPerUser} live API keys (MAX_API_KEYS_PER_USER); delete one first.`)
+    if (row === 'limit')
+      throw new HttpError(
+        'api_key_limit',
+        `This user already holds ${maxApiKeysPerUser} live API keys (MAX_API_KEYS_PER_USER); delete one first.`,
+      )
     return { row, body: { key } }
   },
-  // Answer once this instance has heard the revocation: it never serves the key to a client told it is gone (src/auth/revocation/credential-changes.ts).
+  // Answer once this instance has heard the revocation: it never serves the key
+  // to a client told it is gone (src/auth/revocation/credential-changes.ts).
   afterDelete: (ctx) => ctx.services.credentialChanges.caughtUp(),
 }
 
@@ -110,8 +146,10 @@ const operations = resourceModule(apiKeys, {
   unsubscribable: [apiKeys.events.updated],
   hooks,
   summaries: {
-    list: 'List API keys: one\'s own, or anyone\'s for an admin',
-    create: 'Create an API key (a login only, with current_password unless it logged in within REAUTH_WINDOW); the secret is in this answer only',
+    list: "List API keys: one's own, or anyone's for an admin",
+    create:
+      'Create an API key (a login only, with current_password unless it logged in within REAUTH_WINDOW); the secret ' +
+      'is in this answer only',
     read: 'Read an API key (without its secret)',
     delete: 'Revoke an API key at once',
   },

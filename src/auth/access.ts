@@ -35,7 +35,12 @@ export function requireInteractive(principal: UserPrincipal): void {
   }
 }
 
-export function authorize(access: Access, principal: Principal, params: Record<string, string>, allowSignup: boolean): void {
+export function authorize(
+  access: Access,
+  principal: Principal,
+  params: Record<string, string>,
+  allowSignup: boolean,
+): void {
   if (access.kind !== 'protected') return
   if (principal.kind === 'anonymous') {
     if (access.signup && allowSignup) return
@@ -49,6 +54,9 @@ export function authorize(access: Access, principal: Principal, params: Record<s
   if (access.interactive) requireInteractive(principal)
   // Checked before the resource is read: a non-admin asking for another
   // user's id gets 403 whether or not that id exists, so existence does not leak.
-  const allowed = principal.role === 'admin' || access.who === 'any' || (access.who === 'admin-or-self' && params.id === principal.userId)
+  const allowed =
+    principal.role === 'admin' ||
+    access.who === 'any' ||
+    (access.who === 'admin-or-self' && params.id === principal.userId)
   if (!allowed) throw new HttpError('forbidden', 'This credential may not do this.')
 }

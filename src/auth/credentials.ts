@@ -48,7 +48,19 @@ export interface CredentialDeps {
 
 /** What authentication uses of an instance's deps; `bounded` as the caller waits for the database. */
 export function credentialDeps(
-  deps: Pick<AuthServices, 'sql' | 'config' | 'jwtCache' | 'apiKeyCache' | 'apiKeyUse' | 'revocations' | 'credentialChanges' | 'registry' | 'identityProvider' | 'clock'>,
+  deps: Pick<
+    AuthServices,
+    | 'sql'
+    | 'config'
+    | 'jwtCache'
+    | 'apiKeyCache'
+    | 'apiKeyUse'
+    | 'revocations'
+    | 'credentialChanges'
+    | 'registry'
+    | 'identityProvider'
+    | 'clock'
+  >,
   bounded: CredentialDeps['bounded'],
 ): CredentialDeps {
   const { config } = deps
@@ -75,12 +87,18 @@ export const challenge = {
 }
 
 export const unauthorized = () =>
-  new HttpError('unauthorized', 'This endpoint needs a credential: Authorization: Bearer <token> or X-API-Key.', { headers: { 'www-authenticate': challenge.missing } })
+  new HttpError('unauthorized', 'This endpoint needs a credential: Authorization: Bearer <token> or X-API-Key.', {
+    headers: { 'www-authenticate': challenge.missing },
+  })
 export const invalidToken = () =>
-  new HttpError('invalid_token', 'The credential is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
+  new HttpError('invalid_token', 'The credential is invalid, expired or revoked.', {
+    headers: { 'www-authenticate': challenge.invalid },
+  })
 /** A credential accepted a moment ago whose user was deleted since (a JWT may outlive its user by that moment). */
 export const userGone = () =>
-  new HttpError('invalid_token', 'The user of this credential no longer exists.', { headers: { 'www-authenticate': challenge.invalid } })
+  new HttpError('invalid_token', 'The user of this credential no longer exists.', {
+    headers: { 'www-authenticate': challenge.invalid },
+  })
 
 /** The presented secret, or undefined when there is none. Two credentials are a 400. */
 export function presentedCredential(headers: IncomingHttpHeaders): string | undefined {
@@ -102,11 +120,12 @@ export function presentedCredential(headers: IncomingHttpHeaders): string | unde
 
 /** A credential as presented, its form checked and nothing looked up yet: what `checkCredentials` takes. */
 export type Presented =
-  | { kind: 'jwt'; token: string }
-  | { kind: 'provider'; token: string }
-  | { kind: 'apiKey' | 'access'; hash: Buffer }
+  { kind: 'jwt'; token: string } | { kind: 'provider'; token: string } | { kind: 'apiKey' | 'access'; hash: Buffer }
 
-/** What a presented secret is; a secret of no kind we issue is invalid. Whose a JWT is, ours or the identity provider's, checkCredentials tells. */
+/**
+ * What a presented secret is; a secret of no kind we issue is invalid. Whose a JWT is, ours or the identity provider's,
+ * checkCredentials tells.
+ */
 export function classifySecret(secret: string): Presented {
   if (looksLikeJwt(secret)) return { kind: 'jwt', token: secret }
   const kind = kindOf(secret)
@@ -130,7 +149,10 @@ export async function authenticate(headers: IncomingHttpHeaders, deps: Credentia
  * its request (src/auth/grants.ts) checks its credential again this way,
  * all of an instance's at once.
  */
-export async function checkCredentials(presented: readonly Presented[], deps: CredentialDeps): Promise<Array<UserPrincipal | undefined>> {
+export async function checkCredentials(
+  presented: readonly Presented[],
+  deps: CredentialDeps,
+): Promise<Array<UserPrincipal | undefined>> {
   const principals: Array<UserPrincipal | undefined> = presented.map(() => undefined)
   const jwts: Array<{ at: number; principal: UserPrincipal }> = []
   const keys: Array<{ at: number; hash: Buffer }> = []
@@ -138,12 +160,17 @@ export async function checkCredentials(presented: readonly Presented[], deps: Cr
   const providerTokens: Array<{ at: number; token: string }> = []
   presented.forEach((p, at) => {
     switch (p.kind) {
-      case 'provider': return void providerTokens.push({ at, token: p.token })
-      case 'apiKey': return void keys.push({ at, hash: p.hash })
-      case 'access': return void tokens.push({ at, hash: p.hash })
+      case 'provider':
+        return void providerTokens.push({ at, token: p.token })
+      case 'apiKey':
+        return void keys.push({ at, hash: p.hash })
+      case 'access':
+        return void tokens.push({ at, hash: p.hash })
       case 'jwt': {
-        // One this instance verified before is ours, and costs no decoding; a new one is the provider's when its iss says so.
-        if (!deps.jwtCache.has(p.token) && deps.identityProvider?.issued(p.token)) return void providerTokens.push({ at, token: p.token })
+        // One this instance verified before is ours, and costs no decoding; a new one is the provider's when its iss
+        // says so.
+        if (!deps.jwtCache.has(p.token) && deps.identityProvider?.issued(p.token))
+          return void providerTokens.push({ at, token: p.token })
         const principal = verifiedJwt(p.token, deps)
         if (principal) jwts.push({ at, principal })
       }
@@ -152,7 +179,12 @@ export async function checkCredentials(presented: readonly Presented[], deps: Cr
   const found = await Promise.all([
     unrevokedJwts(jwts, deps),
     providerPrincipals(providerTokens, deps),
-    keys.length === 0 ? [] : apiKeyPrincipals(keys.map((k) => k.hash), deps).then((found) => keys.map((k, i) => ({ at: k.at, principal: found[i] }))),
+    keys.length === 0
+      ? []
+      : apiKeyPrincipals(
+          keys.map((k) => k.hash),
+          deps,
+        ).then((found) => keys.map((k, i) => ({ at: k.at, principal: found[i] }))),
     opaqueTokens(tokens, deps),
   ])
   for (const { at, principal } of found.flat()) principals[at] = principal
@@ -160,17 +192,27 @@ export async function checkCredentials(presented: readonly Presented[], deps: Cr
 }
 
 /** Principals of the identity provider's tokens; a provider that cannot be reached with no keys cached is a 503. */
-async function providerPrincipals(tokens: ReadonlyArray<{ at: number; token: string }>, deps: CredentialDeps): Promise<Array<{ at: number; principal: UserPrincipal | undefined }>> {
+async function providerPrincipals(
+  tokens: ReadonlyArray<{ at: number; token: string }>,
+  deps: CredentialDeps,
+): Promise<Array<{ at: number; principal: UserPrincipal | undefined }>> {
   const provider = deps.identityProvider
   if (tokens.length === 0 || !provider) return []
   const providerDeps = { ...deps, trusted: () => deps.credentialChanges.trusted, origin: PROVISIONED }
   try {
-    return await Promise.all(tokens.map(async ({ at, token }) => ({ at, principal: await provider.principalOf(token, providerDeps) })))
+    return await Promise.all(
+      tokens.map(async ({ at, token }) => ({ at, principal: await provider.principalOf(token, providerDeps) })),
+    )
   } catch (err) {
     if (!(err instanceof ProviderUnavailable)) throw err
-    throw new HttpError('identity_provider_unavailable', 'The identity provider that issued this token cannot be reached, and its keys are not known yet; try again shortly.', {
-      headers: { 'retry-after': String(err.retryAfterSeconds) },
-    })
+    throw new HttpError(
+      'identity_provider_unavailable',
+      'The identity provider that issued this token cannot be reached, and its keys are not known yet; try again ' +
+        'shortly.',
+      {
+        headers: { 'retry-after': String(err.retryAfterSeconds) },
+      },
+    )
   }
 }
 
@@ -187,18 +229,28 @@ interface CredentialRow {
 }
 
 /** Opaque tokens see the user's current role, revocation and deletion at once: they are read every time. */
-async function opaqueTokens(tokens: ReadonlyArray<{ at: number; hash: Buffer }>, deps: CredentialDeps): Promise<Array<{ at: number; principal: UserPrincipal }>> {
+async function opaqueTokens(
+  tokens: ReadonlyArray<{ at: number; hash: Buffer }>,
+  deps: CredentialDeps,
+): Promise<Array<{ at: number; principal: UserPrincipal }>> {
   if (tokens.length === 0) return []
-  const rows = await deps.bounded(() => deps.sql<CredentialRow[]>`
+  const rows = await deps.bounded(
+    () => deps.sql<CredentialRow[]>`
     SELECT t.token_hash, u.id AS user_id, u.role, s.scopes, t.expires_at, s.id AS session_id
     FROM access_tokens t JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = s.user_id
-    WHERE t.token_hash = ANY(${hashList(deps.sql, tokens.map((t) => t.hash))}) AND t.expires_at > now() AND s.revoked_at IS NULL`)
+    WHERE t.token_hash = ANY(${hashList(
+      deps.sql,
+      tokens.map((t) => t.hash),
+    )}) AND t.expires_at > now() AND s.revoked_at IS NULL`,
+  )
   const byHash = new Map(rows.map((row) => [row.token_hash.toString('base64'), row]))
   return tokens.flatMap(({ at, hash }) => {
     const row = byHash.get(hash.toString('base64'))
     if (!row) return []
     const principal: UserPrincipal = {
-      kind: 'user', userId: String(row.user_id), role: row.role,
+      kind: 'user',
+      userId: String(row.user_id),
+      role: row.role,
       scopes: deps.scopes.effective(row.role, row.scopes),
       credential: { type: 'token', expiresAt: row.expires_at, sessionId: row.session_id },
     }
@@ -211,14 +263,18 @@ async function opaqueTokens(tokens: ReadonlyArray<{ at: number; hash: Buffer }>,
  * revocation are checked every time. Revocation comes from memory while
  * this instance provably hears every change, else from the database.
  */
-async function unrevokedJwts<T extends { principal: UserPrincipal }>(jwts: readonly T[], deps: CredentialDeps): Promise<T[]> {
+async function unrevokedJwts<T extends { principal: UserPrincipal }>(
+  jwts: readonly T[],
+  deps: CredentialDeps,
+): Promise<T[]> {
   if (jwts.length === 0) return []
   const claims = jwts.map(({ principal }) => {
     const { credential } = principal
     if (credential.type !== 'jwt') throw new Error('unreachable: a JWT principal')
     return { userId: Number(principal.userId), sessionId: credential.sessionId, epoch: credential.epoch }
   })
-  if (deps.credentialChanges.trusted) return jwts.filter((_, i) => !deps.revocations.revokes(claims[i]!.userId, claims[i]!.sessionId, claims[i]!.epoch))
+  if (deps.credentialChanges.trusted)
+    return jwts.filter((_, i) => !deps.revocations.revokes(claims[i]!.userId, claims[i]!.sessionId, claims[i]!.epoch))
   const live = await liveInDatabase(deps, claims)
   return jwts.filter((_, i) => live.has(i))
 }
@@ -232,9 +288,16 @@ function verifiedJwt(token: string, { settings, jwtCache, scopes, clock }: Crede
     // The role and scopes of the token hold until it expires or is revoked: a role change raises the epoch (sql/005).
     const role: Role = claims.role === 'admin' ? 'admin' : 'user'
     const principal: UserPrincipal = {
-      kind: 'user', userId: claims.sub, role,
+      kind: 'user',
+      userId: claims.sub,
+      role,
       scopes: scopes.effective(role, claims.scope.split(' ')),
-      credential: { type: 'jwt', expiresAt: new Date(claims.exp * 1000).toISOString(), sessionId: Number(claims.sid), epoch: claims.gen },
+      credential: {
+        type: 'jwt',
+        expiresAt: new Date(claims.exp * 1000).toISOString(),
+        sessionId: Number(claims.sid),
+        epoch: claims.gen,
+      },
     }
     jwtCache.set(token, principal, claims.exp)
     return principal
@@ -250,12 +313,18 @@ function verifiedJwt(token: string, { settings, jwtCache, scopes, clock }: Crede
  * does not exist is not a revoked one: sessions go only with their user.
  * The positions in `claims` of those that live.
  */
-async function liveInDatabase({ sql, bounded }: CredentialDeps, claims: ReadonlyArray<{ userId: number; sessionId: number; epoch: number }>): Promise<Set<number>> {
-  const rows = await bounded(() => sql<Array<{ at: number }>>`
+async function liveInDatabase(
+  { sql, bounded }: CredentialDeps,
+  claims: ReadonlyArray<{ userId: number; sessionId: number; epoch: number }>,
+): Promise<Set<number>> {
+  const rows = await bounded(
+    () => sql<Array<{ at: number }>>`
     SELECT c.at - 1 AS at
-    FROM unnest(${claims.map((c) => c.userId)}::bigint[], ${claims.map((c) => c.sessionId)}::bigint[], ${claims.map((c) => c.epoch)}::integer[])
+    FROM unnest(${claims.map((c) => c.userId)}::bigint[], ${claims.map((c) => c.sessionId)}::bigint[],
+    ${claims.map((c) => c.epoch)}::integer[])
       WITH ORDINALITY AS c(user_id, session_id, epoch, at)
     WHERE EXISTS (SELECT 1 FROM users u WHERE u.id = c.user_id AND u.credential_epoch = c.epoch)
-      AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = c.session_id AND s.revoked_at IS NOT NULL)`)
+      AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = c.session_id AND s.revoked_at IS NOT NULL)`,
+  )
   return new Set(rows.map((r) => Number(r.at)))
 }

@@ -16,7 +16,8 @@ type ProofContext = Pick<HandlerContext<unknown, unknown>, 'services' | 'client'
 export const currentPasswordRequired = (detail: string) => new HttpError('current_password_required', detail)
 
 /** The body member carrying the proof: not a member of any resource, the same wherever it is asked for. */
-export const currentPasswordMember = (description: string) => Type.Optional(Type.String({ minLength: 1, maxLength: 256, description }))
+export const currentPasswordMember = (description: string) =>
+  Type.Optional(Type.String({ minLength: 1, maxLength: 256, description }))
 
 /**
  * Checks `currentPassword` against the caller's stored hash; undefined when
@@ -26,7 +27,11 @@ export const currentPasswordMember = (description: string) => Type.Optional(Type
  * the hash the password matched, which a transaction may compare with the
  * locked row (the password changed in between: the proof no longer holds).
  */
-export async function proveCurrentPassword(caller: UserPrincipal, currentPassword: string | undefined, ctx: ProofContext): Promise<string | undefined> {
+export async function proveCurrentPassword(
+  caller: UserPrincipal,
+  currentPassword: string | undefined,
+  ctx: ProofContext,
+): Promise<string | undefined> {
   if (currentPassword === undefined) return undefined
   // A program's key is never the person at the keyboard; nor may it test guesses of the password.
   requireInteractive(caller)
@@ -58,7 +63,11 @@ async function loggedInWithin(caller: UserPrincipal, windowSeconds: number, ctx:
   const { credential } = caller
   if (credential.type === 'api_key') return false
   // The provider says when the person last signed in there (auth_time); without it, the token proves nothing recent.
-  if (credential.type === 'oidc') return credential.authenticatedAt !== undefined && ctx.services.clock.now() / 1000 - credential.authenticatedAt < windowSeconds
+  if (credential.type === 'oidc')
+    return (
+      credential.authenticatedAt !== undefined &&
+      ctx.services.clock.now() / 1000 - credential.authenticatedAt < windowSeconds
+    )
   const [fresh] = await ctx.services.sql`
     SELECT 1 FROM sessions
     WHERE id = ${credential.sessionId} AND user_id = ${caller.userId} AND revoked_at IS NULL
@@ -71,12 +80,19 @@ async function loggedInWithin(caller: UserPrincipal, windowSeconds: number, ctx:
  * session logged in with the password within REAUTH_WINDOW seconds. A
  * password given is always checked, even within the window.
  */
-export async function requireRecentPassword(caller: UserPrincipal, currentPassword: string | undefined, ctx: ProofContext): Promise<void> {
+export async function requireRecentPassword(
+  caller: UserPrincipal,
+  currentPassword: string | undefined,
+  ctx: ProofContext,
+): Promise<void> {
   if (currentPassword !== undefined) {
     await proveCurrentPassword(caller, currentPassword, ctx)
     return
   }
   const window = ctx.services.config.reauthWindow
   if (await loggedInWithin(caller, window, ctx)) return
-  throw currentPasswordRequired(`This needs current_password: this session did not log in with its password within the last ${window} seconds (REAUTH_WINDOW).`)
+  throw currentPasswordRequired(
+    `This needs current_password: this session did not log in with its password within the ` +
+      `last ${window} seconds (REAUTH_WINDOW).`,
+  )
 }

@@ -1,7 +1,14 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { HttpError } from '../core/http/problem.js'
 import { authorize, type Access } from './access.js'
-import { checkCredentials, classifySecret, invalidToken, presentedCredential, type CredentialDeps, type Presented } from './credentials.js'
+import {
+  checkCredentials,
+  classifySecret,
+  invalidToken,
+  presentedCredential,
+  type CredentialDeps,
+  type Presented,
+} from './credentials.js'
 import type { UserPrincipal } from './principal.js'
 
 // Authority that outlives its request. An answer that goes on after its
@@ -37,13 +44,18 @@ export type GrantEnd = 'credential_expired' | 'credential_revoked' | 'access_wit
  * refused here, as it would end at once.
  */
 export function holdGrant(
-  headers: IncomingHttpHeaders, principal: UserPrincipal, access: Access, now: number, params: Record<string, string> = {},
+  headers: IncomingHttpHeaders,
+  principal: UserPrincipal,
+  access: Access,
+  now: number,
+  params: Record<string, string> = {},
 ): Grant {
   const secret = presentedCredential(headers)
   if (secret === undefined) throw new Error('unreachable: a principal without a credential')
   const at = principal.credential.expiresAt
   // The credential was told apart when the request came in: a provider token stays the provider's to check.
-  const presented: Presented = principal.credential.type === 'oidc' ? { kind: 'provider', token: secret } : classifySecret(secret)
+  const presented: Presented =
+    principal.credential.type === 'oidc' ? { kind: 'provider', token: secret } : classifySecret(secret)
   const grant: Grant = { presented, access, params, principal, expiresAt: at === null ? null : Date.parse(at) }
   if (expired(grant, now)) throw invalidToken()
   return grant
@@ -52,9 +64,16 @@ export function holdGrant(
 const expired = (grant: Grant, now: number) => grant.expiresAt !== null && grant.expiresAt <= now
 
 /** For each grant, why it no longer holds, or undefined while it does. */
-export async function checkGrants(grants: readonly Grant[], deps: CredentialDeps, allowSignup: boolean): Promise<Array<GrantEnd | undefined>> {
+export async function checkGrants(
+  grants: readonly Grant[],
+  deps: CredentialDeps,
+  allowSignup: boolean,
+): Promise<Array<GrantEnd | undefined>> {
   const now = deps.clock.now()
-  const principals = await checkCredentials(grants.map((g) => g.presented), deps)
+  const principals = await checkCredentials(
+    grants.map((g) => g.presented),
+    deps,
+  )
   return grants.map((grant, i): GrantEnd | undefined => {
     if (expired(grant, now)) return 'credential_expired'
     const principal = principals[i]

@@ -66,11 +66,18 @@ export function decodeSegment(segment: string): Record<string, unknown> {
   throw new InvalidTokenError('segment is not a JSON object')
 }
 
-/** A JWS compact serialization of at most `maxLength` characters taken apart, its header decoded: the first step of every verification. */
-export function parseJws(token: string, maxLength: number): { header: Record<string, unknown>; headerText: string; payloadText: string; signature: string } {
+/**
+ * A JWS compact serialization of at most `maxLength` characters taken apart, its header decoded: the first step of
+ * every verification.
+ */
+export function parseJws(
+  token: string,
+  maxLength: number,
+): { header: Record<string, unknown>; headerText: string; payloadText: string; signature: string } {
   if (token.length > maxLength) throw new InvalidTokenError('too long')
   const parts = token.split('.')
-  if (parts.length !== 3 || !parts.every((p) => SEGMENT.test(p))) throw new InvalidTokenError('not a JWS compact serialization')
+  if (parts.length !== 3 || !parts.every((p) => SEGMENT.test(p)))
+    throw new InvalidTokenError('not a JWS compact serialization')
   const [headerText, payloadText, signature] = parts as [string, string, string]
   return { header: decodeSegment(headerText), headerText, payloadText, signature }
 }
@@ -106,15 +113,21 @@ export function verifyJwt(token: string, options: VerifyOptions): JwtClaims {
   const isTime = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v)
   if (!isTime(claims.exp)) throw new InvalidTokenError('exp missing')
   if (options.now >= claims.exp + leeway) throw new InvalidTokenError('expired')
-  if ('nbf' in claims && (!isTime(claims.nbf) || claims.nbf > options.now + leeway)) throw new InvalidTokenError('not yet valid')
-  if ('iat' in claims && (!isTime(claims.iat) || claims.iat > options.now + leeway)) throw new InvalidTokenError('issued in the future')
+  if ('nbf' in claims && (!isTime(claims.nbf) || claims.nbf > options.now + leeway))
+    throw new InvalidTokenError('not yet valid')
+  if ('iat' in claims && (!isTime(claims.iat) || claims.iat > options.now + leeway))
+    throw new InvalidTokenError('issued in the future')
   if (claims.iss !== options.issuer) throw new InvalidTokenError('wrong issuer')
   const aud = claims.aud
-  if (!(aud === options.audience || (Array.isArray(aud) && aud.includes(options.audience)))) throw new InvalidTokenError('wrong audience')
-  if (typeof claims.sub !== 'string' || !/^[1-9][0-9]{0,18}$/.test(claims.sub)) throw new InvalidTokenError('bad subject')
-  if (typeof claims.role !== 'string' || typeof claims.scope !== 'string') throw new InvalidTokenError('missing role or scope')
+  if (!(aud === options.audience || (Array.isArray(aud) && aud.includes(options.audience))))
+    throw new InvalidTokenError('wrong audience')
+  if (typeof claims.sub !== 'string' || !/^[1-9][0-9]{0,18}$/.test(claims.sub))
+    throw new InvalidTokenError('bad subject')
+  if (typeof claims.role !== 'string' || typeof claims.scope !== 'string')
+    throw new InvalidTokenError('missing role or scope')
   // A token that cannot be revoked is not accepted: every one names its session and epoch.
-  if (typeof claims.sid !== 'string' || !/^[1-9][0-9]{0,18}$/.test(claims.sid)) throw new InvalidTokenError('bad session')
+  if (typeof claims.sid !== 'string' || !/^[1-9][0-9]{0,18}$/.test(claims.sid))
+    throw new InvalidTokenError('bad session')
   if (!Number.isSafeInteger(claims.gen) || (claims.gen as number) < 0) throw new InvalidTokenError('bad epoch')
   return claims as unknown as JwtClaims
 }

@@ -45,15 +45,39 @@ export const authModule: AppModule<AuthModuleServices> = {
   // Written by their own statements (src/auth/sessions/sessions.ts, login/login-throttle.ts, recovery/recovery.ts);
   // a recovery event carries the user's id only, never a token or a link.
   eventTypes: [
-    'session.created', 'session.revoked', 'login.failed',
-    'user.password_reset_requested', 'user.password_reset', 'user.email_verified',
+    'session.created',
+    'session.revoked',
+    'login.failed',
+    'user.password_reset_requested',
+    'user.password_reset',
+    'user.email_verified',
   ],
   components: (s) => [s.credentialChanges, s.recoveryRequests, s.identityProvider],
   jobs: (s) => [
     ...s.credentialChanges.jobs,
-    purgeJob({ name: 'logins.purge-failures', table: 'login_failures', where: expiredLoginFailures, sql: s.maintenanceSql }),
-    purgeJob({ name: 'logins.purge-known-addresses', table: 'login_known_addresses', where: expiredKnownAddresses, sql: s.maintenanceSql }),
-    purgeJob({ name: 'recovery.purge-tokens', table: 'one_time_tokens', where: spentOneTimeTokens, sql: s.maintenanceSql }),
-    purgeJob({ name: 'recovery.purge-requests', table: 'password_reset_requests', where: oldResetRequests, sql: s.maintenanceSql }),
+    purgeJob({
+      name: 'logins.purge-failures',
+      table: 'login_failures',
+      where: expiredLoginFailures,
+      sql: s.maintenanceSql,
+    }),
+    purgeJob({
+      name: 'logins.purge-known-addresses',
+      table: 'login_known_addresses',
+      where: expiredKnownAddresses,
+      sql: s.maintenanceSql,
+    }),
+    purgeJob({
+      name: 'recovery.purge-tokens',
+      table: 'one_time_tokens',
+      where: spentOneTimeTokens,
+      sql: s.maintenanceSql,
+    }),
+    purgeJob({
+      name: 'recovery.purge-requests',
+      table: 'password_reset_requests',
+      where: oldResetRequests,
+      sql: s.maintenanceSql,
+    }),
   ],
 }

@@ -8,8 +8,8 @@ import { HttpError } from '../core/http/problem.js'
 // default 15 that is one of OWASP's equivalent scrypt settings (Password
 // Storage Cheat Sheet), 32 MiB per hash instead of the 128 MiB of N=2^17,
 // which keeps the process small under a burst of logins. Below 15 is for
-// tests, where a hash costs about a millisecond; production refuses it
-// (src/config.ts).
+// tests, where a hash costs about a millisecond;
+// production refuses it (src/config.ts).
 
 const R = 8
 const P = 3
@@ -35,7 +35,10 @@ function decoyHash(N: number): string {
   return `scrypt$${N}$${R}$${P}$Qft14dr6kxTrf0YM5aGT/Q==$ouKELwtE2MCTSgD+wDJfWFheZGtKuWy99IwtBqwJ9oE=`
 }
 
-const busy = () => new HttpError('rate_limited', 'Too many password operations in progress; retry shortly.', { headers: { 'retry-after': '1' } })
+const busy = () =>
+  new HttpError('rate_limited', 'Too many password operations in progress; retry shortly.', {
+    headers: { 'retry-after': '1' },
+  })
 
 /**
  * One per service (AppDeps.passwords): the slots bound the hashes one
@@ -71,7 +74,9 @@ export class PasswordHasher {
     private readonly maxWaiting = 64,
   ) {
     if (!Number.isInteger(cost) || cost < PASSWORD_HASH_COST.min || cost > PASSWORD_HASH_COST.max) {
-      throw new RangeError(`password hash cost ${cost} is outside ${PASSWORD_HASH_COST.min} to ${PASSWORD_HASH_COST.max}`)
+      throw new RangeError(
+        `password hash cost ${cost} is outside ${PASSWORD_HASH_COST.min} to ${PASSWORD_HASH_COST.max}`,
+      )
     }
     this.N = 2 ** cost
     this.decoy = decoyHash(this.N)
@@ -100,7 +105,9 @@ export class PasswordHasher {
   private derive(password: string, salt: Buffer, params: { N: number; r: number; p: number }): Promise<Buffer> {
     this.derivations++
     const options: ScryptOptions = { ...params, maxmem: 256 * params.N * params.r }
-    return new Promise((resolve, reject) => scrypt(password.normalize('NFC'), salt, KEY_BYTES, options, (err, key) => (err ? reject(err) : resolve(key))))
+    return new Promise((resolve, reject) =>
+      scrypt(password.normalize('NFC'), salt, KEY_BYTES, options, (err, key) => (err ? reject(err) : resolve(key))),
+    )
   }
 
   /**
@@ -144,7 +151,10 @@ export class PasswordHasher {
     return true
   }
 
-  /** The slot goes straight to the next owner in turn (a Map iterates in insertion order: re-inserting moves an owner last). */
+  /**
+   * The slot goes straight to the next owner in turn (a Map iterates
+   * in insertion order: re-inserting moves an owner last).
+   */
   private handOver(): void {
     const next = this.waiting.entries().next().value
     if (!next) {

@@ -12,8 +12,18 @@ export type Credential =
   | { type: 'jwt'; expiresAt: string; sessionId: number; epoch: number }
   | { type: 'token'; expiresAt: string | null; sessionId: number }
   | { type: 'api_key'; expiresAt: string | null; apiKeyId: number }
-  /** An access token of the identity provider (OIDC_ISSUER): no session of ours; `epoch` is its user's when it was checked. */
-  | { type: 'oidc'; expiresAt: string; issuer: string; subject: string; epoch: number; authenticatedAt: number | undefined }
+  /**
+   * An access token of the identity provider (OIDC_ISSUER): no session
+   * of ours; `epoch` is its user's when it was checked.
+   */
+  | {
+      type: 'oidc'
+      expiresAt: string
+      issuer: string
+      subject: string
+      epoch: number
+      authenticatedAt: number | undefined
+    }
 
 export type Principal =
   | { kind: 'anonymous' }
@@ -24,6 +34,7 @@ export type UserPrincipal = Principal & { kind: 'user' }
 export const anonymous: Principal = { kind: 'anonymous' }
 
 /** The session of a login credential; none for an API key or a provider token. */
-export const sessionOf = (credential: Credential): number | undefined => ('sessionId' in credential ? credential.sessionId : undefined)
+export const sessionOf = (credential: Credential): number | undefined =>
+  'sessionId' in credential ? credential.sessionId : undefined
 
 export const isAdmin = (p: Principal) => p.kind === 'user' && p.role === 'admin'

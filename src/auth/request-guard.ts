@@ -41,7 +41,12 @@ export function requestGuard(deps: AuthServices): RequestGuard<Guarded> {
     authorize(route.access, state.principal, params, config.allowSignup)
   }
 
-  async function authenticateThenAdmit(state: Guarded, request: StageRequest, route: AnyRoute, params: Record<string, string>): Promise<void> {
+  async function authenticateThenAdmit(
+    state: Guarded,
+    request: StageRequest,
+    route: AnyRoute,
+    params: Record<string, string>,
+  ): Promise<void> {
     const limits = limiterFor(route)
     if (limits) refuseSpentAddress(state, limits, request)
     try {
@@ -75,7 +80,10 @@ export function requestGuard(deps: AuthServices): RequestGuard<Guarded> {
   }
 }
 
-/** An address that has spent its window on anonymous requests and bad credentials is refused before a credential costs a database read. */
+/**
+ * An address that has spent its window on anonymous requests and bad credentials is refused before a credential costs a
+ * database read.
+ */
 function refuseSpentAddress(state: Guarded, limiter: RateLimiter, request: StageRequest): void {
   if (!needsDatabaseRead(request.req)) return
   const bucket = addressBucket(request.client())
@@ -91,7 +99,12 @@ function rateLimit({ principal }: Guarded, limiter: RateLimiter, request: StageR
   if (principal.kind === 'anonymous') return enforce(limiter, addressBucket(request.client()))
   const c = principal.credential
   // A session is its user's: JWTs and opaque tokens of one login share a bucket; a user's provider tokens share one.
-  const credential = c.type === 'api_key' ? `key ${c.apiKeyId}` : c.type === 'oidc' ? `oidc ${principal.userId}` : `session ${principal.userId}:${c.sessionId}`
+  const credential =
+    c.type === 'api_key'
+      ? `key ${c.apiKeyId}`
+      : c.type === 'oidc'
+        ? `oidc ${principal.userId}`
+        : `session ${principal.userId}:${c.sessionId}`
   enforce(limiter, `user ${principal.userId}`, limit * USER_LIMIT_FACTOR)
   return enforce(limiter, credential)
 }
@@ -99,7 +112,10 @@ function rateLimit({ principal }: Guarded, limiter: RateLimiter, request: StageR
 /** Opaque tokens and API keys may cost a database read; a JWT is checked in memory. */
 function needsDatabaseRead(req: IncomingMessage): boolean {
   const authorization = req.headers.authorization
-  return req.headers['x-api-key'] !== undefined || (authorization !== undefined && !looksLikeJwt(authorization.replace(/^Bearer +/i, '').trim()))
+  return (
+    req.headers['x-api-key'] !== undefined ||
+    (authorization !== undefined && !looksLikeJwt(authorization.replace(/^Bearer +/i, '').trim()))
+  )
 }
 
 function enforce(limiter: RateLimiter, key: string, limit?: number): RateDecision {

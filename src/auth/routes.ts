@@ -28,19 +28,34 @@ const LoginBody = Type.Object(
   },
   { additionalProperties: false },
 )
-const Tokens = Type.Object({
-  access_token: Type.String(),
-  token_type: Type.Literal('Bearer'),
-  expires_in: Type.Integer({ description: 'seconds' }),
-  refresh_token: Type.String(),
-  scope: Type.String({ description: 'space-separated scopes' }),
-}, { additionalProperties: false })
-const RefreshBody = Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false })
-const LogoutBody = Type.Object({ refresh_token: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })) }, { additionalProperties: false })
+const Tokens = Type.Object(
+  {
+    access_token: Type.String(),
+    token_type: Type.Literal('Bearer'),
+    expires_in: Type.Integer({ description: 'seconds' }),
+    refresh_token: Type.String(),
+    scope: Type.String({ description: 'space-separated scopes' }),
+  },
+  { additionalProperties: false },
+)
+const RefreshBody = Type.Object(
+  { refresh_token: Type.String({ minLength: 1, maxLength: 512 }) },
+  { additionalProperties: false },
+)
+const LogoutBody = Type.Object(
+  { refresh_token: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })) },
+  { additionalProperties: false },
+)
 
 // RFC 9110 §15.5.2: every 401 carries a challenge.
-const invalidCredentials = () => new HttpError('invalid_credentials', 'The e-mail address or the password is wrong.', { headers: { 'www-authenticate': challenge.missing } })
-const invalidRefresh = () => new HttpError('invalid_token', 'The refresh token is invalid, expired or revoked.', { headers: { 'www-authenticate': challenge.invalid } })
+const invalidCredentials = () =>
+  new HttpError('invalid_credentials', 'The e-mail address or the password is wrong.', {
+    headers: { 'www-authenticate': challenge.missing },
+  })
+const invalidRefresh = () =>
+  new HttpError('invalid_token', 'The refresh token is invalid, expired or revoked.', {
+    headers: { 'www-authenticate': challenge.invalid },
+  })
 
 export const authRoutes = [
   defineRoute({
@@ -60,7 +75,8 @@ export const authRoutes = [
       const from = logins.address(client)
       logins.admit(from.bucket)
       const email = normalizeEmail(body.email)
-      // Counted once a hash slot is held (an attempt turned away is no failure), and before the password is checked, so concurrent guesses cannot outrun the lock.
+      // Counted once a hash slot is held (an attempt turned away is no failure), and before the password is checked, so
+      // concurrent guesses cannot outrun the lock.
       const { user, ok } = await passwords.withSlot(from.bucket, async () => {
         const user = await bounded(async () => {
           await countAttempt(sql, email, from)
@@ -69,24 +85,42 @@ export const authRoutes = [
         return { user, ok: await passwords.verifyInSlot(body.password, user?.password_hash ?? passwords.decoy) }
       })
       if (!user || !user.password_hash || !ok) {
-        await bounded(() => recordFailedLogin(sql, { email, userId: user?.id, client }, { actorId: null, credential: null, requestId }))
+        await bounded(() =>
+          recordFailedLogin(sql, { email, userId: user?.id, client }, { actorId: null, credential: null, requestId }),
+        )
         throw invalidCredentials()
       }
       await bounded(() => passwordProven(sql, email, user.id, from))
       if (services.config.requireVerifiedEmail && user.email_verified_at === null) {
-        // Only once the password is proven, so the answer tells nothing to anyone without it. The way out is a link: a fresh one, within the hourly limit.
-        await bounded(() => services.sql.begin(async (tx) => {
-          if (await mayResendVerification(tx, user.id)) await queueVerification(tx, services, user)
-        }))
+        // Only once the password is proven, so the answer tells nothing to anyone without it. The way out is a link: a
+        // fresh one, within the hourly limit.
+        await bounded(() =>
+          services.sql.begin(async (tx) => {
+            if (await mayResendVerification(tx, user.id)) await queueVerification(tx, services, user)
+          }),
+        )
         throw new HttpError('email_not_verified', 'Verify your e-mail address first: a link was sent to it.')
       }
       const allowed = services.registry.scopes.byRole[user.role]
       const requested = body.scope === undefined ? [...allowed] : body.scope.split(' ').filter(Boolean)
       const refused = requested.filter((s) => !allowed.includes(s))
       if (refused.length || requested.length === 0) {
-        throw new HttpError('insufficient_scope', `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`)
+        throw new HttpError(
+          'insufficient_scope',
+          `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`,
+        )
       }
-      const tokens = await bounded(() => openSession(sql, services, user, requested, body.token_format ?? 'jwt', { userAgent: headers['user-agent'], address: client }, requestId))
+      const tokens = await bounded(() =>
+        openSession(
+          sql,
+          services,
+          user,
+          requested,
+          body.token_format ?? 'jwt',
+          { userAgent: headers['user-agent'], address: client },
+          requestId,
+        ),
+      )
       // The password or role changed while this login was checked: its tokens would be void already.
       if (!tokens) throw invalidCredentials()
       return { status: 200, body: tokens }
@@ -132,9 +166,16 @@ export const authRoutes = [
       const session = principal.kind === 'user' ? sessionOf(principal.credential) : undefined
       if (session !== undefined) return endSession(services, session, originOf(principal, requestId))
       if (principal.kind === 'user' && principal.credential.type === 'oidc') {
-        throw new HttpError('invalid_request', 'A token of the identity provider has no session here: log out at the provider, or POST /auth/logout-all to refuse every token issued until now.')
+        throw new HttpError(
+          'invalid_request',
+          'A token of the identity provider has no session here: log out at the provider, or POST /auth/logout-all ' +
+            'to refuse every token issued until now.',
+        )
       }
-      throw new HttpError('invalid_request', 'Send {"refresh_token": …}, or call with an access token of the session to end.')
+      throw new HttpError(
+        'invalid_request',
+        'Send {"refresh_token": …}, or call with an access token of the session to end.',
+      )
     },
   }),
 ]

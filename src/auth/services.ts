@@ -35,7 +35,10 @@ export interface AuthServices extends CoreServices {
   logins: LoginGuard
   /** What this instance knows was revoked: sessions, users' credential epochs (src/auth/revocation/revocations.ts). */
   revocations: RevocationList
-  /** The listener that keeps apiKeyCache and revocations right, and says whether they may be trusted; a request that revokes waits on `caughtUp` (src/auth/revocation/credential-changes.ts). */
+  /**
+   * The listener that keeps apiKeyCache and revocations right, and says whether they may be trusted; a request that
+   * revokes waits on `caughtUp` (src/auth/revocation/credential-changes.ts).
+   */
   credentialChanges: CredentialChanges
   /** Requests per window per credential, user or address; undefined when RATE_LIMIT=0 (src/core/http/rate-limit.ts). */
   rateLimiter: RateLimiter | undefined
@@ -45,6 +48,9 @@ export interface AuthServices extends CoreServices {
   mail: MailWorker
   /** Password-reset requests, worked on after their answer (src/auth/recovery/recovery-routes.ts). */
   recoveryRequests: BackgroundWork
-  /** The identity provider whose access tokens are accepted beside ours (OIDC_ISSUER, src/auth/oidc/); undefined without one. */
+  /**
+   * The identity provider whose access tokens are accepted beside
+   * ours (OIDC_ISSUER, src/auth/oidc/); undefined without one.
+   */
   identityProvider: IdentityProvider | undefined
 }

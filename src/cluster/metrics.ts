@@ -15,7 +15,10 @@ export function mergeExpositions(parts: ReadonlyArray<{ worker: number; text: st
         const [, kind, name, rest] = comment as unknown as [string, string, string, string]
         family = families.get(name)
         if (!family) families.set(name, (family = { header: [], samples: [] }))
-        if (family.header.length < 2) family.header.push(kind === 'HELP' ? `# HELP ${name} ${rest} One series per worker process (label worker).` : line)
+        if (family.header.length < 2)
+          family.header.push(
+            kind === 'HELP' ? `# HELP ${name} ${rest} One series per worker process (label worker).` : line,
+          )
         continue
       }
       family?.samples.push(labelled(line, worker))

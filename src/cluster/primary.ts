@@ -19,12 +19,18 @@ import { RestartPolicy } from './restart-policy.js'
 // dies loses the connections it had and those waiting in its socket's accept
 // queue (they are reset); new ones go to the others. docs/scaling.md, "WORKERS".
 
-/** Past SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT, how long workers are given to stop (their pool's end, the exit) before they are killed. */
+/**
+ * Past SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT, how long workers are given to stop (their pool's end, the exit) before they
+ * are killed.
+ */
 const KILL_MARGIN_MS = 2000
 /** How long a GET /metrics waits for the other workers' figures; a worker that has not answered by then is left out. */
 const COLLECT_TIMEOUT_MS = 1000
 
-/** What the primary needs of the configuration (src/config.ts): where to listen, how many workers, how long a stop may take. */
+/**
+ * What the primary needs of the configuration (src/config.ts):
+ * where to listen, how many workers, how long a stop may take.
+ */
 export interface PrimarySettings {
   host: string
   port: number
@@ -72,11 +78,19 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
     for (const slot of slots.values()) clearTimeout(slot.restart)
     // Each worker runs its own drain (src/start.ts `serve`): the same path as a SIGTERM sent to it alone.
     for (const worker of live()) worker.process.kill('SIGTERM')
-    setTimeout(() => {
-      const left = live()
-      if (left.length) log.warn('workers still running past SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT were killed', { workers: left.map((w) => slotOf.get(w)), shutdown_delay_s: config.shutdownDelayMs / 1000, shutdown_timeout_s: config.shutdownTimeoutMs / 1000 })
-      for (const worker of left) worker.process.kill('SIGKILL')
-    }, config.shutdownDelayMs + config.shutdownTimeoutMs + KILL_MARGIN_MS).unref()
+    setTimeout(
+      () => {
+        const left = live()
+        if (left.length)
+          log.warn('workers still running past SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT were killed', {
+            workers: left.map((w) => slotOf.get(w)),
+            shutdown_delay_s: config.shutdownDelayMs / 1000,
+            shutdown_timeout_s: config.shutdownTimeoutMs / 1000,
+          })
+        for (const worker of left) worker.process.kill('SIGKILL')
+      },
+      config.shutdownDelayMs + config.shutdownTimeoutMs + KILL_MARGIN_MS,
+    ).unref()
     exitWhenAllGone()
   }
   const live = () => [...slots.values()].flatMap((s) => (s.worker && !s.worker.isDead() ? [s.worker] : []))
@@ -97,14 +111,26 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
       return exitWhenAllGone()
     }
     const died = { worker: n, pid: worker.process.pid, code, signal }
-    if (!up) return stop({ ...died, reason: `worker ${n} exited before the service was up: ${slot.cannotStart ?? `code ${code}, signal ${signal}`}` }, 1)
+    if (!up)
+      return stop(
+        {
+          ...died,
+          reason:
+            `worker ${n} exited before the service was ` +
+            `up: ${slot.cannotStart ?? `code ${code}, signal ${signal}`}`,
+        },
+        1,
+      )
     const verdict = policy.onDeath(n, slot.startedAt, performance.now())
     if ('stop' in verdict) return stop({ ...died, reason: verdict.stop }, 1)
     log.error('worker died; replacing it', { ...died, replace_in_ms: verdict.replaceInMs })
     slot.restart = setTimeout(() => fork(n), verdict.replaceInMs)
   })
 
-  const collections = new Map<number, { parts: Array<{ worker: number; text: string }>; waiting: number; done(): void }>()
+  const collections = new Map<
+    number,
+    { parts: Array<{ worker: number; text: string }>; waiting: number; done(): void }
+  >()
   let collectionIds = 0
   cluster.on('message', (worker, message: unknown) => {
     if (!isOurs(message)) return
@@ -115,7 +141,8 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
       slots.get(n)!.listened = true
       log.debug('worker listening', { worker: n, port: m.port })
       up ||= [...slots.values()].every((s) => s.listened)
-      if (up && slots.size === config.workers && !stopping) log.info('every worker is listening', { workers: config.workers, port: m.port })
+      if (up && slots.size === config.workers && !stopping)
+        log.info('every worker is listening', { workers: config.workers, port: m.port })
     } else if (m.upa === 'cannot-start') {
       slots.get(n)!.cannotStart = m.reason
     } else if (m.upa === 'metrics') {
@@ -131,7 +158,9 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
 
   const collect = (then: (parts: Array<{ worker: number; text: string }>) => void) => {
     const id = ++collectionIds
-    const asked = [...slots.entries()].flatMap(([, s]) => (s.listened && s.worker && !s.worker.isDead() ? [s.worker] : []))
+    const asked = [...slots.entries()].flatMap(([, s]) =>
+      s.listened && s.worker && !s.worker.isDead() ? [s.worker] : [],
+    )
     const timer = setTimeout(() => done(), COLLECT_TIMEOUT_MS)
     const done = () => {
       clearTimeout(timer)

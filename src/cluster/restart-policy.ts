@@ -28,7 +28,8 @@ export class RestartPolicy {
   onDeath(slot: number, startedAt: number, now: number): Verdict {
     this.deaths.push(now)
     while (this.deaths[0]! <= now - LOOP_WINDOW_MS) this.deaths.shift()
-    if (this.deaths.length >= LOOP_DEATHS) return { stop: `${this.deaths.length} workers died within ${LOOP_WINDOW_MS / 1000} s: a crash loop` }
+    if (this.deaths.length >= LOOP_DEATHS)
+      return { stop: `${this.deaths.length} workers died within ${LOOP_WINDOW_MS / 1000} s: a crash loop` }
     const streak = now - startedAt >= STABLE_AFTER_MS ? 0 : (this.streaks.get(slot) ?? 0)
     this.streaks.set(slot, streak + 1)
     return { replaceInMs: Math.min(MAX_DELAY_MS, FIRST_DELAY_MS * 2 ** streak) }

@@ -17,9 +17,17 @@ const SINCE: Record<number, number> = { 22: 12, 23: 1 }
 const PLATFORMS: ReadonlySet<string> = new Set(['linux', 'freebsd', 'sunos', 'aix'])
 
 /** Why this Node on this platform cannot run several workers on one port; undefined when it can. */
-export function reusePortMissing(version = process.versions.node, platform: string = process.platform): string | undefined {
-  if (!PLATFORMS.has(platform)) return `several processes on one port need SO_REUSEPORT with load balancing (Linux, FreeBSD, Solaris, AIX), which ${platform} does not have`
+export function reusePortMissing(
+  version = process.versions.node,
+  platform: string = process.platform,
+): string | undefined {
+  if (!PLATFORMS.has(platform))
+    return (
+      `several processes on one port need SO_REUSEPORT with load balancing (Linux, FreeBSD, Solaris, AIX), ` +
+      `which ${platform} does not have`
+    )
   const [major = 0, minor = 0] = version.split('.').map(Number)
-  if (major < 22 || minor < (SINCE[major] ?? 0)) return `several processes on one port need Node.js 22.12 or later (listen's reusePort), and this is ${version}`
+  if (major < 22 || minor < (SINCE[major] ?? 0))
+    return `several processes on one port need Node.js 22.12 or later (listen's reusePort), and this is ${version}`
   return undefined
 }

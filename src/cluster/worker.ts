@@ -19,11 +19,17 @@ export interface WorkerLink {
   readonly logFields: LogFields
   /** Its service has started: the primary counts it as up, and may ask for its figures. */
   listening(port: number, metrics: Metrics): void
-  /** The whole service's figures, collected by the primary (this worker's alone, labelled, when the primary does not answer in time). */
+  /**
+   * The whole service's figures, collected by the primary (this worker's alone, labelled, when the primary does not
+   * answer in time).
+   */
   serviceMetrics(): Promise<string>
 }
 
-/** Whether this process is a worker of src/cluster/primary.ts (not of another cluster, such as PM2's cluster mode, which runs the service as a worker of its own). */
+/**
+ * Whether this process is a worker of src/cluster/primary.ts (not of another cluster, such as PM2's cluster mode, which
+ * runs the service as a worker of its own).
+ */
 const isOurWorker = () => cluster.isWorker && process.env[WORKER_SLOT_VARIABLE] !== undefined
 
 export function workerLink(): WorkerLink | undefined {
@@ -38,7 +44,12 @@ export function workerLink(): WorkerLink | undefined {
     if (m.upa === 'collect-metrics' && metrics) tell({ upa: 'metrics-part', id: m.id, text: metrics.render() })
     else if (m.upa === 'metrics') waiting.get(m.id)?.(m.text)
   })
-  const alone = () => metrics!.render().split('\n').map((line) => (line === '' || line.startsWith('#') ? line : labelled(line, slot))).join('\n')
+  const alone = () =>
+    metrics!
+      .render()
+      .split('\n')
+      .map((line) => (line === '' || line.startsWith('#') ? line : labelled(line, slot)))
+      .join('\n')
   return {
     slot,
     logFields: { worker: slot },
@@ -55,10 +66,15 @@ export function workerLink(): WorkerLink | undefined {
   }
 }
 
-/** In a worker, tells the primary why start-up failed (resolves once sent, so the exit that follows does not lose it); elsewhere nothing. */
+/**
+ * In a worker, tells the primary why start-up failed (resolves once sent, so the exit that follows does not lose it);
+ * elsewhere nothing.
+ */
 export function reportCannotStart(reason: string): Promise<void> {
   if (!isOurWorker() || !process.connected) return Promise.resolve()
-  return new Promise((resolve) => process.send!({ upa: 'cannot-start', reason } satisfies WorkerMessage, undefined, undefined, () => resolve()))
+  return new Promise((resolve) =>
+    process.send!({ upa: 'cannot-start', reason } satisfies WorkerMessage, undefined, undefined, () => resolve()),
+  )
 }
 
 function tell(message: WorkerMessage): void {

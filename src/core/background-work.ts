@@ -56,7 +56,11 @@ export class BackgroundWork implements Component {
     this.stopping = true
     if (this.held > 0) await settledBy(new Promise<void>((resolve) => (this.idle = resolve)), deadline)
     if (this.held > 0) {
-      this.log.warn('background work dropped at shutdown', { component: this.name, running: this.running, waiting: this.waiting.length })
+      this.log.warn('background work dropped at shutdown', {
+        component: this.name,
+        running: this.running,
+        waiting: this.waiting.length,
+      })
       this.waiting.length = 0
     }
   }
@@ -66,8 +70,11 @@ export class BackgroundWork implements Component {
       const piece = this.waiting.shift()
       if (piece === undefined) break
       this.running++
-      piece.run()
-        .catch((err: unknown) => this.log.warn('background work failed', { component: this.name, work: piece.name, ...describeError(err) }))
+      piece
+        .run()
+        .catch((err: unknown) =>
+          this.log.warn('background work failed', { component: this.name, work: piece.name, ...describeError(err) }),
+        )
         .finally(() => {
           this.running--
           this.next()

@@ -35,7 +35,8 @@ export class Lifecycle {
 
   /** Adds a component, started after those registered before it and stopped before them. */
   register<C extends Component>(component: C): C {
-    if (this.components.some((c) => c.name === component.name)) throw new Error(`Lifecycle: two components are named ${component.name}`)
+    if (this.components.some((c) => c.name === component.name))
+      throw new Error(`Lifecycle: two components are named ${component.name}`)
     this.components.push(component)
     return component
   }
@@ -96,7 +97,10 @@ export class Lifecycle {
         )
       const inTime = await withDeadline(stopped, giveUpAt - performance.now(), () => false)
       if (inTime) this.log.debug('component stopped', { component: component.name })
-      else this.log.warn('a component did not stop by its deadline; the others stop without it', { component: component.name })
+      else
+        this.log.warn('a component did not stop by its deadline; the others stop without it', {
+          component: component.name,
+        })
     }
   }
 }

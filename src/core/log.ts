@@ -15,7 +15,11 @@ export interface Logger {
 }
 
 /** `every`: fields of every line (a worker's number), after `msg`. */
-export function createLogger(level: LogLevel, write: (line: string) => void = (line) => process.stdout.write(line), every?: LogFields): Logger {
+export function createLogger(
+  level: LogLevel,
+  write: (line: string) => void = (line) => process.stdout.write(line),
+  every?: LogFields,
+): Logger {
   const threshold = rank[level]
   const at = (lvl: LogLevel) => (msg: string, fields?: LogFields) => {
     if (rank[lvl] < threshold) return
@@ -36,7 +40,11 @@ export function createLogger(level: LogLevel, write: (line: string) => void = (l
  * workers of src/cluster/) must write at most PIPE_BUF bytes at a time, which
  * the kernel keeps whole, or their lines could interleave mid-line.
  */
-export function batchedWriter(write: (text: string) => void, delayMs = 20, atomicBytes = Infinity): { write(line: string): void; flush(): void } {
+export function batchedWriter(
+  write: (text: string) => void,
+  delayMs = 20,
+  atomicBytes = Infinity,
+): { write(line: string): void; flush(): void } {
   let pending = ''
   let timer: NodeJS.Timeout | undefined
   const flush = () => {
@@ -58,7 +66,10 @@ export function batchedWriter(write: (text: string) => void, delayMs = 20, atomi
   }
 }
 
-/** Where the first write of `text` ends: all of it when it fits in `bytes`, else the most whole lines that do (at least one line). */
+/**
+ * Where the first write of `text` ends: all of it when it fits in `bytes`, else the most whole lines that do (at least
+ * one line).
+ */
 function atomicEnd(text: string, bytes: number): number {
   if (text.length <= bytes && Buffer.byteLength(text) <= bytes) return text.length
   // A UTF-16 unit is at most 3 bytes of UTF-8 (a pair, 4): cut by characters, then back while too long.
@@ -67,7 +78,10 @@ function atomicEnd(text: string, bytes: number): number {
   return end || text.indexOf('\n') + 1 || text.length
 }
 
-/** What an unexpected error may contribute to a log line: its class, message and stack, never its other properties (a postgres.js error carries query parameters). */
+/**
+ * What an unexpected error may contribute to a log line: its class, message and stack, never its other properties (a
+ * postgres.js error carries query parameters).
+ */
 export function describeError(err: unknown): LogFields {
   if (err instanceof Error) return { error: err.name, error_message: err.message, stack: err.stack }
   return { error: typeof err }

@@ -29,18 +29,32 @@ export class Metrics {
     this.loopDelay.enable()
   }
 
-  /** A counter of the application's (mail sent, say): one family without labels; the same name gives the same counter. */
+  /**
+   * A counter of the application's (mail sent, say): one family without labels; the same name gives the same counter.
+   */
   counter(name: string, help: string): { inc(): void; readonly value: number } {
     counterName(name)
     let entry = this.counters.get(name)
     if (!entry) this.counters.set(name, (entry = { help, value: 0 }))
     const counted = entry
-    return { inc: () => void counted.value++, get value() { return counted.value } }
+    return {
+      inc: () => void counted.value++,
+      get value() {
+        return counted.value
+      },
+    }
   }
 
-  /** A counter its owner keeps (the password hasher's derivations, say), read at each render: one family without labels. */
+  /**
+   * A counter its owner keeps (the password hasher's derivations, say), read at each render: one family without labels.
+   */
   counterOf(name: string, help: string, read: () => number): void {
-    this.counters.set(counterName(name), { help, get value() { return read() } })
+    this.counters.set(counterName(name), {
+      help,
+      get value() {
+        return read()
+      },
+    })
   }
 
   observe(method: string, route: string | null, status: number, seconds: number): void {
@@ -56,18 +70,26 @@ export class Metrics {
 
   render(): string {
     const lines: string[] = []
-    const family = (name: string, type: string, help: string) => lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
+    const family = (name: string, type: string, help: string) =>
+      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
     family('http_requests_total', 'counter', 'HTTP requests by method, route template and status.')
     for (const [labels, n] of this.requests) lines.push(`http_requests_total{${labels}} ${n}`)
     family('http_request_duration_seconds', 'histogram', 'Time from request to response, by method and route template.')
     for (const [labels, h] of this.durations) {
       BUCKETS.forEach((b, i) => lines.push(`http_request_duration_seconds_bucket{${labels},le="${b}"} ${h.counts[i]}`))
       lines.push(`http_request_duration_seconds_bucket{${labels},le="+Inf"} ${h.count}`)
-      lines.push(`http_request_duration_seconds_sum{${labels}} ${h.sum}`, `http_request_duration_seconds_count{${labels}} ${h.count}`)
+      lines.push(
+        `http_request_duration_seconds_sum{${labels}} ${h.sum}`,
+        `http_request_duration_seconds_count{${labels}} ${h.count}`,
+      )
     }
     family('http_requests_in_flight', 'gauge', 'Requests being handled now.')
     lines.push(`http_requests_in_flight ${this.inFlight}`)
-    family('http_connections_dropped_total', 'counter', 'Connections closed on arrival because MAX_CONNECTIONS were open.')
+    family(
+      'http_connections_dropped_total',
+      'counter',
+      'Connections closed on arrival because MAX_CONNECTIONS were open.',
+    )
     lines.push(`http_connections_dropped_total ${this.connectionsDropped}`)
     family('db_pool_max_connections', 'gauge', 'Size of the database connection pool.')
     lines.push(`db_pool_max_connections ${this.pool.max}`)
@@ -90,7 +112,11 @@ export class Metrics {
     family('process_uptime_seconds', 'gauge', 'Seconds since the process started.')
     lines.push(`process_uptime_seconds ${process.uptime()}`)
     family('nodejs_eventloop_delay_seconds', 'gauge', 'Event-loop delay since start: p50, p99 and max.')
-    for (const [q, v] of [['0.5', this.loopDelay.percentile(50)], ['0.99', this.loopDelay.percentile(99)], ['1', this.loopDelay.max]] as const) {
+    for (const [q, v] of [
+      ['0.5', this.loopDelay.percentile(50)],
+      ['0.99', this.loopDelay.percentile(99)],
+      ['1', this.loopDelay.max],
+    ] as const) {
       lines.push(`nodejs_eventloop_delay_seconds{quantile="${q}"} ${v / 1e9}`)
     }
     return lines.join('\n') + '\n'
@@ -98,7 +124,8 @@ export class Metrics {
 }
 
 function counterName(name: string): string {
-  if (!/^[a-z_][a-z0-9_]*_total$/.test(name)) throw new Error(`counter "${name}": lower case, digits and _, ending in _total`)
+  if (!/^[a-z_][a-z0-9_]*_total$/.test(name))
+    throw new Error(`counter "${name}": lower case, digits and _, ending in _total`)
   return name
 }
 

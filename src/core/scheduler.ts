@@ -128,7 +128,12 @@ export class Job<T> {
       return value
     } catch (err) {
       // Failures while stopping are the connections closing under the run, not news.
-      if (!this.failing && !signal.aborted) log.warn('background job failed; it runs again every period', { job: this.name, period_ms: this.spec.periodMs, ...describeError(err) })
+      if (!this.failing && !signal.aborted)
+        log.warn('background job failed; it runs again every period', {
+          job: this.name,
+          period_ms: this.spec.periodMs,
+          ...describeError(err),
+        })
       this.failing = true
       throw err
     }

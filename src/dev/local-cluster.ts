@@ -34,7 +34,10 @@ Either install them:
 and, if they are not in /usr/lib/postgresql/<version>/bin or on PATH, set PG_BIN to their folder;
 or set DATABASE_URL to an existing server, e.g. DATABASE_URL=postgres://user:password@host:5432/dbname`
 
-/** The folder of the PostgreSQL server's programs (initdb, pg_ctl, postgres; beside them psql, pg_dump, pg_restore of the same version). */
+/**
+ * The folder of the PostgreSQL server's programs (initdb, pg_ctl, postgres; beside them psql, pg_dump, pg_restore of
+ * the same version).
+ */
 export function findBinaries(): string {
   const has = (dir: string) => ['initdb', 'pg_ctl', 'postgres'].every((b) => existsSync(join(dir, b)))
   const candidates: string[] = []
@@ -57,7 +60,10 @@ function serverAccount(): string | undefined {
   for (const user of ['postgres', 'nobody']) {
     if (spawnSync('id', ['-u', user]).status === 0) return user
   }
-  throw new LocalClusterError('Running as root, and neither a "postgres" nor a "nobody" account exists to run PostgreSQL as. Create one (useradd -r postgres) or set DATABASE_URL.')
+  throw new LocalClusterError(
+    'Running as root, and neither a "postgres" nor a "nobody" account exists to run PostgreSQL as. Create one ' +
+      '(useradd -r postgres) or set DATABASE_URL.',
+  )
 }
 
 const checkoutKey = () => createHash('sha256').update(projectRoot).digest('hex').slice(0, 12)
@@ -80,10 +86,18 @@ function socketDir(home: string): string {
   return join(tmpdir(), `upa-${checkoutKey()}`)
 }
 
-function run(bin: string, tool: string, args: string[], account: string | undefined): { status: number | null; output: string } {
+function run(
+  bin: string,
+  tool: string,
+  args: string[],
+  account: string | undefined,
+): { status: number | null; output: string } {
   const [cmd, argv] = account ? ['runuser', ['-u', account, '--', join(bin, tool), ...args]] : [join(bin, tool), args]
   const result = spawnSync(cmd, argv, { encoding: 'utf8' })
-  return { status: result.status, output: `${result.stdout ?? ''}${result.stderr ?? ''}${result.error ? String(result.error) : ''}` }
+  return {
+    status: result.status,
+    output: `${result.stdout ?? ''}${result.stderr ?? ''}${result.error ? String(result.error) : ''}`,
+  }
 }
 
 /** Connection URL of the server (maintenance database); initializes and starts it when needed. */
@@ -103,7 +117,12 @@ export function startLocalCluster(): string {
   if (!existsSync(join(clusterDir, 'PG_VERSION'))) {
     // Trust authentication is safe here only because the socket folder is
     // private (mode 0700) and no TCP port is opened.
-    const init = run(bin, 'initdb', ['-D', clusterDir, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--no-locale', '--no-instructions'], account)
+    const init = run(
+      bin,
+      'initdb',
+      ['-D', clusterDir, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--no-locale', '--no-instructions'],
+      account,
+    )
     if (init.status !== 0) throw new LocalClusterError(`initdb failed:\n${init.output}`)
   }
   if (run(bin, 'pg_ctl', ['status', '-D', clusterDir], account).status !== 0) {
@@ -112,7 +131,8 @@ export function startLocalCluster(): string {
     // OS cache instead of waiting on fsync, which under a test run's writes took up to 39 s. A crash of
     // the machine may lose or damage this cluster: `make clean` and start again.
     const durability = '-c fsync=off -c synchronous_commit=off -c full_page_writes=off'
-    const options = `-c listen_addresses='' -c unix_socket_directories='${sockets}' -c max_connections=200 ${durability}`
+    const options =
+      `-c listen_addresses='' -c ` + `unix_socket_directories='${sockets}' -c max_connections=200 ${durability}`
     const start = run(bin, 'pg_ctl', ['start', '-D', clusterDir, '-w', '-t', '60', '-l', log, '-o', options], account)
     // Another `make` may have started it a moment ago.
     if (start.status !== 0 && run(bin, 'pg_ctl', ['status', '-D', clusterDir], account).status !== 0) {
@@ -168,8 +188,16 @@ export async function localDevelopmentDatabase(): Promise<LocalDatabase> {
   const ownerUrl = serverUrl.replace('/postgres?', `/${DEV_DATABASE}?`)
   // On every start (idempotent, some 50 ms): also a database made before the role existed gets it.
   const script = join(projectRoot, 'deploy/postgres/runtime-role.psql')
-  const granted = spawnSync(join(findBinaries(), 'psql'), ['--no-psqlrc', '--quiet', '-d', ownerUrl, '-v', `runtime_role=${DEV_RUNTIME_ROLE}`, '-f', script], { encoding: 'utf8' })
-  if (granted.status !== 0) throw new LocalClusterError(`Could not give the development database its runtime role (psql -f ${script}):\n${granted.stderr}${granted.error ?? ''}`)
+  const granted = spawnSync(
+    join(findBinaries(), 'psql'),
+    ['--no-psqlrc', '--quiet', '-d', ownerUrl, '-v', `runtime_role=${DEV_RUNTIME_ROLE}`, '-f', script],
+    { encoding: 'utf8' },
+  )
+  if (granted.status !== 0)
+    throw new LocalClusterError(
+      `Could not give the development database its runtime role (psql ` +
+        `-f ${script}):\n${granted.stderr}${granted.error ?? ''}`,
+    )
   return { url: ownerUrl.replace('postgres://postgres@', `postgres://${DEV_RUNTIME_ROLE}@`), ownerUrl }
 }
 
@@ -188,8 +216,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
       ])
       assertDriverPatched({ problem: patchProblem, script: PATCH_SCRIPT })
       console.log((await localDevelopmentDatabase()).ownerUrl)
-    }
-    else throw new LocalClusterError('usage: local-cluster start|stop|remove|url')
+    } else throw new LocalClusterError('usage: local-cluster start|stop|remove|url')
   } catch (err) {
     console.error(err instanceof LocalClusterError ? err.message : err)
     process.exit(1)

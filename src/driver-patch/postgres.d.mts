@@ -10,6 +10,9 @@ export declare const edits: Array<[file: string, find: string, replace: string]>
 /** SHA-256 of each patched file ('src/query.js', 'cjs/src/query.js', ...), its stamp line left out. */
 export declare const PATCHED_SHA256: Record<string, string>
 export declare class PatchError extends Error {}
-/** Why the package at `packageDir` is not postgres.js as this patch leaves it (ESM and CommonJS), or undefined when it is. */
+/**
+ * Why the package at `packageDir` is not postgres.js as this patch leaves it (ESM and CommonJS),
+ * or undefined when it is.
+ */
 export declare function patchProblem(packageDir: string): string | undefined
 export declare function patchPostgres(packageDir: string): { version: string; report: string[] }

@@ -476,19 +476,24 @@ export const PATCH_DIGEST = createHash('sha256').update(JSON.stringify(edits)).d
 /** The source folders of the package that Node can load: ESM (`import`) and CommonJS (`require`). */
 const sourceFolders = ['src', 'cjs/src']
 /** Every file the patch writes, as the keys of PATCHED_SHA256 name them. */
-const patchedFiles = () => sourceFolders.flatMap((folder) => [...new Set(edits.map(([file]) => file))].map((file) => `${folder}/${file}`))
+const patchedFiles = () =>
+  sourceFolders.flatMap((folder) => [...new Set(edits.map(([file]) => file))].map((file) => `${folder}/${file}`))
 
 export class PatchError extends Error {}
 
 const sha256 = (text) => createHash('sha256').update(text).digest('hex')
 const stampLine = `${STAMP_PREFIX}${PATCH_DIGEST}\n`
 
-/** Why `text`, the file `name` ('cjs/src/query.js') of the package, is not what this patch makes of it; undefined when it is. */
+/**
+ * Why `text`, the file `name` ('cjs/src/query.js') of the package, is not what this patch makes of it; undefined when
+ * it is.
+ */
 function fileProblem(name, text) {
   if (!text.includes(STAMP_PREFIX)) return `is not patched (${name})`
   if (!text.endsWith(stampLine)) return `was patched by another version of ${SCRIPT_NAME} (${name})`
   const actual = sha256(text.slice(0, -stampLine.length))
-  if (actual !== PATCHED_SHA256[name]) return `is not the copy this patch makes (${name}: SHA-256 ${actual}, expected ${PATCHED_SHA256[name]})`
+  if (actual !== PATCHED_SHA256[name])
+    return `is not the copy this patch makes (${name}: SHA-256 ${actual}, expected ${PATCHED_SHA256[name]})`
   return undefined
 }
 
@@ -528,9 +533,9 @@ export function patchPostgres(packageDir) {
       if (at === -1 || text.indexOf(find, at + 1) !== -1) {
         throw new PatchError(
           `postgres.js ${version}: the code ${SCRIPT_NAME} patches has changed in ${join(folder, file)}:\n${find}\n` +
-            'Check whether this version fixes porsager/postgres#1154/#1208 (write on a closed socket), #1133 (transaction ' +
-            'statements after its connection closed), #1097 (end() hangs) and the other changes the `Upstream:` ' +
-            'lines of the edits name, then adapt or remove the patch.',
+            'Check whether this version fixes porsager/postgres#1154/#1208 (write on a closed socket), #1133 ' +
+            '(transaction statements after its connection closed), #1097 (end() hangs) and the other changes ' +
+            'the `Upstream:` lines of the edits name, then adapt or remove the patch.',
         )
       }
       text = text.slice(0, at) + replace + text.slice(at + find.length)
@@ -541,7 +546,8 @@ export function patchPostgres(packageDir) {
   for (const folder of sourceFolders) {
     for (const file of new Set(edits.map(([f]) => f))) {
       const path = join(packageDir, folder, file)
-      const stamped = `${(pending.get(path) ?? readFileSync(path, 'utf8').replace(STAMP, '\n')).replace(/\n$/, '')}\n${STAMP_PREFIX}${PATCH_DIGEST}\n`
+      const unstamped = pending.get(path) ?? readFileSync(path, 'utf8').replace(STAMP, '\n')
+      const stamped = `${unstamped.replace(/\n$/, '')}\n${STAMP_PREFIX}${PATCH_DIGEST}\n`
       if (stamped !== readFileSync(path, 'utf8')) pending.set(path, stamped)
       else pending.delete(path)
     }
@@ -555,9 +561,10 @@ export function patchPostgres(packageDir) {
   const wrong = results.filter((r) => r.problem)
   if (wrong.length) {
     throw new PatchError(
-      `postgres.js ${version}: the patched files are not the ones expected:\n${wrong.map((r) => `  ${r.problem}`).join('\n')}\n` +
-        'This is not the package the patch was made for (check the version and the lock file), or the edits changed: then, with the ' +
-        `patched files reviewed, set PATCHED_SHA256 in ${SCRIPT_NAME} to\n` +
+      `postgres.js ${version}: the patched files are not the ones expected:\n` +
+        `${wrong.map((r) => `  ${r.problem}`).join('\n')}\n` +
+        'This is not the package the patch was made for (check the version and the lock file), or the edits ' +
+        `changed: then, with the patched files reviewed, set PATCHED_SHA256 in ${SCRIPT_NAME} to\n` +
         JSON.stringify(Object.fromEntries(results.map((r) => [r.name, r.sha256])), null, 2),
     )
   }

@@ -45,7 +45,8 @@ export interface ReaderSettings {
 const PAGES_PER_RUN = 10
 
 /** An event as every stream is sent it. */
-export const frameOf = (row: FeedRow): string => sseEvent(row.id, row.type, eventSerializer.one(row as unknown as Record<string, unknown>))
+export const frameOf = (row: FeedRow): string =>
+  sseEvent(row.id, row.type, eventSerializer.one(row as unknown as Record<string, unknown>))
 
 export type JoinOutcome = 'joined' | 'behind' | 'unchecked'
 
@@ -81,11 +82,15 @@ export class EventReader implements Component {
   start(): void {
     const wake = () => this.wake()
     this.listenSql.listen(EVENTS_CHANNEL, wake, wake).catch((err: unknown) => {
-      if (!this.stopped) this.log.warn('cannot listen for events yet; streams read them every poll meanwhile', describeError(err))
+      if (!this.stopped)
+        this.log.warn('cannot listen for events yet; streams read them every poll meanwhile', describeError(err))
     })
   }
 
-  /** The listening connection closes with the pool: an UNLISTEN sent to a database that stopped answering could wait forever. */
+  /**
+   * The listening connection closes with the pool: an UNLISTEN sent
+   * to a database that stopped answering could wait forever.
+   */
   stop(): void {
     this.stopped = true
   }

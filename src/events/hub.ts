@@ -16,8 +16,8 @@ import { catchUpAndJoin, type CatchUp, type CatchUpFrom } from './stream-catch-u
 // most `maxStreams`), their heartbeat (job `events.stream-heartbeat`), and
 // their end. Each catches up on its own (src/events/stream-catch-up.ts),
 // then is fed by the instance's one reader (src/events/event-reader.ts); a
-// stream lives no longer than the authority it was opened with
-// (src/events/stream-authority.ts).
+// stream lives no longer than the authority it was
+// opened with (src/events/stream-authority.ts).
 //
 // As a component it stops before the HTTP server drains: streams never
 // finish by themselves, so they end first, cleanly, and their clients
@@ -64,7 +64,10 @@ export class EventHub implements Component {
   /** The service stops: no stream starts any more. */
   private closing = false
   private readonly catchUp: CatchUp
-  /** Its repeating jobs and its reader's, which run once the composition root adds them to the scheduler (src/service.ts). */
+  /**
+   * Its repeating jobs and its reader's, which run once the composition
+   * root adds them to the scheduler (src/service.ts).
+   */
   readonly jobs: readonly Job<unknown>[]
 
   constructor(
@@ -111,9 +114,14 @@ export class EventHub implements Component {
    */
   reserve(request: StreamRequest): StreamBody {
     if (this.closing || this.size >= this.settings.maxStreams) {
-      throw new HttpError('too_many_streams', `This instance serves its maximum of ${this.settings.maxStreams} event streams; retry later, or on another instance.`, {
-        headers: { 'retry-after': FULL_RETRY_AFTER_S },
-      })
+      throw new HttpError(
+        'too_many_streams',
+        `This instance serves its maximum ` +
+          `of ${this.settings.maxStreams} event streams; retry later, or on another instance.`,
+        {
+          headers: { 'retry-after': FULL_RETRY_AFTER_S },
+        },
+      )
     }
     this.reserved++
     let taken = false

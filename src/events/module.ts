@@ -6,7 +6,11 @@ import type { EventRetention } from './retention.js'
 import { eventStreamRoutes } from './stream-routes.js'
 
 /** The event log: publishing the outbox in commit order, the feed and its streams, and retention. */
-export const eventsModule: AppModule<{ eventPublisher: EventPublisher; eventHub: EventHub; retention: EventRetention }> = {
+export const eventsModule: AppModule<{
+  eventPublisher: EventPublisher
+  eventHub: EventHub
+  retention: EventRetention
+}> = {
   name: 'events',
   routes: [...eventRoutes, ...eventStreamRoutes],
   problems: { too_many_streams: { status: 503, title: 'Too many event streams' } },

@@ -88,20 +88,26 @@ export class EventPublisher implements Component {
       // Another instance is publishing: what it leaves, a later tick takes.
       if (!locked) return 0
       // nextval is called as the outer query reads the sorted rows: ids follow the outbox's order.
-      const [{ published, head, deliveries }] = await tx<[{ published: number; head: number | null; deliveries: number }]>`
+      const [{ published, head, deliveries }] = await tx<
+        [{ published: number; head: number | null; deliveries: number }]
+      >`
         WITH moved AS (
-          DELETE FROM event_outbox WHERE seq IN (SELECT seq FROM event_outbox ORDER BY seq LIMIT ${this.settings.batchSize})
+          DELETE FROM event_outbox WHERE seq IN (SELECT seq FROM event_outbox ORDER BY seq
+          LIMIT ${this.settings.batchSize})
           RETURNING *),
         published AS (
-          INSERT INTO events (id, type, occurred_at, subject_type, subject_id, actor_id, actor_credential, request_id, data)
-          SELECT nextval('events_id_seq'), type, occurred_at, subject_type, subject_id, actor_id, actor_credential, request_id, data
+          INSERT INTO events (id, type, occurred_at, subject_type, subject_id, actor_id, actor_credential,
+          request_id, data)
+          SELECT nextval('events_id_seq'), type, occurred_at, subject_type, subject_id, actor_id, actor_credential,
+          request_id, data
           FROM (SELECT * FROM moved ORDER BY seq) AS written
           RETURNING id, type),
         deliveries AS (
           INSERT INTO webhook_deliveries (webhook_id, event_id)
           SELECT w.id, p.id FROM published p JOIN webhooks w ON w.status <> 'disabled' AND p.type = ANY (w.event_types)
           RETURNING 1)
-        SELECT count(*)::int AS published, max(id) AS head, (SELECT count(*)::int FROM deliveries) AS deliveries FROM published`
+        SELECT count(*)::int AS published, max(id) AS head, (SELECT count(*)::int FROM deliveries) AS deliveries
+        FROM published`
       if (published) await tx`SELECT pg_notify(${EVENTS_CHANNEL}, ${String(head)})`
       // A paused webhook's delivery waits all the same: the worker skips it until it is resumed.
       if (deliveries) await this.wakeDeliveryWorkers(tx)

@@ -14,7 +14,12 @@ export interface RetentionSettings extends BatchLimits {
   intervalMs: number
 }
 
-export const defaultRetentionSettings: RetentionSettings = { intervalMs: 10 * 60_000, batchSize: 500, maxBatches: 200, pauseMs: 50 }
+export const defaultRetentionSettings: RetentionSettings = {
+  intervalMs: 10 * 60_000,
+  batchSize: 500,
+  maxBatches: 200,
+  pauseMs: 50,
+}
 
 export class EventRetention {
   private readonly job: Job<number>

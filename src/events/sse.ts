@@ -8,7 +8,8 @@
 export const SSE_CONTENT_TYPE = 'text/event-stream'
 
 /** One event: `id` is what the client sends back in Last-Event-ID to resume after it. */
-export const sseEvent = (id: number, type: string, json: string): string => `id: ${id}\nevent: ${type}\ndata: ${json}\n\n`
+export const sseEvent = (id: number, type: string, json: string): string =>
+  `id: ${id}\nevent: ${type}\ndata: ${json}\n\n`
 
 /** Keeps an idle connection from being closed by a proxy; clients ignore it. */
 export const SSE_KEEP_ALIVE = ': keep-alive\n\n'

@@ -5,8 +5,8 @@ import type { EventStream } from './stream.js'
 // Whether each open stream may still be sent events (src/auth/grants.ts),
 // checked in rounds (job `events.stream-authority`): every open stream of
 // the instance at once, every `intervalMs`, and before events are written
-// (`roundSinceNow`). A stream whose grant no longer holds is ended with the
-// reason.
+// (`roundSinceNow`). A stream whose grant no
+// longer holds is ended with the reason.
 //
 // A round stamps each stream that passes with the time the round started
 // (`checkedAt`). A round asked for before writing events
@@ -27,7 +27,10 @@ import type { EventStream } from './stream.js'
 // nothing: events wait until a round succeeds (the scheduler logs the failure).
 
 /** `catchUp`: first wait until every credential change committed before the call has been applied. */
-export type GrantCheck = (grants: readonly Grant[], options: { catchUp: boolean }) => Promise<Array<GrantEnd | undefined>>
+export type GrantCheck = (
+  grants: readonly Grant[],
+  options: { catchUp: boolean },
+) => Promise<Array<GrantEnd | undefined>>
 
 export class StreamAuthority {
   private readonly rounds: Job<void>
@@ -58,7 +61,10 @@ export class StreamAuthority {
     this.gating = false
     const streams = [...this.streams].filter((s) => !s.closed)
     if (streams.length === 0) return
-    const verdicts = await this.check(streams.map((s) => s.grant), { catchUp })
+    const verdicts = await this.check(
+      streams.map((s) => s.grant),
+      { catchUp },
+    )
     streams.forEach((stream, i) => {
       const end = verdicts[i]
       if (end) stream.end(end)

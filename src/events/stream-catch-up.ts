@@ -37,7 +37,11 @@ export interface CatchUpFrom {
  * has seen it gets every event committed afterwards. Never rejects: a stream
  * that cannot catch up is ended, and its client resumes after `retry:`.
  */
-export async function catchUpAndJoin(stream: EventStream, { after, types, bounded }: CatchUpFrom, c: CatchUp): Promise<void> {
+export async function catchUpAndJoin(
+  stream: EventStream,
+  { after, types, bounded }: CatchUpFrom,
+  c: CatchUp,
+): Promise<void> {
   const typeList = types && [...types]
   try {
     let newest = after === undefined ? await bounded(() => newestEventId(c.sql)) : undefined
@@ -62,7 +66,11 @@ export async function catchUpAndJoin(stream: EventStream, { after, types, bounde
       newest = page.newest
     }
   } catch (err) {
-    if (!stream.closed) c.log.warn('an event stream could not catch up; it is ended', { request_id: stream.requestId, ...describeError(err) })
+    if (!stream.closed)
+      c.log.warn('an event stream could not catch up; it is ended', {
+        request_id: stream.requestId,
+        ...describeError(err),
+      })
     stream.end('database_error')
   }
 }

@@ -18,7 +18,10 @@ export interface FeedRow {
 
 export interface CatchUpPage {
   events: FeedRow[]
-  /** Every event up to this id has been considered: the last one read when the page is full, else the newest committed (or `after`, if later). */
+  /**
+   * Every event up to this id has been considered: the last one read when the page is full, else the newest committed
+   * (or `after`, if later).
+   */
   position: number
   /** The newest committed event's id when the page was read. */
   newest: number
@@ -43,7 +46,12 @@ export function eventsAfter(sql: Sql, after: number, limit: number): Promise<Fee
  * committed id is read in the same statement, hence the same snapshot, so
  * a page that is not full has considered every event up to it.
  */
-export async function catchUpPage(sql: Sql, after: number, limit: number, types: readonly string[] | undefined): Promise<CatchUpPage> {
+export async function catchUpPage(
+  sql: Sql,
+  after: number,
+  limit: number,
+  types: readonly string[] | undefined,
+): Promise<CatchUpPage> {
   const rows = await sql<Array<FeedRow & { newest: number }>>`
     SELECT newest.id AS newest, page.* FROM (SELECT coalesce(max(id), 0)::bigint AS id FROM events) AS newest
     LEFT JOIN LATERAL (

@@ -31,14 +31,28 @@ const DIGITS = /^[0-9]{1,20}$/
 
 const streamAccess: Access = { kind: 'protected', scope: 'events:read', who: 'admin' }
 
-const StreamQuery = Type.Object({
-  type: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z_]{1,40}\\.[a-z_]{1,40}$', description: 'an event type such as session.created' }), {
-    minItems: 1,
-    maxItems: MAX_TYPES,
-    description: `at most ${MAX_TYPES} comma-separated event types; only events of these types are sent`,
-  })),
-  last_event_id: Type.Optional(Type.BigInt({ minimum: 0n, exclusiveMaximum: ID_LIMIT, description: `${ID_RULE}; events after it are sent first (Last-Event-ID wins when both are given)` })),
-}, { additionalProperties: false })
+const StreamQuery = Type.Object(
+  {
+    type: Type.Optional(
+      Type.Array(
+        Type.String({ pattern: '^[a-z_]{1,40}\\.[a-z_]{1,40}$', description: 'an event type such as session.created' }),
+        {
+          minItems: 1,
+          maxItems: MAX_TYPES,
+          description: `at most ${MAX_TYPES} comma-separated event types; only events of these types are sent`,
+        },
+      ),
+    ),
+    last_event_id: Type.Optional(
+      Type.BigInt({
+        minimum: 0n,
+        exclusiveMaximum: ID_LIMIT,
+        description: `${ID_RULE}; events after it are sent first (Last-Event-ID wins when both are given)`,
+      }),
+    ),
+  },
+  { additionalProperties: false },
+)
 type StreamQuery = Static<typeof StreamQuery>
 
 const streamQuery = compileValidator(StreamQuery, {
@@ -47,7 +61,9 @@ const streamQuery = compileValidator(StreamQuery, {
     return {
       ...rest,
       ...(type === undefined ? {} : { type: type.split(',') }),
-      ...(last_event_id === undefined ? {} : { last_event_id: DIGITS.test(last_event_id) ? BigInt(last_event_id) : last_event_id }),
+      ...(last_event_id === undefined
+        ? {}
+        : { last_event_id: DIGITS.test(last_event_id) ? BigInt(last_event_id) : last_event_id }),
     }
   },
 })
@@ -60,11 +76,14 @@ export function resumePoint(headers: IncomingHttpHeaders, query: StreamQuery): n
   let id = query.last_event_id
   if (header !== undefined) {
     if (!DIGITS.test(header) || BigInt(header) >= ID_LIMIT) {
-      throw new HttpError('invalid_request', `Last-Event-ID: must be ${ID_RULE}.`, { errors: [{ path: 'Last-Event-ID', message: `must be ${ID_RULE}` }] })
+      throw new HttpError('invalid_request', `Last-Event-ID: must be ${ID_RULE}.`, {
+        errors: [{ path: 'Last-Event-ID', message: `must be ${ID_RULE}` }],
+      })
     }
     id = BigInt(header)
   }
-  // Ids are read as numbers everywhere (src/core/db/connect.ts); past 2^53 - 1 none exists, so such a point is after every event.
+  // Ids are read as numbers everywhere (src/core/db/connect.ts); past 2^53 - 1 none exists, so such a point is after
+  // every event.
   return id === undefined ? undefined : Number(id > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : id)
 }
 
@@ -73,14 +92,20 @@ export const eventStreamRoutes = [
     method: 'GET',
     path: '/events/stream',
     operationId: 'streamEvents',
-    summary: 'The change feed as Server-Sent Events: resumes after Last-Event-ID with no gap and no duplicate, then follows new events live',
+    summary:
+      'The change feed as Server-Sent Events: resumes after Last-Event-ID with no gap and no duplicate, then follows ' +
+      'new events live',
     responses: {
       200: {
         description:
-          'A stream that does not end by itself: `retry:` first, then each event as `id:` (its id), `event:` (its type) and `data:` (the event as GET /events shows it), ' +
-          'and a `: keep-alive` comment when idle. Send the last id received as Last-Event-ID to resume. A client too slow to read is disconnected; it resumes the same way. ' +
-          'The stream ends, within a second on every instance, when its credential expires or is revoked (logout, logout-all, a password change, the key deleted), ' +
-          'or when its user is deleted or loses the role or scope it needs; no event committed after that is sent, and reconnecting with that credential is refused.',
+          'A stream that does not end by itself: `retry:` first, then each event as `id:` (its id), `event:` (its ' +
+          'type) and `data:` (the event as GET /events shows it), ' +
+          'and a `: keep-alive` comment when idle. Send the last id received as Last-Event-ID to resume. A client ' +
+          'too slow to read is disconnected; it resumes the same way. ' +
+          'The stream ends, within a second on every instance, when its credential expires or is revoked (logout, ' +
+          'logout-all, a password change, the key deleted), ' +
+          'or when its user is deleted or loses the role or scope it needs; no event committed after that is sent, ' +
+          'and reconnecting with that credential is refused.',
         schema: Type.String(),
         contentType: 'text/event-stream',
       },
@@ -92,7 +117,13 @@ export const eventStreamRoutes = [
       const after = resumePoint(headers, query)
       if (principal.kind !== 'user') throw new Error('unreachable: a protected route without a user')
       const grant = holdGrant(headers, principal, streamAccess, services.clock.now())
-      const stream = services.eventHub.reserve({ after, types: query.type && new Set(query.type), requestId, bounded, grant })
+      const stream = services.eventHub.reserve({
+        after,
+        types: query.type && new Set(query.type),
+        requestId,
+        bounded,
+        grant,
+      })
       // no-store: a cache must never hold a stream; X-Accel-Buffering: nginx must pass each event on at once.
       return { status: 200, headers: { 'cache-control': 'no-store', 'x-accel-buffering': 'no' }, stream }
     },

@@ -26,7 +26,10 @@ export class EventStream {
   /** Why the server ended it; undefined while open, or when the client left. */
   ended: StreamEnd | undefined
   readonly opened = performance.now()
-  /** When the last check of its authority that it passed started (performance.now()); events read before then may be sent. */
+  /**
+   * When the last check of its authority that it passed started
+   * (performance.now()); events read before then may be sent.
+   */
   checkedAt = -Infinity
 
   constructor(

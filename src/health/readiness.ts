@@ -23,8 +23,12 @@ export class ReadinessCheck {
   database(): Promise<void> {
     const last = this.last
     if (last && (last.settledAt === undefined || this.now() - last.settledAt < this.ttlMs)) return last.outcome
-    const entry: { outcome: Promise<void>; settledAt: number | undefined } = { outcome: this.probe().then(() => undefined), settledAt: undefined }
-    // Also marks a failure handled: a rejection nobody asks for again must not count as unhandled (src/main.ts exits on those).
+    const entry: { outcome: Promise<void>; settledAt: number | undefined } = {
+      outcome: this.probe().then(() => undefined),
+      settledAt: undefined,
+    }
+    // Also marks a failure handled: a rejection nobody asks for again
+    // must not count as unhandled (src/main.ts exits on those).
     const settled = () => void (entry.settledAt = this.now())
     entry.outcome.then(settled, settled)
     this.last = entry

@@ -34,7 +34,11 @@ export const healthRoutes = [
         description: 'Ready',
         schema: Type.Object({
           status: Type.Literal('ready'),
-          credentials: Type.String({ description: '"remembered": revocations are heard and credentials checked in memory; otherwise why they are read from the database' }),
+          credentials: Type.String({
+            description:
+              '"remembered": revocations are heard and credentials checked in memory; otherwise why they are read ' +
+              'from the database',
+          }),
         }),
       },
     },
@@ -50,7 +54,12 @@ export const healthRoutes = [
       }
       if (drainsAt !== undefined) {
         const seconds = Math.max(0, Math.ceil((drainsAt - performance.now()) / 1000))
-        throw new HttpError('shutting_down', `The service is shutting down: it still serves for ${seconds} s (SHUTDOWN_DELAY) while load balancers stop sending requests here, then drains.`, { headers: { 'retry-after': '1' } })
+        throw new HttpError(
+          'shutting_down',
+          `The service is shutting down: it still serves ` +
+            `for ${seconds} s (SHUTDOWN_DELAY) while load balancers stop sending requests here, then drains.`,
+          { headers: { 'retry-after': '1' } },
+        )
       }
       await services.readiness.database()
       const distrust = services.credentialChanges.distrustReason

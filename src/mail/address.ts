@@ -35,9 +35,11 @@ export function parseMailFrom(value: string): MailFrom | string {
   const trimmed = value.trim()
   const named = /^(.*?)\s*<([^<>]*)>$/.exec(trimmed)
   const address = named ? named[2]! : trimmed
-  if (!isMailAddress(address)) return `${shape} (got ${JSON.stringify(value)}): the address is not plain ASCII local@domain`
+  if (!isMailAddress(address))
+    return `${shape} (got ${JSON.stringify(value)}): the address is not plain ASCII local@domain`
   let name = named?.[1]?.trim()
   if (name?.startsWith('"') && name.endsWith('"') && name.length >= 2) name = name.slice(1, -1).replace(/\\(.)/g, '$1')
-  if (name !== undefined && /[\p{Cc}]/u.test(name)) return `${shape} (got ${JSON.stringify(value)}): the name holds a control character`
+  if (name !== undefined && /[\p{Cc}]/u.test(name))
+    return `${shape} (got ${JSON.stringify(value)}): the name holds a control character`
   return { address, domain: address.slice(address.lastIndexOf('@') + 1), ...(name ? { name } : {}) }
 }

@@ -58,14 +58,24 @@ export function createHookTransport(settings: HookSettings): Required<MailTransp
     name: 'hook',
     async send(message: MailMessage, giveUp?: AbortSignal): Promise<void> {
       // Exactly these members: the id travels as webhook-id, and nothing else of the outbox leaves the service.
-      const body = JSON.stringify({ type: message.type, to: message.to, subject: message.subject, text: message.text, link: message.link })
+      const body = JSON.stringify({
+        type: message.type,
+        to: message.to,
+        subject: message.subject,
+        text: message.text,
+        link: message.link,
+      })
       const headers = standardWebhookHeaders([settings.secret], message.id, body, USER_AGENT)
       const signal = giveUp ? AbortSignal.any([stopping.signal, giveUp]) : stopping.signal
       const attempt = requestOnce({ url, headers, body, timeoutMs, maxResponseBytes, signal })
       inFlight.add(attempt)
       const outcome = await attempt.finally(() => inFlight.delete(attempt))
       if (outcome.ok) return
-      const permanent = outcome.status !== undefined && outcome.status >= 400 && outcome.status < 500 && !RETRYABLE_CLIENT_ERRORS.has(outcome.status)
+      const permanent =
+        outcome.status !== undefined &&
+        outcome.status >= 400 &&
+        outcome.status < 500 &&
+        !RETRYABLE_CLIENT_ERRORS.has(outcome.status)
       throw new MailSendError(`${where}: ${outcome.error ?? 'the attempt failed'}`, permanent)
     },
     async close(deadline: number): Promise<void> {
@@ -76,13 +86,19 @@ export function createHookTransport(settings: HookSettings): Required<MailTransp
   }
 }
 
-/** A problem with the mail hook's configuration: the variable to change, and what is wrong (config.ts prefixes the name, or its _FILE). */
+/**
+ * A problem with the mail hook's configuration: the variable to change, and what is wrong (config.ts prefixes the name,
+ * or its _FILE).
+ */
 export interface HookSettingProblem {
   variable: 'MAIL_HOOK_URL' | 'MAIL_HOOK_SECRET'
   problem: string
 }
 
-const loopback = addressList([['127.0.0.0', 8, 'ipv4'], ['::1', 128, 'ipv6']])
+const loopback = addressList([
+  ['127.0.0.0', 8, 'ipv4'],
+  ['::1', 128, 'ipv6'],
+])
 /** localhost and its subdomains, which always mean loopback (RFC 6761), with or without the root's dot. */
 const LOCALHOST = /^(.+\.)?localhost\.?$/i
 
@@ -99,17 +115,28 @@ function isLoopbackHost(url: URL): boolean {
  * one problem per variable; none when both are unset (no hook) or both are
  * right. Never quotes the secret, nor the URL (its query may hold a key).
  */
-export function hookSettingProblems(given: { url: string | undefined; secret: string | undefined; production: boolean }): HookSettingProblem[] {
+export function hookSettingProblems(given: {
+  url: string | undefined
+  secret: string | undefined
+  production: boolean
+}): HookSettingProblem[] {
   const problems: HookSettingProblem[] = []
   if (given.url === undefined && given.secret === undefined) return problems
   if (given.url === undefined) {
-    problems.push({ variable: 'MAIL_HOOK_URL', problem: 'required with MAIL_HOOK_SECRET (set both to send mail through the hook, or neither)' })
+    problems.push({
+      variable: 'MAIL_HOOK_URL',
+      problem: 'required with MAIL_HOOK_SECRET (set both to send mail through the hook, or neither)',
+    })
   } else {
     const urlProblem = hookUrlProblem(given.url, given.production)
     if (urlProblem) problems.push({ variable: 'MAIL_HOOK_URL', problem: urlProblem })
   }
   if (given.secret === undefined) {
-    problems.push({ variable: 'MAIL_HOOK_SECRET', problem: 'required with MAIL_HOOK_URL: the receiver tells the service\'s messages from forged ones by their signature' })
+    problems.push({
+      variable: 'MAIL_HOOK_SECRET',
+      problem:
+        "required with MAIL_HOOK_URL: the receiver tells the service's messages from forged ones by their signature",
+    })
   } else {
     const secretProblem = signingSecretProblem(given.secret)
     if (secretProblem) problems.push({ variable: 'MAIL_HOOK_SECRET', problem: secretProblem })
@@ -120,11 +147,16 @@ export function hookSettingProblems(given: { url: string | undefined; secret: st
 function hookUrlProblem(raw: string, production: boolean): string | undefined {
   if (!URL.canParse(raw)) return 'must be an http:// or https:// URL (it does not parse as a URL)'
   const url = new URL(raw)
-  if (url.protocol !== 'https:' && url.protocol !== 'http:') return `must be an http:// or https:// URL (not ${url.protocol}//)`
+  if (url.protocol !== 'https:' && url.protocol !== 'http:')
+    return `must be an http:// or https:// URL (not ${url.protocol}//)`
   if (!hostOf(url)) return 'must name a host'
-  if (url.username || url.password) return 'must not carry a user name or password: the receiver knows the service by the signature (MAIL_HOOK_SECRET)'
+  if (url.username || url.password)
+    return 'must not carry a user name or password: the receiver knows the service by the signature (MAIL_HOOK_SECRET)'
   if (production && url.protocol === 'http:' && !isLoopbackHost(url)) {
-    return 'must be https when NODE_ENV=production, unless it points at this host (localhost, 127.0.0.1, [::1]): every message carries a password-reset or verification link, a credential for the account'
+    return (
+      'must be https when NODE_ENV=production, unless it points at this host (localhost, 127.0.0.1, [::1]): ' +
+      'every message carries a password-reset or verification link, a credential for the account'
+    )
   }
   return undefined
 }

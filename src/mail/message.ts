@@ -8,7 +8,10 @@ export const mailTypes = ['mail.password_reset', 'mail.verify_email', 'mail.emai
 export type MailType = (typeof mailTypes)[number]
 
 export interface MailMessage {
-  /** The outbox row's id: the same on every attempt, so a receiver can drop a duplicate (the hook's `webhook-id`, SMTP's Message-ID). */
+  /**
+   * The outbox row's id: the same on every attempt, so a receiver can
+   * drop a duplicate (the hook's `webhook-id`, SMTP's Message-ID).
+   */
   readonly id: string
   readonly type: MailType
   /** One address. */
@@ -20,7 +23,9 @@ export interface MailMessage {
   readonly link: string | null
 }
 
-/** Why a send failed: `permanent` when trying again cannot help (a 5xx reply, a refused recipient), else it is retried. */
+/**
+ * Why a send failed: `permanent` when trying again cannot help (a 5xx reply, a refused recipient), else it is retried.
+ */
 export class MailSendError extends Error {
   constructor(
     message: string,

@@ -21,7 +21,10 @@ const HEADER_LINE = 78
 /** One byte as =XX (RFC 2045 6.7 (1)). */
 const escape = (byte: number) => `=${byte.toString(16).toUpperCase().padStart(2, '0')}`
 
-/** A byte that stands for itself in quoted-printable: printable ASCII but "=" (RFC 2045 6.7 (2)); space and tab only inside a line. */
+/**
+ * A byte that stands for itself in quoted-printable: printable ASCII but "=" (RFC 2045 6.7 (2)); space and tab only
+ * inside a line.
+ */
 const literal = (byte: number) => (byte >= 33 && byte <= 126 && byte !== 61) || byte === 32 || byte === 9
 
 /** One line of text (no line break) as quoted-printable lines, joined by soft line breaks. */
@@ -43,17 +46,24 @@ function quotedPrintableLine(line: string): string {
     current += token
   }
   // The last piece may use the whole 76 when it ends the line: then it holds no soft break.
-  const last = lines.length && lines[lines.length - 1]!.length - 1 + current.length <= QP_LINE ? lines.pop()!.slice(0, -1) + current : current
+  const last =
+    lines.length && lines[lines.length - 1]!.length - 1 + current.length <= QP_LINE
+      ? lines.pop()!.slice(0, -1) + current
+      : current
   return [...lines, last].join(CRLF)
 }
 
 /** `text` (lines separated by \n, \r\n or \r) as a quoted-printable body with CRLF line breaks. */
 export function quotedPrintable(text: string): string {
-  return text.split(/\r\n|\r|\n/).map(quotedPrintableLine).join(CRLF)
+  return text
+    .split(/\r\n|\r|\n/)
+    .map(quotedPrintableLine)
+    .join(CRLF)
 }
 
 /** Whether a header text can go as it is: printable ASCII and spaces only, short enough for one line. */
-const plainHeaderText = (text: string, room: number) => /^[\x20-\x7e]*$/.test(text) && !/=\?/.test(text) && text.length <= room
+const plainHeaderText = (text: string, room: number) =>
+  /^[\x20-\x7e]*$/.test(text) && !/=\?/.test(text) && text.length <= room
 
 /**
  * `text` as RFC 2047 encoded-words ("B" encoding of UTF-8), one a line,
@@ -95,7 +105,9 @@ export const rfc5322Date = (date: Date) => date.toUTCString().replace(/GMT$/, '+
  * is carried in hexadecimal.
  */
 export function messageId(id: string, from: MailFrom): string {
-  const left = /^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$/.test(id) ? id : Buffer.from(id, 'utf8').toString('hex')
+  const left = /^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$/.test(id)
+    ? id
+    : Buffer.from(id, 'utf8').toString('hex')
   return `<${left}@${from.domain}>`
 }
 

@@ -8,5 +8,8 @@ import type { MailWorker } from './worker.js'
 export const mailModule: AppModule<{ mail: MailWorker; maintenanceSql: Sql }> = {
   name: 'mail',
   components: (s) => [s.mail],
-  jobs: (s) => [...s.mail.jobs, purgeJob({ name: 'mail.purge-failed', table: 'mail_outbox', where: oldFailedMail, sql: s.maintenanceSql })],
+  jobs: (s) => [
+    ...s.mail.jobs,
+    purgeJob({ name: 'mail.purge-failed', table: 'mail_outbox', where: oldFailedMail, sql: s.maintenanceSql }),
+  ],
 }

@@ -41,13 +41,27 @@ export interface ClaimedMail {
 
 /** Claims up to `limit` due messages for `leaseMs`: no other instance takes them before it runs out. */
 export async function claimMail(db: Sql, limit: number, leaseMs: number): Promise<ClaimedMail[]> {
-  const rows = await db<Array<{ id: string; type: MailType; recipient: string; subject: string; body: string; link: string | null; attempts: number }>>`
-    UPDATE mail_outbox m SET attempts = m.attempts + 1, next_attempt_at = now() + ${leaseMs}::int * interval '1 millisecond'
+  const rows = await db<
+    Array<{
+      id: string
+      type: MailType
+      recipient: string
+      subject: string
+      body: string
+      link: string | null
+      attempts: number
+    }>
+  >`
+    UPDATE mail_outbox m SET attempts = m.attempts + 1, next_attempt_at = now()
+    + ${leaseMs}::int * interval '1 millisecond'
     WHERE m.id IN (
       SELECT id FROM mail_outbox WHERE failed_at IS NULL AND next_attempt_at <= now()
       ORDER BY next_attempt_at, id LIMIT ${limit} FOR UPDATE SKIP LOCKED)
     RETURNING m.id::text, m.type, m.recipient, m.subject, m.body, m.link, m.attempts`
-  return rows.map((r) => ({ message: { id: r.id, type: r.type, to: r.recipient, subject: r.subject, text: r.body, link: r.link }, attempts: r.attempts }))
+  return rows.map((r) => ({
+    message: { id: r.id, type: r.type, to: r.recipient, subject: r.subject, text: r.body, link: r.link },
+    attempts: r.attempts,
+  }))
 }
 
 /** Sent: the row and its secret go. */
@@ -58,7 +72,8 @@ export async function mailSent(db: Sql, id: string): Promise<void> {
 /** Failed, to be tried again in `retryInMs`. */
 export async function mailRetry(db: Sql, id: string, error: string, retryInMs: number): Promise<void> {
   await db`
-    UPDATE mail_outbox SET last_error = ${error}, next_attempt_at = now() + ${Math.round(retryInMs)}::int * interval '1 millisecond'
+    UPDATE mail_outbox SET last_error
+    = ${error}, next_attempt_at = now() + ${Math.round(retryInMs)}::int * interval '1 millisecond'
     WHERE id = ${id}`
 }
 

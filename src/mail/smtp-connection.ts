@@ -27,7 +27,11 @@ const MAX_LINES = 200
  * row: without control characters, bounded, and without the addresses they
  * name (a refusal often repeats the recipient's).
  */
-const quoted = (text: string) => text.replace(/[\p{Cc}]/gu, ' ').replace(/[^\s<>"'(),;:@]+@[^\s<>"'(),;:]+/g, 'address').slice(0, 300)
+const quoted = (text: string) =>
+  text
+    .replace(/[\p{Cc}]/gu, ' ')
+    .replace(/[^\s<>"'(),;:@]+@[^\s<>"'(),;:]+/g, 'address')
+    .slice(0, 300)
 
 export interface ConnectionOptions {
   /** Each step's limit, in milliseconds. */
@@ -57,9 +61,15 @@ export class SmtpConnection {
 
   /** A connection whose socket is up (TCP, or TLS for smtps://), within the time limit. */
   static async open(server: SmtpServer, options: ConnectionOptions): Promise<SmtpConnection> {
-    const socket = server.security === 'tls' ? connectTls(tlsOptions(server, options)) : connectTcp(server.port, server.host)
+    const socket =
+      server.security === 'tls' ? connectTls(tlsOptions(server, options)) : connectTcp(server.port, server.host)
     const connection = new SmtpConnection(server, options, socket)
-    await connection.within(server.security === 'tls' ? 'connecting (TLS)' : 'connecting', new Promise<void>((resolve) => socket.once(server.security === 'tls' ? 'secureConnect' : 'connect', () => resolve())))
+    await connection.within(
+      server.security === 'tls' ? 'connecting (TLS)' : 'connecting',
+      new Promise<void>((resolve) =>
+        socket.once(server.security === 'tls' ? 'secureConnect' : 'connect', () => resolve()),
+      ),
+    )
     return connection
   }
 
@@ -87,13 +97,17 @@ export class SmtpConnection {
     return this.within(step, new Promise<Reply>((resolve, reject) => (this.waiting = { resolve, reject })), timeoutMs)
   }
 
-  /** `reply` must have one of the codes `expected` (e.g. [250]); else the error says the step and the server's words. */
+  /**
+   * `reply` must have one of the codes `expected` (e.g. [250]); else the error says the step and the server's words.
+   */
   expect(reply: Reply, step: string, expected: readonly number[]): Reply {
     if (expected.includes(reply.code)) return reply
     throw this.refusal(reply, step)
   }
 
-  /** The error for a reply that refuses a step: permanent for 5xx (trying again gets the same answer), else transient. */
+  /**
+   * The error for a reply that refuses a step: permanent for 5xx (trying again gets the same answer), else transient.
+   */
   refusal(reply: Reply, step: string): MailSendError {
     const text = `${reply.code} ${reply.lines.map(quoted).join(' / ')}`.trim()
     return new MailSendError(`SMTP ${this.where()}: ${step} refused: ${text}`, reply.code >= 500 && reply.code < 600)
@@ -106,7 +120,8 @@ export class SmtpConnection {
 
   /** STARTTLS accepted: the same socket goes on inside TLS, the server's certificate checked. */
   async startTls(): Promise<void> {
-    // RFC 3207 6: what the server sent after its 220 came in clear, and could be a man in the middle's; it is an error, never a reply.
+    // RFC 3207 6: what the server sent after its 220 came in clear, and could be a man in the middle's; it is an error,
+    // never a reply.
     if (this.buffer || this.replies.length) {
       const error = this.fail('the server sent data after its STARTTLS reply, before TLS began', false)
       this.broken(error)
@@ -151,7 +166,12 @@ export class SmtpConnection {
     const code = error.code ?? ''
     if (/CERT|SELF_SIGNED|HOSTNAME|ERR_TLS|UNABLE_TO/.test(code)) {
       // Transient: the mail waits in the outbox until the server's certificate, or the trust of it, is put right.
-      return this.fail(`the server's TLS certificate is not trusted (${code}: ${quoted(error.message)}); nothing was sent. Trust its CA with NODE_EXTRA_CA_CERTS, or fix the certificate`, false)
+      return this.fail(
+        `the server's TLS certificate is not trusted ` +
+          `(${code}: ${quoted(error.message)}); nothing was sent. Trust its CA with NODE_EXTRA_CA_CERTS, or fix the ` +
+          `certificate`,
+        false,
+      )
     }
     return this.fail(`connection failed (${code || quoted(error.message)})`, false)
   }
@@ -168,7 +188,8 @@ export class SmtpConnection {
 
   private line(line: string): void {
     const match = /^([2-5][0-9][0-9])([ -]|$)(.*)$/.exec(line)
-    if (!match || this.lines.length >= MAX_LINES) return this.broken(this.fail(`the server's answer is not an SMTP reply: ${quoted(line.slice(0, 80))}`, false))
+    if (!match || this.lines.length >= MAX_LINES)
+      return this.broken(this.fail(`the server's answer is not an SMTP reply: ${quoted(line.slice(0, 80))}`, false))
     this.lines.push(match[3]!)
     if (match[2] === '-') return
     const reply = { code: Number(match[1]), lines: this.lines }
@@ -209,7 +230,8 @@ function tlsOptions(server: SmtpServer, options: ConnectionOptions) {
   return {
     host: server.host,
     port: server.port,
-    // RFC 6066 3: the server name indication carries a host name, never an address; the certificate is checked against either.
+    // RFC 6066 3: the server name indication carries a host name, never
+    // an address; the certificate is checked against either.
     ...(isIP(server.host) ? {} : { servername: server.host }),
     ...(options.trustedCertificates ? { ca: [...rootCertificates, ...options.trustedCertificates] } : {}),
     minVersion: 'TLSv1.2' as const,

@@ -46,10 +46,12 @@ function decoded(part: string): string | undefined {
 export function parseSmtpUrl(value: string): SmtpServer | string {
   if (!URL.canParse(value)) return `${SHAPE} (it does not parse as a URL)`
   const url = new URL(value)
-  if (url.protocol !== 'smtp:' && url.protocol !== 'smtps:') return `${SHAPE} (the scheme is ${JSON.stringify(url.protocol.slice(0, 20))})`
+  if (url.protocol !== 'smtp:' && url.protocol !== 'smtps:')
+    return `${SHAPE} (the scheme is ${JSON.stringify(url.protocol.slice(0, 20))})`
   const host = url.hostname.replace(/^\[(.*)\]$/, '$1')
   if (!host || (!isIP(host) && !HOST_NAME.test(host))) return `${SHAPE} (the host is missing or not a host name)`
-  if (url.pathname !== '' && url.pathname !== '/') return `${SHAPE} (a path has no meaning here; is a / in the password not percent-encoded as %2F?)`
+  if (url.pathname !== '' && url.pathname !== '/')
+    return `${SHAPE} (a path has no meaning here; is a / in the password not percent-encoded as %2F?)`
   if (url.hash) return `${SHAPE} (a fragment has no meaning here; is a # in the password not percent-encoded as %23?)`
   const port = url.port ? Number(url.port) : DEFAULT_PORTS[url.protocol]
   if (port === 0) return `${SHAPE} (port 0)`
@@ -57,18 +59,36 @@ export function parseSmtpUrl(value: string): SmtpServer | string {
   const user = decoded(url.username)
   const password = decoded(url.password)
   if (user === undefined || password === undefined) {
-    return 'its user or password holds a % not followed by two hexadecimal digits; write a % as %25 (percent-encode them: encodeURIComponent)'
+    return (
+      'its user or password holds a % not followed by two hexadecimal digits; write a % as %25 (percent-encode ' +
+      'them: encodeURIComponent)'
+    )
   }
-  if (Boolean(user) !== Boolean(password)) return 'give both a user and a password (smtp://user:password@host), or neither'
+  if (Boolean(user) !== Boolean(password))
+    return 'give both a user and a password (smtp://user:password@host), or neither'
 
   let security: SmtpSecurity = url.protocol === 'smtps:' ? 'tls' : 'starttls'
   let helo: string | undefined
   for (const [key, setting] of url.searchParams) {
     if (key === 'starttls' && setting === 'off' && security === 'starttls') {
-      if (!isLoopback(host)) return '?starttls=off is allowed only for a server on this machine (localhost, 127.0.0.1, ::1): elsewhere the password and the messages would cross the network in clear'
+      if (!isLoopback(host))
+        return (
+          '?starttls=off is allowed only for a server on this machine (localhost, 127.0.0.1, ::1): elsewhere ' +
+          'the password and the messages would cross the network in clear'
+        )
       security = 'none'
     } else if (key === 'helo' && HOST_NAME.test(setting)) helo = setting
-    else return `${SHAPE}, with ?starttls=off (smtp:// to this machine only) or ?helo=<host name> (the option ${JSON.stringify(key.slice(0, 40))} is not one of them or its value is not allowed)`
+    else
+      return (
+        `${SHAPE}, with ?starttls=off (smtp:// to this machine only) or ?helo=<host name> (the ` +
+        `option ${JSON.stringify(key.slice(0, 40))} is not one of them or its value is not allowed)`
+      )
   }
-  return { host, port, security, ...(user && password ? { credentials: { user, password } } : {}), ...(helo ? { helo } : {}) }
+  return {
+    host,
+    port,
+    security,
+    ...(user && password ? { credentials: { user, password } } : {}),
+    ...(helo ? { helo } : {}),
+  }
 }

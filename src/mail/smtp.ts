@@ -35,17 +35,20 @@ const DATA_END_FACTOR = 2
  */
 function heloName(server: SmtpServer, localAddress: string | undefined): string {
   const name = server.helo ?? hostname()
-  if (/^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$/.test(name)) return name
+  if (/^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$/.test(name))
+    return name
   const address = localAddress?.replace(/^::ffff:/, '') ?? '127.0.0.1'
   return address.includes(':') ? `[IPv6:${address}]` : `[${address}]`
 }
 
 /** The extensions an EHLO reply names (every line after the first), upper-cased: keyword → its parameters. */
 function extensions(reply: Reply): Map<string, string[]> {
-  return new Map(reply.lines.slice(1).map((line) => {
-    const [keyword = '', ...params] = line.toUpperCase().split(/[ =]/).filter(Boolean)
-    return [keyword, params]
-  }))
+  return new Map(
+    reply.lines.slice(1).map((line) => {
+      const [keyword = '', ...params] = line.toUpperCase().split(/[ =]/).filter(Boolean)
+      return [keyword, params]
+    }),
+  )
 }
 
 /**
@@ -58,9 +61,13 @@ export function dotStuffed(text: string): string {
   return `${stuffed}${stuffed.endsWith('\r\n') ? '' : '\r\n'}.\r\n`
 }
 
-/** Refuses what would let the message's own fields rewrite the envelope or the header (injection): permanent, nothing is sent. */
+/**
+ * Refuses what would let the message's own fields rewrite the envelope
+ * or the header (injection): permanent, nothing is sent.
+ */
 function checkFields(message: MailMessage): void {
-  if (!isMailAddress(message.to)) throw new MailSendError('SMTP: the recipient is not a plain ASCII address (local@domain); not sent', true)
+  if (!isMailAddress(message.to))
+    throw new MailSendError('SMTP: the recipient is not a plain ASCII address (local@domain); not sent', true)
   if (/[\r\n]/.test(message.subject)) throw new MailSendError('SMTP: the subject holds a line break; not sent', true)
 }
 
@@ -92,7 +99,10 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
       c.expect(await c.command(b64(user), 'AUTH LOGIN (user)'), 'AUTH LOGIN (user)', [334])
       c.expect(await c.command(b64(password), 'AUTH LOGIN (password)'), 'AUTH LOGIN (password)', [235])
     } else {
-      throw c.fail(`SMTP_URL has a user and a password, but the server offers no AUTH PLAIN or LOGIN (it offers: ${mechanisms.join(' ') || 'no AUTH'}); nothing was sent`)
+      throw c.fail(
+        `SMTP_URL has a user and a password, but the server offers no AUTH PLAIN or LOGIN (it ` +
+          `offers: ${mechanisms.join(' ') || 'no AUTH'}); nothing was sent`,
+      )
     }
   }
 
@@ -102,7 +112,10 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
     let offered = await greet(c, name)
     if (server.security === 'starttls') {
       if (!offered.has('STARTTLS')) {
-        throw c.fail('the server does not offer STARTTLS, which SMTP_URL requires (smtp:// without ?starttls=off); nothing was sent in clear. Use smtps:// if the server speaks TLS from the start')
+        throw c.fail(
+          'the server does not offer STARTTLS, which SMTP_URL requires (smtp:// without ?starttls=off); nothing was ' +
+            'sent in clear. Use smtps:// if the server speaks TLS from the start',
+        )
       }
       c.expect(await c.command('STARTTLS'), 'STARTTLS', [220])
       await c.startTls()
@@ -122,7 +135,8 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
     async send(message, giveUp) {
       checkFields(message)
       const c = await SmtpConnection.open(server, { timeoutMs, trustedCertificates: settings.trustedCertificates })
-      // The sender stopped waiting: the session ends now, failing the step under way, so that no 250 can follow the retry.
+      // The sender stopped waiting: the session ends now, failing
+      // the step under way, so that no 250 can follow the retry.
       const cut = () => c.close()
       if (giveUp?.aborted) cut()
       giveUp?.addEventListener('abort', cut, { once: true })
@@ -130,23 +144,33 @@ export function createSmtpTransport(settings: SmtpSettings): MailTransport {
         try {
           await deliver(c, message)
         } finally {
-          // After the message was taken, a QUIT that goes wrong changes nothing; after a refusal, it only ends the session.
+          // After the message was taken, a QUIT that goes wrong changes
+          // nothing; after a refusal, it only ends the session.
           await c.quit()
         }
       })()
-      open.set(c, sent.catch(() => undefined))
+      open.set(
+        c,
+        sent.catch(() => undefined),
+      )
       try {
         await sent
       } catch (error) {
         if (error instanceof MailSendError) throw error
         // Not a refusal by the server: a fault here, so the message is kept and tried again.
-        throw new MailSendError(`SMTP ${server.host}:${server.port}: ${error instanceof Error ? error.message : 'unexpected failure'}`, false)
+        throw new MailSendError(
+          `SMTP ${server.host}:${server.port}: ${error instanceof Error ? error.message : 'unexpected failure'}`,
+          false,
+        )
       } finally {
         open.delete(c)
         giveUp?.removeEventListener('abort', cut)
       }
     },
-    /** Waits for the messages under way until `deadline`, then cuts their connections (they fail as transient: the outbox sends them again). */
+    /**
+     * Waits for the messages under way until `deadline`, then cuts their connections (they fail as transient: the
+     * outbox sends them again).
+     */
     async close(deadline) {
       await settledBy(Promise.allSettled(open.values()), deadline)
       for (const c of open.keys()) c.close()

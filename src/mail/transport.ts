@@ -12,7 +12,10 @@ import type { SmtpServer } from './smtp-url.js'
 // production, where the recovery endpoints then answer 503
 // mail_not_configured (readConfig refuses both at once).
 
-/** How mail goes out, parsed once by src/config.ts: SMTP_URL with MAIL_FROM, MAIL_HOOK_URL with MAIL_HOOK_SECRET, or neither. */
+/**
+ * How mail goes out, parsed once by src/config.ts: SMTP_URL with
+ * MAIL_FROM, MAIL_HOOK_URL with MAIL_HOOK_SECRET, or neither.
+ */
 export type MailSettings =
   /** The server holds the credentials of SMTP_URL (a secret). */
   | { via: 'smtp'; server: SmtpServer; from: MailFrom }
@@ -20,13 +23,22 @@ export type MailSettings =
   | { via: 'hook'; url: string; secret: string }
   | { via: 'none' }
 
-export const MAIL_NOT_CONFIGURED = 'no mail transport: set SMTP_URL (with MAIL_FROM) or MAIL_HOOK_URL (with MAIL_HOOK_SECRET); until then password resets and address verification answer 503 mail_not_configured'
+export const MAIL_NOT_CONFIGURED =
+  'no mail transport: set SMTP_URL (with MAIL_FROM) or MAIL_HOOK_URL (with MAIL_HOOK_SECRET); until then password ' +
+  'resets and address verification answer 503 mail_not_configured'
 
 /** The transport of `config`, or undefined in production with none configured (start-up logs MAIL_NOT_CONFIGURED). */
-export function mailTransportFor(config: { mail: MailSettings; production: boolean }, log: Logger): MailTransport | undefined {
+export function mailTransportFor(
+  config: { mail: MailSettings; production: boolean },
+  log: Logger,
+): MailTransport | undefined {
   const { mail } = config
   if (mail.via === 'smtp') {
-    log.info('mail goes out by SMTP', { host: mail.server.host, port: mail.server.port, security: mail.server.security })
+    log.info('mail goes out by SMTP', {
+      host: mail.server.host,
+      port: mail.server.port,
+      security: mail.server.security,
+    })
     return createSmtpTransport({ server: mail.server, from: mail.from })
   }
   if (mail.via === 'hook') {

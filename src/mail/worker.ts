@@ -78,7 +78,8 @@ export class MailWorker implements Component {
     metrics: Metrics,
     private readonly settings: MailSettings,
   ) {
-    if (settings.leaseMs <= settings.sendTimeoutMs) throw new Error('mail settings: leaseMs must be longer than sendTimeoutMs')
+    if (settings.leaseMs <= settings.sendTimeoutMs)
+      throw new Error('mail settings: leaseMs must be longer than sendTimeoutMs')
     this.counts = {
       sent: metrics.counter('mail_sent_total', 'Messages the mail transport took.'),
       retried: metrics.counter('mail_retried_total', 'Attempts to send a message that failed and will be tried again.'),
@@ -92,9 +93,15 @@ export class MailWorker implements Component {
     if (!this.stopped || !this.transport) return
     this.stopped = false
     this.db = backgroundConnection(this.sql, 1)
-    this.wakeups = listenForWork(this.listenSql, MAIL_CHANNEL, () => this.wake(), (err) => {
-      if (!this.stopped) this.log.warn('mail worker: cannot listen for new messages; polling only', describeError(err))
-    })
+    this.wakeups = listenForWork(
+      this.listenSql,
+      MAIL_CHANNEL,
+      () => this.wake(),
+      (err) => {
+        if (!this.stopped)
+          this.log.warn('mail worker: cannot listen for new messages; polling only', describeError(err))
+      },
+    )
     this.wake()
   }
 
@@ -111,7 +118,11 @@ export class MailWorker implements Component {
     await settledBy(this.job.settled(), deadline)
     const { db, wakeups } = this
     this.db = this.wakeups = undefined
-    await Promise.all([db?.end({ timeout: left() / 1000 }), wakeups?.end({ timeout: left() / 1000 }), this.transport?.close?.(deadline)])
+    await Promise.all([
+      db?.end({ timeout: left() / 1000 }),
+      wakeups?.end({ timeout: left() / 1000 }),
+      this.transport?.close?.(deadline),
+    ])
   }
 
   /** Claims a batch and sends it; a full batch looks again at once. */
@@ -119,9 +130,16 @@ export class MailWorker implements Component {
     const { db, transport } = this
     if (this.stopped || !db || !transport) return
     const claimed = await claimMail(db, this.settings.batch, this.settings.leaseMs)
-    await Promise.all(claimed.map((claim) => this.attempt(db, transport, claim).catch((err: unknown) => {
-      this.log.error('mail worker: recording an attempt failed; the message is due again after its lease', { mail_id: claim.message.id, ...describeError(err) })
-    })))
+    await Promise.all(
+      claimed.map((claim) =>
+        this.attempt(db, transport, claim).catch((err: unknown) => {
+          this.log.error('mail worker: recording an attempt failed; the message is due again after its lease', {
+            mail_id: claim.message.id,
+            ...describeError(err),
+          })
+        }),
+      ),
+    )
     if (claimed.length === this.settings.batch) this.wake()
   }
 
@@ -134,7 +152,9 @@ export class MailWorker implements Component {
       this.log.info('mail sent', fields)
       return
     }
-    const retryInMs = failure.permanent ? undefined : retryDelayMs({ delaysMs: this.settings.retryDelaysMs, jitter: this.settings.retryJitter }, attempts)
+    const retryInMs = failure.permanent
+      ? undefined
+      : retryDelayMs({ delaysMs: this.settings.retryDelaysMs, jitter: this.settings.retryJitter }, attempts)
     const error = failure.message.slice(0, ERROR_CHARACTERS)
     if (retryInMs === undefined) {
       await mailFailed(db, message.id, error)
@@ -160,8 +180,14 @@ export class MailWorker implements Component {
     } catch (err) {
       if (err instanceof MailSendError) return err
       // Not the transport's own word: its message could hold anything, the message's text included.
-      this.log.error('mail transport failed unexpectedly', { mail_id: message.id, error_name: err instanceof Error ? err.name : typeof err })
-      return new MailSendError(`the ${transport.name} transport failed unexpectedly (${err instanceof Error ? err.name : typeof err})`, false)
+      this.log.error('mail transport failed unexpectedly', {
+        mail_id: message.id,
+        error_name: err instanceof Error ? err.name : typeof err,
+      })
+      return new MailSendError(
+        `the ${transport.name} transport failed unexpectedly (${err instanceof Error ? err.name : typeof err})`,
+        false,
+      )
     }
   }
 }

@@ -10,9 +10,15 @@ export const metricsRoutes = [
     operationId: 'getMetrics',
     access: { kind: 'protected', scope: 'metrics:read', who: 'admin' },
     summary: 'Request, database and process figures in Prometheus text format',
-    responses: { 200: { description: 'Prometheus text format 0.0.4', schema: Type.String(), contentType: 'text/plain' } },
+    responses: {
+      200: { description: 'Prometheus text format 0.0.4', schema: Type.String(), contentType: 'text/plain' },
+    },
     async handle({ services }) {
-      return { status: 200, headers: { 'cache-control': 'no-store' }, text: { contentType: 'text/plain; version=0.0.4; charset=utf-8', content: await services.metricsReport() } }
+      return {
+        status: 200,
+        headers: { 'cache-control': 'no-store' },
+        text: { contentType: 'text/plain; version=0.0.4; charset=utf-8', content: await services.metricsReport() },
+      }
     },
   }),
 ]

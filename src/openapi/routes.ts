@@ -11,7 +11,9 @@ export function openApiRoute(document: () => unknown): AnyRoute {
     access: publicAccess,
     database: 'none',
     summary: 'This API described as OpenAPI 3.1',
-    responses: { 200: { description: 'The OpenAPI document', schema: Type.Object({ openapi: Type.Literal('3.1.0') }) } },
+    responses: {
+      200: { description: 'The OpenAPI document', schema: Type.Object({ openapi: Type.Literal('3.1.0') }) },
+    },
     handle: async () => ({ status: 200, headers: { 'cache-control': 'public, max-age=300' }, body: document() }),
   })
 }

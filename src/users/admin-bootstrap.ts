@@ -23,17 +23,28 @@ export interface AdminResult {
 }
 
 /** Creates the admin, or resets an existing admin's password; returns the password (generated when none is given). */
-export async function createOrResetAdmin(sql: Sql, passwords: PasswordHasher, email: string, password?: string): Promise<AdminResult> {
+export async function createOrResetAdmin(
+  sql: Sql,
+  passwords: PasswordHasher,
+  email: string,
+  password?: string,
+): Promise<AdminResult> {
   const secret = password ?? randomBytes(18).toString('base64url')
   const errors = users.bodies.create.errors({ name: 'Administrator', email, password: secret })
   // A ConfigError: bad input from the operator (the command line, ADMIN_EMAIL) gets
   // its message on stderr, not the JSON-and-stack-trace main.ts prints for a crash.
-  if (errors.length) throw new ConfigError(`Cannot create the admin: ${errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; ')}`)
+  if (errors.length)
+    throw new ConfigError(`Cannot create the admin: ${errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; ')}`)
   const passwordHash = await passwords.hash(secret)
   return sql.begin(async (tx) => {
-    const [existing] = await tx<Array<{ id: number; role: string }>>`SELECT id, role FROM users WHERE lower(email) = ${normalizeEmail(email)} FOR UPDATE`
+    const [existing] = await tx<
+      Array<{ id: number; role: string }>
+    >`SELECT id, role FROM users WHERE lower(email) = ${normalizeEmail(email)} FOR UPDATE`
     if (existing && existing.role !== 'admin') {
-      throw new ConfigError(`${email} belongs to an account that is not an admin; it is not promoted from here. Promote it through the API as an admin (PATCH /users/${existing.id} {"role":"admin"}), or choose another e-mail.`)
+      throw new ConfigError(
+        `${email} belongs to an account that is not an admin; it is not promoted from here. Promote it through the ` +
+          `API as an admin (PATCH /users/${existing.id} {"role":"admin"}), or choose another e-mail.`,
+      )
     }
     if (existing) {
       // A new password: the trigger of sql/005 voids the JWTs issued before; the sessions end here.
@@ -42,18 +53,30 @@ export async function createOrResetAdmin(sql: Sql, passwords: PasswordHasher, em
       await markVerified(tx, existing.id)
       return { id: existing.id, password: secret, created: false }
     }
-    const row = await insertRow(tx, users, { name: 'Administrator', email, role: 'admin', password_hash: passwordHash }, systemOrigin)
+    const row = await insertRow(
+      tx,
+      users,
+      { name: 'Administrator', email, role: 'admin', password_hash: passwordHash },
+      systemOrigin,
+    )
     await markVerified(tx, row.id)
     return { id: row.id, password: secret, created: true }
   })
 }
 
-/** The operator typed the admin's address where the service runs: it counts as verified (REQUIRE_VERIFIED_EMAIL must not lock the first admin out). */
+/**
+ * The operator typed the admin's address where the service runs: it counts as verified (REQUIRE_VERIFIED_EMAIL must not
+ * lock the first admin out).
+ */
 async function markVerified(tx: TransactionSql, id: number): Promise<void> {
   await tx`UPDATE users SET email_verified_at = coalesce(email_verified_at, now()) WHERE id = ${id}`
 }
 
-export async function bootstrapAdminIfNone(sql: Sql, passwords: PasswordHasher, admin: { email: string; password: string }): Promise<boolean> {
+export async function bootstrapAdminIfNone(
+  sql: Sql,
+  passwords: PasswordHasher,
+  admin: { email: string; password: string },
+): Promise<boolean> {
   const [any] = await sql`SELECT 1 FROM users WHERE role = 'admin' LIMIT 1`
   if (any) return false
   await createOrResetAdmin(sql, passwords, admin.email, admin.password)

@@ -8,17 +8,26 @@ import { users } from './resource.js'
 // credential it called with. It lives with the users resource, whose
 // representation it answers with; auth only says who the caller is.
 
-const Me = Type.Object({
-  user: users.schemas.representation,
-  credential: Type.Object({
-    type: Type.Union([Type.Literal('jwt'), Type.Literal('token'), Type.Literal('api_key'), Type.Literal('oidc')], {
-      description: 'jwt and token: a login here; api_key; oidc: an access token of the identity provider (OIDC_ISSUER)',
-    }),
-    scopes: Type.Array(Type.String()),
-    expires_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
-    issuer: Type.Optional(Type.String({ description: 'with type oidc: the identity provider that issued the token' })),
-  }, { additionalProperties: false }),
-}, { additionalProperties: false })
+const Me = Type.Object(
+  {
+    user: users.schemas.representation,
+    credential: Type.Object(
+      {
+        type: Type.Union([Type.Literal('jwt'), Type.Literal('token'), Type.Literal('api_key'), Type.Literal('oidc')], {
+          description:
+            'jwt and token: a login here; api_key; oidc: an access token of the identity provider (OIDC_ISSUER)',
+        }),
+        scopes: Type.Array(Type.String()),
+        expires_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+        issuer: Type.Optional(
+          Type.String({ description: 'with type oidc: the identity provider that issued the token' }),
+        ),
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false },
+)
 
 export const meRoute = defineRoute({
   method: 'GET',
@@ -38,7 +47,10 @@ export const meRoute = defineRoute({
     const issuer = credential.type === 'oidc' ? { issuer: credential.issuer } : {}
     return {
       status: 200,
-      body: { user: users.present(user), credential: { type, scopes: [...principal.scopes].sort(), expires_at: expiresAt, ...issuer } },
+      body: {
+        user: users.present(user),
+        credential: { type, scopes: [...principal.scopes].sort(), expires_at: expiresAt, ...issuer },
+      },
     }
   },
 })

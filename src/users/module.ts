@@ -7,7 +7,7 @@ const operations = resourceModule(users, {
   access: { list: { who: 'admin' }, create: { who: 'admin', signup: true } },
   hooks: userHooks,
   summaries: {
-    replace: 'Replace a user\'s name and e-mail (role and password only when given)',
+    replace: "Replace a user's name and e-mail (role and password only when given)",
     delete: 'Delete a user, its sessions and its API keys',
   },
 })

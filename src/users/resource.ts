@@ -15,12 +15,14 @@ import { addressChanged, queueVerification } from '../auth/recovery/recovery.js'
 import type { Holds, Same } from '../core/lib/type-checks.js'
 import { ensureAnotherAdmin, type UserRow } from '../accounts/queries.js'
 
-const emailSchema = () => Type.String({
-  maxLength: 254,
-  // local@domain with a dot in the domain; ASCII only (no internationalized addresses).
-  pattern: "^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$",
-  description: 'an e-mail address (local@domain, with a dot in the domain)',
-})
+const emailSchema = () =>
+  Type.String({
+    maxLength: 254,
+    // local@domain with a dot in the domain; ASCII only (no internationalized addresses).
+    pattern:
+      "^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$",
+    description: 'an e-mail address (local@domain, with a dot in the domain)',
+  })
 
 export const users = defineResource({
   name: 'User',
@@ -34,23 +36,43 @@ export const users = defineResource({
   members: {
     id: idMember(),
     name: member(nameSchema(), { sort: true, search: true }),
-    email: member(emailSchema(), { sort: true, search: true, caseless: true, unique: { constraint: 'users_email_key', code: 'email_taken', title: 'E-mail address already in use' } }),
+    email: member(emailSchema(), {
+      sort: true,
+      search: true,
+      caseless: true,
+      unique: { constraint: 'users_email_key', code: 'email_taken', title: 'E-mail address already in use' },
+    }),
     // Role and password are access attributes: a PUT leaves them as they are unless it names them.
-    role: member(Type.Union([Type.Literal('admin'), Type.Literal('user')]), { sort: true, default: 'user', keepOnReplace: true }),
+    role: member(Type.Union([Type.Literal('admin'), Type.Literal('user')]), {
+      sort: true,
+      default: 'user',
+      keepOnReplace: true,
+    }),
     password: member(Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' }), {
       // Stored as its scrypt hash by `prepare` below; null in a patch removes it (no password login).
-      virtual: true, secret: true, optional: true, keepOnReplace: true, nullable: true,
+      virtual: true,
+      secret: true,
+      optional: true,
+      keepOnReplace: true,
+      nullable: true,
     }),
     // Set by POST /auth/verify-email; null until then, and again when the address changes (the trigger of sql/012).
-    email_verified_at: member(Type.Union([Type.String({ format: 'date-time' }), Type.Null()], { description: 'when the address was verified; null until it is' }), { write: 'server' }),
+    email_verified_at: member(
+      Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+        description: 'when the address was verified; null until it is',
+      }),
+      { write: 'server' },
+    ),
     created_at: timestampMember(),
     updated_at: timestampMember(),
   },
   writeExtras: {
-    current_password: currentPasswordMember('the current password; required to change one\'s own e-mail or password'),
+    current_password: currentPasswordMember("the current password; required to change one's own e-mail or password"),
   },
   deleteBody: {
-    current_password: currentPasswordMember('the current password; required to delete one\'s own account (an admin deleting another user sends no body)'),
+    current_password: currentPasswordMember(
+      "the current password; required to delete one's own account (an admin deleting another user sends no body)",
+    ),
   },
 })
 
@@ -59,10 +81,15 @@ function assertMaySetRole(principal: Principal): void {
   if (!isAdmin(principal)) throw new HttpError('forbidden', 'Only an admin may set or change a role.')
 }
 
-function assertMayChangeOwnCredentials(caller: UserPrincipal, provenHash: string | undefined, current: StoredRow): void {
+function assertMayChangeOwnCredentials(
+  caller: UserPrincipal,
+  provenHash: string | undefined,
+  current: StoredRow,
+): void {
   // A key is for a program; taking over its owner's account must not be one of the things it can do.
   requireInteractive(caller)
-  if (provenHash === undefined) throw currentPasswordRequired('Changing your own e-mail or password needs current_password.')
+  if (provenHash === undefined)
+    throw currentPasswordRequired('Changing your own e-mail or password needs current_password.')
   // The password changed since it was checked: the proof is for a password that no longer is.
   if (provenHash !== current.password_hash) throw currentPasswordRequired('current_password is wrong.')
 }
@@ -73,7 +100,8 @@ interface UserWriteState {
   provenHash: string | undefined
 }
 
-const credentialsChanged = (changes: Record<string, unknown>) => changes.role !== undefined || changes.password_hash !== undefined
+const credentialsChanged = (changes: Record<string, unknown>) =>
+  changes.role !== undefined || changes.password_hash !== undefined
 
 export const userHooks: ResourceHooks<UserWriteState> = {
   async prepare({ op, ctx, columns }: Write) {
@@ -83,23 +111,32 @@ export const userHooks: ResourceHooks<UserWriteState> = {
     const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
     const self = op !== 'create' && caller?.userId === ctx.params.id ? caller : undefined
     const provenHash = self && (await proveCurrentPassword(self, body.current_password, ctx))
-    if (body.password !== undefined) columns.password_hash = body.password === null ? null : await ctx.services.passwords.hash(body.password)
+    if (body.password !== undefined)
+      columns.password_hash = body.password === null ? null : await ctx.services.passwords.hash(body.password)
     return { self, provenHash }
   },
   async inTransaction(tx, { ctx, current, changes }, { self, provenHash }) {
     // Checked against the stored row, so echoing one's own role back in a PUT is fine.
     if (changes.role !== undefined) assertMaySetRole(ctx.principal)
-    if (self && (changes.email !== undefined || changes.password_hash !== undefined)) assertMayChangeOwnCredentials(self, provenHash, current)
+    if (self && (changes.email !== undefined || changes.password_hash !== undefined))
+      assertMayChangeOwnCredentials(self, provenHash, current)
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
     // A new address is verified anew, and the old one hears of the change (src/auth/recovery/recovery.ts).
     if (typeof changes.email === 'string') {
-      await addressChanged(tx, ctx.services, { id: current.id, email: current.email as string, emailVerified: current.email_verified_at !== null }, changes.email)
+      await addressChanged(
+        tx,
+        ctx.services,
+        { id: current.id, email: current.email as string, emailVerified: current.email_verified_at !== null },
+        changes.email,
+      )
     }
-    // A new password ends the user's other sessions (all of them when an admin sets another user's); the trigger of sql/005 voids its JWTs.
+    // A new password ends the user's other sessions (all of them when an admin sets another user's); the trigger of
+    // sql/005 voids its JWTs.
     if (changes.password_hash !== undefined) {
       const origin = originOf(ctx.principal, ctx.requestId)
       await revokeSessionsOf(tx, current.id, origin, self ? sessionOf(self.credential) : undefined)
-      // An admin setting another user's password is account recovery: whoever held the account may have minted keys, and they go too.
+      // An admin setting another user's password is account recovery: whoever held the account may have minted keys,
+      // and they go too.
       if (!self) await revokeApiKeysOf(tx, current.id, origin)
     }
   },
@@ -107,28 +144,36 @@ export const userHooks: ResourceHooks<UserWriteState> = {
   async insert(ctx, values) {
     const origin = ctx.services.changeOrigin(ctx)
     if (ctx.services.config.verifyEmailUrl === undefined) {
-      return { row: await insertRow(ctx.services.sql, users, values, origin).catch((err: unknown) => Promise.reject(conflictOf(users, err))) }
+      return {
+        row: await insertRow(ctx.services.sql, users, values, origin).catch((err: unknown) =>
+          Promise.reject(conflictOf(users, err)),
+        ),
+      }
     }
-    const row = await ctx.services.sql.begin(async (tx) => {
-      const row = await insertRow(tx, users, values, origin)
-      await queueVerification(tx, ctx.services, { id: row.id as number, email: row.email as string })
-      return row
-    }).catch((err: unknown) => Promise.reject(conflictOf(users, err)))
+    const row = await ctx.services.sql
+      .begin(async (tx) => {
+        const row = await insertRow(tx, users, values, origin)
+        await queueVerification(tx, ctx.services, { id: row.id as number, email: row.email as string })
+        return row
+      })
+      .catch((err: unknown) => Promise.reject(conflictOf(users, err)))
     return { row }
   },
-  // A role or password change revoked JWTs: answer once this instance has heard it
-  // (src/auth/revocation/credential-changes.ts).
+  // A role or password change revoked JWTs: answer once this instance
+  // has heard it (src/auth/revocation/credential-changes.ts).
   async afterCommit({ ctx, changes }) {
     if (credentialsChanged(changes)) await ctx.services.credentialChanges.caughtUp()
   },
-  // Deleting one's own account is for its owner in person: not a program's key, not a stolen access token without the password.
+  // Deleting one's own account is for its owner in person: not a program's
+  // key, not a stolen access token without the password.
   async prepareDelete(ctx) {
     const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
     const self = caller?.userId === ctx.params.id ? caller : undefined
     if (!self) return { self: undefined, provenHash: undefined }
     requireInteractive(self)
     const provenHash = await proveCurrentPassword(self, ctx.body?.current_password as string | undefined, ctx)
-    if (provenHash === undefined) throw currentPasswordRequired('Deleting your own account needs current_password in a JSON body.')
+    if (provenHash === undefined)
+      throw currentPasswordRequired('Deleting your own account needs current_password in a JSON body.')
     return { self, provenHash }
   },
   async beforeDelete(tx, current, { self, provenHash }) {
@@ -142,4 +187,6 @@ export const userHooks: ResourceHooks<UserWriteState> = {
 
 // The declaration's stored members and the accounts' row type (src/accounts/queries.ts) are the same:
 // a member added to one and not the other fails the type check here.
-export type UserRowsAgree = Holds<Same<Omit<Row<typeof users.members>, 'password'>, Omit<UserRow, 'password_hash' | 'credential_epoch'>>>
+export type UserRowsAgree = Holds<
+  Same<Omit<Row<typeof users.members>, 'password'>, Omit<UserRow, 'password_hash' | 'credential_epoch'>>
+>

@@ -65,19 +65,29 @@ export function isForbiddenAddress(address: string): boolean {
   if (!groups) return true
   const nat64 = groups[0] === 0x64 && groups[1] === 0xff9b
   const wellKnownNat64 = nat64 && groups.slice(2, 6).every((g) => g === 0)
-  // 64:ff9b::/32 outside the well-known /96 (local-use 64:ff9b:1::/48): where the IPv4 address sits is the operator's choice.
+  // 64:ff9b::/32 outside the well-known /96 (local-use 64:ff9b:1::/48):
+  // where the IPv4 address sits is the operator's choice.
   if (nat64 && !wellKnownNat64) return true
-  const embedded = wellKnownNat64 ? quad(groups[6]!, groups[7]!) : groups[0] === 0x2002 ? quad(groups[1]!, groups[2]!) : undefined
+  const embedded = wellKnownNat64
+    ? quad(groups[6]!, groups[7]!)
+    : groups[0] === 0x2002
+      ? quad(groups[1]!, groups[2]!)
+      : undefined
   return embedded !== undefined && blocked.check(embedded, 'ipv4')
 }
 
-/** Two 16-bit groups as a dotted IPv4 address: what a NAT64 translator or a 6to4 relay would carry the connection on to. */
+/**
+ * Two 16-bit groups as a dotted IPv4 address: what a NAT64 translator or a 6to4 relay would carry the connection on to.
+ */
 const quad = (hi: number, lo: number) => `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`
 
 /** The eight 16-bit groups of an IPv6 literal (checked by isIP already), a dotted IPv4 tail included. */
 function hextets(address: string): number[] | undefined {
   const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(address)
-  const text = dotted ? address.slice(0, dotted.index) + `${((+dotted[1]! << 8) | +dotted[2]!).toString(16)}:${((+dotted[3]! << 8) | +dotted[4]!).toString(16)}` : address
+  const text = dotted
+    ? address.slice(0, dotted.index) +
+      `${((+dotted[1]! << 8) | +dotted[2]!).toString(16)}:${((+dotted[3]! << 8) | +dotted[4]!).toString(16)}`
+    : address
   const [head, tail] = text.split('::') as [string, string | undefined]
   const parse = (part: string | undefined) => (part ? part.split(':').map((h) => parseInt(h, 16)) : [])
   const left = parse(head)
@@ -86,7 +96,10 @@ function hextets(address: string): number[] | undefined {
   return groups.length === 8 ? groups : undefined
 }
 
-export interface ResolvedAddress { address: string; family: number }
+export interface ResolvedAddress {
+  address: string
+  family: number
+}
 /** Every address of a host name, as `dns.lookup(name, { all: true })` gives them; tests inject their own. */
 export type Resolver = (hostname: string) => Promise<ResolvedAddress[]>
 
@@ -103,7 +116,9 @@ const LOCALHOST = /^(.+\.)?localhost\.?$/i
 export function refusalOfUrl(url: URL, policy: UrlPolicy): string | undefined {
   const allowPrivate = policy.webhookAllowPrivate
   if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) {
-    return allowPrivate ? 'must be an http or https URL' : 'must be an https URL (http needs WEBHOOK_ALLOW_PRIVATE=true)'
+    return allowPrivate
+      ? 'must be an http or https URL'
+      : 'must be an https URL (http needs WEBHOOK_ALLOW_PRIVATE=true)'
   }
   if (url.username || url.password) return 'must not carry a user name or password'
   if (url.hash) return 'must not carry a fragment'
@@ -111,17 +126,28 @@ export function refusalOfUrl(url: URL, policy: UrlPolicy): string | undefined {
   if (!host) return 'must name a host'
   if (allowPrivate) return undefined
   // The address before the port: whoever points a webhook at a local receiver needs to hear of WEBHOOK_ALLOW_PRIVATE.
-  if (isIP(host) && isForbiddenAddress(host)) return `must not point at a loopback, link-local, private or reserved address (${host}) unless WEBHOOK_ALLOW_PRIVATE=true`
+  if (isIP(host) && isForbiddenAddress(host))
+    return (
+      `must not point at a loopback, link-local, private or reserved address ` +
+      `(${host}) unless WEBHOOK_ALLOW_PRIVATE=true`
+    )
   if (LOCALHOST.test(host)) return `must not point at ${host}, a loopback name, unless WEBHOOK_ALLOW_PRIVATE=true`
   // The URL parser leaves the port empty when it is the scheme's default.
   const port = url.port === '' ? HTTPS_PORT : Number(url.port)
-  if (port !== HTTPS_PORT && !policy.webhookAllowedPorts.has(port)) return `must use port 443, or one WEBHOOK_ALLOWED_PORTS lists (not ${port})`
+  if (port !== HTTPS_PORT && !policy.webhookAllowedPorts.has(port))
+    return `must use port 443, or one WEBHOOK_ALLOWED_PORTS lists (not ${port})`
   return undefined
 }
 
-/** Why a set of resolved addresses is refused: any forbidden one refuses the lot (a mixed answer is how rebinding starts). */
+/**
+ * Why a set of resolved addresses is refused: any forbidden one
+ * refuses the lot (a mixed answer is how rebinding starts).
+ */
 export function refusalOfAddresses(host: string, addresses: readonly ResolvedAddress[]): string | undefined {
   if (addresses.length === 0) return `${host} does not resolve`
   const bad = addresses.find((a) => isForbiddenAddress(a.address))
-  return bad ? `${host} resolves to ${bad.address}, a loopback, link-local, private or reserved address, which only WEBHOOK_ALLOW_PRIVATE=true allows` : undefined
+  return bad
+    ? `${host} resolves to ${bad.address}, a loopback, link-local, private or reserved address, which only ` +
+        `WEBHOOK_ALLOW_PRIVATE=true allows`
+    : undefined
 }

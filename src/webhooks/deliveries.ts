@@ -18,27 +18,36 @@ const BIGINT = { minimum: 1, maximum: 9223372036854775807 }
 const nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 const deliveryStatuses = ['pending', 'succeeded', 'failed'] as const
 
-export const WebhookAttempt = Type.Object({
-  attempted_at: Type.String({ format: 'date-time' }),
-  status: nullable(Type.Integer({ description: 'the receiver\'s HTTP status; null when there was no answer' })),
-  duration_ms: Type.Integer({ minimum: 0 }),
-  error: nullable(Type.String({ description: 'why the attempt failed (or what was cut short)' })),
-}, { additionalProperties: false })
+export const WebhookAttempt = Type.Object(
+  {
+    attempted_at: Type.String({ format: 'date-time' }),
+    status: nullable(Type.Integer({ description: "the receiver's HTTP status; null when there was no answer" })),
+    duration_ms: Type.Integer({ minimum: 0 }),
+    error: nullable(Type.String({ description: 'why the attempt failed (or what was cut short)' })),
+  },
+  { additionalProperties: false },
+)
 
-export const WebhookDelivery = Type.Object({
-  id: Type.Integer({ minimum: 1 }),
-  webhook_id: Type.Integer({ minimum: 1 }),
-  event_id: Type.Integer({ minimum: 1, description: 'the event delivered; also the webhook-id header of every attempt' }),
-  event_type: Type.String(),
-  status: Type.Union(deliveryStatuses.map((s) => Type.Literal(s))),
-  attempt_count: Type.Integer({ minimum: 0 }),
-  created_at: Type.String({ format: 'date-time' }),
-  next_attempt_at: nullable(Type.String({ format: 'date-time', description: 'when a pending delivery is next due' })),
-  last_attempt_at: nullable(Type.String({ format: 'date-time' })),
-  last_status: nullable(Type.Integer()),
-  last_error: nullable(Type.String()),
-  attempts: Type.Array(WebhookAttempt, { description: 'the latest 50 attempts, newest first' }),
-}, { additionalProperties: false })
+export const WebhookDelivery = Type.Object(
+  {
+    id: Type.Integer({ minimum: 1 }),
+    webhook_id: Type.Integer({ minimum: 1 }),
+    event_id: Type.Integer({
+      minimum: 1,
+      description: 'the event delivered; also the webhook-id header of every attempt',
+    }),
+    event_type: Type.String(),
+    status: Type.Union(deliveryStatuses.map((s) => Type.Literal(s))),
+    attempt_count: Type.Integer({ minimum: 0 }),
+    created_at: Type.String({ format: 'date-time' }),
+    next_attempt_at: nullable(Type.String({ format: 'date-time', description: 'when a pending delivery is next due' })),
+    last_attempt_at: nullable(Type.String({ format: 'date-time' })),
+    last_status: nullable(Type.Integer()),
+    last_error: nullable(Type.String()),
+    attempts: Type.Array(WebhookAttempt, { description: 'the latest 50 attempts, newest first' }),
+  },
+  { additionalProperties: false },
+)
 
 const serializer = compileSerializer(WebhookDelivery)
 
@@ -63,8 +72,16 @@ export const deliveryRoutes = (webhooks: Resource, { read, write } = accessOf(we
     method: 'GET',
     path: '/webhooks/{id}/deliveries',
     operationId: 'listWebhookDeliveries',
-    summary: 'A webhook\'s deliveries with their attempts, newest first (sort=id for oldest first); filter by status, event_type, event_id',
-    responses: { 200: { description: 'A page of deliveries', schema: Type.Array(Type.Partial(WebhookDelivery)), headers: ['link', 'x-total-count'] } },
+    summary:
+      "A webhook's deliveries with their attempts, newest first (sort=id for oldest first); filter by status, " +
+      'event_type, event_id',
+    responses: {
+      200: {
+        description: 'A page of deliveries',
+        schema: Type.Array(Type.Partial(WebhookDelivery)),
+        headers: ['link', 'x-total-count'],
+      },
+    },
     access: read,
     query: deliveries.queryValidator,
     components: { WebhookDelivery, WebhookAttempt },
@@ -72,7 +89,11 @@ export const deliveryRoutes = (webhooks: Resource, { read, write } = accessOf(we
       if (!(await findRow(services.sql, webhooks, params.id!))) throw notFound()
       // The path of the Link header is this webhook's; the sort defaults to newest first.
       const collection = { ...deliveries, path: `/webhooks/${params.id}/deliveries` }
-      return listCollection(collection, { ...query, sort: query.sort ?? '-id' }, { services, fixedFilters: { webhook_id: params.id! } })
+      return listCollection(
+        collection,
+        { ...query, sort: query.sort ?? '-id' },
+        { services, fixedFilters: { webhook_id: params.id! } },
+      )
     },
   }),
 
@@ -88,10 +109,13 @@ export const deliveryRoutes = (webhooks: Resource, { read, write } = accessOf(we
       // A delivery in flight (its lease running) is left to that attempt: making it due would send it twice at once.
       // The notification wakes every instance's worker at commit; the first to claim it sends it.
       const [due] = await services.sql`
-        UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = CASE WHEN leased_until > now() THEN next_attempt_at ELSE now() END
+        UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = CASE WHEN leased_until > now() THEN
+        next_attempt_at ELSE now() END
         WHERE id = ${params.id!} RETURNING id, pg_notify(${DELIVERIES_CHANNEL}, '')`
       if (!due) throw notFound()
-      const [row] = await services.sql<Array<Record<string, unknown>>>`SELECT * FROM webhook_delivery_feed WHERE id = ${params.id!}`
+      const [row] = await services.sql<
+        Array<Record<string, unknown>>
+      >`SELECT * FROM webhook_delivery_feed WHERE id = ${params.id!}`
       if (!row) throw notFound()
       return { status: 200, body: row, serialize: serializer.one }
     },

@@ -70,9 +70,18 @@ export async function claimDue(sql: Sql, limit: number, leaseMs: number): Promis
     RETURNING d.id AS delivery_id, d.attempts, d.webhook_id, w.url, w.secret_sealed,
       CASE WHEN w.previous_secret_expires_at > now() THEN w.previous_secret_sealed END AS previous_secret_sealed,
       e.id, e.type, e.occurred_at, e.subject, e.actor, e.request_id, e.data`
-  return rows.map(({ delivery_id, attempts, webhook_id, url, secret_sealed, previous_secret_sealed, ...event }) => ({
-    delivery_id, attempts, webhook_id, url, secret_sealed, previous_secret_sealed, event,
-  }) as ClaimedDelivery)
+  return rows.map(
+    ({ delivery_id, attempts, webhook_id, url, secret_sealed, previous_secret_sealed, ...event }) =>
+      ({
+        delivery_id,
+        attempts,
+        webhook_id,
+        url,
+        secret_sealed,
+        previous_secret_sealed,
+        event,
+      }) as ClaimedDelivery,
+  )
 }
 
 export interface AttemptRecord {
@@ -101,7 +110,13 @@ const MAX_ERROR_LENGTH = 1000
  * The lock order above: the webhook's row is written first, then the
  * delivery's; disabling needs no other lock on the webhook's row.
  */
-export async function recordAttempt(sql: Sql, webhooks: Resource, claim: ClaimedDelivery, attempt: AttemptRecord, disableAfterMs: number): Promise<boolean> {
+export async function recordAttempt(
+  sql: Sql,
+  webhooks: Resource,
+  claim: ClaimedDelivery,
+  attempt: AttemptRecord,
+  disableAfterMs: number,
+): Promise<boolean> {
   const error = attempt.error?.slice(0, MAX_ERROR_LENGTH) ?? null
   const status = attempt.ok ? 'succeeded' : attempt.retryInMs === undefined ? 'failed' : 'pending'
   return sql.begin(async (tx) => {
@@ -112,16 +127,20 @@ export async function recordAttempt(sql: Sql, webhooks: Resource, claim: Claimed
       // An UPDATE even when failing_since is already set: it is what takes the webhook's row first.
       const [webhook] = await tx<Array<{ overdue: boolean }>>`
         UPDATE webhooks SET failing_since = coalesce(failing_since, ${attempt.startedAt}) WHERE id = ${claim.webhook_id}
-        RETURNING status = 'active' AND failing_since <= now() - ${disableAfterMs}::bigint * interval '1 millisecond' AS overdue`
+        RETURNING status = 'active' AND failing_since <= now()
+        - ${disableAfterMs}::bigint * interval '1 millisecond' AS overdue`
       overdue = webhook?.overdue ?? false
     }
     await tx`
       WITH attempt AS (
         INSERT INTO webhook_attempts (delivery_id, attempted_at, status, duration_ms, error)
-        SELECT id, ${attempt.startedAt}, ${attempt.status ?? null}::int, ${attempt.durationMs}::int, ${error}::text FROM webhook_deliveries WHERE id = ${claim.delivery_id})
+        SELECT id, ${attempt.startedAt}, ${attempt.status ?? null}::int, ${attempt.durationMs}::int,
+        ${error}::text FROM webhook_deliveries WHERE id = ${claim.delivery_id})
       UPDATE webhook_deliveries SET
         status = ${status},
-        next_attempt_at = CASE WHEN ${status} = 'pending' THEN now() + ${attempt.retryInMs ?? 0}::int * interval '1 millisecond' ELSE next_attempt_at END,
+        next_attempt_at = CASE
+        WHEN ${status} = 'pending' THEN now()
+          + ${attempt.retryInMs ?? 0}::int * interval '1 millisecond' ELSE next_attempt_at END,
         leased_until = NULL,
         last_attempt_at = ${attempt.startedAt},
         last_status = ${attempt.status ?? null},
@@ -148,11 +167,17 @@ async function disable(tx: TransactionSql, webhooks: Resource, webhookId: number
  * mid-attempt: the attempt is recorded (the receiver may have had it), and
  * another instance sends it at once instead of after the lease.
  */
-export async function releaseClaim(sql: Sql, claim: ClaimedDelivery, attempt: Pick<AttemptRecord, 'startedAt' | 'durationMs' | 'error'>): Promise<void> {
+export async function releaseClaim(
+  sql: Sql,
+  claim: ClaimedDelivery,
+  attempt: Pick<AttemptRecord, 'startedAt' | 'durationMs' | 'error'>,
+): Promise<void> {
   await sql`
     WITH attempt AS (
       INSERT INTO webhook_attempts (delivery_id, attempted_at, status, duration_ms, error)
-      SELECT id, ${attempt.startedAt}, NULL, ${attempt.durationMs}::int, ${attempt.error ?? null}::text FROM webhook_deliveries WHERE id = ${claim.delivery_id})
-    UPDATE webhook_deliveries SET next_attempt_at = now(), leased_until = NULL, last_attempt_at = ${attempt.startedAt}, last_status = NULL, last_error = ${attempt.error ?? null}
+      SELECT id, ${attempt.startedAt}, NULL, ${attempt.durationMs}::int, ${attempt.error ?? null}::text FROM
+      webhook_deliveries WHERE id = ${claim.delivery_id})
+    UPDATE webhook_deliveries SET next_attempt_at = now(), leased_until = NULL, last_attempt_at
+    = ${attempt.startedAt}, last_status = NULL, last_error = ${attempt.error ?? null}
     WHERE id = ${claim.delivery_id} AND attempts = ${claim.attempts} AND status = 'pending'`
 }

@@ -20,26 +20,38 @@ type Keys = Config['jwtSecrets']
 
 const BATCH = 100
 
-interface Sealed { id: number; secret_sealed: string; previous_secret_sealed: string | null }
+interface Sealed {
+  id: number
+  secret_sealed: string
+  previous_secret_sealed: string | null
+}
 
-/** Re-seals, under the first kid, every secret (and previous secret still signing) sealed under another configured kid; how many rows it rewrote. */
+/**
+ * Re-seals, under the first kid, every secret (and previous secret still signing) sealed under another configured kid;
+ * how many rows it rewrote.
+ */
 export async function resealSecrets(sql: Sql, keys: Keys, signal?: AbortSignal): Promise<number> {
   const others = keys.slice(1).map((k) => k.kid)
   if (others.length === 0) return 0
   let resealed = 0
   for (let after = 0; ;) {
     const rows = await sql<Sealed[]>`
-      SELECT id, secret_sealed, CASE WHEN previous_secret_expires_at > now() THEN previous_secret_sealed END AS previous_secret_sealed
+      SELECT id, secret_sealed, CASE WHEN previous_secret_expires_at > now() THEN previous_secret_sealed END AS
+      previous_secret_sealed
       FROM webhooks
       WHERE id > ${after} AND (split_part(secret_sealed, '.', 2) = ANY (${others})
         OR (previous_secret_expires_at > now() AND split_part(previous_secret_sealed, '.', 2) = ANY (${others})))
       ORDER BY id LIMIT ${BATCH}`
     for (const row of rows) {
-      const next = { secret: reseal(row.secret_sealed, keys), previous: row.previous_secret_sealed && reseal(row.previous_secret_sealed, keys) }
+      const next = {
+        secret: reseal(row.secret_sealed, keys),
+        previous: row.previous_secret_sealed && reseal(row.previous_secret_sealed, keys),
+      }
       // A text that does not open (tampered) stays as it is: the worker reports it at each delivery.
       if (next.secret === undefined || next.previous === undefined) continue
       const written = await sql`
-        UPDATE webhooks SET secret_sealed = ${next.secret}, previous_secret_sealed = coalesce(${next.previous}, previous_secret_sealed)
+        UPDATE webhooks SET secret_sealed
+        = ${next.secret}, previous_secret_sealed = coalesce(${next.previous}, previous_secret_sealed)
         WHERE id = ${row.id} AND secret_sealed = ${row.secret_sealed}
           AND (${row.previous_secret_sealed}::text IS NULL OR previous_secret_sealed = ${row.previous_secret_sealed})`
       resealed += written.count

@@ -20,7 +20,10 @@ const IV_BYTES = 12
 /** Opening failed because the kid that sealed the secret is no longer configured. */
 export class SealingKeyMissing extends Error {
   constructor(readonly kid: string) {
-    super(`the signing secret was sealed under JWT secret kid "${kid}", which is no longer configured (JWT_SECRETS); rotate the webhook's secret`)
+    super(
+      `the signing secret was sealed under JWT secret kid ` +
+        `"${kid}", which is no longer configured (JWT_SECRETS); rotate the webhook's secret`,
+    )
     this.name = 'SealingKeyMissing'
   }
 }
@@ -28,7 +31,8 @@ export class SealingKeyMissing extends Error {
 const keyFor = (secret: Buffer): Buffer => Buffer.from(hkdfSync('sha256', secret, Buffer.alloc(0), HKDF_INFO, 32))
 
 /** The kid a sealed text names (undefined for a text of another form). */
-export const kidOf = (sealed: string): string | undefined => (sealed.startsWith(`${FORMAT}.`) ? sealed.split('.')[1] : undefined)
+export const kidOf = (sealed: string): string | undefined =>
+  sealed.startsWith(`${FORMAT}.`) ? sealed.split('.')[1] : undefined
 
 /** `v1.<kid>.<iv>.<ciphertext>.<tag>`, base64url parts, sealed under the first (signing) JWT secret. */
 export function sealSecret(secret: string, keys: Keys): string {
@@ -39,7 +43,13 @@ export function sealSecret(secret: string, keys: Keys): string {
   // The kid is authenticated too: a sealed text cannot be relabelled to another key.
   cipher.setAAD(Buffer.from(`${FORMAT}.${signing.kid}`))
   const sealed = Buffer.concat([cipher.update(secret, 'utf8'), cipher.final()])
-  return [FORMAT, signing.kid, iv.toString('base64url'), sealed.toString('base64url'), cipher.getAuthTag().toString('base64url')].join('.')
+  return [
+    FORMAT,
+    signing.kid,
+    iv.toString('base64url'),
+    sealed.toString('base64url'),
+    cipher.getAuthTag().toString('base64url'),
+  ].join('.')
 }
 
 /** The secret, or SealingKeyMissing when its kid is gone; any other failure (tampering, a wrong key) throws too. */

@@ -27,19 +27,26 @@ export interface SendOptions {
 export type SendOutcome = OutboundOutcome
 
 export function sendWebhook(options: SendOptions): Promise<SendOutcome> {
-  const refused = (error: string): Promise<SendOutcome> => Promise.resolve({ status: undefined, durationMs: 0, error, ok: false })
+  const refused = (error: string): Promise<SendOutcome> =>
+    Promise.resolve({ status: undefined, durationMs: 0, error, ok: false })
   let url: URL
   try {
     url = new URL(options.url)
   } catch {
     return refused('the URL is not valid')
   }
-  // Checked again at every delivery: WEBHOOK_ALLOW_PRIVATE or WEBHOOK_ALLOWED_PORTS may have changed since registration.
+  // Checked again at every delivery: WEBHOOK_ALLOW_PRIVATE or WEBHOOK_ALLOWED_PORTS
+  // may have changed since registration.
   const refusal = refusalOfUrl(url, options.policy)
   if (refusal) return refused(`refused: the URL ${refusal}`)
   const { headers, body, timeoutMs, maxResponseBytes, signal } = options
   return requestOnce({
-    url, headers, body, timeoutMs, maxResponseBytes, signal,
+    url,
+    headers,
+    body,
+    timeoutMs,
+    maxResponseBytes,
+    signal,
     // A literal address never reaches `lookup` (net connects to it directly); refusalOfUrl checked it above.
     lookup: options.policy.webhookAllowPrivate ? undefined : checkedLookup(options.resolve),
   })
@@ -52,7 +59,10 @@ function checkedLookup(resolve: Resolver): LookupFunction {
       (addresses) => {
         const refusal = refusalOfAddresses(hostname, addresses)
         if (refusal) return callback(new LookupRefusal(refusal), '', 0)
-        const wanted = options.family === 4 || options.family === 6 ? addresses.filter((a) => a.family === options.family) : addresses
+        const wanted =
+          options.family === 4 || options.family === 6
+            ? addresses.filter((a) => a.family === options.family)
+            : addresses
         if (options.all) return (callback as unknown as (err: null, all: typeof wanted) => void)(null, wanted)
         const first = wanted[0]
         if (!first) return callback(new LookupRefusal(`${hostname} has no IPv${options.family} address`), '', 0)

@@ -54,9 +54,15 @@ export interface WebhookSettings {
   disableAfterMs: number
   /** How host names are resolved, at registration and for every attempt (tests inject one). */
   resolve: Resolver
-  /** How long stop() called on its own (not by the service's lifecycle, which gives its deadline) waits for the claims of aborted attempts to be handed back. */
+  /**
+   * How long stop() called on its own (not by the service's lifecycle, which gives its deadline) waits for the claims
+   * of aborted attempts to be handed back.
+   */
   stopTimeoutMs: number
-  /** How often secrets sealed under an older JWT secret are sealed again under the first (reseal.ts); also once at start. */
+  /**
+   * How often secrets sealed under an older JWT secret are sealed
+   * again under the first (reseal.ts); also once at start.
+   */
   resealIntervalMs: number
 }
 
@@ -98,10 +104,21 @@ export class WebhookWorker implements Component {
     readonly log: Logger,
     readonly settings: WebhookSettings,
   ) {
-    if (settings.leaseMs <= settings.timeoutMs) throw new Error('webhook settings: leaseMs must be longer than timeoutMs')
+    if (settings.leaseMs <= settings.timeoutMs)
+      throw new Error('webhook settings: leaseMs must be longer than timeoutMs')
     if (settings.concurrency < 1) throw new Error('webhook settings: concurrency must be at least 1')
-    this.claims = new Job({ name: 'webhooks.deliver', periodMs: settings.pollMs, firstRunMs: 0, run: () => this.claimAndSend() })
-    const reseal = new Job({ name: 'webhooks.reseal', periodMs: settings.resealIntervalMs, firstRunMs: 0, run: (signal) => this.reseal(signal) })
+    this.claims = new Job({
+      name: 'webhooks.deliver',
+      periodMs: settings.pollMs,
+      firstRunMs: 0,
+      run: () => this.claimAndSend(),
+    })
+    const reseal = new Job({
+      name: 'webhooks.reseal',
+      periodMs: settings.resealIntervalMs,
+      firstRunMs: 0,
+      run: (signal) => this.reseal(signal),
+    })
     this.jobs = [this.claims, reseal]
   }
 
@@ -111,9 +128,15 @@ export class WebhookWorker implements Component {
     this.stopped = false
     this.abort = new AbortController()
     this.db = backgroundConnection(this.sql, WORKER_CONNECTIONS)
-    this.wakeups = listenForWork(this.listenSql, DELIVERIES_CHANNEL, () => this.wake(), (err) => {
-      if (!this.stopped) this.log.warn('webhook worker: cannot listen for new deliveries; polling only', describeError(err))
-    })
+    this.wakeups = listenForWork(
+      this.listenSql,
+      DELIVERIES_CHANNEL,
+      () => this.wake(),
+      (err) => {
+        if (!this.stopped)
+          this.log.warn('webhook worker: cannot listen for new deliveries; polling only', describeError(err))
+      },
+    )
     this.wake()
   }
 
@@ -157,7 +180,11 @@ export class WebhookWorker implements Component {
   private async reseal(signal: AbortSignal): Promise<void> {
     if (!this.db) return
     const count = await resealSecrets(this.db, this.config.jwtSecrets, signal)
-    if (count) this.log.info('webhook secrets sealed again under the first JWT secret', { count, kid: this.config.jwtSecrets[0]!.kid })
+    if (count)
+      this.log.info('webhook secrets sealed again under the first JWT secret', {
+        count,
+        kid: this.config.jwtSecrets[0]!.kid,
+      })
   }
 
   /** One claim of as many due deliveries as there are free slots; an attempt that ends wakes the next. */
@@ -171,9 +198,12 @@ export class WebhookWorker implements Component {
 
   private launch(db: Sql, claim: ClaimedDelivery): void {
     const attempt: Promise<void> = this.attempt(db, claim)
-      .catch((err: unknown) => this.log.error('webhook worker: recording an attempt failed; the delivery is due again after its lease', {
-        delivery_id: claim.delivery_id, ...describeError(err),
-      }))
+      .catch((err: unknown) =>
+        this.log.error('webhook worker: recording an attempt failed; the delivery is due again after its lease', {
+          delivery_id: claim.delivery_id,
+          ...describeError(err),
+        }),
+      )
       .finally(() => {
         this.inFlight.delete(attempt)
         this.wake()
@@ -183,15 +213,36 @@ export class WebhookWorker implements Component {
 
   private async attempt(db: Sql, claim: ClaimedDelivery): Promise<void> {
     const startedAt = new Date()
-    const outcome = this.stopped ? { status: undefined, durationMs: 0, error: 'the service stopped before the attempt', ok: false, aborted: true } : await this.send(claim)
+    const outcome = this.stopped
+      ? { status: undefined, durationMs: 0, error: 'the service stopped before the attempt', ok: false, aborted: true }
+      : await this.send(claim)
     if (outcome.aborted) return releaseClaim(db, claim, { startedAt, ...outcome })
-    const retryInMs = outcome.ok ? undefined : retryDelayMs({ delaysMs: this.settings.retryDelaysMs, jitter: this.settings.retryJitter }, claim.attempts)
-    const disabled = await recordAttempt(db, this.webhooks, claim, { startedAt, ...outcome, retryInMs }, this.settings.disableAfterMs)
+    const retryInMs = outcome.ok
+      ? undefined
+      : retryDelayMs({ delaysMs: this.settings.retryDelaysMs, jitter: this.settings.retryJitter }, claim.attempts)
+    const disabled = await recordAttempt(
+      db,
+      this.webhooks,
+      claim,
+      { startedAt, ...outcome, retryInMs },
+      this.settings.disableAfterMs,
+    )
     // Never the URL: its path or query may be a credential of the receiver's.
-    const fields = { webhook_id: claim.webhook_id, delivery_id: claim.delivery_id, event_id: claim.event.id, attempt: claim.attempts, status: outcome.status, duration_ms: outcome.durationMs }
+    const fields = {
+      webhook_id: claim.webhook_id,
+      delivery_id: claim.delivery_id,
+      event_id: claim.event.id,
+      attempt: claim.attempts,
+      status: outcome.status,
+      duration_ms: outcome.durationMs,
+    }
     if (outcome.ok) this.log.debug('webhook delivered', fields)
     else this.log.info('webhook attempt failed', { ...fields, error: outcome.error, retry_in_ms: retryInMs ?? null })
-    if (disabled) this.log.warn('webhook disabled after failing continuously', { webhook_id: claim.webhook_id, failing_for_ms: this.settings.disableAfterMs })
+    if (disabled)
+      this.log.warn('webhook disabled after failing continuously', {
+        webhook_id: claim.webhook_id,
+        failing_for_ms: this.settings.disableAfterMs,
+      })
   }
 
   private async send(claim: ClaimedDelivery): Promise<SendOutcome> {
@@ -199,15 +250,22 @@ export class WebhookWorker implements Component {
     try {
       secrets = [openSecret(claim.secret_sealed, this.config.jwtSecrets)]
     } catch (err) {
-      const error = err instanceof SealingKeyMissing ? err.message : 'the signing secret could not be opened (JWT_SECRETS changed?); rotate the webhook\'s secret'
+      const error =
+        err instanceof SealingKeyMissing
+          ? err.message
+          : "the signing secret could not be opened (JWT_SECRETS changed?); rotate the webhook's secret"
       return { status: undefined, durationMs: 0, error, ok: false }
     }
     if (claim.previous_secret_sealed) {
-      // The previous secret only adds a signature; losing it costs a receiver nothing that the current one does not give.
+      // The previous secret only adds a signature; losing it costs
+      // a receiver nothing that the current one does not give.
       try {
         secrets.push(openSecret(claim.previous_secret_sealed, this.config.jwtSecrets))
       } catch {
-        this.log.warn('webhook worker: the previous signing secret could not be opened; signing with the current one only', { webhook_id: claim.webhook_id })
+        this.log.warn(
+          'webhook worker: the previous signing secret could not be opened; signing with the current one only',
+          { webhook_id: claim.webhook_id },
+        )
       }
     }
     const body = eventSerializer.one(claim.event)

@@ -20,10 +20,14 @@ export interface FileOutcome extends FileRun, TapReport {
 export function outcomeOf(file: string, run: FileRun, timeoutMs: number): FileOutcome {
   const tap = parseTap(run.stdout)
   const passed = run.code === 0 && !run.timedOut && !run.aborted && tap.counts !== undefined && !tap.failures.length
-  const problem = run.aborted ? undefined
-    : run.timedOut ? `killed: still running after ${timeoutMs / 1000} s`
-      : !tap.counts ? `crashed: ${exitOf(run)} before its summary`
-        : !passed && !tap.failures.length ? `${exitOf(run)} after its tests`
+  const problem = run.aborted
+    ? undefined
+    : run.timedOut
+      ? `killed: still running after ${timeoutMs / 1000} s`
+      : !tap.counts
+        ? `crashed: ${exitOf(run)} before its summary`
+        : !passed && !tap.failures.length
+          ? `${exitOf(run)} after its tests`
           : undefined
   const lines = run.aborted ? [] : tap.failures.map((name) => `${file} :: ${name}`)
   if (problem) lines.push(`${file} :: (${problem})`)
@@ -60,7 +64,10 @@ export function runSummary(outcomes: FileOutcome[], wallSeconds: number, filesNo
   const total = (key: keyof TapCounts) => sum(outcomes.map((o) => o.counts?.[key] ?? 0))
   const failedFiles = outcomes.filter((o) => !o.passed).length
   const notRun = filesNotRun ? `, ${filesNotRun} not run` : ''
-  const rare = (['cancelled', 'todo'] as const).filter((k) => total(k)).map((k) => `, ${k} ${total(k)}`).join('')
+  const rare = (['cancelled', 'todo'] as const)
+    .filter((k) => total(k))
+    .map((k) => `, ${k} ${total(k)}`)
+    .join('')
   const bySeconds = [...outcomes].sort((a, b) => b.seconds - a.seconds)
   const slowest = bySeconds.slice(0, SLOWEST_SHOWN).map((o) => `  ${seconds(o.seconds)}  ${o.file}${tooSlow(o)}`)
   const slow = bySeconds.filter((o) => tooSlow(o)).map((o) => o.file)
@@ -73,7 +80,8 @@ export function runSummary(outcomes: FileOutcome[], wallSeconds: number, filesNo
     `wall ${wallSeconds.toFixed(1)} s (the files' own times add up to ${fileSeconds.toFixed(1)} s)`,
     'slowest files:',
     ...slowest,
-    slow.length ? `over ${SLOW_FILE_SECONDS} s (${slow.length}): ${slow.join(', ')}`
+    slow.length
+      ? `over ${SLOW_FILE_SECONDS} s (${slow.length}): ${slow.join(', ')}`
       : `no file over ${SLOW_FILE_SECONDS} s`,
     ...(failures.length ? ['failed:', ...failures] : []),
   ].join('\n')

@@ -16,7 +16,9 @@ test.after(() => rmSync(dir, { recursive: true, force: true }))
 function fixture(name: string, then: 'pass' | 'hang'): { path: string; pidFile: string } {
   const path = join(dir, `${name}.test.mjs`)
   const pidFile = join(dir, `${name}.pid`)
-  writeFileSync(path, `import { test } from 'node:test'
+  writeFileSync(
+    path,
+    `import { test } from 'node:test'
 import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 test('starts a server', async () => {
@@ -25,7 +27,8 @@ test('starts a server', async () => {
   writeFileSync(${JSON.stringify(pidFile)}, String(server.pid))
   ${then === 'hang' ? 'await new Promise(() => setInterval(() => {}, 1000))' : ''}
 })
-`)
+`,
+  )
   return { path, pidFile }
 }
 

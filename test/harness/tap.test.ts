@@ -77,9 +77,18 @@ test('reads the summary, the failed tests through their suites, and the diagnost
 
 test('a suite whose own hook failed is named, though its tests passed', () => {
   const tap = [
-    '# Subtest: suite', '    # Subtest: a', '    ok 1 - a', '    1..1',
-    'not ok 1 - suite', '  ---', "  failureType: 'hookFailed'", '  ...',
-    '1..1', '# tests 1', '# pass 1', '# fail 0',
+    '# Subtest: suite',
+    '    # Subtest: a',
+    '    ok 1 - a',
+    '    1..1',
+    'not ok 1 - suite',
+    '  ---',
+    "  failureType: 'hookFailed'",
+    '  ...',
+    '1..1',
+    '# tests 1',
+    '# pass 1',
+    '# fail 0',
   ].join('\n')
   assert.deepEqual(parseTap(tap).failures, ['suite'])
 })

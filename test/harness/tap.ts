@@ -90,13 +90,16 @@ export function parseTap(output: string): TapReport {
     else diagnostics.push({ test: lastResult?.depth === depth ? lastResult.name : undefined, text: diagnostic[2]! })
   }
 
-  const counts = summary?.tests === undefined ? undefined : {
-    tests: summary.tests,
-    pass: summary.pass ?? 0,
-    fail: summary.fail ?? 0,
-    cancelled: summary.cancelled ?? 0,
-    skipped: summary.skipped ?? 0,
-    todo: summary.todo ?? 0,
-  }
+  const counts =
+    summary?.tests === undefined
+      ? undefined
+      : {
+          tests: summary.tests,
+          pass: summary.pass ?? 0,
+          fail: summary.fail ?? 0,
+          cancelled: summary.cancelled ?? 0,
+          skipped: summary.skipped ?? 0,
+          todo: summary.todo ?? 0,
+        }
   return { counts, failures, diagnostics }
 }

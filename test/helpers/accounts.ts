@@ -29,13 +29,24 @@ export async function passwordAccount(server: TestServer, role: 'admin' | 'user'
 }
 
 /** POST /auth/login on `on` with the account's password; it must succeed. */
-export async function passwordLogin(on: TestServer, who: Pick<Account, 'email' | 'password'>, format: 'jwt' | 'opaque' = 'jwt', headers: Record<string, string> = {}): Promise<Tokens> {
-  const res = await on.request('POST', '/auth/login', { auth: null, headers, body: { email: who.email, password: who.password, token_format: format } })
+export async function passwordLogin(
+  on: TestServer,
+  who: Pick<Account, 'email' | 'password'>,
+  format: 'jwt' | 'opaque' = 'jwt',
+  headers: Record<string, string> = {},
+): Promise<Tokens> {
+  const res = await on.request('POST', '/auth/login', {
+    auth: null,
+    headers,
+    body: { email: who.email, password: who.password, token_format: format },
+  })
   assert.equal(res.status, 200, res.text)
   return res.body
 }
 
-/** What a server did for a request, by its own counters: scrypt runs, and statements its pool sent (db_queries_total). */
+/**
+ * What a server did for a request, by its own counters: scrypt runs, and statements its pool sent (db_queries_total).
+ */
 export interface Work {
   hashes: number
   statements: number
@@ -73,9 +84,13 @@ export async function holdHashSlots(server: TestServer, headers: Record<string, 
   // Held idle while the test floods the server: longer than the pool's own limit may be, on a busy machine.
   await held`SET LOCAL idle_in_transaction_session_timeout = 0`
   await held`LOCK TABLE login_failures IN ACCESS EXCLUSIVE MODE`
-  const holders = Array.from({ length: HASH_SLOTS }, () => server.request('POST', '/auth/login', {
-    auth: null, headers, body: { email: `holder-${randomBytes(4).toString('hex')}@example.com`, password: 'held-up-1' },
-  }))
+  const holders = Array.from({ length: HASH_SLOTS }, () =>
+    server.request('POST', '/auth/login', {
+      auth: null,
+      headers,
+      body: { email: `holder-${randomBytes(4).toString('hex')}@example.com`, password: 'held-up-1' },
+    }),
+  )
   await waitUntil('a login held in each hash slot', async () => {
     const [row] = await server.sql<[{ n: number }]>`
       SELECT count(*)::int AS n FROM pg_locks
@@ -96,8 +111,14 @@ export async function holdHashSlots(server: TestServer, headers: Record<string, 
  */
 export async function resetRequestsWorked(server: TestServer, email: string, n: number): Promise<void> {
   const hash = createHash('sha256').update(normalizeEmail(email)).digest()
-  await waitUntil(`${n} reset requests for ${email} worked on`, async () => {
-    const [row] = await server.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM password_reset_requests WHERE email_hash = ${hash}`
-    return row.n >= n
-  }, 5000)
+  await waitUntil(
+    `${n} reset requests for ${email} worked on`,
+    async () => {
+      const [row] = await server.sql<
+        [{ n: number }]
+      >`SELECT count(*)::int AS n FROM password_reset_requests WHERE email_hash = ${hash}`
+      return row.n >= n
+    },
+    5000,
+  )
 }

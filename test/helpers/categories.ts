@@ -39,9 +39,15 @@ export const categories = defineResource({
   members: {
     id: idMember(),
     name: member(nameSchema(), {
-      sort: true, search: true, unique: { constraint: 'categories_name_key', code: 'category_name_taken', title: 'Category name already in use' },
+      sort: true,
+      search: true,
+      unique: { constraint: 'categories_name_key', code: 'category_name_taken', title: 'Category name already in use' },
     }),
-    description: member(Type.String({ maxLength: 2000, pattern: '^[^\\u0000-\\u001f\\u007f]*$' }), { search: true, default: '', nullable: true }),
+    description: member(Type.String({ maxLength: 2000, pattern: '^[^\\u0000-\\u001f\\u007f]*$' }), {
+      search: true,
+      default: '',
+      nullable: true,
+    }),
     created_at: timestampMember(),
     updated_at: timestampMember(),
   },

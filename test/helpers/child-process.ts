@@ -8,7 +8,10 @@ export interface SupervisedChild {
   stop(): Promise<void>
 }
 
-/** Watches `child`; if this process exits without stopping it (a test cancelled at its time-out, a crash), it is killed, not left behind. */
+/**
+ * Watches `child`; if this process exits without stopping it (a test cancelled at its time-out, a crash), it is killed,
+ * not left behind.
+ */
 export function superviseChild(child: ChildProcess): SupervisedChild {
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
   let running = true

@@ -6,7 +6,9 @@ import { setTimeout as sleep } from 'node:timers/promises'
 // or TLS: `cap` connections are served, one more is closed without an
 // answer while they still are, and once they close a new one is served.
 
-/** A keep-alive connection that asks GET /healthz on demand: 'answered' (a 200) or 'closed' (the server hung up first). */
+/**
+ * A keep-alive connection that asks GET /healthz on demand: 'answered' (a 200) or 'closed' (the server hung up first).
+ */
 class Connection {
   private text = ''
   private ended = false

@@ -11,7 +11,10 @@ import { applicationRegistry } from './registry.js'
 // So the document cannot drift from the behaviour.
 
 type Doc = {
-  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: unknown }> }> }>>
+  paths: Record<
+    string,
+    Record<string, { responses: Record<string, { content?: Record<string, { schema: unknown }> }> }>
+  >
   components: { schemas: Record<string, unknown> }
 }
 
@@ -19,7 +22,7 @@ const serviceRouter = createRouter(allRoutes(applicationRegistry, ''))
 
 /** The routes a server answers, to find the operation of each answer: the service's, and a test's own. */
 export const contractRouter = (registry: Registry, extra?: readonly AnyRoute[]): Router =>
-  (extra?.length || registry !== applicationRegistry ? createRouter(allRoutes(registry, '', extra)) : serviceRouter)
+  extra?.length || registry !== applicationRegistry ? createRouter(allRoutes(registry, '', extra)) : serviceRouter
 const validators = new Map<string, { Check(v: unknown): boolean; Errors(v: unknown): unknown[] }>()
 
 /** Inlines `#/components/schemas/…` references, the only kind the document uses. */
@@ -31,7 +34,16 @@ function resolve(schema: unknown, doc: Doc): unknown {
   return Object.fromEntries(Object.entries(schema).map(([k, v]) => [k, resolve(v, doc)]))
 }
 
-export function checkAgainstDocument(doc: Doc, router: Router, method: string, pathWithPrefix: string, prefix: string, status: number, contentType: string, body: unknown): void {
+export function checkAgainstDocument(
+  doc: Doc,
+  router: Router,
+  method: string,
+  pathWithPrefix: string,
+  prefix: string,
+  status: number,
+  contentType: string,
+  body: unknown,
+): void {
   const fullPath = pathWithPrefix.split('?')[0]!
   if (!fullPath.startsWith(prefix)) return
   const path = fullPath.slice(prefix.length)
@@ -41,7 +53,8 @@ export function checkAgainstDocument(doc: Doc, router: Router, method: string, p
   const operation = doc.paths[match.template]?.[match.route.method.toLowerCase()]
   if (!operation) throw new Error(`contract: ${match.route.method} ${match.template} is not in /openapi.json`)
   const declared = operation.responses[String(status)]
-  if (!declared) throw new Error(`contract: ${method} ${match.template} answered ${status}, which /openapi.json does not declare`)
+  if (!declared)
+    throw new Error(`contract: ${method} ${match.template} answered ${status}, which /openapi.json does not declare`)
   if (body === undefined || method === 'HEAD') return
   const media = contentType.split(';')[0]!.trim()
   const content = declared.content?.[media]
@@ -50,6 +63,9 @@ export function checkAgainstDocument(doc: Doc, router: Router, method: string, p
   let validator = validators.get(key)
   if (!validator) validators.set(key, (validator = Compile(resolve(content.schema, doc) as never) as never))
   if (!validator!.Check(body)) {
-    throw new Error(`contract: ${method} ${match.template} ${status} body does not match /openapi.json: ${JSON.stringify(validator!.Errors(body).slice(0, 3))}`)
+    throw new Error(
+      `contract: ${method} ${match.template} ${status} body does not match ` +
+        `/openapi.json: ${JSON.stringify(validator!.Errors(body).slice(0, 3))}`,
+    )
   }
 }

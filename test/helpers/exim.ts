@@ -1,5 +1,18 @@
 import { spawn, spawnSync } from 'node:child_process'
-import { chmodSync, chownSync, closeSync, existsSync, openSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  existsSync,
+  openSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after } from 'node:test'
@@ -23,7 +36,10 @@ import { waitUntil } from './wait.js'
 // as root, as `make test` does in CI. Stopped in `after`.
 
 export interface EximOptions {
-  /** `starttls` (offered, the default), `implicit` (TLS from the first byte: smtps://) or `none` (no TLS; AUTH offered in clear). */
+  /**
+   * `starttls` (offered, the default), `implicit` (TLS from the first byte: smtps://) or `none` (no TLS; AUTH offered
+   * in clear).
+   */
   tls?: 'starttls' | 'implicit' | 'none'
   /** The AUTH mechanisms offered (default PLAIN and LOGIN). */
   authMethods?: Array<'PLAIN' | 'LOGIN'>
@@ -83,7 +99,11 @@ const authenticators = {
   server_set_id = $auth1`,
 }
 
-function configuration(dir: string, port: number, { tls = 'starttls', authMethods = ['PLAIN', 'LOGIN'] }: EximOptions): string {
+function configuration(
+  dir: string,
+  port: number,
+  { tls = 'starttls', authMethods = ['PLAIN', 'LOGIN'] }: EximOptions,
+): string {
   return `
 primary_hostname = mx.test
 local_interfaces = 127.0.0.1
@@ -132,7 +152,11 @@ ${authMethods.map((m) => authenticators[m].replaceAll('DIR', dir)).join('\n')}
 
 export async function startExim(options: EximOptions = {}): Promise<Exim> {
   const binary = installedProgram('exim4', 'exim4-daemon-light')
-  if (process.getuid?.() !== 0) throw new Error('the SMTP tests run exim4 with a configuration of their own, which it accepts only from a file root owns: run them as root (as `make test` in CI does)')
+  if (process.getuid?.() !== 0)
+    throw new Error(
+      'the SMTP tests run exim4 with a configuration of their own, which it accepts only from a file root owns: run ' +
+        'them as root (as `make test` in CI does)',
+    )
   const owner = spawnSync('id', ['-u', EXIM_USER], { encoding: 'utf8' })
   if (owner.status !== 0) throw new Error(`no ${EXIM_USER} account: is exim4-daemon-light installed?`)
   const uid = Number(owner.stdout)
@@ -144,7 +168,8 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
   writeFileSync(join(dir, 'passwd'), `${USER}: ${PASSWORD}\n`)
   for (const sub of ['spool', 'log', 'mail']) mkdirSync(join(dir, sub))
   // The daemon gives up root for the exim account: what it reads and writes is that account's.
-  for (const file of ['spool', 'log', 'mail', 'smtp.key.pem', 'smtp.cert.pem', 'passwd']) chownSync(join(dir, file), uid, gid)
+  for (const file of ['spool', 'log', 'mail', 'smtp.key.pem', 'smtp.cert.pem', 'passwd'])
+    chownSync(join(dir, file), uid, gid)
   // Exim logs that it listens once it does (a probe connection would be logged as one more connection).
   const log = () => (existsSync(join(dir, 'log', 'mainlog')) ? readFileSync(join(dir, 'log', 'mainlog'), 'utf8') : '')
   const { port, child, supervised } = await onFreePorts(1, async ([port]) => {
@@ -152,8 +177,10 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
     // Standard error into a file: a pipe would be inherited by the processes exim forks and hold the test's event loop.
     const stderr = openSync(join(dir, 'stderr.txt'), 'w')
     // A process group of its own: the processes it forks for each connection go with it.
-    const child = spawn(binary, ['-C', join(dir, 'exim.conf'), '-bdf'],
-      { stdio: ['ignore', 'ignore', stderr], detached: true })
+    const child = spawn(binary, ['-C', join(dir, 'exim.conf'), '-bdf'], {
+      stdio: ['ignore', 'ignore', stderr],
+      detached: true,
+    })
     closeSync(stderr)
     const supervised = superviseChild(child)
     for (const deadline = Date.now() + 30_000; !log().includes('daemon started');) {
@@ -175,7 +202,7 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
       process.kill(-child.pid!, 'SIGKILL')
     } catch {}
     await supervised.stop()
-    await waitUntil('exim\'s processes to end', () => !groupRuns(child.pid!), 5000)
+    await waitUntil("exim's processes to end", () => !groupRuns(child.pid!), 5000)
     rmSync(dir, { recursive: true, force: true })
   })
   const skip = log().split('\n').length - 1
@@ -183,7 +210,11 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
 
   const mailFiles = () => {
     const folder = join(dir, 'mail', 'new')
-    return existsSync(folder) ? readdirSync(folder).map((f) => join(folder, f)).sort((a, b) => statSync(a).mtimeMs - statSync(b).mtimeMs || a.localeCompare(b)) : []
+    return existsSync(folder)
+      ? readdirSync(folder)
+          .map((f) => join(folder, f))
+          .sort((a, b) => statSync(a).mtimeMs - statSync(b).mtimeMs || a.localeCompare(b))
+      : []
   }
   return {
     port,
@@ -197,12 +228,13 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
         return { raw, sent: raw.subarray(raw.indexOf('\nDate: ') + 1) }
       })
     },
-    accepted: () => lines().flatMap((line) => {
-      const m = / <= (\S+) /.exec(line)
-      if (!m) return []
-      const auth = / A=(\w+):/.exec(line)?.[1]
-      return [{ from: m[1]!, tls: / X=TLS/.test(line), ...(auth ? { auth } : {}) }]
-    }),
+    accepted: () =>
+      lines().flatMap((line) => {
+        const m = / <= (\S+) /.exec(line)
+        if (!m) return []
+        const auth = / A=(\w+):/.exec(line)?.[1]
+        return [{ from: m[1]!, tls: / X=TLS/.test(line), ...(auth ? { auth } : {}) }]
+      }),
     authFailures: () => lines().filter((line) => /authenticator failed/.test(line)).length,
     async withoutMail() {
       // Exim writes the line once the connection has ended, a moment after the client is gone.
@@ -215,12 +247,17 @@ export async function startExim(options: EximOptions = {}): Promise<Exim> {
   }
 }
 
-/** Whether a process of process group `group` still runs (Linux: /proc/<pid>/stat, whose fields after the name are state, ppid, pgrp). */
+/**
+ * Whether a process of process group `group` still runs (Linux: /proc/<pid>/stat, whose fields after the name are
+ * state, ppid, pgrp).
+ */
 function groupRuns(group: number): boolean {
   return readdirSync('/proc').some((pid) => {
     if (!/^\d+$/.test(pid)) return false
     try {
-      const [state, , pgrp] = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
+      const [state, , pgrp] = readFileSync(`/proc/${pid}/stat`, 'utf8')
+        .replace(/^.*\) /s, '')
+        .split(' ')
       return Number(pgrp) === group && state !== 'Z'
     } catch {
       return false

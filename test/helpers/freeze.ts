@@ -18,7 +18,9 @@ import { startServer, type TestServer } from './server.js'
  * using the cluster would hang until it thaws.
  */
 export async function freezeBackend(sql: Sql, pid: number): Promise<(() => void) | undefined> {
-  const [{ local }] = await sql<[{ local: boolean }]>`SELECT inet_server_addr() IS NULL OR inet_server_addr() = '127.0.0.1' AS local`
+  const [{ local }] = await sql<
+    [{ local: boolean }]
+  >`SELECT inet_server_addr() IS NULL OR inet_server_addr() = '127.0.0.1' AS local`
   // Only a backend of a server on this machine, and only if it is one (not a process that reused the number).
   const command = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')
   if (!local || !command.startsWith('postgres')) return undefined
@@ -30,7 +32,9 @@ export async function freezeBackend(sql: Sql, pid: number): Promise<(() => void)
       return undefined
     }
     // Its activity entry is frozen with it: what it shows is where it stopped.
-    const [state] = await sql<Array<{ waiting: boolean }>>`SELECT wait_event = 'ClientRead' AS waiting FROM pg_stat_activity WHERE pid = ${pid}`.catch(() => [])
+    const [state] = await sql<
+      Array<{ waiting: boolean }>
+    >`SELECT wait_event = 'ClientRead' AS waiting FROM pg_stat_activity WHERE pid = ${pid}`.catch(() => [])
     if (state?.waiting) return thaw
     thaw()
     await sleep(5)

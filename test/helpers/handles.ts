@@ -6,7 +6,17 @@ import { createHook } from 'node:async_hooks'
 // unref'd or not (process.getActiveResourcesInfo() does not list unref'd
 // ones), so a forgotten unref'd interval shows too.
 
-const KINDS = new Set(['Timeout', 'TCPWRAP', 'TCPSERVERWRAP', 'TLSWRAP', 'PIPEWRAP', 'PIPESERVERWRAP', 'STATWATCHER', 'FSEVENTWRAP', 'UDPWRAP'])
+const KINDS = new Set([
+  'Timeout',
+  'TCPWRAP',
+  'TCPSERVERWRAP',
+  'TLSWRAP',
+  'PIPEWRAP',
+  'PIPESERVERWRAP',
+  'STATWATCHER',
+  'FSEVENTWRAP',
+  'UDPWRAP',
+])
 
 export interface HandleLedger {
   /** Handles created since `openLedger` and not closed yet: kind and where it was created. */
@@ -19,8 +29,17 @@ export function openLedger(): HandleLedger {
   const hook = createHook({
     init(asyncId, kind) {
       if (!KINDS.has(kind)) return
-      const stack = (new Error().stack ?? '').split('\n').slice(2).filter((line) => !line.includes('node:internal') && !line.includes('node:async_hooks'))
-      live.set(asyncId, { kind, createdAt: stack.slice(0, 4).map((l) => l.trim()).join(' < ') })
+      const stack = (new Error().stack ?? '')
+        .split('\n')
+        .slice(2)
+        .filter((line) => !line.includes('node:internal') && !line.includes('node:async_hooks'))
+      live.set(asyncId, {
+        kind,
+        createdAt: stack
+          .slice(0, 4)
+          .map((l) => l.trim())
+          .join(' < '),
+      })
     },
     destroy(asyncId) {
       live.delete(asyncId)

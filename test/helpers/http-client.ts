@@ -28,18 +28,43 @@ export interface CallOptions {
 }
 
 export function call(base: string, method: string, path: string, options: CallOptions = {}): Promise<Answer> {
-  const body = options.body === undefined ? undefined : typeof options.body === 'string' ? options.body : JSON.stringify(options.body)
+  const body =
+    options.body === undefined
+      ? undefined
+      : typeof options.body === 'string'
+        ? options.body
+        : JSON.stringify(options.body)
   const type = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
-  const headers: Record<string, string> = { ...(body !== undefined ? { 'content-type': type } : {}), ...options.headers }
+  const headers: Record<string, string> = {
+    ...(body !== undefined ? { 'content-type': type } : {}),
+    ...options.headers,
+  }
   return new Promise((resolve) => {
     const failed = (err: Error) => resolve({ status: 0, headers: {}, body: undefined, error: err.message })
     const request = base.startsWith('https:') ? httpsRequest : httpRequest
-    const req = request(base + path, { method, headers, agent: options.agent, localAddress: options.agent ? undefined : options.from, timeout: options.timeoutMs ?? 20_000, ca: options.ca }, (res) => {
-      let text = ''
-      res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk))
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: /json/.test(res.headers['content-type'] ?? '') && text ? JSON.parse(text) : text }))
-      res.on('error', failed)
-    })
+    const req = request(
+      base + path,
+      {
+        method,
+        headers,
+        agent: options.agent,
+        localAddress: options.agent ? undefined : options.from,
+        timeout: options.timeoutMs ?? 20_000,
+        ca: options.ca,
+      },
+      (res) => {
+        let text = ''
+        res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk))
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode!,
+            headers: res.headers,
+            body: /json/.test(res.headers['content-type'] ?? '') && text ? JSON.parse(text) : text,
+          }),
+        )
+        res.on('error', failed)
+      },
+    )
     req.on('timeout', () => req.destroy(new Error('timed out')))
     req.on('error', failed)
     req.end(body)
@@ -55,5 +80,10 @@ export const tally = (answers: readonly Answer[]): Record<string, number> =>
   }, {})
 
 /** `call` on `base` as the holder of `token` (a JWT, an opaque token or an API key; none: anonymous). */
-export const callAs = (base: string, token?: string) => (method: string, path: string, options: CallOptions = {}): Promise<Answer> =>
-  call(base, method, path, { ...options, headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...options.headers } })
+export const callAs =
+  (base: string, token?: string) =>
+  (method: string, path: string, options: CallOptions = {}): Promise<Answer> =>
+    call(base, method, path, {
+      ...options,
+      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...options.headers },
+    })

@@ -20,7 +20,8 @@ const modelOf = (m: Manifest) => `kubernetes-models/${String(m.apiVersion)}/${St
 export async function validateManifests(manifests: readonly Manifest[]): Promise<string[]> {
   const problems: string[] = []
   for (const [i, m] of manifests.entries()) {
-    const model = (await import(modelOf(m)).catch(() => undefined)) as Record<string, new (data: Manifest) => { validate(): void }> | undefined
+    const model = (await import(modelOf(m)).catch(() => undefined)) as
+      Record<string, new (data: Manifest) => { validate(): void }> | undefined
     const Model = model?.[String(m.kind)]
     if (!Model) {
       problems.push(`document ${i + 1}: no model for apiVersion ${String(m.apiVersion)}, kind ${String(m.kind)}`)
@@ -35,7 +36,9 @@ export async function validateManifests(manifests: readonly Manifest[]): Promise
   return problems.concat(typeCheck(manifests))
 }
 
-/** The manifests as typed object literals in a file of their own, compiled (not emitted) with the project's compiler. */
+/**
+ * The manifests as typed object literals in a file of their own, compiled (not emitted) with the project's compiler.
+ */
 function typeCheck(manifests: readonly Manifest[]): string[] {
   const file = fileURLToPath(new URL('./k8s-manifests.generated.ts', import.meta.url))
   const lines = manifests.flatMap((m, i) => [
@@ -47,15 +50,33 @@ function typeCheck(manifests: readonly Manifest[]): string[] {
   const { readFile, fileExists } = host
   host.readFile = (f) => (f === file ? source : readFile(f))
   host.fileExists = (f) => f === file || fileExists(f)
-  const program = ts.createProgram([file], {
-    strict: true, noEmit: true, skipLibCheck: true, types: [],
-    module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, target: ts.ScriptTarget.ES2022,
-  }, host)
+  const program = ts.createProgram(
+    [file],
+    {
+      strict: true,
+      noEmit: true,
+      skipLibCheck: true,
+      types: [],
+      module: ts.ModuleKind.NodeNext,
+      moduleResolution: ts.ModuleResolutionKind.NodeNext,
+      target: ts.ScriptTarget.ES2022,
+    },
+    host,
+  )
   return ts.getPreEmitDiagnostics(program).map((d) => {
     const at = d.file && d.start !== undefined ? d.file.getLineAndCharacterOfPosition(d.start) : undefined
     const line = at ? source.split('\n')[at.line]!.trim() : ''
     // The document a line belongs to: the last `export const documentN` above it.
-    const doc = at ? /document(\d+)/.exec(source.split('\n').slice(0, at.line + 1).reverse().find((l) => l.startsWith('export const document')) ?? '')?.[1] : undefined
-    return `document ${doc ?? '?'}: ${ts.flattenDiagnosticMessageText(d.messageText, ' ')}${line ? ` (at ${line})` : ''}`
+    const doc = at
+      ? /document(\d+)/.exec(
+          source
+            .split('\n')
+            .slice(0, at.line + 1)
+            .reverse()
+            .find((l) => l.startsWith('export const document')) ?? '',
+        )?.[1]
+      : undefined
+    const message = ts.flattenDiagnosticMessageText(d.messageText, ' ')
+    return `document ${doc ?? '?'}: ${message}${line ? ` (at ${line})` : ''}`
   })
 }

@@ -25,7 +25,9 @@ const SHIPPED = new URL('../../deploy/nginx.conf', import.meta.url)
 const LIFTED_RATE = '1000000r/s'
 
 export interface NginxOptions {
-  /** The API server speaks TLS as shipped; without, plain HTTP on the same server (no HSTS: it is sent over HTTPS only). */
+  /**
+   * The API server speaks TLS as shipped; without, plain HTTP on the same server (no HSTS: it is sent over HTTPS only).
+   */
   tls?: boolean
   /** The per-client rate of limit_req as shipped; without, lifted. */
   shippedRate?: boolean
@@ -49,7 +51,12 @@ export interface Nginx {
   stop(): Promise<void>
 }
 
-function replaceOnce(text: string, pattern: RegExp, replacement: string | ((match: string, ...groups: string[]) => string), what: string): string {
+function replaceOnce(
+  text: string,
+  pattern: RegExp,
+  replacement: string | ((match: string, ...groups: string[]) => string),
+  what: string,
+): string {
   const found = text.match(new RegExp(pattern.source, pattern.flags + 'g'))?.length ?? 0
   if (found !== 1) throw new Error(`deploy/nginx.conf: expected exactly one ${what}, found ${found}`)
   return typeof replacement === 'string' ? text.replace(pattern, replacement) : text.replace(pattern, replacement)
@@ -72,14 +79,42 @@ const upstreamParams = (upstream: string, params: string) =>
 /** The shipped configuration with the test's ports, upstream servers, certificate, temporary folder and rate. */
 export function renderConfig(o: RenderOptions): string {
   let config = readFileSync(SHIPPED, 'utf8')
-  config = replaceOnce(config, /^(\s*)listen 443 ssl;$/m, `$1listen 127.0.0.1:${o.ports.api}${o.tls ? ' ssl' : ''};`, '`listen 443 ssl;`')
+  config = replaceOnce(
+    config,
+    /^(\s*)listen 443 ssl;$/m,
+    `$1listen 127.0.0.1:${o.ports.api}${o.tls ? ' ssl' : ''};`,
+    '`listen 443 ssl;`',
+  )
   config = replaceOnce(config, /^(\s*)listen 80;$/m, `$1listen 127.0.0.1:${o.ports.http};`, '`listen 80;`')
-  config = replaceOnce(config, /^(\s*)server api:3000( [^;]*)?;$/m, (_, indent = '', params = '') =>
-    o.upstreams.map((u) => `${indent}server ${u}${upstreamParams(u, params)};`).join('\n'), 'upstream `server api:3000`')
-  config = replaceOnce(config, /^(\s*)ssl_certificate \S+;$/m, `$1ssl_certificate ${o.certificate.cert};`, '`ssl_certificate`')
-  config = replaceOnce(config, /^(\s*)ssl_certificate_key \S+;$/m, `$1ssl_certificate_key ${o.certificate.key};`, '`ssl_certificate_key`')
-  if (!o.shippedRate) config = replaceOnce(config, /(limit_req_zone [^;]* rate=)[0-9]+r\/s;/, `$1${LIFTED_RATE};`, 'limit_req_zone with a rate')
-  const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((t) => `    ${t}_temp_path ${join(o.dir, t)};`).join('\n')
+  config = replaceOnce(
+    config,
+    /^(\s*)server api:3000( [^;]*)?;$/m,
+    (_, indent = '', params = '') =>
+      o.upstreams.map((u) => `${indent}server ${u}${upstreamParams(u, params)};`).join('\n'),
+    'upstream `server api:3000`',
+  )
+  config = replaceOnce(
+    config,
+    /^(\s*)ssl_certificate \S+;$/m,
+    `$1ssl_certificate ${o.certificate.cert};`,
+    '`ssl_certificate`',
+  )
+  config = replaceOnce(
+    config,
+    /^(\s*)ssl_certificate_key \S+;$/m,
+    `$1ssl_certificate_key ${o.certificate.key};`,
+    '`ssl_certificate_key`',
+  )
+  if (!o.shippedRate)
+    config = replaceOnce(
+      config,
+      /(limit_req_zone [^;]* rate=)[0-9]+r\/s;/,
+      `$1${LIFTED_RATE};`,
+      'limit_req_zone with a rate',
+    )
+  const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']
+    .map((t) => `    ${t}_temp_path ${join(o.dir, t)};`)
+    .join('\n')
   return replaceOnce(config, /^http \{$/m, `http {\n${temp}`, '`http {`')
 }
 
@@ -93,7 +128,11 @@ export function nginxGlobals(dir: string): string {
 export function checkConfig(config: string, dir: string): { status: number | null; output: string } {
   const file = join(dir, 'nginx-t.conf')
   writeFileSync(file, config)
-  const r = spawnSync(installedProgram('nginx'), ['-t', '-e', 'stderr', '-p', dir, '-c', file, '-g', nginxGlobals(dir)], { encoding: 'utf8' })
+  const r = spawnSync(
+    installedProgram('nginx'),
+    ['-t', '-e', 'stderr', '-p', dir, '-c', file, '-g', nginxGlobals(dir)],
+    { encoding: 'utf8' },
+  )
   return { status: r.status, output: r.stdout + r.stderr }
 }
 

@@ -1,4 +1,14 @@
-import { createHash, createHmac, createPublicKey, generateKeyPair, randomBytes, sign as signData, constants, type JsonWebKey, type KeyObject } from 'node:crypto'
+import {
+  createHash,
+  createHmac,
+  createPublicKey,
+  generateKeyPair,
+  randomBytes,
+  sign as signData,
+  constants,
+  type JsonWebKey,
+  type KeyObject,
+} from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createServer, type Server } from 'node:https'
@@ -18,8 +28,8 @@ import { applicationRegistry } from './registry.js'
 // real endpoints: client_credentials, and authorization code with PKCE whose
 // login and consent this module drives over HTTP with cookies. Its access
 // tokens are JWTs for one resource server, `audience`, signed with keys made
-// here, so that `sign` can forge tokens with the very keys the provider
-// publishes.
+// here, so that `sign` can forge tokens with
+// the very keys the provider publishes.
 //
 // The login and consent pages are this module's own minimal ones (a JSON
 // answer naming the prompt, a form POST to finish it) rather than
@@ -82,7 +92,10 @@ export interface TestProvider {
   issuer: string
   /** The API's identifier: the resource indicator the JWT access tokens are issued for (their `aud`). */
   audience: string
-  /** Real flow: client_credentials at the token endpoint with resource=audience (client `test-service`); the JWT access token. */
+  /**
+   * Real flow: client_credentials at the token endpoint with resource=audience
+   * (client `test-service`); the JWT access token.
+   */
   clientCredentialsToken(options?: TokenOptions): Promise<string>
   /** Sets the claims of an account (findAccount); sub = id. An id never set is an account with no claims but sub. */
   setAccount(id: string, claims: Record<string, unknown>): void
@@ -100,7 +113,10 @@ export interface TestProvider {
   publicJwks(): { keys: Array<Record<string, unknown>> }
   /** The same keys with their private parts. */
   privateJwks(): { keys: Array<Record<string, unknown>> }
-  /** Puts a new key first for each alg of `algs` (default all four): it signs from now on; the old ones of those algs stay published unless `dropOld`. */
+  /**
+   * Puts a new key first for each alg of `algs` (default all four): it signs from now on; the old ones of those algs
+   * stay published unless `dropOld`.
+   */
   rotateKeys(options?: { algs?: SigningAlg[]; dropOld?: boolean }): Promise<void>
   /** How many GETs the JWKS URI and the discovery document have received. */
   readonly jwksFetches: number
@@ -127,16 +143,24 @@ interface SigningKey {
   publicJwk: JsonWebKey
 }
 
-const makeKeyPair = promisify(generateKeyPair) as (type: string, options: object) => Promise<{ privateKey: KeyObject; publicKey: KeyObject }>
+const makeKeyPair = promisify(generateKeyPair) as (
+  type: string,
+  options: object,
+) => Promise<{ privateKey: KeyObject; publicKey: KeyObject }>
 
 async function makeSigningKey(alg: SigningAlg): Promise<SigningKey> {
-  const { privateKey, publicKey } = alg === 'ES256' ? await makeKeyPair('ec', { namedCurve: 'P-256' })
-    : alg === 'EdDSA' ? await makeKeyPair('ed25519', {})
-    : await makeKeyPair('rsa', { modulusLength: 2048 })
+  const { privateKey, publicKey } =
+    alg === 'ES256'
+      ? await makeKeyPair('ec', { namedCurve: 'P-256' })
+      : alg === 'EdDSA'
+        ? await makeKeyPair('ed25519', {})
+        : await makeKeyPair('rsa', { modulusLength: 2048 })
   const kid = `${alg.toLowerCase()}-${randomBytes(6).toString('hex')}`
   const members = { kid, alg, use: 'sig' }
   return {
-    alg, kid, privateKey,
+    alg,
+    kid,
+    privateKey,
     privateJwk: { ...privateKey.export({ format: 'jwk' }), ...members },
     publicJwk: { ...publicKey.export({ format: 'jwk' }), ...members },
   }
@@ -146,10 +170,14 @@ const base64url = (value: string | Buffer) => Buffer.from(value).toString('base6
 
 function signature(alg: SigningAlg, key: KeyObject, data: Buffer): Buffer {
   switch (alg) {
-    case 'RS256': return signData('sha256', data, key)
-    case 'PS256': return signData('sha256', data, { key, padding: constants.RSA_PKCS1_PSS_PADDING, saltLength: 32 })
-    case 'ES256': return signData('sha256', data, { key, dsaEncoding: 'ieee-p1363' })
-    case 'EdDSA': return signData(null, data, key)
+    case 'RS256':
+      return signData('sha256', data, key)
+    case 'PS256':
+      return signData('sha256', data, { key, padding: constants.RSA_PKCS1_PSS_PADDING, saltLength: 32 })
+    case 'ES256':
+      return signData('sha256', data, { key, dsaEncoding: 'ieee-p1363' })
+    case 'EdDSA':
+      return signData(null, data, key)
   }
 }
 
@@ -167,21 +195,30 @@ function memoryAdapter(store: Map<string, { payload: Record<string, unknown>; ex
       return entry && entry.expiresAt > Date.now() ? entry.payload : undefined
     }
     const findBy = (member: string, value: string) => {
-      for (const [k, { payload }] of store) if (k.startsWith(`${model}:`) && payload[member] === value) return live(k.slice(model.length + 1))
+      for (const [k, { payload }] of store)
+        if (k.startsWith(`${model}:`) && payload[member] === value) return live(k.slice(model.length + 1))
       return undefined
     }
     return {
       async upsert(id: string, payload: Record<string, unknown>, expiresIn?: number) {
         store.set(key(id), { payload, expiresAt: expiresIn ? Date.now() + expiresIn * 1000 : Infinity })
       },
-      async find(id: string) { return live(id) },
-      async findByUid(uid: string) { return findBy('uid', uid) },
-      async findByUserCode(userCode: string) { return findBy('userCode', userCode) },
+      async find(id: string) {
+        return live(id)
+      },
+      async findByUid(uid: string) {
+        return findBy('uid', uid)
+      },
+      async findByUserCode(userCode: string) {
+        return findBy('userCode', userCode)
+      },
       async consume(id: string) {
         const payload = live(id)
         if (payload) payload.consumed = Math.floor(Date.now() / 1000)
       },
-      async destroy(id: string) { store.delete(key(id)) },
+      async destroy(id: string) {
+        store.delete(key(id))
+      },
       async revokeByGrantId(grantId: string) {
         for (const [k, { payload }] of store) if (payload.grantId === grantId) store.delete(k)
       },
@@ -194,7 +231,10 @@ class CookieJar {
   private readonly cookies = new Map<string, { name: string; value: string; path: string }>()
 
   async fetch(url: URL, init: RequestInit = {}): Promise<Response> {
-    const cookie = [...this.cookies.values()].filter((c) => url.pathname.startsWith(c.path)).map((c) => `${c.name}=${c.value}`).join('; ')
+    const cookie = [...this.cookies.values()]
+      .filter((c) => url.pathname.startsWith(c.path))
+      .map((c) => `${c.name}=${c.value}`)
+      .join('; ')
     const headers = new Headers(init.headers)
     if (cookie) headers.set('cookie', cookie)
     const response = await fetch(url, { ...init, headers, redirect: 'manual' })
@@ -203,8 +243,9 @@ class CookieJar {
       const name = pair.slice(0, pair.indexOf('='))
       const value = pair.slice(pair.indexOf('=') + 1)
       const path = attributes.find((a) => a.toLowerCase().startsWith('path='))?.slice(5) || '/'
-      const expired = attributes.some((a) => a.toLowerCase().startsWith('expires=') && Date.parse(a.slice(8)) <= Date.now())
-        || attributes.some((a) => a.toLowerCase() === 'max-age=0')
+      const expired =
+        attributes.some((a) => a.toLowerCase().startsWith('expires=') && Date.parse(a.slice(8)) <= Date.now()) ||
+        attributes.some((a) => a.toLowerCase() === 'max-age=0')
       if (expired || !value) this.cookies.delete(`${name} ${path}`)
       else this.cookies.set(`${name} ${path}`, { name, value, path })
     }
@@ -272,15 +313,27 @@ export async function startTestProvider(options: TestProviderOptions = {}): Prom
 
   const testClaims = (ctx: ProviderContext): Record<string, unknown> => {
     const header = ctx.get(CLAIMS_HEADER)
-    return header ? JSON.parse(Buffer.from(header, 'base64url').toString('utf8')) as Record<string, unknown> : {}
+    return header ? (JSON.parse(Buffer.from(header, 'base64url').toString('utf8')) as Record<string, unknown>) : {}
   }
 
   const configuration = () => ({
     adapter: memoryAdapter(store),
     jwks: { keys: keys.map((k) => k.privateJwk) },
     clients: [
-      { client_id: SERVICE_CLIENT, client_secret: serviceSecret, grant_types: ['client_credentials'], response_types: [], redirect_uris: [] },
-      { client_id: APP_CLIENT, token_endpoint_auth_method: 'none', grant_types: ['authorization_code'], response_types: ['code'], redirect_uris: [REDIRECT_URI] },
+      {
+        client_id: SERVICE_CLIENT,
+        client_secret: serviceSecret,
+        grant_types: ['client_credentials'],
+        response_types: [],
+        redirect_uris: [],
+      },
+      {
+        client_id: APP_CLIENT,
+        token_endpoint_auth_method: 'none',
+        grant_types: ['authorization_code'],
+        response_types: ['code'],
+        redirect_uris: [REDIRECT_URI],
+      },
     ],
     cookies: { keys: cookieKeys },
     async findAccount(_ctx: unknown, sub: string) {
@@ -288,7 +341,7 @@ export async function startTestProvider(options: TestProviderOptions = {}): Prom
     },
     // Carried into the access token itself, which is what the service reads.
     async extraTokenClaims(ctx: ProviderContext, token: { accountId?: string }) {
-      const { sub: _sub, ...account } = token.accountId ? accounts.get(token.accountId) ?? {} : {}
+      const { sub: _sub, ...account } = token.accountId ? (accounts.get(token.accountId) ?? {}) : {}
       return { ...account, ...testClaims(ctx) }
     },
     formats: {
@@ -310,7 +363,13 @@ export async function startTestProvider(options: TestProviderOptions = {}): Prom
         async getResourceServerInfo(ctx: ProviderContext, indicator: string) {
           if (indicator !== audience) throw new errors.InvalidTarget(`the only resource here is ${audience}`)
           const alg = (ctx.get(ALG_HEADER) || defaultAlg) as SigningAlg
-          return { scope: API_SCOPES, audience, accessTokenTTL: accessTokenTtl, accessTokenFormat: 'jwt', jwt: { sign: { alg } } }
+          return {
+            scope: API_SCOPES,
+            audience,
+            accessTokenTTL: accessTokenTtl,
+            accessTokenFormat: 'jwt',
+            jwt: { sign: { alg } },
+          }
         },
       },
     },
@@ -320,7 +379,16 @@ export async function startTestProvider(options: TestProviderOptions = {}): Prom
       ctx.type = 'json'
       ctx.body = out
     },
-    ttl: { AccessToken: accessTokenTtl, AuthorizationCode: 60, ClientCredentials: accessTokenTtl, IdToken: 300, Interaction: 300, Session: 600, Grant: 600, RefreshToken: 600 },
+    ttl: {
+      AccessToken: accessTokenTtl,
+      AuthorizationCode: 60,
+      ClientCredentials: accessTokenTtl,
+      IdToken: 300,
+      Interaction: 300,
+      Session: 600,
+      Grant: 600,
+      RefreshToken: 600,
+    },
   })
 
   // oidc-provider reads its keys once, at construction: a rotation builds a new
@@ -333,17 +401,33 @@ export async function startTestProvider(options: TestProviderOptions = {}): Prom
     if (req.method === 'GET') return answerJson(res, 200, { uid: details.uid, prompt: details.prompt.name })
     const form = new URLSearchParams(await readBody(req))
     if (form.get('prompt') === 'login' && details.prompt.name === 'login') {
-      return provider.interactionFinished(req, res, { login: { accountId: form.get('login') } }, { mergeWithLastSubmission: false })
+      return provider.interactionFinished(
+        req,
+        res,
+        { login: { accountId: form.get('login') } },
+        { mergeWithLastSubmission: false },
+      )
     }
     if (form.get('prompt') === 'consent' && details.prompt.name === 'consent' && details.session) {
-      const grant = details.grantId ? await provider.Grant.find(details.grantId)
+      const grant = details.grantId
+        ? await provider.Grant.find(details.grantId)
         : new provider.Grant({ accountId: details.session.accountId, clientId: String(details.params.client_id) })
       if (!grant) throw new Error('grant of the interaction not found')
-      const missing = details.prompt.details as { missingOIDCScope?: string[]; missingOIDCClaims?: string[]; missingResourceScopes?: Record<string, string[]> }
+      const missing = details.prompt.details as {
+        missingOIDCScope?: string[]
+        missingOIDCClaims?: string[]
+        missingResourceScopes?: Record<string, string[]>
+      }
       if (missing.missingOIDCScope) grant.addOIDCScope(missing.missingOIDCScope.join(' '))
       if (missing.missingOIDCClaims) grant.addOIDCClaims(missing.missingOIDCClaims)
-      for (const [indicator, scopes] of Object.entries(missing.missingResourceScopes ?? {})) grant.addResourceScope(indicator, scopes.join(' '))
-      return provider.interactionFinished(req, res, { consent: { grantId: await grant.save() } }, { mergeWithLastSubmission: true })
+      for (const [indicator, scopes] of Object.entries(missing.missingResourceScopes ?? {}))
+        grant.addResourceScope(indicator, scopes.join(' '))
+      return provider.interactionFinished(
+        req,
+        res,
+        { consent: { grantId: await grant.save() } },
+        { mergeWithLastSubmission: true },
+      )
     }
     answerJson(res, 400, { error: `cannot answer prompt ${details.prompt.name} with ${form.get('prompt')}` })
   }
@@ -366,14 +450,17 @@ export async function startTestProvider(options: TestProviderOptions = {}): Prom
     if (options.alg) headers[ALG_HEADER] = options.alg
     body.set('resource', audience)
     const response = await fetch(`${issuer}/token`, { method: 'POST', headers, body })
-    const answer = await response.json() as { access_token?: string; error?: string; error_description?: string }
-    if (!response.ok || !answer.access_token) throw new Error(`token endpoint: ${response.status} ${answer.error}: ${answer.error_description}`)
+    const answer = (await response.json()) as { access_token?: string; error?: string; error_description?: string }
+    if (!response.ok || !answer.access_token)
+      throw new Error(`token endpoint: ${response.status} ${answer.error}: ${answer.error_description}`)
     return answer.access_token
   }
 
   function keyFor(alg: SignOptions['alg'] & string, kid: string | null | undefined): SigningKey {
     const keyAlg = alg === 'HS256' || alg === 'none' ? undefined : alg
-    const key = keys.find((k) => k.kid === kid && (!keyAlg || k.alg === keyAlg)) ?? keys.find((k) => k.alg === (keyAlg ?? 'RS256'))
+    const key =
+      keys.find((k) => k.kid === kid && (!keyAlg || k.alg === keyAlg)) ??
+      keys.find((k) => k.alg === (keyAlg ?? 'RS256'))
     if (!key) throw new Error(`no ${alg} key`)
     return key
   }
@@ -395,8 +482,12 @@ export async function startTestProvider(options: TestProviderOptions = {}): Prom
   return {
     issuer,
     audience,
-    get jwksFetches() { return jwksFetches },
-    get discoveryFetches() { return discoveryFetches },
+    get jwksFetches() {
+      return jwksFetches
+    },
+    get discoveryFetches() {
+      return discoveryFetches
+    },
 
     clientCredentialsToken(options = {}) {
       const body = new URLSearchParams({ grant_type: 'client_credentials' })
@@ -414,22 +505,37 @@ export async function startTestProvider(options: TestProviderOptions = {}): Prom
       const jar = new CookieJar()
       let url = new URL('/auth', issuer)
       url.search = new URLSearchParams({
-        client_id: APP_CLIENT, response_type: 'code', redirect_uri: REDIRECT_URI, state, resource: audience,
+        client_id: APP_CLIENT,
+        response_type: 'code',
+        redirect_uri: REDIRECT_URI,
+        state,
+        resource: audience,
         scope: ['openid', options.scope].filter(Boolean).join(' '),
-        code_challenge: createHash('sha256').update(verifier).digest('base64url'), code_challenge_method: 'S256',
+        code_challenge: createHash('sha256').update(verifier).digest('base64url'),
+        code_challenge_method: 'S256',
       }).toString()
       let response = await jar.fetch(url)
       for (let step = 0; step < 10; step++) {
         const location = response.headers.get('location')
-        if (!location) throw new Error(`authorization stopped at ${url.pathname}: ${response.status} ${await response.text()}`)
+        if (!location)
+          throw new Error(`authorization stopped at ${url.pathname}: ${response.status} ${await response.text()}`)
         url = new URL(location, url)
         if (url.href.startsWith(REDIRECT_URI)) {
           const code = url.searchParams.get('code')
           if (!code || url.searchParams.get('state') !== state) throw new Error(`authorization failed: ${url.search}`)
-          return token(new URLSearchParams({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT_URI, code_verifier: verifier, client_id: APP_CLIENT }), options)
+          return token(
+            new URLSearchParams({
+              grant_type: 'authorization_code',
+              code,
+              redirect_uri: REDIRECT_URI,
+              code_verifier: verifier,
+              client_id: APP_CLIENT,
+            }),
+            options,
+          )
         }
         if (url.pathname.startsWith('/interaction/')) {
-          const { prompt } = await (await jar.fetch(url)).json() as { prompt: string }
+          const { prompt } = (await (await jar.fetch(url)).json()) as { prompt: string }
           const form: Record<string, string> = prompt === 'login' ? { prompt, login: accountId } : { prompt }
           response = await jar.fetch(url, { method: 'POST', body: new URLSearchParams(form) })
         } else {
@@ -442,13 +548,18 @@ export async function startTestProvider(options: TestProviderOptions = {}): Prom
     sign(payload, options = {}) {
       const alg = options.alg ?? 'RS256'
       const key = keyFor(alg, options.kid)
-      const kid = options.kid === null ? undefined : options.kid ?? key.kid
+      const kid = options.kid === null ? undefined : (options.kid ?? key.kid)
       const header = { alg, typ: 'at+jwt', kid, ...options.header }
       const input = `${base64url(JSON.stringify(header))}.${base64url(JSON.stringify(payload))}`
       const data = Buffer.from(input)
-      const mac = alg === 'none' ? Buffer.alloc(0)
-        : alg === 'HS256' ? createHmac('sha256', createPublicKey(key.privateKey).export({ format: 'pem', type: 'spki' })).update(data).digest()
-        : signature(alg, key.privateKey, data)
+      const mac =
+        alg === 'none'
+          ? Buffer.alloc(0)
+          : alg === 'HS256'
+            ? createHmac('sha256', createPublicKey(key.privateKey).export({ format: 'pem', type: 'spki' }))
+                .update(data)
+                .digest()
+            : signature(alg, key.privateKey, data)
       return `${input}.${base64url(mac)}`
     },
 

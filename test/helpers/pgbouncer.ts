@@ -34,7 +34,10 @@ export interface PgBouncer {
 export interface PgBouncerOptions {
   /** Server connections per database and user (default_pool_size). */
   poolSize?: number
-  /** The role every connection logs in as, on both sides (default: the server URL's user); the server must trust it on its socket. */
+  /**
+   * The role every connection logs in as, on both sides (default: the server URL's user); the server must trust it on
+   * its socket.
+   */
   user?: string
 }
 
@@ -52,14 +55,18 @@ const value = (v: string) => `'${v.replaceAll("'", "''")}'`
 /** PgBouncer in front of the run's database server, stopped when the test file's tests are done. */
 export async function startPgBouncer(options: PgBouncerOptions = {}): Promise<PgBouncer> {
   const serverUrl = process.env.TEST_SERVER_URL
-  if (!serverUrl) throw new Error('Run the tests with `make test` (test/run.ts names the database server in TEST_SERVER_URL).')
+  if (!serverUrl)
+    throw new Error('Run the tests with `make test` (test/run.ts names the database server in TEST_SERVER_URL).')
   const bouncer = await launchPgBouncer(serverUrl, options)
   after(bouncer.stop)
   return bouncer
 }
 
 /** PgBouncer in front of the server of `serverUrl`, outside a test (the benchmark): the caller stops it. */
-export async function launchPgBouncer(serverUrl: string, { poolSize = 3, user: asUser }: PgBouncerOptions = {}): Promise<PgBouncer> {
+export async function launchPgBouncer(
+  serverUrl: string,
+  { poolSize = 3, user: asUser }: PgBouncerOptions = {},
+): Promise<PgBouncer> {
   const server = new URL(serverUrl)
   const user = asUser ?? (decodeURIComponent(server.username) || 'postgres')
   const target = [
@@ -115,7 +122,9 @@ ignore_startup_parameters =
     return {
       port: port!,
       pid: child.pid!,
-      version: spawnSync(installedProgram('pgbouncer'), ['--version'], { encoding: 'utf8' }).stdout.split('\n')[0]!.trim(),
+      version: spawnSync(installedProgram('pgbouncer'), ['--version'], { encoding: 'utf8' })
+        .stdout.split('\n')[0]!
+        .trim(),
       urlFor(databaseUrl) {
         const database = new URL(databaseUrl).pathname
         return `postgres://${encodeURIComponent(user)}@127.0.0.1:${port}${database}`

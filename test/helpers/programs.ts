@@ -8,7 +8,13 @@ import { join } from 'node:path'
  * is not installed.
  */
 export function installedProgram(name: string, debianPackage = name): string {
-  const found = [`/usr/sbin/${name}`, ...(process.env.PATH ?? '').split(':').map((dir) => join(dir, name))].find((p) => existsSync(p))
-  if (!found) throw new Error(`${name} is not installed: \`make test\` installs it (Debian package ${debianPackage}, as root); or run \`apt-get install ${debianPackage}\``)
+  const found = [`/usr/sbin/${name}`, ...(process.env.PATH ?? '').split(':').map((dir) => join(dir, name))].find((p) =>
+    existsSync(p),
+  )
+  if (!found)
+    throw new Error(
+      `${name} is not installed: \`make test\` installs it (Debian ` +
+        `package ${debianPackage}, as root); or run \`apt-get install ${debianPackage}\``,
+    )
   return found
 }

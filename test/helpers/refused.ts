@@ -4,8 +4,8 @@ import type { TestResponse, TestServer } from './server.js'
 
 // What a client sees of a credential that no longer holds: 401
 // invalid_token with its challenge, on every instance, within the bound
-// the contract gives other instances (a second, or more on a slow machine:
-// test/helpers/time-bounds.ts).
+// the contract gives other instances (a second, or more
+// on a slow machine: test/helpers/time-bounds.ts).
 
 export const INVALID_TOKEN_CHALLENGE = 'Bearer realm="api", error="invalid_token"'
 
@@ -17,7 +17,9 @@ export function assertInvalidToken(res: TestResponse, why = ''): void {
 
 /** Every server answers `ask` with 401 invalid_token within `withinMs` of the call; how long the slowest took. */
 export async function refusedEverywhere(
-  servers: readonly TestServer[], ask: (server: TestServer) => Promise<TestResponse>, withinMs: number,
+  servers: readonly TestServer[],
+  ask: (server: TestServer) => Promise<TestResponse>,
+  withinMs: number,
 ): Promise<number> {
   const started = performance.now()
   for (const server of servers) {

@@ -46,18 +46,21 @@ export function resourceConformance(api: TestServer, spec: ResourceSpec): void {
   const value = (n: number) => encodeURIComponent(String(spec.sortValue(n)))
 
   describe(`${name}: the generic resource contract`, () => {
-    test('POST answers 201 with Location and ETag; GET answers the same representation; the row is stored', async () => {
-      const created = await create()
-      const location = created.headers.get('location')!
-      assert.equal(location, `${path}/${created.body.id}`)
-      assert.equal(created.headers.get('etag'), '"v1"')
-      const read = await api.request('GET', location)
-      assert.equal(read.status, 200)
-      assert.deepEqual(read.body, created.body)
-      assert.equal(read.headers.get('etag'), '"v1"')
-      const [row] = await api.sql.unsafe(`SELECT id FROM ${table} WHERE id = $1`, [created.body.id])
-      assert.ok(row)
-    })
+    test(
+      'POST answers 201 with Location and ETag; GET answers the same representation; the row is ' + 'stored',
+      async () => {
+        const created = await create()
+        const location = created.headers.get('location')!
+        assert.equal(location, `${path}/${created.body.id}`)
+        assert.equal(created.headers.get('etag'), '"v1"')
+        const read = await api.request('GET', location)
+        assert.equal(read.status, 200)
+        assert.deepEqual(read.body, created.body)
+        assert.equal(read.headers.get('etag'), '"v1"')
+        const [row] = await api.sql.unsafe(`SELECT id FROM ${table} WHERE id = $1`, [created.body.id])
+        assert.ok(row)
+      },
+    )
 
     test('If-None-Match with the current ETag answers 304 without a body', async () => {
       const created = await create()
@@ -80,18 +83,21 @@ export function resourceConformance(api: TestServer, spec: ResourceSpec): void {
       assert.equal(await rowCount(), before + 1)
     })
 
-    test('a duplicate of its unique member is a 409 with the code and title its declaration names; nothing is stored', async () => {
-      const n = next()
-      await create(n)
-      const before = await rowCount()
-      const [problem] = resource.uniqueCodes.values()
-      assert.ok(problem, `${name} declares a unique member`)
-      const res = await api.request('POST', path, { body: spec.duplicate(n) })
-      assert.equal(res.status, 409, res.text)
-      assert.equal(res.body.code, problem.code)
-      assert.equal(res.body.title, resource.problems[problem.code]!.title)
-      assert.equal(await rowCount(), before)
-    })
+    test(
+      'a duplicate of its unique member is a 409 with the code and title its declaration names; nothing is ' + 'stored',
+      async () => {
+        const n = next()
+        await create(n)
+        const before = await rowCount()
+        const [problem] = resource.uniqueCodes.values()
+        assert.ok(problem, `${name} declares a unique member`)
+        const res = await api.request('POST', path, { body: spec.duplicate(n) })
+        assert.equal(res.status, 409, res.text)
+        assert.equal(res.body.code, problem.code)
+        assert.equal(res.body.title, resource.problems[problem.code]!.title)
+        assert.equal(await rowCount(), before)
+      },
+    )
 
     test('PUT with the current If-Match replaces; a stale If-Match is 412 and changes nothing', async () => {
       const created = await create()
@@ -107,46 +113,60 @@ export function resourceConformance(api: TestServer, spec: ResourceSpec): void {
       assert.deepEqual((await api.request('GET', url)).body, put.body)
     })
 
-    test('PATCH sets the members sent; null resets a member with a default; an unchanged patch keeps the ETag', async () => {
-      const created = await create()
-      const url = `${path}/${created.body.id}`
-      const [member, given] = spec.patch
-      const patched = await api.request('PATCH', url, { body: { [member]: given }, headers: { 'if-match': '"v1"' } })
-      assert.equal(patched.status, 200, patched.text)
-      assert.deepEqual(patched.body[member], given)
-      const [resettable, fallback] = spec.resettable
-      const reset = await api.request('PATCH', url, { body: { [resettable]: null } })
-      assert.equal(reset.status, 200, reset.text)
-      assert.deepEqual(reset.body[resettable], fallback)
-      const same = await api.request('PATCH', url, { body: {} })
-      assert.equal(same.headers.get('etag'), reset.headers.get('etag'))
-    })
+    test(
+      'PATCH sets the members sent; null resets a member with a default; an unchanged patch keeps the ' + 'ETag',
+      async () => {
+        const created = await create()
+        const url = `${path}/${created.body.id}`
+        const [member, given] = spec.patch
+        const patched = await api.request('PATCH', url, { body: { [member]: given }, headers: { 'if-match': '"v1"' } })
+        assert.equal(patched.status, 200, patched.text)
+        assert.deepEqual(patched.body[member], given)
+        const [resettable, fallback] = spec.resettable
+        const reset = await api.request('PATCH', url, { body: { [resettable]: null } })
+        assert.equal(reset.status, 200, reset.text)
+        assert.deepEqual(reset.body[resettable], fallback)
+        const same = await api.request('PATCH', url, { body: {} })
+        assert.equal(same.headers.get('etag'), reset.headers.get('etag'))
+      },
+    )
 
-    test('hostile bodies are refused and change nothing: unknown member, wrong type, NUL, huge value, wrong content type, an echoed foreign id', async () => {
-      const created = await create()
-      const url = `${path}/${created.body.id}`
-      const before = await rowCount()
-      const valid = spec.create(next())
-      const wrongType = typeof valid[spec.sortable] === 'string' ? 7 : 'seven'
-      const hostile: Array<[string, unknown, number]> = [
-        ['unknown member', { ...valid, admin: true }, 422],
-        ['wrong type', { ...valid, [spec.sortable]: wrongType }, 422],
-        ['huge number', { ...valid, [spec.sortable]: 1e300 }, 422],
-        ['NUL', Object.fromEntries(Object.entries(valid).map(([k, v]) => [k, typeof v === 'string' ? `${v}\u0000` : v])), 422],
-        ['array', [valid], 422],
-        ['malformed JSON', '{"a":', 400],
-      ]
-      for (const [what, body, status] of hostile) {
-        const res = await api.request('POST', path, { body })
-        assert.equal(res.status, status, `${what}: ${res.text}`)
-      }
-      const textPlain = await api.request('POST', path, { body: JSON.stringify(valid), headers: { 'content-type': 'text/plain' } })
-      assert.equal(textPlain.status, 415)
-      const foreignId = await api.request('PUT', url, { body: { ...spec.replace(next()), id: created.body.id + 1 } })
-      assert.equal(foreignId.status, 422)
-      assert.equal(await rowCount(), before)
-      assert.deepEqual((await api.request('GET', url)).body, created.body)
-    })
+    test(
+      'hostile bodies are refused and change nothing: unknown member, wrong type, NUL, huge value, wrong content ' +
+        'type, an echoed foreign id',
+      async () => {
+        const created = await create()
+        const url = `${path}/${created.body.id}`
+        const before = await rowCount()
+        const valid = spec.create(next())
+        const wrongType = typeof valid[spec.sortable] === 'string' ? 7 : 'seven'
+        const hostile: Array<[string, unknown, number]> = [
+          ['unknown member', { ...valid, admin: true }, 422],
+          ['wrong type', { ...valid, [spec.sortable]: wrongType }, 422],
+          ['huge number', { ...valid, [spec.sortable]: 1e300 }, 422],
+          [
+            'NUL',
+            Object.fromEntries(Object.entries(valid).map(([k, v]) => [k, typeof v === 'string' ? `${v}\u0000` : v])),
+            422,
+          ],
+          ['array', [valid], 422],
+          ['malformed JSON', '{"a":', 400],
+        ]
+        for (const [what, body, status] of hostile) {
+          const res = await api.request('POST', path, { body })
+          assert.equal(res.status, status, `${what}: ${res.text}`)
+        }
+        const textPlain = await api.request('POST', path, {
+          body: JSON.stringify(valid),
+          headers: { 'content-type': 'text/plain' },
+        })
+        assert.equal(textPlain.status, 415)
+        const foreignId = await api.request('PUT', url, { body: { ...spec.replace(next()), id: created.body.id + 1 } })
+        assert.equal(foreignId.status, 422)
+        assert.equal(await rowCount(), before)
+        assert.deepEqual((await api.request('GET', url)).body, created.body)
+      },
+    )
 
     test('DELETE with If-Match answers 204; the resource is then 404 and gone from the table', async () => {
       const created = await create()
@@ -175,41 +195,58 @@ export function resourceConformance(api: TestServer, spec: ResourceSpec): void {
         url = /<([^>]+)>; rel="next"/.exec(page.headers.get('link') ?? '')?.[1]
       }
       assert.deepEqual(seen, [...ids].reverse())
-      const listed = await api.request('GET', `${path}?${member}[in]=${value(base)},${value(base + 2)}&fields=id&sort=id`)
+      const listed = await api.request(
+        'GET',
+        `${path}?${member}[in]=${value(base)},${value(base + 2)}&fields=id&sort=id`,
+      )
       assert.deepEqual(listed.body, [{ id: ids[0] }, { id: ids[2] }])
       const bad = await api.request('GET', `${path}?id[gt]=many`)
       assert.equal(bad.status, 400)
       assert.equal(bad.body.errors[0].path, 'id[gt]')
     })
 
-    test('its scopes and roles decide who reads and writes: a user, a credential without the scope, an admin', async () => {
-      const scopes = scopesOfResource(resource)
-      assert.ok(api.deps.registry.scopes.all.includes(scopes.read) && api.deps.registry.scopes.all.includes(scopes.write))
-      const user = await api.createUser()
-      const created = await create()
-      const read = await api.request('GET', `${path}/${created.body.id}`, { auth: user.token })
-      assert.equal(read.status, spec.userMay.read ? 200 : 403, read.text)
-      const write = await api.request('POST', path, { body: spec.create(next()), auth: user.token })
-      assert.equal(write.status, spec.userMay.write ? 201 : 403, write.text)
-      const readOnly = api.jwtFor(api.admin.id, 'admin', [scopes.read])
-      assert.equal((await api.request('GET', path, { auth: readOnly })).status, 200)
-      const refused = await api.request('POST', path, { body: spec.create(next()), auth: readOnly })
-      assert.equal(refused.status, 403)
-      assert.equal(refused.body.code, 'insufficient_scope')
-      assert.equal((await api.request('GET', path, { auth: api.jwtFor(api.admin.id, 'admin', [scopes.write]) })).status, 403)
-    })
+    test(
+      'its scopes and roles decide who reads and writes: a user, a credential without the scope, an ' + 'admin',
+      async () => {
+        const scopes = scopesOfResource(resource)
+        assert.ok(
+          api.deps.registry.scopes.all.includes(scopes.read) && api.deps.registry.scopes.all.includes(scopes.write),
+        )
+        const user = await api.createUser()
+        const created = await create()
+        const read = await api.request('GET', `${path}/${created.body.id}`, { auth: user.token })
+        assert.equal(read.status, spec.userMay.read ? 200 : 403, read.text)
+        const write = await api.request('POST', path, { body: spec.create(next()), auth: user.token })
+        assert.equal(write.status, spec.userMay.write ? 201 : 403, write.text)
+        const readOnly = api.jwtFor(api.admin.id, 'admin', [scopes.read])
+        assert.equal((await api.request('GET', path, { auth: readOnly })).status, 200)
+        const refused = await api.request('POST', path, { body: spec.create(next()), auth: readOnly })
+        assert.equal(refused.status, 403)
+        assert.equal(refused.body.code, 'insufficient_scope')
+        assert.equal(
+          (await api.request('GET', path, { auth: api.jwtFor(api.admin.id, 'admin', [scopes.write]) })).status,
+          403,
+        )
+      },
+    )
 
     test('each write records its event, with the representation as its data', async () => {
       const created = await create()
       const url = `${path}/${created.body.id}`
       const patched = await api.request('PATCH', url, { body: { [spec.patch[0]]: spec.patch[1] } })
       assert.equal(patched.status, 200, patched.text)
-      assert.equal((await api.request('DELETE', url, { headers: { 'if-match': patched.headers.get('etag')! } })).status, 204)
+      assert.equal(
+        (await api.request('DELETE', url, { headers: { 'if-match': patched.headers.get('etag')! } })).status,
+        204,
+      )
       await api.published()
       const { subject, created: createdType, updated, deleted } = resource.events
       const feed = await api.request('GET', `/events?subject_type=${subject}&subject_id=${created.body.id}`)
       assert.equal(feed.status, 200, feed.text)
-      assert.deepEqual(feed.body.map((e: { type: string }) => e.type), [createdType, updated, deleted])
+      assert.deepEqual(
+        feed.body.map((e: { type: string }) => e.type),
+        [createdType, updated, deleted],
+      )
       assert.deepEqual(feed.body[0].data, created.body)
       assert.deepEqual(feed.body[1].data, patched.body)
     })
@@ -221,21 +258,50 @@ export function resourceConformance(api: TestServer, spec: ResourceSpec): void {
       const hook = await api.request('POST', '/webhooks', { body: { url: receiver.url, event_types: types } })
       assert.equal(hook.status, 201, hook.text)
       const created = await create()
-      await receiver.waitFor(`the ${resource.events.created} of ${created.body.id}`, (received) => received.some((r) => {
-        const message = JSON.parse(r.body) as { type: string; data: unknown }
-        return message.type === resource.events.created && JSON.stringify(message.data).includes(`"id":${created.body.id}`)
-      }))
+      await receiver.waitFor(`the ${resource.events.created} of ${created.body.id}`, (received) =>
+        received.some((r) => {
+          const message = JSON.parse(r.body) as { type: string; data: unknown }
+          return (
+            message.type === resource.events.created && JSON.stringify(message.data).includes(`"id":${created.body.id}`)
+          )
+        }),
+      )
       assert.equal((await api.request('DELETE', `/webhooks/${hook.body.id}`)).status, 204)
     })
 
     test('/openapi.json names its schemas, operations and problem code', async () => {
       const doc = (await api.request('GET', '/openapi.json', { auth: null })).body
-      for (const suffix of ['', 'Page', 'Create', 'Replace', 'Patch']) assert.ok(doc.components.schemas[`${name}${suffix}`], `${name}${suffix}`)
-      const ids = [doc.paths[path].get, doc.paths[path].post, doc.paths[`${path}/{id}`].get, doc.paths[`${path}/{id}`].put, doc.paths[`${path}/{id}`].patch, doc.paths[`${path}/{id}`].delete].map((op) => op.operationId)
-      assert.deepEqual(ids, [`list${plural}`, `create${name}`, `get${name}`, `replace${name}`, `update${name}`, `delete${name}`])
-      assert.equal(doc.paths[path].post.requestBody.content['application/json'].schema.$ref, `#/components/schemas/${name}Create`)
-      assert.equal(doc.paths[`${path}/{id}`].get.responses['200'].content['application/json'].schema.$ref, `#/components/schemas/${name}`)
-      assert.deepEqual(doc.paths[path].post.security, [{ bearerAuth: [scopesOfResource(resource).write] }, { identityProviderAuth: [scopesOfResource(resource).write] }, { apiKeyAuth: [scopesOfResource(resource).write] }])
+      for (const suffix of ['', 'Page', 'Create', 'Replace', 'Patch'])
+        assert.ok(doc.components.schemas[`${name}${suffix}`], `${name}${suffix}`)
+      const ids = [
+        doc.paths[path].get,
+        doc.paths[path].post,
+        doc.paths[`${path}/{id}`].get,
+        doc.paths[`${path}/{id}`].put,
+        doc.paths[`${path}/{id}`].patch,
+        doc.paths[`${path}/{id}`].delete,
+      ].map((op) => op.operationId)
+      assert.deepEqual(ids, [
+        `list${plural}`,
+        `create${name}`,
+        `get${name}`,
+        `replace${name}`,
+        `update${name}`,
+        `delete${name}`,
+      ])
+      assert.equal(
+        doc.paths[path].post.requestBody.content['application/json'].schema.$ref,
+        `#/components/schemas/${name}Create`,
+      )
+      assert.equal(
+        doc.paths[`${path}/{id}`].get.responses['200'].content['application/json'].schema.$ref,
+        `#/components/schemas/${name}`,
+      )
+      assert.deepEqual(doc.paths[path].post.security, [
+        { bearerAuth: [scopesOfResource(resource).write] },
+        { identityProviderAuth: [scopesOfResource(resource).write] },
+        { apiKeyAuth: [scopesOfResource(resource).write] },
+      ])
       const codes = doc.components.schemas.Problem.properties.code.anyOf.map((c: { const: string }) => c.const)
       for (const { code } of resource.uniqueCodes.values()) assert.ok(codes.includes(code), code)
     })

@@ -64,11 +64,24 @@ export async function createRolePair(): Promise<RolePair> {
     return url.toString()
   }
   const grantRuntime = async (database: string) => {
-    const { stdout, stderr } = await run(postgresProgram('psql'), ['--no-psqlrc', '-d', urlAs(decodeURIComponent(new URL(serverUrl).username), database), '-v', `runtime_role=${runtime}`, '-f', join(projectRoot, 'deploy/postgres/runtime-role.psql')], {
-      // The local cluster trusts its socket, so the password is not checked; it is set all the same, as in production.
-      env: { PATH: process.env.PATH, RUNTIME_DB_PASSWORD: `pw-${tag}` },
-      timeout: 30_000,
-    })
+    const { stdout, stderr } = await run(
+      postgresProgram('psql'),
+      [
+        '--no-psqlrc',
+        '-d',
+        urlAs(decodeURIComponent(new URL(serverUrl).username), database),
+        '-v',
+        `runtime_role=${runtime}`,
+        '-f',
+        join(projectRoot, 'deploy/postgres/runtime-role.psql'),
+      ],
+      {
+        // The local cluster trusts its socket, so the password is
+        // not checked; it is set all the same, as in production.
+        env: { PATH: process.env.PATH, RUNTIME_DB_PASSWORD: `pw-${tag}` },
+        timeout: 30_000,
+      },
+    )
     return stdout + stderr
   }
   return {
@@ -81,7 +94,12 @@ export async function createRolePair(): Promise<RolePair> {
       await server`CREATE DATABASE ${server(name)} OWNER ${server(owner)}`
       databases.push(name)
       if (grant) await grantRuntime(name)
-      return { name, superUrl: urlAs(decodeURIComponent(new URL(serverUrl).username), name), ownerUrl: urlAs(owner, name), runtimeUrl: urlAs(runtime, name) }
+      return {
+        name,
+        superUrl: urlAs(decodeURIComponent(new URL(serverUrl).username), name),
+        ownerUrl: urlAs(owner, name),
+        runtimeUrl: urlAs(runtime, name),
+      }
     },
   }
 }

@@ -64,7 +64,10 @@ export interface TestServer {
    * password, which voids the JWTs issued before.
    */
   renewAdminToken(): Promise<void>
-  /** A JWT for a user id, as login would issue it (without the cost of scrypt). It names no session unless `claims.sid` does. */
+  /**
+   * A JWT for a user id, as login would issue it (without the cost
+   * of scrypt). It names no session unless `claims.sid` does.
+   */
   jwtFor(userId: number, role: 'admin' | 'user', scopes?: string[], claims?: Record<string, unknown>): string
   /** As jwtFor, naming a session opened now as a password login opens one: a fresh login (REAUTH_WINDOW). */
   loginJwtFor(userId: number, role: 'admin' | 'user', scopes?: string[]): Promise<string>
@@ -83,7 +86,9 @@ export interface TestServer {
    * now), so that a test reads the events of what it just did.
    */
   published(): Promise<void>
-  /** Closes the server's idle keep-alive connections: for memory figures that must not count sockets a client left open. */
+  /**
+   * Closes the server's idle keep-alive connections: for memory figures that must not count sockets a client left open.
+   */
   closeIdleConnections(): void
   /** The connections the server holds open now (its HTTP server's count). */
   openConnections(): Promise<number>
@@ -94,7 +99,8 @@ export interface TestServer {
 /** What test/run.ts tells each file's process: the server, the run's migrated template, the file's database prefix. */
 export function testDatabaseServer(): { serverUrl: string; template: string; prefix: string } {
   const { TEST_SERVER_URL: serverUrl, TEST_TEMPLATE_DB: template, TEST_DATABASE_PREFIX: prefix } = process.env
-  if (!serverUrl || !template || !prefix) throw new Error('Run the tests with `make test` (test/run.ts prepares their database).')
+  if (!serverUrl || !template || !prefix)
+    throw new Error('Run the tests with `make test` (test/run.ts prepares their database).')
   return { serverUrl, template, prefix }
 }
 
@@ -130,7 +136,10 @@ export interface NewTestUser {
 }
 
 export interface StartOptions {
-  /** Another instance on this database (e.g. another TestServer's databaseUrl), as a load balancer would have; default: a fresh database. */
+  /**
+   * Another instance on this database (e.g. another TestServer's databaseUrl), as a load balancer would have; default:
+   * a fresh database.
+   */
   databaseUrl?: string
   /** Entries per credential cache (createService). */
   cacheSize?: number
@@ -139,24 +148,48 @@ export interface StartOptions {
   /** The service's resources (createService): the application's and a test's own, src/registry.ts. */
   registry?: Registry
   /** Tuning of streams, webhook deliveries and retention (createService). */
-  tuning?: Pick<ServiceOptions, 'streams' | 'webhooks' | 'retention' | 'publisher' | 'mail' | 'identityProvider' | 'recoveryRequests'>
+  tuning?: Pick<
+    ServiceOptions,
+    'streams' | 'webhooks' | 'retention' | 'publisher' | 'mail' | 'identityProvider' | 'recoveryRequests'
+  >
 }
 
-export async function startServer(env: Record<string, string> = {}, overrides: Partial<Config> = {}, options: StartOptions = {}): Promise<TestServer> {
+export async function startServer(
+  env: Record<string, string> = {},
+  overrides: Partial<Config> = {},
+  options: StartOptions = {},
+): Promise<TestServer> {
   const databaseUrl = options.databaseUrl ?? (await createTestDatabase())
   const loaded: Config = {
     ...loadConfig({
-      PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'debug', JWT_SECRETS: `test:${TEST_JWT_SECRET}`, RATE_LIMIT: '0', ...testHashCostFor(env), ...env,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'debug',
+      JWT_SECRETS: `test:${TEST_JWT_SECRET}`,
+      RATE_LIMIT: '0',
+      ...testHashCostFor(env),
+      ...env,
     }),
     databaseUrl,
     ...overrides,
   }
-  // As src/main.ts does: DATABASE_POOLER=auto is found out by a probe of the database (a direct one here, unless a test says otherwise).
-  const config: Config = { ...loaded, databasePooler: await resolvePooler({ ...loaded, databaseUrl: loaded.databaseUrl ?? databaseUrl }) }
+  // As src/main.ts does: DATABASE_POOLER=auto is found out by a probe of the database (a direct one here, unless a test
+  // says otherwise).
+  const config: Config = {
+    ...loaded,
+    databasePooler: await resolvePooler({ ...loaded, databaseUrl: loaded.databaseUrl ?? databaseUrl }),
+  }
   const logs: Array<Record<string, unknown>> = []
   const log = createLogger(config.logLevel, (line) => void logs.push(JSON.parse(line)))
   const clock = new TestClock()
-  const service = createService(config, { log, clock, cacheSize: options.cacheSize, routes: options.routes, registry: options.registry ?? applicationRegistry, ...options.tuning })
+  const service = createService(config, {
+    log,
+    clock,
+    cacheSize: options.cacheSize,
+    routes: options.routes,
+    registry: options.registry ?? applicationRegistry,
+    ...options.tuning,
+  })
   const { deps } = service
   const { sql } = deps
   after(() => service.close())
@@ -167,19 +200,37 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   const jwtFor = (userId: number, role: 'admin' | 'user', scopes?: string[], claims: Record<string, unknown> = {}) => {
     const now = Math.floor(clock.now() / 1000)
     const scope = (scopes ?? [...roleScopes[role]]).join(' ')
-    // A session id no session has (sessions are numbered from 1) and the epoch of a new user: revoked only with its user.
-    return signJwt({ sub: String(userId), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + 900, role, scope, sid: String(2 ** 53), gen: 0, ...claims } as JwtClaims, config.jwtSecrets[0]!)
+    // A session id no session has (sessions are numbered from 1)
+    // and the epoch of a new user: revoked only with its user.
+    return signJwt(
+      {
+        sub: String(userId),
+        iss: config.jwtIssuer,
+        aud: config.jwtAudience,
+        iat: now,
+        exp: now + 900,
+        role,
+        scope,
+        sid: String(2 ** 53),
+        gen: 0,
+        ...claims,
+      } as JwtClaims,
+      config.jwtSecrets[0]!,
+    )
   }
   let userCounter = 0
   const createUser = async (fields: NewTestUser = {}) => {
     const email = fields.email ?? `user-${randomBytes(4).toString('hex')}-${++userCounter}@example.com`
     const role = fields.role ?? 'user'
-    const password_hash = fields.passwordHash ?? (fields.password === undefined ? null : await deps.passwords.hash(fields.password))
+    const password_hash =
+      fields.passwordHash ?? (fields.password === undefined ? null : await deps.passwords.hash(fields.password))
     const [row] = await sql<Array<{ id: number }>>`
-      INSERT INTO users (name, email, role, password_hash) VALUES (${fields.name ?? 'Test User'}, ${email}, ${role}, ${password_hash}) RETURNING id`
+      INSERT INTO users (name, email, role, password_hash) VALUES
+      (${fields.name ?? 'Test User'}, ${email}, ${role}, ${password_hash}) RETURNING id`
     return { id: row!.id, email, token: fields.session ? await loginJwtFor(row!.id, role) : jwtFor(row!.id, role) }
   }
-  const loginJwtFor = async (userId: number, role: 'admin' | 'user', scopes?: string[]) => jwtFor(userId, role, scopes, { sid: await openTestSession(userId, role) })
+  const loginJwtFor = async (userId: number, role: 'admin' | 'user', scopes?: string[]) =>
+    jwtFor(userId, role, scopes, { sid: await openTestSession(userId, role) })
   /** A session as a password login opens one, now; its id as a JWT's `sid`. */
   const openTestSession = async (userId: number, role: 'admin' | 'user') => {
     const [session] = await sql<Array<{ id: number }>>`
@@ -192,9 +243,10 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
   const adminSid = await openTestSession(adminUser.id, 'admin')
   adminUser.token = jwtFor(adminUser.id, 'admin', undefined, { sid: adminSid })
   const admin = { id: adminUser.id, token: adminUser.token }
-  // Tests start from the steady state: revocations loaded and a heartbeat heard
-  // (src/auth/revocation/credential-changes.ts).
-  for (const deadline = Date.now() + 10_000; !deps.credentialChanges.trusted && Date.now() < deadline;) await new Promise((r) => setTimeout(r, 10))
+  // Tests start from the steady state: revocations loaded and a heartbeat
+  // heard (src/auth/revocation/credential-changes.ts).
+  for (const deadline = Date.now() + 10_000; !deps.credentialChanges.trusted && Date.now() < deadline;)
+    await new Promise((r) => setTimeout(r, 10))
   let document: Parameters<typeof checkAgainstDocument>[0] | undefined
 
   return {
@@ -206,14 +258,19 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
     databaseUrl,
     admin,
     async renewAdminToken() {
-      const [{ epoch }] = await sql<[{ epoch: number }]>`SELECT credential_epoch AS epoch FROM users WHERE id = ${admin.id}`
+      const [{ epoch }] = await sql<
+        [{ epoch: number }]
+      >`SELECT credential_epoch AS epoch FROM users WHERE id = ${admin.id}`
       admin.token = adminUser.token = jwtFor(admin.id, 'admin', undefined, { gen: epoch, sid: adminSid })
     },
     jwtFor,
     loginJwtFor,
     createUser,
     closeIdleConnections: () => service.server.closeIdleConnections(),
-    openConnections: () => new Promise((resolve, reject) => service.server.getConnections((err, count) => (err ? reject(err) : resolve(count)))),
+    openConnections: () =>
+      new Promise((resolve, reject) =>
+        service.server.getConnections((err, count) => (err ? reject(err) : resolve(count))),
+      ),
     onConnection: (listener) => void service.server.on('connection', listener),
     async published() {
       for (const deadline = Date.now() + 5000; ;) {
@@ -235,13 +292,28 @@ export async function startServer(env: Record<string, string> = {}, overrides: P
       if (body !== undefined && !Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) {
         headers['content-type'] = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json'
       }
-      // Bounded, so a request the server never answers fails its test instead of holding the file (and a frozen backend) forever.
-      const res = await fetch(url + path, { method, headers, body, signal: AbortSignal.timeout(options.timeoutMs ?? REQUEST_TIMEOUT_MS) })
+      // Bounded, so a request the server never answers fails its test instead of holding the file (and a frozen
+      // backend) forever.
+      const res = await fetch(url + path, {
+        method,
+        headers,
+        body,
+        signal: AbortSignal.timeout(options.timeoutMs ?? REQUEST_TIMEOUT_MS),
+      })
       const text = await res.text()
       const type = res.headers.get('content-type') ?? ''
       const parsed = /json/.test(type) && text ? JSON.parse(text) : undefined
       document ??= (await (await fetch(`${url}${config.apiPrefix}/openapi.json`)).json()) as never
-      checkAgainstDocument(document!, router, method, path, config.apiPrefix, res.status, type, /json/.test(type) ? parsed : text || undefined)
+      checkAgainstDocument(
+        document!,
+        router,
+        method,
+        path,
+        config.apiPrefix,
+        res.status,
+        type,
+        /json/.test(type) ? parsed : text || undefined,
+      )
       return { status: res.status, headers: res.headers, text, body: parsed }
     },
   }

@@ -55,7 +55,11 @@ export class SseClient {
 
   static open(url: string, path: string, options: SseOptions = {}): Promise<SseClient> {
     return new Promise((resolve, reject) => {
-      const req = httpRequest(url + path, { agent: false, headers: { accept: 'text/event-stream', ...options.headers } }, (res) => resolve(new SseClient(res, options.light ?? false)))
+      const req = httpRequest(
+        url + path,
+        { agent: false, headers: { accept: 'text/event-stream', ...options.headers } },
+        (res) => resolve(new SseClient(res, options.light ?? false)),
+      )
       req.once('error', reject)
       req.end()
     })
@@ -89,7 +93,10 @@ export class SseClient {
         if (err) reject(err)
         else resolve()
       }
-      const timer = setTimeout(() => finish(new Error(`timed out waiting for ${what} (${this.count} events)`)), timeoutMs)
+      const timer = setTimeout(
+        () => finish(new Error(`timed out waiting for ${what} (${this.count} events)`)),
+        timeoutMs,
+      )
       this.watchers.add(check)
     })
   }
@@ -153,7 +160,10 @@ export class SseClient {
   }
 }
 
-/** Sends bytes as they are (what fetch refuses to send: a NUL in a header) and returns the answer's status line and body. */
+/**
+ * Sends bytes as they are (what fetch refuses to send: a NUL in
+ * a header) and returns the answer's status line and body.
+ */
 export function rawRequest(url: string, bytes: string | Buffer): Promise<{ statusLine: string; text: string }> {
   const { hostname, port } = new URL(url)
   return new Promise((resolve, reject) => {
@@ -182,7 +192,10 @@ export async function insertEvents(sql: Sql, count: number, bytes = 100): Promis
     FROM generate_series(1, ${count}) AS g`
 }
 
-/** The id of the newest event, once everything committed has been published: a stream that starts after it gets what comes next. */
+/**
+ * The id of the newest event, once everything committed has been published: a stream that starts after it gets what
+ * comes next.
+ */
 export async function newestEventId(server: TestServer): Promise<number> {
   await server.published()
   return (await server.sql<[{ id: number }]>`SELECT coalesce(max(id), 0)::bigint AS id FROM events`)[0].id

@@ -27,8 +27,8 @@ export async function timed(work: () => Promise<unknown>): Promise<number> {
  * How long the slowest of `servers` takes now to hear a credential change
  * committed now: a marker notified through the database until its listener
  * has it (CredentialChanges.caughtUp), the path every revocation takes to an
- * instance. The baseline of a revocation's bound, measured before the
- * revocation.
+ * instance. The baseline of a revocation's
+ * bound, measured before the revocation.
  */
 export async function hearingMs(servers: readonly TestServer[]): Promise<number> {
   const times = await Promise.all(servers.map((server) => timed(() => server.deps.credentialChanges.caughtUp())))

@@ -30,27 +30,31 @@ export interface Receiver {
   close(): Promise<void>
 }
 
-export const answerWith = (status: number, body = ''): Answer => (_req, res) => {
-  res.writeHead(status, { 'content-type': 'text/plain' })
-  res.end(body)
-}
+export const answerWith =
+  (status: number, body = ''): Answer =>
+  (_req, res) => {
+    res.writeHead(status, { 'content-type': 'text/plain' })
+    res.end(body)
+  }
 
 /**
  * Answers `status` with 10 MB in 160 chunks of 64 KiB, a chunk every 2 ms, so
  * that socket buffers cannot swallow it all before the client closes;
  * `closed` is told how many bytes were written when the connection closed.
  */
-export const answerEndlessly = (status: number, closed: (sent: number) => void): Answer => (_req, res) => {
-  let sent = 0
-  res.on('close', () => closed(sent))
-  res.writeHead(status, { 'content-type': 'application/octet-stream' })
-  const chunk = Buffer.alloc(64 * 1024, 'x')
-  const timer = setInterval(() => {
-    if (res.destroyed || sent >= 10 * 1024 * 1024) return void (clearInterval(timer), res.destroyed || res.end())
-    res.write(chunk)
-    sent += chunk.length
-  }, 2)
-}
+export const answerEndlessly =
+  (status: number, closed: (sent: number) => void): Answer =>
+  (_req, res) => {
+    let sent = 0
+    res.on('close', () => closed(sent))
+    res.writeHead(status, { 'content-type': 'application/octet-stream' })
+    const chunk = Buffer.alloc(64 * 1024, 'x')
+    const timer = setInterval(() => {
+      if (res.destroyed || sent >= 10 * 1024 * 1024) return void (clearInterval(timer), res.destroyed || res.end())
+      res.write(chunk)
+      sent += chunk.length
+    }, 2)
+  }
 
 export async function startReceiver(path = '/hook'): Promise<Receiver> {
   const received: Reception[] = []
@@ -62,20 +66,23 @@ export async function startReceiver(path = '/hook'): Promise<Receiver> {
     answer: answerWith(204),
     countsById() {
       const counts = new Map<string, number>()
-      for (const r of received) counts.set(String(r.headers['webhook-id']), (counts.get(String(r.headers['webhook-id'])) ?? 0) + 1)
+      for (const r of received)
+        counts.set(String(r.headers['webhook-id']), (counts.get(String(r.headers['webhook-id'])) ?? 0) + 1)
       return counts
     },
     async waitFor(what, check, timeoutMs = 15_000) {
       const deadline = Date.now() + timeoutMs
       while (!check(received)) {
-        if (Date.now() > deadline) throw new Error(`receiver: timed out waiting for ${what} (received ${received.length})`)
+        if (Date.now() > deadline)
+          throw new Error(`receiver: timed out waiting for ${what} (received ${received.length})`)
         await sleep(20)
       }
     },
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections()
-      server.close(() => resolve())
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
   }
   const server = createServer((req, res) => {
     const chunks: Buffer[] = []

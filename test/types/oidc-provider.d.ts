@@ -27,8 +27,12 @@ declare module 'oidc-provider' {
     readonly issuer: string
     callback(): (req: IncomingMessage, res: ServerResponse) => void
     interactionDetails(req: IncomingMessage, res: ServerResponse): Promise<Interaction>
-    interactionFinished(req: IncomingMessage, res: ServerResponse, result: Record<string, unknown>,
-      options?: { mergeWithLastSubmission?: boolean }): Promise<void>
+    interactionFinished(
+      req: IncomingMessage,
+      res: ServerResponse,
+      result: Record<string, unknown>,
+      options?: { mergeWithLastSubmission?: boolean },
+    ): Promise<void>
     Grant: { new (init: { accountId: string; clientId: string }): Grant; find(id: string): Promise<Grant | undefined> }
   }
 

@@ -34,21 +34,28 @@ export interface ApiKeyDeps {
 }
 
 /** The Principal of each key, by the SHA-256 of the key. */
-export async function apiKeyPrincipals(hashes: readonly Buffer[], { sql, bounded, apiKeyCache: cache, scopes, clock }: ApiKeyDeps): Promise<Array<CachedApiKey['principal'] | undefined>> {
+export async function apiKeyPrincipals(
+  hashes: readonly Buffer[],
+  { sql, bounded, apiKeyCache: cache, scopes, clock }: ApiKeyDeps,
+): Promise<Array<CachedApiKey['principal'] | undefined>> {
   const now = clock.now()
   const entries = hashes.map((hash) => cache.lookup(hash.toString('base64'), now))
   const missing = hashes.filter((_, i) => entries[i] === undefined)
   if (missing.length > 0) {
     const generation = cache.generation
-    const rows = await bounded(() => sql<KeyRow[]>`
+    const rows = await bounded(
+      () => sql<KeyRow[]>`
       SELECT k.key_hash, u.id AS user_id, u.role, k.scopes, k.expires_at, k.id AS api_key_id
       FROM api_keys k JOIN users u ON u.id = k.user_id
-      WHERE k.key_hash = ANY(${hashList(sql, missing)}) AND (k.expires_at IS NULL OR k.expires_at > now())`)
+      WHERE k.key_hash = ANY(${hashList(sql, missing)}) AND (k.expires_at IS NULL OR k.expires_at > now())`,
+    )
     const read = new Map<string, CachedApiKey>()
     for (const row of rows) {
       const entry: CachedApiKey = {
         principal: {
-          kind: 'user', userId: String(row.user_id), role: row.role,
+          kind: 'user',
+          userId: String(row.user_id),
+          role: row.role,
           scopes: scopes.effective(row.role, row.scopes),
           credential: { type: 'api_key', expiresAt: row.expires_at, apiKeyId: row.api_key_id },
         },
@@ -68,11 +75,18 @@ export async function apiKeyPrincipals(hashes: readonly Buffer[], { sql, bounded
 }
 
 /** A request used the key: last_used_at, written at most once a minute per key and process. */
-export async function recordKeyUse(apiKeyId: number, { sql, bounded, apiKeyUse: lastUsed, clock }: ApiKeyDeps): Promise<void> {
+export async function recordKeyUse(
+  apiKeyId: number,
+  { sql, bounded, apiKeyUse: lastUsed, clock }: ApiKeyDeps,
+): Promise<void> {
   if (!lastUsed.claim(apiKeyId, clock.now())) return
   try {
     // The SQL guard stays: other instances write it too.
-    await bounded(() => sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${apiKeyId} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`)
+    await bounded(
+      () =>
+        sql`UPDATE api_keys SET last_used_at = now() WHERE id
+          = ${apiKeyId} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`,
+    )
   } catch (err) {
     lastUsed.failed(apiKeyId)
     throw err

@@ -10,10 +10,11 @@ import type { EventOrigin } from '../origin.js'
 // API keys as stored: the table's declaration, and their revocation with a
 // user's other credentials (a logout everywhere, a password reset, the user's
 // deletion). Auth owns both, as it owns the sessions table; the routes over
-// the table, and who may create a key, are the api-keys module's
-// (src/api-keys/resource.ts).
+// the table, and who may create a key, are the api-keys
+// module's (src/api-keys/resource.ts).
 
-const nullableTimestamp = () => Type.Union([Type.String({ format: 'date-time', description: 'an RFC 3339 timestamp in the future' }), Type.Null()])
+const nullableTimestamp = () =>
+  Type.Union([Type.String({ format: 'date-time', description: 'an RFC 3339 timestamp in the future' }), Type.Null()])
 
 export const apiKeys = defineResource({
   name: 'ApiKey',
@@ -31,14 +32,19 @@ export const apiKeys = defineResource({
     prefix: member(Type.String(), { write: 'server' }),
     // A bound on hostile input, above any number of scopes the resources declare; which scopes a key may
     // hold is the creator's (the create hook), not the schema's.
-    scopes: member(Type.Array(Type.String({ maxLength: 64 }), { minItems: 1, maxItems: 64, uniqueItems: true }), { write: 'create' }),
+    scopes: member(Type.Array(Type.String({ maxLength: 64 }), { minItems: 1, maxItems: 64, uniqueItems: true }), {
+      write: 'create',
+    }),
     created_at: timestampMember(),
     expires_at: member(nullableTimestamp(), { write: 'create', optional: true }),
     last_used_at: member(nullableTimestamp(), { write: 'server' }),
     user_id: member(Type.Integer({ minimum: 1, maximum: 9223372036854775807 }), { write: 'server', sort: true }),
   },
   createExtras: {
-    current_password: currentPasswordMember('the creator\'s current password; required unless this session logged in with its password within REAUTH_WINDOW seconds'),
+    current_password: currentPasswordMember(
+      "the creator's current password; required unless this session logged in with its password within REAUTH_WINDOW " +
+        'seconds',
+    ),
   },
 })
 

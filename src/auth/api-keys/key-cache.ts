@@ -82,7 +82,10 @@ export class ApiKeyCache {
     return entry
   }
 
-  /** Keeps a key read from the database, unless something changed since `generation` was read (or the cache is suspended). */
+  /**
+   * Keeps a key read from the database, unless something changed
+   * since `generation` was read (or the cache is suspended).
+   */
   remember(hash: string, entry: CachedApiKey, generation: number): void {
     if (!this.serving || generation !== this.generationCount) return
     this.remove(hash)

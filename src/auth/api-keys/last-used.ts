@@ -6,8 +6,8 @@
 // guard keeps them from writing more than once a minute between them.
 //
 // Bounded like the caches: beyond `max` keys, the one written longest ago is
-// forgotten (it is written again at its next use, which the SQL guard makes
-// harmless).
+// forgotten (it is written again at its next
+// use, which the SQL guard makes harmless).
 
 import { BoundedMap } from '../../core/lib/bounded-map.js'
 

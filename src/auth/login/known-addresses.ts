@@ -31,7 +31,8 @@ export interface LoginAddress {
 export const knownAddressKeysFrom = (secrets: Config['jwtSecrets']): Buffer[] =>
   secrets.map((s) => createHmac('sha256', s.secret).update('login-known-address-v1').digest())
 
-export const tagsOf = (keys: readonly Buffer[], bucket: string): Buffer[] => keys.map((key) => createHmac('sha256', key).update(bucket).digest())
+export const tagsOf = (keys: readonly Buffer[], bucket: string): Buffer[] =>
+  keys.map((key) => createHmac('sha256', key).update(bucket).digest())
 
 /**
  * The condition, on `k` (login_known_addresses) joined to its user `u`, that
@@ -39,7 +40,8 @@ export const tagsOf = (keys: readonly Buffer[], bucket: string): Buffer[] => key
  * epoch, within KNOWN_DAYS.
  */
 export const knownCondition = (sql: Sql, from: LoginAddress) => sql`
-  k.address_tag IN ${sql(from.tags)} AND k.epoch = u.credential_epoch AND k.last_success_at > now() - ${KNOWN_DAYS}::int * interval '1 day'`
+  k.address_tag IN ${sql(from.tags)} AND k.epoch = u.credential_epoch AND k.last_success_at > now()
+    - ${KNOWN_DAYS}::int * interval '1 day'`
 
 /** The statement that makes `from` known to a user from now on, at its current credential epoch. */
 export const rememberAddress = (sql: Sql, userId: number, from: LoginAddress) => sql`
@@ -49,4 +51,3 @@ export const rememberAddress = (sql: Sql, userId: number, from: LoginAddress) =>
 
 /** The rows older than KNOWN_DAYS (job `logins.purge-known-addresses`, src/service.ts). */
 export const expiredKnownAddresses = (sql: Sql) => sql`last_success_at < now() - ${KNOWN_DAYS}::int * interval '1 day'`
-

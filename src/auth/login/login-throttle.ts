@@ -66,22 +66,41 @@ export const normalizeEmail = (email: string) => email.replace(/[A-Z]+/g, (lette
  * when it names an account: anything else typed there (a password in the
  * wrong field, say) must not reach the event log and its webhooks.
  */
-export async function recordFailedLogin(sql: Sql, attempt: { email: string; userId: number | undefined; client: string }, origin: EventOrigin): Promise<void> {
-  await recordEvents(sql, [{
-    type: 'login.failed',
-    subject: { type: 'user', id: attempt.userId ?? null },
-    data: { email: attempt.userId === undefined ? null : attempt.email, client_address: attempt.client.slice(0, 64) },
-  }], origin)
+export async function recordFailedLogin(
+  sql: Sql,
+  attempt: { email: string; userId: number | undefined; client: string },
+  origin: EventOrigin,
+): Promise<void> {
+  await recordEvents(
+    sql,
+    [
+      {
+        type: 'login.failed',
+        subject: { type: 'user', id: attempt.userId ?? null },
+        data: {
+          email: attempt.userId === undefined ? null : attempt.email,
+          client_address: attempt.client.slice(0, 64),
+        },
+      },
+    ],
+    origin,
+  )
 }
 
-/** Counts one more failure on a row of login_failures, locking it past `freeFailures` in the window; a locked row is left alone. */
+/**
+ * Counts one more failure on a row of login_failures, locking it past `freeFailures` in the window; a locked row is
+ * left alone.
+ */
 const countFailure = (sql: Sql, freeFailures: number) => sql`
   ON CONFLICT (email, address) DO UPDATE SET
-    failures = CASE WHEN f.last_failure < now() - ${WINDOW_SECONDS}::int * interval '1 second' THEN 1 ELSE f.failures + 1 END,
+    failures = CASE WHEN f.last_failure < now()
+    - ${WINDOW_SECONDS}::int * interval '1 second' THEN 1 ELSE f.failures + 1 END,
     last_failure = now(),
     locked_until = CASE
-      WHEN f.last_failure >= now() - ${WINDOW_SECONDS}::int * interval '1 second' AND f.failures + 1 >= ${freeFailures}::int
-      THEN now() + least(${FIRST_LOCK_SECONDS}::int * power(2, f.failures + 1 - ${freeFailures}::int), ${MAX_LOCK_SECONDS}::int) * interval '1 second'
+      WHEN f.last_failure >= now()
+      - ${WINDOW_SECONDS}::int * interval '1 second' AND f.failures + 1 >= ${freeFailures}::int
+      THEN now() + least(${FIRST_LOCK_SECONDS}::int * power(2, f.failures + 1
+        - ${freeFailures}::int), ${MAX_LOCK_SECONDS}::int) * interval '1 second'
       ELSE NULL END
   WHERE f.locked_until IS NULL OR f.locked_until <= now()
   RETURNING 1`
@@ -91,12 +110,13 @@ const countFailure = (sql: Sql, freeFailures: number) => sql`
  * while its pair or its account's row for this kind of address is locked.
  * Check and count are one statement, serialized on the rows, so concurrent
  * guesses cannot outrun the lock. Call it only once the attempt will be
- * checked (holding a hash slot): an attempt turned away before that is not a
- * failure.
+ * checked (holding a hash slot): an attempt
+ * turned away before that is not a failure.
  */
 export async function countAttempt(sql: Sql, email: string, from: LoginAddress): Promise<void> {
   // The same statement for every e-mail, an account or not: a known address is found through the account.
-  const known = sql`EXISTS (SELECT 1 FROM users u JOIN login_known_addresses k ON k.user_id = u.id WHERE lower(u.email) = ${email} AND ${knownCondition(sql, from)})`
+  const known = sql`EXISTS (SELECT 1 FROM users u JOIN login_known_addresses k ON k.user_id = u.id WHERE
+    lower(u.email) = ${email} AND ${knownCondition(sql, from)})`
   const [result] = await sql<Array<{ account: string; counted: boolean }>>`
     WITH kind AS (SELECT CASE WHEN ${known} THEN ${KNOWN_ADDRESSES} ELSE ${UNKNOWN_ADDRESSES} END AS account),
     account_open AS (
@@ -135,12 +155,16 @@ export async function passwordProven(sql: Sql, email: string, userId: number, fr
   await sql`
     UPDATE login_failures SET failures = failures - 1
     WHERE email = ${email} AND failures > 0 AND (locked_until IS NULL OR locked_until <= now())
-      AND address = CASE WHEN EXISTS (SELECT 1 FROM users u JOIN login_known_addresses k ON k.user_id = u.id WHERE u.id = ${userId} AND ${knownCondition(sql, from)})
+      AND address = CASE WHEN EXISTS (SELECT 1 FROM users u JOIN login_known_addresses k ON k.user_id = u.id WHERE
+      u.id = ${userId} AND ${knownCondition(sql, from)})
         THEN ${KNOWN_ADDRESSES} ELSE ${UNKNOWN_ADDRESSES} END`
   await rememberAddress(sql, userId, from)
 }
 
-/** The rows of login_failures whose window has passed and whose lock has run out (job `logins.purge-failures`, src/service.ts). */
+/**
+ * The rows of login_failures whose window has passed and whose lock
+ * has run out (job `logins.purge-failures`, src/service.ts).
+ */
 export const expiredLoginFailures = (sql: Sql) => sql`
   last_failure < now() - ${WINDOW_SECONDS} * interval '1 second' AND (locked_until IS NULL OR locked_until < now())`
 
@@ -150,12 +174,23 @@ export const expiredLoginFailures = (sql: Sql) => sql`
  */
 export class LoginGuard {
   private readonly perAddress: RateLimiter | undefined
-  /** The anonymous recovery requests (a reset, its confirmation, a verification): as many again, counted apart, so that neither uses up the other. */
+  /**
+   * The anonymous recovery requests (a reset, its confirmation, a verification): as many again, counted apart, so that
+   * neither uses up the other.
+   */
   private readonly recoveryPerAddress: RateLimiter | undefined
 
-  /** `perMinute`: LOGIN_RATE_LIMIT, or 0 when RATE_LIMIT is off. `keys`: knownAddressKeysFrom(JWT_SECRETS). `now`: the service's clock. */
-  constructor(perMinute: number, private readonly keys: readonly Buffer[], now: () => number) {
-    if (keys.length === 0) throw new Error('LoginGuard: no keys; config.jwtSecrets is not resolved (resolveSecrets, src/auth/secrets.ts)')
+  /**
+   * `perMinute`: LOGIN_RATE_LIMIT, or 0 when RATE_LIMIT is off. `keys`: knownAddressKeysFrom(JWT_SECRETS). `now`: the
+   * service's clock.
+   */
+  constructor(
+    perMinute: number,
+    private readonly keys: readonly Buffer[],
+    now: () => number,
+  ) {
+    if (keys.length === 0)
+      throw new Error('LoginGuard: no keys; config.jwtSecrets is not resolved (resolveSecrets, src/auth/secrets.ts)')
     this.perAddress = perMinute > 0 ? new RateLimiter(perMinute, undefined, now) : undefined
     this.recoveryPerAddress = perMinute > 0 ? new RateLimiter(perMinute, undefined, now) : undefined
   }
@@ -171,7 +206,10 @@ export class LoginGuard {
     admitTo(this.perAddress, addressBucket, 'login attempts')
   }
 
-  /** The same for the anonymous recovery endpoints (src/auth/recovery/recovery-routes.ts), on a count of their own; `client` as the request gives it. */
+  /**
+   * The same for the anonymous recovery endpoints (src/auth/recovery/recovery-routes.ts), on a count of their own;
+   * `client` as the request gives it.
+   */
   admitRecovery(client: string): void {
     admitTo(this.recoveryPerAddress, addressBucket(client), 'account recovery requests')
   }

@@ -53,7 +53,10 @@ export interface IdentityDeps {
   /** Runs database work under database admission. */
   bounded: <T>(work: () => Promise<T>) => Promise<T>
   revocations: RevocationList
-  /** Whether `revocations` may be trusted now (src/auth/revocation/credential-changes.ts): asked when it is used, after any wait for keys. */
+  /**
+   * Whether `revocations` may be trusted now (src/auth/revocation/credential-changes.ts): asked when it is used, after
+   * any wait for keys.
+   */
   trusted: () => boolean
   /** Who a user made from a token was made by, for its event. */
   origin: EventOrigin
@@ -73,14 +76,16 @@ export class NoLocalUser extends InvalidTokenError {}
 
 const refused = (why: string) => new NoLocalUser(why)
 
-
 export class ProviderIdentities {
   private readonly links: BoundedMap<string, Link>
   private readonly newUser: ReturnType<typeof compileValidator>
 
   constructor(
     private readonly settings: ProviderSettings,
-    /** The users declaration (src/users/resource.ts): a user made from a token is written as the API writes one, with its event. */
+    /**
+     * The users declaration (src/users/resource.ts): a user made from a token is written as the API writes one, with
+     * its event.
+     */
     private readonly users: Resource,
     size: number,
     private readonly linkMaxAgeMs = LINK_MAX_AGE_MS,
@@ -89,22 +94,32 @@ export class ProviderIdentities {
     this.newUser = compileValidator(Type.Object({ name: users.members.name!, email: users.members.email! }))
   }
 
-  /** The local user of a verified token; a NoLocalUser when it has none (deleted, no verified address, access withdrawn). */
+  /**
+   * The local user of a verified token; a NoLocalUser when it has
+   * none (deleted, no verified address, access withdrawn).
+   */
   async userOf(claims: ProviderClaims, deps: IdentityDeps): Promise<LinkedUser> {
     let link = deps.trusted() ? this.links.get(claims.subject) : undefined
     if (link && performance.now() - (link.readAt ?? 0) > this.linkMaxAgeMs) link = undefined
     if (link && 'userId' in link && deps.revocations.revokesUser(link.userId, link.epoch)) link = undefined
     if (link && 'deletedAtMs' in link && this.reprovisions(claims, link)) link = undefined
     link ??= await this.read(claims.subject, deps)
-    if (link === undefined || ('deletedAtMs' in link && this.reprovisions(claims, link))) link = await this.provision(claims, deps)
+    if (link === undefined || ('deletedAtMs' in link && this.reprovisions(claims, link)))
+      link = await this.provision(claims, deps)
     if ('deletedAtMs' in link) {
-      throw refused(claims.issuedAt * 1000 <= link.deletedAtMs
-        ? 'the user of this token was deleted after it was issued'
-        : 'the user of this token was deleted, and OIDC_REPROVISION is not set')
+      throw refused(
+        claims.issuedAt * 1000 <= link.deletedAtMs
+          ? 'the user of this token was deleted after it was issued'
+          : 'the user of this token was deleted, and OIDC_REPROVISION is not set',
+      )
     }
-    if (claims.issuedAt * 1000 <= link.epochAtMs) throw refused('issued before the access of its user was withdrawn (a logout everywhere, a password or role change)')
+    if (claims.issuedAt * 1000 <= link.epochAtMs)
+      throw refused(
+        'issued before the access of its user was withdrawn (a logout everywhere, a password or role change)',
+      )
     const claimed: Role | undefined = claims.admin === undefined ? undefined : claims.admin ? 'admin' : 'user'
-    if (claimed !== undefined && claimed !== link.role && claimed !== link.keptFrom) link = await this.takeRole(link, claimed, claims, deps)
+    if (claimed !== undefined && claimed !== link.role && claimed !== link.keptFrom)
+      link = await this.takeRole(link, claimed, claims, deps)
     return link
   }
 
@@ -119,10 +134,13 @@ export class ProviderIdentities {
   }
 
   private async read(subject: string, deps: IdentityDeps): Promise<Link | undefined> {
-    const [row] = await deps.bounded(() => deps.sql<LinkRow[]>`
-      SELECT i.user_id, (extract(epoch FROM i.user_deleted_at) * 1000)::float8 AS deleted_at_ms, u.role, u.credential_epoch, (extract(epoch FROM u.credential_epoch_at) * 1000)::float8 AS epoch_at_ms
+    const [row] = await deps.bounded(
+      () => deps.sql<LinkRow[]>`
+      SELECT i.user_id, (extract(epoch FROM i.user_deleted_at) * 1000)::float8 AS deleted_at_ms, u.role,
+      u.credential_epoch, (extract(epoch FROM u.credential_epoch_at) * 1000)::float8 AS epoch_at_ms
       FROM identities i LEFT JOIN users u ON u.id = i.user_id
-      WHERE i.issuer = ${this.settings.issuer} AND i.subject = ${subject}`)
+      WHERE i.issuer = ${this.settings.issuer} AND i.subject = ${subject}`,
+    )
     if (!row) return undefined
     return this.remember(subject, linkOf(row))
   }
@@ -140,36 +158,56 @@ export class ProviderIdentities {
    */
   private async provision(claims: ProviderClaims, deps: IdentityDeps, again = true): Promise<LinkedUser> {
     const email = claims.verifiedEmail
-    if (email === undefined) throw refused('the token carries no verified e-mail address (email with email_verified true): no user can be made for it')
-    const name = [claims.name?.trim(), email.split('@')[0]].find((n) => n && this.newUser.errors({ name: n, email }).length === 0)
-    if (name === undefined) throw refused('the token\'s e-mail address is not one this service accepts')
+    if (email === undefined)
+      throw refused(
+        'the token carries no verified e-mail address (email with email_verified true): no user can be made for it',
+      )
+    const name = [claims.name?.trim(), email.split('@')[0]].find(
+      (n) => n && this.newUser.errors({ name: n, email }).length === 0,
+    )
+    if (name === undefined) throw refused("the token's e-mail address is not one this service accepts")
     const role: Role = claims.admin ? 'admin' : 'user'
     try {
-      const row = await deps.bounded(() => deps.sql.begin(async (tx) => {
-        const [existing] = await tx<Array<{ id: number; verified: boolean }>>`
-          SELECT id, email_verified_at IS NOT NULL AS verified FROM users WHERE lower(email) = lower(${email}) FOR UPDATE`
-        if (existing && !existing.verified) throw refused('a local user holds this address without having verified it; it is linked once that user verifies it (POST /auth/verify-email)')
-        const userId = existing?.id ?? Number((await insertRow(tx, this.users, { name, email, role, email_verified_at: new Date() }, deps.origin)).id)
-        // A link left by a deleted user is taken over only here, for a token issued after the deletion (reprovisions);
-        // the tokens issued before it stay refused for the new user too.
-        await tx`
+      const row = await deps.bounded(() =>
+        deps.sql.begin(async (tx) => {
+          const [existing] = await tx<Array<{ id: number; verified: boolean }>>`
+          SELECT id, email_verified_at IS NOT NULL AS verified FROM users WHERE lower(email) =
+          lower(${email}) FOR UPDATE`
+          if (existing && !existing.verified)
+            throw refused(
+              'a local user holds this address without having verified it; it is linked once that user verifies it ' +
+                '(POST /auth/verify-email)',
+            )
+          const userId =
+            existing?.id ??
+            Number(
+              (await insertRow(tx, this.users, { name, email, role, email_verified_at: new Date() }, deps.origin)).id,
+            )
+          // A link left by a deleted user is taken over only here, for a token issued after the deletion
+          // (reprovisions); the tokens issued before it stay refused for the new user too.
+          await tx`
           UPDATE users u SET credential_epoch_at = greatest(u.credential_epoch_at, i.user_deleted_at)
           FROM identities i
-          WHERE u.id = ${userId} AND i.issuer = ${this.settings.issuer} AND i.subject = ${claims.subject} AND i.user_id IS NULL`
-        const [linked] = await tx<Array<{ user_id: number }>>`
-          INSERT INTO identities (issuer, subject, user_id) VALUES (${this.settings.issuer}, ${claims.subject}, ${userId})
+          WHERE u.id = ${userId} AND i.issuer
+            = ${this.settings.issuer} AND i.subject = ${claims.subject} AND i.user_id IS NULL`
+          const [linked] = await tx<Array<{ user_id: number }>>`
+          INSERT INTO identities (issuer, subject, user_id) VALUES
+          (${this.settings.issuer}, ${claims.subject}, ${userId})
           ON CONFLICT (issuer, subject) DO UPDATE SET user_id = excluded.user_id, user_deleted_at = NULL
             WHERE identities.user_id IS NULL AND identities.user_deleted_at < to_timestamp(${claims.issuedAt})
           RETURNING user_id`
-        if (!linked) throw new LinkedMeanwhile()
-        const [user] = await tx<LinkRow[]>`
-          SELECT id AS user_id, NULL AS deleted_at_ms, role, credential_epoch, (extract(epoch FROM credential_epoch_at) * 1000)::float8 AS epoch_at_ms FROM users WHERE id = ${userId}`
-        return user!
-      }))
+          if (!linked) throw new LinkedMeanwhile()
+          const [user] = await tx<LinkRow[]>`
+          SELECT id AS user_id, NULL AS deleted_at_ms, role, credential_epoch, (extract(epoch FROM
+          credential_epoch_at) * 1000)::float8 AS epoch_at_ms FROM users WHERE id = ${userId}`
+          return user!
+        }),
+      )
       return this.remember(claims.subject, linkOf(row)) as LinkedUser
     } catch (err) {
       const { code, constraint_name: constraint } = err as { code?: string; constraint_name?: string }
-      if (code === '23505' && constraint === 'identities_issuer_user_id_key') throw refused('the user with this address is linked to another account of the identity provider')
+      if (code === '23505' && constraint === 'identities_issuer_user_id_key')
+        throw refused('the user with this address is linked to another account of the identity provider')
       // Another request linked it, or made a user with the address, at the same moment: what it did is in the
       // database now. Read as it is, or tried once more (a user made for another subject is then refused).
       if (err instanceof LinkedMeanwhile || (code === '23505' && constraint === 'users_email_key')) {
@@ -190,23 +228,38 @@ export class ProviderIdentities {
    * before this one (they carry the old role), not this one; it never
    * removes the last admin.
    */
-  private async takeRole(link: LinkedUser, role: Role, claims: ProviderClaims, deps: IdentityDeps): Promise<LinkedUser> {
-    const row = await deps.bounded(() => deps.sql.begin(async (tx) => {
-      // Under the lock the API's demotions take (src/accounts/queries.ts): two at once cannot leave no admin.
-      if (role === 'user' && !(await anotherAdminExists(tx, link.userId))) return undefined
-      // Set explicitly, so that the trigger of sql/014 does not stamp the time of the change instead; never moved back.
-      const [user] = await tx<Array<Record<string, unknown>>>`
+  private async takeRole(
+    link: LinkedUser,
+    role: Role,
+    claims: ProviderClaims,
+    deps: IdentityDeps,
+  ): Promise<LinkedUser> {
+    const row = await deps.bounded(() =>
+      deps.sql.begin(async (tx) => {
+        // Under the lock the API's demotions take (src/accounts/queries.ts): two at once cannot leave no admin.
+        if (role === 'user' && !(await anotherAdminExists(tx, link.userId))) return undefined
+        // Set explicitly, so that the trigger of sql/014 does not
+        // stamp the time of the change instead; never moved back.
+        const [user] = await tx<Array<Record<string, unknown>>>`
         UPDATE users SET role = ${role}, credential_epoch_at = CASE
-            WHEN to_timestamp(${claims.issuedAt}) - interval '1 millisecond' > credential_epoch_at THEN to_timestamp(${claims.issuedAt}) - interval '1 millisecond'
+            WHEN to_timestamp(${claims.issuedAt}) - interval '1 millisecond' > credential_epoch_at THEN
+              to_timestamp(${claims.issuedAt}) - interval '1 millisecond'
             ELSE clock_timestamp() END
         WHERE id = ${link.userId} AND role <> ${role}
         RETURNING *, (extract(epoch FROM credential_epoch_at) * 1000)::float8 AS epoch_at_ms`
-      if (user) await recordEvents(tx, [eventOf(this.users, this.users.events.updated, user as StoredRow)], deps.origin)
-      return user
-    }))
+        if (user)
+          await recordEvents(tx, [eventOf(this.users, this.users.events.updated, user as StoredRow)], deps.origin)
+        return user
+      }),
+    )
     // The last admin stays one in the database; the token still has the role its claim gives (provider-principals.ts).
     if (!row) return this.remember(claims.subject, { ...link, keptFrom: role }) as LinkedUser
-    const taken: LinkedUser = { userId: link.userId, role, epoch: Number(row.credential_epoch), epochAtMs: Number(row.epoch_at_ms) }
+    const taken: LinkedUser = {
+      userId: link.userId,
+      role,
+      epoch: Number(row.credential_epoch),
+      epochAtMs: Number(row.epoch_at_ms),
+    }
     return this.remember(claims.subject, taken) as LinkedUser
   }
 }
@@ -215,5 +268,10 @@ class LinkedMeanwhile extends Error {}
 
 function linkOf(row: LinkRow): Link {
   if (row.user_id === null) return { deletedAtMs: Number(row.deleted_at_ms) }
-  return { userId: Number(row.user_id), role: row.role!, epoch: row.credential_epoch!, epochAtMs: Number(row.epoch_at_ms) }
+  return {
+    userId: Number(row.user_id),
+    role: row.role!,
+    epoch: row.credential_epoch!,
+    epochAtMs: Number(row.epoch_at_ms),
+  }
 }

@@ -26,11 +26,17 @@ const MIN_RSA_BITS = 2048
 function algorithmsOf(key: KeyObject): readonly ProviderAlgorithm[] {
   const details = key.asymmetricKeyDetails
   switch (key.asymmetricKeyType) {
-    case 'rsa': return (details?.modulusLength ?? 0) >= MIN_RSA_BITS ? ['RS256', 'PS256'] : []
-    case 'rsa-pss': return (details?.modulusLength ?? 0) >= MIN_RSA_BITS ? ['PS256'] : []
-    case 'ec': return details?.namedCurve === 'prime256v1' ? ['ES256'] : []
-    case 'ed25519': case 'ed448': return ['EdDSA']
-    default: return []
+    case 'rsa':
+      return (details?.modulusLength ?? 0) >= MIN_RSA_BITS ? ['RS256', 'PS256'] : []
+    case 'rsa-pss':
+      return (details?.modulusLength ?? 0) >= MIN_RSA_BITS ? ['PS256'] : []
+    case 'ec':
+      return details?.namedCurve === 'prime256v1' ? ['ES256'] : []
+    case 'ed25519':
+    case 'ed448':
+      return ['EdDSA']
+    default:
+      return []
   }
 }
 
@@ -43,8 +49,10 @@ export function importProviderKey(jwk: unknown): ProviderKey | string {
   if (!jwk || typeof jwk !== 'object' || Array.isArray(jwk)) return 'not a JSON object'
   const fields = jwk as Record<string, unknown>
   if (fields.use !== undefined && fields.use !== 'sig') return `use ${JSON.stringify(fields.use)}, not sig`
-  if (fields.kid !== undefined && (typeof fields.kid !== 'string' || fields.kid.length > 256)) return 'kid is not a short string'
-  if (fields.alg !== undefined && !PROVIDER_ALGORITHMS.includes(fields.alg as ProviderAlgorithm)) return `alg ${JSON.stringify(fields.alg)} is not accepted`
+  if (fields.kid !== undefined && (typeof fields.kid !== 'string' || fields.kid.length > 256))
+    return 'kid is not a short string'
+  if (fields.alg !== undefined && !PROVIDER_ALGORITHMS.includes(fields.alg as ProviderAlgorithm))
+    return `alg ${JSON.stringify(fields.alg)} is not accepted`
   // A private member would mean the provider publishes its secret: such a set is not trusted with anything.
   if ('d' in fields || 'k' in fields) return 'a private or symmetric key'
   let key: KeyObject
@@ -55,21 +63,37 @@ export function importProviderKey(jwk: unknown): ProviderKey | string {
   }
   const allowed = algorithmsOf(key)
   const alg = fields.alg as ProviderAlgorithm | undefined
-  if (allowed.length === 0 || (alg && !allowed.includes(alg))) return `a ${key.asymmetricKeyType} key cannot verify ${alg ?? 'any accepted algorithm'}`
+  if (allowed.length === 0 || (alg && !allowed.includes(alg)))
+    return `a ${key.asymmetricKeyType} key cannot verify ${alg ?? 'any accepted algorithm'}`
   return { kid: fields.kid as string | undefined, alg, key }
 }
 
 /** Whether `key` may verify a signature made with `alg`: the key's type decides, never the token alone. */
-export const keyAllows = (key: ProviderKey, alg: ProviderAlgorithm) => (key.alg === undefined || key.alg === alg) && algorithmsOf(key.key).includes(alg)
+export const keyAllows = (key: ProviderKey, alg: ProviderAlgorithm) =>
+  (key.alg === undefined || key.alg === alg) && algorithmsOf(key.key).includes(alg)
 
-export function verifySignature(alg: ProviderAlgorithm, key: ProviderKey, signingInput: string, signature: Buffer): boolean {
+export function verifySignature(
+  alg: ProviderAlgorithm,
+  key: ProviderKey,
+  signingInput: string,
+  signature: Buffer,
+): boolean {
   if (!keyAllows(key, alg)) throw new InvalidTokenError('the key does not verify this algorithm')
   const data = Buffer.from(signingInput)
   switch (alg) {
-    case 'RS256': return verify('sha256', data, key.key, signature)
-    case 'PS256': return verify('sha256', data, { key: key.key, padding: constants.RSA_PKCS1_PSS_PADDING, saltLength: 32 }, signature)
+    case 'RS256':
+      return verify('sha256', data, key.key, signature)
+    case 'PS256':
+      return verify(
+        'sha256',
+        data,
+        { key: key.key, padding: constants.RSA_PKCS1_PSS_PADDING, saltLength: 32 },
+        signature,
+      )
     // JWS carries r || s (RFC 7518 §3.4), not DER.
-    case 'ES256': return signature.length === 64 && verify('sha256', data, { key: key.key, dsaEncoding: 'ieee-p1363' }, signature)
-    case 'EdDSA': return verify(null, data, key.key, signature)
+    case 'ES256':
+      return signature.length === 64 && verify('sha256', data, { key: key.key, dsaEncoding: 'ieee-p1363' }, signature)
+    case 'EdDSA':
+      return verify(null, data, key.key, signature)
   }
 }

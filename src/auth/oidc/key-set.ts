@@ -22,11 +22,15 @@ export interface KeySetSettings {
   issuer: string
   /** At most one fetch for unknown kids in this long. */
   unknownKidRefetchMs: number
-  /** One fetch, both of its GETs (discovery and JWKS), from the start of the first to the end of the last answer's body. */
+  /**
+   * One fetch, both of its GETs (discovery and JWKS), from the start of the first to the end of the last answer's body.
+   */
   fetchTimeoutMs: number
   /** After a failed fetch, none before this long. */
   retryAfterMs: number
-  /** Bounds of how long fetched keys are used before they are fetched again, and the time when the answer says nothing. */
+  /**
+   * Bounds of how long fetched keys are used before they are fetched again, and the time when the answer says nothing.
+   */
   minMaxAgeMs: number
   maxMaxAgeMs: number
   defaultMaxAgeMs: number
@@ -45,7 +49,9 @@ const MAX_DOCUMENT_BYTES = 64 * 1024
 const MAX_JWKS_BYTES = 256 * 1024
 const MAX_KEYS = 100
 
-/** No keys are cached and the provider cannot give them now: the request is answered 503 identity_provider_unavailable. */
+/**
+ * No keys are cached and the provider cannot give them now: the request is answered 503 identity_provider_unavailable.
+ */
 export class ProviderUnavailable extends Error {
   constructor(
     reason: string,
@@ -140,7 +146,8 @@ export class ProviderKeySet {
     if (this.fetching) return this.fetching
     if (this.stopping.signal.aborted) return Promise.reject(new Error('the service is stopping'))
     const failure = this.lastFailure
-    if (failure && this.now() - failure.at < this.settings.retryAfterMs) return Promise.reject(new Error(failure.reason))
+    if (failure && this.now() - failure.at < this.settings.retryAfterMs)
+      return Promise.reject(new Error(failure.reason))
     this.fetching = this.fetchKeys().finally(() => (this.fetching = undefined))
     return this.fetching
   }
@@ -148,7 +155,12 @@ export class ProviderKeySet {
   private async fetchKeys(): Promise<void> {
     try {
       const deadline = this.now() + this.settings.fetchTimeoutMs
-      const discovery = await this.getJson(discoveryUrl(this.settings.issuer), MAX_DOCUMENT_BYTES, 'the discovery document', deadline)
+      const discovery = await this.getJson(
+        discoveryUrl(this.settings.issuer),
+        MAX_DOCUMENT_BYTES,
+        'the discovery document',
+        deadline,
+      )
       const jwksUri = jwksUriOf(discovery.body, this.settings.issuer)
       const jwks = await this.getJson(jwksUri, MAX_JWKS_BYTES, 'the JWKS', deadline)
       const keys = keysOf(jwks.body, this.log)
@@ -159,25 +171,50 @@ export class ProviderKeySet {
       this.lastFailure = undefined
       this.counts.fetched.inc()
       if (changed) {
-        this.log.info('identity provider keys loaded', { issuer: this.settings.issuer, kids: keys.map((k) => k.kid ?? '(none)') })
+        this.log.info('identity provider keys loaded', {
+          issuer: this.settings.issuer,
+          kids: keys.map((k) => k.kid ?? '(none)'),
+        })
         this.onChange()
       } else if (recovered) this.log.info('identity provider reachable again', { issuer: this.settings.issuer })
     } catch (err) {
       this.counts.failed.inc()
       const reason = err instanceof Error ? err.message : String(err)
       // Once per outage: a provider that stays down is not a new line every few seconds.
-      if (!this.lastFailure) this.log.warn(`cannot fetch the identity provider's keys; ${this.keys ? 'the cached keys go on working' : 'its tokens are answered 503 until it can be reached'}`, { issuer: this.settings.issuer, ...describeError(err) })
+      if (!this.lastFailure)
+        this.log.warn(
+          "cannot fetch the identity provider's keys; " +
+            (this.keys ? 'the cached keys go on working' : 'its tokens are answered 503 until it can be reached'),
+          { issuer: this.settings.issuer, ...describeError(err) },
+        )
       this.lastFailure = { at: this.now(), reason }
       throw err
     }
   }
 
-  private async getJson(url: URL, maxBytes: number, what: string, deadline: number): Promise<{ body: unknown; cacheControl: string | undefined }> {
+  private async getJson(
+    url: URL,
+    maxBytes: number,
+    what: string,
+    deadline: number,
+  ): Promise<{ body: unknown; cacheControl: string | undefined }> {
     const timeoutMs = Math.max(1, Math.round(deadline - this.now()))
-    const outcome = await requestOnce({ url, method: 'GET', headers: { accept: 'application/json' }, timeoutMs, maxResponseBytes: maxBytes, keepBody: true, signal: this.stopping.signal })
-    if (!outcome.ok || !outcome.body) throw new Error(`${what} at ${url.origin}: ${outcome.error ?? `answered ${outcome.status}`}`)
+    const outcome = await requestOnce({
+      url,
+      method: 'GET',
+      headers: { accept: 'application/json' },
+      timeoutMs,
+      maxResponseBytes: maxBytes,
+      keepBody: true,
+      signal: this.stopping.signal,
+    })
+    if (!outcome.ok || !outcome.body)
+      throw new Error(`${what} at ${url.origin}: ${outcome.error ?? `answered ${outcome.status}`}`)
     try {
-      return { body: JSON.parse(outcome.body.toString('utf8')), cacheControl: headerText(outcome.headers?.['cache-control']) }
+      return {
+        body: JSON.parse(outcome.body.toString('utf8')),
+        cacheControl: headerText(outcome.headers?.['cache-control']),
+      }
     } catch {
       throw new Error(`${what} at ${url.origin} is not JSON`)
     }
@@ -190,9 +227,13 @@ export const discoveryUrl = (issuer: string) => new URL(`${issuer.replace(/\/$/,
 function jwksUriOf(document: unknown, issuer: string): URL {
   const fields = (document && typeof document === 'object' ? document : {}) as Record<string, unknown>
   // Discovery §4.3: a document naming another issuer is not this provider's (a misconfiguration, or a substitution).
-  if (fields.issuer !== issuer) throw new Error(`the discovery document names issuer ${JSON.stringify(fields.issuer)}, not OIDC_ISSUER ${JSON.stringify(issuer)}`)
+  if (fields.issuer !== issuer)
+    throw new Error(
+      `the discovery document names issuer ${JSON.stringify(fields.issuer)}, not OIDC_ISSUER ${JSON.stringify(issuer)}`,
+    )
   const uri = fields.jwks_uri
-  if (typeof uri !== 'string' || !URL.canParse(uri) || new URL(uri).protocol !== 'https:') throw new Error('the discovery document has no https jwks_uri')
+  if (typeof uri !== 'string' || !URL.canParse(uri) || new URL(uri).protocol !== 'https:')
+    throw new Error('the discovery document has no https jwks_uri')
   return new URL(uri)
 }
 
@@ -210,10 +251,15 @@ function keysOf(jwks: unknown, log: Logger): ProviderKey[] {
 }
 
 const sameKeys = (a: readonly ProviderKey[] | undefined, b: readonly ProviderKey[]) =>
-  a !== undefined && a.length === b.length && a.every((k, i) => k.kid === b[i]!.kid && k.alg === b[i]!.alg && k.key.equals(b[i]!.key))
+  a !== undefined &&
+  a.length === b.length &&
+  a.every((k, i) => k.kid === b[i]!.kid && k.alg === b[i]!.alg && k.key.equals(b[i]!.key))
 
 /** max-age of a Cache-Control header, within the bounds; no-store and no-cache mean as short as allowed. */
-export function maxAgeOf(cacheControl: string | undefined, bounds: Pick<KeySetSettings, 'minMaxAgeMs' | 'maxMaxAgeMs' | 'defaultMaxAgeMs'>): number {
+export function maxAgeOf(
+  cacheControl: string | undefined,
+  bounds: Pick<KeySetSettings, 'minMaxAgeMs' | 'maxMaxAgeMs' | 'defaultMaxAgeMs'>,
+): number {
   if (cacheControl === undefined) return bounds.defaultMaxAgeMs
   if (/(^|,)\s*no-(store|cache)\b/i.test(cacheControl)) return bounds.minMaxAgeMs
   const m = /(?:^|,)\s*max-age\s*=\s*"?([0-9]{1,10})"?\s*(?:,|$)/i.exec(cacheControl)

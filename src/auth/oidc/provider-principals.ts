@@ -56,13 +56,28 @@ export class IdentityProvider implements Component {
     const { linkMaxAgeMs, ...keySet } = tuning
     this.identities = new ProviderIdentities(settings, users, cacheSize, linkMaxAgeMs)
     const counts = {
-      fetched: metrics.counter('identity_provider_key_fetches_total', 'Fetches of the identity provider\'s keys (its discovery document, then its JWKS) that succeeded.'),
-      failed: metrics.counter('identity_provider_key_fetch_failures_total', 'Fetches of the identity provider\'s keys that failed: its tokens were checked with the keys cached, or answered 503 without any.'),
+      fetched: metrics.counter(
+        'identity_provider_key_fetches_total',
+        "Fetches of the identity provider's keys (its discovery document, then its JWKS) that succeeded.",
+      ),
+      failed: metrics.counter(
+        'identity_provider_key_fetch_failures_total',
+        "Fetches of the identity provider's keys that failed: its tokens were checked with the keys cached, or " +
+          'answered 503 without any.',
+      ),
     }
-    this.keys = new ProviderKeySet({ ...defaultKeySetSettings, ...keySet, issuer: settings.issuer }, log, () => this.verified.clear(), counts)
+    this.keys = new ProviderKeySet(
+      { ...defaultKeySetSettings, ...keySet, issuer: settings.issuer },
+      log,
+      () => this.verified.clear(),
+      counts,
+    )
   }
 
-  /** Fetches the provider's keys at start-up, in the background: the first token need not wait, and start-up does not wait for the provider. */
+  /**
+   * Fetches the provider's keys at start-up, in the background: the first token need not wait, and start-up does not
+   * wait for the provider.
+   */
   start(): void {
     this.keys.prefetch()
   }
@@ -77,7 +92,9 @@ export class IdentityProvider implements Component {
     return claimsIssuer(token, this.settings.issuer)
   }
 
-  /** The token's Principal, or undefined when it is invalid, expired or revoked; rejects with ProviderUnavailable (503). */
+  /**
+   * The token's Principal, or undefined when it is invalid, expired or revoked; rejects with ProviderUnavailable (503).
+   */
   async principalOf(token: string, deps: ProviderDeps): Promise<UserPrincipal | undefined> {
     let claims: ProviderClaims
     let user
@@ -90,16 +107,30 @@ export class IdentityProvider implements Component {
     }
     const role: Role = claims.admin === undefined ? user.role : claims.admin ? 'admin' : 'user'
     return {
-      kind: 'user', userId: String(user.userId), role,
+      kind: 'user',
+      userId: String(user.userId),
+      role,
       scopes: deps.scopes.effective(role, claims.scopes),
-      credential: { type: 'oidc', issuer: this.settings.issuer, subject: claims.subject, expiresAt: new Date(Math.min(claims.expiresAt, claims.issuedAt + MAX_TOKEN_AGE_SECONDS) * 1000).toISOString(), epoch: user.epoch, authenticatedAt: claims.authenticatedAt },
+      credential: {
+        type: 'oidc',
+        issuer: this.settings.issuer,
+        subject: claims.subject,
+        expiresAt: new Date(Math.min(claims.expiresAt, claims.issuedAt + MAX_TOKEN_AGE_SECONDS) * 1000).toISOString(),
+        epoch: user.epoch,
+        authenticatedAt: claims.authenticatedAt,
+      },
     }
   }
 
   private async claimsOf(token: string): Promise<ProviderClaims> {
     const now = this.clock.now() / 1000
     const cached = this.verified.get(token)
-    if (cached && now < cached.expiresAt + this.leewaySeconds && now - cached.issuedAt <= MAX_TOKEN_AGE_SECONDS + this.leewaySeconds) return cached
+    if (
+      cached &&
+      now < cached.expiresAt + this.leewaySeconds &&
+      now - cached.issuedAt <= MAX_TOKEN_AGE_SECONDS + this.leewaySeconds
+    )
+      return cached
     const claims = await verifyProviderToken(token, this.keys, this.settings, now, this.leewaySeconds)
     this.verified.set(token, claims)
     return claims

@@ -15,7 +15,10 @@ export interface ProviderClaims {
   /** Seconds since the epoch. */
   issuedAt: number
   expiresAt: number
-  /** `auth_time`: when the person last signed in at the provider (a sensitive action within REAUTH_WINDOW of it needs no password). */
+  /**
+   * `auth_time`: when the person last signed in at the provider (a sensitive
+   * action within REAUTH_WINDOW of it needs no password).
+   */
   authenticatedAt: number | undefined
   /** The address, when the provider says it verified it (`email_verified`). */
   verifiedEmail: string | undefined
@@ -44,8 +47,8 @@ const PRINTABLE = /^[^\u0000-\u001f\u007f]+$/
 /**
  * Whether a JWT says it comes from `issuer`, read without trusting it: only
  * to choose which verification it goes through. The provider's path accepts
- * no HMAC, ours nothing but HMAC, so a token claiming the other issuer gains
- * nothing.
+ * no HMAC, ours nothing but HMAC, so a token
+ * claiming the other issuer gains nothing.
  */
 export function claimsIssuer(token: string, issuer: string): boolean {
   if (token.length > MAX_TOKEN_LENGTH) return false
@@ -58,35 +61,53 @@ export function claimsIssuer(token: string, issuer: string): boolean {
   }
 }
 
-export async function verifyProviderToken(token: string, keys: ProviderKeySet, settings: ProviderSettings, now: number, leewaySeconds: number): Promise<ProviderClaims> {
+export async function verifyProviderToken(
+  token: string,
+  keys: ProviderKeySet,
+  settings: ProviderSettings,
+  now: number,
+  leewaySeconds: number,
+): Promise<ProviderClaims> {
   const { header, headerText, payloadText, signature } = parseJws(token, MAX_TOKEN_LENGTH)
-  if (!PROVIDER_ALGORITHMS.includes(header.alg as ProviderAlgorithm)) throw new InvalidTokenError('algorithm not accepted')
+  if (!PROVIDER_ALGORITHMS.includes(header.alg as ProviderAlgorithm))
+    throw new InvalidTokenError('algorithm not accepted')
   if ('crit' in header) throw new InvalidTokenError('critical extension')
-  if ('typ' in header && !(typeof header.typ === 'string' && ACCEPTED_TYPES.has(header.typ.toLowerCase()))) throw new InvalidTokenError('unexpected typ')
+  if ('typ' in header && !(typeof header.typ === 'string' && ACCEPTED_TYPES.has(header.typ.toLowerCase())))
+    throw new InvalidTokenError('unexpected typ')
   if ('kid' in header && typeof header.kid !== 'string') throw new InvalidTokenError('kid is not a string')
   const alg = header.alg as ProviderAlgorithm
   const key = await keys.keyFor(header.kid as string | undefined, alg)
   if (!key) throw new InvalidTokenError('no key of the provider verifies it')
-  if (!verifySignature(alg, key, `${headerText}.${payloadText}`, Buffer.from(signature, 'base64url'))) throw new InvalidTokenError('bad signature')
+  if (!verifySignature(alg, key, `${headerText}.${payloadText}`, Buffer.from(signature, 'base64url')))
+    throw new InvalidTokenError('bad signature')
   // base64url that decodes to the same bytes but is not canonical text is not the token the provider signed.
-  if (Buffer.from(signature, 'base64url').toString('base64url') !== signature) throw new InvalidTokenError('signature not canonical')
+  if (Buffer.from(signature, 'base64url').toString('base64url') !== signature)
+    throw new InvalidTokenError('signature not canonical')
   return checkClaims(decodeSegment(payloadText), settings, now, leewaySeconds)
 }
 
-function checkClaims(claims: Record<string, unknown>, settings: ProviderSettings, now: number, leeway: number): ProviderClaims {
+function checkClaims(
+  claims: Record<string, unknown>,
+  settings: ProviderSettings,
+  now: number,
+  leeway: number,
+): ProviderClaims {
   const isTime = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v)
   if (claims.iss !== settings.issuer) throw new InvalidTokenError('wrong issuer')
   const aud = claims.aud
-  if (!(aud === settings.audience || (Array.isArray(aud) && aud.includes(settings.audience)))) throw new InvalidTokenError('wrong audience')
+  if (!(aud === settings.audience || (Array.isArray(aud) && aud.includes(settings.audience))))
+    throw new InvalidTokenError('wrong audience')
   if (!isTime(claims.exp)) throw new InvalidTokenError('exp missing')
   if (now >= claims.exp + leeway) throw new InvalidTokenError('expired')
-  if ('nbf' in claims && (!isTime(claims.nbf) || claims.nbf > now + leeway)) throw new InvalidTokenError('not yet valid')
+  if ('nbf' in claims && (!isTime(claims.nbf) || claims.nbf > now + leeway))
+    throw new InvalidTokenError('not yet valid')
   if (!isTime(claims.iat)) throw new InvalidTokenError('iat missing')
   if (claims.iat > now + leeway) throw new InvalidTokenError('issued in the future')
   if (now - claims.iat > MAX_TOKEN_AGE_SECONDS + leeway) throw new InvalidTokenError('issued too long ago')
   const sub = claims.sub
   // A lone surrogate would be stored as U+FFFD: two subjects would share one link.
-  if (typeof sub !== 'string' || sub.length > MAX_SUBJECT_LENGTH || !PRINTABLE.test(sub) || !sub.isWellFormed()) throw new InvalidTokenError('bad subject')
+  if (typeof sub !== 'string' || sub.length > MAX_SUBJECT_LENGTH || !PRINTABLE.test(sub) || !sub.isWellFormed())
+    throw new InvalidTokenError('bad subject')
   const verified = claims.email_verified === true || claims.email_verified === 'true'
   const email = typeof claims.email === 'string' && verified ? claims.email : undefined
   const name = [claims.name, claims.preferred_username].find((n): n is string => typeof n === 'string')
@@ -98,7 +119,8 @@ function checkClaims(claims: Record<string, unknown>, settings: ProviderSettings
     verifiedEmail: email,
     name,
     scopes: scopesOf(claims),
-    admin: settings.adminClaim === undefined ? undefined : holds(claimAt(claims, settings.adminClaim), settings.adminValue!),
+    admin:
+      settings.adminClaim === undefined ? undefined : holds(claimAt(claims, settings.adminClaim), settings.adminValue!),
   }
 }
 

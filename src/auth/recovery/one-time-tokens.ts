@@ -16,7 +16,12 @@ export function newOneTimeToken(): { token: string; hash: Buffer } {
 }
 
 /** The hash to look a presented token up by, or undefined when it cannot be one of ours (no database read for that). */
-export const oneTimeTokenHash = (presented: string): Buffer | undefined => (SHAPE.test(presented) ? hashSecret(presented) : undefined)
+export const oneTimeTokenHash = (presented: string): Buffer | undefined =>
+  SHAPE.test(presented) ? hashSecret(presented) : undefined
 
-/** A link from its template (PASSWORD_RESET_URL, VERIFY_EMAIL_URL): configuration and the token, nothing from the request. */
-export const linkFor = (template: string, token: string): string => template.replaceAll('{token}', encodeURIComponent(token))
+/**
+ * A link from its template (PASSWORD_RESET_URL, VERIFY_EMAIL_URL):
+ * configuration and the token, nothing from the request.
+ */
+export const linkFor = (template: string, token: string): string =>
+  template.replaceAll('{token}', encodeURIComponent(token))

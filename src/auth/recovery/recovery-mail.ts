@@ -24,7 +24,13 @@ export function verifyEmailMail(link: string): MailDraft {
   return {
     type: 'mail.verify_email',
     subject: 'Confirm your e-mail address',
-    text: ['To confirm that this e-mail address is yours, open this link:', '', link, '', 'If you did not ask for an account, ignore this message.'].join('\n'),
+    text: [
+      'To confirm that this e-mail address is yours, open this link:',
+      '',
+      link,
+      '',
+      'If you did not ask for an account, ignore this message.',
+    ].join('\n'),
     link,
   }
 }
@@ -36,7 +42,8 @@ export function emailChangedMail(): MailDraft {
     text: [
       'The e-mail address of your account was just changed from this address to another one.',
       'If you did this, there is nothing to do.',
-      'If you did not, your account may be in someone else\'s hands: reset your password and tell the service\'s administrators.',
+      "If you did not, your account may be in someone else's hands: reset your password and tell the service's " +
+        'administrators.',
     ].join('\n'),
     link: null,
   }

@@ -7,7 +7,15 @@ import { publicAccess } from '../access.js'
 import { userGone } from '../credentials.js'
 import { normalizeEmail } from '../login/login-throttle.js'
 import { oneTimeTokenHash } from './one-time-tokens.js'
-import { liveTokenUser, mayResendVerification, MESSAGES_PER_HOUR, queueVerification, requestPasswordReset, resetPassword, verifyEmail } from './recovery.js'
+import {
+  liveTokenUser,
+  mayResendVerification,
+  MESSAGES_PER_HOUR,
+  queueVerification,
+  requestPasswordReset,
+  resetPassword,
+  verifyEmail,
+} from './recovery.js'
 
 // Account recovery's endpoints (the rules: docs/auth.md, "Account
 // recovery: rules"). Anonymous but the resend; each anonymous one counts
@@ -17,12 +25,18 @@ import { liveTokenUser, mayResendVerification, MESSAGES_PER_HOUR, queueVerificat
 // SMTP_URL or MAIL_HOOK_URL), 503 mail_not_configured.
 
 const TokenMember = Type.String({ minLength: 1, maxLength: 200, description: 'the token from the link' })
-const ResetRequestBody = Type.Object({ email: Type.String({ minLength: 1, maxLength: 254 }) }, { additionalProperties: false })
-const ResetConfirmBody = Type.Object({
-  token: TokenMember,
-  // The rules of every password (POST /users): the same schema.
-  password: Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' }),
-}, { additionalProperties: false })
+const ResetRequestBody = Type.Object(
+  { email: Type.String({ minLength: 1, maxLength: 254 }) },
+  { additionalProperties: false },
+)
+const ResetConfirmBody = Type.Object(
+  {
+    token: TokenMember,
+    // The rules of every password (POST /users): the same schema.
+    password: Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' }),
+  },
+  { additionalProperties: false },
+)
 const VerifyBody = Type.Object({ token: TokenMember }, { additionalProperties: false })
 
 /**
@@ -32,20 +46,29 @@ const VerifyBody = Type.Object({ token: TokenMember }, { additionalProperties: f
  */
 export const defaultRecoveryRequestSettings = { concurrency: 2, capacity: 256 }
 
-const recoveryBusy = () => new HttpError('rate_limited', 'Too many password-reset requests are being worked on; retry shortly.', { headers: { 'retry-after': '1' } })
+const recoveryBusy = () =>
+  new HttpError('rate_limited', 'Too many password-reset requests are being worked on; retry shortly.', {
+    headers: { 'retry-after': '1' },
+  })
 
-const invalidToken = () => new HttpError('invalid_one_time_token', 'The link is invalid, expired or used already; ask for a new one.')
+const invalidToken = () =>
+  new HttpError('invalid_one_time_token', 'The link is invalid, expired or used already; ask for a new one.')
 
 /** The flow's link template; 404 when the flow is off. */
 function templateOf(template: string | undefined, variable: string, flow = 'Account recovery'): string {
-  if (template === undefined) throw new HttpError('not_found', `${flow} is off on this service (${variable} is not set).`)
+  if (template === undefined)
+    throw new HttpError('not_found', `${flow} is off on this service (${variable} is not set).`)
   return template
 }
 
 /** The flow's link template; 404 when the flow is off, 503 when there is no way to send its message. */
 function flowOn(services: Pick<AuthServices, 'mail'>, template: string | undefined, variable: string): string {
   const on = templateOf(template, variable)
-  if (!services.mail.transport) throw new HttpError('mail_not_configured', 'This service cannot send mail yet (neither SMTP_URL nor MAIL_HOOK_URL is set).')
+  if (!services.mail.transport)
+    throw new HttpError(
+      'mail_not_configured',
+      'This service cannot send mail yet (neither SMTP_URL nor MAIL_HOOK_URL is set).',
+    )
   return on
 }
 
@@ -56,8 +79,12 @@ export const recoveryRoutes = [
     operationId: 'requestPasswordReset',
     errorStatuses: [404, 429, 503],
     noStore: true,
-    summary: 'Send a password-reset link to an account\'s address (202 whether or not an account has it)',
-    responses: { 202: { description: 'Accepted: if an account has this address and is under its hourly limit, a message is on its way' } },
+    summary: "Send a password-reset link to an account's address (202 whether or not an account has it)",
+    responses: {
+      202: {
+        description: 'Accepted: if an account has this address and is under its hourly limit, a message is on its way',
+      },
+    },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(ResetRequestBody) },
     async handle({ body, client, requestId, services }) {
@@ -68,7 +95,9 @@ export const recoveryRoutes = [
       await services.readiness.database()
       const email = normalizeEmail(body.email)
       const origin = { actorId: null, credential: null, requestId }
-      const taken = services.recoveryRequests.submit('password reset', () => requestPasswordReset(services.sql, email, template, services.config.passwordResetTtl, origin))
+      const taken = services.recoveryRequests.submit('password reset', () =>
+        requestPasswordReset(services.sql, email, template, services.config.passwordResetTtl, origin),
+      )
       if (!taken) throw recoveryBusy()
       return { status: 202 }
     },
@@ -91,10 +120,12 @@ export const recoveryRoutes = [
       services.logins.admitRecovery(client)
       const hash = oneTimeTokenHash(body.token)
       // A guess costs a hash and an index lookup, never scrypt: the password is hashed only for a live token.
-      if (!hash || (await bounded(() => liveTokenUser(services.sql, hash, 'password_reset'))) === undefined) throw invalidToken()
+      if (!hash || (await bounded(() => liveTokenUser(services.sql, hash, 'password_reset'))) === undefined)
+        throw invalidToken()
       const passwordHash = await services.passwords.hash(body.password)
       if (!(await bounded(() => resetPassword(services.sql, hash, passwordHash, requestId)))) throw invalidToken()
-      // Its JWTs, sessions and keys were revoked: answer once this instance has heard it (src/auth/revocation/credential-changes.ts).
+      // Its JWTs, sessions and keys were revoked: answer once this instance
+      // has heard it (src/auth/revocation/credential-changes.ts).
       await services.credentialChanges.caughtUp()
       return { status: 204 }
     },
@@ -136,9 +167,14 @@ export const recoveryRoutes = [
         const [user] = await tx<Array<{ id: number; email: string; email_verified_at: string | null }>>`
           SELECT id, email, email_verified_at FROM users WHERE id = ${principal.userId} FOR UPDATE`
         if (!user) throw userGone()
-        if (user.email_verified_at !== null) throw new HttpError('email_already_verified', 'This address is verified already.')
+        if (user.email_verified_at !== null)
+          throw new HttpError('email_already_verified', 'This address is verified already.')
         if (!(await mayResendVerification(tx, user.id))) {
-          throw new HttpError('rate_limited', `At most ${MESSAGES_PER_HOUR} verification messages an hour; retry later.`, { headers: { 'retry-after': '3600' } })
+          throw new HttpError(
+            'rate_limited',
+            `At most ${MESSAGES_PER_HOUR} verification messages an hour; retry later.`,
+            { headers: { 'retry-after': '3600' } },
+          )
         }
         await queueVerification(tx, services, user)
       })
@@ -146,4 +182,3 @@ export const recoveryRoutes = [
     },
   }),
 ]
-

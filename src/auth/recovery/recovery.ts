@@ -16,8 +16,8 @@ import { hashSecret } from '../tokens.js'
 // recovery: rules"). Each message is queued in the statement or transaction
 // of the token it carries (src/mail/outbox.ts), so a token exists exactly
 // when its message will be sent. A reset ends the account's sessions and API
-// keys: this folder imports sessions/, login/ and api-keys/, never the other
-// way.
+// keys: this folder imports sessions/, login/
+// and api-keys/, never the other way.
 
 /** Messages of one purpose one account is sent per hour at most; past it, silently none (a reset) or 429 (a resend). */
 export const MESSAGES_PER_HOUR = 5
@@ -27,9 +27,13 @@ export const VERIFY_EMAIL_TTL_SECONDS = 24 * 3600
 type Db = Sql | TransactionSql
 type Purpose = 'password_reset' | 'verify_email'
 
-/** Whether the user may be sent another message of `purpose` this hour (MESSAGES_PER_HOUR): as SQL on a user row named `u`. */
+/**
+ * Whether the user may be sent another message of `purpose` this
+ * hour (MESSAGES_PER_HOUR): as SQL on a user row named `u`.
+ */
 const underHourlyLimit = (db: Db, purpose: Purpose) => db`
-  (SELECT count(*) FROM one_time_tokens t WHERE t.user_id = u.id AND t.purpose = ${purpose} AND t.created_at > now() - interval '1 hour') < ${MESSAGES_PER_HOUR}`
+  (SELECT count(*) FROM one_time_tokens t WHERE t.user_id = u.id AND t.purpose
+  = ${purpose} AND t.created_at > now() - interval '1 hour') < ${MESSAGES_PER_HOUR}`
 
 /**
  * The work of POST /auth/password-reset, done after its answer
@@ -43,17 +47,25 @@ const underHourlyLimit = (db: Db, purpose: Purpose) => db`
  * message is queued, and user.password_reset_requested recorded. True when
  * a message was queued.
  */
-export async function requestPasswordReset(sql: Sql, email: string, template: string, ttlSeconds: number, origin: EventOrigin): Promise<boolean> {
+export async function requestPasswordReset(
+  sql: Sql,
+  email: string,
+  template: string,
+  ttlSeconds: number,
+  origin: EventOrigin,
+): Promise<boolean> {
   const { token, hash } = newOneTimeToken()
   const mail = passwordResetMail(linkFor(template, token), ttlSeconds)
   const emailHash = hashSecret(email)
   const [row] = await sql.begin(async (tx) => {
     // One request of an address at a time: the count below must see the requests made at the same moment,
     // which one statement's snapshot would not (twelve at once would each count the same four).
-    await tx`SELECT pg_advisory_xact_lock(('x' || encode(substring(${emailHash}::bytea FROM 1 FOR 8), 'hex'))::bit(64)::bigint)`
+    await tx`SELECT pg_advisory_xact_lock(('x' ||
+      encode(substring(${emailHash}::bytea FROM 1 FOR 8), 'hex'))::bit(64)::bigint)`
     return tx<[{ queued: number }]>`
     WITH recent AS (
-      SELECT count(*) AS n FROM password_reset_requests WHERE email_hash = ${emailHash} AND requested_at > now() - interval '1 hour'),
+      SELECT count(*) AS n FROM password_reset_requests WHERE email_hash
+      = ${emailHash} AND requested_at > now() - interval '1 hour'),
     logged AS (INSERT INTO password_reset_requests (email_hash) VALUES (${emailHash})),
     target AS (
       SELECT u.id, u.email FROM users u, recent WHERE lower(u.email) = ${email} AND recent.n < ${MESSAGES_PER_HOUR}),
@@ -66,7 +78,8 @@ export async function requestPasswordReset(sql: Sql, email: string, template: st
     mail AS (${queueMailTo(tx, tx`target`, mail)}),
     event AS (
       INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
-      SELECT 'user.password_reset_requested', 'user', id, ${origin.actorId}::bigint, ${origin.credential}::text, ${origin.requestId}::text, json_build_object('id', id)
+      SELECT 'user.password_reset_requested', 'user',
+      id, ${origin.actorId}::bigint, ${origin.credential}::text, ${origin.requestId}::text, json_build_object('id', id)
       FROM target)
     SELECT count(*)::int AS queued FROM target`
   })
@@ -76,7 +89,8 @@ export async function requestPasswordReset(sql: Sql, email: string, template: st
 /** The user a live token of `purpose` belongs to (one index lookup), without using it. */
 export async function liveTokenUser(sql: Sql, hash: Buffer, purpose: Purpose): Promise<number | undefined> {
   const [row] = await sql<Array<{ user_id: number }>>`
-    SELECT user_id FROM one_time_tokens WHERE token_hash = ${hash} AND purpose = ${purpose} AND used_at IS NULL AND expires_at > now()`
+    SELECT user_id FROM one_time_tokens WHERE token_hash
+    = ${hash} AND purpose = ${purpose} AND used_at IS NULL AND expires_at > now()`
   return row?.user_id
 }
 
@@ -97,14 +111,22 @@ export async function resetPassword(sql: Sql, hash: Buffer, passwordHash: string
     if (!used) return false
     const userId = used.user_id
     const origin: EventOrigin = { actorId: userId, credential: null, requestId }
-    const [user] = await tx<Array<{ email: string }>>`UPDATE users SET password_hash = ${passwordHash} WHERE id = ${userId} RETURNING email`
+    const [user] = await tx<
+      Array<{ email: string }>
+    >`UPDATE users SET password_hash = ${passwordHash} WHERE id = ${userId} RETURNING email`
     if (!user) return false
-    await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id = ${userId} AND purpose = 'password_reset' AND used_at IS NULL`
+    await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id
+      = ${userId} AND purpose = 'password_reset' AND used_at IS NULL`
     await revokeSessionsOf(tx, userId, origin)
     await revokeApiKeysOf(tx, userId, origin)
-    // Every row of the account: its pairs with client addresses and its account-wide rows (src/auth/login/login-throttle.ts keys them by normalizeEmail).
+    // Every row of the account: its pairs with client addresses and its account-wide rows
+    // (src/auth/login/login-throttle.ts keys them by normalizeEmail).
     await tx`DELETE FROM login_failures WHERE email = ${normalizeEmail(user.email)}`
-    await recordEvents(tx, [{ type: 'user.password_reset', subject: { type: 'user', id: userId }, data: { id: userId } }], origin)
+    await recordEvents(
+      tx,
+      [{ type: 'user.password_reset', subject: { type: 'user', id: userId }, data: { id: userId } }],
+      origin,
+    )
     return true
   })
 }
@@ -130,7 +152,11 @@ export async function verifyEmail(sql: Sql, hash: Buffer, requestId: string): Pr
       RETURNING t.user_id`
     if (!used) return false
     await tx`UPDATE users SET email_verified_at = now() WHERE id = ${used.user_id}`
-    await recordEvents(tx, [{ type: 'user.email_verified', subject: { type: 'user', id: used.user_id }, data: { id: used.user_id } }], { actorId: used.user_id, credential: null, requestId })
+    await recordEvents(
+      tx,
+      [{ type: 'user.email_verified', subject: { type: 'user', id: used.user_id }, data: { id: used.user_id } }],
+      { actorId: used.user_id, credential: null, requestId },
+    )
     return true
   })
 }
@@ -144,21 +170,29 @@ export type VerificationDeps = Pick<AuthServices, 'config' | 'mail'>
  * asks for it (a new user, a new address). Nothing when VERIFY_EMAIL_URL is
  * unset (verification is off).
  */
-export async function queueVerification(tx: Db, deps: VerificationDeps, user: { id: number; email: string }): Promise<void> {
+export async function queueVerification(
+  tx: Db,
+  deps: VerificationDeps,
+  user: { id: number; email: string },
+): Promise<void> {
   const template = deps.config.verifyEmailUrl
   // Without a transport nothing would ever send it: a live token would only wait in the outbox, in clear.
   if (template === undefined || !deps.mail.transport) return
   const { token, hash } = newOneTimeToken()
-  await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id = ${user.id} AND purpose = 'verify_email' AND used_at IS NULL`
+  await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id
+    = ${user.id} AND purpose = 'verify_email' AND used_at IS NULL`
   await tx`
     INSERT INTO one_time_tokens (purpose, user_id, token_hash, email, expires_at)
-    VALUES ('verify_email', ${user.id}, ${hash}, ${user.email}, now() + ${VERIFY_EMAIL_TTL_SECONDS}::int * interval '1 second')`
+    VALUES ('verify_email', ${user.id}, ${hash}, ${user.email}, now() + ${VERIFY_EMAIL_TTL_SECONDS}::int * interval
+      '1 second')`
   await queueMail(tx, user.id, user.email, verifyEmailMail(linkFor(template, token)))
 }
 
 /** Whether the user may be sent another verification link this hour. */
 export async function mayResendVerification(db: Db, userId: number): Promise<boolean> {
-  const [row] = await db<Array<{ ok: boolean }>>`SELECT ${underHourlyLimit(db, 'verify_email')} AS ok FROM users u WHERE u.id = ${userId}`
+  const [row] = await db<
+    Array<{ ok: boolean }>
+  >`SELECT ${underHourlyLimit(db, 'verify_email')} AS ok FROM users u WHERE u.id = ${userId}`
   return row?.ok ?? false
 }
 
@@ -172,14 +206,22 @@ export async function mayResendVerification(db: Db, userId: number): Promise<boo
  * sent (the resend, later, sends one), and the old address hears of it only
  * if it was verified: an owner's address always does.
  */
-export async function addressChanged(tx: Db, deps: VerificationDeps, user: { id: number; email: string; emailVerified: boolean }, to: string): Promise<void> {
+export async function addressChanged(
+  tx: Db,
+  deps: VerificationDeps,
+  user: { id: number; email: string; emailVerified: boolean },
+  to: string,
+): Promise<void> {
   if (deps.config.verifyEmailUrl === undefined || user.email.toLowerCase() === to.toLowerCase()) return
   const within = await mayResendVerification(tx, user.id)
   if (within) await queueVerification(tx, deps, { id: user.id, email: to })
   if (within || user.emailVerified) await queueMail(tx, user.id, user.email, emailChangedMail())
 }
 
-/** Tokens no message count or link needs any more (job `recovery.purge-tokens`): expired, and older than the hourly count's window. */
+/**
+ * Tokens no message count or link needs any more (job `recovery.purge-tokens`): expired, and older than the hourly
+ * count's window.
+ */
 export const spentOneTimeTokens = (db: Sql) => db`expires_at < now() AND created_at < now() - interval '1 hour'`
 
 /** Reset requests older than the hourly count's window (job `recovery.purge-requests`). */

@@ -98,7 +98,13 @@ export class CredentialChanges implements Component {
     this.markers = new ChangeMarkers(CHANGES_CHANNEL, catchUpTimeoutMs)
     this.background = backgroundConnection(sql)
     this.heartbeat = new Job({ name: 'credentials.heartbeat', periodMs: heartbeatMs, run: () => this.beat() })
-    const purge = purgeJob({ name: 'revocations.purge', periodMs: PURGE_EVERY_MS, sql: this.background, table: 'revocations', where: (db) => db`expires_at < now()` })
+    const purge = purgeJob({
+      name: 'revocations.purge',
+      periodMs: PURGE_EVERY_MS,
+      sql: this.background,
+      table: 'revocations',
+      where: (db) => db`expires_at < now()`,
+    })
     this.jobs = [this.heartbeat, purge]
   }
 
@@ -114,13 +120,24 @@ export class CredentialChanges implements Component {
 
   /** Listens on CHANGES_CHANNEL; returns at once (postgres.js goes on trying while the database cannot be reached). */
   start(): void {
-    const listened = this.listenSql.listen(CHANGES_CHANNEL, (payload) => this.onNotify(payload), () => this.onListen())
+    const listened = this.listenSql.listen(
+      CHANGES_CHANNEL,
+      (payload) => this.onNotify(payload),
+      () => this.onListen(),
+    )
     if (!watchListenClose(this.listenSql, () => this.onAway())) this.trust.cannotWatch()
     // A failed first attempt: postgres.js goes on trying, and calls onListen when it succeeds.
-    listened.then(() => {}, (err: unknown) => {
-      if (!this.quiet()) this.log.warn('cannot listen for credential changes yet; remembered credentials are not trusted', describeError(err))
-      this.onAway()
-    })
+    listened.then(
+      () => {},
+      (err: unknown) => {
+        if (!this.quiet())
+          this.log.warn(
+            'cannot listen for credential changes yet; remembered credentials are not trusted',
+            describeError(err),
+          )
+        this.onAway()
+      },
+    )
   }
 
   /** Closes the heartbeat's connection (the scheduler, stopped before, ran its last beat). */
@@ -140,7 +157,8 @@ export class CredentialChanges implements Component {
     if (!this.trust.trusted) return
     const forConnection = this.trust.current
     try {
-      if (!(await this.markers.roundTrip(this.sql)) && forConnection === this.trust.current) this.trust.stall(this.catchUpTimeoutMs)
+      if (!(await this.markers.roundTrip(this.sql)) && forConnection === this.trust.current)
+        this.trust.stall(this.catchUpTimeoutMs)
     } catch (err) {
       // The change is committed and notified all the same; only the wait is lost.
       this.log.warn('could not check that the listener for credential changes is caught up', describeError(err))
@@ -151,7 +169,8 @@ export class CredentialChanges implements Component {
   private onNotify(payload: string): void {
     try {
       if (this.markers.isMarker(payload)) {
-        // A marker of ours, even a late one, proves the connection delivers, in order: whatever came before it has been applied.
+        // A marker of ours, even a late one, proves the connection delivers,
+        // in order: whatever came before it has been applied.
         if (this.markers.heard(payload)) this.trust.markerHeard()
         return
       }

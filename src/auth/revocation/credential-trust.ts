@@ -108,7 +108,9 @@ export class CredentialTrust {
     if (this.stalled || !this.listening) return
     this.stalled = true
     this.set(`a marker of this instance did not come back within ${timeoutMs} ms`)
-    this.log.warn('the listener for credential changes did not hear this instance within the time-out', { timeout_ms: timeoutMs })
+    this.log.warn('the listener for credential changes did not hear this instance within the time-out', {
+      timeout_ms: timeoutMs,
+    })
   }
 
   private trustIfAllowed(): void {
@@ -122,10 +124,15 @@ export class CredentialTrust {
     if (reason === undefined) {
       // Whatever was cached while distrusted may predate a change we missed.
       this.keys.resume()
-      this.log[was === NOT_YET ? 'debug' : 'info']('credential changes heard again; remembered credentials trusted (API key cache emptied and on)')
+      this.log[was === NOT_YET ? 'debug' : 'info'](
+        'credential changes heard again; remembered credentials trusted (API key cache emptied and on)',
+      )
     } else {
       this.keys.suspend()
-      if (was === undefined && !this.quiet()) this.log.warn(`not trusting remembered credentials: ${reason}; they are read from the database until this is resolved`)
+      if (was === undefined && !this.quiet())
+        this.log.warn(
+          `not trusting remembered credentials: ${reason}; they are read from the database until this is resolved`,
+        )
     }
   }
 }

@@ -1,8 +1,8 @@
 // What this instance knows was revoked, so that a JWT is checked against
 // revocation without a database read. Fed by the triggers of
 // sql/005_revocations.sql through src/auth/revocation/credential-changes.ts, and loaded
-// whole from the `revocations` table whenever the instance cannot know what it
-// missed.
+// whole from the `revocations` table whenever
+// the instance cannot know what it missed.
 //
 // Two rules cover every revocation:
 // - a session ended: every JWT naming it (`sid`) is void;
@@ -41,7 +41,10 @@ export class RevocationList {
     return this.sessions.has(sessionId) || this.revokesUser(userId, epoch)
   }
 
-  /** Whether credentials of `userId` held at `epoch` (a provider token's user, src/auth/oidc/identities.ts) have been revoked. */
+  /**
+   * Whether credentials of `userId` held at `epoch` (a provider token's
+   * user, src/auth/oidc/identities.ts) have been revoked.
+   */
   revokesUser(userId: number, epoch: number): boolean {
     const floor = this.epochs.get(userId)
     return floor !== undefined && epoch < floor.epoch

@@ -17,19 +17,27 @@ import { raiseCredentialEpoch, revokeSession, revokeSessionsOf } from './session
 /** The most recent sessions listed; a user with more live sessions than this sees the newest. */
 const MAX_LISTED = 200
 
-const Session = Type.Object({
-  id: Type.Integer({ minimum: 1 }),
-  created_at: Type.String({ format: 'date-time' }),
-  last_used_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], { description: 'the last login or refresh' }),
-  expires_at: Type.String({ format: 'date-time' }),
-  user_agent: Type.Union([Type.String(), Type.Null()]),
-  client_address: Type.Union([Type.String(), Type.Null()]),
-  current: Type.Boolean({ description: 'whether this is the session of the credential used for this request' }),
-}, { additionalProperties: false })
+const Session = Type.Object(
+  {
+    id: Type.Integer({ minimum: 1 }),
+    created_at: Type.String({ format: 'date-time' }),
+    last_used_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+      description: 'the last login or refresh',
+    }),
+    expires_at: Type.String({ format: 'date-time' }),
+    user_agent: Type.Union([Type.String(), Type.Null()]),
+    client_address: Type.Union([Type.String(), Type.Null()]),
+    current: Type.Boolean({ description: 'whether this is the session of the credential used for this request' }),
+  },
+  { additionalProperties: false },
+)
 
-const LogoutAllBody = Type.Object({
-  api_keys: Type.Optional(Type.Boolean({ description: 'also revoke every API key of the caller (default false)' })),
-}, { additionalProperties: false })
+const LogoutAllBody = Type.Object(
+  {
+    api_keys: Type.Optional(Type.Boolean({ description: 'also revoke every API key of the caller (default false)' })),
+  },
+  { additionalProperties: false },
+)
 
 /** Routes of this module: any login of the caller, never an API key. */
 const interactiveAccess = { kind: 'protected', scope: null, who: 'any', interactive: true } as const
@@ -43,7 +51,10 @@ interface SessionRow {
   client_address: string | null
 }
 
-/** The session of the calling credential; undefined for an API key (refused here anyway) or a provider token, which have none. */
+/**
+ * The session of the calling credential; undefined for an API key
+ * (refused here anyway) or a provider token, which have none.
+ */
 const sessionOf = (principal: UserPrincipal) => sessionOfCredential(principal.credential)
 
 function asUser(principal: Principal): UserPrincipal {
@@ -52,7 +63,11 @@ function asUser(principal: Principal): UserPrincipal {
 }
 
 /** Ends a session and answers 204 once this instance refuses its credentials (logout, DELETE /auth/sessions/{id}). */
-export async function endSession(services: Pick<AuthServices, 'sql' | 'credentialChanges'>, sessionId: number, origin: EventOrigin): Promise<Reply> {
+export async function endSession(
+  services: Pick<AuthServices, 'sql' | 'credentialChanges'>,
+  sessionId: number,
+  origin: EventOrigin,
+): Promise<Reply> {
   await revokeSession(services.sql, sessionId, origin)
   await services.credentialChanges.caughtUp()
   return { status: 204 }
@@ -64,8 +79,13 @@ export const sessionRoutes = [
     path: '/auth/sessions',
     operationId: 'listSessions',
     noStore: true,
-    summary: 'List the caller\'s live sessions, newest first',
-    responses: { 200: { description: `The caller's live sessions (at most ${MAX_LISTED}, newest first)`, schema: Type.Array(Session) } },
+    summary: "List the caller's live sessions, newest first",
+    responses: {
+      200: {
+        description: `The caller's live sessions (at most ${MAX_LISTED}, newest first)`,
+        schema: Type.Array(Session),
+      },
+    },
     access: interactiveAccess,
     async handle({ principal, services }) {
       const caller = asUser(principal)
@@ -83,13 +103,14 @@ export const sessionRoutes = [
     path: '/auth/sessions/{id}',
     operationId: 'endSession',
     noStore: true,
-    summary: 'End one of the caller\'s sessions: its refresh token, access tokens and JWTs stop at once',
+    summary: "End one of the caller's sessions: its refresh token, access tokens and JWTs stop at once",
     responses: { 204: { description: 'Ended' } },
     access: interactiveAccess,
     async handle({ params, principal, requestId, services }) {
       const caller = asUser(principal)
       // Another user's session is a 404 like one that does not exist: ids of other users' sessions do not leak.
-      const [owned] = await services.sql`SELECT 1 FROM sessions WHERE id = ${params.id!} AND user_id = ${caller.userId} AND revoked_at IS NULL`
+      const [owned] = await services.sql`SELECT 1 FROM sessions WHERE id
+          = ${params.id!} AND user_id = ${caller.userId} AND revoked_at IS NULL`
       if (!owned) throw notFound()
       return endSession(services, Number(params.id), originOf(principal, requestId))
     },
@@ -100,7 +121,9 @@ export const sessionRoutes = [
     path: '/auth/logout-all',
     operationId: 'logoutAll',
     noStore: true,
-    summary: 'End every session of the caller and every JWT issued to it so far; with {"api_keys": true}, revoke its API keys too',
+    summary:
+      'End every session of the caller and every JWT issued to it so far; with {"api_keys": true}, revoke its API ' +
+      'keys too',
     responses: { 204: { description: 'Every session ended (and every API key revoked, when asked)' } },
     access: interactiveAccess,
     body: { kind: 'json', validator: compileValidator(LogoutAllBody), optional: true },

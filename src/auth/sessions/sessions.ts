@@ -39,10 +39,17 @@ export interface SessionClient {
   address: string
 }
 
-/** What sessions use of a service: its settings, and its scopes (a refresh narrows a session's to what the role allows now). */
+/**
+ * What sessions use of a service: its settings, and its scopes
+ * (a refresh narrows a session's to what the role allows now).
+ */
 export type SessionDeps = Pick<AuthServices, 'config' | 'registry' | 'clock'>
 
-async function issuePair(tx: TransactionSql, { config, registry, clock }: SessionDeps, s: SessionUser): Promise<TokenResponse> {
+async function issuePair(
+  tx: TransactionSql,
+  { config, registry, clock }: SessionDeps,
+  s: SessionUser,
+): Promise<TokenResponse> {
   const scopes = [...registry.scopes.effective(s.role, s.scopes)].sort()
   const refresh = newSecret('refresh')
   await tx`INSERT INTO refresh_tokens (token_hash, session_id) VALUES (${hashSecret(refresh)}, ${s.session_id})`
@@ -52,16 +59,30 @@ async function issuePair(tx: TransactionSql, { config, registry, clock }: Sessio
     const now = Math.floor(clock.now() / 1000)
     access = signJwt(
       {
-        sub: String(s.user_id), iss: config.jwtIssuer, aud: config.jwtAudience, iat: now, exp: now + ttl, role: s.role, scope: scopes.join(' '),
-        sid: String(s.session_id), gen: s.credential_epoch,
+        sub: String(s.user_id),
+        iss: config.jwtIssuer,
+        aud: config.jwtAudience,
+        iat: now,
+        exp: now + ttl,
+        role: s.role,
+        scope: scopes.join(' '),
+        sid: String(s.session_id),
+        gen: s.credential_epoch,
       },
       config.jwtSecrets[0]!,
     )
   } else {
     access = newSecret('access')
-    await tx`INSERT INTO access_tokens (token_hash, session_id, expires_at) VALUES (${hashSecret(access)}, ${s.session_id}, now() + ${ttl} * interval '1 second')`
+    await tx`INSERT INTO access_tokens (token_hash, session_id, expires_at) VALUES
+      (${hashSecret(access)}, ${s.session_id}, now() + ${ttl} * interval '1 second')`
   }
-  return { access_token: access, token_type: 'Bearer', expires_in: ttl, refresh_token: refresh, scope: scopes.join(' ') }
+  return {
+    access_token: access,
+    token_type: 'Bearer',
+    expires_in: ttl,
+    refresh_token: refresh,
+    scope: scopes.join(' '),
+  }
 }
 
 /**
@@ -70,7 +91,13 @@ async function issuePair(tx: TransactionSql, { config, registry, clock }: Sessio
  * tokens of an older epoch would be void at once, so none are issued.
  */
 export async function openSession(
-  sql: Sql, deps: SessionDeps, user: { id: number; role: Role; credential_epoch: number }, scopes: string[], format: TokenFormat, client: SessionClient, requestId: string,
+  sql: Sql,
+  deps: SessionDeps,
+  user: { id: number; role: Role; credential_epoch: number },
+  scopes: string[],
+  format: TokenFormat,
+  client: SessionClient,
+  requestId: string,
 ): Promise<TokenResponse | undefined> {
   const [actorId, credential, request] = originValues({ actorId: user.id, credential: 'password', requestId })
   return sql.begin(async (tx) => {
@@ -83,10 +110,18 @@ export async function openSession(
         RETURNING *),
       event AS (
         INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
-        SELECT 'session.created', 'session', o.id, ${actorId}::bigint, ${credential}::text, ${request}::text, session_data(o) FROM opened o)
+        SELECT 'session.created', 'session',
+        o.id, ${actorId}::bigint, ${credential}::text, ${request}::text, session_data(o) FROM opened o)
       SELECT id FROM opened`
     if (!session) return undefined
-    return issuePair(tx, deps, { session_id: session.id, user_id: user.id, role: user.role, credential_epoch: user.credential_epoch, scopes, token_format: format })
+    return issuePair(tx, deps, {
+      session_id: session.id,
+      user_id: user.id,
+      role: user.role,
+      credential_epoch: user.credential_epoch,
+      scopes,
+      token_format: format,
+    })
   })
 }
 
@@ -96,7 +131,12 @@ export async function openSession(
  * conditional UPDATE makes rotation atomic: of two refreshes racing with one
  * token, exactly one finds it unused.
  */
-export async function rotate(sql: Sql, deps: SessionDeps, refreshToken: string, requestId: string): Promise<TokenResponse | 'reused' | undefined> {
+export async function rotate(
+  sql: Sql,
+  deps: SessionDeps,
+  refreshToken: string,
+  requestId: string,
+): Promise<TokenResponse | 'reused' | undefined> {
   const hash = hashSecret(refreshToken)
   return sql.begin(async (tx) => {
     const [live] = await tx<SessionUser[]>`
@@ -111,7 +151,9 @@ export async function rotate(sql: Sql, deps: SessionDeps, refreshToken: string, 
       return tokens
     }
     // Known but already used: the token was copied. End the session for everyone holding it.
-    const [reused] = await tx<Array<{ session_id: number }>>`SELECT session_id FROM refresh_tokens WHERE token_hash = ${hash} AND used_at IS NOT NULL`
+    const [reused] = await tx<
+      Array<{ session_id: number }>
+    >`SELECT session_id FROM refresh_tokens WHERE token_hash = ${hash} AND used_at IS NOT NULL`
     if (!reused) return undefined
     // Whoever presented it is unknown: the copy may be the thief's or the owner's.
     await revokeSession(tx, reused.session_id, { actorId: null, credential: 'refresh_token', requestId })
@@ -132,7 +174,12 @@ export async function revokeSession(db: Sql | TransactionSql, sessionId: number,
 }
 
 /** Ends every live session of a user but `except` (the caller's own, on a password change). */
-export async function revokeSessionsOf(db: Sql | TransactionSql, userId: number, origin: EventOrigin, except?: number): Promise<void> {
+export async function revokeSessionsOf(
+  db: Sql | TransactionSql,
+  userId: number,
+  origin: EventOrigin,
+  except?: number,
+): Promise<void> {
   await endSessions(db, db`user_id = ${userId} ${except === undefined ? db`` : db`AND id <> ${except}`}`, origin)
 }
 
@@ -145,7 +192,8 @@ async function endSessions(db: Sql | TransactionSql, which: ReturnType<Sql>, ori
     tokens AS (DELETE FROM access_tokens WHERE session_id IN (SELECT id FROM ended)),
     event AS (
       INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
-      SELECT 'session.revoked', 'session', e.id, ${actorId}::bigint, ${credential}::text, ${requestId}::text, session_data(e) FROM ended e ORDER BY e.id)
+      SELECT 'session.revoked', 'session',
+      e.id, ${actorId}::bigint, ${credential}::text, ${requestId}::text, session_data(e) FROM ended e ORDER BY e.id)
     SELECT count(*) FROM ended`
 }
 
@@ -155,8 +203,12 @@ export async function raiseCredentialEpoch(db: Sql | TransactionSql, userId: num
 }
 
 /** The session of a refresh token (used or not) and its user, for logout. */
-export async function sessionOfRefreshToken(db: Sql, refreshToken: string): Promise<{ sessionId: number; userId: number } | undefined> {
+export async function sessionOfRefreshToken(
+  db: Sql,
+  refreshToken: string,
+): Promise<{ sessionId: number; userId: number } | undefined> {
   const [row] = await db<Array<{ session_id: number; user_id: number }>>`
-    SELECT r.session_id, s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id WHERE r.token_hash = ${hashSecret(refreshToken)}`
+    SELECT r.session_id, s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id WHERE r.token_hash
+    = ${hashSecret(refreshToken)}`
   return row && { sessionId: row.session_id, userId: row.user_id }
 }

@@ -45,7 +45,8 @@ export function cursorKey(secret: Buffer): CursorKey {
     nonce: createHmac('sha256', secret).update('cursor nonce').digest(),
   }
 }
-const nonceOf = (keys: CursorKey, plaintext: Buffer) => createHmac('sha256', keys.nonce).update(plaintext).digest().subarray(0, NONCE_BYTES)
+const nonceOf = (keys: CursorKey, plaintext: Buffer) =>
+  createHmac('sha256', keys.nonce).update(plaintext).digest().subarray(0, NONCE_BYTES)
 
 /** Seals any plaintext as a cursor (for tests of what decodeCursor does with well-sealed nonsense). */
 export function sealCursor(plaintext: Buffer, key: CursorKey): string {
@@ -78,7 +79,10 @@ function open(bytes: Buffer, keys: CursorKey): Buffer | undefined {
   decipher.setAuthTag(bytes.subarray(bytes.length - TAG_BYTES))
   let plaintext: Buffer
   try {
-    plaintext = Buffer.concat([decipher.update(bytes.subarray(NONCE_BYTES, bytes.length - TAG_BYTES)), decipher.final()])
+    plaintext = Buffer.concat([
+      decipher.update(bytes.subarray(NONCE_BYTES, bytes.length - TAG_BYTES)),
+      decipher.final(),
+    ])
   } catch {
     return undefined
   }

@@ -99,7 +99,11 @@ function operandSchema(member: MemberType): TSchema {
       // Bounds as powers of two: TypeBox's compiled check writes them as
       // number literals, and 2^63 - 1 would round up to 2^63 and let it through.
       const bound = member.maximum <= INT4_MAX ? 2n ** 31n : 2n ** 63n
-      return Type.BigInt({ minimum: -bound, exclusiveMaximum: bound, description: `an integer from ${-bound} to ${bound - 1n}` })
+      return Type.BigInt({
+        minimum: -bound,
+        exclusiveMaximum: bound,
+        description: `an integer from ${-bound} to ${bound - 1n}`,
+      })
     }
     case 'timestamp':
       // The format checks the calendar (no 2024-02-30); the pattern keeps to the one spelling Date parses.
@@ -118,13 +122,30 @@ function operandSchema(member: MemberType): TSchema {
 export function defineCollection(declaration: CollectionDeclaration): Collection {
   checkIdentifiers(declaration)
   const properties: Record<string, TSchema> = {
-    ...(declaration.searchColumns.length ? { q: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'a search text of 1 to 200 characters' })) } : {}),
-    sort: Type.Optional(Type.String({ maxLength: 500, description: 'at most 500 characters: comma-separated members, each optionally prefixed by - for descending' })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_LIMIT, description: `an integer from 1 to ${MAX_LIMIT}` })),
-    offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_OFFSET, description: `an integer from 0 to ${MAX_OFFSET}` })),
+    ...(declaration.searchColumns.length
+      ? {
+          q: Type.Optional(
+            Type.String({ minLength: 1, maxLength: 200, description: 'a search text of 1 to 200 characters' }),
+          ),
+        }
+      : {}),
+    sort: Type.Optional(
+      Type.String({
+        maxLength: 500,
+        description: 'at most 500 characters: comma-separated members, each optionally prefixed by - for descending',
+      }),
+    ),
+    limit: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: MAX_LIMIT, description: `an integer from 1 to ${MAX_LIMIT}` }),
+    ),
+    offset: Type.Optional(
+      Type.Integer({ minimum: 0, maximum: MAX_OFFSET, description: `an integer from 0 to ${MAX_OFFSET}` }),
+    ),
     cursor: Type.Optional(Type.String({ maxLength: 8192, description: 'a cursor from a Link header' })),
     count: Type.Optional(Type.Boolean({ description: 'true or false' })),
-    fields: Type.Optional(Type.String({ maxLength: 500, description: 'at most 500 characters: comma-separated members to return' })),
+    fields: Type.Optional(
+      Type.String({ maxLength: 500, description: 'at most 500 characters: comma-separated members to return' }),
+    ),
   }
   const filterParameters = new Map<string, FilterParameter>()
   const filterable = { ...declaration.members, ...declaration.filterOnly }
@@ -132,21 +153,32 @@ export function defineCollection(declaration: CollectionDeclaration): Collection
     for (const op of ['eq', ...filterOperators] as const) {
       const param = op === 'eq' ? name : `${name}[${op}]`
       const operand = operandSchema(member)
-      properties[param] = Type.Optional(op === 'in' ? Type.Array(operand, { minItems: 1, maxItems: MAX_IN_VALUES, description: `at most ${MAX_IN_VALUES} comma-separated values` }) : operand)
+      properties[param] = Type.Optional(
+        op === 'in'
+          ? Type.Array(operand, {
+              minItems: 1,
+              maxItems: MAX_IN_VALUES,
+              description: `at most ${MAX_IN_VALUES} comma-separated values`,
+            })
+          : operand,
+      )
       filterParameters.set(param, { member: name, op, rank: filterParameters.size })
     }
   }
   // Rows are sent as selected (list-query.ts), so what can be filtered and
   // sorted must be part of the representation.
   for (const member of Object.keys(declaration.members)) {
-    if (!declaration.outputMembers.includes(member)) throw new Error(`collection ${declaration.path}: member "${member}" is not one of outputMembers`)
+    if (!declaration.outputMembers.includes(member))
+      throw new Error(`collection ${declaration.path}: member "${member}" is not one of outputMembers`)
   }
   const schema = Type.Object(properties, { additionalProperties: false })
   const wireForms = wireDecoders(properties)
   return {
     ...declaration,
     filterable,
-    queryValidator: compileValidator(schema, { fromWire: (query) => fromWire(query as Record<string, string>, wireForms) }) as Validator<ListQuery>,
+    queryValidator: compileValidator(schema, {
+      fromWire: (query) => fromWire(query as Record<string, string>, wireForms),
+    }) as Validator<ListQuery>,
     filterParameters,
   }
 }
@@ -195,8 +227,15 @@ const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
  * needs care to quote is a mistake in a declaration, not something to support.
  */
 function checkIdentifiers(declaration: CollectionDeclaration): void {
-  const names = [declaration.table, ...Object.keys(declaration.members), ...Object.keys(declaration.filterOnly ?? {}), ...declaration.searchColumns, ...declaration.outputMembers]
+  const names = [
+    declaration.table,
+    ...Object.keys(declaration.members),
+    ...Object.keys(declaration.filterOnly ?? {}),
+    ...declaration.searchColumns,
+    ...declaration.outputMembers,
+  ]
   for (const name of names) {
-    if (!IDENTIFIER.test(name)) throw new Error(`collection ${declaration.path}: "${name}" is not a plain SQL identifier`)
+    if (!IDENTIFIER.test(name))
+      throw new Error(`collection ${declaration.path}: "${name}" is not a plain SQL identifier`)
   }
 }

@@ -37,12 +37,14 @@ export interface ListContext {
 export async function listCollection(collection: Collection, query: ListQuery, ctx: ListContext): Promise<Reply> {
   const { sql, cursorKeys, config, listShapes } = ctx.services
   const filters = parseFilters(collection, query)
-  for (const [member, value] of Object.entries(ctx.fixedFilters ?? {})) filters.push({ member, op: 'eq', values: [value] })
+  for (const [member, value] of Object.entries(ctx.fixedFilters ?? {}))
+    filters.push({ member, op: 'eq', values: [value] })
   const sort = parseSort(collection, query.sort)
   const limit = query.limit ?? DEFAULT_LIMIT
   const { offset } = query
   const fields = parseFields(collection, query.fields)
-  if (offset !== undefined && query.cursor !== undefined) throw invalidParameter('offset', 'cannot be combined with cursor')
+  if (offset !== undefined && query.cursor !== undefined)
+    throw invalidParameter('offset', 'cannot be combined with cursor')
 
   const sortText = sort.map((k) => (k.descending ? '-' : '') + k.member).join(',')
   const wire = toWire(query)
@@ -62,7 +64,9 @@ export async function listCollection(collection: Collection, query: ListQuery, c
   const statements = listStatements(collection, { filters, q: query.q, sort, after, limit, offset }, listShapes)
   const { prepare } = statements
   const pageQuery = sql.unsafe(statements.page.text, statements.page.values, { prepare })
-  const countQuery = query.count ? sql.unsafe<[{ total: number }]>(statements.count.text, statements.count.values, { prepare }) : undefined
+  const countQuery = query.count
+    ? sql.unsafe<[{ total: number }]>(statements.count.text, statements.count.values, { prepare })
+    : undefined
   const [rows, counted] = await Promise.all([pageQuery, countQuery])
 
   const headers: Record<string, string> = {}
@@ -70,7 +74,10 @@ export async function listCollection(collection: Collection, query: ListQuery, c
   if (rows.length > limit) {
     rows.pop()
     const last = rows[rows.length - 1]!
-    const cursor = encodeCursor({ sort: sortText, filter: filterDigest, after: sort.map((k) => cursorValue(last[k.member])) }, cursorKeys[0]!)
+    const cursor = encodeCursor(
+      { sort: sortText, filter: filterDigest, after: sort.map((k) => cursorValue(last[k.member])) },
+      cursorKeys[0]!,
+    )
     headers.link = `<${nextUrl(`${config.apiPrefix}${collection.path}`, wire, cursor)}>; rel="next"`
   }
   // A row is the representation already (the SELECT list is outputMembers, in
@@ -83,7 +90,11 @@ function parseSort(collection: Collection, raw: string | undefined): SortKey[] {
   for (const part of (raw ?? 'id').split(',')) {
     const descending = part.startsWith('-')
     const member = descending ? part.slice(1) : part
-    if (!Object.hasOwn(collection.members, member)) throw invalidParameter('sort', `"${member}" is not a sortable member (sortable: ${Object.keys(collection.members).join(', ')})`)
+    if (!Object.hasOwn(collection.members, member))
+      throw invalidParameter(
+        'sort',
+        `"${member}" is not a sortable member (sortable: ${Object.keys(collection.members).join(', ')})`,
+      )
     if (keys.some((k) => k.member === member)) throw invalidParameter('sort', `"${member}" appears twice`)
     keys.push({ member, descending })
   }
@@ -96,7 +107,9 @@ function parseSort(collection: Collection, raw: string | undefined): SortKey[] {
 function parseFields(collection: Collection, raw: string | undefined): string[] | undefined {
   if (raw === undefined) return undefined
   const wanted = new Set(raw.split(','))
-  for (const f of wanted) if (!collection.outputMembers.includes(f)) throw invalidParameter('fields', `"${f}" is not a member (members: ${collection.outputMembers.join(', ')})`)
+  for (const f of wanted)
+    if (!collection.outputMembers.includes(f))
+      throw invalidParameter('fields', `"${f}" is not a member (members: ${collection.outputMembers.join(', ')})`)
   return collection.outputMembers.filter((m) => wanted.has(m))
 }
 
@@ -107,7 +120,11 @@ function parseFilters(collection: Collection, query: ListQuery): Filter[] {
     if (meaning) found.push([param, meaning])
   }
   if (found.length > 1) found.sort((a, b) => a[1].rank - b[1].rank)
-  if (found.length > MAX_FILTERS) throw invalidParameter(found[MAX_FILTERS]![0], `at most ${MAX_FILTERS} filter parameters may be combined in one request`)
+  if (found.length > MAX_FILTERS)
+    throw invalidParameter(
+      found[MAX_FILTERS]![0],
+      `at most ${MAX_FILTERS} filter parameters may be combined in one request`,
+    )
   return found.map(([param, { member, op }]) => {
     const operand = query[param] as Operand | Operand[]
     const type = collection.filterable[member]!
@@ -124,7 +141,10 @@ function sqlValue(member: MemberType, operand: Operand): Value {
   return member.type === 'timestamp' ? new Date(operand) : operand
 }
 
-/** The query as text again, for the cursor's digest and the next link (the same for the same selection, however it was spelled). */
+/**
+ * The query as text again, for the cursor's digest and the next link
+ * (the same for the same selection, however it was spelled).
+ */
 function toWire(query: ListQuery): Record<string, string> {
   const wire: Record<string, string> = {}
   for (const name in query) {

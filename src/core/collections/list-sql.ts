@@ -15,12 +15,21 @@ import type { Collection, FilterOperator, MemberType } from './declaration.js'
 // is ever part of it. That is what makes it fit for sql.unsafe.
 
 export type Value = string | number | Date
-export interface Filter { member: string; op: FilterOperator; values: Value[] }
-export interface SortKey { member: string; descending: boolean }
+export interface Filter {
+  member: string
+  op: FilterOperator
+  values: Value[]
+}
+export interface SortKey {
+  member: string
+  descending: boolean
+}
 
 /** A list request, parsed and typed. */
 export interface ListRequest {
-  /** In a fixed order for a given set of parameters (see FilterParameter.rank), else each order is a shape of its own. */
+  /**
+   * In a fixed order for a given set of parameters (see FilterParameter.rank), else each order is a shape of its own.
+   */
   filters: readonly Filter[]
   /** The search text, as sent. */
   q?: string | undefined
@@ -33,7 +42,10 @@ export interface ListRequest {
 }
 
 /** Text and values for postgres.js's `sql.unsafe(text, values, { prepare })`. */
-export interface Statement { text: string; values: Array<string | number | Date | Array<string | number>> }
+export interface Statement {
+  text: string
+  values: Array<string | number | Date | Array<string | number>>
+}
 
 export interface ListStatements {
   page: Statement
@@ -62,7 +74,12 @@ export function listStatements(collection: Collection, request: ListRequest, sha
 
 // ------------------------------------------------------------ compiled texts
 
-interface Compiled { page: string; count: string; uses: number; prepare: boolean }
+interface Compiled {
+  page: string
+  count: string
+  uses: number
+  prepare: boolean
+}
 
 /**
  * Compiled texts per collection, by shape. The declaration allows far more
@@ -101,7 +118,12 @@ export class ListShapes {
     } else {
       compiled = { ...compile(collection, request), uses: 0, prepare: prepared.has(key) }
     }
-    if (++compiled.uses >= PREPARE_AFTER_USES && this.prepare && !compiled.prepare && prepared.size < MAX_PREPARED_SHAPES) {
+    if (
+      ++compiled.uses >= PREPARE_AFTER_USES &&
+      this.prepare &&
+      !compiled.prepare &&
+      prepared.size < MAX_PREPARED_SHAPES
+    ) {
       prepared.add(key)
       compiled.prepare = true
     }
@@ -121,7 +143,11 @@ export class ListShapes {
 
   private entry(collection: Collection) {
     let entry = this.byTable.get(collection.table)
-    if (!entry) this.byTable.set(collection.table, (entry = { shapes: new BoundedMap(MAX_SHAPES_PER_COLLECTION), prepared: new Set() }))
+    if (!entry)
+      this.byTable.set(
+        collection.table,
+        (entry = { shapes: new BoundedMap(MAX_SHAPES_PER_COLLECTION), prepared: new Set() }),
+      )
     return entry
   }
 }
@@ -135,9 +161,25 @@ function shapeKey(r: ListRequest): string {
   return key + (r.after ? '|after' : '|') + (r.offset ? '|offset' : '|')
 }
 
-const COMPARISON: Record<Exclude<FilterOperator, 'in'>, string> = { eq: '=', ne: '<>', gt: '>', gte: '>=', lt: '<', lte: '<=' }
-/** The element type of an IN list's array parameter. Integers as int8 also suit an int4 column (stock): int4 = int8 is in the same btree operator family, so the (member, id) index still serves it. */
-const ARRAY_TYPE: Record<MemberType['type'], string> = { integer: 'int8[]', text: 'text[]', email: 'text[]', enum: 'text[]', timestamp: 'timestamptz[]' }
+const COMPARISON: Record<Exclude<FilterOperator, 'in'>, string> = {
+  eq: '=',
+  ne: '<>',
+  gt: '>',
+  gte: '>=',
+  lt: '<',
+  lte: '<=',
+}
+/**
+ * The element type of an IN list's array parameter. Integers as int8 also suit an int4 column (stock): int4 = int8 is
+ * in the same btree operator family, so the (member, id) index still serves it.
+ */
+const ARRAY_TYPE: Record<MemberType['type'], string> = {
+  integer: 'int8[]',
+  text: 'text[]',
+  email: 'text[]',
+  enum: 'text[]',
+  timestamp: 'timestamptz[]',
+}
 
 function compile(collection: Collection, r: ListRequest): { page: string; count: string } {
   let n = 0
@@ -146,7 +188,9 @@ function compile(collection: Collection, r: ListRequest): { page: string; count:
     const member = collection.filterable[f.member]!
     const column = isCaseless(member, f.op) ? `lower(${quote(f.member)})` : quote(f.member)
     // PostgreSQL itself turns `IN (a, b, c)` into `= ANY('{a,b,c}')`.
-    conditions.push(f.op === 'in' ? `${column} = ANY($${++n}::${ARRAY_TYPE[member.type]})` : `${column} ${COMPARISON[f.op]} $${++n}`)
+    conditions.push(
+      f.op === 'in' ? `${column} = ANY($${++n}::${ARRAY_TYPE[member.type]})` : `${column} ${COMPARISON[f.op]} $${++n}`,
+    )
   }
   if (r.q !== undefined) {
     const pattern = `$${++n}`
@@ -161,7 +205,9 @@ function compile(collection: Collection, r: ListRequest): { page: string; count:
   }
   const columns = collection.outputMembers.map(quote).join(', ')
   const order = r.sort.map((k) => `${quote(k.member)} ${k.descending ? 'DESC' : 'ASC'}`).join(', ')
-  const page = `SELECT ${columns} FROM ${table}${where(conditions)} ORDER BY ${order} LIMIT $${++n}${r.offset ? ` OFFSET $${++n}` : ''}`
+  const page =
+    `SELECT ${columns} ` +
+    `FROM ${table}${where(conditions)} ORDER BY ${order} LIMIT $${++n}${r.offset ? ` OFFSET $${++n}` : ''}`
   return { page, count }
 }
 
@@ -187,11 +233,11 @@ function keysetCondition(sort: readonly SortKey[], first: number): string {
 
 const where = (conditions: string[]) => (conditions.length ? ` WHERE ${conditions.join(' AND ')}` : '')
 
-
 // -------------------------------------------------------------------- values
 
 /** E-mail equality ignores case and is served by the unique lower(email) index. */
-const isCaseless = (member: MemberType, op: FilterOperator) => member.type === 'email' && (op === 'eq' || op === 'ne' || op === 'in')
+const isCaseless = (member: MemberType, op: FilterOperator) =>
+  member.type === 'email' && (op === 'eq' || op === 'ne' || op === 'in')
 
 function filterValue(collection: Collection, f: Filter): Statement['values'][number] {
   const caseless = isCaseless(collection.filterable[f.member]!, f.op)

@@ -51,7 +51,11 @@ export class DatabaseBusy extends Error {
     readonly reason: 'refused' | 'overdue',
     readonly deadlineMs: number,
   ) {
-    super(reason === 'refused' ? 'database admission refused the work: the database is not keeping up' : `the work passed its deadline of ${deadlineMs} ms`)
+    super(
+      reason === 'refused'
+        ? 'database admission refused the work: the database is not keeping up'
+        : `the work passed its deadline of ${deadlineMs} ms`,
+    )
     this.name = 'DatabaseBusy'
   }
 }

@@ -24,13 +24,20 @@ export const defaultBatchLimits: BatchLimits = { batchSize: 1000, maxBatches: 10
  * `where` selects, a batch at a time, until a batch comes back short, the
  * limit of batches is reached or `signal` aborts; returns how many.
  */
-export async function deleteInBatches(sql: Sql, table: string, where: PendingQuery<Row[]>, limits: Partial<BatchLimits> = {}, signal?: AbortSignal): Promise<number> {
+export async function deleteInBatches(
+  sql: Sql,
+  table: string,
+  where: PendingQuery<Row[]>,
+  limits: Partial<BatchLimits> = {},
+  signal?: AbortSignal,
+): Promise<number> {
   const { batchSize, maxBatches, pauseMs } = { ...defaultBatchLimits, ...limits }
   let deleted = 0
   for (let batch = 0; batch < maxBatches && !signal?.aborted; batch++) {
     if (batch > 0 && pauseMs > 0) await sleep(pauseMs, undefined, { signal }).catch(() => {})
     const { count } = await sql`
-      DELETE FROM ${sql(table)} WHERE ctid IN (SELECT ctid FROM ${sql(table)} WHERE ${where} LIMIT ${batchSize} FOR UPDATE SKIP LOCKED)`
+      DELETE FROM ${sql(table)} WHERE ctid IN (SELECT ctid
+        FROM ${sql(table)} WHERE ${where} LIMIT ${batchSize} FOR UPDATE SKIP LOCKED)`
     deleted += count
     if (count < batchSize) break
   }

@@ -17,7 +17,10 @@ export class DatabaseComponent implements Component {
     private readonly maintenanceSql: Sql,
   ) {}
 
-  /** The pool's first connection: the first request does not pay for connecting, and a database that cannot be reached fails start-up. */
+  /**
+   * The pool's first connection: the first request does not pay for connecting, and a database that cannot be reached
+   * fails start-up.
+   */
   async start(): Promise<void> {
     await this.sql`SELECT 1`
   }

@@ -9,9 +9,20 @@
 // is also what the patched postgres.js gives a statement of a transaction
 // whose connection died (src/driver-patch/postgres.mjs).
 const connectionCodes: ReadonlySet<string> = new Set([
-  'CONNECT_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED',
-  'ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EPIPE',
-  'EHOSTUNREACH', 'ENETUNREACH', 'ENOENT',
+  'CONNECT_TIMEOUT',
+  'CONNECTION_CLOSED',
+  'CONNECTION_DESTROYED',
+  'CONNECTION_ENDED',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOENT',
 ])
 
 /**
@@ -36,8 +47,15 @@ export function classifyDatabaseError(err: unknown): DatabaseFailure | undefined
   // 55000 from the server's start-up of a session (CheckMyDatabase): the
   // database refuses new connections (ALLOW_CONNECTIONS false, as during a
   // maintenance or a restore); elsewhere 55000 is an object's state, no outage.
-  if (connectionCodes.has(code) || code.startsWith('08') || code.startsWith('53') || /^57P0[1-3]$/.test(code) || code === '57014' || code === '25P03' ||
-    (code === '55000' && routine === 'CheckMyDatabase')) {
+  if (
+    connectionCodes.has(code) ||
+    code.startsWith('08') ||
+    code.startsWith('53') ||
+    /^57P0[1-3]$/.test(code) ||
+    code === '57014' ||
+    code === '25P03' ||
+    (code === '55000' && routine === 'CheckMyDatabase')
+  ) {
     return 'unavailable'
   }
   // PostgreSQL broke a deadlock, or a serialization conflict, by aborting this transaction.

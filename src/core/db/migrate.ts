@@ -29,7 +29,8 @@ export async function loadMigrations(dir: URL = SQL_DIR): Promise<MigrationFile[
     if (!m) throw new MigrationError(`sql/${name}: migration files are named NNN_words.sql`)
     const text = await readFile(new URL(name, dir), 'utf8')
     const version = Number(m[1])
-    if (files.some((f) => f.version === version)) throw new MigrationError(`sql/${name}: version ${version} is used twice`)
+    if (files.some((f) => f.version === version))
+      throw new MigrationError(`sql/${name}: version ${version} is used twice`)
     files.push({ version, name, text, checksum: createHash('sha256').update(text).digest('hex') })
   }
   return files
@@ -49,24 +50,41 @@ export async function migrate(sql: Sql, dir?: URL): Promise<string[]> {
   return sql.begin(async (tx) => {
     await tx`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`
     // Looked up, not CREATE TABLE IF NOT EXISTS: that needs CREATE on the schema even when the table is there.
-    const [{ role, exists }] = await tx<[{ role: string; exists: boolean }]>`SELECT current_user AS role, to_regclass('schema_migrations') IS NOT NULL AS exists`
+    const [{ role, exists }] = await tx<
+      [{ role: string; exists: boolean }]
+    >`SELECT current_user AS role, to_regclass('schema_migrations') IS NOT NULL AS exists`
     let pending = files
     /** A refusal of the role's becomes what to do about it; any other error stays as it is. */
-    const refused = (explain: (reason: string) => string) => (err: unknown): never => {
-      if ((err as { code?: string }).code !== INSUFFICIENT_PRIVILEGE) throw err
-      throw new MigrationError(explain((err as Error).message))
-    }
+    const refused =
+      (explain: (reason: string) => string) =>
+      (err: unknown): never => {
+        if ((err as { code?: string }).code !== INSUFFICIENT_PRIVILEGE) throw err
+        throw new MigrationError(explain((err as Error).message))
+      }
     const cannotChange = refused((reason) => cannotMigrate(role, pending, reason))
     if (exists) {
       const applied = new Map<number, { name: string; checksum: string }>()
-      const rows = await tx<Array<{ version: number; name: string; checksum: string }>>`SELECT version, name, checksum FROM schema_migrations`
-        .catch(refused((reason) => `Role "${role}" may not read schema_migrations (${reason}): grant it what deploy/postgres/runtime-role.psql grants, or connect as the schema's owner.`))
+      const rows = await tx<
+        Array<{ version: number; name: string; checksum: string }>
+      >`SELECT version, name, checksum FROM schema_migrations`.catch(
+        refused(
+          (reason) =>
+            `Role "${role}" may not read schema_migrations ` +
+            `(${reason}): grant it what deploy/postgres/runtime-role.psql grants, or connect as the schema's owner.`,
+        ),
+      )
       for (const row of rows) applied.set(row.version, row)
       for (const [version, row] of applied) {
         const file = files.find((f) => f.version === version)
-        if (!file) throw new MigrationError(`The database has migration ${row.name}, which is not in sql/: is this an older build?`)
+        if (!file)
+          throw new MigrationError(
+            `The database has migration ${row.name}, which is not in sql/: is this an older build?`,
+          )
         if (file.checksum !== row.checksum) {
-          throw new MigrationError(`sql/${file.name} was edited after it was applied (checksum differs). Restore it and put the change in a new numbered file.`)
+          throw new MigrationError(
+            `sql/${file.name} was edited after it was applied (checksum differs). Restore it and put the change in a ` +
+              `new numbered file.`,
+          )
         }
       }
       pending = files.filter((f) => !applied.has(f.version))
@@ -82,7 +100,8 @@ export async function migrate(sql: Sql, dir?: URL): Promise<string[]> {
     for (const file of pending) {
       // Our own files, never client input: the one place unsafe() is right.
       await tx.unsafe(file.text).catch(cannotChange)
-      await tx`INSERT INTO schema_migrations (version, name, checksum) VALUES (${file.version}, ${file.name}, ${file.checksum})`
+      await tx`INSERT INTO schema_migrations (version, name, checksum) VALUES
+        (${file.version}, ${file.name}, ${file.checksum})`
     }
     return pending.map((f) => f.name)
   })
@@ -91,8 +110,15 @@ export async function migrate(sql: Sql, dir?: URL): Promise<string[]> {
 /** Why a role that may not change the schema cannot start the service, and what to do. */
 function cannotMigrate(role: string, pending: MigrationFile[], reason: string): string {
   const [first] = pending
-  const which = !first ? 'schema_migrations is missing' : pending.length > 1 ? `sql/${first.name} and ${pending.length - 1} more are pending` : `sql/${first.name} is pending`
-  return `${which}, and role "${role}" may not change the schema (${reason}). ` +
-    'Set DATABASE_MIGRATION_URL to a connection as the schema\'s owner (migrations run there, the service as DATABASE_URL\'s role), ' +
+  const which = !first
+    ? 'schema_migrations is missing'
+    : pending.length > 1
+      ? `sql/${first.name} and ${pending.length - 1} more are pending`
+      : `sql/${first.name} is pending`
+  return (
+    `${which}, and role "${role}" may not change the schema (${reason}). ` +
+    "Set DATABASE_MIGRATION_URL to a connection as the schema's owner (migrations run there, the service as " +
+    "DATABASE_URL's role), " +
     'or run `node dist/main.js migrate` once with it set.'
+  )
 }

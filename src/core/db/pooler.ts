@@ -59,7 +59,9 @@ interface Probe {
 export async function probe(url: string): Promise<Probe> {
   const sql = connect(url, { max: 1, statementTimeoutMs: 0, pooled: true })
   try {
-    const query = sql<[{ pid: number; user: string; database: string; statement_timeout: number; idle_timeout: number }]>`
+    const query = sql<
+      [{ pid: number; user: string; database: string; statement_timeout: number; idle_timeout: number }]
+    >`
       SELECT pg_backend_pid() AS pid, current_user AS user, current_database() AS database,
         (SELECT setting::int FROM pg_settings WHERE name = 'statement_timeout') AS statement_timeout,
         (SELECT setting::int FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout') AS idle_timeout`
@@ -92,34 +94,55 @@ export async function resolvePooler(config: PoolerSettings): Promise<ResolvedPoo
   const { databaseUrl, databaseListenUrl, databasePooler: setting, statementTimeoutMs } = config
   // Nothing to find out, nothing to compare.
   if (setting === 'none' && !databaseListenUrl) return setting
-  const [main, listen] = await Promise.all([probe(databaseUrl), databaseListenUrl ? probe(databaseListenUrl) : undefined])
+  const [main, listen] = await Promise.all([
+    probe(databaseUrl),
+    databaseListenUrl ? probe(databaseListenUrl) : undefined,
+  ])
   const pooler: ResolvedPooler = setting === 'auto' ? (main.pooled ? 'transaction' : 'none') : setting
   if (listen) {
     if (setting === 'auto' && listen.pooled) {
-      throw new ConfigError('DATABASE_LISTEN_URL: must reach PostgreSQL directly, not through a connection pooler (the process id it announces is not its session\'s); LISTEN/NOTIFY and migrations need a session of their own')
+      throw new ConfigError(
+        'DATABASE_LISTEN_URL: must reach PostgreSQL directly, not through a connection pooler (the process id it ' +
+          "announces is not its session's); LISTEN/NOTIFY and migrations need a session of their own",
+      )
     }
     if (listen.database !== main.database) {
-      throw new ConfigError(`DATABASE_LISTEN_URL: reaches database "${listen.database}", where DATABASE_URL reaches "${main.database}"; both must name the same database`)
+      throw new ConfigError(
+        `DATABASE_LISTEN_URL: reaches database ` +
+          `"${listen.database}", where DATABASE_URL reaches "${main.database}"; both must name the same database`,
+      )
     }
   }
   if (pooler === 'none') return pooler
   if (!databaseListenUrl) {
     throw new ConfigError(
-      'DATABASE_URL goes through a connection pooler (the process id it announces is not its session\'s, as with PgBouncer), where LISTEN/NOTIFY and ' +
-        'migrations do not work: set DATABASE_LISTEN_URL to a direct connection to the same database; or DATABASE_POOLER=none if DATABASE_URL reaches PostgreSQL without a pooler',
+      "DATABASE_URL goes through a connection pooler (the process id it announces is not its session's, as with " +
+        'PgBouncer), where LISTEN/NOTIFY and ' +
+        'migrations do not work: set DATABASE_LISTEN_URL to a direct connection to the same database; or ' +
+        'DATABASE_POOLER=none if DATABASE_URL reaches PostgreSQL without a pooler',
     )
   }
   const limit = `${statementTimeoutMs} ms (STATEMENT_TIMEOUT)`
-  const wrong = ([
-    ['statement_timeout', main.statementTimeoutMs],
-    ['idle_in_transaction_session_timeout', main.idleInTransactionTimeoutMs],
-  ] as const).filter(([, ms]) => ms === 0 || ms > statementTimeoutMs)
+  const wrong = (
+    [
+      ['statement_timeout', main.statementTimeoutMs],
+      ['idle_in_transaction_session_timeout', main.idleInTransactionTimeoutMs],
+    ] as const
+  ).filter(([, ms]) => ms === 0 || ms > statementTimeoutMs)
   if (wrong.length) {
     const found = wrong.map(([name, ms]) => `${name} is ${ms === 0 ? 'off' : `${ms} ms`}`).join(' and ')
-    const fix = wrong.map(([name]) => `ALTER ROLE ${quote(main.user)} IN DATABASE ${quote(main.database)} SET ${name} = '${statementTimeoutMs}ms';`).join(' ')
+    const fix = wrong
+      .map(
+        ([name]) =>
+          `ALTER ROLE ${quote(main.user)} IN DATABASE ${quote(main.database)} SET ${name} = '${statementTimeoutMs}ms';`,
+      )
+      .join(' ')
     throw new ConfigError(
-      `DATABASE_URL goes through a transaction pooler, which cannot pass the time-outs on per connection, and on its server connections ${found}, where at most ${limit} is wanted. ` +
-        `Set them for the role (${fix}) or in the pooler (PgBouncer: connect_query), then have it open new server connections (PgBouncer: RECONNECT, or a restart)`,
+      `DATABASE_URL goes through a transaction pooler, which cannot pass the time-outs on per connection, and on its ` +
+        `server connections ${found}, where at most ${limit} is wanted. ` +
+        `Set them for the role ` +
+        `(${fix}) or in the pooler (PgBouncer: connect_query), then have it open new server connections (PgBouncer: ` +
+        `RECONNECT, or a restart)`,
     )
   }
   return pooler

@@ -22,7 +22,8 @@ export function databaseTarget(sql: Sql): DatabaseTarget {
 }
 
 /** Where `url` leads; nothing is opened. */
-export const urlTarget = (url: string): DatabaseTarget => databaseTarget(connect(url, { max: 1, statementTimeoutMs: 0 }))
+export const urlTarget = (url: string): DatabaseTarget =>
+  databaseTarget(connect(url, { max: 1, statementTimeoutMs: 0 }))
 
 export function describeTarget({ host, port, database, user }: DatabaseTarget): string {
   const where = host.startsWith('/') ? `the Unix socket ${host}/.s.PGSQL.${port}` : `${host}:${port}`
@@ -31,7 +32,11 @@ export function describeTarget({ host, port, database, user }: DatabaseTarget): 
 
 /** A session could not be opened on `url` (kept to tell which setting named it; never shown). */
 export class DatabaseUnreachable extends Error {
-  constructor(readonly url: string, readonly target: DatabaseTarget, readonly reason: string) {
+  constructor(
+    readonly url: string,
+    readonly target: DatabaseTarget,
+    readonly reason: string,
+  ) {
     super(`cannot connect to ${describeTarget(target)}: ${reason}`)
   }
 }
@@ -61,10 +66,21 @@ export function unreachable(url: string, sql: Sql, err: unknown): unknown {
   if (!(err instanceof Error)) return err
   const { code } = err as Error & { code?: string }
   if (code === undefined) return err
-  const reason = networkReasons[code] ??
+  const reason =
+    networkReasons[code] ??
     // 28: invalid authorization (a wrong password, no such role, pg_hba.conf); 3D000: no such database.
-    (code.startsWith('28') || code === '3D000' || code.startsWith('08') || code.startsWith('57P0') || code.startsWith('53') ? err.message : undefined) ??
-    (code === 'SASL_SIGNATURE_MISMATCH' ? 'the server did not prove it knows the password (SCRAM signature mismatch)' : undefined) ??
-    (classifyDatabaseError(err) === 'unavailable' && code !== '57014' && code !== '25P03' ? `${err.message} (${code})` : undefined)
+    (code.startsWith('28') ||
+    code === '3D000' ||
+    code.startsWith('08') ||
+    code.startsWith('57P0') ||
+    code.startsWith('53')
+      ? err.message
+      : undefined) ??
+    (code === 'SASL_SIGNATURE_MISMATCH'
+      ? 'the server did not prove it knows the password (SCRAM signature mismatch)'
+      : undefined) ??
+    (classifyDatabaseError(err) === 'unavailable' && code !== '57014' && code !== '25P03'
+      ? `${err.message} (${code})`
+      : undefined)
   return reason === undefined ? err : new DatabaseUnreachable(url, databaseTarget(sql), reason)
 }

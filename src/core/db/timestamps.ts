@@ -1,8 +1,8 @@
 // Timestamps travel as the API writes them, RFC 3339 in UTC with
 // milliseconds ("2026-11-22T10:15:30.120Z"), from the driver to the socket:
 // no Date is made for a row only to be turned back into text (two Date
-// conversions per timestamp are a large part of what a page costs;
-// bench/README.md).
+// conversions per timestamp are a large part
+// of what a page costs; bench/README.md).
 //
 // The pool's sessions run with TimeZone=UTC and DateStyle=ISO (connect.ts),
 // so PostgreSQL writes a timestamptz as "2026-11-22 10:15:30.12+00": trailing
@@ -26,4 +26,5 @@ function slowIso(text: string): string {
 }
 
 /** A timestamp parameter: a Date or anything Date reads, sent as ISO text. */
-export const timestampParameter = (value: Date | string | number): string => (value instanceof Date ? value : new Date(value)).toISOString()
+export const timestampParameter = (value: Date | string | number): string =>
+  (value instanceof Date ? value : new Date(value)).toISOString()

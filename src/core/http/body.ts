@@ -35,7 +35,11 @@ export function checkContentType(req: IncomingMessage, kind: BodyKind): void {
  */
 export async function readJsonBody(req: IncomingMessage, limit: number): Promise<unknown> {
   const tooLarge = (close: boolean) =>
-    new HttpError('payload_too_large', `The body must not exceed ${limit} bytes.`, close ? { headers: { connection: 'close' } } : {})
+    new HttpError(
+      'payload_too_large',
+      `The body must not exceed ${limit} bytes.`,
+      close ? { headers: { connection: 'close' } } : {},
+    )
   const declared = req.headers['content-length']
   if (declared !== undefined && Number(declared) > limit) throw tooLarge(Number(declared) > 2 * limit)
 
@@ -52,7 +56,12 @@ export async function readJsonBody(req: IncomingMessage, limit: number): Promise
     }
     const onEnd = () => (cleanup(), resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)))
     // An aborted upload: nobody is left to read an answer, but the pipeline still logs one.
-    const onError = () => (cleanup(), reject(new HttpError('invalid_request', 'The request body could not be read.', { headers: { connection: 'close' } })))
+    const onError = () => (
+      cleanup(),
+      reject(
+        new HttpError('invalid_request', 'The request body could not be read.', { headers: { connection: 'close' } }),
+      )
+    )
     const cleanup = () => {
       req.off('data', onData)
       req.off('end', onEnd)
@@ -73,7 +82,8 @@ export async function readJsonBody(req: IncomingMessage, limit: number): Promise
   try {
     return parseStrictJson(text)
   } catch (err) {
-    if (err instanceof JsonSyntaxError) throw new HttpError('malformed_json', `The body is not valid JSON: ${err.message}.`)
+    if (err instanceof JsonSyntaxError)
+      throw new HttpError('malformed_json', `The body is not valid JSON: ${err.message}.`)
     throw err
   }
 }

@@ -28,10 +28,13 @@ export function clientAddress(req: IncomingMessage, trust: TrustProxy): string {
   const peer = normalize(req.socket.remoteAddress ?? '') ?? ''
   if (trust === 0) return peer
   const header = req.headers['x-forwarded-for']
-  const forwarded = (Array.isArray(header) ? header.join(',') : header ?? '').split(',')
+  const forwarded = (Array.isArray(header) ? header.join(',') : (header ?? '')).split(',')
   if (typeof trust === 'number') {
     const entry = forwarded.length - trust
-    return (entry >= 0 && forwarded.slice(entry).every((e) => normalize(e) !== undefined) && normalize(forwarded[entry]!)) || peer
+    return (
+      (entry >= 0 && forwarded.slice(entry).every((e) => normalize(e) !== undefined) && normalize(forwarded[entry]!)) ||
+      peer
+    )
   }
   let address = peer
   for (let i = forwarded.length - 1; i >= 0 && trust.has(address); i--) {
@@ -53,7 +56,10 @@ export function clientAddress(req: IncomingMessage, trust: TrustProxy): string {
 export class UntrustedForwardingNotice {
   private pending: boolean
 
-  constructor(trust: TrustProxy, private readonly warn: (message: string, fields: Record<string, unknown>) => void) {
+  constructor(
+    trust: TrustProxy,
+    private readonly warn: (message: string, fields: Record<string, unknown>) => void,
+  ) {
     this.pending = trust === 0
   }
 
@@ -61,7 +67,9 @@ export class UntrustedForwardingNotice {
     if (!this.pending || req.headers['x-forwarded-for'] === undefined) return
     this.pending = false
     this.warn('X-Forwarded-For is ignored: TRUST_PROXY is 0', {
-      hint: 'behind a proxy, every client counts as the proxy\'s address for rate limits, login throttling and logs; set TRUST_PROXY to the proxy hops (or addresses) in front of the service',
+      hint:
+        "behind a proxy, every client counts as the proxy's address for rate limits, login throttling and logs; " +
+        'set TRUST_PROXY to the proxy hops (or addresses) in front of the service',
       peer: normalize(req.socket.remoteAddress ?? '') ?? null,
     })
   }
@@ -93,5 +101,8 @@ export function addressBucket(address: string): string {
   const left = head ? head.split(':') : []
   const right = tail ? tail.split(':') : []
   const groups = address.includes('::') ? [...left, ...Array(8 - left.length - right.length).fill('0'), ...right] : left
-  return `address ${groups.slice(0, 4).map((g) => g.toLowerCase().replace(/^0+(?=.)/, '')).join(':')}::/64`
+  return `address ${groups
+    .slice(0, 4)
+    .map((g) => g.toLowerCase().replace(/^0+(?=.)/, ''))
+    .join(':')}::/64`
 }

@@ -6,7 +6,10 @@ import { HttpError } from './problem.js'
 export const etagFor = (version: number | string) => `"v${version}"`
 
 function listTags(header: string): string[] {
-  return header.split(',').map((t) => t.trim()).filter(Boolean)
+  return header
+    .split(',')
+    .map((t) => t.trim())
+    .filter(Boolean)
 }
 
 /** If-None-Match uses the weak comparison: `W/"v1"` matches `"v1"`. */
@@ -23,7 +26,11 @@ export function etagMatches(ifNoneMatch: string | undefined, etag: string | unde
 export function checkIfMatch(ifMatch: string | undefined, currentVersion: number): void {
   const versions = ifMatchVersions(ifMatch)
   if (versions === undefined || versions.includes(currentVersion)) return
-  throw new HttpError('precondition_failed', 'The resource has changed since it was read (If-Match does not match its ETag).', { headers: { etag: etagFor(currentVersion) } })
+  throw new HttpError(
+    'precondition_failed',
+    'The resource has changed since it was read (If-Match does not match its ETag).',
+    { headers: { etag: etagFor(currentVersion) } },
+  )
 }
 
 /**

@@ -5,15 +5,22 @@
 // answer while CORS is on, so a shared cache never hands one origin's answer
 // to another.
 
-const ALLOWED_REQUEST_HEADERS = 'authorization, content-type, idempotency-key, if-match, if-none-match, x-api-key, x-request-id'
-const EXPOSED_HEADERS = 'etag, link, location, retry-after, x-request-id, x-total-count, idempotent-replayed, ratelimit-limit, ratelimit-remaining, ratelimit-reset'
+const ALLOWED_REQUEST_HEADERS =
+  'authorization, content-type, idempotency-key, if-match, if-none-match, x-api-key, x-request-id'
+const EXPOSED_HEADERS =
+  'etag, link, location, retry-after, x-request-id, x-total-count, idempotent-replayed, ratelimit-limit, ' +
+  'ratelimit-remaining, ratelimit-reset'
 const PREFLIGHT_MAX_AGE = '600'
 
 export interface CorsPolicy {
   origins: ReadonlySet<string>
 }
 
-export function corsHeaders(policy: CorsPolicy, origin: string | undefined, preflightAllow?: string): Record<string, string> {
+export function corsHeaders(
+  policy: CorsPolicy,
+  origin: string | undefined,
+  preflightAllow?: string,
+): Record<string, string> {
   if (policy.origins.size === 0) return {}
   const headers: Record<string, string> = { vary: 'Origin' }
   if (origin === undefined) return headers

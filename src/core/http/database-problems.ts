@@ -5,13 +5,18 @@ import { HttpError } from './problem.js'
 // The database layer's errors as problems: every one is a 503
 // database_unavailable, and Retry-After says when a retry may succeed.
 
-const unavailable = (detail: string, retryAfter: string) => new HttpError('database_unavailable', detail, { headers: { 'retry-after': retryAfter } })
+const unavailable = (detail: string, retryAfter: string) =>
+  new HttpError('database_unavailable', detail, { headers: { 'retry-after': retryAfter } })
 
 /** The answer to work database admission refused or gave up on. */
 export function busyProblem(err: DatabaseBusy): HttpError {
   return err.reason === 'refused'
     ? unavailable('The database is not keeping up with the requests waiting for it; retry shortly.', '1')
-    : unavailable(`The request could not be completed within ${err.deadlineMs / 1000} s: the database is not answering; retry shortly.`, '5')
+    : unavailable(
+        `The request could not be completed ` +
+          `within ${err.deadlineMs / 1000} s: the database is not answering; retry shortly.`,
+        '5',
+      )
 }
 
 /** The answer to an error of the database itself (classifyDatabaseError); undefined for any other error. */

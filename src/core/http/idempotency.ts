@@ -46,7 +46,13 @@ const fingerprintKey = (secret: Buffer) => createHmac('sha256', secret).update('
  * authenticated caller (`user 42`), or `address <client address>` for an
  * anonymous one.
  */
-export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<unknown, unknown>, path: string, caller: string, services: CoreServices): Promise<Reply> {
+export async function handleIdempotently(
+  route: AnyRoute,
+  ctx: HandlerContext<unknown, unknown>,
+  path: string,
+  caller: string,
+  services: CoreServices,
+): Promise<Reply> {
   const header = ctx.headers['idempotency-key']
   if (header === undefined) return route.handle(ctx)
   if (typeof header !== 'string' || !KEY.test(header)) {
@@ -59,9 +65,11 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   // secret every instance shares; a record made under another configured key
   // (before a rotation of JWT_SECRETS) is matched under that key.
   const request = JSON.stringify([route.method, path, ctx.body])
-  const fingerprintUnder = (secret: Buffer) => createHmac('sha256', fingerprintKey(secret)).update(request).digest('base64url')
+  const fingerprintUnder = (secret: Buffer) =>
+    createHmac('sha256', fingerprintKey(secret)).update(request).digest('base64url')
   const fingerprint = fingerprintUnder(idempotencySecrets[0]!)
-  const sameRequest = (stored: string) => stored === fingerprint || idempotencySecrets.slice(1).some((secret) => fingerprintUnder(secret) === stored)
+  const sameRequest = (stored: string) =>
+    stored === fingerprint || idempotencySecrets.slice(1).some((secret) => fingerprintUnder(secret) === stored)
 
   // Our own record is the one with our created_at: after a takeover (below) the
   // key may hold another request's record, which we must not finish or remove.
@@ -76,7 +84,8 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
     }
     const [stored] = await sql<StoredAnswer[]>`
       SELECT fingerprint, status, headers, body,
-             created_at < now() - ${RETENTION}::interval OR (status IS NULL AND created_at < now() - ${ABANDONED}::interval) AS stale
+             created_at < now() - ${RETENTION}::interval OR (status IS NULL AND created_at < now()
+               - ${ABANDONED}::interval) AS stale
       FROM idempotency_keys WHERE caller = ${caller} AND key = ${header}`
     if (!stored) continue // removed between our two statements: try to insert again
     if (stored.stale) {
@@ -86,14 +95,19 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
       // second request run the handler too.
       await sql`
         DELETE FROM idempotency_keys WHERE caller = ${caller} AND key = ${header}
-          AND (created_at < now() - ${RETENTION}::interval OR (status IS NULL AND created_at < now() - ${ABANDONED}::interval))`
+          AND (created_at < now()
+          - ${RETENTION}::interval OR (status IS NULL AND created_at < now() - ${ABANDONED}::interval))`
       continue
     }
     if (!sameRequest(stored.fingerprint)) {
       throw new HttpError('idempotency_key_reused', 'This Idempotency-Key was used with a different request.')
     }
     if (stored.status === null) {
-      throw new HttpError('idempotency_key_in_use', 'A request with this Idempotency-Key is still being processed; retry shortly.', { headers: { 'retry-after': '1' } })
+      throw new HttpError(
+        'idempotency_key_in_use',
+        'A request with this Idempotency-Key is still being processed; retry shortly.',
+        { headers: { 'retry-after': '1' } },
+      )
     }
     return {
       status: stored.status,
@@ -106,12 +120,17 @@ export async function handleIdempotently(route: AnyRoute, ctx: HandlerContext<un
   try {
     reply = await route.handle(ctx)
   } catch (err) {
-    await sql`DELETE FROM idempotency_keys WHERE caller = ${caller} AND key = ${header} AND created_at = ${mine}`.catch(() => {})
+    await sql`DELETE FROM idempotency_keys WHERE caller = ${caller} AND key = ${header} AND created_at = ${mine}`.catch(
+      () => {},
+    )
     throw err
   }
-  const headers = Object.fromEntries(REPLAYED_HEADERS.filter((h) => reply.headers?.[h] !== undefined).map((h) => [h, reply.headers![h]!]))
+  const headers = Object.fromEntries(
+    REPLAYED_HEADERS.filter((h) => reply.headers?.[h] !== undefined).map((h) => [h, reply.headers![h]!]),
+  )
   await sql`
-    UPDATE idempotency_keys SET status = ${reply.status}, headers = ${sql.json(headers)}, body = ${jsonBody(reply) ?? null}
+    UPDATE idempotency_keys SET status
+    = ${reply.status}, headers = ${sql.json(headers)}, body = ${jsonBody(reply) ?? null}
     WHERE caller = ${caller} AND key = ${header} AND created_at = ${mine}`
   return reply
 }

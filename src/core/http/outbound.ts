@@ -35,7 +35,10 @@ export interface OutboundRequest {
   maxResponseBytes: number
   /** Ends the attempt at once (the service is stopping); the outcome then has `aborted`. */
   signal?: AbortSignal
-  /** Resolves the host instead of the system's resolver; it may fail with a LookupRefusal. Not consulted for an address literal. */
+  /**
+   * Resolves the host instead of the system's resolver; it may fail
+   * with a LookupRefusal. Not consulted for an address literal.
+   */
   lookup?: LookupFunction
 }
 
@@ -55,7 +58,9 @@ export interface OutboundOutcome {
   headers?: IncomingMessage['headers']
 }
 
-/** A `lookup` declining to hand over an address; its message is safe to show (the outcome says `refused: <message>`). */
+/**
+ * A `lookup` declining to hand over an address; its message is safe to show (the outcome says `refused: <message>`).
+ */
 export class LookupRefusal extends Error {}
 
 export function requestOnce(options: OutboundRequest): Promise<OutboundOutcome> {
@@ -70,32 +75,58 @@ export function requestOnce(options: OutboundRequest): Promise<OutboundOutcome> 
       clearTimeout(timer)
       options.signal?.removeEventListener('abort', abort)
       req.destroy()
-      const outcome: OutboundOutcome = { status, durationMs: Math.round(performance.now() - started), error, ok: status !== undefined && status >= 200 && status < 300, ...answer }
+      const outcome: OutboundOutcome = {
+        status,
+        durationMs: Math.round(performance.now() - started),
+        error,
+        ok: status !== undefined && status >= 200 && status < 300,
+        ...answer,
+      }
       resolve(aborted ? { ...outcome, aborted } : outcome)
     }
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest
     const method = options.method ?? 'POST'
     const req = send(url, {
       method,
-      headers: method === 'GET' ? options.headers : { ...options.headers, 'content-length': String(Buffer.byteLength(options.body ?? '')) },
+      headers:
+        method === 'GET'
+          ? options.headers
+          : { ...options.headers, 'content-length': String(Buffer.byteLength(options.body ?? '')) },
       agent: false,
       lookup: options.lookup,
     })
-    const timer = setTimeout(() => finish(undefined, `no complete answer within ${options.timeoutMs} ms`), options.timeoutMs)
+    const timer = setTimeout(
+      () => finish(undefined, `no complete answer within ${options.timeoutMs} ms`),
+      options.timeoutMs,
+    )
     const abort = () => finish(undefined, 'the service stopped during the attempt', true)
     if (options.signal?.aborted) abort()
     options.signal?.addEventListener('abort', abort, { once: true })
-    req.on('error', (err: NodeJS.ErrnoException) => finish(undefined, err instanceof LookupRefusal ? `refused: ${err.message}` : describeNetworkError(err, hostOf(url))))
+    req.on('error', (err: NodeJS.ErrnoException) =>
+      finish(
+        undefined,
+        err instanceof LookupRefusal ? `refused: ${err.message}` : describeNetworkError(err, hostOf(url)),
+      ),
+    )
     req.on('response', (res: IncomingMessage) => {
       const status = res.statusCode!
-      const redirect = status >= 300 && status < 400 ? `redirect to ${urlOrigin(String(res.headers.location ?? ''), url) ?? 'an unreadable location'} not followed` : undefined
-      const failed = status >= 300 ? redirect ?? `the receiver answered ${status}` : undefined
+      const redirect =
+        status >= 300 && status < 400
+          ? `redirect to ${urlOrigin(String(res.headers.location ?? ''), url) ?? 'an unreadable location'} not followed`
+          : undefined
+      const failed = status >= 300 ? (redirect ?? `the receiver answered ${status}`) : undefined
       let read = 0
       const chunks: Buffer[] = []
       answer = { headers: res.headers }
       res.on('data', (chunk: Buffer) => {
         read += chunk.length
-        if (read > options.maxResponseBytes) finish(status, [failed, `the answer exceeded ${options.maxResponseBytes} bytes; the rest was not read`].filter(Boolean).join('; '))
+        if (read > options.maxResponseBytes)
+          finish(
+            status,
+            [failed, `the answer exceeded ${options.maxResponseBytes} bytes; the rest was not read`]
+              .filter(Boolean)
+              .join('; '),
+          )
         else if (options.keepBody) chunks.push(chunk)
       })
       res.on('end', () => {
@@ -107,7 +138,7 @@ export function requestOnce(options: OutboundRequest): Promise<OutboundOutcome> 
       res.on('error', brokeOff)
       res.on('close', brokeOff)
     })
-    req.end(method === 'GET' ? undefined : options.body ?? '')
+    req.end(method === 'GET' ? undefined : (options.body ?? ''))
   })
 }
 
@@ -116,12 +147,19 @@ export const hostOf = (url: URL): string => url.hostname.replace(/^\[(.*)\]$/, '
 
 function describeNetworkError(err: NodeJS.ErrnoException, host: string): string {
   switch (err.code) {
-    case 'ENOTFOUND': case 'EAI_AGAIN': return `${host} does not resolve`
-    case 'ECONNREFUSED': return 'connection refused'
-    case 'ECONNRESET': return 'connection reset by the receiver'
-    case 'EHOSTUNREACH': case 'ENETUNREACH': return 'the receiver is unreachable'
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return `${host} does not resolve`
+    case 'ECONNREFUSED':
+      return 'connection refused'
+    case 'ECONNRESET':
+      return 'connection reset by the receiver'
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH':
+      return 'the receiver is unreachable'
     default:
-      // TLS failures (an expired or mismatched certificate) carry codes such as CERT_HAS_EXPIRED: worth showing as they are.
+      // TLS failures (an expired or mismatched certificate) carry codes
+      // such as CERT_HAS_EXPIRED: worth showing as they are.
       return err.code ? `${err.code}${isIP(host) ? '' : ` (${host})`}` : 'the connection failed'
   }
 }

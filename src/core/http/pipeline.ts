@@ -23,8 +23,8 @@ import type { RequestGuard, StageRequest } from './stages.js'
 // log. One `catch` turns any failure into a problem answer. This is the hot
 // path: the stages are plain functions sharing one object per request
 // (`Exchange`, and the guard's record of it), so a request allocates no
-// closures but the two that outlive it (the log on 'close', the bounded
-// handler).
+// closures but the two that outlive it (the
+// log on 'close', the bounded handler).
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
@@ -113,7 +113,10 @@ async function handleRequest<State>(p: Pipeline<State>, req: IncomingMessage, re
       if (checking) await checking
       requirePrecondition(p, x, route)
       const query = readQuery(x, route)
-      const body = route.body && !(route.body.optional && hasNoBody(req)) ? route.body.validator.parseBody(await readBody(p, x, route.body.kind)) : undefined
+      const body =
+        route.body && !(route.body.optional && hasNoBody(req))
+          ? route.body.validator.parseBody(await readBody(p, x, route.body.kind))
+          : undefined
       x.reply = conditionalGet(x, await handle(p, x, route, params, query, body))
     }
   } catch (err) {
@@ -123,7 +126,10 @@ async function handleRequest<State>(p: Pipeline<State>, req: IncomingMessage, re
   reply(p, x, res)
 }
 
-/** HTTP/1.1 requires a Host header (RFC 9112, 3.2); the server leaves the check to us (src/app.ts) so that the answer is a problem. */
+/**
+ * HTTP/1.1 requires a Host header (RFC 9112, 3.2); the server leaves the check to us (src/app.ts) so that the answer is
+ * a problem.
+ */
 function requireHost(req: IncomingMessage): void {
   if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor >= 1) {
     throw new HttpError('invalid_request', 'An HTTP/1.1 request must carry a Host header.')
@@ -136,7 +142,16 @@ function identify<State>(p: Pipeline<State>, req: IncomingMessage): Exchange<Sta
   const requestId = typeof clientId === 'string' && CLIENT_REQUEST_ID.test(clientId) ? clientId : randomUUID()
   const url = req.url ?? '/'
   const queryAt = url.indexOf('?')
-  return new Exchange(p, req, requestId, req.method ?? 'GET', url, queryAt, queryAt === -1 ? url : url.slice(0, queryAt), p.guard.open())
+  return new Exchange(
+    p,
+    req,
+    requestId,
+    req.method ?? 'GET',
+    url,
+    queryAt,
+    queryAt === -1 ? url : url.slice(0, queryAt),
+    p.guard.open(),
+  )
 }
 
 /** The route and its params, or an OPTIONS answer to give; 404 and 405 are thrown. */
@@ -152,7 +167,9 @@ function matchRoute<State>(p: Pipeline<State>, x: Exchange<State>): Extract<Matc
   x.template = match.template
   x.noStore = match.noStore
   if (match.kind === 'method_not_allowed') {
-    throw new HttpError('method_not_allowed', `${x.method} is not supported here; use ${match.allow}.`, { headers: { allow: match.allow } })
+    throw new HttpError('method_not_allowed', `${x.method} is not supported here; use ${match.allow}.`, {
+      headers: { allow: match.allow },
+    })
   }
   return match
 }
@@ -171,20 +188,26 @@ function unmatched<State>(x: Exchange<State>): never {
 
 /** A CORS preflight gets the methods the path allows; any other OPTIONS only the Allow list. */
 function preflight<State>(p: Pipeline<State>, x: Exchange<State>, allow: string): Reply {
-  if (x.req.headers['access-control-request-method'] !== undefined) x.cors = corsHeaders(p.cors, x.req.headers.origin, allow)
+  if (x.req.headers['access-control-request-method'] !== undefined)
+    x.cors = corsHeaders(p.cors, x.req.headers.origin, allow)
   return { status: 204, headers: { allow } }
 }
 
 /** While draining, only public routes (the probes) are still served. */
 function admit<State>(p: Pipeline<State>, route: AnyRoute): void {
   if (p.services.stopping.draining && !p.guard.isPublic(route)) {
-    throw new HttpError('shutting_down', 'The service is shutting down; retry on another instance.', { headers: { 'retry-after': '1', connection: 'close' } })
+    throw new HttpError('shutting_down', 'The service is shutting down; retry on another instance.', {
+      headers: { 'retry-after': '1', connection: 'close' },
+    })
   }
 }
 
 function requirePrecondition<State>(p: Pipeline<State>, x: Exchange<State>, route: AnyRoute): void {
   if (p.config.requireIfMatch && route.requiresIfMatch && x.req.headers['if-match'] === undefined) {
-    throw new HttpError('precondition_required', 'This server requires If-Match on writes: GET the resource and send its ETag.')
+    throw new HttpError(
+      'precondition_required',
+      'This server requires If-Match on writes: GET the resource and send its ETag.',
+    )
   }
 }
 
@@ -203,24 +226,49 @@ function readBody<State>(p: Pipeline<State>, x: Exchange<State>, kind: BodyKind)
  * under database admission as the route's `database` says: the whole
  * handler, only the statements it runs through `ctx.bounded`, or nothing.
  */
-function handle<State>(p: Pipeline<State>, x: Exchange<State>, route: AnyRoute, params: Record<string, string>, query: unknown, body: unknown): Promise<Reply> {
+function handle<State>(
+  p: Pipeline<State>,
+  x: Exchange<State>,
+  route: AnyRoute,
+  params: Record<string, string>,
+  query: unknown,
+  body: unknown,
+): Promise<Reply> {
   const database = route.database ?? 'handler'
   const bounded = database === 'statements' ? p.runBounded : p.runAsIs
   // The guard sets the application's members (ContextExtensions) on it before anything reads it.
-  const ctx = { params, query, body, headers: x.req.headers, requestId: x.requestId, client: x.client(), bounded, services: p.services } as HandlerContext<unknown, unknown>
+  const ctx = {
+    params,
+    query,
+    body,
+    headers: x.req.headers,
+    requestId: x.requestId,
+    client: x.client(),
+    bounded,
+    services: p.services,
+  } as HandlerContext<unknown, unknown>
   p.guard.extend(ctx, x.state)
   if (database === 'handler') return p.runBounded(() => invoke(p, x, route, ctx))
   return invoke(p, x, route, ctx)
 }
 
-function invoke<State>(p: Pipeline<State>, x: Exchange<State>, route: AnyRoute, ctx: HandlerContext<unknown, unknown>): Promise<Reply> {
+function invoke<State>(
+  p: Pipeline<State>,
+  x: Exchange<State>,
+  route: AnyRoute,
+  ctx: HandlerContext<unknown, unknown>,
+): Promise<Reply> {
   if (!route.idempotent) return route.handle(ctx)
   return handleIdempotently(route, ctx, x.path, p.guard.caller(x.state) ?? `address ${ctx.client}`, p.services)
 }
 
 /** RFC 9110 §15.4.5: a 304 repeats the validator, and nothing else of the body. */
 function conditionalGet<State>(x: Exchange<State>, reply: Reply): Reply {
-  if (reply.status === 200 && (x.method === 'GET' || x.method === 'HEAD') && etagMatches(x.req.headers['if-none-match'], reply.headers?.etag)) {
+  if (
+    reply.status === 200 &&
+    (x.method === 'GET' || x.method === 'HEAD') &&
+    etagMatches(x.req.headers['if-none-match'], reply.headers?.etag)
+  ) {
     return { status: 304, headers: { etag: reply.headers!.etag! } }
   }
   return reply
@@ -277,21 +325,32 @@ function logRequest<State>(p: Pipeline<State>, x: Exchange<State>): void {
   log.info('request', fields)
 }
 
-function problemReply(err: unknown, instance: string, requestId: string, services: CoreServices, template: string | undefined): Reply {
+function problemReply(
+  err: unknown,
+  instance: string,
+  requestId: string,
+  services: CoreServices,
+  template: string | undefined,
+): Reply {
   let http = err instanceof HttpError ? err : err instanceof DatabaseBusy ? busyProblem(err) : failureProblem(err)
   if (!http) {
     services.log.error('unhandled error', { request_id: requestId, route: template ?? null, ...describeError(err) })
-    http = new HttpError('internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
+    http = new HttpError(
+      'internal_error',
+      `An unexpected error occurred; quote request id ${requestId} when reporting it.`,
+    )
   } else if (!(err instanceof HttpError || err instanceof DatabaseBusy)) {
     // An error of the database itself; what database admission refused never reached it.
     services.metrics.queryErrors++
     services.log.warn('database unavailable', { request_id: requestId, ...describeError(err) })
   }
   const { unknown, ...answer } = problemAnswer(http, services.problems, instance, requestId)
-  if (unknown) services.log.error('a problem code the service does not have', { request_id: requestId, code: http.code })
+  if (unknown)
+    services.log.error('a problem code the service does not have', { request_id: requestId, code: http.code })
   return answer
 }
 
 /** No body at all: neither a length nor chunked transfer (RFC 9112 §6.3). */
 const hasNoBody = (req: IncomingMessage) =>
-  req.headers['transfer-encoding'] === undefined && (req.headers['content-length'] === undefined || req.headers['content-length'] === '0')
+  req.headers['transfer-encoding'] === undefined &&
+  (req.headers['content-length'] === undefined || req.headers['content-length'] === '0')

@@ -17,15 +17,21 @@ export type ProblemTable = Readonly<Record<string, ProblemType>>
 // registry, src/registry.ts), which answers every HttpError it throws: no
 // table is the process's, so two services in one process may differ.
 
-/** One table of `sources`; a code in two of them must mean the same thing there, else this throws (two owners disagree). */
+/**
+ * One table of `sources`; a code in two of them must mean the same thing there, else this throws (two owners disagree).
+ */
 export function problemTable(...sources: ProblemTable[]): ProblemTable {
   const table: Record<string, ProblemType> = {}
   for (const source of sources) {
     for (const [code, type] of Object.entries(source)) {
-      if (!/^[a-z][a-z0-9_]*$/.test(code)) throw new Error(`problem code "${code}": lower case letters, digits and _ only`)
+      if (!/^[a-z][a-z0-9_]*$/.test(code))
+        throw new Error(`problem code "${code}": lower case letters, digits and _ only`)
       const known = table[code]
       if (known && (known.status !== type.status || known.title !== type.title)) {
-        throw new Error(`problem code "${code}" is registered as ${known.status} "${known.title}", not ${type.status} "${type.title}"`)
+        throw new Error(
+          `problem code "${code}" is registered ` +
+            `as ${known.status} "${known.title}", not ${type.status} "${type.title}"`,
+        )
       }
       table[code] = { status: type.status, title: type.title }
     }
@@ -82,7 +88,11 @@ export function validationFailed(errors: FieldError[]): HttpError {
   return new HttpError('validation_failed', detail, { errors })
 }
 
-export function invalidParameter(name: string, message: string, code: 'invalid_parameter' | 'unknown_parameter' = 'invalid_parameter'): HttpError {
+export function invalidParameter(
+  name: string,
+  message: string,
+  code: 'invalid_parameter' | 'unknown_parameter' = 'invalid_parameter',
+): HttpError {
   return new HttpError(code, `${name}: ${message}`, { errors: [{ path: name, message }] })
 }
 
@@ -92,10 +102,17 @@ export function invalidParameter(name: string, message: string, code: 'invalid_p
  */
 export function problemAnswer(err: HttpError, problems: ProblemTable, instance: string, requestId: string) {
   const known = problems[err.code]
-  const answered = known ? err : new HttpError('internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
+  const answered = known
+    ? err
+    : new HttpError('internal_error', `An unexpected error occurred; quote request id ${requestId} when reporting it.`)
   const type = known ?? problems.internal_error ?? coreProblems.internal_error!
   // `unknown`: the code is not in the table (a bug), answered as internal_error; the caller logs it.
-  return { status: type.status, headers: answered.options.headers, body: problemBody(answered, type, instance, requestId), unknown: !known }
+  return {
+    status: type.status,
+    headers: answered.options.headers,
+    body: problemBody(answered, type, instance, requestId),
+    unknown: !known,
+  }
 }
 
 function problemBody(err: HttpError, type: ProblemType, instance: string, requestId: string) {

@@ -29,7 +29,9 @@ function decode(text: string, what: string): string {
   } catch {
     // fall through
   }
-  throw new HttpError('invalid_parameter', `${what}: is not valid percent-encoded UTF-8`, { errors: [{ path: what, message: 'is not valid percent-encoded UTF-8' }] })
+  throw new HttpError('invalid_parameter', `${what}: is not valid percent-encoded UTF-8`, {
+    errors: [{ path: what, message: 'is not valid percent-encoded UTF-8' }],
+  })
 }
 
 /**
@@ -44,13 +46,18 @@ export function checkQuery<Q>(validator: Validator<Q> | undefined, query: Record
     if (first !== undefined) throw invalidParameter(first, 'is not a parameter of this endpoint', 'unknown_parameter')
     return {} as Q
   }
-  const { value, errors: [first] } = validator.check(query)
+  const {
+    value,
+    errors: [first],
+  } = validator.check(query)
   if (!first) return value
   // The parameter is the first step of the pointer; an item of a list (`id[in]/3`) is reported as its list.
   const [param = '', item] = first.path.slice(1).split('/')
   const name = param.replaceAll('~1', '/').replaceAll('~0', '~')
-  if (first.message === UNKNOWN_MEMBER) throw invalidParameter(name, 'is not a parameter of this endpoint', 'unknown_parameter')
-  const schema = (validator.schema as { properties?: Record<string, { items?: unknown; description?: string }> }).properties?.[name]
+  if (first.message === UNKNOWN_MEMBER)
+    throw invalidParameter(name, 'is not a parameter of this endpoint', 'unknown_parameter')
+  const schema = (validator.schema as { properties?: Record<string, { items?: unknown; description?: string }> })
+    .properties?.[name]
   const { description } = ((item === undefined ? schema : schema?.items) ?? {}) as { description?: string }
   throw invalidParameter(name, description ? `must be ${description}` : first.message)
 }

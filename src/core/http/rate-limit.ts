@@ -32,7 +32,10 @@ export class RateLimiter {
     return this.windows.size
   }
 
-  /** Counts a request against `key`'s window; `limit` for a bucket with a ceiling of its own (a user's, across its credentials). */
+  /**
+   * Counts a request against `key`'s window; `limit` for a bucket
+   * with a ceiling of its own (a user's, across its credentials).
+   */
   hit(key: string, limit = this.limit): RateDecision {
     const now = this.now()
     this.dropExpired(now)

@@ -113,7 +113,9 @@ export interface Route<Query = Record<string, never>, Body = undefined> extends 
   noStore?: true
   /** Default 'handler': everything that touches the database waits under database admission, unless it says why not. */
   database?: DatabaseUse
-  /** For the OpenAPI document: the operation's name in generated clients (default: method and path, e.g. postAuthLogin). */
+  /**
+   * For the OpenAPI document: the operation's name in generated clients (default: method and path, e.g. postAuthLogin).
+   */
   operationId?: string
   /** For the OpenAPI document: what the operation does. */
   summary?: string
@@ -121,7 +123,10 @@ export interface Route<Query = Record<string, never>, Body = undefined> extends 
    * The success answers, for the OpenAPI document (error answers are derived
    * from the route's other declarations). `schema` undefined: no body.
    */
-  responses?: Record<number, { description: string; schema?: TSchema; headers?: ResponseHeader[]; contentType?: string }>
+  responses?: Record<
+    number,
+    { description: string; schema?: TSchema; headers?: ResponseHeader[]; contentType?: string }
+  >
   /** For the OpenAPI document: schemas of this route to document once by name (components.schemas), by their name. */
   components?: Record<string, TSchema>
   /** For the OpenAPI document: error statuses the handler answers beyond those its other declarations imply. */
@@ -135,4 +140,5 @@ export type ResponseHeader = 'etag' | 'location' | 'link' | 'x-total-count' | 'i
 // while each definition stays fully typed where it is written.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type AnyRoute = Route<any, any>
-export const defineRoute = <Query = Record<string, never>, Body = undefined>(route: Route<Query, Body>): AnyRoute => route
+export const defineRoute = <Query = Record<string, never>, Body = undefined>(route: Route<Query, Body>): AnyRoute =>
+  route

@@ -38,15 +38,19 @@ export interface Router {
 export function createRouter(routes: readonly AnyRoute[]): Router {
   const byTemplate = new Map<string, CompiledPath>()
   for (const route of routes) {
-    if (!/^(\/([a-z0-9._-]+|\{[a-z]+\}))+$/.test(route.path)) throw new Error(`Route ${route.method} ${route.path}: malformed path template`)
+    if (!/^(\/([a-z0-9._-]+|\{[a-z]+\}))+$/.test(route.path))
+      throw new Error(`Route ${route.method} ${route.path}: malformed path template`)
     let compiled = byTemplate.get(route.path)
     if (!compiled) {
-      const segments = route.path.slice(1).split('/').map((s) => {
-        if (!s.startsWith('{')) return { literal: s }
-        const param = s.slice(1, -1)
-        if (param !== 'id') throw new Error(`Route ${route.method} ${route.path}: unknown parameter {${param}}`)
-        return { param }
-      })
+      const segments = route.path
+        .slice(1)
+        .split('/')
+        .map((s) => {
+          if (!s.startsWith('{')) return { literal: s }
+          const param = s.slice(1, -1)
+          if (param !== 'id') throw new Error(`Route ${route.method} ${route.path}: unknown parameter {${param}}`)
+          return { param }
+        })
       compiled = { template: route.path, segments, methods: new Map(), allow: '', noStore: false }
       byTemplate.set(route.path, compiled)
     }
@@ -70,9 +74,16 @@ export function createRouter(routes: readonly AnyRoute[]): Router {
       for (const candidate of paths) {
         const params = matchSegments(candidate, parts)
         if (!params) continue
-        if (method === 'OPTIONS') return { kind: 'options', allow: candidate.allow, template: candidate.template, noStore: candidate.noStore }
+        if (method === 'OPTIONS')
+          return { kind: 'options', allow: candidate.allow, template: candidate.template, noStore: candidate.noStore }
         const route = candidate.methods.get((method === 'HEAD' ? 'GET' : method) as Method)
-        if (!route) return { kind: 'method_not_allowed', allow: candidate.allow, template: candidate.template, noStore: candidate.noStore }
+        if (!route)
+          return {
+            kind: 'method_not_allowed',
+            allow: candidate.allow,
+            template: candidate.template,
+            noStore: candidate.noStore,
+          }
         return { kind: 'found', route, params, template: candidate.template, noStore: route.noStore === true }
       }
       return { kind: 'not_found' }

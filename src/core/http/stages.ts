@@ -22,7 +22,10 @@ export interface StageRequest {
 export interface RequestGuard<State> {
   /** A request's record before any check. */
   open(): State
-  /** A route anyone may call with no check at all: it looks at no credential, and is still served while the service drains (the probes). */
+  /**
+   * A route anyone may call with no check at all: it looks at no credential, and is still served while the service
+   * drains (the probes).
+   */
   isPublic(route: AnyRoute): boolean
   /**
    * Refuses by throwing a problem (HttpError), or by a promise that rejects
@@ -32,7 +35,10 @@ export interface RequestGuard<State> {
   check(state: State, request: StageRequest, route: AnyRoute, params: Record<string, string>): Promise<void> | undefined
   /** Sets the application's members of the handler's context (ContextExtensions, src/app-context.ts). */
   extend(ctx: HandlerContext<unknown, unknown>, state: State): void
-  /** Whom an Idempotency-Key belongs to: a stable name of the authenticated caller, or undefined when anonymous (the key is then the address's). */
+  /**
+   * Whom an Idempotency-Key belongs to: a stable name of the authenticated caller, or undefined when anonymous (the key
+   * is then the address's).
+   */
   caller(state: State): string | undefined
   /** Adds the headers every answer carries, errors included (rate figures). */
   answerHeaders(state: State, headers: Record<string, string>): void

@@ -22,12 +22,23 @@ const MAX_SECRET_BYTES = 64
 
 /** What is wrong with `secret` as a Standard Webhooks secret, or undefined; never quotes the secret. */
 export function signingSecretProblem(secret: string): string | undefined {
-  if (!secret.startsWith(PREFIX)) return `must start with ${PREFIX} (the Standard Webhooks form: ${PREFIX} and the base64 of ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} random bytes)`
+  if (!secret.startsWith(PREFIX))
+    return (
+      `must start with ${PREFIX} (the Standard Webhooks ` +
+      `form: ${PREFIX} and the base64 of ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} random bytes)`
+    )
   const encoded = secret.slice(PREFIX.length)
-  // Buffer.from(…, 'base64') skips what is not base64, so a typo would silently sign with other bytes than the receiver's.
-  if (!/^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/.test(encoded)) return `must be ${PREFIX} and standard base64 (A-Z a-z 0-9 + /, padded with =)`
+  // Buffer.from(…, 'base64') skips what is not base64, so a typo
+  // would silently sign with other bytes than the receiver's.
+  if (!/^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/.test(encoded))
+    return `must be ${PREFIX} and standard base64 (A-Z a-z 0-9 + /, padded with =)`
   const bytes = Buffer.from(encoded, 'base64').length
-  if (bytes < MIN_SECRET_BYTES || bytes > MAX_SECRET_BYTES) return `must hold ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} bytes after ${PREFIX} (it holds ${bytes}); make one with: echo ${PREFIX}$(openssl rand -base64 32)`
+  if (bytes < MIN_SECRET_BYTES || bytes > MAX_SECRET_BYTES)
+    return (
+      `must hold ${MIN_SECRET_BYTES} ` +
+      `to ${MAX_SECRET_BYTES} bytes ` +
+      `after ${PREFIX} (it holds ${bytes}); make one with: echo ${PREFIX}$(openssl rand -base64 32)`
+    )
   return undefined
 }
 
@@ -43,15 +54,24 @@ export function signatureOf(secret: string, messageId: string, timestamp: number
 }
 
 /** The `webhook-signature` header: one signature per secret, newest first. */
-export const signatureHeader = (secrets: readonly string[], messageId: string, timestamp: number, body: string): string =>
-  secrets.map((s) => signatureOf(s, messageId, timestamp, body)).join(' ')
+export const signatureHeader = (
+  secrets: readonly string[],
+  messageId: string,
+  timestamp: number,
+  body: string,
+): string => secrets.map((s) => signatureOf(s, messageId, timestamp, body)).join(' ')
 
 /**
  * Every header of a Standard Webhooks POST of the JSON `body`: the id (the
  * same on every attempt, so a receiver drops a duplicate), the time of this
  * attempt (receivers refuse an old one: a replay), and the signatures.
  */
-export function standardWebhookHeaders(secrets: readonly string[], messageId: string, body: string, userAgent: string): Record<string, string> {
+export function standardWebhookHeaders(
+  secrets: readonly string[],
+  messageId: string,
+  body: string,
+  userAgent: string,
+): Record<string, string> {
   const timestamp = Math.floor(Date.now() / 1000)
   return {
     'content-type': 'application/json',

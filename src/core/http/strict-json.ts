@@ -75,12 +75,12 @@ export function parseStrictJson(text: string): unknown {
     pos++
     const out: unknown[] = []
     skipWhitespace()
-    if (text[pos] === ']') return pos++, out
+    if (text[pos] === ']') return (pos++, out)
     for (;;) {
       out.push(parseValue(depth + 1))
       skipWhitespace()
       if (text[pos] === ',') pos++
-      else if (text[pos] === ']') return pos++, out
+      else if (text[pos] === ']') return (pos++, out)
       else fail("expected ',' or ']'")
     }
   }
@@ -88,7 +88,7 @@ export function parseStrictJson(text: string): unknown {
     pos++
     const out: Record<string, unknown> = {}
     skipWhitespace()
-    if (text[pos] === '}') return pos++, out
+    if (text[pos] === '}') return (pos++, out)
     for (;;) {
       skipWhitespace()
       if (text[pos] !== '"') fail('expected a member name')
@@ -101,7 +101,7 @@ export function parseStrictJson(text: string): unknown {
       out[key] = parseValue(depth + 1)
       skipWhitespace()
       if (text[pos] === ',') pos++
-      else if (text[pos] === '}') return pos++, out
+      else if (text[pos] === '}') return (pos++, out)
       else fail("expected ',' or '}'")
     }
   }

@@ -26,15 +26,24 @@ const MIN_VERSION = 'TLSv1.2'
  * when the list has none.
  */
 const CIPHERS = [
-  'TLS_AES_128_GCM_SHA256', 'TLS_AES_256_GCM_SHA384', 'TLS_CHACHA20_POLY1305_SHA256',
-  'ECDHE-ECDSA-AES128-GCM-SHA256', 'ECDHE-RSA-AES128-GCM-SHA256',
-  'ECDHE-ECDSA-AES256-GCM-SHA384', 'ECDHE-RSA-AES256-GCM-SHA384',
-  'ECDHE-ECDSA-CHACHA20-POLY1305', 'ECDHE-RSA-CHACHA20-POLY1305',
+  'TLS_AES_128_GCM_SHA256',
+  'TLS_AES_256_GCM_SHA384',
+  'TLS_CHACHA20_POLY1305_SHA256',
+  'ECDHE-ECDSA-AES128-GCM-SHA256',
+  'ECDHE-RSA-AES128-GCM-SHA256',
+  'ECDHE-ECDSA-AES256-GCM-SHA384',
+  'ECDHE-RSA-AES256-GCM-SHA384',
+  'ECDHE-ECDSA-CHACHA20-POLY1305',
+  'ECDHE-RSA-CHACHA20-POLY1305',
 ].join(':')
 /** How often the files' modification times are looked at. */
 const WATCH_INTERVAL_MS = 1000
 
-export type TlsOptions = SecureContextOptions & { minVersion: typeof MIN_VERSION; ciphers: string; honorCipherOrder: boolean }
+export type TlsOptions = SecureContextOptions & {
+  minVersion: typeof MIN_VERSION
+  ciphers: string
+  honorCipherOrder: boolean
+}
 
 /** The server's TLS options from the files; a file that cannot be read stops start-up naming its variable. */
 export function tlsOptions(files: TlsFiles): TlsOptions {
@@ -86,7 +95,10 @@ export function certificateReloadJob(server: HttpsServer, files: TlsFiles, log: 
         server.setSecureContext(tlsOptions(files))
         log.info('TLS certificate reloaded', { cert_file: files.certFile })
       } catch (err) {
-        log.warn('TLS certificate not reloaded; the current one stays', { cert_file: files.certFile, ...describeError(err) })
+        log.warn('TLS certificate not reloaded; the current one stays', {
+          cert_file: files.certFile,
+          ...describeError(err),
+        })
       }
     },
   }

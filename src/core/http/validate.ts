@@ -31,14 +31,17 @@ export interface ValidatorOptions {
 /** Whether a string is of a format. */
 export type FormatCheck = (value: string) => boolean
 
-/** What a format means in every schema of the API: one date-time, stricter than TypeBox's (src/core/http/date-time.ts). */
+/**
+ * What a format means in every schema of the API: one date-time, stricter than TypeBox's (src/core/http/date-time.ts).
+ */
 const apiFormats: Readonly<Record<string, FormatCheck>> = { 'date-time': isApiDateTime }
 
 export function compileValidator<S extends TSchema>(schema: S, options: ValidatorOptions = {}): Validator<Static<S>> {
   const declared = { ...apiFormats, ...options.formats }
   const named = [...formatsNamedIn(schema)]
   const unknown = named.filter((name) => !(name in declared) && !Format.Has(name))
-  if (unknown.length) throw new Error(`string format "${unknown[0]}" has no check: declare it with the schema (ValidatorOptions.formats)`)
+  if (unknown.length)
+    throw new Error(`string format "${unknown[0]}" has no check: declare it with the schema (ValidatorOptions.formats)`)
   // Only the formats this schema names are lent; a schema that names none leaves the table alone.
   const formats = Object.fromEntries(named.filter((name) => name in declared).map((name) => [name, declared[name]!]))
   const compiled = withFormats(formats, () => Compile(schema))
@@ -120,10 +123,12 @@ function describeErrors(root: TSchema, raw: readonly TypeBoxError[]): FieldError
     const at = schemaAt(root, e.schemaPath)
     switch (e.keyword) {
       case 'required':
-        for (const name of e.params.requiredProperties as string[]) add(`${e.instancePath}/${escapePointer(name)}`, 'is required')
+        for (const name of e.params.requiredProperties as string[])
+          add(`${e.instancePath}/${escapePointer(name)}`, 'is required')
         break
       case 'additionalProperties':
-        for (const name of e.params.additionalProperties as string[]) add(`${e.instancePath}/${escapePointer(name)}`, UNKNOWN_MEMBER)
+        for (const name of e.params.additionalProperties as string[])
+          add(`${e.instancePath}/${escapePointer(name)}`, UNKNOWN_MEMBER)
         break
       case 'boolean': // the `false` schema behind additionalProperties, reported above
         break
@@ -132,7 +137,12 @@ function describeErrors(root: TSchema, raw: readonly TypeBoxError[]): FieldError
         break
       case 'anyOf': {
         const options = (at?.anyOf as TSchema[] | undefined)?.map((s) => (s as { const?: unknown }).const)
-        add(e.instancePath, options?.every((o) => o !== undefined) ? `must be one of ${options.map((o) => JSON.stringify(o)).join(', ')}` : 'has an invalid value')
+        add(
+          e.instancePath,
+          options?.every((o) => o !== undefined)
+            ? `must be one of ${options.map((o) => JSON.stringify(o)).join(', ')}`
+            : 'has an invalid value',
+        )
         break
       }
       case 'type':
@@ -166,7 +176,8 @@ function describeErrors(root: TSchema, raw: readonly TypeBoxError[]): FieldError
   return [...byPath].map(([path, message]) => ({ path, message }))
 }
 
-const article = (type: string) => (type === 'integer' || type === 'object' || type === 'array' ? `an ${type}` : `a ${type}`)
+const article = (type: string) =>
+  type === 'integer' || type === 'object' || type === 'array' ? `an ${type}` : `a ${type}`
 
 const escapePointer = (name: string) => name.replaceAll('~', '~0').replaceAll('/', '~1')
 
@@ -193,7 +204,8 @@ function findUnstorableStrings(value: unknown, path = ''): FieldError[] {
   const found: FieldError[] = []
   for (const [key, member] of Object.entries(value)) {
     const memberPath = `${path}/${escapePointer(key)}`
-    if (key.includes('\u0000') || !key.isWellFormed()) found.push({ path: memberPath, message: 'member name must be valid Unicode without NUL' })
+    if (key.includes('\u0000') || !key.isWellFormed())
+      found.push({ path: memberPath, message: 'member name must be valid Unicode without NUL' })
     else found.push(...findUnstorableStrings(member, memberPath))
   }
   return found

@@ -12,7 +12,8 @@ export class BoundedMap<K, V> {
     readonly max: number,
     private readonly onEvict?: (key: K, value: V) => void,
   ) {
-    if (!Number.isInteger(max) || max < 1) throw new RangeError(`BoundedMap: max must be a positive integer, not ${max}`)
+    if (!Number.isInteger(max) || max < 1)
+      throw new RangeError(`BoundedMap: max must be a positive integer, not ${max}`)
   }
 
   get size(): number {

@@ -27,12 +27,15 @@ export function editDistance(a: string, b: string): number {
  */
 export const slipsAllowed = (name: string): number => (name.length <= 4 ? 1 : 2)
 
-/** The known name `name` is a slip away from (the nearest; the first of equals), or undefined when none is near enough. */
+/**
+ * The known name `name` is a slip away from (the nearest; the first of equals), or undefined when none is near enough.
+ */
 export function closestName(name: string, known: Iterable<string>): string | undefined {
   let best: { name: string; distance: number } | undefined
   for (const candidate of known) {
     const distance = editDistance(name, candidate)
-    if (distance > 0 && distance <= slipsAllowed(candidate) && (!best || distance < best.distance)) best = { name: candidate, distance }
+    if (distance > 0 && distance <= slipsAllowed(candidate) && (!best || distance < best.distance))
+      best = { name: candidate, distance }
   }
   return best?.name
 }

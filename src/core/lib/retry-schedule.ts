@@ -10,8 +10,15 @@ export interface RetrySchedule {
   jitter: number
 }
 
-/** Milliseconds until the next attempt after attempt number `attempt` (1-based) failed, or undefined when retries are exhausted. */
-export function retryDelayMs(schedule: RetrySchedule, attempt: number, random: () => number = Math.random): number | undefined {
+/**
+ * Milliseconds until the next attempt after attempt number `attempt`
+ * (1-based) failed, or undefined when retries are exhausted.
+ */
+export function retryDelayMs(
+  schedule: RetrySchedule,
+  attempt: number,
+  random: () => number = Math.random,
+): number | undefined {
   const base = schedule.delaysMs[attempt - 1]
   if (base === undefined) return undefined
   return Math.round(base * (1 - schedule.jitter + 2 * schedule.jitter * random()))

@@ -14,7 +14,17 @@ export async function withDeadline<T, L>(work: Promise<T>, ms: number, late: () 
   }
 }
 
-/** Waits for `work` to settle, or until `deadline` (performance.now() milliseconds), whichever comes first; never rejects. */
+/**
+ * Waits for `work` to settle, or until `deadline` (performance.now()
+ * milliseconds), whichever comes first; never rejects.
+ */
 export async function settledBy(work: Promise<unknown>, deadline: number): Promise<void> {
-  await withDeadline(work.then(() => {}, () => {}), deadline - performance.now(), () => {})
+  await withDeadline(
+    work.then(
+      () => {},
+      () => {},
+    ),
+    deadline - performance.now(),
+    () => {},
+  )
 }

@@ -3,7 +3,9 @@
 // receiver's `?token=`, a signed link), and logs and records are read by
 // more people, for longer, than the URL was meant for.
 
-/** `scheme://host[:port]` of `raw` (resolved against `base` when relative), or undefined when it names no such origin. */
+/**
+ * `scheme://host[:port]` of `raw` (resolved against `base` when relative), or undefined when it names no such origin.
+ */
 export function urlOrigin(raw: string, base?: string | URL): string | undefined {
   let url: URL
   try {

@@ -8,7 +8,10 @@ import type { Resource } from './resource.js'
 // its event commit together or not at all. Who made the change is the
 // application's to say (it knows the caller): core asks `changeOrigin`.
 
-/** Who made a change, as its event records it: a user and the kind of credential it used (null: anonymous), and the request. */
+/**
+ * Who made a change, as its event records it: a user and the kind
+ * of credential it used (null: anonymous), and the request.
+ */
 export interface ChangeOrigin {
   actorId: number | null
   credential: string | null
@@ -23,7 +26,11 @@ declare module '../http/services.js' {
 }
 
 /** The three statement parameters every event insert takes after its own, in this order. */
-export const originValues = (o: ChangeOrigin): [number | null, string | null, string | null] => [o.actorId, o.credential, o.requestId]
+export const originValues = (o: ChangeOrigin): [number | null, string | null, string | null] => [
+  o.actorId,
+  o.credential,
+  o.requestId,
+]
 
 export interface EventRecord {
   type: string
@@ -38,13 +45,23 @@ export interface EventRecord {
  * sessions, failed logins. Run it on the transaction of the change, or alone
  * when the event is the change (a failed login).
  */
-export async function recordEvents(db: Sql | TransactionSql, events: readonly EventRecord[], origin: ChangeOrigin): Promise<void> {
+export async function recordEvents(
+  db: Sql | TransactionSql,
+  events: readonly EventRecord[],
+  origin: ChangeOrigin,
+): Promise<void> {
   if (events.length === 0) return
   const [actorId, credential, requestId] = originValues(origin)
+  const rows = events.map((e) => ({
+    type: e.type,
+    subject_type: e.subject.type,
+    subject_id: e.subject.id,
+    data: e.data,
+  }))
   await db`
     INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
     SELECT e.type, e.subject_type, e.subject_id, ${actorId}::bigint, ${credential}::text, ${requestId}::text, e.data
-    FROM json_to_recordset(${JSON.stringify(events.map((e) => ({ type: e.type, subject_type: e.subject.type, subject_id: e.subject.id, data: e.data })))}::text::json)
+    FROM json_to_recordset(${JSON.stringify(rows)}::text::json)
       AS e(type text, subject_type text, subject_id bigint, data json)`
 }
 

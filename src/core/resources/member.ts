@@ -40,9 +40,10 @@ const TRAITS = Symbol('member traits')
 
 /** Attaches traits to a schema; give it a schema of its own (the traits live on the object). */
 export function member<S extends TSchema>(schema: S, traits: MemberTraits = {}): S {
-  if ((schema as Record<symbol, unknown>)[TRAITS]) throw new Error('member(): this schema is already a member; build one per member')
+  if ((schema as Record<symbol, unknown>)[TRAITS])
+    throw new Error('member(): this schema is already a member; build one per member')
   return Object.assign(schema, { [TRAITS]: traits })
 }
 
-export const traitsOf = (schema: TSchema): MemberTraits => (schema as Record<symbol, MemberTraits | undefined>)[TRAITS] ?? {}
-
+export const traitsOf = (schema: TSchema): MemberTraits =>
+  (schema as Record<symbol, MemberTraits | undefined>)[TRAITS] ?? {}

@@ -23,7 +23,10 @@ export type Members = Record<string, TSchema>
 export interface ResourceAccess {}
 
 export interface ResourceDeclaration<M extends Members> {
-  /** Singular and PascalCase: the OpenAPI components (`Order`, `OrderCreate`, …) and operation ids (`getOrder`, `listOrders`). */
+  /**
+   * Singular and PascalCase: the OpenAPI components (`Order`, `OrderCreate`,
+   * …) and operation ids (`getOrder`, `listOrders`).
+   */
   name: string
   /** The plural for operation ids and summaries (`listCategories`); default the name and an s. */
   plural?: string
@@ -44,7 +47,10 @@ export interface ResourceDeclaration<M extends Members> {
    * `current_password`), accepted in replace and patch bodies for a hook.
    */
   writeExtras?: Members
-  /** Body members of a create that are not members of the resource (an API key creator's `current_password`), for a hook. */
+  /**
+   * Body members of a create that are not members of the resource
+   * (an API key creator's `current_password`), for a hook.
+   */
   createExtras?: Members
   /**
    * Members of an optional JSON body on DELETE (a user's `current_password`,
@@ -63,7 +69,10 @@ export interface ResourceDeclaration<M extends Members> {
   deletedVerb?: string
 }
 
-/** A row as read from the table: the members as their schemas type them (timestamps as the API's text, src/core/db/timestamps.ts), and `version`. */
+/**
+ * A row as read from the table: the members as their schemas type them (timestamps as the API's text,
+ * src/core/db/timestamps.ts), and `version`.
+ */
 export type Row<M extends Members> = { [K in keyof M]: Static<M[K]> } & { version: number }
 
 export interface Resource<M extends Members = Members> {
@@ -83,7 +92,14 @@ export interface Resource<M extends Members = Members> {
   /** What GET answers, in output order: the non-secret stored members. */
   readonly outputMembers: readonly string[]
   /** Named schemas, for the OpenAPI components: the representation, a page, and the bodies. */
-  readonly schemas: { representation: TObject; page: TSchema; create: TSchema; replace: TSchema; patch: TSchema; delete?: TSchema }
+  readonly schemas: {
+    representation: TObject
+    page: TSchema
+    create: TSchema
+    replace: TSchema
+    patch: TSchema
+    delete?: TSchema
+  }
   readonly bodies: {
     create: Validator<Record<string, unknown>>
     replace: Validator<Record<string, unknown>>
@@ -109,7 +125,10 @@ export interface Resource<M extends Members = Members> {
    * alone, so they belong to it, not to a module.
    */
   readonly statementTexts: BoundedMap<string, string>
-  /** Its schemas by OpenAPI component name: `Order`, `OrderPage`, `OrderCreate`, `OrderReplace`, `OrderPatch` (and `OrderDelete`, with a deleteBody). */
+  /**
+   * Its schemas by OpenAPI component name: `Order`, `OrderPage`, `OrderCreate`, `OrderReplace`, `OrderPatch` (and
+   * `OrderDelete`, with a deleteBody).
+   */
   components(): Record<string, TSchema>
 }
 
@@ -123,23 +142,29 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
   const entries = Object.entries(members)
   const stored = (m: string) => !traits[m]!.virtual
   const outputMembers = entries.map(([m]) => m).filter((m) => stored(m) && !traits[m]!.secret)
-  const writable = (m: string, op: 'create' | 'update') => traits[m]!.write === 'client' || (op === 'create' && traits[m]!.write === 'create')
+  const writable = (m: string, op: 'create' | 'update') =>
+    traits[m]!.write === 'client' || (op === 'create' && traits[m]!.write === 'create')
 
   const create: Record<string, TSchema> = {}
   const replace: Record<string, TSchema> = {}
   const patch: Record<string, TSchema> = {}
   for (const [member, schema] of entries) {
     const t = traits[member]!
-    if (writable(member, 'create')) create[member] = t.default !== undefined || t.optional ? Type.Optional(schema) : schema
+    if (writable(member, 'create'))
+      create[member] = t.default !== undefined || t.optional ? Type.Optional(schema) : schema
     if (!writable(member, 'update')) continue
     replace[member] = t.default !== undefined || t.optional || t.keepOnReplace ? Type.Optional(schema) : schema
     patch[member] = Type.Optional(t.nullable ? Type.Union([schema, Type.Null()]) : schema)
   }
-  // PUT and PATCH bodies may echo read-only members (a GET-modify-PUT round trip); they are ignored, but an echoed id must be the one in the path.
+  // PUT and PATCH bodies may echo read-only members (a GET-modify-PUT round trip); they are ignored, but an echoed id
+  // must be the one in the path.
   const echo = readOnlyEcho(entries.filter(([m]) => traits[m]!.write !== 'client' && outputMembers.includes(m)))
   const extras = declaration.writeExtras ?? {}
   const strict = { additionalProperties: false }
-  const representation = Type.Object(Object.fromEntries(outputMembers.map((m) => [m, responseSchema(members[m]!)])), strict)
+  const representation = Type.Object(
+    Object.fromEntries(outputMembers.map((m) => [m, responseSchema(members[m]!)])),
+    strict,
+  )
   const schemas = {
     representation,
     /** `fields` may leave members out of a page's items. */
@@ -154,7 +179,9 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
   const collection = defineCollection({
     table: declaration.table,
     path: declaration.path,
-    members: Object.fromEntries(entries.filter(([m]) => traits[m]!.sort).map(([m, s]) => [m, memberType(name, m, s, traits[m]!)])),
+    members: Object.fromEntries(
+      entries.filter(([m]) => traits[m]!.sort).map(([m, s]) => [m, memberType(name, m, s, traits[m]!)]),
+    ),
     searchColumns: entries.filter(([m]) => traits[m]!.search).map(([m]) => m),
     outputMembers,
     serializePage: serializer.page,
@@ -165,7 +192,9 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     const unique = traits[m]!.unique
     return unique ? [{ ...unique, member: m }] : []
   })
-  const uniqueCodes = new Map(uniques.map((u) => [u.constraint, { code: u.code, member: u.member.replaceAll('_', ' ') }] as const))
+  const uniqueCodes = new Map(
+    uniques.map((u) => [u.constraint, { code: u.code, member: u.member.replaceAll('_', ' ') }] as const),
+  )
 
   return {
     name,
@@ -190,7 +219,12 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     uniqueCodes,
     problems: Object.fromEntries(uniques.map((u) => [u.code, { status: 409, title: u.title }])),
     timestampMembers: new Set(outputMembers.filter((m) => isTimestamp(members[m]!))),
-    events: { subject, created: `${subject}.created`, updated: `${subject}.updated`, deleted: `${subject}.${declaration.deletedVerb ?? 'deleted'}` },
+    events: {
+      subject,
+      created: `${subject}.created`,
+      updated: `${subject}.updated`,
+      deleted: `${subject}.${declaration.deletedVerb ?? 'deleted'}`,
+    },
     components: () => ({
       [name]: schemas.representation,
       [`${name}Page`]: schemas.page,
@@ -218,9 +252,10 @@ const echoedTimestamp = (schema: TSchema) => {
 function readOnlyEcho(entries: Array<[string, TSchema]>): Record<string, TSchema> {
   const echo: Record<string, TSchema> = {}
   for (const [member, schema] of entries) {
-    echo[member] = member === 'id'
-      ? Type.Optional(Type.Integer({ minimum: 1, description: 'read-only; must equal the id in the path' }))
-      : Type.Optional(isTimestamp(schema) ? echoedTimestamp(schema) : schema)
+    echo[member] =
+      member === 'id'
+        ? Type.Optional(Type.Integer({ minimum: 1, description: 'read-only; must equal the id in the path' }))
+        : Type.Optional(isTimestamp(schema) ? echoedTimestamp(schema) : schema)
   }
   return echo
 }
@@ -243,22 +278,30 @@ function responseSchema(schema: TSchema): TSchema {
 }
 
 const isEnum = (schema: TSchema) => Type.IsUnion(schema) && (schema.anyOf as TSchema[]).every((o) => Type.IsLiteral(o))
-const isTimestampString = (schema: TSchema) => Type.IsString(schema) && (schema as { format?: string }).format === 'date-time'
+const isTimestampString = (schema: TSchema) =>
+  Type.IsString(schema) && (schema as { format?: string }).format === 'date-time'
 /** A date-time string, or one that may be null (a time something has not happened yet). */
-const isTimestamp = (schema: TSchema) => isTimestampString(schema) ||
-  (Type.IsUnion(schema) && (schema.anyOf as TSchema[]).some(isTimestampString) && (schema.anyOf as TSchema[]).every((s) => isTimestampString(s) || Type.IsNull(s)))
+const isTimestamp = (schema: TSchema) =>
+  isTimestampString(schema) ||
+  (Type.IsUnion(schema) &&
+    (schema.anyOf as TSchema[]).some(isTimestampString) &&
+    (schema.anyOf as TSchema[]).every((s) => isTimestampString(s) || Type.IsNull(s)))
 
 /** How a sortable member is compared and filtered, from its schema. */
 function memberType(resource: string, member: string, schema: TSchema, traits: MemberTraits): MemberType {
   if (Type.IsInteger(schema)) {
     const { minimum, maximum } = schema as { minimum?: number; maximum?: number }
-    if (minimum === undefined || maximum === undefined) throw new Error(`${resource}.${member}: a sortable integer needs a minimum and a maximum`)
+    if (minimum === undefined || maximum === undefined)
+      throw new Error(`${resource}.${member}: a sortable integer needs a minimum and a maximum`)
     return { type: 'integer', minimum, maximum }
   }
   if (isTimestamp(schema)) return { type: 'timestamp' }
   if (Type.IsString(schema)) return traits.caseless ? { type: 'email' } : { type: 'text' }
   if (isEnum(schema)) {
-    return { type: 'enum', values: (schema as unknown as { anyOf: Array<{ const: string }> }).anyOf.map((o) => o.const) }
+    return {
+      type: 'enum',
+      values: (schema as unknown as { anyOf: Array<{ const: string }> }).anyOf.map((o) => o.const),
+    }
   }
   throw new Error(`${resource}.${member}: only integers, strings, timestamps and enums can be sorted and filtered`)
 }

@@ -6,7 +6,17 @@ import { etagFor, ifMatchVersions } from '../http/conditional.js'
 import { notFound, validationFailed } from '../http/problem.js'
 import { defineRoute, type AnyRoute, type HandlerContext, type Reply, type RouteExtensions } from '../http/route.js'
 import type { Resource } from './resource.js'
-import { conflictOf, deleteRow, findRow, insertRow, lockRow, updateIfChanged, updateRow, type Scope, type StoredRow } from './store.js'
+import {
+  conflictOf,
+  deleteRow,
+  findRow,
+  insertRow,
+  lockRow,
+  updateIfChanged,
+  updateRow,
+  type Scope,
+  type StoredRow,
+} from './store.js'
 
 // The six operations of a declared resource (list, create, read, replace,
 // update by merge patch, delete) as routes. What is particular to a resource
@@ -52,7 +62,10 @@ export interface ResourceHooks<State = undefined> {
   /** After a replace or patch committed (waiting until this instance has heard what it revoked). */
   afterCommit?(write: LockedWrite): Promise<void>
   /** Replaces the INSERT of a create (an API key's secret and limit): the row, and what its answer adds. */
-  insert?(ctx: ResourceContext, values: Body): Promise<{ row: StoredRow; body?: Body; headers?: Record<string, string> }>
+  insert?(
+    ctx: ResourceContext,
+    values: Body,
+  ): Promise<{ row: StoredRow; body?: Body; headers?: Record<string, string> }>
   /**
    * Before a delete, outside any transaction: checks of the caller and of the
    * DELETE's body (the resource's deleteBody) that may be slow (a password).
@@ -83,7 +96,10 @@ export interface ResourceRouteOptions<State> {
   noStore?: readonly Operation[]
 }
 
-export function resourceRoutes<State = undefined>(resource: Resource, options: ResourceRouteOptions<State>): AnyRoute[] {
+export function resourceRoutes<State = undefined>(
+  resource: Resource,
+  options: ResourceRouteOptions<State>,
+): AnyRoute[] {
   const { name, label, path, schemas, bodies, versioned } = resource
   const hooks: ResourceHooks<State> = options.hooks ?? {}
   const { plural } = resource
@@ -103,15 +119,26 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
   const reply = (status: number, row: StoredRow, extra?: { body?: Body; headers?: Record<string, string> }): Reply => ({
     status,
     headers: { ...(versioned ? { etag: etagFor(row.version) } : {}), ...extra?.headers },
-    ...(extra?.body ? { body: { ...resource.present(row), ...extra.body } } : { body: resource.present(row), serialize: resource.serializer.one }),
+    ...(extra?.body
+      ? { body: { ...resource.present(row), ...extra.body } }
+      : { body: resource.present(row), serialize: resource.serializer.one }),
   })
 
-  /** PUT: every stored member from the body; left out, its default, its stored value (keepOnReplace) or NULL (optional). */
+  /**
+   * PUT: every stored member from the body; left out, its default, its stored value (keepOnReplace) or NULL (optional).
+   */
   const replaced = (body: Body, current: StoredRow): Body => {
     const next: Body = {}
     for (const [member, t] of Object.entries(resource.traits)) {
       if (t.write !== 'client' || t.virtual) continue
-      next[member] = body[member] !== undefined ? body[member] : t.keepOnReplace ? current[member] : t.default !== undefined ? t.default : null
+      next[member] =
+        body[member] !== undefined
+          ? body[member]
+          : t.keepOnReplace
+            ? current[member]
+            : t.default !== undefined
+              ? t.default
+              : null
     }
     return next
   }
@@ -125,18 +152,31 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
     return next
   }
 
-  /** A PATCH that needs nothing but its UPDATE (no hook in its transaction): one statement, no BEGIN, lock or COMMIT round trips. */
+  /**
+   * A PATCH that needs nothing but its UPDATE (no hook in its transaction): one statement, no BEGIN, lock or COMMIT
+   * round trips.
+   */
   async function patchInOneStatement(ctx: ResourceContext, next: Body): Promise<StoredRow | undefined> {
     const versions = versioned ? ifMatchVersions(ctx.headers['if-match']) : undefined
     if (Object.keys(next).length === 0 || versions?.length === 0) return undefined
-    return updateIfChanged(ctx.services.sql, resource, ctx.params.id!, next, versions, ctx.services.changeOrigin(ctx))
-      .catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
+    return updateIfChanged(
+      ctx.services.sql,
+      resource,
+      ctx.params.id!,
+      next,
+      versions,
+      ctx.services.changeOrigin(ctx),
+    ).catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
   }
 
-  /** PUT and PATCH: the new state is computed from the locked row, so concurrent writes serialize and If-Match is checked against what is written. */
+  /**
+   * PUT and PATCH: the new state is computed from the locked row, so concurrent writes serialize and If-Match is
+   * checked against what is written.
+   */
   async function write(ctx: ResourceContext, op: 'replace' | 'update'): Promise<Reply> {
     const body = ctx.body
-    if (body.id !== undefined && String(body.id) !== ctx.params.id) throw validationFailed([{ path: '/id', message: 'must equal the id in the path' }])
+    if (body.id !== undefined && String(body.id) !== ctx.params.id)
+      throw validationFailed([{ path: '/id', message: 'must equal the id in the path' }])
     const pending: Write = { op, ctx, columns: {} }
     const state = (await hooks.prepare?.(pending)) as State
     if (op === 'update' && !hooks.beforeLock && !hooks.inTransaction && !hooks.afterCommit) {
@@ -144,107 +184,152 @@ export function resourceRoutes<State = undefined>(resource: Resource, options: R
       if (row) return reply(200, row)
     }
     let locked: LockedWrite | undefined
-    const row = await ctx.services.sql.begin(async (tx) => {
-      await hooks.beforeLock?.(tx, pending, state)
-      const current = await lockRow(tx, resource, ctx.params.id!, ctx.headers['if-match'])
-      const next = { ...(op === 'replace' ? replaced(body, current) : patched(body)), ...pending.columns }
-      locked = { ...pending, current, changes: changedMembers(current, next) }
-      await hooks.inTransaction?.(tx, locked, state)
-      return Object.keys(locked.changes).length ? updateRow(tx, resource, current.id, locked.changes, ctx.services.changeOrigin(ctx)) : current
-    }).catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
+    const row = await ctx.services.sql
+      .begin(async (tx) => {
+        await hooks.beforeLock?.(tx, pending, state)
+        const current = await lockRow(tx, resource, ctx.params.id!, ctx.headers['if-match'])
+        const next = { ...(op === 'replace' ? replaced(body, current) : patched(body)), ...pending.columns }
+        locked = { ...pending, current, changes: changedMembers(current, next) }
+        await hooks.inTransaction?.(tx, locked, state)
+        return Object.keys(locked.changes).length
+          ? updateRow(tx, resource, current.id, locked.changes, ctx.services.changeOrigin(ctx))
+          : current
+      })
+      .catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
     await hooks.afterCommit?.(locked!)
     return reply(200, row)
   }
 
   /** PUT and PATCH differ only in their method, body and how the next state is computed (`write`). */
-  const writeRoute = (op: 'replace' | 'update') => defineRoute<Record<string, never>, Body>({
-    method: op === 'replace' ? 'PUT' : 'PATCH', path: item, operationId: `${op}${name}`, summary: summaries[op],
-    responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
-    ...options.routes.write,
-    requiresIfMatch: versioned,
-    body: op === 'replace' ? { kind: 'json', validator: bodies.replace } : { kind: 'merge-patch', validator: bodies.patch },
-    handle: (ctx) => write(ctx, op),
-  })
+  const writeRoute = (op: 'replace' | 'update') =>
+    defineRoute<Record<string, never>, Body>({
+      method: op === 'replace' ? 'PUT' : 'PATCH',
+      path: item,
+      operationId: `${op}${name}`,
+      summary: summaries[op],
+      responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
+      ...options.routes.write,
+      requiresIfMatch: versioned,
+      body:
+        op === 'replace'
+          ? { kind: 'json', validator: bodies.replace }
+          : { kind: 'merge-patch', validator: bodies.patch },
+      handle: (ctx) => write(ctx, op),
+    })
 
   const routes: Record<Operation, () => AnyRoute> = {
-    list: () => defineRoute<ListQuery, undefined>({
-      method: 'GET', path, operationId: `list${plural}`, summary: summaries.list,
-      responses: { 200: { description: `A page of ${label}s`, schema: schemas.page, headers: ['link', 'x-total-count'] } },
-      ...options.routes.list,
-      query: resource.collection.queryValidator,
-      ...noStoreFor('list'),
-      handle: (ctx) => {
-        hooks.checkList?.(ctx.query, ctx)
-        return listCollection(resource.collection, ctx.query, { services: ctx.services, fixedFilters: scopeOf(ctx) })
-      },
-    }),
+    list: () =>
+      defineRoute<ListQuery, undefined>({
+        method: 'GET',
+        path,
+        operationId: `list${plural}`,
+        summary: summaries.list,
+        responses: {
+          200: { description: `A page of ${label}s`, schema: schemas.page, headers: ['link', 'x-total-count'] },
+        },
+        ...options.routes.list,
+        query: resource.collection.queryValidator,
+        ...noStoreFor('list'),
+        handle: (ctx) => {
+          hooks.checkList?.(ctx.query, ctx)
+          return listCollection(resource.collection, ctx.query, { services: ctx.services, fixedFilters: scopeOf(ctx) })
+        },
+      }),
 
-    create: () => defineRoute<Record<string, never>, Body>({
-      method: 'POST', path, operationId: `create${name}`, summary: summaries.create,
-      responses: { 201: { description: `The created ${label}`, schema: options.created?.schema ?? schemas.representation, headers: [...etag, 'location'] } },
-      ...options.routes.create,
-      idempotent: options.idempotentCreate ?? true,
-      ...noStoreFor('create'),
-      body: { kind: 'json', validator: bodies.create },
-      async handle(ctx) {
-        const pending: Write = { op: 'create', ctx, columns: {} }
-        await hooks.prepare?.(pending)
-        const values: Body = {}
-        for (const [member, t] of Object.entries(resource.traits)) {
-          if (t.write === 'server' || t.virtual) continue
-          const given = ctx.body[member]
-          if (given !== undefined) values[member] = given
-          else if (t.default !== undefined) values[member] = t.default
-        }
-        Object.assign(values, pending.columns)
-        const created = hooks.insert
-          ? await hooks.insert(ctx, values)
-          : { row: await insertRow(ctx.services.sql, resource, values, ctx.services.changeOrigin(ctx)).catch((err: unknown) => Promise.reject(conflictOf(resource, err))) }
-        return reply(201, created.row, { body: created.body, headers: { location: `${ctx.services.config.apiPrefix}${path}/${created.row.id}`, ...created.headers } })
-      },
-    }),
+    create: () =>
+      defineRoute<Record<string, never>, Body>({
+        method: 'POST',
+        path,
+        operationId: `create${name}`,
+        summary: summaries.create,
+        responses: {
+          201: {
+            description: `The created ${label}`,
+            schema: options.created?.schema ?? schemas.representation,
+            headers: [...etag, 'location'],
+          },
+        },
+        ...options.routes.create,
+        idempotent: options.idempotentCreate ?? true,
+        ...noStoreFor('create'),
+        body: { kind: 'json', validator: bodies.create },
+        async handle(ctx) {
+          const pending: Write = { op: 'create', ctx, columns: {} }
+          await hooks.prepare?.(pending)
+          const values: Body = {}
+          for (const [member, t] of Object.entries(resource.traits)) {
+            if (t.write === 'server' || t.virtual) continue
+            const given = ctx.body[member]
+            if (given !== undefined) values[member] = given
+            else if (t.default !== undefined) values[member] = t.default
+          }
+          Object.assign(values, pending.columns)
+          const created = hooks.insert
+            ? await hooks.insert(ctx, values)
+            : {
+                row: await insertRow(ctx.services.sql, resource, values, ctx.services.changeOrigin(ctx)).catch(
+                  (err: unknown) => Promise.reject(conflictOf(resource, err)),
+                ),
+              }
+          return reply(201, created.row, {
+            body: created.body,
+            headers: { location: `${ctx.services.config.apiPrefix}${path}/${created.row.id}`, ...created.headers },
+          })
+        },
+      }),
 
-    read: () => defineRoute({
-      method: 'GET', path: item, operationId: `get${name}`, summary: summaries.read,
-      responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
-      ...options.routes.read,
-      ...noStoreFor('read'),
-      async handle(ctx) {
-        const row = await findRow(ctx.services.sql, resource, ctx.params.id!, scopeOf(ctx))
-        if (!row) throw notFound()
-        return reply(200, row)
-      },
-    }),
+    read: () =>
+      defineRoute({
+        method: 'GET',
+        path: item,
+        operationId: `get${name}`,
+        summary: summaries.read,
+        responses: { 200: { description: `The ${label}`, schema: schemas.representation, headers: [...etag] } },
+        ...options.routes.read,
+        ...noStoreFor('read'),
+        async handle(ctx) {
+          const row = await findRow(ctx.services.sql, resource, ctx.params.id!, scopeOf(ctx))
+          if (!row) throw notFound()
+          return reply(200, row)
+        },
+      }),
 
     replace: () => writeRoute('replace'),
     update: () => writeRoute('update'),
 
-    delete: () => defineRoute<Record<string, never>, Body | undefined>({
-      method: 'DELETE', path: item, operationId: `delete${name}`, summary: summaries.delete,
-      responses: { 204: { description: 'Deleted' } },
-      ...options.routes.write,
-      requiresIfMatch: versioned,
-      // Optional: a DELETE without a body stays a plain DELETE.
-      ...(bodies.delete ? { body: { kind: 'json' as const, validator: bodies.delete, optional: true } } : {}),
-      async handle(ctx) {
-        const { params, headers, services } = ctx
-        const origin = services.changeOrigin(ctx)
-        const state = (await hooks.prepareDelete?.(ctx)) as State
-        if (versioned) {
-          await services.sql.begin(async (tx) => {
-            const current = await lockRow(tx, resource, params.id!, headers['if-match'])
-            await hooks.beforeDelete?.(tx, current, state)
-            await deleteRow(tx, resource, current.id, origin)
-          })
-        } else if (!(await deleteRow(services.sql, resource, params.id!, origin, scopeOf(ctx)))) {
-          throw notFound()
-        }
-        await hooks.afterDelete?.(ctx)
-        return { status: 204 }
-      },
-    }),
+    delete: () =>
+      defineRoute<Record<string, never>, Body | undefined>({
+        method: 'DELETE',
+        path: item,
+        operationId: `delete${name}`,
+        summary: summaries.delete,
+        responses: { 204: { description: 'Deleted' } },
+        ...options.routes.write,
+        requiresIfMatch: versioned,
+        // Optional: a DELETE without a body stays a plain DELETE.
+        ...(bodies.delete ? { body: { kind: 'json' as const, validator: bodies.delete, optional: true } } : {}),
+        async handle(ctx) {
+          const { params, headers, services } = ctx
+          const origin = services.changeOrigin(ctx)
+          const state = (await hooks.prepareDelete?.(ctx)) as State
+          if (versioned) {
+            await services.sql.begin(async (tx) => {
+              const current = await lockRow(tx, resource, params.id!, headers['if-match'])
+              await hooks.beforeDelete?.(tx, current, state)
+              await deleteRow(tx, resource, current.id, origin)
+            })
+          } else if (!(await deleteRow(services.sql, resource, params.id!, origin, scopeOf(ctx)))) {
+            throw notFound()
+          }
+          await hooks.afterDelete?.(ctx)
+          return { status: 204 }
+        },
+      }),
   }
-  const components = { ...resource.components(), ...(options.created ? { [options.created.name]: options.created.schema } : {}) }
+  const components = {
+    ...resource.components(),
+    ...(options.created ? { [options.created.name]: options.created.schema } : {}),
+  }
   return (options.operations ?? (Object.keys(routes) as Operation[])).map((op) => ({ ...routes[op](), components }))
 }
 

@@ -20,10 +20,11 @@ const writers = {
   // Not `${v}`: that goes through V8's number-to-string cache, and on pages of
   // ever-different ids each new string is stored there and outlives the
   // request, to be promoted to the old generation (more memory and more CPU
-  // per page; bench/README.md). JSON.stringify writes a number without that
-  // cache.
+  // per page; bench/README.md). JSON.stringify
+  // writes a number without that cache.
   integer: anyValue,
-  // Timestamps come from the driver as RFC 3339 text (src/core/db/timestamps.ts): digits, '-', ':', '.', 'T', 'Z', nothing to escape.
+  // Timestamps come from the driver as RFC 3339 text (src/core/db/timestamps.ts): digits, '-', ':', '.', 'T', 'Z',
+  // nothing to escape.
   timestamp: ((v) => (typeof v === 'string' ? `"${v}"` : anyValue(v))) as Writer,
   string: ((v) => (typeof v === 'string' ? JSON.stringify(v) : anyValue(v))) as Writer,
   any: anyValue,
@@ -34,7 +35,11 @@ function writerOf(schema: TSchema): WriterName {
   if (Type.IsInteger(schema)) return 'integer'
   if (Type.IsString(schema)) return (schema as { format?: string }).format === 'date-time' ? 'timestamp' : 'string'
   // An enumeration of strings (a role): written as any string.
-  if (Type.IsUnion(schema) && schema.anyOf.every((s) => Type.IsString(s) || (Type.IsLiteral(s) && typeof s.const === 'string'))) return 'string'
+  if (
+    Type.IsUnion(schema) &&
+    schema.anyOf.every((s) => Type.IsString(s) || (Type.IsLiteral(s) && typeof s.const === 'string'))
+  )
+    return 'string'
   return 'any'
 }
 
@@ -61,7 +66,10 @@ export function compileSerializer(representation: TObject): Serializer {
   const body = members
     .map((m, i) => `${JSON.stringify((i === 0 ? '{' : ',') + m.key)} + w.${m.writer}(row[${JSON.stringify(m.name)}])`)
     .join(' + ')
-  const one = new Function('w', `return function writeOne(row) { return ${members.length ? `${body} + '}'` : `'{}'`} }`)(writers) as (row: Row) => string
+  const one = new Function(
+    'w',
+    `return function writeOne(row) { return ${members.length ? `${body} + '}'` : `'{}'`} }`,
+  )(writers) as (row: Row) => string
 
   function writeFields(row: Row, fields: readonly string[]): string {
     let text = '{'
@@ -75,9 +83,11 @@ export function compileSerializer(representation: TObject): Serializer {
   return {
     one,
     page(rows, fields) {
-      if (fields !== undefined) for (const f of fields) if (!byName.has(f)) throw new Error(`serializer: "${f}" is not a member`)
+      if (fields !== undefined)
+        for (const f of fields) if (!byName.has(f)) throw new Error(`serializer: "${f}" is not a member`)
       let text = '['
-      for (let i = 0; i < rows.length; i++) text += (i === 0 ? '' : ',') + (fields === undefined ? one(rows[i]!) : writeFields(rows[i]!, fields))
+      for (let i = 0; i < rows.length; i++)
+        text += (i === 0 ? '' : ',') + (fields === undefined ? one(rows[i]!) : writeFields(rows[i]!, fields))
       return text + ']'
     },
   }

@@ -32,34 +32,51 @@ function statement(resource: Resource, key: string, build: () => string): string
   return text
 }
 
-const run = (db: Db, text: string, values: unknown[]) => db.unsafe<StoredRow[]>(text, values as never[], { prepare: true })
+const run = (db: Db, text: string, values: unknown[]) =>
+  db.unsafe<StoredRow[]>(text, values as never[], { prepare: true })
 
 /** `WITH row AS (<change> RETURNING *)`, its event from parameters $first…$first+2, and the row. */
 function withEvent(resource: Resource, change: string, type: string, first: number, select = '*'): string {
   if (!/^[a-z_]+\.[a-z_]+$/.test(type)) throw new Error(`${resource.name}: "${type}" is not an event type`)
-  return `WITH row AS (${change} RETURNING *), event AS (
+  return (
+    `WITH row AS (${change} RETURNING *), event AS (
     INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
-    SELECT '${type}', '${resource.events.subject}', row.id, $${first}::bigint, $${first + 1}::text, $${first + 2}::text, ${representationSql(resource)} FROM row)
+    SELECT '${type}', '${resource.events.subject}', row.id, ` +
+    `$${first}::bigint, $${first + 1}::text, $${first + 2}::text, ${representationSql(resource)} FROM row)
   SELECT ${select} FROM row`
+  )
 }
 
-const scopeConditions = (columns: readonly string[], first: number) => columns.map((c, i) => ` AND ${quote(c)} = $${first + i}`).join('')
+const scopeConditions = (columns: readonly string[], first: number) =>
+  columns.map((c, i) => ` AND ${quote(c)} = $${first + i}`).join('')
 
 export async function findRow(db: Db, resource: Resource, id: string, scope?: Scope): Promise<StoredRow | undefined> {
   const columns = scope ? Object.keys(scope) : []
-  const text = statement(resource, `select ${columns.join(' ')}`, () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`)
+  const text = statement(
+    resource,
+    `select ${columns.join(' ')}`,
+    () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`,
+  )
   const [row] = await run(db, text, [id, ...columns.map((c) => scope![c])])
   return row
 }
 
-export async function insertRow(db: Db, resource: Resource, values: Record<string, unknown>, origin: ChangeOrigin): Promise<StoredRow> {
+export async function insertRow(
+  db: Db,
+  resource: Resource,
+  values: Record<string, unknown>,
+  origin: ChangeOrigin,
+): Promise<StoredRow> {
   const columns = Object.keys(values)
-  const text = statement(resource, `insert ${columns.join(' ')}`, () => withEvent(
-    resource,
-    `INSERT INTO ${quote(resource.table)} (${columns.map(quote).join(', ')}) VALUES (${columns.map((_, i) => `$${i + 1}`).join(', ')})`,
-    resource.events.created,
-    columns.length + 1,
-  ))
+  const text = statement(resource, `insert ${columns.join(' ')}`, () =>
+    withEvent(
+      resource,
+      `INSERT INTO ${quote(resource.table)} ` +
+        `(${columns.map(quote).join(', ')}) VALUES (${columns.map((_, i) => `$${i + 1}`).join(', ')})`,
+      resource.events.created,
+      columns.length + 1,
+    ),
+  )
   const [row] = await run(db, text, [...columns.map((c) => values[c]), ...originValues(origin)])
   return row!
 }
@@ -69,7 +86,12 @@ export async function insertRow(db: Db, resource: Resource, values: Record<strin
  * If-Match against its version. Two writers with the same If-Match queue on
  * the lock, and the second sees the first's new version: one 200, one 412.
  */
-export async function lockRow(tx: TransactionSql, resource: Resource, id: string, ifMatch: string | undefined): Promise<StoredRow> {
+export async function lockRow(
+  tx: TransactionSql,
+  resource: Resource,
+  id: string,
+  ifMatch: string | undefined,
+): Promise<StoredRow> {
   const text = statement(resource, 'lock', () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1 FOR UPDATE`)
   const [row] = await run(tx, text, [id])
   if (!row) throw notFound()
@@ -82,15 +104,27 @@ function setList(resource: Resource, columns: readonly string[]): string {
   const set = columns.map((c, i) => `${quote(c)} = $${i + 1}`)
   if (resource.versioned) set.push('version = version + 1')
   // now() is the start of the transaction, which may predate the previous write if we waited on its lock.
-  if ('updated_at' in resource.members) set.push(`updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')`)
+  if ('updated_at' in resource.members)
+    set.push(`updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')`)
   return set.join(', ')
 }
 
-export async function updateRow(tx: TransactionSql, resource: Resource, id: number, changes: Record<string, unknown>, origin: ChangeOrigin): Promise<StoredRow> {
+export async function updateRow(
+  tx: TransactionSql,
+  resource: Resource,
+  id: number,
+  changes: Record<string, unknown>,
+  origin: ChangeOrigin,
+): Promise<StoredRow> {
   const columns = Object.keys(changes)
   const text = statement(resource, `update ${columns.join(' ')}`, () => {
     const idAt = columns.length + 1
-    return withEvent(resource, `UPDATE ${quote(resource.table)} SET ${setList(resource, columns)} WHERE id = $${idAt}`, resource.events.updated, idAt + 1)
+    return withEvent(
+      resource,
+      `UPDATE ${quote(resource.table)} SET ${setList(resource, columns)} WHERE id = $${idAt}`,
+      resource.events.updated,
+      idAt + 1,
+    )
   })
   const [row] = await run(tx, text, [...columns.map((c) => changes[c]), id, ...originValues(origin)])
   return row!
@@ -106,29 +140,54 @@ export async function updateRow(tx: TransactionSql, resource: Resource, id: numb
  * caller then takes the locked path, which tells a missing row, a failed
  * If-Match and a patch that changes nothing apart.
  */
-export async function updateIfChanged(db: Db, resource: Resource, id: string, changes: Record<string, unknown>, versions: number[] | undefined, origin: ChangeOrigin): Promise<StoredRow | undefined> {
+export async function updateIfChanged(
+  db: Db,
+  resource: Resource,
+  id: string,
+  changes: Record<string, unknown>,
+  versions: number[] | undefined,
+  origin: ChangeOrigin,
+): Promise<StoredRow | undefined> {
   const columns = Object.keys(changes)
   const text = statement(resource, `update if changed ${versions ? 'if-match ' : ''}${columns.join(' ')}`, () => {
     const idAt = columns.length + 1
     const versionAt = versions ? idAt + 1 : idAt
     const changed = columns.map((c, i) => `${quote(c)} IS DISTINCT FROM $${i + 1}`).join(' OR ')
     const where = `id = $${idAt}${versions ? ` AND version = ANY($${versionAt})` : ''} AND (${changed})`
-    return withEvent(resource, `UPDATE ${quote(resource.table)} SET ${setList(resource, columns)} WHERE ${where}`, resource.events.updated, versionAt + 1)
+    return withEvent(
+      resource,
+      `UPDATE ${quote(resource.table)} SET ${setList(resource, columns)} WHERE ${where}`,
+      resource.events.updated,
+      versionAt + 1,
+    )
   })
-  const [row] = await run(db, text, [...columns.map((c) => changes[c]), id, ...(versions ? [versions] : []), ...originValues(origin)])
+  const [row] = await run(db, text, [
+    ...columns.map((c) => changes[c]),
+    id,
+    ...(versions ? [versions] : []),
+    ...originValues(origin),
+  ])
   return row
 }
 
 /** Deletes the row (within the scope); whether there was one. */
-export async function deleteRow(db: Db, resource: Resource, id: number | string, origin: ChangeOrigin, scope?: Scope): Promise<boolean> {
+export async function deleteRow(
+  db: Db,
+  resource: Resource,
+  id: number | string,
+  origin: ChangeOrigin,
+  scope?: Scope,
+): Promise<boolean> {
   const columns = scope ? Object.keys(scope) : []
-  const text = statement(resource, `delete ${columns.join(' ')}`, () => withEvent(
-    resource,
-    `DELETE FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`,
-    resource.events.deleted,
-    columns.length + 2,
-    'row.id',
-  ))
+  const text = statement(resource, `delete ${columns.join(' ')}`, () =>
+    withEvent(
+      resource,
+      `DELETE FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`,
+      resource.events.deleted,
+      columns.length + 2,
+      'row.id',
+    ),
+  )
   const rows = await run(db, text, [id, ...columns.map((c) => scope![c]), ...originValues(origin)])
   return rows.length > 0
 }
@@ -137,20 +196,28 @@ export async function deleteRow(db: Db, resource: Resource, id: number | string,
 export async function deleteRowsWhere(db: Db, resource: Resource, scope: Scope, origin: ChangeOrigin): Promise<number> {
   const columns = Object.keys(scope)
   if (columns.length === 0) throw new Error(`${resource.name}: deleteRowsWhere needs a scope`)
-  const text = statement(resource, `delete where ${columns.join(' ')}`, () => withEvent(
-    resource,
-    `DELETE FROM ${quote(resource.table)} WHERE ${columns.map((c, i) => `${quote(c)} = $${i + 1}`).join(' AND ')}`,
-    resource.events.deleted,
-    columns.length + 1,
-    'row.id',
-  ))
+  const text = statement(resource, `delete where ${columns.join(' ')}`, () =>
+    withEvent(
+      resource,
+      `DELETE FROM ${quote(resource.table)} WHERE ${columns.map((c, i) => `${quote(c)} = $${i + 1}`).join(' AND ')}`,
+      resource.events.deleted,
+      columns.length + 1,
+      'row.id',
+    ),
+  )
   const rows = await run(db, text, [...columns.map((c) => scope[c]), ...originValues(origin)])
   return rows.length
 }
 
-/** The event of a write a hook makes itself (an API key's insert), for recordEvents (change-events.ts) in the write's transaction. */
-export const eventOf = (resource: Resource, type: string, row: StoredRow): EventRecord =>
-  ({ type, subject: { type: resource.events.subject, id: row.id }, data: resource.present(row) })
+/**
+ * The event of a write a hook makes itself (an API key's insert),
+ * for recordEvents (change-events.ts) in the write's transaction.
+ */
+export const eventOf = (resource: Resource, type: string, row: StoredRow): EventRecord => ({
+  type,
+  subject: { type: resource.events.subject, id: row.id },
+  data: resource.present(row),
+})
 
 /** A duplicate of a unique member is the client's conflict (409 with the member's code); anything else is rethrown. */
 export function conflictOf(resource: Resource, err: unknown): unknown {
