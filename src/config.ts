@@ -75,6 +75,12 @@ const EnvSchema = Type.Object({
   RATE_LIMIT: Type.Optional(Integer(0, 1000000)),
   MAX_API_KEYS_PER_USER: Type.Optional(Integer(1, 100000)),
   REAUTH_WINDOW: Type.Optional(Integer(0, 86400)),
+  MFA_REQUIRED: Type.Optional(
+    Type.Union(
+      ['none', 'admin', 'all'].map((l) => Type.Literal(l)),
+      { description: 'none, admin or all' },
+    ),
+  ),
   LOGIN_RATE_LIMIT: Type.Optional(Integer(0, 1000000)),
   TRUST_PROXY: Type.Optional(
     Type.String({
@@ -220,8 +226,10 @@ export interface Config {
   rateLimit: number
   /** Live (unexpired) API keys one user may hold. */
   maxApiKeysPerUser: number
-  /** Seconds after a password login in which creating an API key needs no current_password. */
+  /** Seconds after a login with every factor in which the same session needs no fresh proof for step-up acts. */
   reauthWindow: number
+  /** Who must have a second factor: a user it covers without one gets a credential good only to enrol one. */
+  mfaRequired: 'none' | 'admin' | 'all'
   /**
    * Login attempts per minute per client address on one instance, with rateLimit on; 0 is off (the failure counts in
    * the database still lock).
@@ -512,6 +520,7 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     rateLimit: int('RATE_LIMIT', 1200),
     maxApiKeysPerUser: int('MAX_API_KEYS_PER_USER', 100),
     reauthWindow: int('REAUTH_WINDOW', 600),
+    mfaRequired: e.MFA_REQUIRED ?? 'none',
     loginRateLimit: int('LOGIN_RATE_LIMIT', 30),
     trustProxy: parseTrustProxy(e.TRUST_PROXY),
     corsOrigins: new Set(e.CORS_ORIGINS ? e.CORS_ORIGINS.split(',') : []),

@@ -294,7 +294,7 @@ function createDeps(
         return checkGrants(
           grants,
           credentialDeps(deps, (work) => work()),
-          config.allowSignup,
+          config,
         )
       },
     ),

@@ -809,7 +809,7 @@ describe('POST /auth/logout', () => {
 describe('GET /auth/me', () => {
   const userMembers = ['created_at', 'email', 'email_verified_at', 'id', 'name', 'role', 'updated_at']
 
-  test('with a JWT: the user and {type: "jwt", scopes, expires_at}', async () => {
+  test('with a JWT: the user and {type: "jwt", scopes, expires_at, amr, auth_time}', async () => {
     const pair = await loggedIn(refreshUser)
     const res = await me(pair.access_token)
     assert.equal(res.status, 200, res.text)
@@ -818,24 +818,31 @@ describe('GET /auth/me', () => {
     assert.equal(res.body.user.id, refreshUser.id)
     assert.equal(res.body.user.email, refreshUser.email)
     const { exp } = JSON.parse(Buffer.from(pair.access_token.split('.')[1]!, 'base64url').toString())
+    const [session] = await sql<Array<{ created: number }>>`
+      SELECT floor(extract(epoch FROM s.created_at))::float8 AS created FROM sessions s
+      JOIN refresh_tokens r ON r.session_id = s.id WHERE r.token_hash = ${sha256(pair.refresh_token)}`
     assert.deepEqual(res.body.credential, {
       type: 'jwt',
       scopes: ['api_keys:read', 'api_keys:write', 'products:read', 'users:read', 'users:write'],
       expires_at: new Date(exp * 1000).toISOString(),
+      amr: ['pwd'],
+      auth_time: session!.created,
     })
   })
 
-  test('with an opaque token: {type: "token"} and the stored expiry', async () => {
+  test('with an opaque token: {type: "token"}, the stored expiry and how the session logged in', async () => {
     const pair = await loggedIn(refreshUser, { token_format: 'opaque', scope: 'users:read products:read' })
     const res = await me(pair.access_token)
     assert.equal(res.status, 200, res.text)
-    const [row] = await sql<
-      Array<{ expires_at: string }>
-    >`SELECT expires_at FROM access_tokens WHERE token_hash = ${sha256(pair.access_token)}`
+    const [row] = await sql<Array<{ expires_at: string; created: number }>>`
+      SELECT t.expires_at, floor(extract(epoch FROM s.created_at))::float8 AS created
+      FROM access_tokens t JOIN sessions s ON s.id = t.session_id WHERE t.token_hash = ${sha256(pair.access_token)}`
     assert.deepEqual(res.body.credential, {
       type: 'token',
       scopes: ['products:read', 'users:read'],
       expires_at: row!.expires_at,
+      amr: ['pwd'],
+      auth_time: row!.created,
     })
     assert.equal(res.body.user.id, refreshUser.id)
   })

@@ -627,7 +627,7 @@ describe('a non-admin and the role member', () => {
     const target = await api.createUser()
     const res = await api.request('PATCH', `/users/${target.id}`, {
       body: { role: 'admin' },
-      auth: api.jwtFor(actors.admin.id, 'admin'),
+      auth: await api.loginJwtFor(actors.admin.id, 'admin'),
     })
     assert.equal(res.status, 200, res.text)
     assert.equal(res.body.role, 'admin')

@@ -136,7 +136,13 @@ describe('JwtCache', () => {
     userId,
     role: 'user',
     scopes: new Set(),
-    credential: { type: 'jwt', expiresAt: new Date(0).toISOString(), sessionId: 1, epoch: 0 },
+    credential: {
+      type: 'jwt',
+      expiresAt: new Date(0).toISOString(),
+      sessionId: 1,
+      epoch: 0,
+      proof: { amr: ['pwd'], authTime: 0 },
+    },
   })
 
   test('keeps at most max entries, dropping the oldest first', () => {

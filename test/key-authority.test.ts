@@ -47,8 +47,13 @@ const backdateLogins = (userId: number, minutes: number) =>
 const createKey = (auth: string, body: Record<string, unknown> = {}, on: TestServer = A) =>
   on.request('POST', '/api-keys', { auth, body: { name: `key ${unique()}`, scopes: ['users:read'], ...body } })
 
-async function newKey(auth: string, scopes: string[] = ['users:read']): Promise<{ key: string; id: number }> {
-  const res = await createKey(auth, { scopes })
+/** A new key; with `currentPassword`, made with the password in its request (not bound to the session). */
+async function newKey(
+  auth: string,
+  scopes: string[] = ['users:read'],
+  currentPassword?: string,
+): Promise<{ key: string; id: number }> {
+  const res = await createKey(auth, { scopes, ...(currentPassword ? { current_password: currentPassword } : {}) })
   assert.equal(res.status, 201, res.text)
   return { key: res.body.key, id: res.body.id }
 }
@@ -304,9 +309,9 @@ describe('POST /auth/logout-all with {"api_keys": true}', () => {
     },
   )
 
-  test('no body, {} or {"api_keys": false}: sessions end, keys stay', async () => {
+  test('no body, {} or {"api_keys": false}: sessions end, a key made with the password stays', async () => {
     const owner = await account()
-    const { key } = await newKey((await login(owner)).access_token)
+    const { key } = await newKey((await login(owner)).access_token, ['users:read'], owner.password)
     for (const body of [undefined, {}, { api_keys: false }]) {
       const { access_token } = await login(owner)
       assert.equal((await A.request('POST', '/auth/logout-all', { auth: access_token, body })).status, 204)
@@ -335,6 +340,78 @@ describe('POST /auth/logout-all with {"api_keys": true}', () => {
     assert.equal(await liveSessionsOf(owner.id), 1)
     assert.equal(await keysOf(owner.id), 1)
     await usedOnBoth(key)
+  })
+})
+
+describe('a key made on the strength of a recent login (no password in its request) ends with its session', () => {
+  const ends: Array<
+    [string, (owner: Account, session: { access_token: string; refresh_token: string }) => Promise<number>]
+  > = [
+    [
+      'a plain logout-all',
+      async (_, session) => (await A.request('POST', '/auth/logout-all', { auth: session.access_token })).status,
+    ],
+    [
+      'a logout of that session (its refresh token)',
+      async (_, session) =>
+        (await A.request('POST', '/auth/logout', { auth: null, body: { refresh_token: session.refresh_token } }))
+          .status,
+    ],
+    [
+      'a password change from another session',
+      async (owner) => {
+        const other = await login(owner)
+        const res = await A.request('PATCH', `/users/${owner.id}`, {
+          auth: other.access_token,
+          body: { password: `new-${unique()}`, current_password: owner.password },
+        })
+        return res.status === 200 ? 204 : res.status
+      },
+    ],
+  ]
+  for (const [what, end] of ends) {
+    test(`${what}: refused on both instances; a key made with the password in its request stays`, async () => {
+      const owner = await account()
+      const session = await login(owner)
+      const windowKey = await newKey(session.access_token)
+      const passwordKey = await newKey(session.access_token, ['users:read'], owner.password)
+      await usedOnBoth(windowKey.key)
+      await usedOnBoth(passwordKey.key)
+      const within = await propagationBound(both)
+      assert.equal(await end(owner, session), 204)
+      await keyRefusedEverywhere(windowKey.key, A, within)
+      await usedOnBoth(passwordKey.key)
+      // One statement, one snapshot: the publisher moves events from the outbox while the test reads.
+      const [{ revoked }] = await sql<[{ revoked: number }]>`
+        SELECT (SELECT count(*) FROM event_outbox WHERE type = 'api_key.revoked' AND subject_id = ${windowKey.id})::int
+          + (SELECT count(*) FROM events WHERE type = 'api_key.revoked' AND subject_id = ${windowKey.id})::int AS revoked`
+      assert.equal(revoked, 1, 'one api_key.revoked event')
+      assert.deepEqual(
+        (await sql<Array<{ id: number }>>`SELECT id FROM api_keys WHERE user_id = ${owner.id}`).map((r) =>
+          Number(r.id),
+        ),
+        [passwordKey.id],
+      )
+    })
+  }
+
+  test("a refresh-token reuse ends the session and its key: a thief's copy takes the key down too", async () => {
+    const owner = await account()
+    const session = await login(owner)
+    const windowKey = await newKey(session.access_token)
+    const first = await A.request('POST', '/auth/refresh', {
+      auth: null,
+      body: { refresh_token: session.refresh_token },
+    })
+    assert.equal(first.status, 200, first.text)
+    const replay = await A.request('POST', '/auth/refresh', {
+      auth: null,
+      body: { refresh_token: session.refresh_token },
+    })
+    assertProblem(replay, 401, 'invalid_token')
+    for (const server of both)
+      await waitUntil('the key refused', async () => (await me(server, windowKey.key)).status === 401)
+    assert.equal(await keysOf(owner.id), 0)
   })
 })
 

@@ -2,7 +2,7 @@ import type { Sql } from 'postgres'
 import Type from 'typebox'
 import type { AppModule } from '../app-module.js'
 import { challenge, invalidToken } from '../auth/credentials.js'
-import { requireRecentPassword } from '../auth/current-password.js'
+import { requireFreshProof, type FreshProof } from '../auth/current-password.js'
 import { apiKeys } from '../auth/api-keys/declaration.js'
 import { isAdmin, sessionOf, type Principal } from '../auth/principal.js'
 import { displayPrefix, hashSecret, newSecret } from '../auth/tokens.js'
@@ -15,10 +15,12 @@ import { recordEvents } from '../core/resources/change-events.js'
 
 // An API key is listed, read and deleted like any resource, by its owner (or
 // an admin). It is never changed, and its creation is its own: the secret is
-// made here, shown once, and only its hash is stored. A key outlives the
-// session that made it, so making one is a sensitive action: only a login
-// may do it (never a key), and only with the password fresh (REAUTH_WINDOW)
-// or given again.
+// made here, shown once, and only its hash is stored. A key may outlive the
+// session that made it, so making one is a step-up act: only a login may do
+// it (never a key), with a fresh proof. A key made with the password (and
+// code) in its own request lives on its own; one made on the strength of a
+// recent login is bound to that login's session, and is revoked when the
+// session is ended (not when it merely runs out).
 
 /** The answer to its creation, the one time the secret `key` is shown. */
 const ApiKeyCreated = Type.Object(
@@ -35,6 +37,8 @@ const userIdOf = (p: Principal) => (p.kind === 'user' ? p.userId : '')
 interface Creator {
   sessionId: number | undefined
   epoch?: number
+  /** The proof was the session's recent login: the key is bound to the session. */
+  bindToSession: boolean
 }
 
 /**
@@ -50,7 +54,15 @@ interface Creator {
  */
 async function insertApiKey(
   sql: Sql,
-  key: { user_id: number; name: string; prefix: string; key_hash: Buffer; scopes: string[]; expires_at: Date | null },
+  key: {
+    user_id: number
+    name: string
+    prefix: string
+    key_hash: Buffer
+    scopes: string[]
+    expires_at: Date | null
+    session_id?: number
+  },
   creator: Creator,
   max: number,
   origin: EventOrigin,
@@ -65,6 +77,7 @@ async function insertApiKey(
         ? []
         : await tx`SELECT 1 FROM sessions WHERE id = ${creator.sessionId} AND revoked_at IS NOT NULL`
     if (ended) return 'gone'
+    if (creator.bindToSession) key.session_id = creator.sessionId
     const [{ live }] = await tx<[{ live: number }]>`
       SELECT count(*)::int AS live FROM api_keys WHERE user_id
       = ${key.user_id} AND (expires_at IS NULL OR expires_at > now())`
@@ -87,7 +100,7 @@ const hooks: ResourceHooks = {
     const { principal, requestId, services } = ctx
     if (principal.kind !== 'user') throw new Error('unreachable: protected route')
     // Before anything about the key is looked at: a stolen access token alone learns nothing here.
-    await requireRecentPassword(principal, ctx.body.current_password as string | undefined, ctx)
+    const proof = await requireFreshProof(principal, ctx.body as FreshProof, ctx)
     const scopes = values.scopes as string[]
     const unknown = scopes.findIndex((s) => !services.registry.scopes.isScope(s))
     if (unknown !== -1) throw validationFailed([{ path: `/scopes/${unknown}`, message: 'is not a scope' }])
@@ -109,6 +122,7 @@ const hooks: ResourceHooks = {
     const creator: Creator = {
       sessionId: sessionOf(credential),
       epoch: credential.type === 'token' ? undefined : credential.epoch,
+      bindToSession: proof === 'session',
     }
     const row = await insertApiKey(
       services.sql,

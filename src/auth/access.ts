@@ -24,6 +24,11 @@ export type Access =
        * an opaque token); an API key is refused (403), whatever its scopes.
        */
       interactive?: true
+      /**
+       * Open to a credential that MFA_REQUIRED holds back until its user has a second factor (GET /auth/me, the
+       * routes of /auth/mfa); every other route answers it 403 mfa_enrollment_required.
+       */
+      enrolment?: true
     }
 
 export const publicAccess: Access = { kind: 'public' }
@@ -35,16 +40,42 @@ export function requireInteractive(principal: UserPrincipal): void {
   }
 }
 
+/** Who must have a second factor (MFA_REQUIRED). */
+export type MfaPolicy = 'none' | 'admin' | 'all'
+
+/** The `amr` values of a provider token that say its login had a second factor there (RFC 8176). */
+const PROVIDER_SECOND_FACTORS: ReadonlySet<string> = new Set(['mfa', 'otp', 'hwk', 'swk'])
+
+/**
+ * Whether `policy` covers the caller and its login proved no second factor:
+ * its credential is then good only to enrol one. An API key is not a login:
+ * it was made with a fresh proof, and is not held back.
+ */
+export function mustEnrol(principal: UserPrincipal, policy: MfaPolicy): boolean {
+  if (policy === 'none' || (policy === 'admin' && principal.role !== 'admin')) return false
+  const { credential } = principal
+  if (credential.type === 'api_key') return false
+  if (credential.type === 'oidc') return !credential.amr.some((m) => PROVIDER_SECOND_FACTORS.has(m))
+  return !credential.proof.amr.includes('otp')
+}
+
 export function authorize(
   access: Access,
   principal: Principal,
   params: Record<string, string>,
-  allowSignup: boolean,
+  settings: { allowSignup: boolean; mfaRequired: MfaPolicy },
 ): void {
   if (access.kind !== 'protected') return
   if (principal.kind === 'anonymous') {
-    if (access.signup && allowSignup) return
+    if (access.signup && settings.allowSignup) return
     throw unauthorized()
+  }
+  if (!access.enrolment && mustEnrol(principal, settings.mfaRequired)) {
+    throw new HttpError(
+      'mfa_enrollment_required',
+      'This account must have a second factor (MFA_REQUIRED): enrol one with POST /auth/mfa/totp and ' +
+        'POST /auth/mfa/totp/confirm, then log in again.',
+    )
   }
   if (access.scope && !principal.scopes.has(access.scope)) {
     throw new HttpError('insufficient_scope', `This credential lacks the scope ${access.scope}.`, {

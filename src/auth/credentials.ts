@@ -226,6 +226,8 @@ interface CredentialRow {
   scopes: string[]
   expires_at: string | null
   session_id: number
+  amr: string[]
+  auth_time: number
 }
 
 /** Opaque tokens see the user's current role, revocation and deletion at once: they are read every time. */
@@ -236,7 +238,8 @@ async function opaqueTokens(
   if (tokens.length === 0) return []
   const rows = await deps.bounded(
     () => deps.sql<CredentialRow[]>`
-    SELECT t.token_hash, u.id AS user_id, u.role, s.scopes, t.expires_at, s.id AS session_id
+    SELECT t.token_hash, u.id AS user_id, u.role, s.scopes, t.expires_at, s.id AS session_id, s.amr,
+      floor(extract(epoch FROM s.created_at))::float8 AS auth_time
     FROM access_tokens t JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = s.user_id
     WHERE t.token_hash = ANY(${hashList(
       deps.sql,
@@ -252,7 +255,12 @@ async function opaqueTokens(
       userId: String(row.user_id),
       role: row.role,
       scopes: deps.scopes.effective(row.role, row.scopes),
-      credential: { type: 'token', expiresAt: row.expires_at, sessionId: row.session_id },
+      credential: {
+        type: 'token',
+        expiresAt: row.expires_at,
+        sessionId: row.session_id,
+        proof: { amr: row.amr, authTime: row.auth_time },
+      },
     }
     return [{ at, principal }]
   })
@@ -297,6 +305,7 @@ function verifiedJwt(token: string, { settings, jwtCache, scopes, clock }: Crede
         expiresAt: new Date(claims.exp * 1000).toISOString(),
         sessionId: Number(claims.sid),
         epoch: claims.gen,
+        proof: { amr: claims.amr ?? ['pwd'], authTime: claims.auth_time ?? claims.iat },
       },
     }
     jwtCache.set(token, principal, claims.exp)

@@ -6,10 +6,14 @@ import { findUser } from '../accounts/queries.js'
 import { requireInteractive } from './access.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login/login-throttle.js'
 import type { UserPrincipal } from './principal.js'
+import { hasFactor } from './mfa/factors.js'
+import { proveSecondFactor } from './mfa/second-factor.js'
+import { TOTP_CODE } from './mfa/totp.js'
 
 // Proof that the person at the keyboard is the account's owner, for the
 // actions a stolen access token must not be enough for: changing one's own
-// e-mail or password, deleting one's own account, creating an API key.
+// e-mail or password, deleting one's own account, and the step-up acts that
+// create lasting authority (an API key, an admin, another user's password).
 
 type ProofContext = Pick<HandlerContext<unknown, unknown>, 'services' | 'client' | 'requestId'>
 
@@ -53,13 +57,18 @@ export async function proveCurrentPassword(
 }
 
 /**
- * Whether the caller's session was opened by a password login less than
- * `windowSeconds` ago. Sessions are opened only by POST /auth/login, so a
- * session's created_at is the time of its password login; a refresh moves
- * last_used_at, never created_at, so refreshing does not keep a stolen
- * session fresh. An API key has no session: never.
+ * Whether the caller's login is fresh enough to stand for a proof: its
+ * session's login (or the provider's `auth_time`) is less than `windowSeconds`
+ * old, and, for a user with a second factor, that login proved it too. Read
+ * from the session's row, which a refresh never makes younger: refreshing
+ * does not keep a stolen session fresh. An API key has no login: never.
  */
-async function loggedInWithin(caller: UserPrincipal, windowSeconds: number, ctx: ProofContext): Promise<boolean> {
+async function loggedInWithin(
+  caller: UserPrincipal,
+  windowSeconds: number,
+  factor: boolean,
+  ctx: ProofContext,
+): Promise<boolean> {
   const { credential } = caller
   if (credential.type === 'api_key') return false
   // The provider says when the person last signed in there (auth_time); without it, the token proves nothing recent.
@@ -68,31 +77,63 @@ async function loggedInWithin(caller: UserPrincipal, windowSeconds: number, ctx:
       credential.authenticatedAt !== undefined &&
       ctx.services.clock.now() / 1000 - credential.authenticatedAt < windowSeconds
     )
-  const [fresh] = await ctx.services.sql`
-    SELECT 1 FROM sessions
+  const [fresh] = await ctx.services.sql<Array<{ amr: string[] }>>`
+    SELECT amr FROM sessions
     WHERE id = ${credential.sessionId} AND user_id = ${caller.userId} AND revoked_at IS NULL
       AND created_at > now() - ${windowSeconds} * interval '1 second'`
-  return fresh !== undefined
+  return fresh !== undefined && (!factor || fresh.amr.includes('otp'))
+}
+
+export const mfaCodeRequired = (detail: string) => new HttpError('mfa_code_required', detail)
+
+/** The body member carrying a second-factor code beside current_password. */
+export const codeMember = (description: string) =>
+  Type.Optional(Type.String({ pattern: TOTP_CODE.source, description }))
+
+/** What a step-up body may carry. */
+export interface FreshProof {
+  current_password?: string | undefined
+  code?: string | undefined
 }
 
 /**
- * A sensitive action: the caller proves its password in the body, or its
- * session logged in with the password within REAUTH_WINDOW seconds. A
- * password given is always checked, even within the window.
+ * A step-up act (docs/auth.md, "Step-up"): an interactive credential with a
+ * fresh proof, either in the body (`current_password`, and `code` when the
+ * caller has a second factor) or a login of this same session, with every
+ * factor, within REAUTH_WINDOW seconds. What is given is always checked, even
+ * within the window. Answers how the proof was made: 'request' (in this
+ * body), or 'session' (a key made on its strength lives no longer than the
+ * session).
  */
-export async function requireRecentPassword(
+export async function requireFreshProof(
   caller: UserPrincipal,
-  currentPassword: string | undefined,
+  proof: FreshProof,
   ctx: ProofContext,
-): Promise<void> {
-  if (currentPassword !== undefined) {
-    await proveCurrentPassword(caller, currentPassword, ctx)
-    return
+): Promise<'request' | 'session'> {
+  requireInteractive(caller)
+  const { services } = ctx
+  const factor = caller.credential.type !== 'oidc' && (await hasFactor(services.sql, caller.userId))
+  if (proof.current_password !== undefined) {
+    await proveCurrentPassword(caller, proof.current_password, ctx)
+    if (!factor) return 'request'
+    if (proof.code === undefined)
+      throw mfaCodeRequired('This account has a second factor: send its code beside current_password.')
+    const user = await findUser(services.sql, caller.userId)
+    const proved =
+      user !== undefined &&
+      (await proveSecondFactor(
+        services,
+        { id: user.id, email: user.email },
+        { code: proof.code },
+        { client: ctx.client, origin: originOf(caller, ctx.requestId) },
+      ))
+    if (!proved) throw mfaCodeRequired('code is wrong.')
+    return 'request'
   }
-  const window = ctx.services.config.reauthWindow
-  if (await loggedInWithin(caller, window, ctx)) return
+  const window = services.config.reauthWindow
+  if (await loggedInWithin(caller, window, factor, ctx)) return 'session'
   throw currentPasswordRequired(
-    `This needs current_password: this session did not log in with its password within the ` +
-      `last ${window} seconds (REAUTH_WINDOW).`,
+    `This needs current_password${factor ? ' and code' : ''}: this session did not log in with ` +
+      `${factor ? 'every factor' : 'its password'} within the last ${window} seconds (REAUTH_WINDOW).`,
   )
 }

@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { HttpError } from '../core/http/problem.js'
-import { authorize, type Access } from './access.js'
+import { authorize, type Access, type MfaPolicy } from './access.js'
 import {
   checkCredentials,
   classifySecret,
@@ -67,7 +67,7 @@ const expired = (grant: Grant, now: number) => grant.expiresAt !== null && grant
 export async function checkGrants(
   grants: readonly Grant[],
   deps: CredentialDeps,
-  allowSignup: boolean,
+  settings: { allowSignup: boolean; mfaRequired: MfaPolicy },
 ): Promise<Array<GrantEnd | undefined>> {
   const now = deps.clock.now()
   const principals = await checkCredentials(
@@ -79,7 +79,7 @@ export async function checkGrants(
     const principal = principals[i]
     if (!principal || principal.userId !== grant.principal.userId) return 'credential_revoked'
     try {
-      authorize(grant.access, principal, grant.params, allowSignup)
+      authorize(grant.access, principal, grant.params, settings)
       return undefined
     } catch (err) {
       if (err instanceof HttpError) return 'access_withdrawn'

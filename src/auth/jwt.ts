@@ -26,6 +26,12 @@ export interface JwtClaims {
   sid: string
   /** The user's credential epoch when the token was issued: raising the epoch voids it. */
   gen: number
+  /**
+   * How its session's login proved the user (RFC 8176), and when (OIDC Core's `auth_time`). A token without them (one
+   * issued before they were added) is read as a password login at `iat`.
+   */
+  amr?: string[]
+  auth_time?: number
 }
 
 export interface VerifyOptions {
@@ -44,6 +50,7 @@ export const DEFAULT_LEEWAY_SECONDS = 30
 const SEGMENT = /^[A-Za-z0-9_-]+$/
 const MAX_TOKEN_LENGTH = 4096
 
+const isString = (v: unknown): v is string => typeof v === 'string'
 const b64json = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
 const hs256 = (secret: Buffer, data: string) => createHmac('sha256', secret).update(data).digest('base64url')
 
@@ -129,5 +136,8 @@ export function verifyJwt(token: string, options: VerifyOptions): JwtClaims {
   if (typeof claims.sid !== 'string' || !/^[1-9][0-9]{0,18}$/.test(claims.sid))
     throw new InvalidTokenError('bad session')
   if (!Number.isSafeInteger(claims.gen) || (claims.gen as number) < 0) throw new InvalidTokenError('bad epoch')
+  if ('amr' in claims && !(Array.isArray(claims.amr) && claims.amr.length <= 8 && claims.amr.every(isString)))
+    throw new InvalidTokenError('bad amr')
+  if ('auth_time' in claims && !isTime(claims.auth_time)) throw new InvalidTokenError('bad auth_time')
   return claims as unknown as JwtClaims
 }

@@ -9,6 +9,12 @@ import { oldResetRequests, spentOneTimeTokens } from './recovery/recovery.js'
 import { recoveryRoutes } from './recovery/recovery-routes.js'
 import type { CredentialChanges } from './revocation/credential-changes.js'
 import { authRoutes } from './routes.js'
+import type { Config } from '../config.js'
+import { Job } from '../core/scheduler.js'
+import { MINUTE } from '../core/lib/durations.js'
+import { expiredChallenges } from './mfa/challenges.js'
+import { resealTotpSecrets } from './mfa/factors.js'
+import { mfaRoutes } from './mfa-routes.js'
 import { sessionRoutes } from './sessions/session-routes.js'
 
 /** What auth runs beside requests, of a service's parts. */
@@ -18,6 +24,8 @@ export interface AuthModuleServices {
   identityProvider: IdentityProvider | undefined
   /** The purges' connection (AppDeps.maintenanceSql). */
   maintenanceSql: Sql
+  /** The JWT secrets, which seal TOTP secrets (src/core/lib/sealed-text.ts). */
+  config: Pick<Config, 'jwtSecrets'>
 }
 
 /**
@@ -27,7 +35,7 @@ export interface AuthModuleServices {
  */
 export const authModule: AppModule<AuthModuleServices> = {
   name: 'auth',
-  routes: [...authRoutes, ...recoveryRoutes, ...sessionRoutes],
+  routes: [...authRoutes, ...mfaRoutes, ...recoveryRoutes, ...sessionRoutes],
   problems: {
     unauthorized: { status: 401, title: 'Authentication required' },
     invalid_token: { status: 401, title: 'Invalid credential' },
@@ -35,6 +43,11 @@ export const authModule: AppModule<AuthModuleServices> = {
     forbidden: { status: 403, title: 'Forbidden' },
     insufficient_scope: { status: 403, title: 'Insufficient scope' },
     current_password_required: { status: 403, title: 'Current password required' },
+    mfa_required: { status: 401, title: 'Second factor required' },
+    mfa_code_required: { status: 403, title: 'Second-factor code required' },
+    mfa_enrollment_required: { status: 403, title: 'Second factor enrolment required' },
+    mfa_already_enabled: { status: 409, title: 'Second factor already on' },
+    mfa_not_enabled: { status: 409, title: 'No second factor' },
     too_many_login_attempts: { status: 429, title: 'Too many login attempts' },
     invalid_one_time_token: { status: 400, title: 'Invalid or expired link' },
     email_not_verified: { status: 403, title: 'E-mail address not verified' },
@@ -51,6 +64,8 @@ export const authModule: AppModule<AuthModuleServices> = {
     'user.password_reset_requested',
     'user.password_reset',
     'user.email_verified',
+    'user.mfa_enabled',
+    'user.mfa_disabled',
   ],
   components: (s) => [s.credentialChanges, s.recoveryRequests, s.identityProvider],
   jobs: (s) => [
@@ -78,6 +93,19 @@ export const authModule: AppModule<AuthModuleServices> = {
       table: 'password_reset_requests',
       where: oldResetRequests,
       sql: s.maintenanceSql,
+    }),
+    purgeJob({
+      name: 'mfa.purge-challenges',
+      table: 'mfa_challenges',
+      where: expiredChallenges,
+      sql: s.maintenanceSql,
+    }),
+    // Like webhook secrets, TOTP secrets move to the first JWT secret while an older one is still configured.
+    new Job({
+      name: 'mfa.reseal',
+      periodMs: MINUTE,
+      firstRunMs: 0,
+      run: () => resealTotpSecrets(s.maintenanceSql, s.config.jwtSecrets),
     }),
   ],
 }

@@ -8,9 +8,18 @@ export type { Role }
 /** A scope such as `<table>:read`; which ones exist is the registry's (ScopePolicy, src/auth/scopes.ts). */
 export type Scope = string
 
+/**
+ * How the person behind a login proved itself (RFC 8176 method names: `pwd`,
+ * `otp`) and when (seconds since the epoch): a session's, carried by its tokens.
+ */
+export interface LoginProof {
+  amr: readonly string[]
+  authTime: number
+}
+
 export type Credential =
-  | { type: 'jwt'; expiresAt: string; sessionId: number; epoch: number }
-  | { type: 'token'; expiresAt: string | null; sessionId: number }
+  | { type: 'jwt'; expiresAt: string; sessionId: number; epoch: number; proof: LoginProof }
+  | { type: 'token'; expiresAt: string | null; sessionId: number; proof: LoginProof }
   | { type: 'api_key'; expiresAt: string | null; apiKeyId: number }
   /**
    * An access token of the identity provider (OIDC_ISSUER): no session
@@ -23,6 +32,8 @@ export type Credential =
       subject: string
       epoch: number
       authenticatedAt: number | undefined
+      /** The provider's `amr` claim: how the person signed in there (`mfa`, `otp`, `hwk`, …); empty without one. */
+      amr: readonly string[]
     }
 
 export type Principal =

@@ -38,7 +38,7 @@ export function requestGuard(deps: AuthServices): RequestGuard<Guarded> {
   function admit(state: Guarded, request: StageRequest, route: AnyRoute, params: Record<string, string>): void {
     const limits = limiterFor(route)
     if (limits) state.rate = rateLimit(state, limits, request, config.rateLimit)
-    authorize(route.access, state.principal, params, config.allowSignup)
+    authorize(route.access, state.principal, params, config)
   }
 
   async function authenticateThenAdmit(

@@ -10,10 +10,15 @@ import { sessionOf } from './principal.js'
 import { publicAccess } from './access.js'
 import { endSession } from './sessions/session-routes.js'
 import { mayResendVerification, queueVerification } from './recovery/recovery.js'
-import { openSession, rotate, sessionOfRefreshToken } from './sessions/sessions.js'
+import { openSession, rotate, sessionOfRefreshToken, type TokenResponse } from './sessions/sessions.js'
+import { findChallenge, MFA_TOKEN_TTL_SECONDS, openChallenge, spendChallenge } from './mfa/challenges.js'
+import { hasFactor, RECOVERY_CODE } from './mfa/factors.js'
+import { proveSecondFactor } from './mfa/second-factor.js'
+import { TOTP_CODE } from './mfa/totp.js'
+import type { AuthServices } from './services.js'
 
-// Logging in, refreshing and logging out: the routes that open and end
-// sessions. They stand here, above the folders they join, because a login
+// Logging in (with its second step when the user has a second factor),
+// refreshing and logging out: the routes that open and end sessions. They stand here, above the folders they join, because a login
 // uses all three: the throttle on guesses (login/), a new session
 // (sessions/), and, where REQUIRE_VERIFIED_EMAIL holds, a fresh verification
 // link (recovery/); and recovery ends sessions, so in sessions/ they would
@@ -25,6 +30,26 @@ const LoginBody = Type.Object(
     password: Type.String({ minLength: 1, maxLength: 256 }),
     token_format: Type.Optional(Type.Union([Type.Literal('jwt'), Type.Literal('opaque')])),
     scope: Type.Optional(Type.String({ maxLength: 500, description: 'space-separated scopes' })),
+    code: Type.Optional(
+      Type.String({ pattern: TOTP_CODE.source, description: 'with a second factor: its current code, in one step' }),
+    ),
+    recovery_code: Type.Optional(
+      Type.String({ pattern: RECOVERY_CODE.source, description: 'with a second factor: a recovery code instead' }),
+    ),
+  },
+  { additionalProperties: false },
+)
+const MfaLoginBody = Type.Object(
+  {
+    mfa_token: Type.String({
+      minLength: 1,
+      maxLength: 128,
+      description: 'from the 401 mfa_required of POST /auth/login',
+    }),
+    code: Type.Optional(Type.String({ pattern: TOTP_CODE.source, description: 'the current code of the factor' })),
+    recovery_code: Type.Optional(
+      Type.String({ pattern: RECOVERY_CODE.source, description: 'a recovery code, spent by this login' }),
+    ),
   },
   { additionalProperties: false },
 )
@@ -52,6 +77,47 @@ const invalidCredentials = () =>
   new HttpError('invalid_credentials', 'The e-mail address or the password is wrong.', {
     headers: { 'www-authenticate': challenge.missing },
   })
+/** The password was right and a code is due: the second step takes this token (RFC 9457 extension members). */
+const mfaRequired = (mfaToken: string) =>
+  new HttpError('mfa_required', 'This account has a second factor: POST /auth/login/mfa with mfa_token and a code.', {
+    headers: { 'www-authenticate': challenge.missing },
+    extensions: { mfa_token: mfaToken, expires_in: MFA_TOKEN_TTL_SECONDS },
+  })
+const invalidMfaToken = () =>
+  new HttpError('invalid_token', 'The mfa_token is invalid, expired or spent: log in again.', {
+    headers: { 'www-authenticate': challenge.invalid },
+  })
+/** One code or one recovery code, never both (a schema cannot say "at most one of" clearly). */
+function assertOneFactor(body: { code?: string | undefined; recovery_code?: string | undefined }): void {
+  if (body.code !== undefined && body.recovery_code !== undefined)
+    throw new HttpError('invalid_request', 'Send code or recovery_code, not both.')
+}
+
+/** A session's first tokens, or a 401 when the user's credentials changed while the login was checked. */
+async function issueTokens(
+  services: AuthServices,
+  user: { id: number; role: 'admin' | 'user'; credential_epoch: number },
+  scopes: string[],
+  format: 'jwt' | 'opaque',
+  request: { headers: Record<string, string | string[] | undefined>; client: string; requestId: string },
+  amr: readonly string[],
+): Promise<TokenResponse> {
+  const userAgent = request.headers['user-agent']
+  const tokens = await openSession(
+    services.sql,
+    services,
+    user,
+    scopes,
+    format,
+    { userAgent: typeof userAgent === 'string' ? userAgent : undefined, address: request.client },
+    request.requestId,
+    amr,
+  )
+  // The password or role changed while this login was checked: its tokens would be void already.
+  if (!tokens) throw invalidCredentials()
+  return tokens
+}
+
 const invalidRefresh = () =>
   new HttpError('invalid_token', 'The refresh token is invalid, expired or revoked.', {
     headers: { 'www-authenticate': challenge.invalid },
@@ -64,7 +130,9 @@ export const authRoutes = [
     operationId: 'login',
     errorStatuses: [401, 403, 429],
     noStore: true,
-    summary: 'Log in with e-mail and password; returns an access and a refresh token',
+    summary:
+      'Log in with e-mail and password (and, with a second factor, its code, or a 401 mfa_required with an ' +
+      'mfa_token for POST /auth/login/mfa); returns an access and a refresh token',
     responses: { 200: { description: 'Tokens', schema: Tokens } },
     access: publicAccess,
     body: { kind: 'json', validator: compileValidator(LoginBody) },
@@ -90,7 +158,10 @@ export const authRoutes = [
         )
         throw invalidCredentials()
       }
-      await bounded(() => passwordProven(sql, email, user.id, from))
+      assertOneFactor(body)
+      const factor = await bounded(() => hasFactor(sql, user.id))
+      // With a second factor the password alone clears no failure: whoever has it must still get past the code's count.
+      if (!factor) await bounded(() => passwordProven(sql, email, user.id, from))
       if (services.config.requireVerifiedEmail && user.email_verified_at === null) {
         // Only once the password is proven, so the answer tells nothing to anyone without it. The way out is a link: a
         // fresh one, within the hourly limit.
@@ -110,19 +181,53 @@ export const authRoutes = [
           `Scope not available to this account: ${refused.join(' ') || '(empty)'}.`,
         )
       }
+      const format = body.token_format ?? 'jwt'
+      if (factor) {
+        if (body.code === undefined && body.recovery_code === undefined)
+          throw mfaRequired(await bounded(() => openChallenge(sql, user, requested, format)))
+        const origin = { actorId: null, credential: null, requestId }
+        if (!(await bounded(() => proveSecondFactor(services, user, body, { client, origin }))))
+          throw invalidCredentials()
+      }
+      const amr = factor ? ['pwd', 'otp'] : ['pwd']
       const tokens = await bounded(() =>
-        openSession(
-          sql,
-          services,
-          user,
-          requested,
-          body.token_format ?? 'jwt',
-          { userAgent: headers['user-agent'], address: client },
-          requestId,
-        ),
+        issueTokens(services, user, requested, format, { headers, client, requestId }, amr),
       )
-      // The password or role changed while this login was checked: its tokens would be void already.
-      if (!tokens) throw invalidCredentials()
+      return { status: 200, body: tokens }
+    },
+  }),
+
+  defineRoute({
+    method: 'POST',
+    path: '/auth/login/mfa',
+    operationId: 'loginSecondFactor',
+    errorStatuses: [401, 429],
+    noStore: true,
+    summary: "A login's second step: the mfa_token of POST /auth/login's 401 mfa_required with a code",
+    responses: { 200: { description: 'Tokens', schema: Tokens } },
+    access: publicAccess,
+    body: { kind: 'json', validator: compileValidator(MfaLoginBody) },
+    async handle({ body, headers, client, requestId, bounded, services }) {
+      const { sql, logins } = services
+      logins.admit(logins.address(client).bucket)
+      assertOneFactor(body)
+      if (body.code === undefined && body.recovery_code === undefined)
+        throw new HttpError('invalid_request', 'Send code (or recovery_code) with the mfa_token.')
+      const challenge = await bounded(() => findChallenge(sql, body.mfa_token))
+      if (!challenge) throw invalidMfaToken()
+      const user = { id: challenge.user_id, email: challenge.email }
+      const origin = { actorId: null, credential: null, requestId }
+      // A wrong code leaves the token open; the count on the account bounds the guesses.
+      if (!(await bounded(() => proveSecondFactor(services, user, body, { client, origin }))))
+        throw invalidCredentials()
+      if (!(await bounded(() => spendChallenge(sql, body.mfa_token)))) throw invalidMfaToken()
+      const account = { id: challenge.user_id, role: challenge.role, credential_epoch: challenge.credential_epoch }
+      const tokens = await bounded(() =>
+        issueTokens(services, account, challenge.scopes, challenge.token_format, { headers, client, requestId }, [
+          'pwd',
+          'otp',
+        ]),
+      )
       return { status: 200, body: tokens }
     },
   }),

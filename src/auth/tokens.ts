@@ -10,6 +10,8 @@ export const tokenKinds = {
   access: 'upa_at_',
   refresh: 'upa_rt_',
   apiKey: 'upa_ak_',
+  /** The second step of a login (src/auth/mfa/challenges.ts). */
+  mfa: 'upa_mt_',
 } as const
 
 export type TokenKind = keyof typeof tokenKinds

@@ -22,6 +22,16 @@ const Me = Type.Object(
         issuer: Type.Optional(
           Type.String({ description: 'with type oidc: the identity provider that issued the token' }),
         ),
+        amr: Type.Optional(
+          Type.Array(Type.String(), {
+            description: 'how the login proved the user (RFC 8176: pwd, otp; a provider token: its amr); not for keys',
+          }),
+        ),
+        auth_time: Type.Optional(
+          Type.Union([Type.Integer(), Type.Null()], {
+            description: 'when that login was, in seconds since the epoch (null: a provider token that does not say)',
+          }),
+        ),
       },
       { additionalProperties: false },
     ),
@@ -36,7 +46,8 @@ export const meRoute = defineRoute({
   noStore: true,
   summary: 'The caller and its credential',
   responses: { 200: { description: 'The caller', schema: Me } },
-  access: { kind: 'protected', scope: null, who: 'any' },
+  // Open to a login MFA_REQUIRED holds back: it says what the login proved.
+  access: { kind: 'protected', scope: null, who: 'any', enrolment: true },
   async handle({ principal, services }) {
     if (principal.kind !== 'user') throw new Error('unreachable: /auth/me is protected')
     const user = await findUser(services.sql, principal.userId)
@@ -45,11 +56,17 @@ export const meRoute = defineRoute({
     const { credential } = principal
     const { type, expiresAt } = credential
     const issuer = credential.type === 'oidc' ? { issuer: credential.issuer } : {}
+    const proof =
+      credential.type === 'oidc'
+        ? { amr: [...credential.amr], auth_time: credential.authenticatedAt ?? null }
+        : credential.type === 'api_key'
+          ? {}
+          : { amr: [...credential.proof.amr], auth_time: credential.proof.authTime }
     return {
       status: 200,
       body: {
         user: users.present(user),
-        credential: { type, scopes: [...principal.scopes].sort(), expires_at: expiresAt, ...issuer },
+        credential: { type, scopes: [...principal.scopes].sort(), expires_at: expiresAt, ...issuer, ...proof },
       },
     }
   },

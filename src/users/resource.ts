@@ -1,7 +1,13 @@
 import Type from 'typebox'
 import { revokeApiKeysOf } from '../auth/api-keys/declaration.js'
 import { requireInteractive } from '../auth/access.js'
-import { currentPasswordMember, currentPasswordRequired, proveCurrentPassword } from '../auth/current-password.js'
+import {
+  codeMember,
+  currentPasswordMember,
+  currentPasswordRequired,
+  proveCurrentPassword,
+  requireFreshProof,
+} from '../auth/current-password.js'
 import { isAdmin, sessionOf, type Principal, type UserPrincipal } from '../auth/principal.js'
 import { revokeSessionsOf } from '../auth/sessions/sessions.js'
 import { originOf } from '../auth/origin.js'
@@ -67,7 +73,12 @@ export const users = defineResource({
     updated_at: timestampMember(),
   },
   writeExtras: {
-    current_password: currentPasswordMember("the current password; required to change one's own e-mail or password"),
+    current_password: currentPasswordMember(
+      "the caller's current password: to change one's own e-mail or password; and a fresh proof for an admin " +
+        "creating a user with a password or the admin role, or setting another user's password, e-mail or admin " +
+        'role (not needed within REAUTH_WINDOW of a login with every factor)',
+    ),
+    code: codeMember('with current_password, when the caller has a second factor: its current code'),
   },
   deleteBody: {
     current_password: currentPasswordMember(
@@ -98,7 +109,17 @@ function assertMayChangeOwnCredentials(
 interface UserWriteState {
   self: UserPrincipal | undefined
   provenHash: string | undefined
+  /** The caller gave a fresh proof in the body (a step-up act, docs/auth.md "Step-up"). */
+  freshProof: boolean
 }
+
+/**
+ * Acts on another account that create lasting authority (docs/auth.md,
+ * "Step-up"): a password someone else will log in with, an address that
+ * password resets go to, the admin role.
+ */
+const isStepUp = (changes: { password_hash?: unknown; email?: unknown; role?: unknown }) =>
+  changes.password_hash !== undefined || changes.email !== undefined || changes.role === 'admin'
 
 const credentialsChanged = (changes: Record<string, unknown>) =>
   changes.role !== undefined || changes.password_hash !== undefined
@@ -111,13 +132,27 @@ export const userHooks: ResourceHooks<UserWriteState> = {
     const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
     const self = op !== 'create' && caller?.userId === ctx.params.id ? caller : undefined
     const provenHash = self && (await proveCurrentPassword(self, body.current_password, ctx))
+    // A step-up on another account: a proof in the body is checked here, before the transaction (a password hash is
+    // slow); without one, inTransaction asks for the session's recent login once it knows what changes.
+    const stepUp =
+      caller !== undefined &&
+      !self &&
+      (op === 'create'
+        ? (body.password !== undefined && body.password !== null) || body.role === 'admin'
+        : isStepUp({ password_hash: body.password, email: (body as { email?: string }).email, role: body.role }))
+    const freshProof =
+      stepUp && body.current_password !== undefined && (await requireFreshProof(caller, body, ctx)) === 'request'
+    if (stepUp && op === 'create' && !freshProof) await requireFreshProof(caller, body, ctx)
     if (body.password !== undefined)
       columns.password_hash = body.password === null ? null : await ctx.services.passwords.hash(body.password)
-    return { self, provenHash }
+    return { self, provenHash, freshProof }
   },
-  async inTransaction(tx, { ctx, current, changes }, { self, provenHash }) {
+  async inTransaction(tx, { ctx, current, changes }, { self, provenHash, freshProof }) {
     // Checked against the stored row, so echoing one's own role back in a PUT is fine.
     if (changes.role !== undefined) assertMaySetRole(ctx.principal)
+    // What really changes on another account: a PUT that names the same address again is no step-up.
+    if (!self && !freshProof && ctx.principal.kind === 'user' && isStepUp(changes))
+      await requireFreshProof(ctx.principal, {}, ctx)
     if (self && (changes.email !== undefined || changes.password_hash !== undefined))
       assertMayChangeOwnCredentials(self, provenHash, current)
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
@@ -169,12 +204,12 @@ export const userHooks: ResourceHooks<UserWriteState> = {
   async prepareDelete(ctx) {
     const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
     const self = caller?.userId === ctx.params.id ? caller : undefined
-    if (!self) return { self: undefined, provenHash: undefined }
+    if (!self) return { self: undefined, provenHash: undefined, freshProof: false }
     requireInteractive(self)
     const provenHash = await proveCurrentPassword(self, ctx.body?.current_password as string | undefined, ctx)
     if (provenHash === undefined)
       throw currentPasswordRequired('Deleting your own account needs current_password in a JSON body.')
-    return { self, provenHash }
+    return { self, provenHash, freshProof: false }
   },
   async beforeDelete(tx, current, { self, provenHash }) {
     // The password changed since it was checked: the proof is for a password that no longer is.

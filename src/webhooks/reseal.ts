@@ -1,6 +1,6 @@
 import type { Sql } from 'postgres'
 import type { Config } from '../config.js'
-import { kidOf, openSecret, sealSecret } from './secret.js'
+import { resealSecret } from './secret.js'
 
 // Signing secrets are sealed under the first of JWT_SECRETS (secret.ts), and
 // opened under whichever configured kid sealed them. So that the documented
@@ -44,8 +44,8 @@ export async function resealSecrets(sql: Sql, keys: Keys, signal?: AbortSignal):
       ORDER BY id LIMIT ${BATCH}`
     for (const row of rows) {
       const next = {
-        secret: reseal(row.secret_sealed, keys),
-        previous: row.previous_secret_sealed && reseal(row.previous_secret_sealed, keys),
+        secret: resealSecret(row.secret_sealed, keys),
+        previous: row.previous_secret_sealed && resealSecret(row.previous_secret_sealed, keys),
       }
       // A text that does not open (tampered) stays as it is: the worker reports it at each delivery.
       if (next.secret === undefined || next.previous === undefined) continue
@@ -59,15 +59,5 @@ export async function resealSecrets(sql: Sql, keys: Keys, signal?: AbortSignal):
     // Stopped: what is left, the next start takes.
     if (rows.length < BATCH || signal?.aborted) return resealed
     after = rows.at(-1)!.id
-  }
-}
-
-/** The text sealed under the first kid (itself if it already is), or undefined if it does not open. */
-function reseal(sealed: string, keys: Keys): string | undefined {
-  if (kidOf(sealed) === keys[0]!.kid) return sealed
-  try {
-    return sealSecret(openSecret(sealed, keys), keys)
-  } catch {
-    return undefined
   }
 }

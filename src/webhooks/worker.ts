@@ -252,7 +252,7 @@ export class WebhookWorker implements Component {
     } catch (err) {
       const error =
         err instanceof SealingKeyMissing
-          ? err.message
+          ? `${err.message}; rotate the webhook's secret`
           : "the signing secret could not be opened (JWT_SECRETS changed?); rotate the webhook's secret"
       return { status: undefined, durationMs: 0, error, ok: false }
     }

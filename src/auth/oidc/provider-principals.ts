@@ -118,6 +118,7 @@ export class IdentityProvider implements Component {
         expiresAt: new Date(Math.min(claims.expiresAt, claims.issuedAt + MAX_TOKEN_AGE_SECONDS) * 1000).toISOString(),
         epoch: user.epoch,
         authenticatedAt: claims.authenticatedAt,
+        amr: claims.amr,
       },
     }
   }

@@ -20,6 +20,8 @@ export interface ProviderClaims {
    * action within REAUTH_WINDOW of it needs no password).
    */
   authenticatedAt: number | undefined
+  /** `amr`: how the person signed in at the provider (RFC 8176); empty when the token does not say. */
+  amr: string[]
   /** The address, when the provider says it verified it (`email_verified`). */
   verifiedEmail: string | undefined
   /** `name`, else `preferred_username`; checked as a user's name when a user is made of it. */
@@ -116,6 +118,7 @@ function checkClaims(
     issuedAt: claims.iat,
     expiresAt: claims.exp,
     authenticatedAt: isTime(claims.auth_time) && claims.auth_time <= now + leeway ? claims.auth_time : undefined,
+    amr: Array.isArray(claims.amr) ? claims.amr.filter((m): m is string => typeof m === 'string').slice(0, 16) : [],
     verifiedEmail: email,
     name,
     scopes: scopesOf(claims),

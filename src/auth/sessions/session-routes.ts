@@ -68,7 +68,7 @@ export async function endSession(
   sessionId: number,
   origin: EventOrigin,
 ): Promise<Reply> {
-  await revokeSession(services.sql, sessionId, origin)
+  await services.sql.begin((tx) => revokeSession(tx, sessionId, origin))
   await services.credentialChanges.caughtUp()
   return { status: 204 }
 }

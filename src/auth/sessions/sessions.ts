@@ -5,6 +5,8 @@ import type { EventOrigin } from '../origin.js'
 import { signJwt } from '../jwt.js'
 import type { Role } from '../principal.js'
 import { hashSecret, newSecret } from '../tokens.js'
+import { apiKeys } from '../api-keys/declaration.js'
+import { deleteRowsWhere } from '../../core/resources/store.js'
 
 // Sessions, refresh-token rotation and access tokens. A login opens a session;
 // each refresh retires its refresh token and issues the next pair; a retired
@@ -31,6 +33,9 @@ interface SessionUser {
   credential_epoch: number
   scopes: string[]
   token_format: TokenFormat
+  /** How the session's login proved the user, and when (seconds): its JWTs carry both. */
+  amr: string[]
+  auth_time: number
 }
 
 /** Who opens a session, as GET /auth/sessions shows it. */
@@ -68,6 +73,8 @@ async function issuePair(
         scope: scopes.join(' '),
         sid: String(s.session_id),
         gen: s.credential_epoch,
+        amr: s.amr,
+        auth_time: s.auth_time,
       },
       config.jwtSecrets[0]!,
     )
@@ -98,21 +105,22 @@ export async function openSession(
   format: TokenFormat,
   client: SessionClient,
   requestId: string,
+  amr: readonly string[] = ['pwd'],
 ): Promise<TokenResponse | undefined> {
   const [actorId, credential, request] = originValues({ actorId: user.id, credential: 'password', requestId })
   return sql.begin(async (tx) => {
-    const [session] = await tx<Array<{ id: number }>>`
+    const [session] = await tx<Array<{ id: number; auth_time: number }>>`
       WITH opened AS (
-        INSERT INTO sessions (user_id, scopes, token_format, expires_at, last_used_at, user_agent, client_address)
+        INSERT INTO sessions (user_id, scopes, token_format, expires_at, last_used_at, user_agent, client_address, amr)
         SELECT id, ${scopes}, ${format}, now() + ${deps.config.refreshTokenTtl} * interval '1 second', now(),
-          ${client.userAgent?.slice(0, 256) ?? null}, ${client.address.slice(0, 64)}
+          ${client.userAgent?.slice(0, 256) ?? null}, ${client.address.slice(0, 64)}, ${amr as string[]}
         FROM users WHERE id = ${user.id} AND credential_epoch = ${user.credential_epoch} FOR KEY SHARE
         RETURNING *),
       event AS (
         INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
         SELECT 'session.created', 'session',
         o.id, ${actorId}::bigint, ${credential}::text, ${request}::text, session_data(o) FROM opened o)
-      SELECT id FROM opened`
+      SELECT id, floor(extract(epoch FROM created_at))::float8 AS auth_time FROM opened`
     if (!session) return undefined
     return issuePair(tx, deps, {
       session_id: session.id,
@@ -121,6 +129,8 @@ export async function openSession(
       credential_epoch: user.credential_epoch,
       scopes,
       token_format: format,
+      amr: [...amr],
+      auth_time: session.auth_time,
     })
   })
 }
@@ -144,7 +154,8 @@ export async function rotate(
       FROM sessions s JOIN users u ON u.id = s.user_id
       WHERE r.token_hash = ${hash} AND r.used_at IS NULL AND s.id = r.session_id
         AND s.revoked_at IS NULL AND s.expires_at > now()
-      RETURNING s.id AS session_id, u.id AS user_id, u.role, u.credential_epoch, s.scopes, s.token_format`
+      RETURNING s.id AS session_id, u.id AS user_id, u.role, u.credential_epoch, s.scopes, s.token_format, s.amr,
+        floor(extract(epoch FROM s.created_at))::float8 AS auth_time`
     if (live) {
       const tokens = await issuePair(tx, deps, live)
       await tx`UPDATE sessions SET last_used_at = now() WHERE id = ${live.session_id}`
@@ -169,13 +180,13 @@ export async function rotate(
  * (session.revoked) is written in the same statement; a session ended already
  * is left as it is, with no second event.
  */
-export async function revokeSession(db: Sql | TransactionSql, sessionId: number, origin: EventOrigin): Promise<void> {
+export async function revokeSession(db: TransactionSql, sessionId: number, origin: EventOrigin): Promise<void> {
   await endSessions(db, db`id = ${sessionId}`, origin)
 }
 
 /** Ends every live session of a user but `except` (the caller's own, on a password change). */
 export async function revokeSessionsOf(
-  db: Sql | TransactionSql,
+  db: TransactionSql,
   userId: number,
   origin: EventOrigin,
   except?: number,
@@ -183,9 +194,14 @@ export async function revokeSessionsOf(
   await endSessions(db, db`user_id = ${userId} ${except === undefined ? db`` : db`AND id <> ${except}`}`, origin)
 }
 
-async function endSessions(db: Sql | TransactionSql, which: ReturnType<Sql>, origin: EventOrigin): Promise<void> {
+/**
+ * Ends the sessions `which` selects, and with them the API keys made on the
+ * strength of their logins (sql/016), each with its api_key.revoked event, in
+ * the caller's transaction.
+ */
+async function endSessions(db: TransactionSql, which: ReturnType<Sql>, origin: EventOrigin): Promise<void> {
   const [actorId, credential, requestId] = originValues(origin)
-  await db`
+  const withKeys = await db<Array<{ id: number }>>`
     WITH ended AS (
       UPDATE sessions SET revoked_at = now() WHERE ${which} AND revoked_at IS NULL
       RETURNING *),
@@ -194,7 +210,8 @@ async function endSessions(db: Sql | TransactionSql, which: ReturnType<Sql>, ori
       INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
       SELECT 'session.revoked', 'session',
       e.id, ${actorId}::bigint, ${credential}::text, ${requestId}::text, session_data(e) FROM ended e ORDER BY e.id)
-    SELECT count(*) FROM ended`
+    SELECT DISTINCT k.session_id AS id FROM api_keys k WHERE k.session_id IN (SELECT id FROM ended)`
+  for (const { id } of withKeys) await deleteRowsWhere(db, apiKeys, { session_id: String(id) }, origin)
 }
 
 /** Voids every JWT of the user issued so far, whatever its session (the trigger announces it, sql/005). */

@@ -73,7 +73,12 @@ export class HttpError extends Error {
   constructor(
     readonly code: string,
     readonly detail: string,
-    readonly options: { errors?: FieldError[]; headers?: Record<string, string> } = {},
+    readonly options: {
+      errors?: FieldError[]
+      headers?: Record<string, string>
+      /** Members of this problem type beyond the standard ones (RFC 9457 §3.2), such as a login's mfa_token. */
+      extensions?: Readonly<Record<string, unknown>>
+    } = {},
   ) {
     super(detail)
     this.name = 'HttpError'
@@ -117,6 +122,8 @@ export function problemAnswer(err: HttpError, problems: ProblemTable, instance: 
 
 function problemBody(err: HttpError, type: ProblemType, instance: string, requestId: string) {
   return {
+    // First, so that no extension can stand in for a standard member.
+    ...err.options.extensions,
     // A tag URI (RFC 4151): stable and unique without promising a web page.
     type: `tag:users-products-api,2026:${err.code}`,
     title: type.title,
