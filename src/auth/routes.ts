@@ -18,8 +18,9 @@ import { TOTP_CODE } from './mfa/totp.js'
 import type { AuthServices } from './services.js'
 
 // Logging in (with its second step when the user has a second factor),
-// refreshing and logging out: the routes that open and end sessions. They stand here, above the folders they join, because a login
-// uses all three: the throttle on guesses (login/), a new session
+// refreshing and logging out: the routes that open and end sessions. They
+// stand here, above the folders they join, because a login uses all of them:
+// the throttle on guesses (login/), the second factor (mfa/), a new session
 // (sessions/), and, where REQUIRE_VERIFIED_EMAIL holds, a fresh verification
 // link (recovery/); and recovery ends sessions, so in sessions/ they would
 // make the two folders import each other.

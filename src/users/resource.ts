@@ -72,6 +72,13 @@ export const users = defineResource({
     created_at: timestampMember(),
     updated_at: timestampMember(),
   },
+  createExtras: {
+    current_password: currentPasswordMember(
+      "an admin creating a user with a password or the admin role: the admin's own current password, unless it " +
+        'logged in with every factor within REAUTH_WINDOW seconds',
+    ),
+    code: codeMember('with current_password, when the admin has a second factor: its current code'),
+  },
   writeExtras: {
     current_password: currentPasswordMember(
       "the caller's current password: to change one's own e-mail or password; and a fresh proof for an admin " +

@@ -13,7 +13,7 @@ const totpSecrets = sealer('users-products-api totp secret v1', 'the TOTP secret
 
 export const RECOVERY_CODE_COUNT = 10
 /** What a recovery code looks like: two groups of five base32 letters or digits (50 random bits). */
-export const RECOVERY_CODE = /^[a-z2-7]{5}-?[a-z2-7]{5}$/i
+export const RECOVERY_CODE = /^[a-zA-Z2-7]{5}-?[a-zA-Z2-7]{5}$/
 
 const hashCode = (code: string) => createHash('sha256').update(code.toLowerCase().replace('-', '')).digest()
 
