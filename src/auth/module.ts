@@ -1,3 +1,4 @@
+import Type from 'typebox'
 import type { Sql } from 'postgres'
 import type { AppModule } from '../app-module.js'
 import type { BackgroundWork } from '../core/background-work.js'
@@ -43,7 +44,14 @@ export const authModule: AppModule<AuthModuleServices> = {
     forbidden: { status: 403, title: 'Forbidden' },
     insufficient_scope: { status: 403, title: 'Insufficient scope' },
     current_password_required: { status: 403, title: 'Current password required' },
-    mfa_required: { status: 401, title: 'Second factor required' },
+    mfa_required: {
+      status: 401,
+      title: 'Second factor required',
+      members: {
+        mfa_token: Type.String({ description: 'with mfa_required: for POST /auth/login/mfa, single use' }),
+        expires_in: Type.Integer({ description: 'with mfa_required: seconds the mfa_token is good for' }),
+      },
+    },
     mfa_code_required: { status: 403, title: 'Second-factor code required' },
     mfa_enrollment_required: { status: 403, title: 'Second factor enrolment required' },
     mfa_already_enabled: { status: 409, title: 'Second factor already on' },

@@ -19,6 +19,10 @@ const problemSchema = (problems: Readonly<Record<string, ProblemType>>) =>
     instance: Type.String(),
     request_id: Type.String(),
     errors: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() }))),
+    // What some codes add (RFC 9457 extension members), each described with the code it comes with.
+    ...Object.fromEntries(
+      Object.values(problems).flatMap((p) => Object.entries(p.members ?? {}).map(([m, s]) => [m, Type.Optional(s)])),
+    ),
   })
 
 const headerDocs: Record<string, { description: string; schema: TSchema }> = {

@@ -1,3 +1,4 @@
+import type { TSchema } from 'typebox'
 // The one error type of the HTTP layer. Anything thrown that is not an
 // HttpError becomes a 500 `internal_error` whose details stay in the log.
 // Codes are the stable contract with clients; titles are for humans.
@@ -6,6 +7,8 @@
 export interface ProblemType {
   status: number
   title: string
+  /** Extension members its bodies carry (RFC 9457 §3.2), for the OpenAPI document. */
+  members?: Readonly<Record<string, TSchema>>
 }
 
 /** Every code a service may answer with, and what each stands for. */
