@@ -27,11 +27,18 @@ export interface SecretValue {
   problem?: string
 }
 
+/** A line break left once the final newline is taken off. */
+const NOT_ONE_LINE = /[\r\n]/
+
 /**
  * Secret `name` from `env`: the variable itself, or the content of the file
  * `<name>_FILE` names, less one trailing newline (what `echo` and most
  * editors leave). Both set is a problem (which one would win is a guess), as
- * is a file that cannot be read or is empty. An empty variable counts as unset.
+ * is a file that cannot be read or is empty. So is a file of more than one
+ * line, or one that is not UTF-8 text: every secret is one line, and a path
+ * to the wrong file (JWT_SECRETS_FILE=/etc/shadow, a key in DER) must not
+ * start the service on whatever that file holds. An empty variable counts
+ * as unset.
  */
 export function readSecret(env: Record<string, string | undefined>, name: string): SecretValue {
   const direct = env[name] || undefined
@@ -44,16 +51,27 @@ export function readSecret(env: Record<string, string | undefined>, name: string
     file,
     problem: `${name}_FILE: cannot read ${file} (${why})`,
   })
-  let text: string
+  let bytes: Buffer
   try {
     // statSync follows symbolic links, which is how Kubernetes mounts each key of a secret.
     if (statSync(file).size > MAX_BYTES) return unreadable(`larger than ${MAX_BYTES / 1024} KiB: not a secret`)
-    text = readFileSync(file, 'utf8')
+    bytes = readFileSync(file)
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? 'error'
     return unreadable(reasons[code] ?? code)
   }
+  // Never a word of the content in a problem: it is what the file holds, the secret or not.
+  const refused = (why: string): SecretValue => ({ value: undefined, file, problem: `${name}_FILE: ${file} ${why}` })
+  let text: string
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes)
+  } catch {
+    return refused('is not UTF-8 text: a secret file holds one line of text')
+  }
   const value = text.replace(/\r?\n$/, '')
-  if (value === '') return { value: undefined, file, problem: `${name}_FILE: ${file} is empty` }
+  if (NOT_ONE_LINE.test(value))
+    return refused('holds more than one line: a secret file holds one line (and at most a final newline)')
+  if (value.includes('\0')) return refused('holds a NUL byte: a secret file holds one line of text')
+  if (value === '') return refused('is empty')
   return { value, file }
 }

@@ -468,13 +468,58 @@ describe('<NAME>_FILE', () => {
       DATABASE_LISTEN_URL_FILE: file('listen', 'postgres://app:direct@db-direct/app\r\n'),
       JWT_SECRETS_FILE: file('jwt', `k1:${SECRET}\n`),
       ADMIN_EMAIL: 'root@example.com',
-      ADMIN_PASSWORD_FILE: file('admin', 'two trailing newlines\n\n'),
+      ADMIN_PASSWORD_FILE: file('admin', 'no newline at all'),
     })
     assert.equal(config.databaseUrl, url)
     assert.equal(config.databaseListenUrl, 'postgres://app:direct@db-direct/app')
     assert.deepEqual(config.jwtSecrets, [{ kid: 'k1', secret: Buffer.from(SECRET) }])
-    assert.deepEqual(config.bootstrapAdmin, { email: 'root@example.com', password: 'two trailing newlines\n' })
+    assert.deepEqual(config.bootstrapAdmin, { email: 'root@example.com', password: 'no newline at all' })
   })
+
+  test(
+    'a file of more than one line, or not text, is refused: one line naming the _FILE variable and the path, ' +
+      'never the content',
+    () => {
+      const shadow = 'root:$6$hunter2salt$hunter2hash:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n'
+      const cases: Record<string, string> = {
+        'a file like /etc/shadow': shadow,
+        'a second line after the final newline': `k1:${SECRET}\nhunter2\n`,
+        'two final newlines': `k1:${SECRET}\n\n`,
+        'two final CRLFs': `k1:${SECRET}\r\n\r\n`,
+        'a lone carriage return at the end': `k1:${SECRET}\r`,
+        'a carriage return inside': `k1:${SECRET}\rhunter2`,
+        'a blank first line': `\nk1:${SECRET}`,
+      }
+      for (const [i, [name, content]] of Object.entries(cases).entries()) {
+        const path = file(`multi-${i}`, content)
+        const lines = problemsOf({ JWT_SECRETS_FILE: path })
+        assert.deepEqual(
+          lines,
+          [
+            `JWT_SECRETS_FILE: ${path} holds more than one line: a secret file holds one line (and at most a final ` +
+              'newline)',
+          ],
+          name,
+        )
+        assert.doesNotMatch(lines.join('\n'), /hunter2|root:|daemon|aaaa/, `${name}: the content is echoed`)
+      }
+      const nul = file('nul', `k1:${SECRET}\0hunter2\n`)
+      assert.deepEqual(problemsOf({ JWT_SECRETS_FILE: nul }), [
+        `JWT_SECRETS_FILE: ${nul} holds a NUL byte: a secret file holds one line of text`,
+      ])
+      const der = file('der', '')
+      writeFileSync(der, Buffer.from([0x30, 0x82, 0x01, 0x0a, 0x02, 0x82, 0x01, 0x01, 0x00, 0xc3, 0xff]))
+      assert.deepEqual(problemsOf({ DATABASE_URL_FILE: der }), [
+        `DATABASE_URL_FILE: ${der} is not UTF-8 text: a secret file holds one line of text`,
+      ])
+      // Every secret is held to it, the admin's password too.
+      const password = file('password', 'first line\nsecond line\n')
+      assert.deepEqual(problemsOf({ ADMIN_EMAIL: 'root@example.com', ADMIN_PASSWORD_FILE: password }), [
+        `ADMIN_PASSWORD_FILE: ${password} holds more than one line: a secret file holds one line (and at most a ` +
+          'final newline)',
+      ])
+    },
+  )
 
   test('a secret file counts for "required in production"', () => {
     assert.deepEqual(problemsOf({ NODE_ENV: 'production', DATABASE_URL_FILE: file('url2', url) }), [

@@ -1034,3 +1034,106 @@ describe('requests Node refuses before the pipeline', () => {
     assert.equal((await api.request('GET', '/healthz')).status, 200)
   })
 })
+
+describe('the Host header (RFC 9112 §3.2)', () => {
+  /** A request to GET /healthz with these header lines (and Connection: close). */
+  const withHost = (lines: string, version = '1.1') =>
+    Buffer.from(`GET /healthz HTTP/${version}\r\n${lines}Connection: close\r\n\r\n`, 'latin1')
+
+  function assertBadRequest(res: RawResponse, name: string): Record<string, unknown> {
+    assert.equal(res.status, 400, `${name}: ${res.body}`)
+    assert.equal(res.headers['content-type'], PROBLEM_TYPE, name)
+    assert.equal(res.headers['x-content-type-options'], 'nosniff', name)
+    const body = JSON.parse(res.body) as Record<string, unknown>
+    assert.equal(body.code, 'invalid_request', name)
+    assert.equal(body.type, 'tag:users-products-api,2026:invalid_request', name)
+    assert.equal(body.status, 400, name)
+    assert.equal(body.request_id, res.headers['x-request-id'], name)
+    return body
+  }
+
+  test('more than one Host line, whatever their case, values or order, gets 400 invalid_request', async () => {
+    const cases: Record<string, string> = {
+      'two different': 'Host: x\r\nHost: evil.example\r\n',
+      'the same twice': 'Host: x\r\nHost: x\r\n',
+      'in other cases': 'host: x\r\nHOST: evil.example\r\n',
+      'an empty one after': 'Host: x\r\nHost:\r\n',
+      'an empty one before': 'Host:\r\nHost: x\r\n',
+      'apart, other headers between': 'Host: x\r\nAccept: */*\r\nHost: evil.example\r\n',
+    }
+    for (const [name, lines] of Object.entries(cases)) {
+      const body = assertBadRequest(await raw(api, [withHost(lines)]), name)
+      assert.equal(body.detail, 'A request must carry one Host header, not more.', name)
+      assert.equal(body.instance, '/healthz', name)
+    }
+    assertBadRequest(await raw(api, [withHost('Host: x\r\nHost: y\r\n', '1.0')]), 'HTTP/1.0 too')
+  })
+
+  test('a Host that is not uri-host[:port] gets 400 invalid_request, and its value is not echoed', async () => {
+    const cases: Record<string, string> = {
+      'a space': 'a b',
+      'a tab': 'a\tb',
+      'a byte over 127': 'caf\xe9.example',
+      'user information': 'user@evil.example',
+      'a path': 'evil.example/x',
+      'a query': 'evil.example?x',
+      'a fragment': 'evil.example#x',
+      'a letter in the port': 'example.com:8o',
+      'a port over 65535': 'example.com:65536',
+      'a port of six digits': 'example.com:000080',
+      'two ports': 'example.com:80:80',
+      'a bad percent-escape': 'ex%zzample.com',
+      'an unclosed IPv6 literal': '[::1',
+      'an invalid IPv6 literal': '[::g]:80',
+      'an IPv6 address without brackets': '::1',
+      'a list': 'a.example, b.example',
+      'a quoted string': '"example.com"',
+      'a backslash': 'evil.example\\@x',
+    }
+    for (const [name, value] of Object.entries(cases)) {
+      const res = await raw(api, [withHost(`Host: ${value}\r\n`)])
+      const body = assertBadRequest(res, name)
+      assert.equal(body.detail, 'The Host header must be a host name or address and an optional port.', name)
+      assert.equal(res.body.includes(value), false, `${name}: the value is echoed`)
+    }
+    // Control characters Node's parser refuses itself (the same problem, from src/app.ts).
+    for (const [name, value] of Object.entries({ 'a control character': 'a\x01b', DEL: 'a\x7fb' })) {
+      const body = assertBadRequest(await raw(api, [withHost(`Host: ${value}\r\n`)]), name)
+      assert.equal(body.detail, 'The request could not be read.', name)
+    }
+  })
+
+  test('a duplicated Host does not reach the handler: nothing is created', async () => {
+    const before = await countUsers(api)
+    const payload = JSON.stringify(newUser())
+    const res = await raw(api, [
+      `POST /users HTTP/1.1\r\nHost: x\r\nHost: evil.example\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${Buffer.byteLength(payload)}\r\nConnection: close\r\n\r\n${payload}`,
+    ])
+    assertBadRequest(res, 'POST /users')
+    assert.equal(await countUsers(api), before)
+  })
+
+  test('one valid Host is served: names, addresses, ports, an empty value; HTTP/1.0 without one', async () => {
+    const valid = [
+      'x',
+      'api.example.com',
+      'api.example.com:443',
+      'api.example.com:',
+      '127.0.0.1:8080',
+      '[::1]',
+      '[::1]:8080',
+      '[2001:db8::7]:443',
+      '[v1.fe80::a+en1]',
+      'xn--caf-dma.example',
+      'under_score.example',
+      'ex%41mple.com',
+      '',
+    ]
+    for (const value of valid) {
+      const res = await raw(api, [withHost(`Host: ${value}\r\n`)])
+      assert.equal(res.status, 200, `Host: ${value}: ${res.body}`)
+    }
+    assert.equal((await raw(api, [withHost('', '1.0')])).status, 200)
+  })
+})

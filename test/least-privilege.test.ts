@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
 import { createHmac, pbkdf2Sync, randomBytes } from 'node:crypto'
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { cpSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { after, describe, test } from 'node:test'
+import { pathToFileURL } from 'node:url'
 import type { Sql } from 'postgres'
 import { connect } from '../src/core/db/connect.js'
 import { migrate } from '../src/core/db/migrate.js'
@@ -153,8 +154,8 @@ async function exerciseFlows(service: Spawned, receiver: Receiver): Promise<void
 
 describe('the runtime role', () => {
   test(
-    'may read, write, notify and take advisory locks; every statement that changes the schema or a role is ' +
-      'refused with 42501',
+    'may read, write, notify and take advisory locks, and read the migrations; every statement that changes the ' +
+      "schema, a role or the migrations' ledger is refused with 42501",
     async () => {
       const db = await roles.database()
       // As DATABASE_MIGRATION_URL does: the owner migrates.
@@ -169,10 +170,20 @@ describe('the runtime role', () => {
       await runtime`UPDATE products SET price = 2 WHERE sku = 'LP-ALLOWED'`
       await runtime`DELETE FROM products WHERE sku = 'LP-ALLOWED'`
       await runtime`SELECT pg_notify('api_key_changes', 'probe'), pg_advisory_xact_lock(1), nextval('events_id_seq')`
+      // The ledger of migrations is read at start-up, and only read.
+      const ledger = await runtime<Array<{ name: string }>>`SELECT name FROM schema_migrations ORDER BY version`
+      assert.deepEqual(
+        ledger.map((r) => r.name),
+        migrationFiles,
+      )
 
       const attacks = [
         'DROP TABLE products',
         'DROP TABLE schema_migrations',
+        "INSERT INTO schema_migrations (version, name, checksum) VALUES (999, '999_future.sql', 'x')",
+        "UPDATE schema_migrations SET checksum = 'x'",
+        'DELETE FROM schema_migrations',
+        'TRUNCATE schema_migrations',
         'ALTER TABLE users ADD COLUMN evil int',
         'ALTER TABLE users DISABLE TRIGGER ALL',
         'DROP TRIGGER users_updated ON users',
@@ -203,6 +214,43 @@ describe('the runtime role', () => {
         [{ tables: number }]
       >`SELECT count(*)::int AS tables FROM pg_tables WHERE schemaname = 'public'`
       assert.equal(after_.tables, tables)
+    },
+  )
+})
+
+describe("the migrations' ledger", () => {
+  test(
+    'an older grant that let the runtime role write schema_migrations: the script run again takes it back, and ' +
+      'the next migration by the owner too',
+    async () => {
+      const db = await roles.database()
+      await migrate(open(db.ownerUrl))
+      const superuser = open(db.superUrl)
+      const runtime = open(db.runtimeUrl)
+      // What the script granted before it kept the ledger read only.
+      const grantWrites = () =>
+        superuser`GRANT INSERT, UPDATE, DELETE ON schema_migrations TO ${superuser(roles.runtime)}`
+      const markApplied = () =>
+        runtime`INSERT INTO schema_migrations (version, name, checksum) VALUES (999, '999_future.sql', 'x')`.then(
+          () => 'allowed',
+          (err: { code?: string }) => err.code ?? String(err),
+        )
+      const read = async () =>
+        (await runtime<Array<{ name: string }>>`SELECT name FROM schema_migrations ORDER BY version`).map((r) => r.name)
+
+      await grantWrites()
+      await roles.grantRuntime(db.name)
+      assert.equal(await markApplied(), '42501')
+      assert.deepEqual(await read(), migrationFiles)
+
+      await grantWrites()
+      const folder = mkdtempSync(join(tmpdir(), 'upa-ledger-'))
+      after(() => rmSync(folder, { recursive: true, force: true }))
+      for (const name of migrationFiles) cpSync(new URL(`../sql/${name}`, import.meta.url), join(folder, name))
+      writeFileSync(join(folder, '999_next_release.sql'), 'CREATE TABLE next_release (id int);\n')
+      assert.deepEqual(await migrate(open(db.ownerUrl), pathToFileURL(`${folder}/`)), ['999_next_release.sql'])
+      assert.equal(await markApplied(), '42501')
+      assert.deepEqual(await read(), [...migrationFiles, '999_next_release.sql'])
     },
   )
 })
@@ -354,7 +402,7 @@ describe('deploy/postgres/runtime-role.sh, as the postgres image runs it from /d
 
   test(
     'on a new database, before any migration: the role with the password of RUNTIME_DB_PASSWORD_FILE; the tables ' +
-      'the owner migrates next are its to read and write, not to truncate',
+      'the owner migrates next are its to read and write (the ledger only to read), not to truncate',
     async () => {
       const db = await roles.database({ grant: false })
       const secret = join(folder, 'runtime_password')
@@ -377,15 +425,16 @@ describe('deploy/postgres/runtime-role.sh, as the postgres image runs it from /d
       )
 
       await migrate(open(db.ownerUrl))
-      const rights = await superuser<Array<{ table: string; dml: boolean; truncate: boolean }>>`
-      SELECT tablename AS table, has_table_privilege(${roles.runtime}, format('%I', tablename),
-      'SELECT, INSERT, UPDATE, DELETE') AS dml,
+      const rights = await superuser<Array<{ table: string; read: boolean; write: boolean; truncate: boolean }>>`
+      SELECT tablename AS table, has_table_privilege(${roles.runtime}, format('%I', tablename), 'SELECT') AS read,
+        has_table_privilege(${roles.runtime}, format('%I', tablename), 'INSERT, UPDATE, DELETE') AS write,
         has_table_privilege(${roles.runtime}, format('%I', tablename), 'TRUNCATE') AS truncate
       FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`
       assert.ok(rights.length > 10)
+      // Every table to read and write but the migrations' ledger, which the owner's first migration made read only.
       assert.deepEqual(
-        rights.filter((r) => !r.dml || r.truncate),
-        [],
+        rights.filter((r) => !r.read || !r.write || r.truncate),
+        [{ table: 'schema_migrations', read: true, write: false, truncate: false }],
       )
       const [settings] = await superuser<[{ config: string[] }]>`
       SELECT setconfig AS config FROM pg_db_role_setting WHERE setrole = ${roles.runtime}::regrole AND

@@ -102,6 +102,29 @@ describe('configuration', { concurrency: true }, () => {
     })
     assertOneLine(exit, 'Cannot start: JWT_SECRETS and JWT_SECRETS_FILE: both are set; set one or the other')
   })
+
+  test(
+    'JWT_SECRETS_FILE naming a file of many lines (/etc/shadow by mistake): exit 1, one line naming the variable, ' +
+      'never the content',
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'upa-startup-'))
+      after(() => rmSync(dir, { recursive: true, force: true }))
+      const file = join(dir, 'shadow')
+      writeFileSync(file, `k1:${TEST_JWT_SECRET}\nroot:$6$hunter2salt$hunter2hash:19000:0:99999:7:::\n`)
+      const exit = await runCommand([], {
+        NODE_ENV: 'production',
+        DATABASE_URL: 'postgres://app:pw@127.0.0.1:1/app',
+        JWT_SECRETS_FILE: file,
+      })
+      assertOneLine(
+        exit,
+        `Cannot start: JWT_SECRETS_FILE: ${file} holds more than one line: a secret file holds one line (and at ` +
+          'most a final newline)',
+      )
+      assert.doesNotMatch(exit.stdout + exit.stderr, /hunter2|root:|k1:/)
+      assert.equal(exit.stdout, '')
+    },
+  )
 })
 
 describe(

@@ -412,28 +412,66 @@ describe('WORKERS', { concurrency: true }, () => {
   // Beside the suite above, one service at a time: more processes starting at once only slow each other on two cores.
   describe('WORKERS=2: stops, by a signal to the group or by itself', { concurrency: 1 }, () => {
     test(
-      'a crash loop (5 worker deaths within a minute) stops the service: the reason in a JSON log line, exit ' + '1',
+      'workers that die again and again are each replaced after a delay of their own that doubles; the other ' +
+        'serves throughout, the service never stops, and the slot comes back',
       async () => {
         const service = await startWorkers()
-        for (let deaths = 0; deaths < 5 && service.alive(); deaths++) {
-          const started = workerPids(service)
-          process.kill(started.at(-1)!.pid, 'SIGKILL')
-          if (deaths < 4) await waitFor('a replacement', () => workerPids(service).length > started.length, 15_000, 10)
+        const lines = (msg: string) => service.logs.filter((l) => l.msg === msg)
+        const listened = (worker: number) => lines('listening').filter((l) => l.worker === worker).length
+        const latestPid = (worker: number) =>
+          workerPids(service)
+            .filter((p) => p.worker === worker)
+            .at(-1)!.pid
+
+        // A worker's lines go out a moment after it tells the primary it listens: its own line is what is counted.
+        await waitFor('both workers to say they listen', () => listened(1) === 1 && listened(2) === 1)
+        // Both at once: for a moment nothing serves the port, and the primary says so; both come back.
+        process.kill(latestPid(1), 'SIGKILL')
+        process.kill(latestPid(2), 'SIGKILL')
+        await waitFor('both workers to listen again', () => listened(1) === 2 && listened(2) === 2, 30_000, 10)
+        assert.equal(lines('no worker is serving; each is replaced as its delay ends').length, 1)
+
+        // Then worker 1 again and again, each time once its replacement listens: six deaths within seconds, where
+        // five within a minute used to stop the whole service.
+        for (let deaths = 2; deaths <= 5; deaths++) {
+          const pid = latestPid(1)
+          process.kill(pid, 'SIGKILL')
+          await waitFor(`the death of worker 1 (${pid})`, () => {
+            assert.deepEqual(lines('stopping the service'), [], 'the service stopped')
+            return lines('worker died; replacing it').some((l) => l.pid === pid)
+          })
+          // Its socket went with it: a new connection goes to worker 2 (or to worker 1's replacement, once it listens).
+          const answer = await fresh(service, 'GET', `/users/${adminId}`)
+          assert.equal(answer.status, 200, JSON.stringify(answer))
+          const by = await servedBy(service, answer.requestId)
+          assert.ok(by === 2 || listened(1) > deaths, `served by worker ${by} while worker 1 was down`)
+          await waitFor(`worker 1 to listen again (death ${deaths})`, () => listened(1) === deaths + 1, 30_000, 10)
         }
-        const exit = await service.exited
-        assert.equal(exit.code, 1)
-        const reason = service.logs.find((l) => l.msg === 'stopping the service')
-        assert.equal(reason?.level, 'error')
-        assert.match(String(reason?.reason), /5 workers died within 60 s: a crash loop/)
-        assert.equal(service.logs.filter((l) => l.msg === 'worker died; replacing it').length, 4)
-        // Each replacement waited longer than the last (back-off).
-        const delays = service.logs
-          .filter((l) => l.msg === 'worker died; replacing it')
-          .map((l) => l.replace_in_ms as number)
-        assert.ok(
-          delays.every((d, i) => i === 0 || d >= delays[i - 1]!),
-          `delays ${delays.join(', ')}`,
-        )
+
+        const died = lines('worker died; replacing it').map((l) => [l.worker, l.deaths_in_a_row, l.replace_in_ms])
+        assert.deepEqual(died.slice(0, 2).sort(), [
+          [1, 1, 100],
+          [2, 1, 100],
+        ])
+        assert.deepEqual(died.slice(2), [
+          [1, 2, 200],
+          [1, 3, 400],
+          [1, 4, 800],
+          [1, 5, 1600],
+        ])
+        assert.ok(service.alive(), 'the service is still running')
+        assert.deepEqual(lines('stopping the service'), [])
+        // The slot is back: the set is whole again (at start, after both came back, after each of worker 1's four
+        // returns), and both workers serve on the one port.
+        await waitFor('the set to be whole again', () => lines('every worker is listening').length === 6)
+        const served = new Set<number>()
+        for (let i = 0; served.size < 2 && i < 40; i++) {
+          const a = await fresh(service, 'GET', `/users/${adminId}`)
+          assert.equal(a.status, 200)
+          served.add(await servedBy(service, a.requestId))
+        }
+        assert.deepEqual([...served].sort(), [1, 2])
+        assert.equal(await listeningSockets(service.port), 2)
       },
     )
 
@@ -550,29 +588,31 @@ test(
 
 describe('RestartPolicy (src/cluster/restart-policy.ts)', () => {
   test(
-    'the delay doubles with each quick death of a slot up to 10 s, and starts again once a worker stayed up 30 ' + 's',
+    "the delay doubles with each quick death of a slot up to 60 s, and starts again once the slot's worker stayed " +
+      'up 30 s; another slot has a streak of its own',
     () => {
       const policy = new RestartPolicy()
-      // One death a minute apart: never a crash loop, whatever the delays.
-      const delays = Array.from({ length: 9 }, (_, i) => policy.onDeath(1, i * 61_000 + 60_000, i * 61_000 + 61_000))
+      // Each worker of slot 1 lives a second.
+      const delays = Array.from({ length: 14 }, (_, i) => policy.onDeath(1, i * 1000, i * 1000 + 1000).replaceInMs)
       assert.deepEqual(
         delays,
-        [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000].map((replaceInMs) => ({ replaceInMs })),
+        [100, 200, 400, 800, 1600, 3200, 6400, 12_800, 25_600, 51_200, 60_000, 60_000, 60_000, 60_000],
       )
+      assert.deepEqual(policy.onDeath(2, 20_000, 20_001), { replaceInMs: 100, deathsInARow: 1 })
       // Up 30 s: the streak is over.
-      assert.deepEqual(policy.onDeath(1, 600_000, 630_000), { replaceInMs: 100 })
-      // Another slot has a streak of its own.
-      assert.deepEqual(policy.onDeath(2, 700_000, 700_001), { replaceInMs: 100 })
+      assert.deepEqual(policy.onDeath(1, 600_000, 630_000), { replaceInMs: 100, deathsInARow: 1 })
+      assert.deepEqual(policy.onDeath(1, 630_100, 630_200), { replaceInMs: 200, deathsInARow: 2 })
     },
   )
 
-  test('the fifth death within 60 s, of any slots, stops; deaths older than 60 s do not count', () => {
+  test('no number of deaths, of one slot or of all, within any time, is a reason to stop: each is replaced', () => {
     const policy = new RestartPolicy()
-    const at = [0, 20_000, 30_000, 40_000]
-    for (const [i, t] of at.entries()) assert.ok('replaceInMs' in policy.onDeath(1 + (i % 2), t, t + 10))
-    // 60 s after the first: it has left the window.
-    assert.ok('replaceInMs' in policy.onDeath(1, 60_000, 60_010))
-    assert.deepEqual(policy.onDeath(2, 61_000, 61_010), { stop: '5 workers died within 60 s: a crash loop' })
+    for (let i = 0; i < 1000; i++) {
+      const verdict = policy.onDeath(1 + (i % 4), i, i + 1)
+      assert.deepEqual(Object.keys(verdict).sort(), ['deathsInARow', 'replaceInMs'])
+      assert.ok(verdict.replaceInMs > 0 && verdict.replaceInMs <= 60_000, String(verdict.replaceInMs))
+    }
+    assert.deepEqual(policy.onDeath(1, 2000, 2001), { replaceInMs: 60_000, deathsInARow: 251 })
   })
 })
 

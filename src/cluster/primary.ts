@@ -49,8 +49,10 @@ interface Slot {
 }
 
 /**
- * Runs the primary until a signal or a crash loop stops the service; the
- * process then exits (0 on a signal, 1 otherwise). `config.port` is one
+ * Runs the primary until a signal stops the service, or a worker that dies
+ * before every worker has listened once stops its start; the process then
+ * exits (0 on a signal, 1 otherwise). A worker that dies later is replaced
+ * (src/cluster/restart-policy.ts), however often. `config.port` is one
  * claimed already (src/claim-port.ts): every worker is given it.
  */
 export async function runPrimary(config: PrimarySettings, log: Logger, env: Record<string, string>): Promise<void> {
@@ -94,6 +96,7 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
     exitWhenAllGone()
   }
   const live = () => [...slots.values()].flatMap((s) => (s.worker && !s.worker.isDead() ? [s.worker] : []))
+  const serving = () => [...slots.values()].some((s) => s.listened && s.worker && !s.worker.isDead())
   const exitWhenAllGone = () => {
     if (stopping && live().length === 0) {
       log.info('stopped', { exit_code: exitCode })
@@ -121,10 +124,11 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
         },
         1,
       )
-    const verdict = policy.onDeath(n, slot.startedAt, performance.now())
-    if ('stop' in verdict) return stop({ ...died, reason: verdict.stop }, 1)
-    log.error('worker died; replacing it', { ...died, replace_in_ms: verdict.replaceInMs })
-    slot.restart = setTimeout(() => fork(n), verdict.replaceInMs)
+    const { replaceInMs, deathsInARow } = policy.onDeath(n, slot.startedAt, performance.now())
+    log.error('worker died; replacing it', { ...died, deaths_in_a_row: deathsInARow, replace_in_ms: replaceInMs })
+    // Said once per death that leaves the port without a worker: the process is up, and serves nothing until then.
+    if (!serving()) log.error('no worker is serving; each is replaced as its delay ends', { workers: config.workers })
+    slot.restart = setTimeout(() => fork(n), replaceInMs)
   })
 
   const collections = new Map<
@@ -141,7 +145,8 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
       slots.get(n)!.listened = true
       log.debug('worker listening', { worker: n, port: m.port })
       up ||= [...slots.values()].every((s) => s.listened)
-      if (up && slots.size === config.workers && !stopping)
+      // At start, and again whenever a replacement makes the set whole.
+      if (!stopping && slots.size === config.workers && [...slots.values()].every((s) => s.listened && s.worker))
         log.info('every worker is listening', { workers: config.workers, port: m.port })
     } else if (m.upa === 'cannot-start') {
       slots.get(n)!.cannotStart = m.reason

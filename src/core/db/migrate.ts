@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { readdir, readFile } from 'node:fs/promises'
-import type { Sql } from 'postgres'
+import type { Sql, TransactionSql } from 'postgres'
 
 // Schema changes are the numbered files in sql/, applied in order, each once,
 // in one transaction, under an advisory lock so that instances starting
@@ -103,8 +103,41 @@ export async function migrate(sql: Sql, dir?: URL): Promise<string[]> {
       await tx`INSERT INTO schema_migrations (version, name, checksum) VALUES
         (${file.version}, ${file.name}, ${file.checksum})`
     }
+    if (!exists || pending.length > 0) await sealLedger(tx)
     return pending.map((f) => f.name)
   })
+}
+
+/**
+ * Leaves the writing of schema_migrations to its owner. The owner's default
+ * privileges (deploy/postgres/runtime-role.psql) give the runtime role every
+ * table the owner creates, this one included, and a role that may write the
+ * ledger could mark a future migration applied, so that it never runs. Every
+ * other role keeps what it may read. Run when this run wrote the ledger, as
+ * its owner (or a superuser): a release's migrations also seal a ledger
+ * granted before this rule.
+ */
+async function sealLedger(tx: TransactionSql): Promise<void> {
+  await tx`
+    DO $$
+    DECLARE
+      grantee text;
+    BEGIN
+      IF NOT pg_has_role(current_user, (SELECT relowner FROM pg_class WHERE oid = 'schema_migrations'::regclass),
+        'USAGE') THEN
+        RETURN;
+      END IF;
+      FOR grantee IN
+        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END
+        FROM pg_class c, aclexplode(c.relacl) a
+        WHERE c.oid = 'schema_migrations'::regclass AND a.grantee <> c.relowner
+          AND a.privilege_type IN ('INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER')
+      LOOP
+        EXECUTE format('REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON schema_migrations FROM %s',
+          grantee);
+      END LOOP;
+    END
+    $$`
 }
 
 /** Why a role that may not change the schema cannot start the service, and what to do. */

@@ -6,6 +6,7 @@ import { checkContentType, readJsonBody, type BodyKind } from './body.js'
 import { clientAddress, UntrustedForwardingNotice } from './client-address.js'
 import { corsHeaders, type CorsPolicy } from './cors.js'
 import { busyProblem, failureProblem } from './database-problems.js'
+import { requireHost } from './host.js'
 import { handleIdempotently } from './idempotency.js'
 import { etagMatches } from './conditional.js'
 import { HttpError, notFound, problemAnswer } from './problem.js'
@@ -102,6 +103,7 @@ async function handleRequest<State>(p: Pipeline<State>, req: IncomingMessage, re
   const x = identify(p, req)
   p.services.metrics.inFlight++
   try {
+    // One valid Host (RFC 9112 §3.2); the server leaves the check to us (src/app.ts) so that the answer is a problem.
     requireHost(req)
     const match = matchRoute(p, x)
     if (match.kind === 'options') {
@@ -124,16 +126,6 @@ async function handleRequest<State>(p: Pipeline<State>, req: IncomingMessage, re
     x.reply = problemReply(err, x.fullPath, x.requestId, p.services, x.template)
   }
   reply(p, x, res)
-}
-
-/**
- * HTTP/1.1 requires a Host header (RFC 9112, 3.2); the server leaves the check to us (src/app.ts) so that the answer is
- * a problem.
- */
-function requireHost(req: IncomingMessage): void {
-  if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor >= 1) {
-    throw new HttpError('invalid_request', 'An HTTP/1.1 request must carry a Host header.')
-  }
 }
 
 /** The request id (the client's, when it is a sane one), the method and the path. */
