@@ -16,10 +16,11 @@ import type { ProviderClaims } from './provider-token.js'
 // Which local user a verified provider token is (table `identities`,
 // sql/014): the user linked to its (issuer, subject); on first sight one
 // linked to the local user with the token's verified address, or made from
-// it. Kept in memory per instance like a JWT's claims, and checked against
-// the revocation list on every use, so that a token costs no statement
-// while this instance provably hears every change; when it cannot, the link
-// is read from the database every time (it fails closed).
+// it (users.made_by_provider, sql/018). Kept in memory per instance like a
+// JWT's claims, and checked against the revocation list on every use, so
+// that a token costs no statement while this instance provably hears every
+// change; when it cannot, the link is read from the database every time (it
+// fails closed).
 //
 // A provider token has no session and no epoch of ours: withdrawal is told by
 // time. Raising a user's credential epoch (logout everywhere, a password or
@@ -181,7 +182,14 @@ export class ProviderIdentities {
           const userId =
             existing?.id ??
             Number(
-              (await insertRow(tx, this.users, { name, email, role, email_verified_at: new Date() }, deps.origin)).id,
+              (
+                await insertRow(
+                  tx,
+                  this.users,
+                  { name, email, role, email_verified_at: new Date(), made_by_provider: true },
+                  deps.origin,
+                )
+              ).id,
             )
           // A link left by a deleted user is taken over only here, for a token issued after the deletion
           // (reprovisions); the tokens issued before it stay refused for the new user too.
@@ -193,7 +201,8 @@ export class ProviderIdentities {
           const [linked] = await tx<Array<{ user_id: number }>>`
           INSERT INTO identities (issuer, subject, user_id) VALUES
           (${this.settings.issuer}, ${claims.subject}, ${userId})
-          ON CONFLICT (issuer, subject) DO UPDATE SET user_id = excluded.user_id, user_deleted_at = NULL
+          ON CONFLICT (issuer, subject) DO UPDATE SET user_id = excluded.user_id, user_deleted_at = NULL,
+            deleted_email = NULL
             WHERE identities.user_id IS NULL AND identities.user_deleted_at < to_timestamp(${claims.issuedAt})
           RETURNING user_id`
           if (!linked) throw new LinkedMeanwhile()

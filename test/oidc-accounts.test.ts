@@ -1,0 +1,339 @@
+import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+import { cp, mkdtemp, readdir, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
+import { after, describe, test } from 'node:test'
+import { ConfigError } from '../src/core/config-error.js'
+import { connect } from '../src/core/db/connect.js'
+import { migrate } from '../src/core/db/migrate.js'
+import { ReadinessCheck } from '../src/health/readiness.js'
+import { createConsoleTransport } from '../src/mail/console.js'
+import { createOrResetAdmin } from '../src/users/admin-bootstrap.js'
+import { passwordAccount, passwordLogin, workOf } from './helpers/accounts.js'
+import { API_SCOPES, startTestProvider } from './helpers/oidc-provider.js'
+import { createTestDatabase, startServer, type TestResponse, type TestServer } from './helpers/server.js'
+import { waitUntil } from './helpers/wait.js'
+
+// The accounts that tokens of the identity provider make and link
+// (docs/auth.md, "Tokens from your identity provider"), as an attacker
+// would use them: a user made from provider tokens that gives itself a local
+// password (OIDC_LOCAL_PASSWORDS), a token that asserts the address of a local
+// admin (POST /auth/identities is the explicit way), and a deleted user's
+// address coming back under another subject (OIDC_REPROVISION). Against the
+// real test provider (test/helpers/oidc-provider.ts), as test/oidc.test.ts is.
+
+const provider = await startTestProvider()
+after(() => provider.close())
+
+const RESET_URL = 'https://app.example.com/reset?token={token}'
+const outputs: string[] = []
+const transport = createConsoleTransport((text) => void outputs.push(text))
+const tuning = { mail: { transport, pollMs: 50 } }
+
+const oidcEnv = (more: Record<string, string> = {}) => ({
+  OIDC_ISSUER: provider.issuer,
+  OIDC_AUDIENCE: provider.audience,
+  OIDC_ADMIN_CLAIM: 'realm_access.roles',
+  OIDC_ADMIN_VALUE: 'admin',
+  PASSWORD_RESET_URL: RESET_URL,
+  TRUST_PROXY: '1',
+  ...more,
+})
+const A = await startServer(oidcEnv(), {}, { tuning })
+/** OIDC_LOCAL_PASSWORDS=true, on A's database. */
+const L = await startServer(oidcEnv({ OIDC_LOCAL_PASSWORDS: 'true' }), {}, { databaseUrl: A.databaseUrl, tuning })
+const { sql } = A
+
+const unique = () => randomBytes(5).toString('hex')
+const now = () => Math.floor(Date.now() / 1000)
+let octet = 0
+/** A client address of its own (TRUST_PROXY=1), so that the login throttle of one test does not reach another. */
+const from = () => ({ 'x-forwarded-for': `203.0.113.${++octet % 250}` })
+
+/** A person at the provider: an account whose tokens carry a verified address. */
+function person(claims: Record<string, unknown> = {}) {
+  const sub = `person-${unique()}`
+  const email = `${sub}@example.com`
+  return { sub, email, claims: { sub, email, email_verified: true, name: `Person ${sub}`, ...claims } }
+}
+const tokenClaims = (claims: Record<string, unknown>, at = now()) => ({
+  iss: provider.issuer,
+  aud: provider.audience,
+  iat: at,
+  exp: at + 300,
+  scope: API_SCOPES,
+  ...claims,
+})
+const signed = (claims: Record<string, unknown>, at?: number) => provider.sign(tokenClaims(claims, at))
+const me = (server: TestServer, token: string) => server.request('GET', '/auth/me', { auth: token })
+
+/** The user a token of `who` makes (its first sight): its id. */
+async function madeFrom(server: TestServer, who: ReturnType<typeof person>): Promise<number> {
+  const res = await me(server, signed(who.claims, now() - 5))
+  assert.equal(res.status, 200, res.text)
+  return Number(res.body.user.id)
+}
+
+const passwordHashOf = async (id: number) =>
+  (await sql<Array<{ password_hash: string | null }>>`SELECT password_hash FROM users WHERE id = ${id}`)[0]
+    ?.password_hash
+
+function assertProblem(res: TestResponse, status: number, code: string): void {
+  assert.equal(res.status, status, res.text)
+  assert.equal(res.body?.code, code, res.text)
+}
+
+const login = (server: TestServer, email: string, password: string) =>
+  server.request('POST', '/auth/login', { auth: null, body: { email, password }, headers: from() })
+
+describe('a user made from provider tokens has no local password (OIDC_LOCAL_PASSWORDS unset)', () => {
+  test(
+    'password reset for it (an admin by the role claim): the same 202 for the same work as an unknown address, and ' +
+      'no link is made or sent',
+    async () => {
+      // A server of the test's own: its counters count these requests and nothing else.
+      const own = await startServer(oidcEnv(), {}, { tuning })
+      own.deps.readiness = new ReadinessCheck(
+        () => own.deps.sql`SELECT 1`,
+        () => own.clock.now(),
+        Number.POSITIVE_INFINITY,
+      )
+      await own.deps.readiness.database()
+      const who = person({ realm_access: { roles: ['admin'] } })
+      const id = await madeFrom(own, who)
+      const unknown = `nobody-${unique()}@example.com`
+      const ask = (email: string) =>
+        own.request('POST', '/auth/password-reset', { auth: null, body: { email }, headers: from() })
+      for (let i = 0; i < 2; i++) {
+        const made = await workOf(own, () => ask(who.email))
+        const missing = await workOf(own, () => ask(unknown))
+        for (const { result } of [made, missing]) assert.equal(result.status, 202, result.text)
+        assert.equal(made.result.text, missing.result.text)
+        assert.deepEqual(made.work, missing.work)
+      }
+      const [left] = await own.sql<[{ tokens: number; mail: number }]>`
+        SELECT (SELECT count(*)::int FROM one_time_tokens WHERE user_id = ${id}) AS tokens,
+        (SELECT count(*)::int FROM mail_outbox WHERE user_id = ${id}) AS mail`
+      assert.deepEqual(left, { tokens: 0, mail: 0 })
+      assert.equal(
+        outputs.some((text) => text.includes(who.email)),
+        false,
+        'no message to its address',
+      )
+    },
+  )
+
+  test(
+    'a password login of it, with a password set anyway (a reset made before this rule, or SQL), is the 401 ' +
+      'invalid_credentials of a wrong password, for the same work; the password is no current_password either',
+    async () => {
+      const own = await startServer(oidcEnv(), {}, { tuning })
+      const who = person({ realm_access: { roles: ['admin'] } })
+      const id = await madeFrom(own, who)
+      const password = `pw-${unique()}`
+      await own.sql`UPDATE users SET password_hash = ${await own.deps.passwords.hash(password)} WHERE id = ${id}`
+      const right = await workOf(own, () => login(own, who.email, password))
+      const wrong = await workOf(own, () => login(own, who.email, `wrong-${unique()}`))
+      for (const { result } of [right, wrong]) {
+        assertProblem(result, 401, 'invalid_credentials')
+        assert.equal(result.headers.get('www-authenticate'), 'Bearer realm="api"')
+      }
+      assert.equal(right.result.body.detail, wrong.result.body.detail)
+      assert.deepEqual(right.work, wrong.work)
+      // Nor does the password prove the person where a step-up asks for it (a token without auth_time).
+      const key = await own.request('POST', '/api-keys', {
+        auth: signed(who.claims, now() + 1),
+        body: { name: 'k', scopes: ['products:read'], current_password: password },
+      })
+      assertProblem(key, 403, 'current_password_required')
+    },
+  )
+
+  test(
+    'it cannot be given a password through PATCH /users/{id}: 409 no_local_password, for an admin and for itself, ' +
+      'nothing changed; with OIDC_LOCAL_PASSWORDS=true an admin may',
+    async () => {
+      const who = person()
+      const id = await madeFrom(A, who)
+      const byAdmin = await A.request('PATCH', `/users/${id}`, { body: { password: `pw-${unique()}` } })
+      assertProblem(byAdmin, 409, 'no_local_password')
+      const bySelf = await A.request('PATCH', `/users/${id}`, {
+        auth: signed(who.claims),
+        body: { password: `pw-${unique()}` },
+      })
+      assertProblem(bySelf, 409, 'no_local_password')
+      const replaced = await A.request('PUT', `/users/${id}`, {
+        body: { name: 'Replaced', email: who.email, password: `pw-${unique()}` },
+      })
+      assertProblem(replaced, 409, 'no_local_password')
+      assert.equal(await passwordHashOf(id), null)
+      // Other changes go through as before.
+      assert.equal((await A.request('PATCH', `/users/${id}`, { body: { name: 'Renamed' } })).status, 200)
+      const allowed = await L.request('PATCH', `/users/${id}`, { body: { password: `pw-${unique()}` } })
+      assert.equal(allowed.status, 200, allowed.text)
+    },
+  )
+
+  test(
+    'a reset link sent while OIDC_LOCAL_PASSWORDS=true sets no password once it is off: 400 ' +
+      'invalid_one_time_token',
+    async () => {
+      const who = person()
+      const id = await madeFrom(A, who)
+      const link = await resetLink(L, who.email)
+      const res = await A.request('POST', '/auth/password-reset/confirm', {
+        auth: null,
+        body: { token: link, password: `pw-${unique()}` },
+        headers: from(),
+      })
+      assertProblem(res, 400, 'invalid_one_time_token')
+      assert.equal(await passwordHashOf(id), null)
+    },
+  )
+
+  test(
+    'a session a password opened while OIDC_LOCAL_PASSWORDS=true is not refreshed once it is off (401), nor does ' +
+      'the password log in',
+    async () => {
+      const who = person({ realm_access: { roles: ['admin'] } })
+      const id = await madeFrom(A, who)
+      const password = `pw-${unique()}`
+      await sql`UPDATE users SET password_hash = ${await A.deps.passwords.hash(password)} WHERE id = ${id}`
+      const tokens = await passwordLogin(L, { email: who.email, password }, 'jwt', from())
+      const refreshed = await A.request('POST', '/auth/refresh', {
+        auth: null,
+        body: { refresh_token: tokens.refresh_token },
+      })
+      assertProblem(refreshed, 401, 'invalid_token')
+      assertProblem(await login(A, who.email, password), 401, 'invalid_credentials')
+    },
+  )
+
+  test(
+    'with OIDC_LOCAL_PASSWORDS=true it sets a password through password reset and logs in with it; a user linked ' +
+      'by address keeps its password either way',
+    async () => {
+      const who = person()
+      const id = await madeFrom(L, who)
+      const password = `pw-${unique()}`
+      const link = await resetLink(L, who.email)
+      const set = await L.request('POST', '/auth/password-reset/confirm', {
+        auth: null,
+        body: { token: link, password },
+        headers: from(),
+      })
+      assert.equal(set.status, 204, set.text)
+      const tokens = await passwordLogin(L, { email: who.email, password }, 'jwt', from())
+      assert.equal((await L.request('GET', '/auth/me', { auth: tokens.access_token })).body.user.id, id)
+
+      // A local account with a password of its own, linked by its verified address: not made from tokens.
+      const local = await passwordAccount(A)
+      await sql`UPDATE users SET email_verified_at = now() WHERE id = ${local.id}`
+      const linked = person({ email: local.email })
+      assert.equal((await me(A, signed(linked.claims))).body.user.id, local.id)
+      await passwordLogin(A, local, 'jwt', from())
+    },
+  )
+})
+
+/** The token of the reset link `server` sends to `email`. */
+async function resetLink(server: TestServer, email: string): Promise<string> {
+  const before = outputs.length
+  const res = await server.request('POST', '/auth/password-reset', { auth: null, body: { email }, headers: from() })
+  assert.equal(res.status, 202, res.text)
+  let token: string | undefined
+  await waitUntil(
+    `a reset link to ${email}`,
+    () => {
+      const text = outputs.slice(before).find((t) => t.includes(`To: ${email}`))
+      token = text && /reset\?token=(upa_ot_[A-Za-z0-9_-]{43})$/m.exec(text)?.[1]
+      return token !== undefined
+    },
+    5000,
+  )
+  return token!
+}
+
+describe('sql/018 on a database of the rules before it', () => {
+  test(
+    'the users a token made are told from the users a token was linked to; their password sessions end; a ' +
+      "deleted user's link keeps its address",
+    async () => {
+      const url = await createTestDatabase({ empty: true })
+      const db = connect(url, { max: 1, statementTimeoutMs: 60_000 })
+      after(() => db.end({ timeout: 5 }))
+      const dir = await mkdtemp(join(tmpdir(), 'upa-sql-before-018-'))
+      after(() => rm(dir, { recursive: true, force: true }))
+      const sqlDir = new URL('../sql/', import.meta.url)
+      for (const name of await readdir(sqlDir))
+        if (Number(name.slice(0, 3)) < 18) await cp(new URL(name, sqlDir), join(dir, name))
+      await migrate(db, pathToFileURL(`${dir}/`))
+
+      const issuer = 'https://idp.example.test'
+      const user = async (name: string, createdAt: string) =>
+        (
+          await db<[{ id: number }]>`
+          INSERT INTO users (name, email, created_at, email_verified_at) VALUES
+          (${name}, ${`${name}@example.com`}, ${createdAt}, ${createdAt}) RETURNING id`
+        )[0].id
+      const link = (id: number, linkedAt: string) =>
+        db`INSERT INTO identities (issuer, subject, user_id, created_at) VALUES (${issuer}, ${`sub-${id}`}, ${id},
+        ${linkedAt})`
+      // Made by a token: the user and its link in one transaction, one now().
+      const made = await user('made', '2025-01-01T10:00:00Z')
+      await link(made, '2025-01-01T10:00:00Z')
+      // A local user linked by its address later.
+      const linked = await user('linked', '2025-01-01T10:00:00Z')
+      await link(linked, '2025-01-02T10:00:00Z')
+      // Made again by a later token (OIDC_REPROVISION) on the link its deleted user left.
+      const again = await user('again', '2025-01-03T10:00:00Z')
+      await link(again, '2025-01-01T09:00:00Z')
+      const session = async (id: number) =>
+        (
+          await db<[{ id: number }]>`
+          INSERT INTO sessions (user_id, scopes, token_format, expires_at, last_used_at)
+          VALUES (${id}, ${['users:read']}, 'jwt', now() + interval '1 day', now()) RETURNING id`
+        )[0].id
+      const sessions = { made: await session(made), linked: await session(linked) }
+
+      assert.deepEqual(await migrate(db), ['018_provider_users.sql'])
+      const flags = await db<Array<{ id: number; made_by_provider: boolean }>>`
+        SELECT id, made_by_provider FROM users ORDER BY id`
+      assert.deepEqual(
+        flags.map((r) => [r.id, r.made_by_provider]),
+        [
+          [made, true],
+          [linked, false],
+          [again, true],
+        ],
+      )
+      const ended = await db<Array<{ id: number }>>`SELECT id FROM sessions WHERE revoked_at IS NOT NULL`
+      assert.deepEqual(
+        ended.map((r) => r.id),
+        [sessions.made],
+      )
+
+      await db`DELETE FROM users WHERE id = ${made}`
+      const [left] = await db<Array<{ user_id: number | null; deleted_email: string; deleted: boolean }>>`
+        SELECT user_id, deleted_email, user_deleted_at IS NOT NULL AS deleted FROM identities WHERE subject
+        = ${`sub-${made}`}`
+      assert.deepEqual({ ...left }, { user_id: null, deleted_email: 'made@example.com', deleted: true })
+    },
+  )
+})
+
+describe('make admin', () => {
+  test('does not give an admin made from provider tokens a password, unless OIDC_LOCAL_PASSWORDS', async () => {
+    const who = person({ realm_access: { roles: ['admin'] } })
+    const id = await madeFrom(A, who)
+    await assert.rejects(
+      createOrResetAdmin(sql, A.deps.passwords, who.email, `pw-${unique()}`),
+      (err: unknown) => err instanceof ConfigError && /identity provider/.test(err.message),
+    )
+    assert.equal(await passwordHashOf(id), null)
+    const reset = await createOrResetAdmin(sql, A.deps.passwords, who.email, `pw-${unique()}`, true)
+    assert.equal(reset.id, id)
+  })
+})
