@@ -76,6 +76,13 @@ async function madeFrom(server: TestServer, who: ReturnType<typeof person>): Pro
   return Number(res.body.user.id)
 }
 
+const usersWithEmail = async (email: string) =>
+  (await sql<Array<{ id: number }>>`SELECT id FROM users WHERE lower(email) = lower(${email})`).length
+const identityOf = async (sub: string) =>
+  (
+    await sql<Array<{ user_id: number | null }>>`
+  SELECT user_id FROM identities WHERE issuer = ${provider.issuer} AND subject = ${sub}`
+  )[0]
 const passwordHashOf = async (id: number) =>
   (await sql<Array<{ password_hash: string | null }>>`SELECT password_hash FROM users WHERE id = ${id}`)[0]
     ?.password_hash
@@ -255,6 +262,180 @@ async function resetLink(server: TestServer, email: string): Promise<string> {
   )
   return token!
 }
+
+describe('linking a local admin', () => {
+  test(
+    "a token asserting a local admin's verified address (the first admin's) is not linked to it: 403 " +
+      'identity_link_required, no link made, whatever role the token claims',
+    async () => {
+      // A database of its own: were the admin linked, a token of the provider would demote it.
+      const own = await startServer(oidcEnv())
+      await own.sql`UPDATE users SET email_verified_at = now() WHERE id = ${own.admin.id}`
+      const [{ email }] = await own.sql<[{ email: string }]>`SELECT email FROM users WHERE id = ${own.admin.id}`
+      for (const claims of [{}, { realm_access: { roles: ['admin'] } }]) {
+        const who = person({ email: email.toUpperCase(), ...claims })
+        const res = await me(own, signed(who.claims))
+        assertProblem(res, 403, 'identity_link_required')
+        assert.match(res.body.detail, /POST \/auth\/identities/)
+        assert.equal((await own.request('GET', `/users?limit=1`, { auth: signed(who.claims) })).status, 403)
+        const [link] = await own.sql`SELECT 1 FROM identities WHERE subject = ${who.sub}`
+        assert.equal(link, undefined, 'no link made')
+      }
+      const [admin] = await own.sql<[{ role: string; n: number }]>`
+        SELECT role, (SELECT count(*)::int FROM users WHERE lower(email) = lower(${email})) AS n FROM users
+        WHERE id = ${own.admin.id}`
+      assert.deepEqual(admin, { role: 'admin', n: 1 })
+    },
+  )
+})
+
+describe('POST /auth/identities', () => {
+  const linkWith = (server: TestServer, auth: string, body: Record<string, unknown>) =>
+    server.request('POST', '/auth/identities', { auth, body, headers: from() })
+
+  /** A local admin with a password, logged in by it (a fresh session), and its address verified. */
+  async function localAdmin(server: TestServer = A) {
+    const account = await passwordAccount(server, 'admin')
+    await server.sql`UPDATE users SET email_verified_at = now() WHERE id = ${account.id}`
+    const tokens = await passwordLogin(server, account, 'jwt', from())
+    return { ...account, token: tokens.access_token }
+  }
+
+  test(
+    "from a local session with a fresh proof: 201 with the link; the provider account's tokens are that user " +
+      'from then on, the event user.identity_linked is recorded, and linking again answers 200',
+    async () => {
+      const admin = await localAdmin()
+      // The address at the provider may differ from the local one: the caller chose to link it. With
+      // OIDC_ADMIN_CLAIM the provider decides the role from the next token on: this person is an admin there too.
+      const who = person({ realm_access: { roles: ['admin'] } })
+      const token = signed(who.claims)
+      const res = await linkWith(A, admin.token, { token })
+      assert.equal(res.status, 201, res.text)
+      assert.deepEqual(Object.keys(res.body).sort(), ['issuer', 'linked_at', 'subject', 'user_id'])
+      assert.equal(res.body.issuer, provider.issuer)
+      assert.equal(res.body.subject, who.sub)
+      assert.equal(res.body.user_id, admin.id)
+      assert.ok(Date.parse(res.body.linked_at) > 0)
+      const seen = await me(A, signed(who.claims))
+      assert.equal(seen.status, 200, seen.text)
+      assert.equal(seen.body.user.id, admin.id)
+      assert.equal(seen.body.user.role, 'admin')
+      assert.equal(await usersWithEmail(who.email), 0, 'no user made of its address')
+      await A.published()
+      const [event] = await sql<Array<{ actor_id: number; actor_credential: string; data: Record<string, unknown> }>>`
+        SELECT actor_id, actor_credential, data FROM events WHERE type = 'user.identity_linked' AND subject_id
+        = ${admin.id}`
+      assert.deepEqual(event, {
+        actor_id: admin.id,
+        actor_credential: 'jwt',
+        data: { id: admin.id, issuer: provider.issuer, subject: who.sub },
+      })
+      const again = await linkWith(A, admin.token, { token })
+      assert.equal(again.status, 200, again.text)
+      assert.equal(again.body.linked_at, res.body.linked_at)
+    },
+  )
+
+  test(
+    'a provider account linked to another user: 409 identity_already_linked; a caller linked already to another ' +
+      'account of the provider: 409 too',
+    async () => {
+      const first = await localAdmin()
+      const second = await localAdmin()
+      const who = person()
+      assert.equal((await linkWith(A, first.token, { token: signed(who.claims) })).status, 201)
+      assertProblem(await linkWith(A, second.token, { token: signed(who.claims) }), 409, 'identity_already_linked')
+      // Made from its own token: a user of its own.
+      const made = person()
+      await madeFrom(A, made)
+      assertProblem(await linkWith(A, second.token, { token: signed(made.claims) }), 409, 'identity_already_linked')
+      assertProblem(await linkWith(A, first.token, { token: signed(person().claims) }), 409, 'identity_already_linked')
+      assert.equal((await identityOf(who.sub))?.user_id, first.id)
+    },
+  )
+
+  test(
+    'a fresh proof is needed: current_password, or a password login within REAUTH_WINDOW (403 ' +
+      'current_password_required otherwise, a wrong one too); nothing linked',
+    async () => {
+      const account = await passwordAccount(A)
+      // A JWT of a session that did not just log in with its password.
+      const stale = A.jwtFor(account.id, 'user')
+      const who = person()
+      assertProblem(await linkWith(A, stale, { token: signed(who.claims) }), 403, 'current_password_required')
+      assertProblem(
+        await linkWith(A, stale, { token: signed(who.claims), current_password: 'not-the-password' }),
+        403,
+        'current_password_required',
+      )
+      assert.equal(await identityOf(who.sub), undefined)
+      const res = await linkWith(A, stale, { token: signed(who.claims), current_password: account.password })
+      assert.equal(res.status, 201, res.text)
+    },
+  )
+
+  test('an API key or a provider token cannot link (403 forbidden), nothing linked', async () => {
+    const admin = await localAdmin()
+    const created = await A.request('POST', '/api-keys', {
+      auth: admin.token,
+      body: { name: 'k', scopes: ['users:read'] },
+    })
+    assert.equal(created.status, 201, created.text)
+    const who = person()
+    const byKey = await A.request('POST', '/auth/identities', {
+      auth: null,
+      headers: { 'x-api-key': created.body.key },
+      body: { token: signed(who.claims), current_password: admin.password },
+    })
+    assertProblem(byKey, 403, 'forbidden')
+    const fresh = signed({ ...person().claims, auth_time: now() - 5 })
+    assertProblem(await linkWith(A, fresh, { token: signed(who.claims) }), 403, 'forbidden')
+    assert.equal(await identityOf(who.sub), undefined)
+  })
+
+  test(
+    'the token is verified as a bearer token of the provider is; one that fails, or carries no verified address, ' +
+      'is 422 invalid_identity_token and links nothing',
+    async () => {
+      const admin = await localAdmin()
+      const who = person()
+      const bad: Array<[string, string]> = [
+        ['alg none', provider.sign(tokenClaims(who.claims), { alg: 'none' })],
+        ['HS256 keyed with the public key', provider.sign(tokenClaims(who.claims), { alg: 'HS256' })],
+        ['another audience', signed({ ...who.claims, aud: 'https://another-api.example.test' })],
+        ['expired', signed({ ...who.claims, iat: now() - 400, exp: now() - 60 })],
+        ['another issuer', provider.sign({ ...tokenClaims(who.claims), iss: 'https://evil.example.test' })],
+        ['not a JWT', 'upa_at_' + 'x'.repeat(43)],
+        ['no verified address', signed({ ...who.claims, email_verified: false })],
+      ]
+      for (const [name, token] of bad) {
+        const res = await linkWith(A, admin.token, { token })
+        assert.equal(res.status, 422, `${name}: ${res.text}`)
+        assert.equal(res.body.code, 'invalid_identity_token', name)
+      }
+      assert.equal(await identityOf(who.sub), undefined)
+    },
+  )
+
+  test('a provider account whose user was deleted is not linked again this way: 409', async () => {
+    const who = person()
+    const id = await madeFrom(A, who)
+    assert.equal((await A.request('DELETE', `/users/${id}`)).status, 204)
+    const admin = await localAdmin()
+    assertProblem(
+      await linkWith(A, admin.token, { token: signed(who.claims, now() + 2) }),
+      409,
+      'identity_already_linked',
+    )
+  })
+
+  test('without an identity provider configured: 404', async () => {
+    const plain = await startServer({}, {}, { databaseUrl: A.databaseUrl })
+    const res = await plain.request('POST', '/auth/identities', { body: { token: signed(person().claims) } })
+    assertProblem(res, 404, 'not_found')
+  })
+})
 
 describe('sql/018 on a database of the rules before it', () => {
   test(

@@ -15,8 +15,9 @@ import type { ProviderClaims } from './provider-token.js'
 
 // Which local user a verified provider token is (table `identities`,
 // sql/014): the user linked to its (issuer, subject); on first sight one
-// linked to the local user with the token's verified address, or made from
-// it (users.made_by_provider, sql/018). Kept in memory per instance like a
+// linked to the local user with the token's verified address (never an
+// admin), or made from it (users.made_by_provider, sql/018); or the user that
+// linked it itself (explicit-links.ts). Kept in memory per instance like a
 // JWT's claims, and checked against the revocation list on every use, so
 // that a token costs no statement while this instance provably hears every
 // change; when it cannot, the link is read from the database every time (it
@@ -74,6 +75,16 @@ interface LinkRow {
 
 /** A token no user can be found or made for: 401 invalid_token, saying why. */
 export class NoLocalUser extends InvalidTokenError {}
+
+/**
+ * A token whose verified address is a local admin's, on first sight of its account: never linked by the address
+ * (403 identity_link_required). The admin links the account itself (POST /auth/identities).
+ */
+export class AdminNotLinked extends Error {
+  constructor() {
+    super('the address of a local admin is never linked by a token; the admin links its account itself')
+  }
+}
 
 const refused = (why: string) => new NoLocalUser(why)
 
@@ -155,7 +166,10 @@ export class ProviderIdentities {
    * Links the token's subject to the local user with its verified address,
    * or to a user made from its claims. A local user whose address is not
    * verified is not linked: whoever signed up with it may not be its owner
-   * (the pre-hijacking of an account the provider's user would then use).
+   * (the pre-hijacking of an account the provider's user would then use). Nor
+   * is an admin (AdminNotLinked): an address at the provider is not enough
+   * for the authority of a local admin, the bootstrap admin among them; the
+   * admin links its account itself.
    */
   private async provision(claims: ProviderClaims, deps: IdentityDeps, again = true): Promise<LinkedUser> {
     const email = claims.verifiedEmail
@@ -171,9 +185,10 @@ export class ProviderIdentities {
     try {
       const row = await deps.bounded(() =>
         deps.sql.begin(async (tx) => {
-          const [existing] = await tx<Array<{ id: number; verified: boolean }>>`
-          SELECT id, email_verified_at IS NOT NULL AS verified FROM users WHERE lower(email) =
+          const [existing] = await tx<Array<{ id: number; verified: boolean; role: Role }>>`
+          SELECT id, email_verified_at IS NOT NULL AS verified, role FROM users WHERE lower(email) =
           lower(${email}) FOR UPDATE`
+          if (existing?.role === 'admin') throw new AdminNotLinked()
           if (existing && !existing.verified)
             throw refused(
               'a local user holds this address without having verified it; it is linked once that user verifies it ' +
