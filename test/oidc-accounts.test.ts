@@ -13,6 +13,7 @@ import { createConsoleTransport } from '../src/mail/console.js'
 import { createOrResetAdmin } from '../src/users/admin-bootstrap.js'
 import { passwordAccount, passwordLogin, workOf } from './helpers/accounts.js'
 import { API_SCOPES, startTestProvider } from './helpers/oidc-provider.js'
+import { assertInvalidToken } from './helpers/refused.js'
 import { createTestDatabase, startServer, type TestResponse, type TestServer } from './helpers/server.js'
 import { waitUntil } from './helpers/wait.js'
 
@@ -434,6 +435,49 @@ describe('POST /auth/identities', () => {
     const plain = await startServer({}, {}, { databaseUrl: A.databaseUrl })
     const res = await plain.request('POST', '/auth/identities', { body: { token: signed(person().claims) } })
     assertProblem(res, 404, 'not_found')
+  })
+})
+
+describe('a deleted user stays deleted (OIDC_REPROVISION unset)', () => {
+  test(
+    'deleting a user made from provider tokens refuses its address to every subject: another account of the ' +
+      'provider with the same verified address gets 401, and no user or link is made',
+    async () => {
+      const who = person()
+      const id = await madeFrom(A, who)
+      assert.equal((await A.request('DELETE', `/users/${id}`)).status, 204)
+      const other = person({ email: who.email.toUpperCase() })
+      assertInvalidToken(await me(A, signed(other.claims, now() + 2)))
+      assert.equal(await usersWithEmail(who.email), 0)
+      assert.equal(await identityOf(other.sub), undefined)
+    },
+  )
+
+  test('so does deleting a local user its provider account was linked to by its address', async () => {
+    const local = await A.createUser()
+    await sql`UPDATE users SET email_verified_at = now() WHERE id = ${local.id}`
+    const who = person({ email: local.email })
+    assert.equal((await me(A, signed(who.claims))).body.user.id, local.id)
+    assert.equal((await A.request('DELETE', `/users/${local.id}`)).status, 204)
+    const other = person({ email: local.email })
+    assertInvalidToken(await me(A, signed(other.claims, now() + 2)))
+    assert.equal(await usersWithEmail(local.email), 0)
+    // A local user with the address made since is not linked by it either: it links an account itself.
+    const again = await A.createUser({ email: local.email })
+    await sql`UPDATE users SET email_verified_at = now() WHERE id = ${again.id}`
+    assertInvalidToken(await me(A, signed(other.claims, now() + 2)))
+    assert.equal(await identityOf(other.sub), undefined)
+  })
+
+  test('with OIDC_REPROVISION=true another account with that address makes a new user, as its own would', async () => {
+    const R = await startServer(oidcEnv({ OIDC_REPROVISION: 'true' }), {}, { databaseUrl: A.databaseUrl })
+    const who = person()
+    const id = await madeFrom(R, who)
+    assert.equal((await R.request('DELETE', `/users/${id}`)).status, 204)
+    const other = person({ email: who.email })
+    const again = await me(R, signed(other.claims, now() + 2))
+    assert.equal(again.status, 200, again.text)
+    assert.notEqual(again.body.user.id, id)
   })
 })
 

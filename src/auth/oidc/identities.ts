@@ -169,7 +169,9 @@ export class ProviderIdentities {
    * (the pre-hijacking of an account the provider's user would then use). Nor
    * is an admin (AdminNotLinked): an address at the provider is not enough
    * for the authority of a local admin, the bootstrap admin among them; the
-   * admin links its account itself.
+   * admin links its account itself. Without OIDC_REPROVISION, the address of
+   * a deleted user that was linked is nobody's again: another account of the
+   * provider with it gets no user (the deleted one's own is refused by its link).
    */
   private async provision(claims: ProviderClaims, deps: IdentityDeps, again = true): Promise<LinkedUser> {
     const email = claims.verifiedEmail
@@ -189,6 +191,17 @@ export class ProviderIdentities {
           SELECT id, email_verified_at IS NOT NULL AS verified, role FROM users WHERE lower(email) =
           lower(${email}) FOR UPDATE`
           if (existing?.role === 'admin') throw new AdminNotLinked()
+          // Read after the lock above: a deletion of the user with this address that it waited for is seen here.
+          const [deleted] = this.settings.reprovision
+            ? []
+            : await tx`
+            SELECT 1 FROM identities WHERE issuer = ${this.settings.issuer} AND deleted_email IS NOT NULL
+              AND lower(deleted_email) = lower(${email}) LIMIT 1`
+          if (deleted)
+            throw refused(
+              'a user with this address was deleted, and OIDC_REPROVISION is not set: no account of the provider ' +
+                'gets a user for it again',
+            )
           if (existing && !existing.verified)
             throw refused(
               'a local user holds this address without having verified it; it is linked once that user verifies it ' +
