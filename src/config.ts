@@ -165,6 +165,7 @@ const EnvSchema = Type.Object({
   ),
   OIDC_ADMIN_VALUE: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   OIDC_REPROVISION: Type.Optional(Bool),
+  OIDC_LOCAL_PASSWORDS: Type.Optional(Bool),
   WORKERS: Type.Optional(
     Type.String({
       pattern: '^(auto|[0-9]+)$',
@@ -273,6 +274,12 @@ export interface Config {
   mail: MailSettings
   /** The identity provider whose access tokens are accepted beside ours (src/auth/oidc/); undefined: none. */
   oidc: ProviderSettings | undefined
+  /**
+   * Users made from the identity provider's tokens may have a local password (OIDC_LOCAL_PASSWORDS): a reset, a
+   * password set through the API, a password login. False: they sign in at the provider only, so that what the
+   * provider withdraws reaches every way in. Also without OIDC_ISSUER (users made while one was configured).
+   */
+  oidcLocalPasswords: boolean
   /** Serve HTTPS from these PEM files (reloaded when they change); undefined: plain HTTP, for use behind a proxy. */
   tls: { certFile: string; keyFile: string } | undefined
 }
@@ -555,6 +562,7 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
             reprovision: e.OIDC_REPROVISION === 'true',
           }
         : undefined,
+    oidcLocalPasswords: e.OIDC_LOCAL_PASSWORDS === 'true',
     tls: e.TLS_CERT_FILE && e.TLS_KEY_FILE ? { certFile: e.TLS_CERT_FILE, keyFile: e.TLS_KEY_FILE } : undefined,
   }
   // Start-up stops anyway: the variables that look misspelt are said with the rest, since they may be why

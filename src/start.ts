@@ -113,7 +113,8 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
       })
       if (applied.length) log.info('migrations applied', { migrations: applied })
       if (kind === 'migrate') return log.info('database is up to date')
-      if (kind === 'admin') return await adminCommand(setup, new PasswordHasher(config.passwordHashCost), args)
+      if (kind === 'admin')
+        return await adminCommand(setup, new PasswordHasher(config.passwordHashCost), args, config.oidcLocalPasswords)
       if (
         config.bootstrapAdmin &&
         (await bootstrapAdminIfNone(setup, new PasswordHasher(config.passwordHashCost), config.bootstrapAdmin))
@@ -170,7 +171,12 @@ function warnDevelopment(config: Config, log: Logger): void {
  * is never printed back (it would land in a terminal's scroll-back or a CI
  * log); a generated one is printed, since it is shown nowhere else.
  */
-async function adminCommand(sql: Sql, passwords: PasswordHasher, args: string[]): Promise<void> {
+async function adminCommand(
+  sql: Sql,
+  passwords: PasswordHasher,
+  args: string[],
+  localPasswords: boolean,
+): Promise<void> {
   if (args.length > 1)
     throw new ConfigError(
       'admin takes the e-mail only; give the password in ADMIN_PASSWORD or on standard input, not on the command ' +
@@ -180,7 +186,7 @@ async function adminCommand(sql: Sql, passwords: PasswordHasher, args: string[])
   const secret = readSecret(process.env, 'ADMIN_PASSWORD')
   if (secret.problem) throw new ConfigError(secret.problem)
   const given = await adminPasswordFrom({ ADMIN_PASSWORD: secret.value }, process.stdin)
-  const admin = await createOrResetAdmin(sql, passwords, email, given)
+  const admin = await createOrResetAdmin(sql, passwords, email, given, localPasswords)
   const verb = admin.created ? 'Created' : 'Reset'
   const source = secret.file ? 'ADMIN_PASSWORD_FILE' : secret.value ? 'ADMIN_PASSWORD' : 'standard input'
   process.stdout.write(

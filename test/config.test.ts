@@ -72,6 +72,7 @@ describe('defaults', () => {
       requireVerifiedEmail: false,
       mail: { via: 'none' },
       oidc: undefined,
+      oidcLocalPasswords: false,
       tls: undefined,
     })
   })
@@ -139,6 +140,7 @@ describe('values', () => {
       WEBHOOK_ALLOW_PRIVATE: 'true',
       WEBHOOK_ALLOWED_PORTS: '8443,9443',
       WORKERS: '4',
+      OIDC_LOCAL_PASSWORDS: 'true',
       TLS_CERT_FILE: '/etc/api/cert.pem',
       TLS_KEY_FILE: '/etc/api/key.pem',
     })
@@ -186,6 +188,7 @@ describe('values', () => {
       requireVerifiedEmail: false,
       mail: { via: 'none' },
       oidc: undefined,
+      oidcLocalPasswords: true,
       tls: { certFile: '/etc/api/cert.pem', keyFile: '/etc/api/key.pem' },
     })
   })
@@ -198,6 +201,7 @@ describe('values', () => {
     ['LOG_LEVEL', 'debug', 'logLevel', 'debug'],
     ['LOG_LEVEL', 'error', 'logLevel', 'error'],
     ['ALLOW_SIGNUP', 'false', 'allowSignup', false],
+    ['OIDC_LOCAL_PASSWORDS', 'false', 'oidcLocalPasswords', false],
     ['API_PREFIX', '', 'apiPrefix', ''],
     ['NODE_ENV', 'development', 'production', false],
     ['NODE_ENV', 'test', 'production', false],
@@ -241,6 +245,7 @@ describe('refused values', () => {
     ['ALLOW_SIGNUP', 'yes'],
     ['ALLOW_SIGNUP', 'TRUE'],
     ['ALLOW_SIGNUP', '1'],
+    ['OIDC_LOCAL_PASSWORDS', 'yes'],
     ['API_PREFIX', 'v1'],
     ['API_PREFIX', '/v1/'],
     ['API_PREFIX', '/'],
@@ -657,7 +662,8 @@ describe('misspelt variables', () => {
     () => {
       assert.deepEqual(problemsOf({ OIDC_CLIENT_ID: 'api' }), [
         'OIDC_CLIENT_ID: not a variable of this service (its OIDC_… variables are OIDC_AUDIENCE, OIDC_ISSUER, ' +
-          'OIDC_ADMIN_CLAIM, OIDC_ADMIN_VALUE, OIDC_REPROVISION; docs/operations.md lists them all)',
+          'OIDC_ADMIN_CLAIM, OIDC_ADMIN_VALUE, OIDC_REPROVISION, OIDC_LOCAL_PASSWORDS; docs/operations.md lists them ' +
+          'all)',
       ])
     },
   )

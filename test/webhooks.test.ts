@@ -7,6 +7,7 @@ import { signatureOf } from '../src/core/http/standard-webhooks.js'
 import { waitUntil } from './helpers/wait.js'
 import { startServer, type TestServer } from './helpers/server.js'
 import { resetRequestsWorked } from './helpers/accounts.js'
+import { startTestProvider } from './helpers/oidc-provider.js'
 import { answerEndlessly, answerWith, startReceiver, type Reception } from './helpers/webhook-receiver.js'
 
 // Webhooks through the real server: registration and its refusals, the
@@ -330,13 +331,18 @@ describe('webhook registration', () => {
 describe('webhook deliveries', () => {
   test(
     'delivers every event type asked for once per event, with the event as GET /events shows it, ' + 'signed',
-    async () => {
+    async (t) => {
+      // An identity provider, for the link of one of its accounts (test/helpers/oidc-provider.ts).
+      const provider = await startTestProvider()
+      t.after(() => provider.close())
       // Account recovery on, for its events; its messages go to the console transport (this process's standard error).
       const server = await webhookServer(
         {},
         {
           PASSWORD_RESET_URL: 'https://app.example.com/reset/{token}',
           VERIFY_EMAIL_URL: 'https://app.example.com/verify/{token}',
+          OIDC_ISSUER: provider.issuer,
+          OIDC_AUDIENCE: provider.audience,
         },
       )
       const receiver = await startReceiver()
@@ -395,6 +401,18 @@ describe('webhook deliveries', () => {
         (await server.request('POST', '/auth/verify-email', { body: { token: verifyToken }, auth: null })).status,
         204,
       )
+      // The admin links an account of the provider to itself (its test session is a fresh login).
+      const at = Math.floor(Date.now() / 1000)
+      const claims = { sub: 'hook-person', email: 'hook-person@example.com', email_verified: true }
+      const providerToken = provider.sign({
+        iss: provider.issuer,
+        aud: provider.audience,
+        iat: at,
+        exp: at + 300,
+        ...claims,
+      })
+      const linked = await server.request('POST', '/auth/identities', { body: { token: providerToken } })
+      assert.equal(linked.status, 201, linked.text)
       assert.equal((await server.request('DELETE', `/users/${user.body.id}`)).status, 204)
 
       await server.published()

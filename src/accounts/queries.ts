@@ -22,7 +22,18 @@ export type UserRow = {
   password_hash: string | null
   /** Raised by a role or password change and by "log out everywhere"; JWTs of an older epoch are void (sql/005). */
   credential_epoch: number
+  /** Made from a token of the identity provider, not an account a token was linked to (sql/018). */
+  made_by_provider: boolean
 }
+
+/**
+ * The password hash a user may log in and prove itself with: none for a user made from the identity provider's tokens
+ * unless OIDC_LOCAL_PASSWORDS (`localPasswords`) allows one, whatever the row holds (a reset made before the rule).
+ */
+export const localPasswordHash = (
+  user: Pick<UserRow, 'password_hash' | 'made_by_provider'>,
+  localPasswords: boolean,
+): string | null => (user.made_by_provider && !localPasswords ? null : user.password_hash)
 
 export async function findUser(db: Sql | TransactionSql, id: string): Promise<UserRow | undefined> {
   const [row] = await db<UserRow[]>`SELECT * FROM users WHERE id = ${id}`

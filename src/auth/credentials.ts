@@ -13,6 +13,7 @@ import type { RevocationList } from './revocation/revocations.js'
 import type { ScopePolicy } from './scopes.js'
 import { hashList, hashSecret, kindOf } from './tokens.js'
 import type { EventOrigin } from './origin.js'
+import { AdminNotLinked } from './oidc/identities.js'
 import { ProviderUnavailable } from './oidc/key-set.js'
 import type { IdentityProvider } from './oidc/provider-principals.js'
 import type { Clock } from '../core/lib/clock.js'
@@ -191,7 +192,22 @@ export async function checkCredentials(
   return principals
 }
 
-/** Principals of the identity provider's tokens; a provider that cannot be reached with no keys cached is a 503. */
+/** The 503 of a provider token (as bearer, or in a body) while its keys cannot be fetched and none are cached. */
+export const providerUnavailable = (err: ProviderUnavailable) =>
+  new HttpError(
+    'identity_provider_unavailable',
+    'The identity provider that issued this token cannot be reached, and its keys are not known yet; try again ' +
+      'shortly.',
+    {
+      headers: { 'retry-after': String(err.retryAfterSeconds) },
+    },
+  )
+
+/**
+ * Principals of the identity provider's tokens; a provider that cannot be reached with no keys cached is a 503, the
+ * address of a local admin on a token not linked yet a 403. (Neither reaches the checks of an answer that outlives its
+ * request, src/auth/grants.ts: its token was verified, and linked, when the request was let in.)
+ */
 async function providerPrincipals(
   tokens: ReadonlyArray<{ at: number; token: string }>,
   deps: CredentialDeps,
@@ -204,15 +220,15 @@ async function providerPrincipals(
       tokens.map(async ({ at, token }) => ({ at, principal: await provider.principalOf(token, providerDeps) })),
     )
   } catch (err) {
-    if (!(err instanceof ProviderUnavailable)) throw err
-    throw new HttpError(
-      'identity_provider_unavailable',
-      'The identity provider that issued this token cannot be reached, and its keys are not known yet; try again ' +
-        'shortly.',
-      {
-        headers: { 'retry-after': String(err.retryAfterSeconds) },
-      },
-    )
+    if (err instanceof ProviderUnavailable) throw providerUnavailable(err)
+    if (err instanceof AdminNotLinked) {
+      throw new HttpError(
+        'identity_link_required',
+        "The address of this token is a local admin's: an account of the identity provider is never linked to an " +
+          'admin by its address. The admin links it from a session of its own: POST /auth/identities.',
+      )
+    }
+    throw err
   }
 }
 

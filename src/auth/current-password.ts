@@ -2,7 +2,7 @@ import Type from 'typebox'
 import type { HandlerContext } from '../core/http/route.js'
 import { HttpError } from '../core/http/problem.js'
 import { originOf } from './origin.js'
-import { findUser } from '../accounts/queries.js'
+import { findUser, localPasswordHash } from '../accounts/queries.js'
 import { requireInteractive } from './access.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login/login-throttle.js'
 import type { UserPrincipal } from './principal.js'
@@ -41,19 +41,21 @@ export async function proveCurrentPassword(
   requireInteractive(caller)
   const { sql, passwords, logins } = ctx.services
   const user = await findUser(sql, caller.userId)
-  if (!user?.password_hash) throw currentPasswordRequired('current_password is wrong.')
+  // A user made from the identity provider's tokens proves itself there (OIDC_LOCAL_PASSWORDS).
+  const hash = user && localPasswordHash(user, ctx.services.config.oidcLocalPasswords)
+  if (!user || !hash) throw currentPasswordRequired('current_password is wrong.')
   const email = normalizeEmail(user.email)
   const from = logins.address(ctx.client)
   const ok = await passwords.withSlot(from.bucket, async () => {
     await countAttempt(sql, email, from)
-    return passwords.verifyInSlot(currentPassword, user.password_hash!)
+    return passwords.verifyInSlot(currentPassword, hash)
   })
   if (!ok) {
     await recordFailedLogin(sql, { email, userId: user.id, client: ctx.client }, originOf(caller, ctx.requestId))
     throw currentPasswordRequired('current_password is wrong.')
   }
   await passwordProven(sql, email, user.id, from)
-  return user.password_hash
+  return hash
 }
 
 /**

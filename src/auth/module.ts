@@ -5,6 +5,7 @@ import type { BackgroundWork } from '../core/background-work.js'
 import { purgeJob } from '../core/db/batched-delete.js'
 import { expiredKnownAddresses } from './login/known-addresses.js'
 import { expiredLoginFailures } from './login/login-throttle.js'
+import { identityRoutes } from './identity-routes.js'
 import type { IdentityProvider } from './oidc/provider-principals.js'
 import { oldResetRequests, spentOneTimeTokens } from './recovery/recovery.js'
 import { recoveryRoutes } from './recovery/recovery-routes.js'
@@ -30,13 +31,14 @@ export interface AuthModuleServices {
 }
 
 /**
- * Logins, sessions, revocation, account recovery and the identity provider:
- * the routes of /auth, the listener that keeps every credential check right,
- * and the purges of what logins and recovery leave behind.
+ * Logins, sessions, revocation, account recovery and the identity provider
+ * (its accounts, and their links): the routes of /auth, the listener that
+ * keeps every credential check right, and the purges of what logins and
+ * recovery leave behind.
  */
 export const authModule: AppModule<AuthModuleServices> = {
   name: 'auth',
-  routes: [...authRoutes, ...mfaRoutes, ...recoveryRoutes, ...sessionRoutes],
+  routes: [...authRoutes, ...mfaRoutes, ...recoveryRoutes, ...sessionRoutes, ...identityRoutes],
   problems: {
     unauthorized: { status: 401, title: 'Authentication required' },
     invalid_token: { status: 401, title: 'Invalid credential' },
@@ -62,9 +64,12 @@ export const authModule: AppModule<AuthModuleServices> = {
     email_already_verified: { status: 409, title: 'E-mail address already verified' },
     mail_not_configured: { status: 503, title: 'Mail is not configured' },
     identity_provider_unavailable: { status: 503, title: 'Identity provider unavailable' },
+    identity_link_required: { status: 403, title: 'Link this account from the local one' },
+    identity_already_linked: { status: 409, title: 'Account of the identity provider already linked' },
+    invalid_identity_token: { status: 422, title: 'Invalid token of the identity provider' },
   },
-  // Written by their own statements (src/auth/sessions/sessions.ts, login/login-throttle.ts, recovery/recovery.ts);
-  // a recovery event carries the user's id only, never a token or a link.
+  // Written by their own statements (src/auth/sessions/sessions.ts, login/login-throttle.ts, recovery/recovery.ts,
+  // oidc/explicit-links.ts); a recovery event carries the user's id only, never a token or a link.
   eventTypes: [
     'session.created',
     'session.revoked',
@@ -74,6 +79,7 @@ export const authModule: AppModule<AuthModuleServices> = {
     'user.email_verified',
     'user.mfa_enabled',
     'user.mfa_disabled',
+    'user.identity_linked',
   ],
   components: (s) => [s.credentialChanges, s.recoveryRequests, s.identityProvider],
   jobs: (s) => [

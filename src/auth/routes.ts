@@ -2,7 +2,7 @@ import Type from 'typebox'
 import { HttpError } from '../core/http/problem.js'
 import { defineRoute } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
-import { findUserByEmail } from '../accounts/queries.js'
+import { findUserByEmail, localPasswordHash } from '../accounts/queries.js'
 import { challenge } from './credentials.js'
 import { countAttempt, normalizeEmail, passwordProven, recordFailedLogin } from './login/login-throttle.js'
 import { originOf } from './origin.js'
@@ -145,15 +145,18 @@ export const authRoutes = [
       logins.admit(from.bucket)
       const email = normalizeEmail(body.email)
       // Counted once a hash slot is held (an attempt turned away is no failure), and before the password is checked, so
-      // concurrent guesses cannot outrun the lock.
-      const { user, ok } = await passwords.withSlot(from.bucket, async () => {
+      // concurrent guesses cannot outrun the lock. A user without a password it may use (none, or one made from the
+      // identity provider's tokens: OIDC_LOCAL_PASSWORDS) costs the hash an unknown address does, and fails as a wrong
+      // password does.
+      const { user, hash, ok } = await passwords.withSlot(from.bucket, async () => {
         const user = await bounded(async () => {
           await countAttempt(sql, email, from)
           return findUserByEmail(sql, email)
         })
-        return { user, ok: await passwords.verifyInSlot(body.password, user?.password_hash ?? passwords.decoy) }
+        const hash = user && localPasswordHash(user, services.config.oidcLocalPasswords)
+        return { user, hash, ok: await passwords.verifyInSlot(body.password, hash ?? passwords.decoy) }
       })
-      if (!user || !user.password_hash || !ok) {
+      if (!user || !hash || !ok) {
         await bounded(() =>
           recordFailedLogin(sql, { email, userId: user?.id, client }, { actorId: null, credential: null, requestId }),
         )

@@ -22,12 +22,16 @@ export interface AdminResult {
   created: boolean
 }
 
-/** Creates the admin, or resets an existing admin's password; returns the password (generated when none is given). */
+/**
+ * Creates the admin, or resets an existing admin's password; returns the password (generated when none is given). An
+ * admin made from the identity provider's tokens gets none unless `localPasswords` (OIDC_LOCAL_PASSWORDS).
+ */
 export async function createOrResetAdmin(
   sql: Sql,
   passwords: PasswordHasher,
   email: string,
   password?: string,
+  localPasswords = false,
 ): Promise<AdminResult> {
   const secret = password ?? randomBytes(18).toString('base64url')
   const errors = users.bodies.create.errors({ name: 'Administrator', email, password: secret })
@@ -38,12 +42,18 @@ export async function createOrResetAdmin(
   const passwordHash = await passwords.hash(secret)
   return sql.begin(async (tx) => {
     const [existing] = await tx<
-      Array<{ id: number; role: string }>
-    >`SELECT id, role FROM users WHERE lower(email) = ${normalizeEmail(email)} FOR UPDATE`
+      Array<{ id: number; role: string; made_by_provider: boolean }>
+    >`SELECT id, role, made_by_provider FROM users WHERE lower(email) = ${normalizeEmail(email)} FOR UPDATE`
     if (existing && existing.role !== 'admin') {
       throw new ConfigError(
         `${email} belongs to an account that is not an admin; it is not promoted from here. Promote it through the ` +
           `API as an admin (PATCH /users/${existing.id} {"role":"admin"}), or choose another e-mail.`,
+      )
+    }
+    if (existing?.made_by_provider && !localPasswords) {
+      throw new ConfigError(
+        `${email} belongs to an admin made from tokens of the identity provider: it signs in there and has no ` +
+          'password here (OIDC_LOCAL_PASSWORDS is not set). Choose another e-mail for a local admin.',
       )
     }
     if (existing) {

@@ -17,5 +17,8 @@ export const usersModule: AppModule = {
   name: 'users',
   resources: [operations],
   routes: [meRoute],
-  problems: { last_admin: { status: 409, title: 'The last admin cannot be removed' } },
+  problems: {
+    last_admin: { status: 409, title: 'The last admin cannot be removed' },
+    no_local_password: { status: 409, title: 'This user has no local password' },
+  },
 }

@@ -37,8 +37,9 @@ export const users = defineResource({
   // A user reads and changes itself; an admin anyone (the routes below: listing and creating are an admin's).
   access: { read: 'admin-or-self', write: 'admin-or-self' },
   // The password as its scrypt hash; the epoch that a password or role change raises, voiding JWTs (sql/005),
-  // and when it was raised, voiding the identity provider's tokens issued before (sql/014).
-  serverColumns: ['password_hash', 'credential_epoch', 'credential_epoch_at'],
+  // and when it was raised, voiding the identity provider's tokens issued before (sql/014); whether a token of the
+  // identity provider made the user (sql/018: then it has no local password unless OIDC_LOCAL_PASSWORDS).
+  serverColumns: ['password_hash', 'credential_epoch', 'credential_epoch_at', 'made_by_provider'],
   members: {
     id: idMember(),
     name: member(nameSchema(), { sort: true, search: true }),
@@ -160,6 +161,17 @@ export const userHooks: ResourceHooks<UserWriteState> = {
     // What really changes on another account: a PUT that names the same address again is no step-up.
     if (!self && !freshProof && ctx.principal.kind === 'user' && isStepUp(changes))
       await requireFreshProof(ctx.principal, {}, ctx)
+    // Whoever asks: a local password would outlive what the provider withdraws (docs/auth.md, OIDC_LOCAL_PASSWORDS).
+    if (
+      typeof changes.password_hash === 'string' &&
+      current.made_by_provider &&
+      !ctx.services.config.oidcLocalPasswords
+    )
+      throw new HttpError(
+        'no_local_password',
+        'This user was made from tokens of the identity provider: it signs in there and has no password here ' +
+          '(OIDC_LOCAL_PASSWORDS is not set).',
+      )
     if (self && (changes.email !== undefined || changes.password_hash !== undefined))
       assertMayChangeOwnCredentials(self, provenHash, current)
     if (changes.role === 'user') await ensureAnotherAdmin(tx, current.id)
@@ -230,5 +242,8 @@ export const userHooks: ResourceHooks<UserWriteState> = {
 // The declaration's stored members and the accounts' row type (src/accounts/queries.ts) are the same:
 // a member added to one and not the other fails the type check here.
 export type UserRowsAgree = Holds<
-  Same<Omit<Row<typeof users.members>, 'password'>, Omit<UserRow, 'password_hash' | 'credential_epoch'>>
+  Same<
+    Omit<Row<typeof users.members>, 'password'>,
+    Omit<UserRow, 'password_hash' | 'credential_epoch' | 'made_by_provider'>
+  >
 >

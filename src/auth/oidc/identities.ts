@@ -15,11 +15,13 @@ import type { ProviderClaims } from './provider-token.js'
 
 // Which local user a verified provider token is (table `identities`,
 // sql/014): the user linked to its (issuer, subject); on first sight one
-// linked to the local user with the token's verified address, or made from
-// it. Kept in memory per instance like a JWT's claims, and checked against
-// the revocation list on every use, so that a token costs no statement
-// while this instance provably hears every change; when it cannot, the link
-// is read from the database every time (it fails closed).
+// linked to the local user with the token's verified address (never an
+// admin), or made from it (users.made_by_provider, sql/018); or the user that
+// linked it itself (explicit-links.ts). Kept in memory per instance like a
+// JWT's claims, and checked against the revocation list on every use, so
+// that a token costs no statement while this instance provably hears every
+// change; when it cannot, the link is read from the database every time (it
+// fails closed).
 //
 // A provider token has no session and no epoch of ours: withdrawal is told by
 // time. Raising a user's credential epoch (logout everywhere, a password or
@@ -73,6 +75,16 @@ interface LinkRow {
 
 /** A token no user can be found or made for: 401 invalid_token, saying why. */
 export class NoLocalUser extends InvalidTokenError {}
+
+/**
+ * A token whose verified address is a local admin's, on first sight of its account: never linked by the address
+ * (403 identity_link_required). The admin links the account itself (POST /auth/identities).
+ */
+export class AdminNotLinked extends Error {
+  constructor() {
+    super('the address of a local admin is never linked by a token; the admin links its account itself')
+  }
+}
 
 const refused = (why: string) => new NoLocalUser(why)
 
@@ -154,7 +166,12 @@ export class ProviderIdentities {
    * Links the token's subject to the local user with its verified address,
    * or to a user made from its claims. A local user whose address is not
    * verified is not linked: whoever signed up with it may not be its owner
-   * (the pre-hijacking of an account the provider's user would then use).
+   * (the pre-hijacking of an account the provider's user would then use). Nor
+   * is an admin (AdminNotLinked): an address at the provider is not enough
+   * for the authority of a local admin, the bootstrap admin among them; the
+   * admin links its account itself. Without OIDC_REPROVISION, the address of
+   * a deleted user that was linked is nobody's again: another account of the
+   * provider with it gets no user (the deleted one's own is refused by its link).
    */
   private async provision(claims: ProviderClaims, deps: IdentityDeps, again = true): Promise<LinkedUser> {
     const email = claims.verifiedEmail
@@ -170,9 +187,21 @@ export class ProviderIdentities {
     try {
       const row = await deps.bounded(() =>
         deps.sql.begin(async (tx) => {
-          const [existing] = await tx<Array<{ id: number; verified: boolean }>>`
-          SELECT id, email_verified_at IS NOT NULL AS verified FROM users WHERE lower(email) =
+          const [existing] = await tx<Array<{ id: number; verified: boolean; role: Role }>>`
+          SELECT id, email_verified_at IS NOT NULL AS verified, role FROM users WHERE lower(email) =
           lower(${email}) FOR UPDATE`
+          if (existing?.role === 'admin') throw new AdminNotLinked()
+          // Read after the lock above: a deletion of the user with this address that it waited for is seen here.
+          const [deleted] = this.settings.reprovision
+            ? []
+            : await tx`
+            SELECT 1 FROM identities WHERE issuer = ${this.settings.issuer} AND deleted_email IS NOT NULL
+              AND lower(deleted_email) = lower(${email}) LIMIT 1`
+          if (deleted)
+            throw refused(
+              'a user with this address was deleted, and OIDC_REPROVISION is not set: no account of the provider ' +
+                'gets a user for it again',
+            )
           if (existing && !existing.verified)
             throw refused(
               'a local user holds this address without having verified it; it is linked once that user verifies it ' +
@@ -181,7 +210,14 @@ export class ProviderIdentities {
           const userId =
             existing?.id ??
             Number(
-              (await insertRow(tx, this.users, { name, email, role, email_verified_at: new Date() }, deps.origin)).id,
+              (
+                await insertRow(
+                  tx,
+                  this.users,
+                  { name, email, role, email_verified_at: new Date(), made_by_provider: true },
+                  deps.origin,
+                )
+              ).id,
             )
           // A link left by a deleted user is taken over only here, for a token issued after the deletion
           // (reprovisions); the tokens issued before it stay refused for the new user too.
@@ -193,7 +229,8 @@ export class ProviderIdentities {
           const [linked] = await tx<Array<{ user_id: number }>>`
           INSERT INTO identities (issuer, subject, user_id) VALUES
           (${this.settings.issuer}, ${claims.subject}, ${userId})
-          ON CONFLICT (issuer, subject) DO UPDATE SET user_id = excluded.user_id, user_deleted_at = NULL
+          ON CONFLICT (issuer, subject) DO UPDATE SET user_id = excluded.user_id, user_deleted_at = NULL,
+            deleted_email = NULL
             WHERE identities.user_id IS NULL AND identities.user_deleted_at < to_timestamp(${claims.issuedAt})
           RETURNING user_id`
           if (!linked) throw new LinkedMeanwhile()

@@ -93,7 +93,8 @@ export class IdentityProvider implements Component {
   }
 
   /**
-   * The token's Principal, or undefined when it is invalid, expired or revoked; rejects with ProviderUnavailable (503).
+   * The token's Principal, or undefined when it is invalid, expired or revoked; rejects with ProviderUnavailable (503),
+   * or AdminNotLinked (403) on the first sight of an account whose address is a local admin's.
    */
   async principalOf(token: string, deps: ProviderDeps): Promise<UserPrincipal | undefined> {
     let claims: ProviderClaims
@@ -102,6 +103,7 @@ export class IdentityProvider implements Component {
       claims = await this.claimsOf(token)
       user = await this.identities.userOf(claims, deps)
     } catch (err) {
+      // AdminNotLinked is not one: a 403 that says what to do (src/auth/credentials.ts).
       if (err instanceof InvalidTokenError) return undefined
       throw err
     }
@@ -121,6 +123,14 @@ export class IdentityProvider implements Component {
         amr: claims.amr,
       },
     }
+  }
+
+  /**
+   * The claims of a token of the provider, verified as a bearer token's are (and remembered as they are): an
+   * InvalidTokenError when it is not valid now; ProviderUnavailable (503) as for a bearer token.
+   */
+  verify(token: string): Promise<ProviderClaims> {
+    return this.claimsOf(token)
   }
 
   private async claimsOf(token: string): Promise<ProviderClaims> {

@@ -96,7 +96,14 @@ export const recoveryRoutes = [
       const email = normalizeEmail(body.email)
       const origin = { actorId: null, credential: null, requestId }
       const taken = services.recoveryRequests.submit('password reset', () =>
-        requestPasswordReset(services.sql, email, template, services.config.passwordResetTtl, origin),
+        requestPasswordReset(
+          services.sql,
+          email,
+          template,
+          services.config.passwordResetTtl,
+          origin,
+          services.config.oidcLocalPasswords,
+        ),
       )
       if (!taken) throw recoveryBusy()
       return { status: 202 }
@@ -123,7 +130,9 @@ export const recoveryRoutes = [
       if (!hash || (await bounded(() => liveTokenUser(services.sql, hash, 'password_reset'))) === undefined)
         throw invalidToken()
       const passwordHash = await services.passwords.hash(body.password)
-      if (!(await bounded(() => resetPassword(services.sql, hash, passwordHash, requestId)))) throw invalidToken()
+      const { oidcLocalPasswords } = services.config
+      if (!(await bounded(() => resetPassword(services.sql, hash, passwordHash, requestId, oidcLocalPasswords))))
+        throw invalidToken()
       // Its JWTs, sessions and keys were revoked: answer once this instance
       // has heard it (src/auth/revocation/credential-changes.ts).
       await services.credentialChanges.caughtUp()

@@ -36,16 +36,23 @@ const underHourlyLimit = (db: Db, purpose: Purpose) => db`
   = ${purpose} AND t.created_at > now() - interval '1 hour') < ${MESSAGES_PER_HOUR}`
 
 /**
+ * Whether the user may hold a password (as SQL on a user row named `u`): not one made from the identity provider's
+ * tokens, unless OIDC_LOCAL_PASSWORDS (`localPasswords`) allows it.
+ */
+const mayHoldPassword = (db: Db, localPasswords: boolean) => db`(${localPasswords}::boolean OR NOT u.made_by_provider)`
+
+/**
  * The work of POST /auth/password-reset, done after its answer
  * (recovery-routes.ts): the same statements whatever the address (a lock on
  * the address, then one statement), so that an unknown address costs the
  * database what a known one does: the token is made and hashed either way,
  * and the request is logged either way (a write, whose commit waits for the
- * WAL flush as the known address's does). For an account
- * whose address had fewer than MESSAGES_PER_HOUR requests this hour: its
- * open reset tokens are retired, a new one is stored as its hash, the
- * message is queued, and user.password_reset_requested recorded. True when
- * a message was queued.
+ * WAL flush as the known address's does). For an account that may hold a
+ * password (one made from the identity provider's tokens is an unknown
+ * address here, unless OIDC_LOCAL_PASSWORDS) whose address had fewer than
+ * MESSAGES_PER_HOUR requests this hour: its open reset tokens are retired, a
+ * new one is stored as its hash, the message is queued, and
+ * user.password_reset_requested recorded. True when a message was queued.
  */
 export async function requestPasswordReset(
   sql: Sql,
@@ -53,6 +60,7 @@ export async function requestPasswordReset(
   template: string,
   ttlSeconds: number,
   origin: EventOrigin,
+  localPasswords: boolean,
 ): Promise<boolean> {
   const { token, hash } = newOneTimeToken()
   const mail = passwordResetMail(linkFor(template, token), ttlSeconds)
@@ -68,7 +76,8 @@ export async function requestPasswordReset(
       = ${emailHash} AND requested_at > now() - interval '1 hour'),
     logged AS (INSERT INTO password_reset_requests (email_hash) VALUES (${emailHash})),
     target AS (
-      SELECT u.id, u.email FROM users u, recent WHERE lower(u.email) = ${email} AND recent.n < ${MESSAGES_PER_HOUR}),
+      SELECT u.id, u.email FROM users u, recent WHERE lower(u.email) = ${email} AND recent.n < ${MESSAGES_PER_HOUR}
+        AND ${mayHoldPassword(tx, localPasswords)}),
     retired AS (
       UPDATE one_time_tokens SET used_at = now()
       WHERE user_id IN (SELECT id FROM target) AND purpose = 'password_reset' AND used_at IS NULL),
@@ -96,18 +105,27 @@ export async function liveTokenUser(sql: Sql, hash: Buffer, purpose: Purpose): P
 
 /**
  * POST /auth/password-reset/confirm, once the new password is hashed: uses
- * the token (false when it was used or expired meanwhile: nothing changes),
- * sets the password (the trigger of sql/005 voids every JWT), ends every
- * session, revokes every API key, retires the user's other reset tokens and
- * lifts the login throttle's locks on the account. Recovery assumes the
- * account was in someone else's hands.
+ * the token (false when it was used or expired meanwhile, or its user may
+ * hold no password: nothing changes), sets the password (the trigger of
+ * sql/005 voids every JWT), ends every session, revokes every API key,
+ * retires the user's other reset tokens and lifts the login throttle's locks
+ * on the account. Recovery assumes the account was in someone else's hands.
  */
-export async function resetPassword(sql: Sql, hash: Buffer, passwordHash: string, requestId: string): Promise<boolean> {
+export async function resetPassword(
+  sql: Sql,
+  hash: Buffer,
+  passwordHash: string,
+  requestId: string,
+  localPasswords: boolean,
+): Promise<boolean> {
   return sql.begin(async (tx) => {
+    // A link sent while OIDC_LOCAL_PASSWORDS allowed it sets no password once it does not.
     const [used] = await tx<Array<{ user_id: number }>>`
-      UPDATE one_time_tokens SET used_at = now()
-      WHERE token_hash = ${hash} AND purpose = 'password_reset' AND used_at IS NULL AND expires_at > now()
-      RETURNING user_id`
+      UPDATE one_time_tokens t SET used_at = now()
+      FROM users u
+      WHERE t.token_hash = ${hash} AND t.purpose = 'password_reset' AND t.used_at IS NULL AND t.expires_at > now()
+        AND u.id = t.user_id AND ${mayHoldPassword(tx, localPasswords)}
+      RETURNING t.user_id`
     if (!used) return false
     const userId = used.user_id
     const origin: EventOrigin = { actorId: userId, credential: null, requestId }

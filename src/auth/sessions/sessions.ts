@@ -139,7 +139,9 @@ export async function openSession(
  * Retires the refresh token and issues the next pair; undefined or 'reused'
  * otherwise (the caller answers 401; 'reused' ended the session first). The
  * conditional UPDATE makes rotation atomic: of two refreshes racing with one
- * token, exactly one finds it unused.
+ * token, exactly one finds it unused. A session of a user made from the
+ * identity provider's tokens (a password login it may no longer make:
+ * OIDC_LOCAL_PASSWORDS) is not refreshed.
  */
 export async function rotate(
   sql: Sql,
@@ -154,6 +156,7 @@ export async function rotate(
       FROM sessions s JOIN users u ON u.id = s.user_id
       WHERE r.token_hash = ${hash} AND r.used_at IS NULL AND s.id = r.session_id
         AND s.revoked_at IS NULL AND s.expires_at > now()
+        AND (${deps.config.oidcLocalPasswords}::boolean OR NOT u.made_by_provider)
       RETURNING s.id AS session_id, u.id AS user_id, u.role, u.credential_epoch, s.scopes, s.token_format, s.amr,
         floor(extract(epoch FROM s.created_at))::float8 AS auth_time`
     if (live) {
