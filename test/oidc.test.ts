@@ -112,6 +112,9 @@ describe('real flows of the provider', () => {
         issuer: provider.issuer,
         scopes: ['products:read', 'users:read'],
         expires_at: res.body.credential.expires_at,
+        // The provider's token says nothing of how or when the person signed in there.
+        amr: [],
+        auth_time: null,
       })
       const link = await identityOf(who.sub)
       assert.equal(link?.user_id, Number(res.body.user.id))

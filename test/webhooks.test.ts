@@ -9,6 +9,7 @@ import { startServer, type TestServer } from './helpers/server.js'
 import { resetRequestsWorked } from './helpers/accounts.js'
 import { startTestProvider } from './helpers/oidc-provider.js'
 import { answerEndlessly, answerWith, startReceiver, type Reception } from './helpers/webhook-receiver.js'
+import { rfcTotp } from './helpers/totp.js'
 
 // Webhooks through the real server: registration and its refusals, the
 // deliveries a receiver gets (checked with the standardwebhooks package, an
@@ -401,6 +402,19 @@ describe('webhook deliveries', () => {
         (await server.request('POST', '/auth/verify-email', { body: { token: verifyToken }, auth: null })).status,
         204,
       )
+      // The user turns a second factor on; the admin takes it off again.
+      const session = await server.request('POST', '/auth/login', {
+        body: { email: 'hook-user@example.com', password: 'another long password' },
+        auth: null,
+      })
+      const started = await server.request('POST', '/auth/mfa/totp', { auth: session.body.access_token })
+      assert.equal(started.status, 201, started.text)
+      const confirmed = await server.request('POST', '/auth/mfa/totp/confirm', {
+        auth: session.body.access_token,
+        body: { code: rfcTotp(started.body.secret, server.clock.now()) },
+      })
+      assert.equal(confirmed.status, 200, confirmed.text)
+      assert.equal((await server.request('DELETE', `/users/${user.body.id}/mfa`)).status, 204)
       // The admin links an account of the provider to itself (its test session is a fresh login).
       const at = Math.floor(Date.now() / 1000)
       const claims = { sub: 'hook-person', email: 'hook-person@example.com', email_verified: true }

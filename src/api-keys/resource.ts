@@ -77,7 +77,7 @@ async function insertApiKey(
         ? []
         : await tx`SELECT 1 FROM sessions WHERE id = ${creator.sessionId} AND revoked_at IS NOT NULL`
     if (ended) return 'gone'
-    if (creator.bindToSession) key.session_id = creator.sessionId
+    if (creator.bindToSession && creator.sessionId !== undefined) key.session_id = creator.sessionId
     const [{ live }] = await tx<[{ live: number }]>`
       SELECT count(*)::int AS live FROM api_keys WHERE user_id
       = ${key.user_id} AND (expires_at IS NULL OR expires_at > now())`
