@@ -86,6 +86,20 @@ export async function requestPasswordReset(
   return row.queued > 0
 }
 
+/**
+ * Locks the row of the user a token of `purpose` belongs to (used or not), before anything of its tokens, and says
+ * whether there is such a token. Every write of an account's tokens takes the user's row first (an address change and
+ * a deletion lock it too), so that two of them wait for each other instead of deadlocking. FOR NO KEY UPDATE: what an
+ * UPDATE of the row takes, which lets a reset request insert a token for the user meanwhile (its foreign key holds
+ * FOR KEY SHARE) and so never wait on us while holding tokens we are about to retire.
+ */
+async function lockTokenOwner(tx: TransactionSql, hash: Buffer, purpose: Purpose): Promise<boolean> {
+  const [owner] = await tx`
+    SELECT u.id FROM one_time_tokens t JOIN users u ON u.id = t.user_id
+    WHERE t.token_hash = ${hash} AND t.purpose = ${purpose} FOR NO KEY UPDATE OF u`
+  return owner !== undefined
+}
+
 /** The user a live token of `purpose` belongs to (one index lookup), without using it. */
 export async function liveTokenUser(sql: Sql, hash: Buffer, purpose: Purpose): Promise<number | undefined> {
   const [row] = await sql<Array<{ user_id: number }>>`
@@ -104,6 +118,9 @@ export async function liveTokenUser(sql: Sql, hash: Buffer, purpose: Purpose): P
  */
 export async function resetPassword(sql: Sql, hash: Buffer, passwordHash: string, requestId: string): Promise<boolean> {
   return sql.begin(async (tx) => {
+    // The user first, then its tokens (lockTokenOwner): a deletion of the user at the same moment takes them in that
+    // order too.
+    if (!(await lockTokenOwner(tx, hash, 'password_reset'))) return false
     const [used] = await tx<Array<{ user_id: number }>>`
       UPDATE one_time_tokens SET used_at = now()
       WHERE token_hash = ${hash} AND purpose = 'password_reset' AND used_at IS NULL AND expires_at > now()
@@ -140,10 +157,7 @@ export async function verifyEmail(sql: Sql, hash: Buffer, requestId: string): Pr
   return sql.begin(async (tx) => {
     // The user first, then its tokens: the order an address change takes them in (the user's row, then
     // queueVerification's retiring of its tokens), so that the two wait for each other instead of deadlocking.
-    const [owner] = await tx`
-      SELECT u.id FROM one_time_tokens t JOIN users u ON u.id = t.user_id
-      WHERE t.token_hash = ${hash} AND t.purpose = 'verify_email' FOR UPDATE OF u`
-    if (!owner) return false
+    if (!(await lockTokenOwner(tx, hash, 'verify_email'))) return false
     const [used] = await tx<Array<{ user_id: number }>>`
       UPDATE one_time_tokens t SET used_at = now()
       FROM users u
