@@ -40,10 +40,13 @@ export const authModule: AppModule<AuthModuleServices> = {
     email_not_verified: { status: 403, title: 'E-mail address not verified' },
     email_already_verified: { status: 409, title: 'E-mail address already verified' },
     mail_not_configured: { status: 503, title: 'Mail is not configured' },
+    // The users resource's own code for the address (src/users/resource.ts): restoring an address another account
+    // has taken meanwhile.
+    email_taken: { status: 409, title: 'E-mail address already in use' },
     identity_provider_unavailable: { status: 503, title: 'Identity provider unavailable' },
   },
   // Written by their own statements (src/auth/sessions/sessions.ts, login/login-throttle.ts, recovery/recovery.ts);
-  // a recovery event carries the user's id only, never a token or a link.
+  // a recovery event carries the user's id (and a restore the address put back), never a token or a link.
   eventTypes: [
     'session.created',
     'session.revoked',
@@ -51,6 +54,7 @@ export const authModule: AppModule<AuthModuleServices> = {
     'user.password_reset_requested',
     'user.password_reset',
     'user.email_verified',
+    'user.email_restored',
   ],
   components: (s) => [s.credentialChanges, s.recoveryRequests, s.identityProvider],
   jobs: (s) => [

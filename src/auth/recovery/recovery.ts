@@ -7,25 +7,27 @@ import { queueMail, queueMailTo } from '../../mail/outbox.js'
 import { normalizeEmail } from '../login/login-throttle.js'
 import { linkFor, newOneTimeToken } from './one-time-tokens.js'
 import { emailChangedMail, passwordResetMail, verifyEmailMail } from './recovery-mail.js'
-import { revokeSessionsOf } from '../sessions/sessions.js'
+import { raiseCredentialEpoch, revokeSessionsOf } from '../sessions/sessions.js'
 import { hashSecret } from '../tokens.js'
 
-// Account recovery, a password reset and an address to verify: its writes
-// (the routes are recovery-routes.ts, the links' secrets one-time-tokens.ts,
-// the messages' words recovery-mail.ts; the rules in docs/auth.md, "Account
-// recovery: rules"). Each message is queued in the statement or transaction
-// of the token it carries (src/mail/outbox.ts), so a token exists exactly
-// when its message will be sent. A reset ends the account's sessions and API
-// keys: this folder imports sessions/, login/
-// and api-keys/, never the other way.
+// Account recovery, a password reset, an address to verify and an old address
+// to put back: its writes (the routes are recovery-routes.ts, the links'
+// secrets one-time-tokens.ts, the messages' words recovery-mail.ts; the rules
+// in docs/auth.md, "Account recovery: rules"). Each message is queued in the
+// statement or transaction of the token it carries (src/mail/outbox.ts), so a
+// token exists exactly when its message will be sent. A reset and a restore
+// end the account's sessions and API keys: this folder imports sessions/,
+// login/ and api-keys/, never the other way.
 
 /** Messages of one purpose one account is sent per hour at most; past it, silently none (a reset) or 429 (a resend). */
 export const MESSAGES_PER_HOUR = 5
 /** How long a verification link lives. */
 export const VERIFY_EMAIL_TTL_SECONDS = 24 * 3600
+/** How long the link that puts an old address back lives: an owner may read that mailbox only days later. */
+export const EMAIL_RESTORE_TTL_SECONDS = 7 * 24 * 3600
 
 type Db = Sql | TransactionSql
-type Purpose = 'password_reset' | 'verify_email'
+type Purpose = 'password_reset' | 'verify_email' | 'email_restore'
 
 /**
  * Whether the user may be sent another message of `purpose` this
@@ -212,8 +214,9 @@ export async function mayResendVerification(db: Db, userId: number): Promise<boo
 
 /**
  * An address changed (in the transaction of the change): the new one gets a
- * verification link, the old one word of the change, so that an owner whose
- * account was taken over hears of it. Nothing when VERIFY_EMAIL_URL is unset.
+ * verification link, the old one word of the change with a link that puts it
+ * back (restoreLink), so that an owner whose account was taken over hears of
+ * it and can take it back. Nothing when VERIFY_EMAIL_URL is unset.
  * Within MESSAGES_PER_HOUR links an hour per account, as every verification
  * link: an account changing its address again and again must not make the
  * service mail any address it names. Past it the change holds, no link is
@@ -229,7 +232,93 @@ export async function addressChanged(
   if (deps.config.verifyEmailUrl === undefined || user.email.toLowerCase() === to.toLowerCase()) return
   const within = await mayResendVerification(tx, user.id)
   if (within) await queueVerification(tx, deps, { id: user.id, email: to })
-  if (within || user.emailVerified) await queueMail(tx, user.id, user.email, emailChangedMail())
+  if (within || user.emailVerified) {
+    const link = await restoreLink(tx, deps, user)
+    const restore = link === undefined ? undefined : { link, ttlSeconds: EMAIL_RESTORE_TTL_SECONDS }
+    await queueMail(tx, user.id, user.email, emailChangedMail(restore))
+  }
+}
+
+/**
+ * The link of the notice to the old address (EMAIL_RESTORE_URL), its token
+ * stored with the address it restores, for EMAIL_RESTORE_TTL_SECONDS. A later
+ * change does not retire it: a thief who moves the address on again must not
+ * void the owner's link (restoreEmail). Undefined when restoring is off, or
+ * when no transport would ever send it (a live token would only wait in the
+ * outbox, in clear).
+ */
+async function restoreLink(
+  tx: Db,
+  deps: VerificationDeps,
+  user: { id: number; email: string },
+): Promise<string | undefined> {
+  const template = deps.config.emailRestoreUrl
+  if (template === undefined || !deps.mail.transport) return undefined
+  const { token, hash } = newOneTimeToken()
+  await tx`
+    INSERT INTO one_time_tokens (purpose, user_id, token_hash, email, expires_at)
+    VALUES ('email_restore', ${user.id}, ${hash}, ${user.email}, now() + ${EMAIL_RESTORE_TTL_SECONDS}::int * interval
+      '1 second')`
+  return linkFor(template, token)
+}
+
+/** What POST /auth/email-restore did with a token. */
+export type RestoreOutcome = 'restored' | 'invalid' | 'address_taken'
+
+/**
+ * POST /auth/email-restore: uses the token and puts the address it was sent
+ * to back on its user, verified (the link reached it), with a new version;
+ * ends every session, JWT and API key of the user, as a reset does (the
+ * account was in someone else's hands); retires the user's open reset and
+ * verification links (sent to whoever moved the address, perhaps) and the
+ * restore links of the changes made after the one this link was sent for.
+ * The links of earlier changes stay: the first owner's must outlive a
+ * thief's use of a later one. 'address_taken' when another account has the
+ * address now: nothing changes, and the token stays usable.
+ */
+export async function restoreEmail(sql: Sql, hash: Buffer, requestId: string): Promise<RestoreOutcome> {
+  try {
+    return await sql.begin(async (tx) => {
+      if (!(await lockTokenOwner(tx, hash, 'email_restore'))) return 'invalid'
+      const [used] = await tx<Array<{ id: string; user_id: number; email: string }>>`
+        UPDATE one_time_tokens SET used_at = now()
+        WHERE token_hash = ${hash} AND purpose = 'email_restore' AND used_at IS NULL AND expires_at > now()
+        RETURNING id::text, user_id, email`
+      if (!used) return 'invalid'
+      const userId = used.user_id
+      const origin: EventOrigin = { actorId: userId, credential: null, requestId }
+      // What GET shows changes: a new version (its ETag) and updated_at, as a PATCH would give it.
+      await tx`
+        UPDATE users SET email = ${used.email}, version = version + 1,
+          updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')
+        WHERE id = ${userId}`
+      // After the change, whose trigger (sql/012) left the address unverified.
+      await tx`UPDATE users SET email_verified_at = now() WHERE id = ${userId}`
+      await tx`
+        UPDATE one_time_tokens SET used_at = now()
+        WHERE user_id = ${userId} AND used_at IS NULL AND (purpose <> 'email_restore' OR id > ${used.id}::bigint)`
+      await revokeSessionsOf(tx, userId, origin)
+      await raiseCredentialEpoch(tx, userId)
+      await revokeApiKeysOf(tx, userId, origin)
+      await recordEvents(
+        tx,
+        [
+          {
+            type: 'user.email_restored',
+            subject: { type: 'user', id: userId },
+            data: { id: userId, email: used.email },
+          },
+        ],
+        origin,
+      )
+      return 'restored'
+    })
+  } catch (err) {
+    // The unique index on lower(email) (sql/001): the transaction rolled back, the token with it.
+    const { code, constraint_name: constraint } = err as { code?: string; constraint_name?: string }
+    if (code === '23505' && constraint === 'users_email_key') return 'address_taken'
+    throw err
+  }
 }
 
 /**
