@@ -27,7 +27,7 @@ function webhookServer(tuning: Record<string, unknown> = {}, env: Record<string,
 async function oneTimeToken(
   server: TestServer,
   userId: number,
-  purpose: 'password_reset' | 'verify_email',
+  purpose: 'password_reset' | 'verify_email' | 'email_restore',
   email: string | null = null,
 ): Promise<string> {
   const token = `upa_ot_${randomBytes(32).toString('base64url')}`
@@ -337,6 +337,7 @@ describe('webhook deliveries', () => {
         {
           PASSWORD_RESET_URL: 'https://app.example.com/reset/{token}',
           VERIFY_EMAIL_URL: 'https://app.example.com/verify/{token}',
+          EMAIL_RESTORE_URL: 'https://app.example.com/restore/{token}',
         },
       )
       const receiver = await startReceiver()
@@ -393,6 +394,11 @@ describe('webhook deliveries', () => {
       const verifyToken = await oneTimeToken(server, user.body.id, 'verify_email', 'hook-user@example.com')
       assert.equal(
         (await server.request('POST', '/auth/verify-email', { body: { token: verifyToken }, auth: null })).status,
+        204,
+      )
+      const restoreToken = await oneTimeToken(server, user.body.id, 'email_restore', 'hook-user-before@example.com')
+      assert.equal(
+        (await server.request('POST', '/auth/email-restore', { body: { token: restoreToken }, auth: null })).status,
         204,
       )
       assert.equal((await server.request('DELETE', `/users/${user.body.id}`)).status, 204)
