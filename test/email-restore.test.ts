@@ -329,14 +329,14 @@ describe('POST /auth/email-restore', () => {
   )
 
   test(
-    'the old address taken meanwhile by another account: 409 email_taken and nothing changes; the link works once ' +
-      'the address is free again',
+    'the old address taken meanwhile by another account: 409 restore_address_taken and nothing changes; ' +
+      'the link works once the address is free again',
     async () => {
       const { who, jwt, token } = await takenOver()
       const squatter = await A.request('POST', '/users', { body: { name: 'Squatter', email: who.email } })
       assert.equal(squatter.status, 201, squatter.text)
       const before = await userRow(who.id)
-      for (const server of both) assertProblem(await restore(token, server), 409, 'email_taken')
+      for (const server of both) assertProblem(await restore(token, server), 409, 'restore_address_taken')
       assert.deepEqual(await userRow(who.id), before)
       assert.equal((await me(A, jwt)).status, 200, 'no credential ended')
       const [row] = await sql`SELECT used_at FROM one_time_tokens WHERE token_hash = ${sha256(token)}`

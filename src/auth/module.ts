@@ -40,9 +40,9 @@ export const authModule: AppModule<AuthModuleServices> = {
     email_not_verified: { status: 403, title: 'E-mail address not verified' },
     email_already_verified: { status: 409, title: 'E-mail address already verified' },
     mail_not_configured: { status: 503, title: 'Mail is not configured' },
-    // The users resource's own code for the address (src/users/resource.ts): restoring an address another account
-    // has taken meanwhile.
-    email_taken: { status: 409, title: 'E-mail address already in use' },
+    // A code of its own: the users resource's code for an address in use is that resource's alone to name
+    // (test/resource-names.test.ts).
+    restore_address_taken: { status: 409, title: 'The address to put back belongs to another account' },
     identity_provider_unavailable: { status: 503, title: 'Identity provider unavailable' },
   },
   // Written by their own statements (src/auth/sessions/sessions.ts, login/login-throttle.ts, recovery/recovery.ts);

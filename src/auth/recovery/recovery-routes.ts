@@ -173,7 +173,7 @@ export const recoveryRoutes = [
       if (outcome === 'invalid') throw invalidToken()
       if (outcome === 'address_taken') {
         throw new HttpError(
-          'email_taken',
+          'restore_address_taken',
           'Another account has this address now, so it cannot be put back; nothing was changed, and the link works ' +
             'again once the address is free.',
         )
