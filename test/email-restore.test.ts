@@ -116,6 +116,8 @@ describe('the notice to the old address', () => {
       assert.ok(notice!.text.includes(RESTORE_URL.replace('{token}', token)))
       assert.ok(!/reset your password/i.test(notice!.text), notice!.text)
       assert.match(notice!.text, /within 7 days/)
+      // What to do once the address is back: its reset link comes to it.
+      assert.match(notice!.text, /Then ask for a password reset/)
       assert.ok(!notice!.text.includes(next), 'the old address is not told the new one')
       const rows = await sql<Array<{ token_hash: Buffer; email: string; week: boolean; used: boolean }>>`
         SELECT token_hash, email, expires_at - created_at = interval '7 days' AS week, used_at IS NOT NULL AS used
@@ -154,6 +156,21 @@ describe('the notice to the old address', () => {
       assertProblem(await restore(forged, off), 404, 'not_found')
     },
   )
+
+  test('with password reset off, the notice does not send the owner to it', async () => {
+    const noReset = await startServer(
+      { VERIFY_EMAIL_URL: VERIFY_URL, EMAIL_RESTORE_URL: RESTORE_URL },
+      {},
+      { databaseUrl: A.databaseUrl, tuning },
+    )
+    const who = await passwordAccount(noReset)
+    const jwt = (await passwordLogin(noReset, who)).access_token
+    await move(who, jwt, `elsewhere-${unique()}@example.com`, noReset)
+    const [notice] = await messagesTo(who.email, 'mail.email_changed')
+    assert.ok(notice!.text.includes(RESTORE_URL.replace('{token}', tokenIn(notice!, RESTORE_URL))))
+    assert.ok(!/password reset/i.test(notice!.text), notice!.text)
+    assert.match(notice!.text, /Then choose a new password/)
+  })
 
   test('in production without a way to send mail, no restore token is made: nothing would send its link', async () => {
     // A database of its own: A's and B's workers would send what it queues.

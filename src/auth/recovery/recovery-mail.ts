@@ -37,10 +37,13 @@ export function verifyEmailMail(link: string): MailDraft {
 
 /**
  * The notice to the old address of an address change. With a link that puts the address back (EMAIL_RESTORE_URL), it
- * says what the link does; without, it points to the administrators. Never "reset your password" alone: a reset link
- * goes to the account's address, the new one.
+ * says what the link does, and what to do next: a password reset once the address is back (`passwordReset`: the flow
+ * is on), or a new password. Without, it points to the administrators. Never "reset your password" first: a reset
+ * link goes to the account's address, the new one.
  */
-export function emailChangedMail(restore: { link: string; ttlSeconds: number } | undefined): MailDraft {
+export function emailChangedMail(
+  restore: { link: string; ttlSeconds: number; passwordReset: boolean } | undefined,
+): MailDraft {
   const changed = [
     'The e-mail address of your account was just changed from this address to another one.',
     'If you did this, there is nothing to do.',
@@ -68,8 +71,11 @@ export function emailChangedMail(restore: { link: string; ttlSeconds: number } |
       '',
       restore.link,
       '',
-      'Then ask for a password reset: with this address back, its link comes here, and whoever changed the address ' +
-        'may know your password.',
+      restore.passwordReset
+        ? 'Then ask for a password reset: with this address back, its link comes here, and whoever changed the ' +
+          'address may know your password.'
+        : "Then choose a new password (if you cannot log in, ask the service's administrators for one): whoever " +
+          'changed the address may know your password.',
     ].join('\n'),
     link: restore.link,
   }

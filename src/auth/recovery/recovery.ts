@@ -234,7 +234,8 @@ export async function addressChanged(
   if (within) await queueVerification(tx, deps, { id: user.id, email: to })
   if (within || user.emailVerified) {
     const link = await restoreLink(tx, deps, user)
-    const restore = link === undefined ? undefined : { link, ttlSeconds: EMAIL_RESTORE_TTL_SECONDS }
+    const passwordReset = deps.config.passwordResetUrl !== undefined
+    const restore = link === undefined ? undefined : { link, ttlSeconds: EMAIL_RESTORE_TTL_SECONDS, passwordReset }
     await queueMail(tx, user.id, user.email, emailChangedMail(restore))
   }
 }
