@@ -91,9 +91,22 @@ async function restoreToken(from: string, count = 1): Promise<string> {
   return tokenIn(notices[count - 1]!, RESTORE_URL)
 }
 
+/** An account with a password whose address its owner verified. */
+async function ownerAccount(server: TestServer = A): Promise<Account> {
+  const who = await passwordAccount(server)
+  await sql`UPDATE users SET email_verified_at = now() WHERE id = ${who.id}`
+  return who
+}
+
+/** The verification link sent to `address` followed, as its holder would. */
+async function verifyAddress(address: string): Promise<void> {
+  const token = tokenIn((await messagesTo(address, 'mail.verify_email')).at(-1)!, VERIFY_URL)
+  assert.equal((await A.request('POST', '/auth/verify-email', { auth: null, body: { token } })).status, 204)
+}
+
 /** An account whose address a thief moved to `to` with its password and a login: the owner's restore token. */
 async function takenOver(to = `thief-${unique()}@example.com`): Promise<{ who: Account; jwt: string; token: string }> {
-  const who = await passwordAccount(A)
+  const who = await ownerAccount()
   const jwt = (await passwordLogin(A, who)).access_token
   await move(who, jwt, to)
   return { who, jwt, token: await restoreToken(who.email) }
@@ -157,13 +170,29 @@ describe('the notice to the old address', () => {
     },
   )
 
+  test(
+    'an old address that was never verified is told of the change without a link: it never proved to be the ' +
+      "owner's (a typo, a stranger's mailbox), and the link would hand it the account",
+    async () => {
+      const who = await passwordAccount(A)
+      const jwt = (await passwordLogin(A, who)).access_token
+      await move(who, jwt, `corrected-${unique()}@example.com`)
+      const [notice] = await messagesTo(who.email, 'mail.email_changed')
+      assert.ok(!notice!.text.includes('upa_ot_'), notice!.text)
+      assert.match(notice!.text, /administrators/)
+      const [tokens] = await sql`
+        SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${who.id} AND purpose = 'email_restore'`
+      assert.equal(tokens!.n, 0)
+    },
+  )
+
   test('with password reset off, the notice does not send the owner to it', async () => {
     const noReset = await startServer(
       { VERIFY_EMAIL_URL: VERIFY_URL, EMAIL_RESTORE_URL: RESTORE_URL },
       {},
       { databaseUrl: A.databaseUrl, tuning },
     )
-    const who = await passwordAccount(noReset)
+    const who = await ownerAccount(noReset)
     const jwt = (await passwordLogin(noReset, who)).access_token
     await move(who, jwt, `elsewhere-${unique()}@example.com`, noReset)
     const [notice] = await messagesTo(who.email, 'mail.email_changed')
@@ -301,14 +330,17 @@ describe('POST /auth/email-restore', () => {
   )
 
   test(
-    'later changes: each sends the address it replaced a link; a later link used first leaves the first one ' +
-      'working, and the first retires the links of the changes after it',
+    'later changes: each sends the (verified) address it replaced a link; a later link used first leaves the ' +
+      'first one working, and the first retires the links of the changes after it',
     async () => {
-      const who = await passwordAccount(A)
+      const who = await ownerAccount()
       const jwt = (await passwordLogin(A, who)).access_token
       const [b, c, d] = ['b', 'c', 'd'].map((n) => `hop-${n}-${unique()}@example.com`)
+      // The thief proves each address of his before moving on, so that each is sent a link too.
       await move(who, jwt, b)
+      await verifyAddress(b)
       await move(who, jwt, c)
+      await verifyAddress(c)
       await move(who, jwt, d)
       const [first, second, third] = [await restoreToken(who.email), await restoreToken(b), await restoreToken(c)]
       // The thief uses the link sent to an address of his (b): b is back, the link of the change after it goes.

@@ -214,9 +214,10 @@ export async function mayResendVerification(db: Db, userId: number): Promise<boo
 
 /**
  * An address changed (in the transaction of the change): the new one gets a
- * verification link, the old one word of the change with a link that puts it
- * back (restoreLink), so that an owner whose account was taken over hears of
- * it and can take it back. Nothing when VERIFY_EMAIL_URL is unset.
+ * verification link, the old one word of the change, with a link that puts it
+ * back when it was verified (restoreLink), so that an owner whose account was
+ * taken over hears of it and can take it back. Nothing when VERIFY_EMAIL_URL
+ * is unset.
  * Within MESSAGES_PER_HOUR links an hour per account, as every verification
  * link: an account changing its address again and again must not make the
  * service mail any address it names. Past it the change holds, no link is
@@ -244,17 +245,19 @@ export async function addressChanged(
  * The link of the notice to the old address (EMAIL_RESTORE_URL), its token
  * stored with the address it restores, for EMAIL_RESTORE_TTL_SECONDS. A later
  * change does not retire it: a thief who moves the address on again must not
- * void the owner's link (restoreEmail). Undefined when restoring is off, or
- * when no transport would ever send it (a live token would only wait in the
- * outbox, in clear).
+ * void the owner's link (restoreEmail). Undefined when restoring is off, when
+ * no transport would ever send it (a live token would only wait in the
+ * outbox, in clear), and when the old address was never verified: it never
+ * proved to be the owner's (a typo, someone else's mailbox), and its link
+ * would hand that mailbox the account (restore, then a reset sent there).
  */
 async function restoreLink(
   tx: Db,
   deps: VerificationDeps,
-  user: { id: number; email: string },
+  user: { id: number; email: string; emailVerified: boolean },
 ): Promise<string | undefined> {
   const template = deps.config.emailRestoreUrl
-  if (template === undefined || !deps.mail.transport) return undefined
+  if (template === undefined || !deps.mail.transport || !user.emailVerified) return undefined
   const { token, hash } = newOneTimeToken()
   await tx`
     INSERT INTO one_time_tokens (purpose, user_id, token_hash, email, expires_at)
