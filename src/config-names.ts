@@ -27,6 +27,7 @@ export const SERVICE_PREFIXES = [
   'OIDC_',
   'PASSWORD_RESET_',
   'VERIFY_EMAIL_',
+  'EMAIL_RESTORE_',
 ] as const
 
 /**

@@ -126,6 +126,13 @@ const EnvSchema = Type.Object({
       description: 'an http(s) URL holding {token}',
     }),
   ),
+  EMAIL_RESTORE_URL: Type.Optional(
+    Type.String({
+      pattern: '^https?://[^\\s]*\\{token\\}',
+      maxLength: 1000,
+      description: 'an http(s) URL holding {token}',
+    }),
+  ),
   PASSWORD_RESET_TTL: Type.Optional(Integer(60, 86400)),
   PASSWORD_HASH_COST: Type.Optional(Integer(PASSWORD_HASH_COST.min, PASSWORD_HASH_COST.max)),
   REQUIRE_VERIFIED_EMAIL: Type.Optional(Bool),
@@ -261,6 +268,8 @@ export interface Config {
    */
   passwordResetUrl: string | undefined
   verifyEmailUrl: string | undefined
+  /** The link in the notice an address change sends to the old address, which puts that address back. */
+  emailRestoreUrl: string | undefined
   /** Seconds a password-reset link lives. */
   passwordResetTtl: number
   /** log2 of scrypt's N for new password hashes (src/auth/password.ts); never below 15 in production. */
@@ -442,6 +451,13 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
       'REQUIRE_VERIFIED_EMAIL',
       'needs VERIFY_EMAIL_URL: without verification links, no unverified user could ever log in',
     )
+  // Its link rides on the notice an address change sends the old address, which goes out with verification on.
+  if (isGiven('EMAIL_RESTORE_URL') && !isGiven('VERIFY_EMAIL_URL'))
+    report(
+      'EMAIL_RESTORE_URL',
+      'needs VERIFY_EMAIL_URL: its link is sent in the notice of an address change, which only address ' +
+        'verification sends',
+    )
   if (isGiven('SMTP_URL') && isGiven('MAIL_HOOK_URL'))
     problem('SMTP_URL', 'SMTP_URL and MAIL_HOOK_URL: set one of them (mail goes out one way)')
   if (isGiven('SMTP_URL') && !isGiven('MAIL_FROM'))
@@ -458,7 +474,7 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     production,
   }))
     report(variable, wrong)
-  for (const name of ['PASSWORD_RESET_URL', 'VERIFY_EMAIL_URL'] as const) {
+  for (const name of ['PASSWORD_RESET_URL', 'VERIFY_EMAIL_URL', 'EMAIL_RESTORE_URL'] as const) {
     const url = e[name]
     if (url === undefined) continue
     // The link a person is sent: readable by anyone on the way unless it is https.
@@ -543,6 +559,7 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
     workers,
     passwordResetUrl: e.PASSWORD_RESET_URL,
     verifyEmailUrl: e.VERIFY_EMAIL_URL,
+    emailRestoreUrl: e.EMAIL_RESTORE_URL,
     passwordResetTtl: int('PASSWORD_RESET_TTL', 3600),
     passwordHashCost: int('PASSWORD_HASH_COST', PASSWORD_HASH_COST.default),
     requireVerifiedEmail: e.REQUIRE_VERIFIED_EMAIL === 'true',

@@ -73,6 +73,30 @@ describe('mail and recovery settings', () => {
       /^PASSWORD_RESET_URL: must be an https:\/\/ URL when NODE_ENV=production/m,
     )
     refused({ REQUIRE_VERIFIED_EMAIL: 'true' }, /^REQUIRE_VERIFIED_EMAIL: needs VERIFY_EMAIL_URL/m)
+    const verifying = { VERIFY_EMAIL_URL: 'https://app.example.com/verify?t={token}' }
+    refused(
+      { ...verifying, EMAIL_RESTORE_URL: 'https://app.example.com/restore' },
+      /^EMAIL_RESTORE_URL: must be an http\(s\) URL holding \{token\}/m,
+    )
+    refused(
+      {
+        NODE_ENV: 'production',
+        DATABASE_URL: 'postgres://db/app',
+        JWT_SECRETS: `k:${'s'.repeat(32)}`,
+        ...verifying,
+        EMAIL_RESTORE_URL: 'http://app.example.com/restore?t={token}',
+      },
+      /^EMAIL_RESTORE_URL: must be an https:\/\/ URL when NODE_ENV=production/m,
+    )
+    // Its link rides on the notice of an address change, which only verification sends.
+    refused(
+      { EMAIL_RESTORE_URL: 'https://app.example.com/restore?t={token}' },
+      /^EMAIL_RESTORE_URL: needs VERIFY_EMAIL_URL/m,
+    )
+    assert.equal(
+      loadConfig({ ...verifying, EMAIL_RESTORE_URL: 'http://localhost:5173/restore?t={token}' }).emailRestoreUrl,
+      'http://localhost:5173/restore?t={token}',
+    )
     const config = loadConfig({
       PASSWORD_RESET_URL: 'http://localhost:5173/reset?t={token}',
       PASSWORD_RESET_TTL: '600',

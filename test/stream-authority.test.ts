@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { afterEach, describe, test } from 'node:test'
 import { CATCH_UP_TIMEOUT_MS, HEARTBEAT_MS } from '../src/auth/revocation/credential-changes.js'
 import { MINUTE } from '../src/core/lib/durations.js'
@@ -14,7 +14,7 @@ import { waitUntil } from './helpers/wait.js'
 // it. Attacks as a holder of a stream would see them: a stream opened with a
 // JWT, an opaque token or an API key with events:read, on instance B, while
 // its authority is withdrawn through instance A (logout, logout-all, a
-// password change, demotion, deletion, the key deleted) or runs out (expiry,
+// password change, demotion, deletion, the key deleted, an e-mail restore) or runs out (expiry,
 // reached by moving the instance's clock, not by waiting). Each time: the
 // stream ends, cleanly, within the contract's second (or five times what an
 // event took from A to the stream, measured first in the same test, when the
@@ -24,7 +24,12 @@ import { waitUntil } from './helpers/wait.js'
 // refused, so that EventSource stops. An instance that cannot trust what it
 // remembers checks streams against the database. Streams of others go on.
 
-const A = await startServer()
+// A serves e-mail restores (its links need address verification on); its tokens are written here, as an address change
+// would have.
+const A = await startServer({
+  VERIFY_EMAIL_URL: 'https://app.example.com/verify/{token}',
+  EMAIL_RESTORE_URL: 'https://app.example.com/restore/{token}',
+})
 /** The instance holding the streams. */
 const B = await startServer({}, {}, { databaseUrl: A.databaseUrl })
 const { sql } = A
@@ -211,6 +216,20 @@ const withdrawals: Withdrawal[] = [
     name: 'deletion of the user',
     kinds: ['jwt', 'opaque', 'api_key'],
     withdraw: async (who) => ok(await A.request('DELETE', `/users/${who.id}`)),
+    status: () => 401,
+    reason: () => 'credential_revoked',
+  },
+  {
+    name: 'an e-mail restore with the link sent to the old address',
+    kinds: ['jwt', 'opaque', 'api_key'],
+    withdraw: async (who) => {
+      const token = `upa_ot_${randomBytes(32).toString('base64url')}`
+      await sql`
+        INSERT INTO one_time_tokens (purpose, user_id, token_hash, email, expires_at)
+        VALUES ('email_restore', ${who.id}, ${createHash('sha256').update(token).digest()},
+          ${`before-${unique()}@example.com`}, now() + interval '7 days')`
+      ok(await A.request('POST', '/auth/email-restore', { auth: null, body: { token } }))
+    },
     status: () => 401,
     reason: () => 'credential_revoked',
   },

@@ -29,7 +29,7 @@ function webhookServer(tuning: Record<string, unknown> = {}, env: Record<string,
 async function oneTimeToken(
   server: TestServer,
   userId: number,
-  purpose: 'password_reset' | 'verify_email',
+  purpose: 'password_reset' | 'verify_email' | 'email_restore',
   email: string | null = null,
 ): Promise<string> {
   const token = `upa_ot_${randomBytes(32).toString('base64url')}`
@@ -344,6 +344,7 @@ describe('webhook deliveries', () => {
           VERIFY_EMAIL_URL: 'https://app.example.com/verify/{token}',
           OIDC_ISSUER: provider.issuer,
           OIDC_AUDIENCE: provider.audience,
+          EMAIL_RESTORE_URL: 'https://app.example.com/restore/{token}',
         },
       )
       const receiver = await startReceiver()
@@ -402,11 +403,17 @@ describe('webhook deliveries', () => {
         (await server.request('POST', '/auth/verify-email', { body: { token: verifyToken }, auth: null })).status,
         204,
       )
+      const restoreToken = await oneTimeToken(server, user.body.id, 'email_restore', 'hook-user-before@example.com')
+      assert.equal(
+        (await server.request('POST', '/auth/email-restore', { body: { token: restoreToken }, auth: null })).status,
+        204,
+      )
       // The user turns a second factor on; the admin takes it off again.
       const session = await server.request('POST', '/auth/login', {
-        body: { email: 'hook-user@example.com', password: 'another long password' },
+        body: { email: 'hook-user-before@example.com', password: 'another long password' },
         auth: null,
       })
+      assert.equal(session.status, 200, session.text)
       const started = await server.request('POST', '/auth/mfa/totp', { auth: session.body.access_token })
       assert.equal(started.status, 201, started.text)
       const confirmed = await server.request('POST', '/auth/mfa/totp/confirm', {

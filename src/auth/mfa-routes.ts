@@ -1,12 +1,10 @@
 import Type from 'typebox'
-import type { TransactionSql } from 'postgres'
 import { findUser } from '../accounts/queries.js'
 import { HttpError, notFound } from '../core/http/problem.js'
 import { defineRoute } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
 import { recordEvents } from '../core/resources/change-events.js'
 import type { Access } from './access.js'
-import { revokeApiKeysOf } from './api-keys/declaration.js'
 import {
   codeMember,
   currentPasswordMember,
@@ -15,25 +13,19 @@ import {
   proveCurrentPassword,
   requireFreshProof,
 } from './current-password.js'
-import {
-  acceptCode,
-  beginEnrolment,
-  confirmFactor,
-  hasFactor,
-  newRecoveryCodes,
-  RECOVERY_CODE,
-  removeFactor,
-} from './mfa/factors.js'
+import { acceptCode, beginEnrolment, confirmFactor, hasFactor, newRecoveryCodes, RECOVERY_CODE } from './mfa/factors.js'
 import { proveSecondFactor } from './mfa/second-factor.js'
 import { otpauthUri, TOTP_CODE } from './mfa/totp.js'
-import { originOf, type EventOrigin } from './origin.js'
+import { originOf } from './origin.js'
+import { mfaEvent, withdrawFactor } from './mfa/withdraw.js'
 import { sessionOf, type Principal, type UserPrincipal } from './principal.js'
 import { revokeSessionsOf } from './sessions/sessions.js'
 
 // A user's own second factor: enrolment (a secret, then a first code turns it
 // on and gives the recovery codes), new recovery codes, and turning it off;
 // and an admin's removal of another user's factor. Logging in with it is
-// src/auth/routes.ts's. A factor is a login's: a provider token's second
+// src/auth/routes.ts's, and an admin's removal of another user's factor is the users
+// module's (src/users/factor-removal.ts). A factor is a login's: a provider token's second
 // factor is the provider's, and an API key is never the person.
 
 /** The caller's own factor: any login of this service, even one MFA_REQUIRED holds back until it has one. */
@@ -81,28 +73,6 @@ function loginOf(principal: Principal): UserPrincipal {
   if (principal.credential.type === 'oidc')
     throw new HttpError('forbidden', "A token of the identity provider: its second factor is the provider's.")
   return principal
-}
-
-const mfaEvent = (type: 'user.mfa_enabled' | 'user.mfa_disabled', userId: number) => ({
-  type,
-  subject: { type: 'user', id: userId },
-  data: { id: userId },
-})
-
-/** Removes a user's factor; when there was one, its event, and (`endCredentials`) every session and key of the user. */
-async function withdrawFactor(
-  tx: TransactionSql,
-  userId: number,
-  origin: EventOrigin,
-  endCredentials: boolean,
-): Promise<boolean> {
-  if (!(await removeFactor(tx, userId))) return false
-  await recordEvents(tx, [mfaEvent('user.mfa_disabled', userId)], origin)
-  if (endCredentials) {
-    await revokeSessionsOf(tx, userId, origin)
-    await revokeApiKeysOf(tx, userId, origin)
-  }
-  return true
 }
 
 export const mfaRoutes = [
@@ -218,28 +188,6 @@ export const mfaRoutes = [
       const proved = await proveSecondFactor(services, user, body, { client, origin })
       if (!proved) throw mfaCodeRequired('code is wrong.')
       await services.sql.begin((tx) => withdrawFactor(tx, user.id, origin, false))
-      return { status: 204 }
-    },
-  }),
-
-  defineRoute({
-    method: 'DELETE',
-    path: '/users/{id}/mfa',
-    operationId: 'removeUserFactor',
-    errorStatuses: [403, 404],
-    noStore: true,
-    summary: "An admin removes a user's second factor (fresh proof): every session, JWT and API key of that user ends",
-    responses: { 204: { description: 'Removed, or there was none' } },
-    access: { kind: 'protected', scope: 'users:write', who: 'admin', interactive: true },
-    body: { kind: 'json', validator: compileValidator(ProofBody), optional: true },
-    async handle({ body, params, principal, client, requestId, services }) {
-      if (principal.kind !== 'user') throw new Error('unreachable: a protected route')
-      await requireFreshProof(principal, body ?? {}, { services, client, requestId })
-      const user = await findUser(services.sql, params.id!)
-      if (!user) throw notFound()
-      const origin = originOf(principal, requestId)
-      const removed = await services.sql.begin((tx) => withdrawFactor(tx, user.id, origin, true))
-      if (removed) await services.credentialChanges.caughtUp()
       return { status: 204 }
     },
   }),

@@ -63,13 +63,17 @@ export const authModule: AppModule<AuthModuleServices> = {
     email_not_verified: { status: 403, title: 'E-mail address not verified' },
     email_already_verified: { status: 409, title: 'E-mail address already verified' },
     mail_not_configured: { status: 503, title: 'Mail is not configured' },
+    // A code of its own: the users resource's code for an address in use is that resource's alone to name
+    // (test/resource-names.test.ts).
+    restore_address_taken: { status: 409, title: 'The address to put back belongs to another account' },
     identity_provider_unavailable: { status: 503, title: 'Identity provider unavailable' },
     identity_link_required: { status: 403, title: 'Link this account from the local one' },
     identity_already_linked: { status: 409, title: 'Account of the identity provider already linked' },
     invalid_identity_token: { status: 422, title: 'Invalid token of the identity provider' },
   },
   // Written by their own statements (src/auth/sessions/sessions.ts, login/login-throttle.ts, recovery/recovery.ts,
-  // oidc/explicit-links.ts); a recovery event carries the user's id only, never a token or a link.
+  // oidc/explicit-links.ts, mfa-routes.ts); a recovery event carries the user's id (and a restore the address put
+  // back), never a token or a link.
   eventTypes: [
     'session.created',
     'session.revoked',
@@ -80,6 +84,7 @@ export const authModule: AppModule<AuthModuleServices> = {
     'user.mfa_enabled',
     'user.mfa_disabled',
     'user.identity_linked',
+    'user.email_restored',
   ],
   components: (s) => [s.credentialChanges, s.recoveryRequests, s.identityProvider],
   jobs: (s) => [

@@ -19,7 +19,7 @@ export interface MailMessage {
   readonly subject: string
   /** Plain text, UTF-8, lines separated by \n. */
   readonly text: string
-  /** The link the text holds (null when the message has none: mail.email_changed). */
+  /** The link the text holds (null when the message has none: mail.email_changed without EMAIL_RESTORE_URL). */
   readonly link: string | null
 }
 

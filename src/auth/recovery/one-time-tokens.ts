@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { hashSecret } from '../tokens.js'
 
-// The secrets of recovery links (a password reset, an address to verify):
+// The secrets of recovery links (a password reset, an address to verify, an old address to put back):
 // 32 random bytes behind a prefix of their own, sent only in the message and
 // stored only as their SHA-256 (sql/012, one_time_tokens). A full-entropy
 // secret needs no slow hash: a guess costs the service one hash and one
@@ -20,7 +20,7 @@ export const oneTimeTokenHash = (presented: string): Buffer | undefined =>
   SHAPE.test(presented) ? hashSecret(presented) : undefined
 
 /**
- * A link from its template (PASSWORD_RESET_URL, VERIFY_EMAIL_URL):
+ * A link from its template (PASSWORD_RESET_URL, VERIFY_EMAIL_URL, EMAIL_RESTORE_URL):
  * configuration and the token, nothing from the request.
  */
 export const linkFor = (template: string, token: string): string =>

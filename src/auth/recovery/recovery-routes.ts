@@ -14,6 +14,7 @@ import {
   queueVerification,
   requestPasswordReset,
   resetPassword,
+  restoreEmail,
   verifyEmail,
 } from './recovery.js'
 
@@ -37,7 +38,7 @@ const ResetConfirmBody = Type.Object(
   },
   { additionalProperties: false },
 )
-const VerifyBody = Type.Object({ token: TokenMember }, { additionalProperties: false })
+const TokenBody = Type.Object({ token: TokenMember }, { additionalProperties: false })
 
 /**
  * Password-reset requests are worked on after their 202 (src/core/background-work.ts): two at a
@@ -149,13 +150,45 @@ export const recoveryRoutes = [
     summary: 'Confirm an address with the token of a verification link',
     responses: { 204: { description: 'The address is verified' } },
     access: publicAccess,
-    body: { kind: 'json', validator: compileValidator(VerifyBody) },
+    body: { kind: 'json', validator: compileValidator(TokenBody) },
     async handle({ body, client, requestId, services }) {
       // No mail is sent here: it works without a transport, for links sent before one went away.
       templateOf(services.config.verifyEmailUrl, 'VERIFY_EMAIL_URL', 'Address verification')
       services.logins.admitRecovery(client)
       const hash = oneTimeTokenHash(body.token)
       if (!hash || !(await verifyEmail(services.sql, hash, requestId))) throw invalidToken()
+      return { status: 204 }
+    },
+  }),
+
+  defineRoute({
+    method: 'POST',
+    path: '/auth/email-restore',
+    operationId: 'restoreEmail',
+    errorStatuses: [400, 404, 409, 429],
+    noStore: true,
+    summary:
+      'Put back the address an e-mail change replaced, with the token of the link the change sent to it; ends every ' +
+      'session, JWT and API key of the account',
+    responses: { 204: { description: 'The address is back, verified, and every credential of the account has ended' } },
+    access: publicAccess,
+    body: { kind: 'json', validator: compileValidator(TokenBody) },
+    async handle({ body, client, requestId, services }) {
+      // No mail is sent here: it works without a transport, for links sent before one went away.
+      templateOf(services.config.emailRestoreUrl, 'EMAIL_RESTORE_URL', 'Restoring an address')
+      services.logins.admitRecovery(client)
+      const hash = oneTimeTokenHash(body.token)
+      const outcome = hash ? await restoreEmail(services.sql, hash, requestId) : 'invalid'
+      if (outcome === 'invalid') throw invalidToken()
+      if (outcome === 'address_taken') {
+        throw new HttpError(
+          'restore_address_taken',
+          'Another account has this address now, so it cannot be put back; nothing was changed, and the link works ' +
+            'again once the address is free.',
+        )
+      }
+      // Its JWTs, sessions and keys were revoked: answer once this instance has heard it.
+      await services.credentialChanges.caughtUp()
       return { status: 204 }
     },
   }),

@@ -7,25 +7,27 @@ import { queueMail, queueMailTo } from '../../mail/outbox.js'
 import { normalizeEmail } from '../login/login-throttle.js'
 import { linkFor, newOneTimeToken } from './one-time-tokens.js'
 import { emailChangedMail, passwordResetMail, verifyEmailMail } from './recovery-mail.js'
-import { revokeSessionsOf } from '../sessions/sessions.js'
+import { raiseCredentialEpoch, revokeSessionsOf } from '../sessions/sessions.js'
 import { hashSecret } from '../tokens.js'
 
-// Account recovery, a password reset and an address to verify: its writes
-// (the routes are recovery-routes.ts, the links' secrets one-time-tokens.ts,
-// the messages' words recovery-mail.ts; the rules in docs/auth.md, "Account
-// recovery: rules"). Each message is queued in the statement or transaction
-// of the token it carries (src/mail/outbox.ts), so a token exists exactly
-// when its message will be sent. A reset ends the account's sessions and API
-// keys: this folder imports sessions/, login/
-// and api-keys/, never the other way.
+// Account recovery, a password reset, an address to verify and an old address
+// to put back: its writes (the routes are recovery-routes.ts, the links'
+// secrets one-time-tokens.ts, the messages' words recovery-mail.ts; the rules
+// in docs/auth.md, "Account recovery: rules"). Each message is queued in the
+// statement or transaction of the token it carries (src/mail/outbox.ts), so a
+// token exists exactly when its message will be sent. A reset and a restore
+// end the account's sessions and API keys: this folder imports sessions/,
+// login/ and api-keys/, never the other way.
 
 /** Messages of one purpose one account is sent per hour at most; past it, silently none (a reset) or 429 (a resend). */
 export const MESSAGES_PER_HOUR = 5
 /** How long a verification link lives. */
 export const VERIFY_EMAIL_TTL_SECONDS = 24 * 3600
+/** How long the link that puts an old address back lives: an owner may read that mailbox only days later. */
+export const EMAIL_RESTORE_TTL_SECONDS = 7 * 24 * 3600
 
 type Db = Sql | TransactionSql
-type Purpose = 'password_reset' | 'verify_email'
+type Purpose = 'password_reset' | 'verify_email' | 'email_restore'
 
 /**
  * Whether the user may be sent another message of `purpose` this
@@ -95,6 +97,20 @@ export async function requestPasswordReset(
   return row.queued > 0
 }
 
+/**
+ * Locks the row of the user a token of `purpose` belongs to (used or not), before anything of its tokens, and says
+ * whether there is such a token. Every write of an account's tokens takes the user's row first (an address change and
+ * a deletion lock it too), so that two of them wait for each other instead of deadlocking. FOR NO KEY UPDATE: what an
+ * UPDATE of the row takes, which lets a reset request insert a token for the user meanwhile (its foreign key holds
+ * FOR KEY SHARE) and so never wait on us while holding tokens we are about to retire.
+ */
+async function lockTokenOwner(tx: TransactionSql, hash: Buffer, purpose: Purpose): Promise<boolean> {
+  const [owner] = await tx`
+    SELECT u.id FROM one_time_tokens t JOIN users u ON u.id = t.user_id
+    WHERE t.token_hash = ${hash} AND t.purpose = ${purpose} FOR NO KEY UPDATE OF u`
+  return owner !== undefined
+}
+
 /** The user a live token of `purpose` belongs to (one index lookup), without using it. */
 export async function liveTokenUser(sql: Sql, hash: Buffer, purpose: Purpose): Promise<number | undefined> {
   const [row] = await sql<Array<{ user_id: number }>>`
@@ -119,6 +135,9 @@ export async function resetPassword(
   localPasswords: boolean,
 ): Promise<boolean> {
   return sql.begin(async (tx) => {
+    // The user first, then its tokens (lockTokenOwner): a deletion of the user at the same moment takes them in that
+    // order too.
+    if (!(await lockTokenOwner(tx, hash, 'password_reset'))) return false
     // A link sent while OIDC_LOCAL_PASSWORDS allowed it sets no password once it does not.
     const [used] = await tx<Array<{ user_id: number }>>`
       UPDATE one_time_tokens t SET used_at = now()
@@ -158,10 +177,7 @@ export async function verifyEmail(sql: Sql, hash: Buffer, requestId: string): Pr
   return sql.begin(async (tx) => {
     // The user first, then its tokens: the order an address change takes them in (the user's row, then
     // queueVerification's retiring of its tokens), so that the two wait for each other instead of deadlocking.
-    const [owner] = await tx`
-      SELECT u.id FROM one_time_tokens t JOIN users u ON u.id = t.user_id
-      WHERE t.token_hash = ${hash} AND t.purpose = 'verify_email' FOR UPDATE OF u`
-    if (!owner) return false
+    if (!(await lockTokenOwner(tx, hash, 'verify_email'))) return false
     const [used] = await tx<Array<{ user_id: number }>>`
       UPDATE one_time_tokens t SET used_at = now()
       FROM users u
@@ -216,8 +232,10 @@ export async function mayResendVerification(db: Db, userId: number): Promise<boo
 
 /**
  * An address changed (in the transaction of the change): the new one gets a
- * verification link, the old one word of the change, so that an owner whose
- * account was taken over hears of it. Nothing when VERIFY_EMAIL_URL is unset.
+ * verification link, the old one word of the change, with a link that puts it
+ * back when it was verified (restoreLink), so that an owner whose account was
+ * taken over hears of it and can take it back. Nothing when VERIFY_EMAIL_URL
+ * is unset.
  * Within MESSAGES_PER_HOUR links an hour per account, as every verification
  * link: an account changing its address again and again must not make the
  * service mail any address it names. Past it the change holds, no link is
@@ -233,7 +251,100 @@ export async function addressChanged(
   if (deps.config.verifyEmailUrl === undefined || user.email.toLowerCase() === to.toLowerCase()) return
   const within = await mayResendVerification(tx, user.id)
   if (within) await queueVerification(tx, deps, { id: user.id, email: to })
-  if (within || user.emailVerified) await queueMail(tx, user.id, user.email, emailChangedMail())
+  if (within || user.emailVerified) {
+    const link = await restoreLink(tx, deps, user)
+    const passwordReset = deps.config.passwordResetUrl !== undefined
+    const restore = link === undefined ? undefined : { link, ttlSeconds: EMAIL_RESTORE_TTL_SECONDS, passwordReset }
+    await queueMail(tx, user.id, user.email, emailChangedMail(restore))
+  }
+}
+
+/**
+ * The link of the notice to the old address (EMAIL_RESTORE_URL), its token
+ * stored with the address it restores, for EMAIL_RESTORE_TTL_SECONDS. A later
+ * change does not retire it: a thief who moves the address on again must not
+ * void the owner's link (restoreEmail). Undefined when restoring is off, when
+ * no transport would ever send it (a live token would only wait in the
+ * outbox, in clear), and when the old address was never verified: it never
+ * proved to be the owner's (a typo, someone else's mailbox), and its link
+ * would hand that mailbox the account (restore, then a reset sent there).
+ */
+async function restoreLink(
+  tx: Db,
+  deps: VerificationDeps,
+  user: { id: number; email: string; emailVerified: boolean },
+): Promise<string | undefined> {
+  const template = deps.config.emailRestoreUrl
+  if (template === undefined || !deps.mail.transport || !user.emailVerified) return undefined
+  const { token, hash } = newOneTimeToken()
+  await tx`
+    INSERT INTO one_time_tokens (purpose, user_id, token_hash, email, expires_at)
+    VALUES ('email_restore', ${user.id}, ${hash}, ${user.email}, now() + ${EMAIL_RESTORE_TTL_SECONDS}::int * interval
+      '1 second')`
+  return linkFor(template, token)
+}
+
+/** What POST /auth/email-restore did with a token. */
+export type RestoreOutcome = 'restored' | 'invalid' | 'address_taken'
+
+/**
+ * POST /auth/email-restore: uses the token and puts the address it was sent
+ * to back on its user, verified (the link reached it), with a new version;
+ * ends every session, JWT and API key of the user, as a reset does (the
+ * account was in someone else's hands); retires the user's open reset and
+ * verification links (sent to whoever moved the address, perhaps) and the
+ * restore links of the changes made after the one this link was sent for.
+ * The links of earlier changes stay: the first owner's must outlive a
+ * thief's use of a later one. 'address_taken' when another account has the
+ * address now: nothing changes, and the token stays usable.
+ */
+export async function restoreEmail(sql: Sql, hash: Buffer, requestId: string): Promise<RestoreOutcome> {
+  try {
+    return await sql.begin(async (tx) => {
+      if (!(await lockTokenOwner(tx, hash, 'email_restore'))) return 'invalid'
+      const [used] = await tx<Array<{ id: string; user_id: number; email: string }>>`
+        UPDATE one_time_tokens SET used_at = now()
+        WHERE token_hash = ${hash} AND purpose = 'email_restore' AND used_at IS NULL AND expires_at > now()
+        RETURNING id::text, user_id, email`
+      if (!used) return 'invalid'
+      const userId = used.user_id
+      const origin: EventOrigin = { actorId: userId, credential: null, requestId }
+      // What GET shows changes: a new version (its ETag) and updated_at, as a PATCH would give it.
+      await tx`
+        UPDATE users SET email = ${used.email}, version = version + 1,
+          updated_at = greatest(clock_timestamp(), updated_at + interval '1 millisecond')
+        WHERE id = ${userId}`
+      // After the change, whose trigger (sql/012) left the address unverified.
+      await tx`UPDATE users SET email_verified_at = now() WHERE id = ${userId}`
+      await tx`
+        UPDATE one_time_tokens SET used_at = now()
+        WHERE user_id = ${userId} AND used_at IS NULL AND (purpose <> 'email_restore' OR id > ${used.id}::bigint)`
+      await revokeSessionsOf(tx, userId, origin)
+      await raiseCredentialEpoch(tx, userId)
+      await revokeApiKeysOf(tx, userId, origin)
+      // A second factor set up since the change is whoever moved the address: left on, it would lock the owner out.
+      const [factorRemoved] = await tx`
+        DELETE FROM totp_factors f USING one_time_tokens t
+        WHERE t.id = ${used.id}::bigint AND f.user_id = ${userId} AND f.created_at >= t.created_at
+        RETURNING f.confirmed_at IS NOT NULL AS confirmed`
+      if (factorRemoved) await tx`DELETE FROM recovery_codes WHERE user_id = ${userId}`
+      const subject = { type: 'user', id: userId }
+      await recordEvents(
+        tx,
+        [
+          { type: 'user.email_restored', subject, data: { id: userId, email: used.email } },
+          ...(factorRemoved?.confirmed ? [{ type: 'user.mfa_disabled', subject, data: { id: userId } }] : []),
+        ],
+        origin,
+      )
+      return 'restored'
+    })
+  } catch (err) {
+    // The unique index on lower(email) (sql/001): the transaction rolled back, the token with it.
+    const { code, constraint_name: constraint } = err as { code?: string; constraint_name?: string }
+    if (code === '23505' && constraint === 'users_email_key') return 'address_taken'
+    throw err
+  }
 }
 
 /**

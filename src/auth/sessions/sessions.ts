@@ -199,7 +199,7 @@ export async function revokeSessionsOf(
 
 /**
  * Ends the sessions `which` selects, and with them the API keys made on the
- * strength of their logins (sql/016), each with its api_key.revoked event, in
+ * strength of their logins (sql/016), each with its revocation event, in
  * the caller's transaction.
  */
 async function endSessions(db: TransactionSql, which: ReturnType<Sql>, origin: EventOrigin): Promise<void> {
