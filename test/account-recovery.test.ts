@@ -5,11 +5,11 @@ import { connect as netConnect } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { connect } from '../src/core/db/connect.js'
 import { ReadinessCheck } from '../src/health/readiness.js'
-import { createConsoleTransport } from '../src/mail/console.js'
 import { call, launchService } from './fault-kit.js'
 import { passwordAccount, passwordLogin, resetRequestsWorked, workOf } from './helpers/accounts.js'
 import { createTestDatabase, startServer, type TestResponse, type TestServer } from './helpers/server.js'
 import { waitUntil } from './helpers/wait.js'
+import { captureMail, tokenIn } from './helpers/captured-mail.js'
 
 // Account recovery through the real server (docs/auth.md, "Account recovery:
 // rules"): password reset, address verification, address changes, and what
@@ -20,21 +20,8 @@ import { waitUntil } from './helpers/wait.js'
 const RESET_URL = 'https://app.example.com/reset?token={token}'
 const VERIFY_URL = 'https://app.example.com/verify/{token}'
 
-interface Sent {
-  type: string
-  to: string
-  subject: string
-  text: string
-  id: string
-}
-const outputs: string[] = []
-const transport = createConsoleTransport((text) => void outputs.push(text))
-const sent = (): Sent[] =>
-  outputs.map((text) => {
-    const header = (name: string) => new RegExp(`^${name}: (.*)$`, 'm').exec(text)![1]!
-    return { id: header('Message-ID'), type: header('Type'), to: header('To'), subject: header('Subject'), text }
-  })
-const tuning = { mail: { transport, pollMs: 50 } }
+const mail = captureMail()
+const { sent, tuning } = mail
 
 const api = await startServer(
   { PASSWORD_RESET_URL: RESET_URL, VERIFY_EMAIL_URL: VERIFY_URL, TRUST_PROXY: '1' },
@@ -59,28 +46,7 @@ function assertProblem(res: TestResponse, status: number, code: string): void {
 }
 
 /** The messages to `to` of `type`, once the worker of `server` has sent them (the outbox row gone). */
-async function messagesTo(to: string, type: string, count = 1, server = api): Promise<Sent[]> {
-  let found: Sent[] = []
-  await waitUntil(
-    `${count} ${type} to ${to} sent`,
-    async () => {
-      found = sent().filter((m) => m.to === to && m.type === type)
-      if (found.length < count) return false
-      const [left] = await server.sql`
-      SELECT count(*)::int AS n FROM mail_outbox WHERE recipient = ${to} AND type = ${type}`
-      return left!.n === 0
-    },
-    5000,
-  )
-  return found
-}
-
-const tokenIn = (message: Sent, template: string): string => {
-  const prefix = template.slice(0, template.indexOf('{token}')).replace(/[.?/]/g, (c) => `\\${c}`)
-  const m = new RegExp(`^${prefix}(upa_ot_[A-Za-z0-9_-]{43})$`, 'm').exec(message.text)
-  assert.ok(m, `no link in ${message.text}`)
-  return m[1]!
-}
+const messagesTo = (to: string, type: string, count = 1, server = api) => mail.messagesTo(server.sql, to, type, count)
 
 const anonymous = (method: string, path: string, body: unknown, headers: Record<string, string> = {}) =>
   api.request(method, path, { auth: null, body, headers })

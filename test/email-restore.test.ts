@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
-import { createConsoleTransport } from '../src/mail/console.js'
 import { passwordAccount, passwordLogin, type Account } from './helpers/accounts.js'
 import { assertInvalidToken, refusedEverywhere } from './helpers/refused.js'
 import { startServer, type TestResponse, type TestServer } from './helpers/server.js'
 import { propagationBound } from './helpers/time-bounds.js'
-import { waitUntil } from './helpers/wait.js'
 import { enrolledUser, rfcTotp } from './helpers/totp.js'
+import { captureMail, tokenIn } from './helpers/captured-mail.js'
 
 // Putting back an address an e-mail change replaced (docs/auth.md, "Changing
 // the address"): the notice to the old address carries a single-use link, and
@@ -21,19 +20,8 @@ const RESTORE_URL = 'https://app.example.com/restore-email?token={token}'
 const RESET_URL = 'https://app.example.com/reset?token={token}'
 const env = { VERIFY_EMAIL_URL: VERIFY_URL, EMAIL_RESTORE_URL: RESTORE_URL, PASSWORD_RESET_URL: RESET_URL }
 
-interface Sent {
-  type: string
-  to: string
-  text: string
-}
-const outputs: string[] = []
-const transport = createConsoleTransport((text) => void outputs.push(text))
-const sent = (): Sent[] =>
-  outputs.map((text) => {
-    const header = (name: string) => new RegExp(`^${name}: (.*)$`, 'm').exec(text)![1]!
-    return { type: header('Type'), to: header('To'), text }
-  })
-const tuning = { mail: { transport, pollMs: 50 } }
+const mail = captureMail()
+const { tuning } = mail
 
 const A = await startServer(env, {}, { tuning })
 const B = await startServer(env, {}, { databaseUrl: A.databaseUrl, tuning })
@@ -49,27 +37,7 @@ function assertProblem(res: TestResponse, status: number, code: string): void {
 }
 
 /** The messages to `to` of `type`, once they have been sent (their outbox rows gone). */
-async function messagesTo(to: string, type: string, count = 1): Promise<Sent[]> {
-  let found: Sent[] = []
-  await waitUntil(
-    `${count} ${type} to ${to} sent`,
-    async () => {
-      found = sent().filter((m) => m.to === to && m.type === type)
-      if (found.length < count) return false
-      const [left] = await sql`SELECT count(*)::int AS n FROM mail_outbox WHERE recipient = ${to} AND type = ${type}`
-      return left!.n === 0
-    },
-    5000,
-  )
-  return found
-}
-
-const tokenIn = (message: Sent, template: string): string => {
-  const prefix = template.slice(0, template.indexOf('{token}')).replace(/[.?/]/g, (c) => `\\${c}`)
-  const m = new RegExp(`^${prefix}(upa_ot_[A-Za-z0-9_-]{43})$`, 'm').exec(message.text)
-  assert.ok(m, `no link in ${message.text}`)
-  return m[1]!
-}
+const messagesTo = (to: string, type: string, count = 1) => mail.messagesTo(sql, to, type, count)
 
 const restore = (token: string, on: TestServer = A) =>
   on.request('POST', '/auth/email-restore', { auth: null, body: { token } })
