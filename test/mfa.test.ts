@@ -591,6 +591,24 @@ describe('turning it off, and an admin removing it', () => {
 })
 
 describe('step-up: what creates lasting authority needs a login with a fresh proof', () => {
+  test('a right password with a wrong code, again and again, meets the lock: the password clears nothing', async () => {
+    const user = await enrolled()
+    const wrong = String((Number(codeNow(user.secret)) + 500_000) % 1_000_000).padStart(6, '0')
+    const body = { name: 'k', scopes: ['users:read'], current_password: user.password, code: wrong }
+    let locked: TestResponse | undefined
+    for (let i = 0; i < 12 && !locked; i++) {
+      const res = await A.request('POST', '/api-keys', { auth: user.session.access_token, body })
+      if (res.status === 429) locked = res
+      else assertProblem(res, 403, 'mfa_code_required')
+    }
+    assert.ok(locked, 'locked within 12 tries')
+    assertProblem(locked, 429, 'too_many_login_attempts')
+    const [{ keys }] = await sql<
+      [{ keys: number }]
+    >`SELECT count(*)::int AS keys FROM api_keys WHERE user_id = ${user.id}`
+    assert.equal(keys, 0)
+  })
+
   test("an admin's API key with users:write makes no admin and sets no password (the review's finding)", async () => {
     const admin = await passwordAccount(A, 'admin')
     const session = await passwordLogin(A, admin)

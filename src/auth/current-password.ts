@@ -30,11 +30,15 @@ export const currentPasswordMember = (description: string) =>
  * transaction (scrypt is slow and a row lock must not wait on it); it returns
  * the hash the password matched, which a transaction may compare with the
  * locked row (the password changed in between: the proof no longer holds).
+ * With `secondFactorDue`, a right password clears no failure: the code that
+ * must follow does, once it holds (else password-then-wrong-code, repeated,
+ * would guess codes without ever meeting the lock).
  */
 export async function proveCurrentPassword(
   caller: UserPrincipal,
   currentPassword: string | undefined,
   ctx: ProofContext,
+  secondFactorDue = false,
 ): Promise<string | undefined> {
   if (currentPassword === undefined) return undefined
   // A program's key is never the person at the keyboard; nor may it test guesses of the password.
@@ -54,7 +58,7 @@ export async function proveCurrentPassword(
     await recordFailedLogin(sql, { email, userId: user.id, client: ctx.client }, originOf(caller, ctx.requestId))
     throw currentPasswordRequired('current_password is wrong.')
   }
-  await passwordProven(sql, email, user.id, from)
+  if (!secondFactorDue) await passwordProven(sql, email, user.id, from)
   return hash
 }
 
@@ -116,7 +120,7 @@ export async function requireFreshProof(
   const { services } = ctx
   const factor = caller.credential.type !== 'oidc' && (await hasFactor(services.sql, caller.userId))
   if (proof.current_password !== undefined) {
-    await proveCurrentPassword(caller, proof.current_password, ctx)
+    await proveCurrentPassword(caller, proof.current_password, ctx, factor)
     if (!factor) return 'request'
     if (proof.code === undefined)
       throw mfaCodeRequired('This account has a second factor: send its code beside current_password.')

@@ -180,7 +180,8 @@ export const mfaRoutes = [
       if (!user) throw notFound()
       if (!(await hasFactor(services.sql, user.id)))
         throw new HttpError('mfa_not_enabled', 'This account has no second factor.')
-      if ((await proveCurrentPassword(caller, body.current_password, { services, client, requestId })) === undefined)
+      const proofContext = { services, client, requestId }
+      if ((await proveCurrentPassword(caller, body.current_password, proofContext, true)) === undefined)
         throw currentPasswordRequired('Turning the second factor off needs current_password.')
       if (body.code === undefined && body.recovery_code === undefined)
         throw mfaCodeRequired('Turning the second factor off needs a code (or a recovery code) too.')
