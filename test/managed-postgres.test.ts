@@ -212,10 +212,18 @@ test(
       db.superUrl,
       (sql) => sql`ALTER ROLE ${sql(roles.owner)} IN DATABASE ${sql(db.name)} SET log_statement = 'ddl'`,
     )
+    const verifier = () =>
+      on(db.superUrl, async (sql) => {
+        const [row] = await sql<[{ verifier: string }]>`
+          SELECT rolpassword AS verifier FROM pg_authid WHERE rolname = ${roles.runtime}`
+        return row.verifier
+      })
+    const before = await verifier()
     assert.match(
       await refusal(roles.grantRuntime(db.name, { password: 'would be logged' })),
       /ERROR: {2}RUNTIME_DB_PASSWORD not used: the server logs this session's statements/,
     )
+    assert.equal(await verifier(), before, 'the password is as it was')
     assert.match(await roles.grantRuntime(db.name, { password: null }), /may read and write the tables of/)
 
     // A public schema that the provider's superuser owns, open to PUBLIC (a database made before PostgreSQL 15): the
