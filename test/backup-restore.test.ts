@@ -1,15 +1,14 @@
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, test } from 'node:test'
-import { promisify } from 'node:util'
 import { launchService, type Spawned } from './fault-kit.js'
 import { callAs } from './helpers/http-client.js'
 import { startPgBouncer } from './helpers/pgbouncer.js'
-import { createRolePair, postgresProgram } from './helpers/roles.js'
+import { dumpDatabase, restoreDatabase } from './helpers/backup.js'
+import { createRolePair } from './helpers/roles.js'
 import { startReceiver } from './helpers/webhook-receiver.js'
 import { waitUntil } from './helpers/wait.js'
 
@@ -22,7 +21,6 @@ import { waitUntil } from './helpers/wait.js'
 // same: the same users, products, events and webhooks, the API key and the
 // passwords still working; and the same through PgBouncer in transaction mode.
 
-const run = promisify(execFile)
 const roles = await createRolePair()
 const folder = mkdtempSync(join(tmpdir(), 'upa-backup-'))
 after(() => rmSync(folder, { recursive: true, force: true }))
@@ -110,7 +108,7 @@ test(
     })()
     const dump = join(folder, 'api.dump')
     const dumpStarted = performance.now()
-    await run(postgresProgram('pg_dump'), ['-Fc', '-d', source.ownerUrl, '-f', dump], { timeout: 60_000 })
+    await dumpDatabase(source.ownerUrl, dump)
     const dumpMs = performance.now() - dumpStarted
     writing = false
     await writer
@@ -121,9 +119,7 @@ test(
 
     // The documented restore: a new database of the owner, pg_restore as the owner, the runtime role's script.
     const target = await roles.database({ grant: false })
-    await run(postgresProgram('pg_restore'), ['--no-owner', '--exit-on-error', '-d', target.ownerUrl, dump], {
-      timeout: 60_000,
-    })
+    await restoreDatabase(target.ownerUrl, dump)
     await roles.grantRuntime(target.name)
     const second = await startMain({ DATABASE_URL: target.runtimeUrl, DATABASE_MIGRATION_URL: target.ownerUrl })
     assert.equal(

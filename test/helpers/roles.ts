@@ -11,9 +11,13 @@ import { testDatabaseName, testDatabaseServer } from './server.js'
 // (TEST_SERVER_URL): an owner that owns the database and runs the migrations,
 // and a runtime role made by the shipped script
 // (deploy/postgres/runtime-role.psql, run by the real psql) that the service
-// connects as. Roles are the cluster's, shared by every test file running at
-// once: each file gets its own pair under random names, dropped with its
-// databases when the file's tests are done.
+// connects as. Two arrangements: a superuser creates the databases and runs
+// the script (a server of one's own), or, `managed`, the owner is the
+// administrator a managed PostgreSQL gives (LOGIN CREATEROLE CREATEDB, not a
+// superuser: RDS's rds_superuser, Cloud SQL's cloudsqlsuperuser), which
+// creates its databases and runs the script itself. Roles are the cluster's,
+// shared by every test file running at once: each file gets its own pair under
+// random names, dropped with its databases when the file's tests are done.
 
 const run = promisify(execFile)
 
@@ -30,26 +34,55 @@ export interface RoleDatabase {
   runtimeUrl: string
 }
 
+export interface GrantOptions {
+  /** The role the script makes (its runtime_role); default the pair's runtime role. */
+  role?: string
+  /** RUNTIME_DB_PASSWORD; null: none given. Default a password of the pair's. */
+  password?: string | null
+}
+
 export interface RolePair {
   owner: string
   runtime: string
-  /** A new database owned by the owner, the runtime role granted on it by the script unless `grant` is false. */
+  /** The superuser (server's own) or the owner (managed) that creates databases and runs the script. */
+  administrator: string
+  /**
+   * A new database owned by the owner, made by the administrator, the runtime role granted on it by the script
+   * unless `grant` is false.
+   */
   database(options?: { grant?: boolean }): Promise<RoleDatabase>
-  /** Runs deploy/postgres/runtime-role.psql on `database` as the superuser, as docs/operations.md says; its output. */
-  grantRuntime(database: string): Promise<string>
+  /**
+   * Runs deploy/postgres/runtime-role.psql on `database` as the administrator, as docs/operations.md says; its
+   * output. Rejects with psql's exit (its `stderr`) when the script stops.
+   */
+  grantRuntime(database: string, options?: GrantOptions): Promise<string>
   /** `url` (a URL of the run's server) as `role`, on `database`. */
   urlAs(role: string, database: string): string
 }
 
-export async function createRolePair(): Promise<RolePair> {
+export async function createRolePair({ managed = false } = {}): Promise<RolePair> {
   const { serverUrl } = testDatabaseServer()
   const tag = randomBytes(4).toString('hex')
-  const owner = `upa_owner_${tag}`
+  const owner = `upa_${managed ? 'admin' : 'owner'}_${tag}`
   const runtime = `upa_runtime_${tag}`
+  const superuser = decodeURIComponent(new URL(serverUrl).username)
+  const administrator = managed ? owner : superuser
   const databases: string[] = []
   const server = connect(serverUrl, { max: 1, statementTimeoutMs: 60_000 })
-  await server`CREATE ROLE ${server(owner)} LOGIN`
+  const urlAs = (role: string, database: string) => {
+    const url = new URL(serverUrl)
+    url.username = role
+    url.pathname = `/${database}`
+    return url.toString()
+  }
+  if (managed) await server`CREATE ROLE ${server(owner)} LOGIN CREATEROLE CREATEDB NOSUPERUSER`
+  else await server`CREATE ROLE ${server(owner)} LOGIN`
+  // A managed administrator creates its databases itself, connected to the server's maintenance database.
+  const creator = managed
+    ? connect(urlAs(owner, new URL(serverUrl).pathname.slice(1)), { max: 1, statementTimeoutMs: 60_000 })
+    : server
   after(async () => {
+    if (creator !== server) await creator.end({ timeout: 5 })
     // Dropping its databases drops every grant and default privilege the roles hold; then the roles can go.
     for (const name of databases) await server`DROP DATABASE IF EXISTS ${server(name)} WITH (FORCE)`
     await server`DROP ROLE IF EXISTS ${server(runtime)}`
@@ -57,28 +90,22 @@ export async function createRolePair(): Promise<RolePair> {
     await server.end({ timeout: 5 })
   })
 
-  const urlAs = (role: string, database: string) => {
-    const url = new URL(serverUrl)
-    url.username = role
-    url.pathname = `/${database}`
-    return url.toString()
-  }
-  const grantRuntime = async (database: string) => {
+  const grantRuntime = async (database: string, { role = runtime, password = `pw-${tag}` }: GrantOptions = {}) => {
     const { stdout, stderr } = await run(
       postgresProgram('psql'),
       [
         '--no-psqlrc',
         '-d',
-        urlAs(decodeURIComponent(new URL(serverUrl).username), database),
+        urlAs(administrator, database),
         '-v',
-        `runtime_role=${runtime}`,
+        `runtime_role=${role}`,
         '-f',
         join(projectRoot, 'deploy/postgres/runtime-role.psql'),
       ],
       {
         // The local cluster trusts its socket, so the password is
         // not checked; it is set all the same, as in production.
-        env: { PATH: process.env.PATH, RUNTIME_DB_PASSWORD: `pw-${tag}` },
+        env: { PATH: process.env.PATH, ...(password === null ? {} : { RUNTIME_DB_PASSWORD: password }) },
         timeout: 30_000,
       },
     )
@@ -87,19 +114,16 @@ export async function createRolePair(): Promise<RolePair> {
   return {
     owner,
     runtime,
+    administrator,
     urlAs,
     grantRuntime,
     async database({ grant = true } = {}) {
       const name = testDatabaseName('roles')
-      await server`CREATE DATABASE ${server(name)} OWNER ${server(owner)}`
       databases.push(name)
+      if (managed) await creator`CREATE DATABASE ${creator(name)}`
+      else await server`CREATE DATABASE ${server(name)} OWNER ${server(owner)}`
       if (grant) await grantRuntime(name)
-      return {
-        name,
-        superUrl: urlAs(decodeURIComponent(new URL(serverUrl).username), name),
-        ownerUrl: urlAs(owner, name),
-        runtimeUrl: urlAs(runtime, name),
-      }
+      return { name, superUrl: urlAs(superuser, name), ownerUrl: urlAs(owner, name), runtimeUrl: urlAs(runtime, name) }
     },
   }
 }
