@@ -460,7 +460,7 @@ describe('GET /metrics content', () => {
 
 describe('the figures of database admission and the webhook worker', () => {
   test("db_admission_refused_total and db_admission_overdue_total are database admission's counts", async () => {
-    // How admission counts is test/admission.test.ts's (a refusal takes its 2 s target); here, that /metrics reads them.
+    // How admission counts is test/admission.test.ts's (a refusal takes its 2 s target); here, /metrics reads them.
     const admission = api.deps.databaseAdmission
     const before = (await scrape()).e
     admission.refused += 3
