@@ -69,9 +69,10 @@ fmt: node_modules/.installed
 fmt-check: node_modules/.installed
 	@$(NODE_BIN)/prettier --check --log-level warn $(FORMATTED) || { echo 'not formatted: run make fmt' >&2; exit 1; }
 
-# nginx (the reverse proxy of deploy/nginx.conf), PgBouncer and exim (a mail server), which the proxy, pooler and SMTP tests run.
+# nginx (the reverse proxy of deploy/nginx.conf), PgBouncer and exim (a mail server), which the proxy, pooler and SMTP
+# tests run, and Prometheus (its package carries promtool), which test/alerts.test.ts runs against deploy/prometheus/.
 test-tools:
-	$(call debian-tools,nginx nginx pgbouncer pgbouncer exim4 exim4-daemon-light,the proxy and pooler tests and the SMTP tests)
+	$(call debian-tools,nginx nginx pgbouncer pgbouncer exim4 exim4-daemon-light prometheus prometheus,the proxy and pooler tests and the SMTP and alert tests)
 
 # Type-check, then the whole node:test suite against a database of its own.
 test: fmt-check typecheck test-tools

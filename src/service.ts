@@ -247,6 +247,17 @@ function createDeps(
   const hashesHelp =
     'Password hashes derived (scrypt runs): logins, against a decoy for unknown accounts, and new passwords.'
   metrics.counterOf('password_hashes_total', hashesHelp, () => passwords.derivations)
+  const databaseAdmission = admissionFor(config.poolMax, config.statementTimeoutMs, log)
+  metrics.counterOf(
+    'db_admission_refused_total',
+    'Requests refused at once (503) by database admission: the database was not keeping up with those waiting.',
+    () => databaseAdmission.refused,
+  )
+  metrics.counterOf(
+    'db_admission_overdue_total',
+    'Requests answered 503 at their database deadline (STATEMENT_TIMEOUT + 5 s): the database was not answering.',
+    () => databaseAdmission.overdue,
+  )
   const deps: AppDeps = {
     registry,
     sql,
@@ -273,7 +284,7 @@ function createDeps(
     ),
     revocations,
     credentialChanges: new CredentialChanges(sql, listenSql, apiKeyCache, revocations, log, { stopping }),
-    databaseAdmission: admissionFor(config.poolMax, config.statementTimeoutMs, log),
+    databaseAdmission,
     problems: registry.problems,
     rateLimiter: config.rateLimit > 0 ? new RateLimiter(config.rateLimit, undefined, () => clock.now()) : undefined,
     passwords,
@@ -331,5 +342,21 @@ function createDeps(
       ...tuning.retention,
     }),
   }
+  const deliveries = deps.webhooks.counts
+  metrics.counterOf(
+    'webhook_delivered_total',
+    'Webhook deliveries the receiver accepted (2xx).',
+    () => deliveries.delivered,
+  )
+  metrics.counterOf(
+    'webhook_retried_total',
+    'Webhook attempts that failed and are due again after their retry delay.',
+    () => deliveries.retried,
+  )
+  metrics.counterOf(
+    'webhook_failed_total',
+    'Webhook deliveries given up on: their last retry failed too.',
+    () => deliveries.failed,
+  )
   return deps
 }

@@ -4,6 +4,8 @@ import { allRoutes } from '../src/app.js'
 import { mergeExpositions } from '../src/cluster/metrics.js'
 import { Metrics } from '../src/core/metrics.js'
 import { startServer, type TestResponse } from './helpers/server.js'
+import { waitUntil } from './helpers/wait.js'
+import { answerWith, startReceiver } from './helpers/webhook-receiver.js'
 
 // GET /metrics: admin only, Prometheus text format 0.0.4. The whole output is
 // parsed by the small parser below (which is strict: HELP and TYPE well formed
@@ -376,6 +378,12 @@ describe('GET /metrics content', () => {
       db_pool_max_connections: 'gauge',
       db_queries_total: 'counter',
       password_hashes_total: 'counter',
+      db_admission_refused_total: 'counter',
+      db_admission_overdue_total: 'counter',
+      mail_sent_total: 'counter',
+      webhook_delivered_total: 'counter',
+      webhook_retried_total: 'counter',
+      webhook_failed_total: 'counter',
       process_resident_memory_bytes: 'gauge',
       process_cpu_seconds_total: 'counter',
       nodejs_eventloop_delay_seconds: 'gauge',
@@ -447,5 +455,47 @@ describe('GET /metrics content', () => {
     await Promise.all(Array.from({ length: 10 }, () => api.request('GET', '/products')))
     const { e } = await scrape()
     assert.equal(single(e, 'http_requests_in_flight'), 1, 'only the scrape itself')
+  })
+})
+
+describe('the figures of database admission and the webhook worker', () => {
+  test("db_admission_refused_total and db_admission_overdue_total are database admission's counts", async () => {
+    // How admission counts is test/admission.test.ts's (a refusal takes its 2 s target); here, /metrics reads them.
+    const admission = api.deps.databaseAdmission
+    const before = (await scrape()).e
+    admission.refused += 3
+    admission.overdue += 1
+    const { e } = await scrape()
+    assert.equal(single(e, 'db_admission_refused_total') - single(before, 'db_admission_refused_total'), 3)
+    assert.equal(single(e, 'db_admission_overdue_total') - single(before, 'db_admission_overdue_total'), 1)
+    assert.equal(single(e, 'db_admission_refused_total'), admission.refused)
+  })
+
+  test('webhook_delivered_total, webhook_retried_total and webhook_failed_total count the attempts', async () => {
+    const fast = { pollMs: 50, retryDelaysMs: [50], retryJitter: 0, timeoutMs: 1000, leaseMs: 3000 }
+    const server = await startServer({ WEBHOOK_ALLOW_PRIVATE: 'true' }, {}, { tuning: { webhooks: fast } })
+    const receiver = await startReceiver()
+    const hook = await server.request('POST', '/webhooks', {
+      body: { url: receiver.url, event_types: ['product.created'] },
+    })
+    assert.equal(hook.status, 201, hook.text)
+    const figures = async () => {
+      const res = await server.request('GET', '/metrics')
+      assert.equal(res.status, 200)
+      const e = parseExposition(res.text)
+      return ['webhook_delivered_total', 'webhook_retried_total', 'webhook_failed_total'].map((n) => single(e, n))
+    }
+    assert.deepEqual(await figures(), [0, 0, 0])
+    const product = (sku: string) =>
+      server.request('POST', '/products', { body: { sku, name: sku, price: 100, currency: 'EUR' } })
+
+    assert.equal((await product('metrics-1')).status, 201)
+    await waitUntil('one delivery accepted', async () => (await figures())[0] === 1)
+    // Refused twice: the first attempt is retried after 50 ms, the second is the last the schedule allows.
+    receiver.answer = answerWith(500)
+    assert.equal((await product('metrics-2')).status, 201)
+    await waitUntil('a delivery retried, then given up on', async () => (await figures())[2] === 1)
+    assert.deepEqual(await figures(), [1, 1, 1])
+    assert.equal(receiver.received.length, 3)
   })
 })

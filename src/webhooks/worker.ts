@@ -93,6 +93,11 @@ export class WebhookWorker implements Component {
   private readonly claims: Job<void>
   /** Its repeating jobs, which run once the composition root adds them to the scheduler (src/service.ts). */
   readonly jobs: readonly Job<unknown>[]
+  /**
+   * Attempts recorded by this instance: accepted by the receiver, failed and due again, failed for the last time (the
+   * delivery has failed). /metrics reads them (src/service.ts).
+   */
+  readonly counts = { delivered: 0, retried: 0, failed: 0 }
 
   constructor(
     readonly sql: Sql,
@@ -227,6 +232,7 @@ export class WebhookWorker implements Component {
       { startedAt, ...outcome, retryInMs },
       this.settings.disableAfterMs,
     )
+    this.counts[outcome.ok ? 'delivered' : retryInMs === undefined ? 'failed' : 'retried']++
     // Never the URL: its path or query may be a credential of the receiver's.
     const fields = {
       webhook_id: claim.webhook_id,
