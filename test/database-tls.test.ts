@@ -173,7 +173,7 @@ describe('refused: one line naming the variable and the cause, no stack trace', 
     )
   })
 
-  test('DATABASE_MIGRATION_URL for the certificate role without sslcert: named as the variable that failed', async () => {
+  test('DATABASE_MIGRATION_URL for the certificate role without sslcert: named as the one that failed', async () => {
     const exit = await runCommand(['migrate'], {
       DATABASE_URL: url('upa_app', 'localhost', { sslmode: 'verify-full', sslrootcert: ca }),
       DATABASE_MIGRATION_URL: url('upa_cert', 'localhost', { sslmode: 'verify-full', sslrootcert: ca }),
@@ -209,7 +209,7 @@ test('NODE_EXTRA_CA_CERTS holding the CA: verify-full without sslrootcert works'
   assert.match(exit.stdout, /"msg":"database is up to date"/)
 })
 
-test("libpq's socket forms: postgres://user@/db?host=<folder>, and the folder percent-encoded in the host part", async (t) => {
+test("libpq's socket forms: postgres://user@/db?host=<folder>, the folder percent-encoded as host", async (t) => {
   const target = parseConnectionString(await createTestDatabase())
   if (!target.socket) return t.skip('the test cluster is reached over TCP (DATABASE_URL), not a Unix socket')
   const port = target.ports[0] === 5432 ? '' : `&port=${target.ports[0]}`

@@ -74,7 +74,7 @@ function readPem(parameter: string, path: string): string {
         : code === 'EACCES'
           ? 'permission denied'
           : code === 'EISDIR'
-            ? 'a folder'
+            ? 'a directory, not a file'
             : (code ?? String(err))
     throw new ConnectionStringError(`${parameter}: cannot read ${path} (${why})`)
   }
@@ -109,7 +109,10 @@ function keyProblem({ sslcert, sslkey, sslpassword }: ConnectionString, err: unk
   const code = (err as { code?: string }).code ?? ''
   if (code === 'ERR_OSSL_X509_KEY_VALUES_MISMATCH') return `sslkey: ${sslkey} is not the key of sslcert ${sslcert}`
   if (code === 'ERR_OSSL_BAD_DECRYPT')
-    return `sslkey: ${sslkey} is encrypted, and ${sslpassword === undefined ? 'no sslpassword is given' : 'sslpassword does not open it'}`
+    return (
+      `sslkey: ${sslkey} is encrypted, and ` +
+      (sslpassword === undefined ? 'no sslpassword is given' : 'sslpassword does not open it')
+    )
   if (code === 'ERR_OSSL_PEM_NO_START_LINE') return `sslcert: ${sslcert} is not a PEM certificate`
   if (code === 'ERR_OSSL_UNSUPPORTED') return `sslkey: ${sslkey} is not a PEM private key`
   return `sslcert ${sslcert} and sslkey ${sslkey}: OpenSSL refuses them (${code || String(err)})`
