@@ -184,6 +184,30 @@ describe('refused: one line naming the variable and the cause, no stack trace', 
     )
   })
 
+  test(
+    "DATABASE_POOLER=none, migrations on DATABASE_MIGRATION_URL: DATABASE_URL's certificate, first met when the " +
+      'pool opens, is said the same way',
+    async () => {
+      const exit = await runCommand([], {
+        DATABASE_URL: url('upa_app', 'localhost', { sslmode: 'verify-full', sslrootcert: otherCa }),
+        DATABASE_MIGRATION_URL: url('upa_cert', 'localhost', {
+          sslmode: 'verify-full',
+          sslrootcert: ca,
+          sslcert: client.cert,
+          sslkey: client.key,
+        }),
+        DATABASE_POOLER: 'none',
+        PORT: '0',
+        JWT_SECRETS: `k:${'s'.repeat(32)}`,
+        LOG_LEVEL: 'error',
+      })
+      assertOneLine(
+        exit,
+        /^Cannot start: DATABASE_URL: cannot connect to database "tls_app" on localhost:\d+ as user "upa_app": the server's certificate is not signed by sslrootcert/,
+      )
+    },
+  )
+
   test('an sslrootcert that cannot be read: said before anything connects', async () => {
     const missing = join(dir, 'missing.pem')
     const exit = await runCommand(['migrate'], {
