@@ -37,8 +37,10 @@ describe('the URL as libpq reads it', () => {
       'postgres://u%40x:p%40ss%3Aw%2Fd@db.example.com:6543/my%20db',
       { hosts: ['db.example.com'], ports: [6543], user: 'u@x', password: 'p@ss:w/d', database: 'my db' },
     ],
-    // An unencoded @ in the password: the last @ ends the user part.
+    // An unencoded @ or ? in the password: the user part ends at the last @ before the first /.
     ['postgres://u:p@ss@db/app', { hosts: ['db'], user: 'u', password: 'p@ss' }],
+    ['postgres://u:p?ss@db/app?sslmode=require', { hosts: ['db'], password: 'p?ss', sslmode: 'require' }],
+    ['postgres://db?application_name=api', { hosts: ['db'], user: undefined, database: undefined }],
     ['postgres://u@[::1]:5433,db2/app', { hosts: ['::1', 'db2'], ports: [5433, 5432] }],
     ['postgres://u@h1,h2/app?port=7000', { hosts: ['h1', 'h2'], ports: [7000, 7000] }],
     ['postgres://u@h/app?user=other&password=pw&dbname=db2', { user: 'other', password: 'pw', database: 'db2' }],
@@ -78,7 +80,10 @@ describe('the URL as libpq reads it', () => {
       'postgres://u@h/app?sslmode=verfy-full',
       /^sslmode must be disable, allow, prefer, require, verify-ca, verify-full/,
     ],
-    ['postgres://u@h/app?sslmode', /^its parameter "sslmode" has no = and value$/],
+    ['postgres://u@h/app?sslmode', /^its parameter sslmode has no = and value$/],
+    ['postgres://u@h/app?a@b', /^a parameter of it has no = and value$/],
+    ['postgres://u:12/b@db/app', /^its database name holds an @, as when a password holds an unencoded \/: /],
+    ['postgres://u:abc/d@db/app', /^the port after its host must be an integer from 1 to 65535 \(percent-encode a \//],
     ['postgres://u@h/app?hostaddr=10.0.0.1', /^the parameter hostaddr is not supported: give the address as the host/],
     ['postgres://u@h/app?sslcrl=/crl.pem', /^the parameter sslcrl is not supported/],
     [
@@ -89,6 +94,7 @@ describe('the URL as libpq reads it', () => {
     ['postgres://u@h/app?sslrootcert=system&sslmode=verify-ca', /^sslrootcert=system needs sslmode=verify-full/],
     ['postgres://u@h/app?sslcert=/c.pem', /^sslcert and sslkey: give both/],
     ['postgres://u@h:0/app', /^the port must be an integer from 1 to 65535 \(got "0"\)$/],
+    ['postgres://u@h/app?port=x', /^the port must be an integer from 1 to 65535 \(got "x"\)$/],
     ['postgres://u@h1,h2/app?port=1,2,3', /^it gives 3 ports for 2 hosts$/],
     ['postgres://u@h1/app?host=/tmp/run,h2', /^a Unix socket folder cannot be listed with other hosts$/],
     ['postgres://u@h/app?ssl_min_protocol_version=TLSv1.4', /^ssl_min_protocol_version must be TLSv1, TLSv1\.1/],
@@ -106,6 +112,9 @@ describe('the URL as libpq reads it', () => {
       'postgres://app:hunter2@[db/app',
       'postgres://app:hunter2@db/app?sslmode=bad',
       'postgres://app@db/app?password=hunter2&nonsense=1',
+      'postgres://app:hunter/2@db/app',
+      'postgres://app:hunter2/x@db/app',
+      'postgres://app:4/hunter2@db/app',
     ])
       assert.doesNotMatch(connectionStringProblem(url) ?? 'accepted', /hunter2|accepted/)
   })

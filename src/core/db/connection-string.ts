@@ -156,18 +156,29 @@ function portOf(raw: string): number {
   return port
 }
 
-/** The host part: `host[:port]` or `[v6 address][:port]`, comma-separated. */
+/**
+ * The host part: `host[:port]` or `[v6 address][:port]`, comma-separated. A
+ * port that is no number is not quoted: it may be a piece of a password whose
+ * `/` was not encoded.
+ */
 function hostList(raw: string): Array<{ host: string; port: string | undefined }> {
   if (raw === '') return []
   return raw.split(',').map((entry) => {
     const v6 = /^\[([^\]]*)\](?::(.*))?$/.exec(entry)
-    if (v6) return { host: v6[1]!, port: v6[2] }
-    if (entry.includes('[') || entry.includes(']'))
+    if (!v6 && (entry.includes('[') || entry.includes(']')))
       throw new ConnectionStringError(`${NOT_A_URL} (an IPv6 address in its host part lacks its closing ])`)
     const colon = entry.indexOf(':')
-    return colon < 0
-      ? { host: decode(entry, USER_PART), port: undefined }
-      : { host: decode(entry.slice(0, colon), USER_PART), port: entry.slice(colon + 1) }
+    const [host, port] = v6
+      ? [v6[1]!, v6[2]]
+      : colon < 0
+        ? [decode(entry, USER_PART), undefined]
+        : [decode(entry.slice(0, colon), USER_PART), entry.slice(colon + 1)]
+    if (port !== undefined && !/^[0-9]{1,5}$/.test(port))
+      throw new ConnectionStringError(
+        'the port after its host must be an integer from 1 to 65535 (percent-encode a / in the password: ' +
+          'encodeURIComponent)',
+      )
+    return { host, port }
   })
 }
 
@@ -180,13 +191,15 @@ export function parseConnectionString(text: string): ConnectionString {
   const scheme = /^postgres(?:ql)?:\/\//.exec(text)
   if (!scheme) throw new ConnectionStringError(NOT_A_URL)
   const rest = text.slice(scheme[0].length)
-  const authorityEnd = rest.search(/[/?]/)
-  const authority = authorityEnd < 0 ? rest : rest.slice(0, authorityEnd)
-  const afterAuthority = authorityEnd < 0 ? '' : rest.slice(authorityEnd)
-  // The last @ ends the user part: a password with an unencoded @ still reads as meant.
-  const at = authority.lastIndexOf('@')
-  const userInfo = at < 0 ? undefined : authority.slice(0, at)
-  const hostPart = authority.slice(at + 1)
+  // As libpq: the user part is whatever comes before an @ ahead of the first /, so a ? in a password needs no
+  // encoding; the last such @ ends it, so that an unencoded @ in a password reads as meant too.
+  const slash = rest.indexOf('/')
+  const at = (slash < 0 ? rest : rest.slice(0, slash)).lastIndexOf('@')
+  const userInfo = at < 0 ? undefined : rest.slice(0, at)
+  const afterUser = rest.slice(at + 1)
+  const hostEnd = afterUser.search(/[/?]/)
+  const hostPart = hostEnd < 0 ? afterUser : afterUser.slice(0, hostEnd)
+  const afterAuthority = hostEnd < 0 ? '' : afterUser.slice(hostEnd)
 
   const given = new Map<string, string>()
   if (userInfo !== undefined) {
@@ -201,12 +214,22 @@ export function parseConnectionString(text: string): ConnectionString {
 
   const query = afterAuthority.indexOf('?')
   const path = query < 0 ? afterAuthority : afterAuthority.slice(0, query)
+  // What a password with an unencoded / leaves behind (postgres://u:a/b@db/app), which would be told as the name of
+  // the database; a database name with an @ takes %40.
+  if (path.includes('@'))
+    throw new ConnectionStringError(
+      'its database name holds an @, as when a password holds an unencoded /: percent-encode the password ' +
+        '(encodeURIComponent), and an @ in the name as %40',
+    )
   if (path.length > 1) given.set('dbname', decode(path.slice(1), 'its database name'))
   if (query >= 0) {
     for (const pair of afterAuthority.slice(query + 1).split('&')) {
       if (pair === '') continue
       const eq = pair.indexOf('=')
-      if (eq < 0) throw new ConnectionStringError(`its parameter ${JSON.stringify(pair)} has no = and value`)
+      if (eq < 0)
+        throw new ConnectionStringError(
+          /^[a-z_]+$/.test(pair) ? `its parameter ${pair} has no = and value` : 'a parameter of it has no = and value',
+        )
       const key = decode(pair.slice(0, eq), 'a parameter name')
       const value = decode(pair.slice(eq + 1), `the value of ${key}`)
       // libpq's one alias, for URLs written for JDBC.
