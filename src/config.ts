@@ -2,6 +2,7 @@ import { availableParallelism } from 'node:os'
 import Type, { type Static } from 'typebox'
 import { Compile } from 'typebox/compile'
 import { ConfigError } from './core/config-error.js'
+import { connectionStringProblem } from './core/db/database-tls.js'
 import { trustedProxies, type TrustProxy } from './core/http/client-address.js'
 import type { LogLevel } from './core/log.js'
 import { WORKER_SLOT_VARIABLE } from './cluster/messages.js'
@@ -381,18 +382,13 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
         (secretVariables.has(name) ? '' : ` (got ${JSON.stringify(given[name])})`),
     )
   }
+  // Read as libpq reads them, and as they will be connected with (certificate files read and checked): what cannot
+  // work is said now, naming the variable, never echoing the URL (a password).
   for (const name of ['DATABASE_URL', 'DATABASE_LISTEN_URL', 'DATABASE_MIGRATION_URL'] as const) {
     const url = given[name]
     if (url === undefined || problems.has(name)) continue
-    // The pattern passes `postgres://[x`, which only the URL parser refuses; the value is not echoed (a password).
-    if (!URL.canParse(url)) report(name, 'must be a postgres:// URL (it does not parse as a URL)')
-    else if (!percentEncodingValid(url)) {
-      report(
-        name,
-        'its user, password or host holds a % that is not followed by two hexadecimal digits; write a % as %25 ' +
-          '(percent-encode the password: encodeURIComponent)',
-      )
-    }
+    const problem = connectionStringProblem(url)
+    if (problem) report(name, problem)
   }
   // What passed its own checks; a variable with a problem counts as unset below, so that it gives no second line.
   const e = Object.fromEntries(Object.entries(given).filter(([k]) => !problems.has(k))) as Static<typeof EnvSchema>
@@ -590,21 +586,6 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
 
 /** `readConfig` for callers that log nothing: the configuration, or the ConfigError. */
 export const loadConfig = (env: Record<string, string | undefined>): Config => readConfig(env).config
-
-/**
- * postgres.js decodes the user, the password and the host of the URL with
- * decodeURIComponent, which throws a bare `URIError: URI malformed` on a `%`
- * not followed by two hexadecimal digits (a password with a raw %).
- */
-function percentEncodingValid(url: string): boolean {
-  const { username, password, host } = new URL(url)
-  try {
-    for (const part of [username, password, host]) decodeURIComponent(part)
-    return true
-  } catch {
-    return false
-  }
-}
 
 /** `kid:secret,kid:secret`; each secret is used as its UTF-8 bytes and must be at least 32 of them. */
 export function parseJwtSecrets(raw: string): Array<{ kid: string; secret: Buffer }> {

@@ -152,7 +152,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
   for (const module of modules) for (const job of module.jobs?.(deps) ?? []) scheduler.add(job)
 
   // Each uses, starting and stopping, what is registered before it.
-  lifecycle.register(new DatabaseComponent(deps.sql, deps.listenSql, deps.maintenanceSql))
+  lifecycle.register(new DatabaseComponent(deps.sql, deps.listenSql, deps.maintenanceSql, config.databaseUrl!))
   lifecycle.register(deps.databaseAdmission)
   for (const module of modules)
     for (const component of module.components?.(deps) ?? []) if (component) lifecycle.register(component)

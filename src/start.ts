@@ -65,7 +65,10 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
 
   // A worker is given both by its primary (DATABASE_URL, DATABASE_POOLER resolved), which migrated and wrote the
   // development secret.
-  if (worker) return serve({ ...config, jwtSecrets: resolveSecrets(config, dataRoot) }, log, worker)
+  if (worker)
+    return serve({ ...config, jwtSecrets: resolveSecrets(config, dataRoot) }, log, worker).catch((err: unknown) => {
+      throw named(err, [['DATABASE_URL', config.databaseUrl]])
+    })
 
   // Once per service: the primary (or the only process) says these, not each worker.
   warnIfEndOfLife(log)
@@ -83,13 +86,11 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
   // a runtime role and migrated as its owner, as in production.
   const local = config.databaseUrl === undefined ? await localDevelopmentDatabase() : undefined
   const databaseUrl = config.databaseUrl ?? local!.url
-  /** The variable to fix when a database cannot be reached, by the URL that failed (the first that has it). */
-  const databaseSettings: Array<[variable: string, url: string | undefined]> = [
+  const databaseSettings: DatabaseSettings = [
     [config.databaseUrl ? 'DATABASE_URL' : 'DATABASE_URL (unset: the local development cluster)', databaseUrl],
     ['DATABASE_LISTEN_URL', config.databaseListenUrl],
     ['DATABASE_MIGRATION_URL', config.databaseMigrationUrl],
   ]
-  const settingOf = (url: string) => databaseSettings.find(([, u]) => u === url)?.[0] ?? 'DATABASE_URL'
   try {
     // Before anything else: a transaction pooler changes how every connection is opened (src/core/db/pooler.ts).
     const databasePooler = await resolvePooler({ ...config, databaseUrl })
@@ -134,9 +135,18 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
       })
     await serve(resolved, log)
   } catch (err) {
-    if (err instanceof DatabaseUnreachable) throw new ConfigError(`${settingOf(err.url)}: ${err.message}`)
-    throw err
+    throw named(err, databaseSettings)
   }
+}
+
+/** The variables of the database URLs, and their URLs. */
+type DatabaseSettings = Array<[variable: string, url: string | undefined]>
+
+/** A database that could not be reached, as a ConfigError naming the variable to fix (the first with that URL). */
+function named(err: unknown, settings: DatabaseSettings): unknown {
+  if (!(err instanceof DatabaseUnreachable)) return err
+  const variable = settings.find(([, url]) => url === err.url)?.[0] ?? 'DATABASE_URL'
+  return new ConfigError(`${variable}: ${err.message}`)
 }
 
 /** Mode, address, database (never its password) and pooler: what an operator checks first when something is off. */

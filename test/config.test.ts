@@ -348,6 +348,49 @@ describe('DATABASE_MIGRATION_URL', () => {
   })
 })
 
+describe('database URLs, as libpq reads them (one reading for the three variables)', () => {
+  const url = 'postgres://app@db/app'
+  test("libpq's socket forms and TLS parameters are accepted, and the URL kept as given", () => {
+    const env = {
+      DATABASE_URL: 'postgres://app@/app?host=/run/postgresql',
+      DATABASE_LISTEN_URL: 'postgresql:///app?host=%2Frun%2Fpostgresql&user=app',
+      DATABASE_MIGRATION_URL: 'postgres://owner:p%40ss@db.example.com/app?sslmode=verify-full&sslrootcert=system',
+    }
+    const config = loadConfig(env)
+    assert.deepEqual(
+      [config.databaseUrl, config.databaseListenUrl, config.databaseMigrationUrl],
+      [env.DATABASE_URL, env.DATABASE_LISTEN_URL, env.DATABASE_MIGRATION_URL],
+    )
+  })
+
+  test('what cannot work is one line naming its variable, for each of the three, never the URL', () => {
+    assert.deepEqual(
+      problemsOf({
+        DATABASE_URL: `${url}?sslmod=verify-full&password=hunter2`,
+        DATABASE_LISTEN_URL: `${url}?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem`,
+        DATABASE_MIGRATION_URL: 'postgres://owner:hunter2@db/app?sslrootcert=system&sslmode=require',
+      }),
+      [
+        'DATABASE_URL: "sslmod" is not a parameter of a PostgreSQL connection URL (libpq\'s; docs/operations.md, ' +
+          '"TLS to the database", lists those read)',
+        'DATABASE_LISTEN_URL: sslrootcert: cannot read /nonexistent/ca.pem (no such file)',
+        'DATABASE_MIGRATION_URL: sslrootcert=system needs sslmode=verify-full (got require): anyone can have a ' +
+          'public CA certify a name they control, so only the host name check makes it safe',
+      ],
+    )
+  })
+
+  test('from a file, the _FILE variable and its path are named', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'upa-config-url-'))
+    after(() => rmSync(dir, { recursive: true, force: true }))
+    const path = join(dir, 'url')
+    writeFileSync(path, `${url}?sslmode=verify-full&sslcert=/c.pem\n`)
+    assert.deepEqual(problemsOf({ DATABASE_URL_FILE: path }), [
+      `DATABASE_URL_FILE (${path}): sslcert and sslkey: give both (the client certificate and its key) or neither`,
+    ])
+  })
+})
+
 describe('production', () => {
   const url = 'postgres://app@db/app'
   test('refuses NODE_ENV=production without DATABASE_URL', () => {

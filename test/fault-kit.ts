@@ -1,6 +1,6 @@
 import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { connect as netConnect, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
@@ -14,6 +14,7 @@ import type { Sql, TransactionSql } from 'postgres'
 import { signJwt } from '../src/auth/jwt.js'
 import { applicationRegistry } from './helpers/registry.js'
 import { testHashCostFor } from './helpers/passwords.js'
+import { PortTaken } from './helpers/ports.js'
 import { connect } from '../src/core/db/connect.js'
 import { migrate } from '../src/core/db/migrate.js'
 
@@ -60,9 +61,18 @@ function serverAccount(): string | undefined {
   throw new Error('running as root without a postgres or nobody account')
 }
 
+export interface ClusterOptions {
+  /** Listen on 127.0.0.1 at this port too (also the number of the socket file). */
+  port?: number
+  /** Server settings besides those `start` gives (`ssl`, `ssl_cert_file`, …): passed as `-c name='value'`. */
+  settings?: Record<string, string>
+  /** Runs after initdb, before the first start: pg_hba.conf and certificates go in then (`place`). */
+  prepare?: (cluster: OwnCluster) => Promise<void>
+}
+
 /**
  * A throw-away PostgreSQL cluster: initdb into a fresh temp folder, listening
- * only on a Unix socket in a folder of its own. `stop('immediate')` is a crash
+ * on a Unix socket in a folder of its own (and on 127.0.0.1 with `port`). `stop('immediate')` is a crash
  * (SIGQUIT to every backend, no checkpoint); `stop('fast')` a clean shutdown
  * that aborts open transactions.
  */
@@ -72,15 +82,18 @@ export class OwnCluster {
   readonly root: string
   readonly data: string
   readonly sockets: string
+  /** Where it also listens on TCP (127.0.0.1), and the number of its socket file; undefined: the socket only, 5432. */
+  readonly port: number | undefined
 
-  private constructor() {
+  private constructor(private readonly options: ClusterOptions) {
     this.root = mkdtempSync(join(tmpdir(), 'upa-fault-'))
     this.data = join(this.root, 'pg')
     this.sockets = join(this.root, 'run')
+    this.port = options.port
   }
 
-  static async create(): Promise<OwnCluster> {
-    const c = new OwnCluster()
+  static async create(options: ClusterOptions = {}): Promise<OwnCluster> {
+    const c = new OwnCluster(options)
     await run('mkdir', ['-m', '700', c.data, c.sockets])
     if (c.account) await run('chown', ['-R', `${c.account}:`, c.root])
     await c.tool('initdb', [
@@ -94,8 +107,22 @@ export class OwnCluster {
       '--no-instructions',
       '--no-sync',
     ])
-    await c.start()
+    try {
+      await options.prepare?.(c)
+      await c.start()
+    } catch (err) {
+      await c.destroy()
+      throw err
+    }
     return c
+  }
+
+  /** Writes `content` into the data folder as `name`, the server account's and readable by it alone; its path. */
+  async place(name: string, content: string): Promise<string> {
+    const path = join(this.data, name)
+    writeFileSync(path, content, { mode: 0o600 })
+    if (this.account) await run('chown', [`${this.account}:`, path])
+    return path
   }
 
   private async tool(name: string, args: string[]): Promise<string> {
@@ -107,27 +134,34 @@ export class OwnCluster {
   }
 
   url(database = 'postgres'): string {
-    return `postgres://postgres@localhost/${database}?host=${encodeURIComponent(this.sockets)}`
+    const port = this.port === undefined ? '' : `:${this.port}`
+    return `postgres://postgres@localhost${port}/${database}?host=${encodeURIComponent(this.sockets)}`
   }
 
   async start(): Promise<void> {
     // fsync off: a crash of the server (what the tests cause) loses nothing the
     // kernel already has; only a crash of the machine would.
-    const options =
-      `-c listen_addresses='' -c ` +
-      `unix_socket_directories='${this.sockets}' -c max_connections=100 -c fsync=off -c full_page_writes=off`
-    await this.tool('pg_ctl', [
-      'start',
-      '-D',
-      this.data,
-      '-w',
-      '-t',
-      '60',
-      '-l',
-      join(this.root, 'postgres.log'),
-      '-o',
-      options,
-    ])
+    const settings: Record<string, string> = {
+      listen_addresses: this.port === undefined ? '' : '127.0.0.1',
+      ...(this.port === undefined ? {} : { port: String(this.port) }),
+      unix_socket_directories: this.sockets,
+      max_connections: '100',
+      fsync: 'off',
+      full_page_writes: 'off',
+      ...this.options.settings,
+    }
+    const options = Object.entries(settings)
+      .map(([name, value]) => `-c ${name}='${value}'`)
+      .join(' ')
+    const log = join(this.root, 'postgres.log')
+    await this.tool('pg_ctl', ['start', '-D', this.data, '-w', '-t', '60', '-l', log, '-o', options]).catch(
+      (err: unknown) => {
+        // Another process took the port since it was chosen (ports.ts, onFreePorts).
+        if (this.port !== undefined && existsSync(log) && /Address already in use/.test(readFileSync(log, 'utf8')))
+          throw new PortTaken()
+        throw err
+      },
+    )
   }
 
   async stop(mode: 'fast' | 'immediate'): Promise<void> {

@@ -104,6 +104,14 @@ export function runCertificateAuthority(): CertificateAuthority {
   return { cert, key }
 }
 
+/** What a certificate from an authority is for, besides the defaults. */
+export interface IssueOptions {
+  /** Its subjectAltName entries; the default `IP:127.0.0.1, DNS:localhost`; empty: none. */
+  names?: string[]
+  /** A client's (clientAuth, CN `name`: PostgreSQL's `cert` method reads the role there), not a server's. */
+  client?: boolean
+}
+
 /**
  * A certificate for 127.0.0.1 and localhost (ECDSA P-256) issued by `ca`
  * (by default the run's, which test processes trust without any `ca`
@@ -114,6 +122,7 @@ export function certificateFromAuthority(
   dir: string,
   name: string,
   ca: CertificateAuthority = runCertificateAuthority(),
+  { names = ['IP:127.0.0.1', 'DNS:localhost'], client = false }: IssueOptions = {},
 ): TestCertificate {
   const cert = join(dir, `${name}.cert.pem`)
   const key = join(dir, `${name}.key.pem`)
@@ -124,8 +133,8 @@ export function certificateFromAuthority(
     [
       'basicConstraints = critical, CA:FALSE',
       'keyUsage = critical, digitalSignature',
-      'extendedKeyUsage = serverAuth',
-      'subjectAltName = IP:127.0.0.1, DNS:localhost',
+      `extendedKeyUsage = ${client ? 'clientAuth' : 'serverAuth'}`,
+      ...(names.length ? [`subjectAltName = ${names.join(', ')}`] : []),
       'subjectKeyIdentifier = hash',
       'authorityKeyIdentifier = keyid',
     ].join('\n') + '\n',

@@ -1,4 +1,6 @@
 import postgres, { type Sql } from 'postgres'
+import { parseConnectionString, type ConnectionString } from './connection-string.js'
+import { tlsOptions } from './database-tls.js'
 import { isoTimestamp, timestampParameter } from './timestamps.js'
 
 export interface PoolOptions {
@@ -24,8 +26,11 @@ export interface PoolOptions {
  *   stopped talking mid-way cannot hold its row locks forever;
  * - int8 columns come back as JS numbers: ids and prices fit in 2^53, and
  *   JSON clients want numbers, not strings.
- * A `host` query parameter that is a directory (libpq's way to name a Unix
- * socket) is honoured; postgres.js would otherwise send it as a setting.
+ * The URL is read as libpq reads it (src/core/db/connection-string.ts: the
+ * socket forms, sslmode, sslrootcert, sslcert, sslkey), not by postgres.js,
+ * which would send what it does not know to the server as settings; TLS as
+ * src/core/db/database-tls.ts makes it. A URL that cannot work throws a
+ * ConnectionStringError (start-up has checked it already: src/config.ts).
  * What the pool cannot do itself (refuse work when saturated, stop waiting
  * for a server that went silent) is done per request in src/core/db/admission.ts.
  *
@@ -55,15 +60,17 @@ export interface PoolOptions {
  * checks it before anything connects (src/core/db/driver-check.ts).
  */
 export function connect(databaseUrl: string, options: PoolOptions): Sql {
-  const url = new URL(databaseUrl)
-  const socketDir = url.searchParams.get('host')
-  if (socketDir) url.searchParams.delete('host')
+  const target = parseConnectionString(databaseUrl)
   const timeouts = {
     statement_timeout: options.statementTimeoutMs,
     idle_in_transaction_session_timeout: options.statementTimeoutMs,
   }
-  return postgres(url.toString(), {
-    ...(socketDir ? { host: socketDir } : {}),
+  return postgres({
+    ...where(target),
+    ssl: tlsOptions(target),
+    ...(target.targetSessionAttrs && target.targetSessionAttrs !== 'any'
+      ? { target_session_attrs: target.targetSessionAttrs }
+      : {}),
     ...(options.pooled ? { prepare: false, max_pipeline: 0 } : {}),
     max: options.max,
     connect_timeout: 5,
@@ -75,7 +82,8 @@ export function connect(databaseUrl: string, options: PoolOptions): Sql {
     // postgres.js's own hook, `debug`, captures a stack trace for every query and fragment.
     ...(options.onQuery ? ({ onquery: options.onQuery } as object) : {}),
     connection: {
-      application_name: 'users-products-api',
+      application_name: target.applicationName ?? 'users-products-api',
+      ...(target.options ? { options: target.options } : {}),
       // Timestamps as text in one form (timestamps.ts); the instant is the same in any zone.
       TimeZone: 'UTC',
       DateStyle: 'ISO, MDY',
@@ -86,6 +94,27 @@ export function connect(databaseUrl: string, options: PoolOptions): Sql {
       timestamptz: { to: 1184, from: [1184], serialize: timestampParameter, parse: isoTimestamp },
     },
   })
+}
+
+/** postgres.js's options for where to connect and as whom; what the URL leaves out, postgres.js's defaults fill. */
+function where(target: ConnectionString) {
+  const { socket, hosts, ports, user, password, database } = target
+  // Arrays, one entry per host: postgres.js takes them (parseOptions), though its types say one string and number;
+  // a string would be split at every colon, an IPv6 address's too. With a Unix socket it connects to `path`, and
+  // host and port say where that is (src/core/db/target.ts).
+  const place = (socket
+    ? { host: [socket], port: ports, path: `${socket}/.s.PGSQL.${ports[0]}` }
+    : { host: hosts, port: ports }) as unknown as {
+    host: string
+    port: number
+    path?: string
+  }
+  return {
+    ...place,
+    ...(user !== undefined ? { user } : {}),
+    ...(password !== undefined ? { pass: password } : {}),
+    ...(database !== undefined ? { database } : {}),
+  }
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { Sql } from 'postgres'
 import type { Component } from '../lifecycle.js'
+import { unreachable } from './target.js'
 
 /**
  * The pool, the listening connection and the purges' connection as a
@@ -15,14 +16,19 @@ export class DatabaseComponent implements Component {
     private readonly sql: Sql,
     private readonly listenSql: Sql,
     private readonly maintenanceSql: Sql,
+    /** The pool's URL, to say where it failed (never shown). */
+    private readonly url: string,
   ) {}
 
   /**
    * The pool's first connection: the first request does not pay for connecting, and a database that cannot be reached
-   * fails start-up.
+   * fails start-up, said as where it tried to go and why (target.ts): this may be the first session on the pool's URL
+   * (with DATABASE_POOLER=none and the migrations on another URL, nothing connected there before).
    */
   async start(): Promise<void> {
-    await this.sql`SELECT 1`
+    await this.sql`SELECT 1`.catch((err: unknown) => {
+      throw unreachable(this.url, this.sql, err)
+    })
   }
 
   /** end() destroys the connections once its time-out passes: statements still running then are cut. */

@@ -1,3 +1,5 @@
+import { isTlsFailure } from './database-tls.js'
+
 // Database failures a request may meet, told apart for the HTTP layer to
 // answer (src/core/http/database-problems.ts).
 // postgres.js puts the SQLSTATE in `code`; connection trouble has codes of its
@@ -47,8 +49,10 @@ export function classifyDatabaseError(err: unknown): DatabaseFailure | undefined
   // 55000 from the server's start-up of a session (CheckMyDatabase): the
   // database refuses new connections (ALLOW_CONNECTIONS false, as during a
   // maintenance or a restore); elsewhere 55000 is an object's state, no outage.
+  // A certificate refused or a handshake failed (the server's certificate expired, say): the database cannot be had.
   if (
     connectionCodes.has(code) ||
+    isTlsFailure(code) ||
     code.startsWith('08') ||
     code.startsWith('53') ||
     /^57P0[1-3]$/.test(code) ||

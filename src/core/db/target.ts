@@ -1,5 +1,7 @@
 import type { Sql } from 'postgres'
 import { connect } from './connect.js'
+import { parseConnectionString, type ConnectionString } from './connection-string.js'
+import { tlsFailure } from './database-tls.js'
 import { classifyDatabaseError } from './errors.js'
 
 // Where a database URL leads (host, port, database, user: what start-up
@@ -41,6 +43,15 @@ export class DatabaseUnreachable extends Error {
   }
 }
 
+/** `url` as it was read to connect (it was, so it parses). */
+function settingsOf(url: string): ConnectionString | undefined {
+  try {
+    return parseConnectionString(url)
+  } catch {
+    return undefined
+  }
+}
+
 /** Node's codes for a connection that could not be made, in words. */
 const networkReasons: Record<string, string> = {
   ECONNREFUSED: 'connection refused (is PostgreSQL running there, listening on that address and port?)',
@@ -57,7 +68,8 @@ const networkReasons: Record<string, string> = {
 /**
  * `err`, met opening a session on `sql` (whose URL is `url`), as a
  * DatabaseUnreachable when it means the session could not be had: the
- * network, the server refusing (starting up, too many clients), or the
+ * network, TLS (a certificate refused, src/core/db/database-tls.ts), the
+ * server refusing (starting up, too many clients), or the
  * server's answer to the log-in (no such role or database, a wrong password,
  * no pg_hba.conf entry), whose messages name the role and database but
  * never a password. Anything else is returned as it is.
@@ -67,6 +79,7 @@ export function unreachable(url: string, sql: Sql, err: unknown): unknown {
   const { code } = err as Error & { code?: string }
   if (code === undefined) return err
   const reason =
+    tlsFailure(err, settingsOf(url)) ??
     networkReasons[code] ??
     // 28: invalid authorization (a wrong password, no such role, pg_hba.conf); 3D000: no such database.
     (code.startsWith('28') ||
