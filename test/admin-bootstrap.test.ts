@@ -232,6 +232,7 @@ describe('dist/main.js admin <email> (password from ADMIN_PASSWORD or standard i
     for (const [i, exit] of exits.entries()) {
       const [label, , env, message] = refused[i]!
       assert.notEqual(exit.code, 0, `${label}: exit code`)
+      assert.match(exit.stderr, /^Cannot create the admin: /, label)
       assert.notEqual(exit.code, null, `${label}: killed, not exited`)
       assert.match(exit.stderr, message, label)
       assert.doesNotMatch(exit.stderr, STACK_LINE, `${label}: a stack trace`)

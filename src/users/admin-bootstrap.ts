@@ -37,8 +37,7 @@ export async function createOrResetAdmin(
   const errors = users.bodies.create.errors({ name: 'Administrator', email, password: secret })
   // A ConfigError: bad input from the operator (the command line, ADMIN_EMAIL) gets
   // its message on stderr, not the JSON-and-stack-trace main.ts prints for a crash.
-  if (errors.length)
-    throw new ConfigError(`Cannot create the admin: ${errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; ')}`)
+  if (errors.length) throw new ConfigError(errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; '))
   const passwordHash = await passwords.hash(secret)
   return sql.begin(async (tx) => {
     const [existing] = await tx<
@@ -89,7 +88,12 @@ export async function bootstrapAdminIfNone(
 ): Promise<boolean> {
   const [any] = await sql`SELECT 1 FROM users WHERE role = 'admin' LIMIT 1`
   if (any) return false
-  await createOrResetAdmin(sql, passwords, admin.email, admin.password)
+  // At start-up the operator reads "Cannot start: …": which settings, and that it was the admin that failed.
+  await createOrResetAdmin(sql, passwords, admin.email, admin.password).catch((err: unknown) => {
+    throw err instanceof ConfigError
+      ? new ConfigError(`ADMIN_EMAIL, ADMIN_PASSWORD: cannot create the first admin: ${err.message}`)
+      : err
+  })
   return true
 }
 
