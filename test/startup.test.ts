@@ -274,14 +274,17 @@ describe('the port', { concurrency: true }, () => {
 })
 
 describe('commands', { concurrency: true }, () => {
-  test('migrate in production needs no JWT_SECRETS: it signs nothing, so a migration job is not given them', async () => {
-    const db = await emptyDatabase()
-    const exit = await runCommand(['migrate'], { NODE_ENV: 'production', DATABASE_URL: db.url })
-    assert.equal(exit.code, 0, exit.stderr)
-    assert.equal(await db.migrated(), true)
-    const serve = await runCommand([], { NODE_ENV: 'production', DATABASE_URL: db.url, PORT: '0' })
-    assertOneLine(serve, /^Cannot start: JWT_SECRETS: required when NODE_ENV=production: /)
-  })
+  test(
+    'migrate in production needs no JWT_SECRETS: it signs nothing, so a migration job is not given ' + 'them',
+    async () => {
+      const db = await emptyDatabase()
+      const exit = await runCommand(['migrate'], { NODE_ENV: 'production', DATABASE_URL: db.url })
+      assert.equal(exit.code, 0, exit.stderr)
+      assert.equal(await db.migrated(), true)
+      const serve = await runCommand([], { NODE_ENV: 'production', DATABASE_URL: db.url, PORT: '0' })
+      assertOneLine(serve, /^Cannot start: JWT_SECRETS: required when NODE_ENV=production: /)
+    },
+  )
 
   for (const args of [['--help'], ['help'], ['-h']]) {
     test(`${args[0]}: the usage on stdout, exit 0, nothing started`, async () => {
