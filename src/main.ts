@@ -16,13 +16,21 @@ const commands: Commands = {
     run: async () => (await import('./start.js')).start('migrate', []),
   },
   admin: {
-    args: '[email]',
+    args: '<email>',
     summary:
       'create an admin, or give an admin a new password (from ADMIN_PASSWORD or standard input; without either, one ' +
       'is generated and printed)',
     // It says itself why a second argument is refused: a password there would show in ps.
     maxArgs: Infinity,
-    run: async (args) => (await import('./start.js')).start('admin', args),
+    failure: 'Cannot create the admin',
+    run: async (args) => {
+      // Never a default address: an admin nobody asked for, with a password printed to whoever ran this.
+      if (!args[0] && !process.env.ADMIN_EMAIL)
+        throw new UsageError(
+          'admin needs the e-mail of the admin to create or reset: admin <email> (make admin EMAIL=…)',
+        )
+      await (await import('./start.js')).start('admin', args)
+    },
   },
   healthcheck: {
     args: '[--ready]',
@@ -38,7 +46,12 @@ const commands: Commands = {
 
 async function main(): Promise<void> {
   const { command, args } = pickCommand(commands, process.argv.slice(2))
-  await command.run(args)
+  try {
+    await command.run(args)
+  } catch (err) {
+    if (err instanceof UsageError) throw err
+    await (await import('./start.js')).exitCannotStart(err, command.failure)
+  }
 }
 
 main().catch(async (err: unknown) => {

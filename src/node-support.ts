@@ -6,13 +6,18 @@ import type { Logger } from './core/log.js'
 
 /**
  * End-of-life date of each release line, from the Node.js release schedule
- * (github.com/nodejs/Release, schedule.json). Every line older than the first
- * row has ended. Odd lines are short-lived (about eight months), so they are
- * here too. A line newer than the last row is taken as supported; add a row when
- * a line is released, and keep `engines` in package.json and the builds of
- * src/dev/node-line.mjs in step.
+ * (github.com/nodejs/Release, schedule.json), from 18 on: the ended lines that
+ * still run somewhere, so that the warning gives their date. Every line older
+ * than the first row ended before it did. Odd lines are short-lived (about eight
+ * months), so they are here too. A line newer than the last row is taken as
+ * supported; add a row when a line is released, and keep `engines` in
+ * package.json and the builds of src/dev/node-line.mjs in step.
  */
 export const RELEASE_LINES: ReadonlyArray<{ line: number; endOfLife: string }> = [
+  { line: 18, endOfLife: '2025-04-30' },
+  { line: 19, endOfLife: '2023-06-01' },
+  { line: 20, endOfLife: '2026-04-30' },
+  { line: 21, endOfLife: '2024-06-01' },
   { line: 22, endOfLife: '2027-04-30' },
   { line: 23, endOfLife: '2025-06-01' },
   { line: 24, endOfLife: '2028-04-30' },
@@ -35,15 +40,17 @@ export function endOfLifeNotice(
 ): { msg: string; fields: Record<string, unknown> } | undefined {
   const line = Number(/^v?(\d+)\./.exec(version)?.[1])
   if (!Number.isInteger(line) || line > RELEASE_LINES[RELEASE_LINES.length - 1]!.line) return undefined
-  // No row: a line older than the table's first, long ended.
   const row = RELEASE_LINES.find((r) => r.line === line)
   if (row && !ended(row.endOfLife, today)) return undefined
+  // No row: a line older than the table's first, which ended before that line did (an odd line before the next even
+  // one, an even line before the next even one).
+  const endOfLife = row?.endOfLife ?? `before ${RELEASE_LINES[0]!.endOfLife}`
   const install = supportedLines(today)
   return {
     msg:
-      `Node.js ${version} is end-of-life and gets no security fixes; install a supported release line ` +
-      `(${install.join(', ')})`,
-    fields: { node_version: version, end_of_life: row?.endOfLife ?? null, supported_lines: install },
+      `Node.js ${version} is end-of-life (ended ${endOfLife}) and gets no security fixes; install a supported ` +
+      `release line (${install.join(', ')})`,
+    fields: { node_version: version, end_of_life: endOfLife, supported_lines: install },
   }
 }
 

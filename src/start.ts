@@ -42,7 +42,7 @@ export async function start(kind: Kind, args: string[]): Promise<void> {
       ? { ...process.env, ADMIN_EMAIL: undefined, ADMIN_PASSWORD: undefined, ADMIN_PASSWORD_FILE: undefined }
       : process.env
   const worker = workerLink()
-  const { config, warnings } = readConfig(env)
+  const { config, warnings } = readConfig(env, kind)
   const stdout = batchedWriter(
     (text) => process.stdout.write(text),
     undefined,
@@ -192,7 +192,8 @@ async function adminCommand(
       'admin takes the e-mail only; give the password in ADMIN_PASSWORD or on standard input, not on the command ' +
         'line (it would show in ps).',
     )
-  const email = args[0] || process.env.ADMIN_EMAIL || 'admin@example.com'
+  // src/main.ts refuses the command without either.
+  const email = args[0] || process.env.ADMIN_EMAIL!
   const secret = readSecret(process.env, 'ADMIN_PASSWORD')
   if (secret.problem) throw new ConfigError(secret.problem)
   const given = await adminPasswordFrom({ ADMIN_PASSWORD: secret.value }, process.stdin)
@@ -241,11 +242,14 @@ const explained = (err: unknown): err is Error =>
   err instanceof LocalClusterError ||
   err instanceof DriverPatchError
 
-/** Says why a command failed, one line per problem and no stack trace when an operator can act on it, and exits 1. */
-export async function exitCannotStart(err: unknown): Promise<never> {
+/**
+ * Says why a command failed, one line per problem and no stack trace when an operator can act on it, and exits 1. Each
+ * line begins with what failed: `failure`, the command's own words (src/main.ts), "Cannot start" by default.
+ */
+export async function exitCannotStart(err: unknown, failure = 'Cannot start'): Promise<never> {
   const lines =
     err instanceof ConfigError ? err.problems : explained(err) ? [err.message] : [JSON.stringify(describeError(err))]
-  process.stderr.write(lines.map((line) => `Cannot start: ${line}\n`).join(''))
+  process.stderr.write(lines.map((line) => `${failure}: ${line}\n`).join(''))
   await reportCannotStart(explained(err) || !(err instanceof Error) ? lines.join('; ') : err.message)
   process.exit(1)
 }

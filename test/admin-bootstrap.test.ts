@@ -46,6 +46,8 @@ async function assertStopsCleanly(service: Spawned): Promise<void> {
 interface Database {
   url: string
   sql: Sql
+  /** The application on this database. */
+  appUrl: string
   /** POST /auth/login through the application on this database; the status. */
   login(email: string, password: string): Promise<number>
 }
@@ -65,7 +67,7 @@ async function database(): Promise<Database> {
   after(() => service.close())
   const appUrl = `http://127.0.0.1:${(await service.listen(0, '127.0.0.1')).port}`
   const { sql } = service.deps
-  return { url, sql, login: (email, password) => loginAt(appUrl, email, password) }
+  return { url, sql, appUrl, login: (email, password) => loginAt(appUrl, email, password) }
 }
 
 async function loginAt(baseUrl: string, email: string, password: string): Promise<number> {
@@ -214,6 +216,60 @@ describe('dist/main.js admin <email> (password from ADMIN_PASSWORD or standard i
     assert.equal((await usersIn(db.sql)).length, 0)
   })
 
+  test(
+    "the admin's user.created event carries the row as stored, verified; a reset of an unverified admin's password " +
+      'records its verification in its user.updated event',
+    async () => {
+      const db = await database()
+      const password = 'an event-checked password'
+      const made = parseAdminOutput(
+        await runMain(['admin', 'evented.admin@example.com'], {
+          DATABASE_URL: db.url,
+          JWT_SECRETS,
+          ADMIN_PASSWORD: password,
+        }),
+      )
+      const login = await fetch(`${db.appUrl}/auth/login`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ email: 'evented.admin@example.com', password }),
+      })
+      const { access_token: token } = (await login.json()) as { access_token: string }
+      const shown = async (id: number) => {
+        const res = await fetch(`${db.appUrl}/users/${id}`, { headers: { authorization: `Bearer ${token}` } })
+        assert.equal(res.status, 200)
+        return (await res.json()) as Record<string, unknown>
+      }
+      // Published or not yet: the outbox and the feed together.
+      const eventsOf = (id: number) =>
+        db.sql<Array<{ type: string; data: Record<string, unknown> }>>`
+          SELECT type, data FROM (
+            SELECT seq AS n, type, data, subject_type, subject_id FROM event_outbox
+            UNION ALL SELECT id, type, data, subject_type, subject_id FROM events
+          ) e WHERE subject_type = 'user' AND subject_id = ${id} ORDER BY n`
+      const stored = await shown(made.id)
+      assert.notEqual(stored.email_verified_at, null)
+      const created = (await eventsOf(made.id)).filter((e) => e.type === 'user.created')
+      assert.equal(created.length, 1)
+      assert.deepEqual(created[0]!.data, stored)
+
+      // An admin whose address was never verified (made before verification existed, or through psql).
+      const [old] = await db.sql<[{ id: number }]>`
+        INSERT INTO users (name, email, role) VALUES ('Old Admin', 'old.admin@example.com', 'admin') RETURNING id`
+      parseAdminOutput(
+        await runMain(['admin', 'old.admin@example.com'], {
+          DATABASE_URL: db.url,
+          JWT_SECRETS,
+          ADMIN_PASSWORD: password,
+        }),
+      )
+      const reset = await shown(old.id)
+      assert.notEqual(reset.email_verified_at, null)
+      const updated = (await eventsOf(old.id)).filter((e) => e.type === 'user.updated')
+      assert.deepEqual(updated.at(-1)?.data, reset)
+    },
+  )
+
   const refused: Array<[string, string[], Record<string, string>, RegExp]> = [
     ['an e-mail without a domain', ['admin', 'not-an-email'], {}, /email/],
     ['an e-mail without a dot in the domain', ['admin', 'root@localhost'], {}, /email/],
@@ -232,6 +288,7 @@ describe('dist/main.js admin <email> (password from ADMIN_PASSWORD or standard i
     for (const [i, exit] of exits.entries()) {
       const [label, , env, message] = refused[i]!
       assert.notEqual(exit.code, 0, `${label}: exit code`)
+      assert.match(exit.stderr, /^Cannot create the admin: /, label)
       assert.notEqual(exit.code, null, `${label}: killed, not exited`)
       assert.match(exit.stderr, message, label)
       assert.doesNotMatch(exit.stderr, STACK_LINE, `${label}: a stack trace`)

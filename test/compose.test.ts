@@ -19,7 +19,7 @@ const root = new URL('../', import.meta.url)
 const compose = parse(readFileSync(new URL('compose.yaml', root), 'utf8'), { merge: true })
 const nginxConf = readFileSync(new URL('deploy/nginx.conf', root), 'utf8')
 const dockerfile = readFileSync(new URL('Dockerfile', root), 'utf8')
-const { db, api, proxy } = compose.services
+const { db, migrate, api, proxy } = compose.services
 
 /** Compose's `${NAME}`, `${NAME:-default}` and `${NAME:?message}`, with `values` as the environment. */
 function interpolate(text: string, values: Record<string, string>): string {
@@ -35,16 +35,48 @@ function interpolate(text: string, values: Record<string, string>): string {
 const secretPath = (name: string) => `/run/secrets/${name}`
 
 test(
-  'three services: PostgreSQL with a volume and a health check, two instances of the image built here, ' + 'nginx',
+  'four services: PostgreSQL with a volume and a health check, the migrations once, two instances of the image ' +
+    'built here once they are done, nginx',
   () => {
-    assert.deepEqual(Object.keys(compose.services).sort(), ['api', 'db', 'proxy'])
+    assert.deepEqual(Object.keys(compose.services).sort(), ['api', 'db', 'migrate', 'proxy'])
     assert.ok(db.healthcheck?.test, 'db has a health check')
     const [volume] = db.volumes[0].split(':')
     assert.ok(volume in compose.volumes, 'PostgreSQL data lives in a named volume')
     assert.equal(api.build, '.')
     assert.equal(api.deploy.replicas, 2)
-    assert.deepEqual(api.depends_on, { db: { condition: 'service_healthy' } })
+    assert.deepEqual(api.depends_on, {
+      db: { condition: 'service_healthy' },
+      migrate: { condition: 'service_completed_successfully' },
+    })
     assert.deepEqual(proxy.depends_on, { api: { condition: 'service_healthy' } })
+  },
+)
+
+test(
+  "the migrations run in a one-shot service, the image's own command with `migrate`, as the schema's owner; " +
+    "no other container is given the owner's URL, and the migrations no signing secret",
+  () => {
+    const cmd = /^CMD (\[.*\])$/m.exec(dockerfile)
+    assert.ok(cmd, 'the Dockerfile has an exec-form CMD')
+    assert.deepEqual(migrate.command, [...JSON.parse(cmd[1]!), 'migrate'])
+    assert.equal(migrate.build, api.build, 'the image the instances run (its sql/ holds the migrations)')
+    assert.equal(migrate.restart, 'no', 'exits once done; the hardening default would start it again and again')
+    assert.deepEqual(migrate.healthcheck, { disable: true }, 'no server runs there for the image check to ask')
+    assert.deepEqual(migrate.depends_on, { db: { condition: 'service_healthy' } })
+    assert.equal(migrate.environment.NODE_ENV, 'production')
+    assert.equal(migrate.environment.DATABASE_MIGRATION_URL_FILE, secretPath('database_migration_url'))
+    assert.deepEqual([...migrate.secrets].sort(), ['database_migration_url', 'database_url'])
+    for (const [name, service] of Object.entries(compose.services as Record<string, Record<string, any>>)) {
+      // eslint-disable-line @typescript-eslint/no-explicit-any
+      if (name === 'migrate') continue
+      assert.ok(!(service.secrets ?? []).includes('database_migration_url'), `${name}: given the owner's URL`)
+      assert.ok(
+        !Object.keys(service.environment ?? {}).some((v) => v.startsWith('DATABASE_MIGRATION_URL')),
+        `${name}: DATABASE_MIGRATION_URL`,
+      )
+    }
+    assert.ok(!Object.keys(migrate.environment).some((v) => v.startsWith('JWT_SECRETS')), 'migrate: JWT_SECRETS')
+    assert.ok(!migrate.secrets.includes('jwt_secrets'), 'migrate: the jwt_secrets secret')
   },
 )
 
@@ -94,8 +126,11 @@ test(
       const path = new RegExp(`^\\s*${directive} (\\S+);`, 'm').exec(nginxConf)?.[1]
       assert.ok(tlsFolder && path?.startsWith(`${tlsFolder}/`), `${directive} ${path} is in the mounted ${tlsFolder}`)
     }
-    const upstream = /^\s*server ([a-z0-9-]+):([0-9]+) [^;]*\bresolve;/m.exec(nginxConf)
+    // By name, as shipped; and in the commented alternative for nginx 1.27.3 or later, which the image is.
+    const upstream = /^\s*server ([a-z0-9-]+):([0-9]+)[ ;]/m.exec(nginxConf)
     assert.deepEqual([upstream?.[1], upstream?.[2]], ['api', api.environment.PORT])
+    const resolving = /^\s*# server ([a-z0-9-]+):([0-9]+) [^;]*\bresolve;/m.exec(nginxConf)
+    assert.deepEqual([resolving?.[1], resolving?.[2]], ['api', api.environment.PORT])
     const listens = [...nginxConf.matchAll(/^\s*listen ([0-9]+)( ssl)?;/gm)].map((m) => m[1])
     assert.deepEqual(listens.sort(), ['443', '80'])
     for (const listen of listens)
@@ -122,9 +157,9 @@ test(
     assert.equal(db.environment.POSTGRES_PASSWORD_FILE, secretPath('postgres_password'))
     assert.deepEqual(db.secrets, ['postgres_password', 'runtime_db_password'])
     assert.equal(api.environment.DATABASE_URL_FILE, secretPath('database_url'))
-    assert.equal(api.environment.DATABASE_MIGRATION_URL_FILE, secretPath('database_migration_url'))
     assert.equal(api.environment.JWT_SECRETS_FILE, secretPath('jwt_secrets'))
-    assert.deepEqual([...api.secrets].sort(), ['database_migration_url', 'database_url', 'jwt_secrets'])
+    assert.deepEqual([...api.secrets].sort(), ['database_url', 'jwt_secrets'])
+    assert.equal(migrate.environment.DATABASE_URL_FILE, secretPath('database_url'))
     assert.match(readFileSync(new URL('.gitignore', root), 'utf8'), /^secrets\/$/m)
     const ignored = readFileSync(new URL('.dockerignore', root), 'utf8').split('\n')
     assert.ok(
@@ -177,19 +212,24 @@ test(
     )
     assert.equal(db.environment.RUNTIME_DB_PASSWORD_FILE, secretPath('runtime_db_password'))
 
-    // The instances' environment passes the service's own configuration check, the secrets read from the files written.
+    // The instances' and the migrations' environments pass the service's own configuration check, the secrets read
+    // from the files written.
     const files = Object.fromEntries(
       Object.keys(compose.secrets).map((name) => [secretPath(name), join(dir, compose.secrets[name].file)]),
     )
-    const env = Object.fromEntries(
-      Object.entries(api.environment as Record<string, string>).map(([k, v]) => [k, files[v] ?? v]),
-    )
-    const config = loadConfig(env)
+    const envOf = (service: { environment: Record<string, string> }) =>
+      Object.fromEntries(Object.entries(service.environment).map(([k, v]) => [k, files[v] ?? v]))
+    const config = loadConfig(envOf(api))
     assert.equal(config.production, true)
     assert.equal(config.trustProxy, 1)
     assert.equal(config.databaseUrl, read('database_url'))
-    assert.equal(config.databaseMigrationUrl, read('database_migration_url'))
+    assert.equal(config.databaseMigrationUrl, undefined)
     assert.equal(config.jwtSecrets.length, 1)
+    const migrating = loadConfig(envOf(migrate), 'migrate')
+    assert.equal(migrating.production, true)
+    assert.equal(migrating.databaseUrl, read('database_url'))
+    assert.equal(migrating.databaseMigrationUrl, read('database_migration_url'))
+    assert.deepEqual(migrating.jwtSecrets, [])
     // compose gives the stopping container this long before SIGKILL: longer than the service's drain.
     assert.ok(Number.parseInt(api.stop_grace_period) * 1000 > config.shutdownTimeoutMs)
 

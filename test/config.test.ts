@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import { spawnSync } from 'node:child_process'
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -397,9 +398,26 @@ describe('production', () => {
     assertRefused({ NODE_ENV: 'production', JWT_SECRETS: `k:${SECRET}` }, 'DATABASE_URL', /required/)
   })
 
-  test('refuses NODE_ENV=production without JWT_SECRETS', () => {
+  test('refuses NODE_ENV=production without JWT_SECRETS, saying what they are and how to make one', () => {
     assertRefused({ NODE_ENV: 'production', DATABASE_URL: url }, 'JWT_SECRETS', /required/)
     assertRefused({ NODE_ENV: 'production', DATABASE_URL: url, JWT_SECRETS: '' }, 'JWT_SECRETS', /required/)
+    assertRefused({ NODE_ENV: 'production', DATABASE_URL: url }, 'JWT_SECRETS', /kid:secret.*openssl rand -base64 48/)
+    // The command it gives makes a secret the service takes.
+    const made = spawnSync('sh', ['-c', 'echo "k1:$(openssl rand -base64 48)"'], { encoding: 'utf8' })
+    if (made.status === 0) {
+      const config = loadConfig({ NODE_ENV: 'production', DATABASE_URL: url, JWT_SECRETS: made.stdout.trim() })
+      assert.equal(config.jwtSecrets[0]?.kid, 'k1')
+    }
+  })
+
+  test('the migrate and admin commands sign nothing: in production they need no JWT_SECRETS', () => {
+    for (const purpose of ['migrate', 'admin'] as const) {
+      const config = loadConfig({ NODE_ENV: 'production', DATABASE_URL: url }, purpose)
+      assert.deepEqual([config.production, config.jwtSecrets], [true, []], purpose)
+    }
+    assert.throws(() => loadConfig({ NODE_ENV: 'production' }, 'migrate'), {
+      message: 'DATABASE_URL: required when NODE_ENV=production',
+    })
   })
 
   test('starts in production with both', () => {
@@ -439,7 +457,8 @@ describe('every problem at once', () => {
   test('NODE_ENV=production with nothing else: DATABASE_URL and JWT_SECRETS together, one line each', () => {
     assert.deepEqual(problemsOf({ NODE_ENV: 'production' }), [
       'DATABASE_URL: required when NODE_ENV=production',
-      'JWT_SECRETS: required when NODE_ENV=production',
+      'JWT_SECRETS: required when NODE_ENV=production: comma-separated kid:secret pairs, each secret at least 32 ' +
+        'bytes, the first signing; make one with echo "k1:$(openssl rand -base64 48)"',
     ])
   })
 
@@ -575,7 +594,8 @@ describe('<NAME>_FILE', () => {
 
   test('a secret file counts for "required in production"', () => {
     assert.deepEqual(problemsOf({ NODE_ENV: 'production', DATABASE_URL_FILE: file('url2', url) }), [
-      'JWT_SECRETS: required when NODE_ENV=production',
+      'JWT_SECRETS: required when NODE_ENV=production: comma-separated kid:secret pairs, each secret at least 32 ' +
+        'bytes, the first signing; make one with echo "k1:$(openssl rand -base64 48)"',
     ])
   })
 

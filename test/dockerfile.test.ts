@@ -211,7 +211,7 @@ describe("the image's HEALTHCHECK command follows the configuration the service 
       assertUnhealthy(noPrefix, /:[0-9]+\/healthz answered 404/)
       assertUnhealthy(
         plainHttp,
-        /GET http:\/\/127\.0\.0\.1:[0-9]+\/v1\/healthz closed without an answer: does the service serve HTTPS/,
+        /GET http:\/\/127\.0\.0\.1:[0-9]+\/v1\/healthz answered 400 invalid_request, as an HTTPS port does to plain HTTP: does the service serve HTTPS here/,
       )
       assertUnhealthy(otherPort, /connection refused: is the service running, on PORT=[0-9]+\?/)
     },

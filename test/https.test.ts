@@ -182,6 +182,35 @@ test(
   },
 )
 
+test(
+  'plain HTTP sent to the HTTPS port gets a 400 problem in plain HTTP saying to use https://, and the connection ' +
+    'closes at once',
+  async () => {
+    const socket = tcpConnect(Number(port), '127.0.0.1')
+    const openedAt = performance.now()
+    socket.write('GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n')
+    let raw = ''
+    socket.setEncoding('utf8').on('data', (chunk: string) => (raw += chunk))
+    const closedMs = await new Promise<number>((resolve, reject) => {
+      socket.on('error', reject)
+      socket.on('close', () => resolve(performance.now() - openedAt))
+    })
+    const [head = '', body = ''] = raw.split('\r\n\r\n')
+    assert.match(head, /^HTTP\/1\.1 400 Bad Request\r\n/)
+    assert.match(head, /^content-type: application\/problem\+json/im)
+    assert.match(head, /^connection: close$/im)
+    assert.doesNotMatch(head, /strict-transport-security/i, 'HSTS is never sent over plain HTTP (RFC 6797)')
+    const problem = JSON.parse(body) as { status: number; code: string; detail: string; request_id: string }
+    assert.deepEqual([problem.status, problem.code], [400, 'invalid_request'])
+    assert.match(problem.detail, /https:\/\//)
+    // Well before HEADERS_TIMEOUT (10 s here), which is when a connection that never shakes hands is closed.
+    assert.ok(closedMs < 5000, `closed after ${Math.round(closedMs)} ms`)
+    const logged = api.logs.find((l) => l.msg === 'request' && l.request_id === problem.request_id)
+    assert.equal(logged?.status, 400)
+    assert.equal((await get()).status, 200, 'HTTPS is served as before')
+  },
+)
+
 test('MAX_CONNECTIONS holds over HTTPS: past it a new connection is closed before its handshake', async () => {
   const capped = await startServer({ TLS_CERT_FILE: rsa.cert, TLS_KEY_FILE: rsa.key, MAX_CONNECTIONS: '3' })
   const cappedPort = Number(new URL(capped.url).port)

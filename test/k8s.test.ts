@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, test } from 'node:test'
@@ -17,12 +17,14 @@ import { validateManifests } from './helpers/k8s-schema.js'
 
 const root = new URL('../', import.meta.url)
 const folder = new URL('deploy/k8s/', root)
+/** The example Secrets: outside the folder, so that `kubectl apply -f deploy/k8s/` never applies them. */
+const EXAMPLE = 'deploy/k8s-secrets.example.yaml'
 type Manifest = Record<string, any> // eslint-disable-line @typescript-eslint/no-explicit-any
-const files = readdirSync(folder)
-  .filter((f) => f.endsWith('.yaml'))
-  .sort()
+/** What `kubectl apply -f deploy/k8s/` reads: every .yaml, .yml and .json file of the folder (-R: and below it). */
+const applied = (readdirSync(folder, { recursive: true }) as string[]).filter((f) => /\.(ya?ml|json)$/.test(f)).sort()
+const files = applied.map((file) => `deploy/k8s/${file}`).concat(EXAMPLE)
 const documents = files.flatMap((file) =>
-  parseAllDocuments(readFileSync(new URL(file, folder), 'utf8')).map((doc, i) => {
+  parseAllDocuments(readFileSync(new URL(file, root), 'utf8')).map((doc, i) => {
     assert.deepEqual(doc.errors, [], `${file}: ${doc.errors.join('; ')}`)
     return { file, index: i, manifest: doc.toJS() as Manifest }
   }),
@@ -46,6 +48,9 @@ const [api] = deployment.spec.template.spec.containers as Manifest[]
 const [migrate] = job.spec.template.spec.containers as Manifest[]
 const envOf = (container: Manifest): Record<string, string> =>
   Object.fromEntries((container.env as Manifest[]).map((e) => [e.name, e.value]))
+/** The volume of `container`'s pod (the Deployment's or the Job's) that a mount names. */
+const volumeOf = (container: Manifest, name: string): Manifest =>
+  ((container === api ? deployment : job).spec.template.spec.volumes as Manifest[]).find((v) => v.name === name)!
 /** Its settings but the secrets, whose files exist only in the pod. */
 const plainEnvOf = (container: Manifest) =>
   Object.fromEntries(Object.entries(envOf(container)).filter(([name]) => !name.endsWith('_FILE')))
@@ -79,7 +84,7 @@ function materialize(
 }
 
 test('every document is valid against the Kubernetes schema of its kind, unknown fields refused', async () => {
-  assert.deepEqual(files, ['deployment.yaml', 'migrate-job.yaml', 'pdb.yaml', 'secrets.example.yaml', 'service.yaml'])
+  assert.deepEqual(applied, ['deployment.yaml', 'migrate-job.yaml', 'pdb.yaml', 'service.yaml'])
   assert.deepEqual(documents.map((d) => d.manifest.kind).sort(), [
     'Deployment',
     'Job',
@@ -198,15 +203,78 @@ test(
         `${container.name}: envFrom would put every key of a Secret in the environment`,
       )
       for (const mount of container.volumeMounts as Manifest[])
-        assert.equal(mount.readOnly, true, `${container.name}: ${mount.name}`)
+        if (volumeOf(container, mount.name).secret)
+          assert.equal(mount.readOnly, true, `${container.name}: ${mount.name}`)
     }
     assert.ok('DATABASE_URL_FILE' in envOf(api) && 'JWT_SECRETS_FILE' in envOf(api))
     for (const pod of [deployment.spec.template.spec, job.spec.template.spec]) {
       for (const volume of pod.volumes as Manifest[]) {
         // 0440: the owner and the pod's fsGroup; not every user of the node's containers.
-        assert.equal(volume.secret.defaultMode, 0o440, `${volume.name}: defaultMode`)
+        if (volume.secret) assert.equal(volume.secret.defaultMode, 0o440, `${volume.name}: defaultMode`)
       }
     }
+  },
+)
+
+test(
+  'each pod is given only the secrets it reads: every file mounted from a Secret is named by a _FILE variable; the ' +
+    'migration Job gets no JWT secret',
+  () => {
+    for (const [pod, container] of [
+      [deployment.spec.template.spec, api],
+      [job.spec.template.spec, migrate],
+    ] as const) {
+      const read = new Set(Object.entries(envOf(container)).flatMap(([n, v]) => (n.endsWith('_FILE') ? [v] : [])))
+      for (const mount of container.volumeMounts as Manifest[]) {
+        const volume = (pod.volumes as Manifest[]).find((v) => v.name === mount.name)!
+        if (!volume.secret) continue
+        assert.ok(
+          volume.secret.items?.length,
+          `${container.name}: ${mount.name} mounts named keys, not the whole Secret`,
+        )
+        for (const item of volume.secret.items as Manifest[]) {
+          const path = `${mount.mountPath}/${item.path}`
+          assert.ok(read.has(path), `${container.name}: ${path} is mounted but no _FILE variable reads it`)
+        }
+      }
+    }
+    assert.ok(!Object.keys(envOf(migrate)).some((name) => name.startsWith('JWT_SECRETS')), 'JWT_SECRETS in the Job')
+    const keys = (job.spec.template.spec.volumes as Manifest[]).flatMap((v) =>
+      (v.secret?.items ?? []).map((i: Manifest) => i.key),
+    )
+    assert.ok(!keys.includes('jwt-secrets'), `the Job mounts ${keys.join(', ')}`)
+  },
+)
+
+test('a read-only root file system, and an emptyDir at /tmp for what must still be written', () => {
+  for (const [kind, pod] of [
+    ['Deployment', deployment.spec.template.spec],
+    ['Job', job.spec.template.spec],
+  ] as const) {
+    for (const container of pod.containers as Manifest[]) {
+      assert.equal(container.securityContext.readOnlyRootFilesystem, true, kind)
+      const tmp = (container.volumeMounts as Manifest[]).find((m) => m.mountPath === '/tmp')
+      assert.ok(tmp, `${kind}: /tmp is mounted`)
+      assert.notEqual(tmp.readOnly, true, `${kind}: /tmp is writable`)
+      const volume = (pod.volumes as Manifest[]).find((v) => v.name === tmp.name)
+      assert.ok(volume?.emptyDir, `${kind}: /tmp is an emptyDir`)
+      assert.ok(volume.emptyDir.sizeLimit, `${kind}: /tmp has a size limit`)
+    }
+  }
+})
+
+test(
+  '`kubectl apply -f deploy/k8s/` applies no Secret: the example, placeholders only, lives outside the folder and ' +
+    'names the role script where it is',
+  () => {
+    const appliedKinds = documents.filter((d) => d.file.startsWith('deploy/k8s/')).map((d) => d.manifest.kind)
+    assert.ok(!appliedKinds.includes('Secret'), `applied with the folder: ${appliedKinds.join(', ')}`)
+    assert.ok(!EXAMPLE.startsWith('deploy/k8s/'))
+    const text = readFileSync(new URL(EXAMPLE, root), 'utf8')
+    assert.match(text, /deploy\/postgres\/runtime-role\.psql/, 'the script that makes the runtime role')
+    // Every file or folder of the project its comments name exists.
+    for (const [path] of text.matchAll(/\b(?:deploy|docs|sql|src)\/[\w./-]*[\w/]/g))
+      assert.ok(existsSync(new URL(path, root)), `${EXAMPLE} names ${path}, which does not exist`)
   },
 )
 
@@ -235,10 +303,10 @@ test(
     assert.equal(served.databaseUrl, runtimeSecret.stringData['database-url'])
     assert.equal(served.jwtSecrets[0]?.kid, 'k1')
     assert.equal(served.production, true)
-    assert.equal(
-      loadConfig(materialize(job.spec.template.spec, migrate, real)).databaseUrl,
-      runtimeSecret.stringData['database-url'],
-    )
+    // The Job signs nothing: it needs no JWT secret, and starts with the example's placeholders as they are.
+    const migrating = loadConfig(materialize(job.spec.template.spec, migrate, example), 'migrate')
+    assert.equal(migrating.databaseUrl, runtimeSecret.stringData['database-url'])
+    assert.equal(migrating.databaseMigrationUrl, migrationSecret.stringData['database-migration-url'])
   },
 )
 

@@ -26,6 +26,21 @@ describe('which release lines are end-of-life', () => {
       assert.equal(endOfLifeNotice(version, today), undefined, version)
   })
 
+  test('an ended line says when it ended: its date, or for a line older than the table, before the oldest', () => {
+    const today = day('2026-11-25')
+    const ended = { 'v20.19.5': '2026-04-30', 'v18.20.8': '2025-04-30', 'v21.7.3': '2024-06-01' }
+    for (const [version, date] of Object.entries(ended)) {
+      const notice = endOfLifeNotice(version, today)!
+      assert.equal(notice.fields.end_of_life, date, version)
+      assert.match(notice.msg, new RegExp(`^Node\\.js ${version} is end-of-life \\(ended ${date}\\) and gets no`))
+    }
+    const old = endOfLifeNotice('v16.20.2', today)!
+    assert.equal(old.fields.end_of_life, `before ${RELEASE_LINES[0]!.endOfLife}`)
+    assert.match(old.msg, /^Node\.js v16\.20\.2 is end-of-life \(ended before 2025-04-30\)/)
+    for (const version of [...Object.keys(ended), 'v16.20.2', 'v23.11.1'])
+      assert.notEqual(endOfLifeNotice(version, today)!.fields.end_of_life, null, version)
+  })
+
   test('a line ends on its end-of-life day, and the lines to install move on with the date', () => {
     assert.equal(endOfLifeNotice('v25.9.0', day('2026-05-31')), undefined)
     assert.equal(endOfLifeNotice('v25.9.0', day('2026-06-01'))?.fields.end_of_life, '2026-06-01')
@@ -80,6 +95,7 @@ describe('the warning at start-up, through the real entry point', () => {
     assert.equal(warnings.length, 1, JSON.stringify(service.logs))
     assert.equal(warnings[0]!.level, 'warn')
     assert.equal(warnings[0]!.node_version, 'v20.19.5')
+    assert.equal(warnings[0]!.end_of_life, '2026-04-30')
     assert.deepEqual(warnings[0]!.supported_lines, supportedLines(new Date()))
     assert.ok(
       String(warnings[0]!.msg).endsWith(`install a supported release line (${supportedLines(new Date()).join(', ')})`),

@@ -74,7 +74,8 @@ describe('configuration', { concurrency: true }, () => {
     assert.equal(
       exit.stderr,
       'Cannot start: DATABASE_URL: required when NODE_ENV=production\nCannot start: JWT_SECRETS: required when ' +
-        'NODE_ENV=production\n',
+        'NODE_ENV=production: comma-separated kid:secret pairs, each secret at least 32 bytes, the first signing; ' +
+        'make one with echo "k1:$(openssl rand -base64 48)"\n',
     )
     assert.equal(exit.stdout, '')
   })
@@ -273,6 +274,18 @@ describe('the port', { concurrency: true }, () => {
 })
 
 describe('commands', { concurrency: true }, () => {
+  test(
+    'migrate in production needs no JWT_SECRETS: it signs nothing, so a migration job is not given ' + 'them',
+    async () => {
+      const db = await emptyDatabase()
+      const exit = await runCommand(['migrate'], { NODE_ENV: 'production', DATABASE_URL: db.url })
+      assert.equal(exit.code, 0, exit.stderr)
+      assert.equal(await db.migrated(), true)
+      const serve = await runCommand([], { NODE_ENV: 'production', DATABASE_URL: db.url, PORT: '0' })
+      assertOneLine(serve, /^Cannot start: JWT_SECRETS: required when NODE_ENV=production: /)
+    },
+  )
+
   for (const args of [['--help'], ['help'], ['-h']]) {
     test(`${args[0]}: the usage on stdout, exit 0, nothing started`, async () => {
       const exit = await runCommand(args, {})
@@ -282,7 +295,7 @@ describe('commands', { concurrency: true }, () => {
       for (const line of [
         /^ {2}serve +.*\(the default: no command\)$/m,
         /^ {2}migrate +/m,
-        /^ {2}admin \[email\] +/m,
+        /^ {2}admin <email> +/m,
         /^ {2}help +/m,
         /docs\/operations\.md/,
       ])
@@ -330,6 +343,26 @@ describe('commands', { concurrency: true }, () => {
 })
 
 describe('make admin', () => {
+  test('without an e-mail: exit 2, what it needs and the usage; no admin made up, nothing started', async () => {
+    const db = await emptyDatabase()
+    const exit = await runCommand(['admin'], { DATABASE_URL: db.url })
+    assert.equal(exit.code, 2, exit.stderr)
+    assert.equal(exit.stdout, '')
+    assert.match(exit.stderr, /^admin needs the e-mail of the admin to create or reset: admin <email> \(make admin/)
+    assert.match(exit.stderr, /^Usage: /m)
+    assert.equal(await db.migrated(), false)
+  })
+
+  test('its failures say that the admin could not be created, not that something could not start', async () => {
+    const exit = await runCommand(['admin', 'someone@example.com'], {
+      DATABASE_URL: 'postgres://api@127.0.0.1:1/api',
+      ADMIN_PASSWORD: 'a password nobody sees',
+    })
+    assertOneLine(exit, /^Cannot create the admin: DATABASE_URL: cannot connect to database "api" on 127\.0\.0\.1:1 /)
+    const invalid = await runCommand(['admin', 'not-an-email'], { DATABASE_URL: await createTestDatabase() })
+    assertOneLine(invalid, /^Cannot create the admin: email /)
+  })
+
   test('a password given on standard input is never printed back; one from ADMIN_PASSWORD_FILE neither', async () => {
     const url = await createTestDatabase()
     const env = { DATABASE_URL: url, JWT_SECRETS: `k:${TEST_JWT_SECRET}`, LOG_LEVEL: 'error', ...testHashCostFor({}) }

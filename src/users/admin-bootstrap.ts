@@ -37,13 +37,13 @@ export async function createOrResetAdmin(
   const errors = users.bodies.create.errors({ name: 'Administrator', email, password: secret })
   // A ConfigError: bad input from the operator (the command line, ADMIN_EMAIL) gets
   // its message on stderr, not the JSON-and-stack-trace main.ts prints for a crash.
-  if (errors.length)
-    throw new ConfigError(`Cannot create the admin: ${errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; ')}`)
+  if (errors.length) throw new ConfigError(errors.map((e) => `${e.path.slice(1)} ${e.message}`).join('; '))
   const passwordHash = await passwords.hash(secret)
   return sql.begin(async (tx) => {
     const [existing] = await tx<
-      Array<{ id: number; role: string; made_by_provider: boolean }>
-    >`SELECT id, role, made_by_provider FROM users WHERE lower(email) = ${normalizeEmail(email)} FOR UPDATE`
+      Array<{ id: number; role: string; made_by_provider: boolean; email_verified_at: Date | null }>
+    >`SELECT id, role, made_by_provider, email_verified_at FROM users
+      WHERE lower(email) = ${normalizeEmail(email)} FOR UPDATE`
     if (existing && existing.role !== 'admin') {
       throw new ConfigError(
         `${email} belongs to an account that is not an admin; it is not promoted from here. Promote it through the ` +
@@ -56,30 +56,29 @@ export async function createOrResetAdmin(
           'password here (OIDC_LOCAL_PASSWORDS is not set). Choose another e-mail for a local admin.',
       )
     }
+    // The operator typed the admin's address where the service runs: it counts as verified (REQUIRE_VERIFIED_EMAIL must
+    // not lock the first admin out). Written with the change itself, so that its event shows the row as stored.
+    const verified = existing?.email_verified_at ? {} : { email_verified_at: await transactionTime(tx) }
     if (existing) {
       // A new password: the trigger of sql/005 voids the JWTs issued before; the sessions end here.
-      await updateRow(tx, users, existing.id, { password_hash: passwordHash }, systemOrigin)
+      await updateRow(tx, users, existing.id, { password_hash: passwordHash, ...verified }, systemOrigin)
       await revokeSessionsOf(tx, existing.id, systemOrigin)
-      await markVerified(tx, existing.id)
       return { id: existing.id, password: secret, created: false }
     }
     const row = await insertRow(
       tx,
       users,
-      { name: 'Administrator', email, role: 'admin', password_hash: passwordHash },
+      { name: 'Administrator', email, role: 'admin', password_hash: passwordHash, ...verified },
       systemOrigin,
     )
-    await markVerified(tx, row.id)
     return { id: row.id, password: secret, created: true }
   })
 }
 
-/**
- * The operator typed the admin's address where the service runs: it counts as verified (REQUIRE_VERIFIED_EMAIL must not
- * lock the first admin out).
- */
-async function markVerified(tx: TransactionSql, id: number): Promise<void> {
-  await tx`UPDATE users SET email_verified_at = coalesce(email_verified_at, now()) WHERE id = ${id}`
+/** now(), the transaction's start, as the text PostgreSQL writes (a Date would lose its microseconds). */
+async function transactionTime(tx: TransactionSql): Promise<string> {
+  const [{ now }] = await tx<[{ now: string }]>`SELECT now()::text AS now`
+  return now
 }
 
 export async function bootstrapAdminIfNone(
@@ -89,7 +88,12 @@ export async function bootstrapAdminIfNone(
 ): Promise<boolean> {
   const [any] = await sql`SELECT 1 FROM users WHERE role = 'admin' LIMIT 1`
   if (any) return false
-  await createOrResetAdmin(sql, passwords, admin.email, admin.password)
+  // At start-up the operator reads "Cannot start: …": which settings, and that it was the admin that failed.
+  await createOrResetAdmin(sql, passwords, admin.email, admin.password).catch((err: unknown) => {
+    throw err instanceof ConfigError
+      ? new ConfigError(`ADMIN_EMAIL, ADMIN_PASSWORD: cannot create the first admin: ${err.message}`)
+      : err
+  })
   return true
 }
 

@@ -12,11 +12,11 @@ import { installedProgram } from './programs.js'
 // the configuration we ship, deploy/nginx.conf, with the changes a test
 // needs: its two servers listen on free loopback ports, the 443 one with a
 // certificate made for the test, its upstream servers are the test's
-// instances (addresses, so without `resolve`: there is nothing to resolve,
-// and Debian's nginx, 1.22, predates the parameter), its temporary files go
-// to a folder of its own, and its per-client request rate is lifted unless
-// the test is about that rate (the load tests send thousands a second from
-// one address). Each change must find exactly what it replaces, so a
+// instances (addresses: the shipped `api:3000` is a name no DNS here knows),
+// its temporary files go to a folder of its own, and its per-client request
+// rate is lifted unless the test is about that rate (the load tests send
+// thousands a second from one address). Each change must find exactly what
+// it replaces, so a
 // reshaped deploy/nginx.conf fails here instead of being tested in a form
 // nobody ships.
 
@@ -31,6 +31,8 @@ export interface NginxOptions {
   tls?: boolean
   /** The per-client rate of limit_req as shipped; without, lifted. */
   shippedRate?: boolean
+  /** The event stream's location answers 204 itself instead of passing the request on: which paths it takes. */
+  probeStreamLocation?: boolean
 }
 
 export interface Nginx {
@@ -62,11 +64,26 @@ function replaceOnce(
   return typeof replacement === 'string' ? text.replace(pattern, replacement) : text.replace(pattern, replacement)
 }
 
+/**
+ * The shipped configuration with its commented `resolve` alternative (nginx 1.27.3 or later) taken: the `resolver`
+ * lines uncommented, and the upstream's commented `server … resolve;` line in place of the one above it.
+ */
+export function withResolve(config: string): string {
+  config = replaceOnce(config, /^(\s*)# (resolver \S+ [^;]*;)$/m, '$1$2', 'commented `resolver`')
+  config = replaceOnce(config, /^(\s*)# (resolver_timeout [^;]*;)$/m, '$1$2', 'commented `resolver_timeout`')
+  const alternative = /^(\s*)# (server api:3000 [^;]* resolve;)\n/m
+  const line = alternative.exec(config)?.[2]
+  config = replaceOnce(config, alternative, '', 'commented `server api:3000 … resolve;`')
+  return replaceOnce(config, /^(\s*)server api:3000( [^;]*)?;$/m, `$1${line}`, 'upstream `server api:3000`')
+}
+
 export interface RenderOptions extends NginxOptions {
   /** The API server's port and the plain HTTP server's. */
   ports: { api: number; http: number }
   /** host:port each; `resolve` stays only on a name. */
   upstreams: readonly string[]
+  /** The commented `resolve` alternative taken (withResolve). */
+  resolve?: boolean
   /** The temporary folder (and where the certificate is). */
   dir: string
   certificate: TestCertificate
@@ -79,6 +96,7 @@ const upstreamParams = (upstream: string, params: string) =>
 /** The shipped configuration with the test's ports, upstream servers, certificate, temporary folder and rate. */
 export function renderConfig(o: RenderOptions): string {
   let config = readFileSync(SHIPPED, 'utf8')
+  if (o.resolve) config = withResolve(config)
   config = replaceOnce(
     config,
     /^(\s*)listen 443 ssl;$/m,
@@ -111,6 +129,13 @@ export function renderConfig(o: RenderOptions): string {
       /(limit_req_zone [^;]* rate=)[0-9]+r\/s;/,
       `$1${LIFTED_RATE};`,
       'limit_req_zone with a rate',
+    )
+  if (o.probeStreamLocation)
+    config = replaceOnce(
+      config,
+      /^(\s*)proxy_buffering off;$/m,
+      '$1return 204;\n$1proxy_buffering off;',
+      "the stream location's `proxy_buffering off;`",
     )
   const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']
     .map((t) => `    ${t}_temp_path ${join(o.dir, t)};`)
