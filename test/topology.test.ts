@@ -11,6 +11,7 @@ import { SseClient } from './helpers/sse.js'
 import { startReceiver } from './helpers/webhook-receiver.js'
 import { boundFrom, timed } from './helpers/time-bounds.js'
 import { waitUntil } from './helpers/wait.js'
+import { testPasswords } from './helpers/passwords.js'
 
 // The deployment of docs/scaling.md, built from real components: PostgreSQL,
 // PgBouncer 1.18 in transaction mode (DATABASE_URL) with DATABASE_LISTEN_URL
@@ -92,16 +93,9 @@ describe('three instances behind nginx, through PgBouncer in transaction mode, o
       'every instance',
     async () => {
       const email = `throttled-${Date.now()}@example.com`
-      assert.equal(
-        (
-          await call(nginx.url, 'POST', '/users', {
-            agent,
-            headers: auth,
-            body: { name: 'Throttled', email, password: 'the right password', role: 'user' },
-          })
-        ).status,
-        201,
-      )
+      // In the database: a user with a password is a step-up act, which the admin's session-less token cannot make.
+      await db`INSERT INTO users (name, email, role, password_hash)
+        VALUES ('Throttled', ${email}, 'user', ${await testPasswords.hash('the right password')})`
       const wrong = []
       for (let i = 0; i < 5; i++)
         wrong.push(
@@ -135,12 +129,9 @@ describe('three instances behind nginx, through PgBouncer in transaction mode, o
 
   test("a revoked API key and a demoted admin's JWT are refused by every instance within a second", async () => {
     const email = `demoted-${Date.now()}@example.com`
-    const user = await call(nginx.url, 'POST', '/users', {
-      agent,
-      headers: auth,
-      body: { name: 'Soon demoted', email, password: 'a good password', role: 'admin' },
-    })
-    assert.equal(user.status, 201)
+    const [created] = await db<Array<{ id: number }>>`INSERT INTO users (name, email, role, password_hash)
+      VALUES ('Soon demoted', ${email}, 'admin', ${await testPasswords.hash('a good password')}) RETURNING id`
+    const user = { body: { id: created!.id } }
     const login = await call(nginx.url, 'POST', '/auth/login', { agent, body: { email, password: 'a good password' } })
     assert.equal(login.status, 200)
     // A key is made by a fresh password login (REAUTH_WINDOW): this one's.

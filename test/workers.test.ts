@@ -192,7 +192,8 @@ describe('WORKERS', { concurrency: true }, () => {
       // Made in the database: through the API, a user with a password is a step-up act, which this admin's
       // session-less token cannot make (docs/auth.md, "Step-up").
       const passwordHash = await testPasswords.hash('a long enough password')
-      await db`INSERT INTO users (name, email, role, password_hash) VALUES ('Logs out', ${email}, 'user', ${passwordHash})`
+      await db`INSERT INTO users (name, email, role, password_hash)
+        VALUES ('Logs out', ${email}, 'user', ${passwordHash})`
       const login = await fresh(service, 'POST', '/auth/login', {}, { email, password: 'a long enough password' })
       assert.equal(login.status, 200)
       const bearer = { authorization: `Bearer ${login.body.access_token}` }
