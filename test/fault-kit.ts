@@ -237,8 +237,11 @@ export const holdRowLock = (sql: Sql, table: 'users' | 'sessions', id: number) =
 export const holdTableLock = (sql: Sql, table: 'users') =>
   holdLock(sql, (tx) => tx`LOCK TABLE ${tx(table)} IN ACCESS EXCLUSIVE MODE`)
 
-/** An admin JWT as the service issues it (no database read is needed to check it). */
-export function adminToken(adminId: number): string {
+/**
+ * An admin JWT as the service issues it (no database read is needed to check it). It names no session unless
+ * `sessionId` (freshAdminToken), so it is no fresh login: step-up acts refuse it.
+ */
+export function adminToken(adminId: number, sessionId?: number): string {
   const now = Math.floor(Date.now() / 1000)
   return signJwt(
     {
@@ -249,12 +252,28 @@ export function adminToken(adminId: number): string {
       exp: now + 3600,
       role: 'admin',
       scope: [...applicationRegistry.scopes.byRole.admin].join(' '),
-      // No session has this id; the epoch of a user never changed: revoked only with its user.
-      sid: String(2 ** 53),
+      // By default no session has this id; the epoch of a user never changed: revoked only with its user.
+      sid: String(sessionId ?? 2 ** 53),
       gen: 0,
     },
     { kid: 'fault', secret: Buffer.from(JWT_SECRET) },
   )
+}
+
+/**
+ * An admin JWT naming a session opened now, as a password login opens one: a fresh login for the step-up acts
+ * (REAUTH_WINDOW) a test makes, such as setting another user's e-mail.
+ */
+export async function freshAdminToken(db: Sql, adminId: number): Promise<string> {
+  // A session and its refresh token, whole, as a login stores them.
+  const [session] = await db<Array<{ id: number }>>`
+    WITH opened AS (
+      INSERT INTO sessions (user_id, scopes, token_format, expires_at, last_used_at)
+      VALUES (${adminId}, ${[...applicationRegistry.scopes.byRole.admin]}, 'jwt', now() + interval '1 day', now())
+      RETURNING id),
+    refresh AS (INSERT INTO refresh_tokens (token_hash, session_id) SELECT ${randomBytes(32)}, id FROM opened)
+    SELECT id FROM opened`
+  return adminToken(adminId, session!.id)
 }
 
 /** What every service started here is given: the secret `adminToken` signs with, no rate limit, each request logged. */

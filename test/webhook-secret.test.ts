@@ -48,8 +48,8 @@ describe('signing secret sealing', () => {
     assert.throws(() => openSecret([...parts.slice(0, 3), flipped.toString('base64url'), parts[4]].join('.'), [keyA]))
     // The same key under another kid: the kid is authenticated data, so the tag fails.
     assert.throws(() => openSecret(['v1', 'b', ...parts.slice(2)].join('.'), [keyA, { kid: 'b', secret: keyA.secret }]))
-    assert.throws(() => openSecret('v2.a.x.y.z', [keyA]), /not a sealed webhook secret/)
-    assert.throws(() => openSecret('whsec_plain', [keyA]), /not a sealed webhook secret/)
+    assert.throws(() => openSecret('v2.a.x.y.z', [keyA]), /not a sealed text/)
+    assert.throws(() => openSecret('whsec_plain', [keyA]), /not a sealed text/)
   })
 })
 

@@ -117,8 +117,12 @@ function assertMayChangeOwnCredentials(
 interface UserWriteState {
   self: UserPrincipal | undefined
   provenHash: string | undefined
-  /** The caller gave a fresh proof in the body (a step-up act, docs/auth.md "Step-up"). */
-  freshProof: boolean
+  /**
+   * For a step-up act on another account (docs/auth.md, "Step-up"): undefined when the caller's proof holds (in
+   * the body, or its session's recent login), else why not, thrown once the transaction knows the act really
+   * changes something.
+   */
+  stepUpRefusal: unknown
 }
 
 /**
@@ -140,27 +144,33 @@ export const userHooks: ResourceHooks<UserWriteState> = {
     const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
     const self = op !== 'create' && caller?.userId === ctx.params.id ? caller : undefined
     const provenHash = self && (await proveCurrentPassword(self, body.current_password, ctx))
-    // A step-up on another account: a proof in the body is checked here, before the transaction (a password hash is
-    // slow); without one, inTransaction asks for the session's recent login once it knows what changes.
+    // A step-up on another account is checked here, before the transaction: a password hash is slow, and a query of
+    // the pool from inside a transaction could wait for a connection the transactions hold. A proof given is always
+    // checked (a wrong one is refused at once); a missing one is refused only if the write really changes what
+    // needs it (a PUT naming the same address again does not).
     const stepUp =
       caller !== undefined &&
       !self &&
       (op === 'create'
         ? (body.password !== undefined && body.password !== null) || body.role === 'admin'
         : isStepUp({ password_hash: body.password, email: (body as { email?: string }).email, role: body.role }))
-    const freshProof =
-      stepUp && body.current_password !== undefined && (await requireFreshProof(caller, body, ctx)) === 'request'
-    if (stepUp && op === 'create' && !freshProof) await requireFreshProof(caller, body, ctx)
+    let stepUpRefusal: unknown
+    if (stepUp && body.current_password !== undefined) await requireFreshProof(caller, body, ctx)
+    else if (stepUp)
+      stepUpRefusal = await requireFreshProof(caller, {}, ctx).then(
+        () => undefined,
+        (err) => err,
+      )
+    if (op === 'create' && stepUpRefusal !== undefined) throw stepUpRefusal
     if (body.password !== undefined)
       columns.password_hash = body.password === null ? null : await ctx.services.passwords.hash(body.password)
-    return { self, provenHash, freshProof }
+    return { self, provenHash, stepUpRefusal }
   },
-  async inTransaction(tx, { ctx, current, changes }, { self, provenHash, freshProof }) {
+  async inTransaction(tx, { ctx, current, changes }, { self, provenHash, stepUpRefusal }) {
     // Checked against the stored row, so echoing one's own role back in a PUT is fine.
     if (changes.role !== undefined) assertMaySetRole(ctx.principal)
     // What really changes on another account: a PUT that names the same address again is no step-up.
-    if (!self && !freshProof && ctx.principal.kind === 'user' && isStepUp(changes))
-      await requireFreshProof(ctx.principal, {}, ctx)
+    if (!self && stepUpRefusal !== undefined && isStepUp(changes)) throw stepUpRefusal
     // Whoever asks: a local password would outlive what the provider withdraws (docs/auth.md, OIDC_LOCAL_PASSWORDS).
     if (
       typeof changes.password_hash === 'string' &&
@@ -223,12 +233,12 @@ export const userHooks: ResourceHooks<UserWriteState> = {
   async prepareDelete(ctx) {
     const caller = ctx.principal.kind === 'user' ? ctx.principal : undefined
     const self = caller?.userId === ctx.params.id ? caller : undefined
-    if (!self) return { self: undefined, provenHash: undefined, freshProof: false }
+    if (!self) return { self: undefined, provenHash: undefined, stepUpRefusal: undefined }
     requireInteractive(self)
     const provenHash = await proveCurrentPassword(self, ctx.body?.current_password as string | undefined, ctx)
     if (provenHash === undefined)
       throw currentPasswordRequired('Deleting your own account needs current_password in a JSON body.')
-    return { self, provenHash, freshProof: false }
+    return { self, provenHash, stepUpRefusal: undefined }
   },
   async beforeDelete(tx, current, { self, provenHash }) {
     // The password changed since it was checked: the proof is for a password that no longer is.

@@ -23,8 +23,9 @@ export const apiKeys = defineResource({
   // Everyone keeps their own keys; the hooks below scope them to their owner.
   access: { read: 'any', write: 'any' },
   versioned: false,
-  // Only the key's hash is stored; the key itself is shown once.
-  serverColumns: ['key_hash'],
+  // Only the key's hash is stored, the key itself shown once; a key made on the strength of a recent login names the
+  // session it ends with (sql/016).
+  serverColumns: ['key_hash', 'session_id'],
   deletedVerb: 'revoked',
   members: {
     id: idMember(),
