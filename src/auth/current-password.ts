@@ -96,6 +96,18 @@ export const mfaCodeRequired = (detail: string) => new HttpError('mfa_code_requi
 export const codeMember = (description: string) =>
   Type.Optional(Type.String({ pattern: TOTP_CODE.source, description }))
 
+/**
+ * The members of a step-up body (docs/auth.md, "Step-up"), the same wherever one is asked for; `whose` names the
+ * password ("the admin's", "the creator's"), `after` what a proof from the session's recent login implies.
+ */
+export const freshProofMembers = (whose: string, after = '') => ({
+  current_password: currentPasswordMember(
+    `${whose} current password; required unless this session logged in with every factor within REAUTH_WINDOW ` +
+      `seconds${after}`,
+  ),
+  code: codeMember('with current_password, when the caller has a second factor: its current code'),
+})
+
 /** What a step-up body may carry. */
 export interface FreshProof {
   current_password?: string | undefined

@@ -3,7 +3,7 @@ import { HttpError } from '../core/http/problem.js'
 import { defineRoute } from '../core/http/route.js'
 import { compileValidator } from '../core/http/validate.js'
 import { invalidToken, providerUnavailable } from './credentials.js'
-import { codeMember, currentPasswordMember, requireFreshProof } from './current-password.js'
+import { freshProofMembers, requireFreshProof } from './current-password.js'
 import { InvalidTokenError } from './jwt.js'
 import { linkIdentity } from './oidc/explicit-links.js'
 import { ProviderUnavailable } from './oidc/key-set.js'
@@ -26,10 +26,7 @@ const LinkBody = Type.Object(
       maxLength: 8192,
       description: 'an access token of the identity provider (OIDC_ISSUER) for the account to link',
     }),
-    current_password: currentPasswordMember(
-      'the current password; required unless this session logged in with every factor within REAUTH_WINDOW seconds',
-    ),
-    code: codeMember('with current_password, when the caller has a second factor: its current code'),
+    ...freshProofMembers("the caller's"),
   },
   { additionalProperties: false },
 )

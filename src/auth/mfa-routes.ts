@@ -6,8 +6,7 @@ import { compileValidator } from '../core/http/validate.js'
 import { recordEvents } from '../core/resources/change-events.js'
 import type { Access } from './access.js'
 import {
-  codeMember,
-  currentPasswordMember,
+  freshProofMembers,
   currentPasswordRequired,
   mfaCodeRequired,
   proveCurrentPassword,
@@ -31,15 +30,7 @@ import { revokeSessionsOf } from './sessions/sessions.js'
 /** The caller's own factor: any login of this service, even one MFA_REQUIRED holds back until it has one. */
 const ownFactor: Access = { kind: 'protected', scope: null, who: 'any', interactive: true, enrolment: true }
 
-const ProofBody = Type.Object(
-  {
-    current_password: currentPasswordMember(
-      'required unless this session logged in with every factor within REAUTH_WINDOW seconds',
-    ),
-    code: codeMember('with current_password, when the caller has a second factor: its current code'),
-  },
-  { additionalProperties: false },
-)
+const ProofBody = Type.Object(freshProofMembers("the caller's"), { additionalProperties: false })
 const Enrolment = Type.Object(
   {
     secret: Type.String({ description: 'base32, for an authenticator app; shown only here' }),

@@ -1,6 +1,6 @@
 import Type from 'typebox'
 import { findUser } from '../accounts/queries.js'
-import { codeMember, currentPasswordMember, requireFreshProof } from '../auth/current-password.js'
+import { freshProofMembers, requireFreshProof } from '../auth/current-password.js'
 import { withdrawFactor } from '../auth/mfa/withdraw.js'
 import { originOf } from '../auth/origin.js'
 import { notFound } from '../core/http/problem.js'
@@ -11,15 +11,7 @@ import { compileValidator } from '../core/http/validate.js'
 // the recovery codes): a step-up act, and the end of every credential of that
 // user, since whoever held the factor may hold the account.
 
-const ProofBody = Type.Object(
-  {
-    current_password: currentPasswordMember(
-      "the admin's current password; required unless its session logged in with every factor within REAUTH_WINDOW",
-    ),
-    code: codeMember('with current_password, when the admin has a second factor: its current code'),
-  },
-  { additionalProperties: false },
-)
+const ProofBody = Type.Object(freshProofMembers("the admin's"), { additionalProperties: false })
 
 export const factorRemovalRoute = defineRoute({
   method: 'DELETE',

@@ -5,6 +5,7 @@ import {
   codeMember,
   currentPasswordMember,
   currentPasswordRequired,
+  freshProofMembers,
   proveCurrentPassword,
   requireFreshProof,
 } from '../auth/current-password.js'
@@ -73,13 +74,8 @@ export const users = defineResource({
     created_at: timestampMember(),
     updated_at: timestampMember(),
   },
-  createExtras: {
-    current_password: currentPasswordMember(
-      "an admin creating a user with a password or the admin role: the admin's own current password, unless it " +
-        'logged in with every factor within REAUTH_WINDOW seconds',
-    ),
-    code: codeMember('with current_password, when the admin has a second factor: its current code'),
-  },
+  // An admin creating a user with a password or the admin role gives a fresh proof.
+  createExtras: freshProofMembers("the admin's"),
   writeExtras: {
     current_password: currentPasswordMember(
       "the caller's current password: to change one's own e-mail or password; and a fresh proof for an admin " +

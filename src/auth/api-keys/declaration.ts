@@ -4,7 +4,7 @@ import { idMember, nameSchema, timestampMember } from '../../core/resources/comm
 import { member } from '../../core/resources/member.js'
 import { defineResource } from '../../core/resources/resource.js'
 import { deleteRowsWhere } from '../../core/resources/store.js'
-import { codeMember, currentPasswordMember } from '../current-password.js'
+import { freshProofMembers } from '../current-password.js'
 import type { EventOrigin } from '../origin.js'
 
 // API keys as stored: the table's declaration, and their revocation with a
@@ -41,13 +41,7 @@ export const apiKeys = defineResource({
     last_used_at: member(nullableTimestamp(), { write: 'server' }),
     user_id: member(Type.Integer({ minimum: 1, maximum: 9223372036854775807 }), { write: 'server', sort: true }),
   },
-  createExtras: {
-    current_password: currentPasswordMember(
-      "the creator's current password; required unless this session logged in with every factor within " +
-        'REAUTH_WINDOW seconds (the key then ends with that session)',
-    ),
-    code: codeMember('with current_password, when the creator has a second factor: its current code'),
-  },
+  createExtras: freshProofMembers("the creator's", ' (the key then ends with that session)'),
 })
 
 /**
