@@ -230,6 +230,14 @@ describe('through PgBouncer in transaction mode', () => {
       })
       after(() => stream.close())
       await waitUntil('the stream to listen', () => b.deps.eventHub.size === 1)
+      // Both instances' readers listening (they start listening as the service starts, without waiting for it): a
+      // notification sent before B's LISTEN would reach it only at its next poll.
+      await waitUntil('both readers to listen', async () => {
+        const [{ n }] = await a.sql<[{ n: number }]>`
+          SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND query ILIKE 'listen "events"'`
+        return n >= 2
+      })
       const res = await a.request('POST', '/products', {
         body: product(`PGB-STREAM-${randomBytes(3).toString('hex')}`, 5),
       })
