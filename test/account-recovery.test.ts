@@ -110,8 +110,8 @@ describe('password reset', () => {
       await messagesTo(account.email, 'mail.password_reset', 3, own)
       assert.equal(sent().filter((m) => m.to === unknown).length, 0)
       const [tokens] = await own.sql`
-      SELECT count(*)::int AS n FROM one_time_tokens t JOIN users u ON u.id = t.user_id WHERE lower(u.email)
-      = ${unknown}`
+      SELECT count(*)::int AS n FROM one_time_tokens t JOIN users u ON u.id = t.user_id
+        WHERE lower(u.email) = ${unknown}`
       assert.equal(tokens!.n, 0)
     },
   )
@@ -160,8 +160,8 @@ describe('password reset', () => {
         await api.sql`SELECT count(*)::int AS n FROM events WHERE data::text LIKE ${'%' + token.slice(7, 30) + '%'}`
       assert.equal(events!.n, 0)
       assert.ok(!JSON.stringify(api.logs).includes(token.slice(7)))
-      const [event] = await api.sql`SELECT data FROM events WHERE type = 'user.password_reset_requested' AND subject_id
-          = ${account.id}`
+      const [event] = await api.sql`SELECT data FROM events WHERE type = 'user.password_reset_requested'
+        AND subject_id = ${account.id}`
       assert.deepEqual(event!.data, { id: account.id })
     },
   )
@@ -203,17 +203,16 @@ describe('password reset', () => {
         'invalid_credentials',
       )
       assert.equal((await anonymous('POST', '/auth/login', { email: account.email, password: fresh })).status, 200)
-      const [locks] = await api.sql`SELECT count(*)::int AS n FROM login_failures WHERE email
-        = ${account.email.toLowerCase()} AND locked_until > now()`
+      const [locks] = await api.sql`SELECT count(*)::int AS n FROM login_failures
+        WHERE email = ${account.email.toLowerCase()} AND locked_until > now()`
       assert.equal(locks!.n, 0)
-      const [row] = await api.sql`SELECT used_at IS NOT NULL AS used FROM one_time_tokens WHERE token_hash
-        = ${createHash('sha256').update(token).digest()}`
+      const [row] = await api.sql`SELECT used_at IS NOT NULL AS used FROM one_time_tokens
+        WHERE token_hash = ${createHash('sha256').update(token).digest()}`
       assert.equal(row!.used, true)
       assertProblem(await confirm(token, `again-${unique()}`), 400, 'invalid_one_time_token')
       await api.published()
-      const [event] =
-        await api.sql`SELECT count(*)::int AS n FROM events WHERE type = 'user.password_reset' AND subject_id
-        = ${account.id}`
+      const [event] = await api.sql`SELECT count(*)::int AS n FROM events WHERE type = 'user.password_reset'
+          AND subject_id = ${account.id}`
       assert.equal(event!.n, 1)
     },
   )
@@ -225,8 +224,8 @@ describe('password reset', () => {
       const first = await resetToken(account.email)
       const second = await resetToken(account.email, 2)
       assertProblem(await confirm(first, `pw-${unique()}`), 400, 'invalid_one_time_token')
-      await api.sql`UPDATE one_time_tokens SET expires_at = now() - interval '1 second' WHERE token_hash
-      = ${createHash('sha256').update(second).digest()}`
+      await api.sql`UPDATE one_time_tokens SET expires_at = now() - interval '1 second'
+        WHERE token_hash = ${createHash('sha256').update(second).digest()}`
       assertProblem(await confirm(second, `pw-${unique()}`), 400, 'invalid_one_time_token')
       const forged = `upa_ot_${randomBytes(32).toString('base64url')}`
       for (const token of [forged, 'upa_ot_short', 'x'.repeat(200), second.replace('upa_ot_', 'upa_ak_')]) {
@@ -278,8 +277,8 @@ describe('password reset', () => {
     const answers = await Promise.all(Array.from({ length: 12 }, () => askReset(account.email)))
     assert.deepEqual([...new Set(answers.map((a) => a.status))], [202])
     await resetRequestsWorked(api, account.email, 12)
-    const [tokens] = await api.sql`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id
-        = ${account.id} AND purpose = 'password_reset'`
+    const [tokens] = await api.sql`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${account.id}
+      AND purpose = 'password_reset'`
     assert.equal(tokens!.n, 5)
     await messagesTo(account.email, 'mail.password_reset', 5)
   })
@@ -501,8 +500,8 @@ describe('address verification', () => {
       const addresses = Array.from({ length: 7 }, (_, i) => `hop-${i}-${unique()}@example.com`)
       for (const email of addresses)
         assert.equal((await api.request('PATCH', `/users/${user.id}`, { body: { email } })).status, 200)
-      const [tokens] = await api.sql`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id
-        = ${user.id} AND purpose = 'verify_email'`
+      const [tokens] = await api.sql`SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = ${user.id}
+        AND purpose = 'verify_email'`
       assert.equal(tokens!.n, 5)
       for (const email of addresses.slice(0, 5)) await messagesTo(email, 'mail.verify_email')
       await messagesTo(user.email, 'mail.email_changed')

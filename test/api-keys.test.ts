@@ -571,10 +571,10 @@ describe('deleting a user', async () => {
   const rowsOf = async (userId: number) => {
     const [counts] = await sql<[{ sessions: number; refresh_tokens: number; access_tokens: number; api_keys: number }]>`
       SELECT (SELECT count(*)::int FROM sessions WHERE user_id = ${userId}) AS sessions,
-             (SELECT count(*)::int FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id WHERE s.user_id
-             = ${userId}) AS refresh_tokens,
-             (SELECT count(*)::int FROM access_tokens a JOIN sessions s ON s.id = a.session_id WHERE s.user_id
-             = ${userId}) AS access_tokens,
+             (SELECT count(*)::int FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id
+               WHERE s.user_id = ${userId}) AS refresh_tokens,
+             (SELECT count(*)::int FROM access_tokens a JOIN sessions s ON s.id = a.session_id
+               WHERE s.user_id = ${userId}) AS access_tokens,
              (SELECT count(*)::int FROM api_keys WHERE user_id = ${userId}) AS api_keys`
     return counts
   }

@@ -143,8 +143,8 @@ const accessTokensOf = (sessionId: number) =>
 
 async function failuresOf(email: string): Promise<{ failures: number; locked: boolean } | undefined> {
   const [row] = await sql<Array<{ failures: number; locked: boolean }>>`
-    SELECT failures, coalesce(locked_until > now(), false) AS locked FROM login_failures WHERE email
-    = ${email.toLowerCase()} AND address <> '*'`
+    SELECT failures, coalesce(locked_until > now(), false) AS locked FROM login_failures
+      WHERE email = ${email.toLowerCase()} AND address <> '*'`
   return row
 }
 
@@ -603,8 +603,8 @@ describe('login throttling', () => {
       assert.equal(await count(sql`SELECT count(*)::int AS n FROM sessions WHERE user_id = ${user.id}`), 0)
 
       // The wait is over (simulated): the right password works and clears the count.
-      await sql`UPDATE login_failures SET locked_until = now() - interval '1 second' WHERE email
-      = ${user.email.toLowerCase()}`
+      await sql`UPDATE login_failures SET locked_until = now() - interval '1 second'
+        WHERE email = ${user.email.toLowerCase()}`
       await loggedIn(user)
       assert.equal(await failuresOf(user.email), undefined)
     },

@@ -70,8 +70,8 @@ const liveSessionsOf = async (userId: number) =>
  */
 const failuresOf = async (email: string) =>
   (
-    await sql<[{ n: number }]>`SELECT coalesce(sum(failures), 0)::int AS n FROM login_failures WHERE email
-      = ${email.toLowerCase()} AND address NOT LIKE '*%'`
+    await sql<[{ n: number }]>`SELECT coalesce(sum(failures), 0)::int AS n FROM login_failures
+      WHERE email = ${email.toLowerCase()} AND address NOT LIKE '*%'`
   )[0].n
 const userExists = async (id: number) => (await sql`SELECT 1 FROM users WHERE id = ${id}`).length === 1
 
@@ -384,8 +384,8 @@ describe('a key made on the strength of a recent login (no password in its reque
       // One statement, one snapshot: the publisher moves events from the outbox while the test reads.
       const [{ revoked }] = await sql<[{ revoked: number }]>`
         SELECT (SELECT count(*) FROM event_outbox WHERE type = 'api_key.revoked' AND subject_id = ${windowKey.id})::int
-          + (SELECT count(*) FROM events WHERE type = 'api_key.revoked' AND subject_id
-          = ${windowKey.id})::int AS revoked`
+          + (SELECT count(*) FROM events WHERE type = 'api_key.revoked'
+            AND subject_id = ${windowKey.id})::int AS revoked`
       assert.equal(revoked, 1, 'one api_key.revoked event')
       assert.deepEqual(
         (await sql<Array<{ id: number }>>`SELECT id FROM api_keys WHERE user_id = ${owner.id}`).map((r) =>

@@ -184,8 +184,8 @@ describe('a service leaves nothing open once stopped', () => {
       const { stream, port, auth } = await exerciseWith(service)
       try {
         await server`ALTER DATABASE ${server(database)} ALLOW_CONNECTIONS false`
-        await server`SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname
-        = ${database} AND pid <> pg_backend_pid()`
+        await server`SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = ${database}
+          AND pid <> pg_backend_pid()`
         const answers = await Promise.all(Array.from({ length: 5 }, () => call(port, 'GET', '/users?limit=1', auth)))
         assert.deepEqual(
           answers.map((a) => a.status),
@@ -229,8 +229,8 @@ describe('connections', () => {
         const stream = await exercise(service)
         // Every job has run at least once by now (their first runs are at start), and the webhook worker claimed.
         const held = await server<Array<{ backend_type: string; query: string }>>`
-        SELECT backend_type, left(query, 60) AS query FROM pg_stat_activity WHERE datname
-        = ${database} AND pid <> pg_backend_pid()`
+        SELECT backend_type, left(query, 60) AS query FROM pg_stat_activity WHERE datname = ${database}
+          AND pid <> pg_backend_pid()`
         assert.ok(held.length <= 2 + 9, `${held.length} connections: ${JSON.stringify(held)}`)
         assert.ok(held.length >= 1 + 8, `the count is of connections the instance opened: ${JSON.stringify(held)}`)
         await service.close()

@@ -64,8 +64,8 @@ async function account(server: TestServer): Promise<{ id: number; email: string;
 
 async function rowsOf(server: TestServer, email: string): Promise<Map<string, { failures: number; locked: boolean }>> {
   const rows = await server.sql<Array<{ address: string; failures: number; locked: boolean }>>`
-    SELECT address, failures, coalesce(locked_until > now(), false) AS locked FROM login_failures WHERE email
-    = ${email}`
+    SELECT address, failures, coalesce(locked_until > now(), false) AS locked FROM login_failures
+      WHERE email = ${email}`
   return new Map(rows.map((r) => [r.address, { failures: r.failures, locked: r.locked }]))
 }
 

@@ -41,8 +41,8 @@ async function failures(
   email: string,
 ): Promise<Record<string, { failures: number; locked: boolean }>> {
   const rows = await server.sql<Array<{ address: string; failures: number; locked: boolean }>>`
-    SELECT address, failures, coalesce(locked_until > now(), false) AS locked FROM login_failures WHERE email
-    = ${email}`
+    SELECT address, failures, coalesce(locked_until > now(), false) AS locked FROM login_failures
+      WHERE email = ${email}`
   return Object.fromEntries(rows.map((r) => [r.address, { failures: r.failures, locked: r.locked }]))
 }
 

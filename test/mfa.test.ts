@@ -138,8 +138,8 @@ describe('enrolment', () => {
       })
       // Stored sealed: the secret is nowhere in the row.
       const [row] = await sql<[{ sealed: string; confirmed: boolean }]>`
-      SELECT secret_sealed AS sealed, confirmed_at IS NOT NULL AS confirmed FROM totp_factors WHERE user_id
-      = ${account.id}`
+      SELECT secret_sealed AS sealed, confirmed_at IS NOT NULL AS confirmed FROM totp_factors
+        WHERE user_id = ${account.id}`
       assert.equal(row.confirmed, false)
       assert.ok(!row.sealed.includes(secret) && !row.sealed.includes(base32Decode(secret).toString('base64url')))
 

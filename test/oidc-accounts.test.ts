@@ -325,8 +325,8 @@ describe('POST /auth/identities', () => {
       assert.equal(await usersWithEmail(who.email), 0, 'no user made of its address')
       await A.published()
       const [event] = await sql<Array<{ actor_id: number; actor_credential: string; data: Record<string, unknown> }>>`
-        SELECT actor_id, actor_credential, data FROM events WHERE type = 'user.identity_linked' AND subject_id
-        = ${admin.id}`
+        SELECT actor_id, actor_credential, data FROM events WHERE type = 'user.identity_linked'
+          AND subject_id = ${admin.id}`
       assert.deepEqual(event, {
         actor_id: admin.id,
         actor_credential: 'jwt',
@@ -542,8 +542,8 @@ describe('sql/018 on a database of the rules before it', () => {
 
       await db`DELETE FROM users WHERE id = ${made}`
       const [left] = await db<Array<{ user_id: number | null; deleted_email: string; deleted: boolean }>>`
-        SELECT user_id, deleted_email, user_deleted_at IS NOT NULL AS deleted FROM identities WHERE subject
-        = ${`sub-${made}`}`
+        SELECT user_id, deleted_email, user_deleted_at IS NOT NULL AS deleted FROM identities
+          WHERE subject = ${`sub-${made}`}`
       assert.deepEqual({ ...left }, { user_id: null, deleted_email: 'made@example.com', deleted: true })
     },
   )

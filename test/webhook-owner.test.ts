@@ -102,8 +102,8 @@ async function assertDisabled(s: Setup, reason: string, ownerId: number | null) 
   // The event says so too, by the system, with the webhook as GET shows it.
   await s.api.published()
   const [event] = await s.api.sql<Array<{ actor_credential: string; data: Record<string, unknown> }>>`
-    SELECT actor_credential, data FROM events WHERE type = 'webhook.updated' AND subject_id
-    = ${s.hook.id} ORDER BY id DESC LIMIT 1`
+    SELECT actor_credential, data FROM events WHERE type = 'webhook.updated'
+      AND subject_id = ${s.hook.id} ORDER BY id DESC LIMIT 1`
   assert.equal(event?.actor_credential, 'system')
   assert.deepEqual(event?.data, read.body)
 }
@@ -373,8 +373,8 @@ describe('the rule holds in the database, whoever writes', () => {
     const [stillDisabled] =
       await server.sql`UPDATE webhooks SET status = 'active' WHERE id = ${byUser!.id} RETURNING status`
     assert.equal(stillDisabled!.status, 'disabled')
-    const [enabled] = await server.sql`UPDATE webhooks SET status = 'active', owner_id
-        = ${server.admin.id} WHERE id = ${byUser!.id} RETURNING status, owner_id`
+    const [enabled] = await server.sql`UPDATE webhooks SET status = 'active', owner_id = ${server.admin.id}
+      WHERE id = ${byUser!.id} RETURNING status, owner_id`
     assert.deepEqual({ ...enabled }, { status: 'active', owner_id: server.admin.id })
     // A demotion by hand, as in psql: the trigger disables all the same.
     await server.sql`UPDATE users SET role = 'user' WHERE id = ${server.admin.id}`

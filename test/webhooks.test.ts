@@ -698,8 +698,8 @@ describe('webhook deliveries', () => {
     await server.deps.webhooks.drain()
     assert.equal(receiver.received.length, 0)
     const [{ pending, attempts }] = await server.sql`
-      SELECT count(*)::int AS pending, sum(attempts)::int AS attempts FROM webhook_deliveries WHERE webhook_id
-      = ${hook.id} AND status = 'pending'`
+      SELECT count(*)::int AS pending, sum(attempts)::int AS attempts FROM webhook_deliveries
+        WHERE webhook_id = ${hook.id} AND status = 'pending'`
     assert.deepEqual({ pending, attempts }, { pending: 2, attempts: 0 })
     assert.equal((await server.request('PATCH', `/webhooks/${hook.id}`, { body: { status: 'active' } })).status, 200)
     await receiver.waitFor('both deliveries', (r) => r.length === 2)
@@ -748,8 +748,8 @@ describe('webhook deliveries', () => {
       assert.notEqual(kept.body.secret, hook.secret)
       // The overlap ends an hour after the rotation by the database's clock, which the worker compares it with.
       const [{ overlap }] = await server.sql<[{ overlap: number }]>`
-      SELECT extract(epoch FROM previous_secret_expires_at - updated_at)::float AS overlap FROM webhooks WHERE id
-      = ${hook.id}`
+      SELECT extract(epoch FROM previous_secret_expires_at - updated_at)::float AS overlap FROM webhooks
+        WHERE id = ${hook.id}`
       assert.ok(overlap > 3599 && overlap <= 3600, `previous secret kept ${overlap} s after the rotation`)
       await createProduct(server, 'ROTATE-1')
       await receiver.waitFor('a delivery', (r) => r.length === 1)
@@ -830,9 +830,8 @@ describe('a webhook that keeps failing', () => {
       assert.equal(delivery.status, 'failed')
       assert.ok(delivery.attempt_count >= 2)
       await server.published()
-      const [event] =
-        await server.sql`SELECT actor_credential, data FROM events WHERE type = 'webhook.updated' AND subject_id
-        = ${hook.id}`
+      const [event] = await server.sql`SELECT actor_credential, data FROM events WHERE type = 'webhook.updated'
+          AND subject_id = ${hook.id}`
       assert.equal(event!.actor_credential, 'system')
       assert.equal(event!.data.status, 'disabled')
 

@@ -223,8 +223,8 @@ app.patch(
   async (request, reply) => {
     const changes = request.body
     const [row] = await sql`UPDATE products
-        SET ${sql(changes, Object.keys(changes))}, updated_at = now() WHERE id
-          = ${request.params.id} RETURNING ${PRODUCT}`
+        SET ${sql(changes, Object.keys(changes))}, updated_at = now()
+          WHERE id = ${request.params.id} RETURNING ${PRODUCT}`
     return row ?? reply.code(404).send({ message: 'Not Found' })
   },
 )

@@ -128,8 +128,8 @@ async function apiKeyCaller(key) {
   const now = Date.now()
   if (!(now - (keyWrittenAt.get(row.api_key_id) ?? -Infinity) < 60_000)) {
     keyWrittenAt.set(row.api_key_id, now)
-    await sql`UPDATE api_keys SET last_used_at = now() WHERE id
-      = ${row.api_key_id} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`
+    await sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${row.api_key_id} AND (last_used_at IS NULL
+      OR last_used_at < now() - interval '1 minute')`
   }
   return { userId: String(row.user_id), role: row.role, scopes: row.scopes }
 }

@@ -79,8 +79,8 @@ async function insertApiKey(
     if (ended) return 'gone'
     if (creator.bindToSession && creator.sessionId !== undefined) key.session_id = creator.sessionId
     const [{ live }] = await tx<[{ live: number }]>`
-      SELECT count(*)::int AS live FROM api_keys WHERE user_id
-      = ${key.user_id} AND (expires_at IS NULL OR expires_at > now())`
+      SELECT count(*)::int AS live FROM api_keys WHERE user_id = ${key.user_id} AND (expires_at IS NULL
+        OR expires_at > now())`
     if (live >= max) return 'limit'
     const [row] = await tx<StoredRow[]>`INSERT INTO api_keys ${tx(key)} RETURNING *`
     await recordEvents(tx, [eventOf(apiKeys, apiKeys.events.created, row!)], origin)

@@ -127,8 +127,8 @@ export async function recordAttempt(
       // An UPDATE even when failing_since is already set: it is what takes the webhook's row first.
       const [webhook] = await tx<Array<{ overdue: boolean }>>`
         UPDATE webhooks SET failing_since = coalesce(failing_since, ${attempt.startedAt}) WHERE id = ${claim.webhook_id}
-        RETURNING status = 'active' AND failing_since <= now()
-        - ${disableAfterMs}::bigint * interval '1 millisecond' AS overdue`
+        RETURNING status = 'active'
+          AND failing_since <= now() - ${disableAfterMs}::bigint * interval '1 millisecond' AS overdue`
       overdue = webhook?.overdue ?? false
     }
     await tx`
@@ -139,8 +139,8 @@ export async function recordAttempt(
       UPDATE webhook_deliveries SET
         status = ${status},
         next_attempt_at = CASE
-        WHEN ${status} = 'pending' THEN now()
-          + ${attempt.retryInMs ?? 0}::int * interval '1 millisecond' ELSE next_attempt_at END,
+        WHEN ${status} = 'pending' THEN now() + ${attempt.retryInMs ?? 0}::int * interval '1 millisecond'
+          ELSE next_attempt_at END,
         leased_until = NULL,
         last_attempt_at = ${attempt.startedAt},
         last_status = ${attempt.status ?? null},

@@ -381,9 +381,8 @@ export function restartedAndFrozenDatabaseTests(): void {
       // Logins: every acknowledged session is stored with its refresh token; no session lacks one.
       assert.ok(tokens.length > 0)
       for (const refresh of tokens) {
-        const [found] =
-          await db`SELECT 1 FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id WHERE r.token_hash
-          = ${hashSecret(refresh)}`
+        const [found] = await db`SELECT 1 FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id
+            WHERE r.token_hash = ${hashSecret(refresh)}`
         assert.ok(found, 'an acknowledged login is stored')
       }
       const [{ halves }] = await db<[{ halves: number }]>`

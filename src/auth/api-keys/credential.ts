@@ -87,8 +87,8 @@ export async function recordKeyUse(
     // The SQL guard stays: other instances write it too.
     await bounded(
       () =>
-        sql`UPDATE api_keys SET last_used_at = now() WHERE id
-          = ${apiKeyId} AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`,
+        sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${apiKeyId} AND (last_used_at IS NULL
+          OR last_used_at < now() - interval '1 minute')`,
     )
   } catch (err) {
     lastUsed.failed(apiKeyId)

@@ -40,8 +40,8 @@ export const tagsOf = (keys: readonly Buffer[], bucket: string): Buffer[] =>
  * epoch, within KNOWN_DAYS.
  */
 export const knownCondition = (sql: Sql, from: LoginAddress) => sql`
-  k.address_tag IN ${sql(from.tags)} AND k.epoch = u.credential_epoch AND k.last_success_at > now()
-    - ${KNOWN_DAYS}::int * interval '1 day'`
+  k.address_tag IN ${sql(from.tags)} AND k.epoch = u.credential_epoch
+    AND k.last_success_at > now() - ${KNOWN_DAYS}::int * interval '1 day'`
 
 /** The statement that makes `from` known to a user from now on, at its current credential epoch. */
 export const rememberAddress = (sql: Sql, userId: number, from: LoginAddress) => sql`

@@ -93,12 +93,12 @@ export async function recordFailedLogin(
  */
 const countFailure = (sql: Sql, freeFailures: number) => sql`
   ON CONFLICT (email, address) DO UPDATE SET
-    failures = CASE WHEN f.last_failure < now()
-    - ${WINDOW_SECONDS}::int * interval '1 second' THEN 1 ELSE f.failures + 1 END,
+    failures = CASE WHEN f.last_failure < now() - ${WINDOW_SECONDS}::int * interval '1 second' THEN 1
+      ELSE f.failures + 1 END,
     last_failure = now(),
     locked_until = CASE
-      WHEN f.last_failure >= now()
-      - ${WINDOW_SECONDS}::int * interval '1 second' AND f.failures + 1 >= ${freeFailures}::int
+      WHEN f.last_failure >= now() - ${WINDOW_SECONDS}::int * interval '1 second'
+        AND f.failures + 1 >= ${freeFailures}::int
       THEN now() + least(${FIRST_LOCK_SECONDS}::int * power(2, f.failures + 1
         - ${freeFailures}::int), ${MAX_LOCK_SECONDS}::int) * interval '1 second'
       ELSE NULL END

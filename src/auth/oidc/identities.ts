@@ -224,8 +224,8 @@ export class ProviderIdentities {
           await tx`
           UPDATE users u SET credential_epoch_at = greatest(u.credential_epoch_at, i.user_deleted_at)
           FROM identities i
-          WHERE u.id = ${userId} AND i.issuer
-            = ${this.settings.issuer} AND i.subject = ${claims.subject} AND i.user_id IS NULL`
+          WHERE u.id = ${userId} AND i.issuer = ${this.settings.issuer} AND i.subject = ${claims.subject}
+            AND i.user_id IS NULL`
           const [linked] = await tx<Array<{ user_id: number }>>`
           INSERT INTO identities (issuer, subject, user_id) VALUES
           (${this.settings.issuer}, ${claims.subject}, ${userId})

@@ -34,8 +34,8 @@ type Purpose = 'password_reset' | 'verify_email' | 'email_restore'
  * hour (MESSAGES_PER_HOUR): as SQL on a user row named `u`.
  */
 const underHourlyLimit = (db: Db, purpose: Purpose) => db`
-  (SELECT count(*) FROM one_time_tokens t WHERE t.user_id = u.id AND t.purpose
-  = ${purpose} AND t.created_at > now() - interval '1 hour') < ${MESSAGES_PER_HOUR}`
+  (SELECT count(*) FROM one_time_tokens t WHERE t.user_id = u.id AND t.purpose = ${purpose}
+    AND t.created_at > now() - interval '1 hour') < ${MESSAGES_PER_HOUR}`
 
 /**
  * Whether the user may hold a password (as SQL on a user row named `u`): not one made from the identity provider's
@@ -74,8 +74,8 @@ export async function requestPasswordReset(
       encode(substring(${emailHash}::bytea FROM 1 FOR 8), 'hex'))::bit(64)::bigint)`
     return tx<[{ queued: number }]>`
     WITH recent AS (
-      SELECT count(*) AS n FROM password_reset_requests WHERE email_hash
-      = ${emailHash} AND requested_at > now() - interval '1 hour'),
+      SELECT count(*) AS n FROM password_reset_requests WHERE email_hash = ${emailHash}
+        AND requested_at > now() - interval '1 hour'),
     logged AS (INSERT INTO password_reset_requests (email_hash) VALUES (${emailHash})),
     target AS (
       SELECT u.id, u.email FROM users u, recent WHERE lower(u.email) = ${email} AND recent.n < ${MESSAGES_PER_HOUR}
@@ -114,8 +114,8 @@ async function lockTokenOwner(tx: TransactionSql, hash: Buffer, purpose: Purpose
 /** The user a live token of `purpose` belongs to (one index lookup), without using it. */
 export async function liveTokenUser(sql: Sql, hash: Buffer, purpose: Purpose): Promise<number | undefined> {
   const [row] = await sql<Array<{ user_id: number }>>`
-    SELECT user_id FROM one_time_tokens WHERE token_hash
-    = ${hash} AND purpose = ${purpose} AND used_at IS NULL AND expires_at > now()`
+    SELECT user_id FROM one_time_tokens WHERE token_hash = ${hash} AND purpose = ${purpose} AND used_at IS NULL
+      AND expires_at > now()`
   return row?.user_id
 }
 
@@ -152,8 +152,8 @@ export async function resetPassword(
       Array<{ email: string }>
     >`UPDATE users SET password_hash = ${passwordHash} WHERE id = ${userId} RETURNING email`
     if (!user) return false
-    await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id
-      = ${userId} AND purpose = 'password_reset' AND used_at IS NULL`
+    await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id = ${userId} AND purpose = 'password_reset'
+      AND used_at IS NULL`
     await revokeSessionsOf(tx, userId, origin)
     await revokeApiKeysOf(tx, userId, origin)
     // Every row of the account: its pairs with client addresses and its account-wide rows
@@ -213,8 +213,8 @@ export async function queueVerification(
   // Without a transport nothing would ever send it: a live token would only wait in the outbox, in clear.
   if (template === undefined || !deps.mail.transport) return
   const { token, hash } = newOneTimeToken()
-  await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id
-    = ${user.id} AND purpose = 'verify_email' AND used_at IS NULL`
+  await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id = ${user.id} AND purpose = 'verify_email'
+    AND used_at IS NULL`
   await tx`
     INSERT INTO one_time_tokens (purpose, user_id, token_hash, email, expires_at)
     VALUES ('verify_email', ${user.id}, ${hash}, ${user.email}, now() + ${VERIFY_EMAIL_TTL_SECONDS}::int * interval

@@ -109,8 +109,8 @@ export const sessionRoutes = [
     async handle({ params, principal, requestId, services }) {
       const caller = asUser(principal)
       // Another user's session is a 404 like one that does not exist: ids of other users' sessions do not leak.
-      const [owned] = await services.sql`SELECT 1 FROM sessions WHERE id
-          = ${params.id!} AND user_id = ${caller.userId} AND revoked_at IS NULL`
+      const [owned] = await services.sql`SELECT 1 FROM sessions WHERE id = ${params.id!}
+        AND user_id = ${caller.userId} AND revoked_at IS NULL`
       if (!owned) throw notFound()
       return endSession(services, Number(params.id), originOf(principal, requestId))
     },

@@ -228,7 +228,7 @@ export async function sessionOfRefreshToken(
   refreshToken: string,
 ): Promise<{ sessionId: number; userId: number } | undefined> {
   const [row] = await db<Array<{ session_id: number; user_id: number }>>`
-    SELECT r.session_id, s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id WHERE r.token_hash
-    = ${hashSecret(refreshToken)}`
+    SELECT r.session_id, s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id
+      WHERE r.token_hash = ${hashSecret(refreshToken)}`
   return row && { sessionId: row.session_id, userId: row.user_id }
 }

@@ -84,8 +84,8 @@ export async function handleIdempotently(
     }
     const [stored] = await sql<StoredAnswer[]>`
       SELECT fingerprint, status, headers, body,
-             created_at < now() - ${RETENTION}::interval OR (status IS NULL AND created_at < now()
-               - ${ABANDONED}::interval) AS stale
+             created_at < now() - ${RETENTION}::interval OR (status IS NULL
+               AND created_at < now() - ${ABANDONED}::interval) AS stale
       FROM idempotency_keys WHERE caller = ${caller} AND key = ${header}`
     if (!stored) continue // removed between our two statements: try to insert again
     if (stored.stale) {
@@ -95,8 +95,8 @@ export async function handleIdempotently(
       // second request run the handler too.
       await sql`
         DELETE FROM idempotency_keys WHERE caller = ${caller} AND key = ${header}
-          AND (created_at < now()
-          - ${RETENTION}::interval OR (status IS NULL AND created_at < now() - ${ABANDONED}::interval))`
+          AND (created_at < now() - ${RETENTION}::interval OR (status IS NULL
+            AND created_at < now() - ${ABANDONED}::interval))`
       continue
     }
     if (!sameRequest(stored.fingerprint)) {
