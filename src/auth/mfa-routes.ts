@@ -12,7 +12,16 @@ import {
   proveCurrentPassword,
   requireFreshProof,
 } from './current-password.js'
-import { acceptCode, beginEnrolment, confirmFactor, hasFactor, newRecoveryCodes, RECOVERY_CODE } from './mfa/factors.js'
+import {
+  acceptCode,
+  beginEnrolment,
+  confirmFactor,
+  factorState,
+  hasFactor,
+  newRecoveryCodes,
+  RECOVERY_CODE,
+  replaceRecoveryCodes,
+} from './mfa/factors.js'
 import { proveSecondFactor } from './mfa/second-factor.js'
 import { otpauthUri, TOTP_CODE } from './mfa/totp.js'
 import { originOf } from './origin.js'
@@ -106,12 +115,10 @@ export const mfaRoutes = [
       const caller = loginOf(principal)
       const { sql, config, clock } = services
       const userId = Number(caller.userId)
-      const pending = await sql`SELECT 1 FROM totp_factors WHERE user_id = ${userId} AND confirmed_at IS NULL`
-      if (pending.length === 0) {
-        throw (await hasFactor(sql, userId))
-          ? new HttpError('mfa_already_enabled', 'The second factor is on already.')
-          : new HttpError('mfa_not_enabled', 'No enrolment is waiting: POST /auth/mfa/totp first.')
-      }
+      const state = await factorState(sql, userId)
+      if (state === 'on') throw new HttpError('mfa_already_enabled', 'The second factor is on already.')
+      if (state === 'none')
+        throw new HttpError('mfa_not_enabled', 'No enrolment is waiting: POST /auth/mfa/totp first.')
       if (!(await acceptCode(sql, config.jwtSecrets, userId, body.code, clock.now(), 'pending')))
         throw mfaCodeRequired('The code does not match the secret: check the time of the device, and try the next one.')
       const origin = originOf(principal, requestId)
@@ -145,11 +152,7 @@ export const mfaRoutes = [
       const caller = loginOf(principal)
       await requireFreshProof(caller, body ?? {}, { services, client, requestId })
       const userId = Number(caller.userId)
-      const codes = await services.sql.begin(async (tx) => {
-        const [factor] = await tx`
-          SELECT 1 FROM totp_factors WHERE user_id = ${userId} AND confirmed_at IS NOT NULL FOR UPDATE`
-        return factor ? newRecoveryCodes(tx, userId) : undefined
-      })
+      const codes = await services.sql.begin((tx) => replaceRecoveryCodes(tx, userId))
       if (!codes) throw new HttpError('mfa_not_enabled', 'This account has no second factor.')
       return { status: 200, body: { recovery_codes: codes } }
     },

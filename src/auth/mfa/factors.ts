@@ -17,11 +17,16 @@ export const RECOVERY_CODE = /^[a-zA-Z2-7]{5}-?[a-zA-Z2-7]{5}$/
 
 const hashCode = (code: string) => createHash('sha256').update(code.toLowerCase().replace('-', '')).digest()
 
-/** Whether the user has a confirmed factor (a login then needs a code). */
-export async function hasFactor(db: Db, userId: number | string): Promise<boolean> {
-  const [row] = await db`SELECT 1 FROM totp_factors WHERE user_id = ${userId} AND confirmed_at IS NOT NULL`
-  return row !== undefined
+/** The user's factor: none, an enrolment waiting for its first code, or on. */
+export async function factorState(db: Db, userId: number | string): Promise<'none' | 'pending' | 'on'> {
+  const [row] = await db<Array<{ on: boolean }>>`
+    SELECT confirmed_at IS NOT NULL AS on FROM totp_factors WHERE user_id = ${userId}`
+  return row === undefined ? 'none' : row.on ? 'on' : 'pending'
 }
+
+/** Whether the user has a confirmed factor (a login then needs a code). */
+export const hasFactor = async (db: Db, userId: number | string): Promise<boolean> =>
+  (await factorState(db, userId)) === 'on'
 
 /**
  * A new secret for the user, waiting for its first code; a previous
@@ -70,12 +75,23 @@ export async function confirmFactor(tx: TransactionSql, userId: number | string)
   return confirmed.count === 1
 }
 
-/** Removes the user's factor and its recovery codes; whether a confirmed one was there. */
-export async function removeFactor(tx: TransactionSql, userId: number | string): Promise<boolean> {
+/**
+ * Removes the user's factor and its recovery codes (with `setUpSince`, only a factor enrolled at or after that
+ * time); whether a confirmed one was removed.
+ */
+export async function removeFactor(tx: TransactionSql, userId: number | string, setUpSince?: Date): Promise<boolean> {
   const [removed] = await tx<Array<{ confirmed: boolean }>>`
-    DELETE FROM totp_factors WHERE user_id = ${userId} RETURNING confirmed_at IS NOT NULL AS confirmed`
-  await tx`DELETE FROM recovery_codes WHERE user_id = ${userId}`
+    DELETE FROM totp_factors WHERE user_id = ${userId} ${setUpSince ? tx`AND created_at >= ${setUpSince}` : tx``}
+    RETURNING confirmed_at IS NOT NULL AS confirmed`
+  if (removed) await tx`DELETE FROM recovery_codes WHERE user_id = ${userId}`
   return removed?.confirmed ?? false
+}
+
+/** New recovery codes for a user whose factor is on (its row locked meanwhile); undefined without one. */
+export async function replaceRecoveryCodes(tx: TransactionSql, userId: number | string): Promise<string[] | undefined> {
+  const [factor] = await tx`
+    SELECT 1 FROM totp_factors WHERE user_id = ${userId} AND confirmed_at IS NOT NULL FOR UPDATE`
+  return factor ? newRecoveryCodes(tx, userId) : undefined
 }
 
 /** A new set of recovery codes, replacing the user's: shown once, stored as hashes. */

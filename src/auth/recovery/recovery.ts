@@ -9,6 +9,7 @@ import { linkFor, newOneTimeToken } from './one-time-tokens.js'
 import { emailChangedMail, passwordResetMail, verifyEmailMail } from './recovery-mail.js'
 import { raiseCredentialEpoch, revokeSessionsOf } from '../sessions/sessions.js'
 import { hashSecret } from '../tokens.js'
+import { removeFactor } from '../mfa/factors.js'
 
 // Account recovery, a password reset, an address to verify and an old address
 // to put back: its writes (the routes are recovery-routes.ts, the links'
@@ -302,10 +303,10 @@ export async function restoreEmail(sql: Sql, hash: Buffer, requestId: string): P
   try {
     return await sql.begin(async (tx) => {
       if (!(await lockTokenOwner(tx, hash, 'email_restore'))) return 'invalid'
-      const [used] = await tx<Array<{ id: string; user_id: number; email: string }>>`
+      const [used] = await tx<Array<{ id: string; user_id: number; email: string; created_at: Date }>>`
         UPDATE one_time_tokens SET used_at = now()
         WHERE token_hash = ${hash} AND purpose = 'email_restore' AND used_at IS NULL AND expires_at > now()
-        RETURNING id::text, user_id, email`
+        RETURNING id::text, user_id, email, created_at`
       if (!used) return 'invalid'
       const userId = used.user_id
       const origin: EventOrigin = { actorId: userId, credential: null, requestId }
@@ -323,17 +324,13 @@ export async function restoreEmail(sql: Sql, hash: Buffer, requestId: string): P
       await raiseCredentialEpoch(tx, userId)
       await revokeApiKeysOf(tx, userId, origin)
       // A second factor set up since the change is whoever moved the address: left on, it would lock the owner out.
-      const [factorRemoved] = await tx`
-        DELETE FROM totp_factors f USING one_time_tokens t
-        WHERE t.id = ${used.id}::bigint AND f.user_id = ${userId} AND f.created_at >= t.created_at
-        RETURNING f.confirmed_at IS NOT NULL AS confirmed`
-      if (factorRemoved) await tx`DELETE FROM recovery_codes WHERE user_id = ${userId}`
+      const factorRemoved = await removeFactor(tx, userId, used.created_at)
       const subject = { type: 'user', id: userId }
       await recordEvents(
         tx,
         [
           { type: 'user.email_restored', subject, data: { id: userId, email: used.email } },
-          ...(factorRemoved?.confirmed ? [{ type: 'user.mfa_disabled', subject, data: { id: userId } }] : []),
+          ...(factorRemoved ? [{ type: 'user.mfa_disabled', subject, data: { id: userId } }] : []),
         ],
         origin,
       )
