@@ -12,6 +12,7 @@ import {
 import { isAdmin, sessionOf, type Principal, type UserPrincipal } from '../auth/principal.js'
 import { revokeSessionsOf } from '../auth/sessions/sessions.js'
 import { originOf } from '../auth/origin.js'
+import { transaction } from '../core/db/transaction.js'
 import { HttpError } from '../core/http/problem.js'
 import { idMember, nameSchema, timestampMember } from '../core/resources/common.js'
 import { member } from '../core/resources/member.js'
@@ -205,18 +206,16 @@ export const userHooks: ResourceHooks<UserWriteState> = {
     const origin = ctx.services.changeOrigin(ctx)
     if (ctx.services.config.verifyEmailUrl === undefined) {
       return {
-        row: await insertRow(ctx.services.sql, users, values, origin).catch((err: unknown) =>
+        row: await insertRow(ctx.db, users, values, origin).catch((err: unknown) =>
           Promise.reject(conflictOf(users, err)),
         ),
       }
     }
-    const row = await ctx.services.sql
-      .begin(async (tx) => {
-        const row = await insertRow(tx, users, values, origin)
-        await queueVerification(tx, ctx.services, { id: row.id as number, email: row.email as string })
-        return row
-      })
-      .catch((err: unknown) => Promise.reject(conflictOf(users, err)))
+    const row = await transaction(ctx.db, async (tx) => {
+      const row = await insertRow(tx, users, values, origin)
+      await queueVerification(tx, ctx.services, { id: row.id as number, email: row.email as string })
+      return row
+    }).catch((err: unknown) => Promise.reject(conflictOf(users, err)))
     return { row }
   },
   // A role or password change revoked JWTs: answer once this instance

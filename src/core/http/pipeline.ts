@@ -30,6 +30,8 @@ import type { RequestGuard, StageRequest } from './stages.js'
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
 const NO_HEADERS: Record<string, string> = Object.freeze({})
+/** A request alone commits before its handler returns: its after-commit work runs where it stands. */
+const runNow = (work: () => Promise<void>) => work()
 const UNANSWERED: Reply = Object.freeze({ status: 500 })
 
 /** What every stage may use, made once per service. */
@@ -238,6 +240,8 @@ function handle<State>(
     client: x.client(),
     bounded,
     services: p.services,
+    db: p.services.sql,
+    onCommit: runNow,
   } as HandlerContext<unknown, unknown>
   p.guard.extend(ctx, x.state)
   if (database === 'handler') return p.runBounded(() => invoke(p, x, route, ctx))

@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import type { TSchema } from 'typebox'
+import type { Db } from '../db/transaction.js'
 import type { BodyKind } from './body.js'
 import type { CoreServices } from './services.js'
 import type { Validator } from './validate.js'
@@ -77,6 +78,17 @@ export interface HandlerContext<Query, Body> extends ContextExtensions {
   bounded: <T>(work: () => Promise<T>) => Promise<T>
   /** The service instance's dependencies: core's (src/core/http/services.ts) and the application's. */
   services: CoreServices & ServiceExtensions
+  /**
+   * Where the request's own reads and writes run: the pool, or the transaction of the batch the request is an
+   * operation of (src/core/http/batch.ts). Bookkeeping that must stand even when the batch is undone (a counted
+   * password guess) runs on `services.sql`.
+   */
+  db: Db
+  /**
+   * Work that must wait until the request's changes are committed (hearing that a revocation reached this instance):
+   * run at once for a request alone, after the commit for an operation of a batch.
+   */
+  onCommit(work: () => Promise<void>): Promise<void>
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { TransactionSql } from 'postgres'
 import type { TSchema } from 'typebox'
 import { listCollection } from '../collections/list-query.js'
+import { transaction } from '../db/transaction.js'
 import type { ListQuery } from '../collections/declaration.js'
 import { etagFor, ifMatchVersions } from '../http/conditional.js'
 import { notFound, validationFailed } from '../http/problem.js'
@@ -159,14 +160,9 @@ export function resourceRoutes<State = undefined>(
   async function patchInOneStatement(ctx: ResourceContext, next: Body): Promise<StoredRow | undefined> {
     const versions = versioned ? ifMatchVersions(ctx.headers['if-match']) : undefined
     if (Object.keys(next).length === 0 || versions?.length === 0) return undefined
-    return updateIfChanged(
-      ctx.services.sql,
-      resource,
-      ctx.params.id!,
-      next,
-      versions,
-      ctx.services.changeOrigin(ctx),
-    ).catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
+    return updateIfChanged(ctx.db, resource, ctx.params.id!, next, versions, ctx.services.changeOrigin(ctx)).catch(
+      (err: unknown) => Promise.reject(conflictOf(resource, err)),
+    )
   }
 
   /**
@@ -184,19 +180,17 @@ export function resourceRoutes<State = undefined>(
       if (row) return reply(200, row)
     }
     let locked: LockedWrite | undefined
-    const row = await ctx.services.sql
-      .begin(async (tx) => {
-        await hooks.beforeLock?.(tx, pending, state)
-        const current = await lockRow(tx, resource, ctx.params.id!, ctx.headers['if-match'])
-        const next = { ...(op === 'replace' ? replaced(body, current) : patched(body)), ...pending.columns }
-        locked = { ...pending, current, changes: changedMembers(current, next) }
-        await hooks.inTransaction?.(tx, locked, state)
-        return Object.keys(locked.changes).length
-          ? updateRow(tx, resource, current.id, locked.changes, ctx.services.changeOrigin(ctx))
-          : current
-      })
-      .catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
-    await hooks.afterCommit?.(locked!)
+    const row = await transaction(ctx.db, async (tx) => {
+      await hooks.beforeLock?.(tx, pending, state)
+      const current = await lockRow(tx, resource, ctx.params.id!, ctx.headers['if-match'])
+      const next = { ...(op === 'replace' ? replaced(body, current) : patched(body)), ...pending.columns }
+      locked = { ...pending, current, changes: changedMembers(current, next) }
+      await hooks.inTransaction?.(tx, locked, state)
+      return Object.keys(locked.changes).length
+        ? updateRow(tx, resource, current.id, locked.changes, ctx.services.changeOrigin(ctx))
+        : current
+    }).catch((err: unknown) => Promise.reject(conflictOf(resource, err)))
+    if (hooks.afterCommit) await ctx.onCommit(() => hooks.afterCommit!(locked!))
     return reply(200, row)
   }
 
@@ -267,8 +261,8 @@ export function resourceRoutes<State = undefined>(
           const created = hooks.insert
             ? await hooks.insert(ctx, values)
             : {
-                row: await insertRow(ctx.services.sql, resource, values, ctx.services.changeOrigin(ctx)).catch(
-                  (err: unknown) => Promise.reject(conflictOf(resource, err)),
+                row: await insertRow(ctx.db, resource, values, ctx.services.changeOrigin(ctx)).catch((err: unknown) =>
+                  Promise.reject(conflictOf(resource, err)),
                 ),
               }
           return reply(201, created.row, {
@@ -288,7 +282,7 @@ export function resourceRoutes<State = undefined>(
         ...options.routes.read,
         ...noStoreFor('read'),
         async handle(ctx) {
-          const row = await findRow(ctx.services.sql, resource, ctx.params.id!, scopeOf(ctx))
+          const row = await findRow(ctx.db, resource, ctx.params.id!, scopeOf(ctx))
           if (!row) throw notFound()
           return reply(200, row)
         },
@@ -309,19 +303,19 @@ export function resourceRoutes<State = undefined>(
         // Optional: a DELETE without a body stays a plain DELETE.
         ...(bodies.delete ? { body: { kind: 'json' as const, validator: bodies.delete, optional: true } } : {}),
         async handle(ctx) {
-          const { params, headers, services } = ctx
+          const { params, headers, services, db } = ctx
           const origin = services.changeOrigin(ctx)
           const state = (await hooks.prepareDelete?.(ctx)) as State
           if (versioned) {
-            await services.sql.begin(async (tx) => {
+            await transaction(db, async (tx) => {
               const current = await lockRow(tx, resource, params.id!, headers['if-match'])
               await hooks.beforeDelete?.(tx, current, state)
               await deleteRow(tx, resource, current.id, origin)
             })
-          } else if (!(await deleteRow(services.sql, resource, params.id!, origin, scopeOf(ctx)))) {
+          } else if (!(await deleteRow(db, resource, params.id!, origin, scopeOf(ctx)))) {
             throw notFound()
           }
-          await hooks.afterDelete?.(ctx)
+          if (hooks.afterDelete) await ctx.onCommit(() => hooks.afterDelete!(ctx))
           return { status: 204 }
         },
       }),

@@ -1,7 +1,8 @@
-import type { Sql, TransactionSql } from 'postgres'
+import type { TransactionSql } from 'postgres'
 import { checkIfMatch } from '../http/conditional.js'
 import { HttpError, notFound } from '../http/problem.js'
 import { quoteIdentifier as quote } from '../db/identifier.js'
+import type { Db } from '../db/transaction.js'
 import { originValues, representationSql, type ChangeOrigin, type EventRecord } from './change-events.js'
 import type { Resource } from './resource.js'
 
@@ -20,7 +21,6 @@ import type { Resource } from './resource.js'
 // database handle first, so the same function runs on the pool or inside a
 // caller's transaction.
 
-type Db = Sql | TransactionSql
 export type StoredRow = Record<string, unknown> & { id: number; version: number }
 
 /** Equality conditions a caller cannot lift (a user's own API keys), ANDed to the id. */
