@@ -5,6 +5,7 @@ import type { ReadinessCheck } from './health/readiness.js'
 import type { EventHub } from './events/hub.js'
 import type { EventPublisher } from './events/publisher.js'
 import type { EventRetention } from './events/retention.js'
+import type { TrashPurge } from './core/resources/trash-purge.js'
 import type { WebhookWorker } from './webhooks/worker.js'
 
 /**
@@ -43,6 +44,8 @@ export interface AppDeps extends AuthServices {
   webhooks: WebhookWorker
   /** Deletes events and deliveries older than EVENTS_RETENTION_DAYS, a batch at a time (src/events/retention.ts). */
   retention: EventRetention
+  /** Purges what has been in a trash for TRASH_RETENTION, a batch at a time (src/core/resources/trash-purge.ts). */
+  trash: TrashPurge
 }
 
 /** Entries each credential cache holds at most; the oldest leaves first. */

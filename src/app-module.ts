@@ -3,6 +3,7 @@ import type { ProblemType } from './core/http/problem.js'
 import type { AnyRoute } from './core/http/route.js'
 import type { Component } from './core/lifecycle.js'
 import type { Resource } from './core/resources/resource.js'
+import type { TrashTarget } from './core/resources/trash-purge.js'
 import type { Job } from './core/scheduler.js'
 
 // One part of the application, and everything it adds to a service: what
@@ -27,6 +28,8 @@ export interface ResourceModule {
   readonly routes: readonly AnyRoute[]
   /** The event types of its writes a webhook may subscribe to. */
   readonly subscribable: readonly string[]
+  /** For a resource with a trash: what the purge of its trash takes (trash.purge, src/core/resources/trash-purge.ts). */
+  readonly trash?: TrashTarget
 }
 
 export interface AppModule<Services = never> {

@@ -104,6 +104,7 @@ const EnvSchema = Type.Object({
     Type.String({ minLength: 8, maxLength: 256, description: 'a password of 8 to 256 characters' }),
   ),
   EVENTS_RETENTION_DAYS: Type.Optional(Integer(1, 3650)),
+  TRASH_RETENTION: Type.Optional(Integer(60, 315360000)),
   TLS_CERT_FILE: Type.Optional(Type.String({ minLength: 1 })),
   TLS_KEY_FILE: Type.Optional(Type.String({ minLength: 1 })),
   WEBHOOK_ALLOW_PRIVATE: Type.Optional(Bool),
@@ -257,6 +258,8 @@ export interface Config {
   bootstrapAdmin: { email: string; password: string } | undefined
   /** Events and webhook deliveries older than this many days are deleted (src/events/retention.ts). */
   eventsRetentionDays: number
+  /** Seconds a deleted resource stays in the trash, restorable, before the service purges it (trash-purge.ts). */
+  trashRetention: number
   /** Webhook URLs may be http and point at loopback, link-local and private addresses (tests, closed networks). */
   webhookAllowPrivate: boolean
   /** Ports besides 443 a webhook URL may name (unless webhookAllowPrivate, which allows any). */
@@ -565,6 +568,7 @@ export function readConfig(
     bootstrapAdmin:
       e.ADMIN_EMAIL && e.ADMIN_PASSWORD ? { email: e.ADMIN_EMAIL, password: e.ADMIN_PASSWORD } : undefined,
     eventsRetentionDays: int('EVENTS_RETENTION_DAYS', 30),
+    trashRetention: int('TRASH_RETENTION', 2592000),
     webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE === 'true',
     webhookAllowedPorts: typeof webhookAllowedPorts === 'string' ? new Set() : webhookAllowedPorts,
     workers,

@@ -3,6 +3,7 @@ import { ScopePolicy } from './auth/scopes.js'
 import { coreProblems, problemTable, type ProblemTable } from './core/http/problem.js'
 import type { AnyRoute } from './core/http/route.js'
 import type { Resource } from './core/resources/resource.js'
+import type { TrashTarget } from './core/resources/trash-purge.js'
 
 // What a service derives from its modules (src/modules.ts lists the
 // application's): their resources and routes, the scopes, the event types a
@@ -14,6 +15,8 @@ export interface Registry {
   readonly modules: ReadonlyArray<AppModule<unknown>>
   /** Every declared resource, in module order. */
   readonly resources: readonly Resource[]
+  /** The resources with a trash, and what their purge takes (src/core/resources/trash-purge.ts). */
+  readonly trash: readonly TrashTarget[]
   /** Every route of the modules: their resources' and their own, in module order. */
   readonly routes: readonly AnyRoute[]
   readonly scopes: ScopePolicy
@@ -49,6 +52,7 @@ export function buildRegistry(modules: ReadonlyArray<AppModule<never>>): Registr
   return {
     modules: modules as ReadonlyArray<AppModule<unknown>>,
     resources,
+    trash: parts.flatMap((p) => p.resources.flatMap((r) => (r.trash ? [r.trash] : []))),
     routes: parts.flatMap((p) => [...p.resources.flatMap((r) => r.routes), ...(p.module.routes ?? [])]),
     scopes: new ScopePolicy(
       resources,

@@ -1,5 +1,5 @@
 import type { ResourceModule } from './app-module.js'
-import type { Access } from './auth/access.js'
+import { authorize, type Access } from './auth/access.js'
 import { scopesOfResource } from './auth/scopes.js'
 import type { Resource } from './core/resources/resource.js'
 import { resourceRoutes, type ResourceRouteOptions } from './core/resources/routes.js'
@@ -56,15 +56,36 @@ export function routeExtensionsOf(
   }
 }
 
+/** Who may list a resource's trash, and who may restore and purge: an admin, with the read or the write scope. */
+export function trashAccessOf(resource: Resource): { list: ProtectedAccess; write: ProtectedAccess } {
+  const { read, write } = scopesOfResource(resource)
+  return {
+    list: { kind: 'protected', scope: read, who: 'admin' },
+    write: { kind: 'protected', scope: write, who: 'admin' },
+  }
+}
+
 export function resourceModule<State = undefined>(
   resource: Resource,
   options: ResourceModuleOptions<State> = {},
 ): ResourceModule {
   const { access, unsubscribable = [], ...routeOptions } = options
-  const { created, updated, deleted } = resource.events
+  const { created, updated, deleted, restored, purged } = resource.events
+  const trashAccess = trashAccessOf(resource)
+  const trash: ResourceRouteOptions<State>['trash'] = {
+    route: { access: trashAccess.write },
+    authorize: (ctx, door) =>
+      authorize(door === 'list' ? trashAccess.list : trashAccess.write, ctx.principal, ctx.params, ctx.services.config),
+  }
+  const { beforePurge } = options.hooks ?? {}
   return {
     resource,
-    routes: resourceRoutes(resource, { ...routeOptions, routes: routeExtensionsOf(resource, access) }),
-    subscribable: [created, updated, deleted].filter((t) => !unsubscribable.includes(t)),
+    routes: resourceRoutes(resource, { ...routeOptions, routes: routeExtensionsOf(resource, access), trash }),
+    subscribable: [created, updated, deleted, ...(resource.trash ? [restored, purged] : [])].filter(
+      (t) => !unsubscribable.includes(t),
+    ),
+    ...(resource.trash
+      ? { trash: { resource, ...(beforePurge ? { beforePurge: beforePurge.bind(options.hooks) } : {}) } }
+      : {}),
   }
 }

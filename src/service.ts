@@ -31,6 +31,7 @@ import { DrainDelay, HttpServerComponent } from './shutdown.js'
 import { defaultStreamSettings, EventHub, type StreamSettings } from './events/hub.js'
 import { defaultPublisherSettings, EventPublisher, type PublisherSettings } from './events/publisher.js'
 import { defaultRetentionSettings, EventRetention, type RetentionSettings } from './events/retention.js'
+import { TrashPurge } from './core/resources/trash-purge.js'
 import { defaultWebhookSettings, WebhookWorker, type WebhookSettings } from './webhooks/worker.js'
 import { wakeWorkers } from './webhooks/wake.js'
 import { mailTransportFor } from './mail/transport.js'
@@ -150,6 +151,7 @@ export function createService(config: Config, options: ServiceOptions): Service 
   )
   if (config.tls) scheduler.add(certificateReloadJob(server as HttpsServer, config.tls, log))
   for (const module of modules) for (const job of module.jobs?.(deps) ?? []) scheduler.add(job)
+  for (const job of deps.trash.jobs) scheduler.add(job)
 
   // Each uses, starting and stopping, what is registered before it.
   lifecycle.register(new DatabaseComponent(deps.sql, deps.listenSql, deps.maintenanceSql, config.databaseUrl!))
@@ -337,6 +339,13 @@ function createDeps(
           tuning.identityProvider,
         )
       : undefined,
+    trash: new TrashPurge(
+      maintenanceSql,
+      registry.trash,
+      config.trashRetention,
+      () => clock.now(),
+      (resource, rows) => log.info('trash purged', { table: resource.table, rows }),
+    ),
     retention: new EventRetention(maintenanceSql, log, config.eventsRetentionDays, {
       ...defaultRetentionSettings,
       ...tuning.retention,

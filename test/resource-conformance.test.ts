@@ -67,7 +67,7 @@ test(
     )
     assert.deepEqual(
       registry.eventTypes.filter((t) => t.startsWith('category.')),
-      ['category.created', 'category.updated', 'category.deleted'],
+      ['category.created', 'category.updated', 'category.deleted', 'category.restored', 'category.purged'],
     )
     assert.deepEqual(registry.problems.category_name_taken, { status: 409, title: 'Category name already in use' })
     const doc = (await api.request('GET', '/openapi.json', { auth: null })).body

@@ -169,6 +169,8 @@ test('a declaration that disagrees with its migration is caught, each disagreeme
   })
   assert.deepEqual((await disagreements(wrong)).sort(), [
     'categories.colour: declared, but no such column',
+    // The table has a trash; a declaration without `trash: true` does not know its column.
+    'categories.deleted_at: a column the declaration does not know',
     'categories.description: column is text, the declaration wants one of int2, int4, int8',
     "categories.description: declared default 7, column default ''::text",
     'categories.name: column refuses NULL, the declaration allows it',

@@ -35,8 +35,9 @@ export const localPasswordHash = (
   localPasswords: boolean,
 ): string | null => (user.made_by_provider && !localPasswords ? null : user.password_hash)
 
+/** A live user (not in the trash); so is every lookup here. */
 export async function findUser(db: Sql | TransactionSql, id: string): Promise<UserRow | undefined> {
-  const [row] = await db<UserRow[]>`SELECT * FROM users WHERE id = ${id}`
+  const [row] = await db<UserRow[]>`SELECT * FROM users WHERE id = ${id} AND deleted_at IS NULL`
   return row
 }
 
@@ -44,7 +45,7 @@ export async function findUser(db: Sql | TransactionSql, id: string): Promise<Us
  * By an address already normalized (normalizeEmail: ASCII letters lower-cased), through the unique lower(email) index.
  */
 export async function findUserByEmail(db: Sql | TransactionSql, normalizedEmail: string): Promise<UserRow | undefined> {
-  const [row] = await db<UserRow[]>`SELECT * FROM users WHERE lower(email) = ${normalizedEmail}`
+  const [row] = await db<UserRow[]>`SELECT * FROM users WHERE lower(email) = ${normalizedEmail} AND deleted_at IS NULL`
   return row
 }
 
@@ -58,7 +59,8 @@ const LAST_ADMIN_LOCK = 4_711_000_001
  */
 export async function anotherAdminExists(tx: TransactionSql, leavingId: number): Promise<boolean> {
   await tx`SELECT pg_advisory_xact_lock(${LAST_ADMIN_LOCK})`
-  const [other] = await tx`SELECT 1 FROM users WHERE role = 'admin' AND id <> ${leavingId} LIMIT 1`
+  const [other] = await tx`
+    SELECT 1 FROM users WHERE role = 'admin' AND id <> ${leavingId} AND deleted_at IS NULL LIMIT 1`
   return other !== undefined
 }
 

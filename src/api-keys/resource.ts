@@ -70,7 +70,7 @@ async function insertApiKey(
   return sql.begin(async (tx) => {
     const [user] = await tx<
       Array<{ epoch: number }>
-    >`SELECT credential_epoch AS epoch FROM users WHERE id = ${key.user_id} FOR NO KEY UPDATE`
+    >`SELECT credential_epoch AS epoch FROM users WHERE id = ${key.user_id} AND deleted_at IS NULL FOR NO KEY UPDATE`
     if (!user || (creator.epoch !== undefined && creator.epoch !== user.epoch)) return 'gone'
     const [ended] =
       creator.sessionId === undefined

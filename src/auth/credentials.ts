@@ -260,7 +260,7 @@ async function opaqueTokens(
     WHERE t.token_hash = ANY(${hashList(
       deps.sql,
       tokens.map((t) => t.hash),
-    )}) AND t.expires_at > now() AND s.revoked_at IS NULL`,
+    )}) AND t.expires_at > now() AND s.revoked_at IS NULL AND u.deleted_at IS NULL`,
   )
   const byHash = new Map(rows.map((row) => [row.token_hash.toString('base64'), row]))
   return tokens.flatMap(({ at, hash }) => {
@@ -348,7 +348,8 @@ async function liveInDatabase(
     FROM unnest(${claims.map((c) => c.userId)}::bigint[], ${claims.map((c) => c.sessionId)}::bigint[],
     ${claims.map((c) => c.epoch)}::integer[])
       WITH ORDINALITY AS c(user_id, session_id, epoch, at)
-    WHERE EXISTS (SELECT 1 FROM users u WHERE u.id = c.user_id AND u.credential_epoch = c.epoch)
+    WHERE EXISTS (
+      SELECT 1 FROM users u WHERE u.id = c.user_id AND u.credential_epoch = c.epoch AND u.deleted_at IS NULL)
       AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = c.session_id AND s.revoked_at IS NOT NULL)`,
   )
   return new Set(rows.map((r) => Number(r.at)))

@@ -14,6 +14,8 @@ export const products = defineResource({
   table: 'products',
   // Anyone signed in reads the catalogue; admins keep it.
   access: { read: 'any', write: 'admin' },
+  // A deleted product waits in the trash for TRASH_RETENTION, restorable.
+  trash: true,
   formats: { iso4217: isCurrency },
   members: {
     id: idMember(),

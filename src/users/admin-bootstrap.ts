@@ -43,7 +43,7 @@ export async function createOrResetAdmin(
     const [existing] = await tx<
       Array<{ id: number; role: string; made_by_provider: boolean; email_verified_at: Date | null }>
     >`SELECT id, role, made_by_provider, email_verified_at FROM users
-      WHERE lower(email) = ${normalizeEmail(email)} FOR UPDATE`
+      WHERE lower(email) = ${normalizeEmail(email)} AND deleted_at IS NULL FOR UPDATE`
     if (existing && existing.role !== 'admin') {
       throw new ConfigError(
         `${email} belongs to an account that is not an admin; it is not promoted from here. Promote it through the ` +
@@ -86,7 +86,7 @@ export async function bootstrapAdminIfNone(
   passwords: PasswordHasher,
   admin: { email: string; password: string },
 ): Promise<boolean> {
-  const [any] = await sql`SELECT 1 FROM users WHERE role = 'admin' LIMIT 1`
+  const [any] = await sql`SELECT 1 FROM users WHERE role = 'admin' AND deleted_at IS NULL LIMIT 1`
   if (any) return false
   // At start-up the operator reads "Cannot start: …": which settings, and that it was the admin that failed.
   await createOrResetAdmin(sql, passwords, admin.email, admin.password).catch((err: unknown) => {

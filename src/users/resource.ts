@@ -22,6 +22,7 @@ import { conflictOf, insertRow, type StoredRow } from '../core/resources/store.j
 import { addressChanged, queueVerification } from '../auth/recovery/recovery.js'
 import type { Holds, Same } from '../core/lib/type-checks.js'
 import { ensureAnotherAdmin, type UserRow } from '../accounts/queries.js'
+import { eraseUsers } from './erasure.js'
 
 const emailSchema = () =>
   Type.String({
@@ -36,6 +37,9 @@ export const users = defineResource({
   name: 'User',
   path: '/users',
   table: 'users',
+  // A deleted user waits in the trash for TRASH_RETENTION; moving it there ends every credential and grant of it
+  // (sql/019), and the purge erases it (erasure.ts).
+  trash: true,
   // A user reads and changes itself; an admin anyone (the routes below: listing and creating are an admin's).
   access: { read: 'admin-or-self', write: 'admin-or-self' },
   // The password as its scrypt hash; the epoch that a password or role change raises, voiding JWTs (sql/005),
@@ -238,10 +242,12 @@ export const userHooks: ResourceHooks<UserWriteState> = {
   async beforeDelete(tx, current, { self, provenHash }) {
     // The password changed since it was checked: the proof is for a password that no longer is.
     if (self && provenHash !== current.password_hash) throw currentPasswordRequired('current_password is wrong.')
-    if (current.role === 'admin') await ensureAnotherAdmin(tx, current.id)
+    // Only a live admin counts, and leaves: purging one from the trash takes no admin away.
+    if (current.role === 'admin' && current.deleted_at === null) await ensureAnotherAdmin(tx, current.id)
   },
-  // Its sessions, JWTs and API keys are revoked with it.
+  // Its sessions, JWTs and API keys are revoked with it (the move to the trash, sql/019, or the purge).
   afterDelete: (ctx) => ctx.services.credentialChanges.caughtUp(),
+  beforePurge: eraseUsers,
 }
 
 // The declaration's stored members and the accounts' row type (src/accounts/queries.ts) are the same:

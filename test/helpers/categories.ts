@@ -22,8 +22,10 @@ export const categoriesMigration = `
     version     integer NOT NULL DEFAULT 1,
     created_at  timestamptz(3) NOT NULL DEFAULT now(),
     updated_at  timestamptz(3) NOT NULL DEFAULT now(),
-    CONSTRAINT categories_name_key UNIQUE (name)
+    deleted_at  timestamptz(3)
   );
+  CREATE UNIQUE INDEX categories_name_key ON categories (name) WHERE deleted_at IS NULL;
+  CREATE INDEX categories_deleted_at_idx ON categories (deleted_at) WHERE deleted_at IS NOT NULL;
   CREATE INDEX categories_name_id_idx ON categories (name, id);
   CREATE INDEX categories_created_at_id_idx ON categories (created_at, id);
   CREATE INDEX categories_updated_at_id_idx ON categories (updated_at, id);
@@ -36,6 +38,7 @@ export const categories = defineResource({
   path: '/categories',
   table: 'categories',
   access: { read: 'any', write: 'admin' },
+  trash: true,
   members: {
     id: idMember(),
     name: member(nameSchema(), {

@@ -168,14 +168,16 @@ export function resourceConformance(api: TestServer, spec: ResourceSpec): void {
       },
     )
 
-    test('DELETE with If-Match answers 204; the resource is then 404 and gone from the table', async () => {
+    test('DELETE with If-Match answers 204; the resource is then 404, and gone from the table (or in its trash)', async () => {
       const created = await create()
       const url = `${path}/${created.body.id}`
       assert.equal((await api.request('DELETE', url, { headers: { 'if-match': '"v2"' } })).status, 412)
       const res = await api.request('DELETE', url, { headers: { 'if-match': '"v1"' } })
       assert.equal(res.status, 204)
       assert.equal((await api.request('GET', url)).status, 404)
-      assert.equal((await api.sql.unsafe(`SELECT id FROM ${table} WHERE id = $1`, [created.body.id])).length, 0)
+      const rows = await api.sql.unsafe(`SELECT * FROM ${table} WHERE id = $1`, [created.body.id])
+      if (resource.trash) assert.ok(rows[0]?.deleted_at, 'in the trash')
+      else assert.equal(rows.length, 0)
     })
 
     test('the collection filters, sorts, pages by cursor and counts', async () => {

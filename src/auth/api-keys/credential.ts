@@ -48,6 +48,7 @@ export async function apiKeyPrincipals(
       SELECT k.key_hash, u.id AS user_id, u.role, k.scopes, k.expires_at, k.id AS api_key_id
       FROM api_keys k JOIN users u ON u.id = k.user_id
       WHERE k.key_hash = ANY(${hashList(sql, missing)}) AND (k.expires_at IS NULL OR k.expires_at > now())
+        AND u.deleted_at IS NULL
         -- A key bound to a session is revoked with it (sql/016); this holds should that ever lag.
         AND (k.session_id IS NULL OR NOT EXISTS (
           SELECT 1 FROM sessions s WHERE s.id = k.session_id AND s.revoked_at IS NOT NULL))`,

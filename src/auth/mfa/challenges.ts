@@ -41,6 +41,7 @@ export async function findChallenge(sql: Sql, token: string): Promise<Challenge 
   const [challenge] = await sql<Challenge[]>`
     SELECT c.user_id, u.email, u.role, u.credential_epoch, c.scopes, c.token_format
     FROM mfa_challenges c JOIN users u ON u.id = c.user_id AND u.credential_epoch = c.credential_epoch
+      AND u.deleted_at IS NULL
     WHERE c.token_hash = ${hashSecret(token)} AND c.used_at IS NULL AND c.expires_at > now()`
   return challenge
 }

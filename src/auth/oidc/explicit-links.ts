@@ -45,7 +45,7 @@ export async function linkIdentity(
       // As an API key's creation does (src/api-keys/resource.ts): the caller's authority, checked under the lock a
       // password or role change and a logout everywhere take.
       const [user] = await tx<Array<{ epoch: number }>>`
-        SELECT credential_epoch AS epoch FROM users WHERE id = ${userId} FOR NO KEY UPDATE`
+        SELECT credential_epoch AS epoch FROM users WHERE id = ${userId} AND deleted_at IS NULL FOR NO KEY UPDATE`
       if (!user || (linker.epoch !== undefined && linker.epoch !== user.epoch)) return { refused: 'gone' }
       if (linker.sessionId !== undefined) {
         const [ended] = await tx`SELECT 1 FROM sessions WHERE id = ${linker.sessionId} AND revoked_at IS NOT NULL`

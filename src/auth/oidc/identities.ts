@@ -71,6 +71,8 @@ interface LinkRow {
   role: Role | null
   credential_epoch: number | null
   epoch_at_ms: number | null
+  /** Its user is in the trash (sql/019): refused as deleted, until restored. */
+  trashed?: boolean
 }
 
 /** A token no user can be found or made for: 401 invalid_token, saying why. */
@@ -148,12 +150,16 @@ export class ProviderIdentities {
   private async read(subject: string, deps: IdentityDeps): Promise<Link | undefined> {
     const [row] = await deps.bounded(
       () => deps.sql<LinkRow[]>`
-      SELECT i.user_id, (extract(epoch FROM i.user_deleted_at) * 1000)::float8 AS deleted_at_ms, u.role,
-      u.credential_epoch, (extract(epoch FROM u.credential_epoch_at) * 1000)::float8 AS epoch_at_ms
+      SELECT CASE WHEN u.deleted_at IS NULL THEN i.user_id END AS user_id,
+      (extract(epoch FROM coalesce(i.user_deleted_at, u.deleted_at)) * 1000)::float8 AS deleted_at_ms, u.role,
+      u.credential_epoch, (extract(epoch FROM u.credential_epoch_at) * 1000)::float8 AS epoch_at_ms,
+      u.deleted_at IS NOT NULL AS trashed
       FROM identities i LEFT JOIN users u ON u.id = i.user_id
       WHERE i.issuer = ${this.settings.issuer} AND i.subject = ${subject}`,
     )
     if (!row) return undefined
+    // A user in the trash is refused as a deleted one, but not remembered so: a restore brings it back.
+    if (row.trashed) return linkOf(row)
     return this.remember(subject, linkOf(row))
   }
 
@@ -189,14 +195,19 @@ export class ProviderIdentities {
         deps.sql.begin(async (tx) => {
           const [existing] = await tx<Array<{ id: number; verified: boolean; role: Role }>>`
           SELECT id, email_verified_at IS NOT NULL AS verified, role FROM users WHERE lower(email) =
-          lower(${email}) FOR UPDATE`
+          lower(${email}) AND deleted_at IS NULL FOR UPDATE`
           if (existing?.role === 'admin') throw new AdminNotLinked()
           // Read after the lock above: a deletion of the user with this address that it waited for is seen here.
+          // A linked user in the trash holds its address as a deleted one does (sql/019).
           const [deleted] = this.settings.reprovision
             ? []
             : await tx`
             SELECT 1 FROM identities WHERE issuer = ${this.settings.issuer} AND deleted_email IS NOT NULL
-              AND lower(deleted_email) = lower(${email}) LIMIT 1`
+              AND lower(deleted_email) = lower(${email})
+            UNION ALL
+            SELECT 1 FROM identities i JOIN users u ON u.id = i.user_id
+            WHERE i.issuer = ${this.settings.issuer} AND u.deleted_at IS NOT NULL AND lower(u.email) = lower(${email})
+            LIMIT 1`
           if (deleted)
             throw refused(
               'a user with this address was deleted, and OIDC_REPROVISION is not set: no account of the provider ' +
@@ -282,7 +293,7 @@ export class ProviderIdentities {
             WHEN to_timestamp(${claims.issuedAt}) - interval '1 millisecond' > credential_epoch_at THEN
               to_timestamp(${claims.issuedAt}) - interval '1 millisecond'
             ELSE clock_timestamp() END
-        WHERE id = ${link.userId} AND role <> ${role}
+        WHERE id = ${link.userId} AND role <> ${role} AND deleted_at IS NULL
         RETURNING *, (extract(epoch FROM credential_epoch_at) * 1000)::float8 AS epoch_at_ms`
         if (user)
           await recordEvents(tx, [eventOf(this.users, this.users.events.updated, user as StoredRow)], deps.origin)

@@ -207,7 +207,8 @@ export const recoveryRoutes = [
       if (principal.kind !== 'user') throw new Error('unreachable: the resend is protected')
       await services.sql.begin(async (tx) => {
         const [user] = await tx<Array<{ id: number; email: string; email_verified_at: string | null }>>`
-          SELECT id, email, email_verified_at FROM users WHERE id = ${principal.userId} FOR UPDATE`
+          SELECT id, email, email_verified_at FROM users WHERE id = ${principal.userId} AND deleted_at IS NULL
+          FOR UPDATE`
         if (!user) throw userGone()
         if (user.email_verified_at !== null)
           throw new HttpError('email_already_verified', 'This address is verified already.')

@@ -80,7 +80,7 @@ export async function requestPasswordReset(
     logged AS (INSERT INTO password_reset_requests (email_hash) VALUES (${emailHash})),
     target AS (
       SELECT u.id, u.email FROM users u, recent WHERE lower(u.email) = ${email} AND recent.n < ${MESSAGES_PER_HOUR}
-        AND ${mayHoldPassword(tx, localPasswords)}),
+        AND u.deleted_at IS NULL AND ${mayHoldPassword(tx, localPasswords)}),
     retired AS (
       UPDATE one_time_tokens SET used_at = now()
       WHERE user_id IN (SELECT id FROM target) AND purpose = 'password_reset' AND used_at IS NULL),
@@ -108,7 +108,7 @@ export async function requestPasswordReset(
 async function lockTokenOwner(tx: TransactionSql, hash: Buffer, purpose: Purpose): Promise<boolean> {
   const [owner] = await tx`
     SELECT u.id FROM one_time_tokens t JOIN users u ON u.id = t.user_id
-    WHERE t.token_hash = ${hash} AND t.purpose = ${purpose} FOR NO KEY UPDATE OF u`
+    WHERE t.token_hash = ${hash} AND t.purpose = ${purpose} AND u.deleted_at IS NULL FOR NO KEY UPDATE OF u`
   return owner !== undefined
 }
 
@@ -151,7 +151,7 @@ export async function resetPassword(
     const origin: EventOrigin = { actorId: userId, credential: null, requestId }
     const [user] = await tx<
       Array<{ email: string }>
-    >`UPDATE users SET password_hash = ${passwordHash} WHERE id = ${userId} RETURNING email`
+    >`UPDATE users SET password_hash = ${passwordHash} WHERE id = ${userId} AND deleted_at IS NULL RETURNING email`
     if (!user) return false
     await tx`UPDATE one_time_tokens SET used_at = now() WHERE user_id = ${userId} AND purpose = 'password_reset'
       AND used_at IS NULL`
@@ -186,7 +186,7 @@ export async function verifyEmail(sql: Sql, hash: Buffer, requestId: string): Pr
         AND u.id = t.user_id AND lower(u.email) = lower(t.email)
       RETURNING t.user_id`
     if (!used) return false
-    await tx`UPDATE users SET email_verified_at = now() WHERE id = ${used.user_id}`
+    await tx`UPDATE users SET email_verified_at = now() WHERE id = ${used.user_id} AND deleted_at IS NULL`
     await recordEvents(
       tx,
       [{ type: 'user.email_verified', subject: { type: 'user', id: used.user_id }, data: { id: used.user_id } }],

@@ -114,7 +114,8 @@ export async function openSession(
         INSERT INTO sessions (user_id, scopes, token_format, expires_at, last_used_at, user_agent, client_address, amr)
         SELECT id, ${scopes}, ${format}, now() + ${deps.config.refreshTokenTtl} * interval '1 second', now(),
           ${client.userAgent?.slice(0, 256) ?? null}, ${client.address.slice(0, 64)}, ${amr as string[]}
-        FROM users WHERE id = ${user.id} AND credential_epoch = ${user.credential_epoch} FOR KEY SHARE
+        FROM users WHERE id = ${user.id} AND credential_epoch = ${user.credential_epoch} AND deleted_at IS NULL
+        FOR KEY SHARE
         RETURNING *),
       event AS (
         INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
@@ -155,7 +156,7 @@ export async function rotate(
       UPDATE refresh_tokens r SET used_at = now()
       FROM sessions s JOIN users u ON u.id = s.user_id
       WHERE r.token_hash = ${hash} AND r.used_at IS NULL AND s.id = r.session_id
-        AND s.revoked_at IS NULL AND s.expires_at > now()
+        AND s.revoked_at IS NULL AND s.expires_at > now() AND u.deleted_at IS NULL
         AND (${deps.config.oidcLocalPasswords}::boolean OR NOT u.made_by_provider)
       RETURNING s.id AS session_id, u.id AS user_id, u.role, u.credential_epoch, s.scopes, s.token_format, s.amr,
         floor(extract(epoch FROM s.created_at))::float8 AS auth_time`

@@ -38,6 +38,11 @@ export interface CollectionDeclaration {
   outputMembers: readonly string[]
   /** Writes a page of rows as JSON: every output member, or only `fields`. */
   serializePage(rows: readonly Record<string, unknown>[], fields?: readonly string[]): string
+  /**
+   * Rows go to a trash (a `deleted_at` column) rather than away: lists show live rows only, and `trashed=true` the
+   * trash, each item with its `deleted_at`, written by this serializer.
+   */
+  trash?: { serializePage(rows: readonly Record<string, unknown>[], fields?: readonly string[]): string }
 }
 
 export const filterOperators = ['ne', 'gt', 'gte', 'lt', 'lte', 'in'] as const
@@ -55,6 +60,8 @@ export interface ListQuery {
   cursor?: string
   count?: boolean
   fields?: string
+  /** The trash instead of the live rows (a collection with a trash only). */
+  trashed?: boolean
   /** Filters: `price`, `price[gte]` (one operand), `price[in]` (a list). */
   [filter: string]: Operand | Operand[] | number | boolean | undefined
 }
@@ -72,7 +79,12 @@ export interface FilterParameter {
   rank: number
 }
 
+/** The column a trash keeps the time of deletion in: a member of the items of `trashed=true` lists. */
+export const DELETED_AT = 'deleted_at'
+
 export interface Collection extends CollectionDeclaration {
+  /** What an item of the trash may show (`fields` picks among them): the output members and `deleted_at`. */
+  trashedMembers: readonly string[]
   /** Every filterable column and its type: `members` and `filterOnly`. */
   filterable: Readonly<Record<string, MemberType>>
   /** Parses and checks the whole query string: names, shapes, ranges. */
@@ -146,6 +158,13 @@ export function defineCollection(declaration: CollectionDeclaration): Collection
     fields: Type.Optional(
       Type.String({ maxLength: 500, description: 'at most 500 characters: comma-separated members to return' }),
     ),
+    ...(declaration.trash
+      ? {
+          trashed: Type.Optional(
+            Type.Boolean({ description: 'true (the trash, an admin only) or false (the live ones, the default)' }),
+          ),
+        }
+      : {}),
   }
   const filterParameters = new Map<string, FilterParameter>()
   const filterable = { ...declaration.members, ...declaration.filterOnly }
@@ -175,6 +194,7 @@ export function defineCollection(declaration: CollectionDeclaration): Collection
   const wireForms = wireDecoders(properties)
   return {
     ...declaration,
+    trashedMembers: declaration.trash ? [...declaration.outputMembers, DELETED_AT] : [],
     filterable,
     queryValidator: compileValidator(schema, {
       fromWire: (query) => fromWire(query as Record<string, string>, wireForms),

@@ -2,6 +2,7 @@ import { hash } from 'node:crypto'
 import { invalidParameter } from '../http/problem.js'
 import type { Reply } from '../http/route.js'
 import type { CoreServices } from '../http/services.js'
+import type { Db } from '../db/transaction.js'
 import { decodeCursor, encodeCursor, type CursorKey } from './cursor.js'
 import type { Collection, FilterParameter, ListQuery, MemberType, Operand } from './declaration.js'
 import { listStatements, type ListShapes, type Filter, type SortKey, type Value } from './list-sql.js'
@@ -25,6 +26,8 @@ export const MAX_FILTERS = 10
 
 export interface ListContext {
   services: Pick<CoreServices, 'sql' | 'cursorKeys' | 'config' | 'listShapes'>
+  /** Where the statements run: the request's database handle (HandlerContext.db); default `services.sql`. */
+  db?: Db
   /**
    * Equality filters the caller cannot lift (a user sees only its own API
    * keys). Applied on top of the client's filters, and not part of the cursor:
@@ -35,14 +38,16 @@ export interface ListContext {
 
 /** Answers a list request whose query the collection's queryValidator has checked and typed. */
 export async function listCollection(collection: Collection, query: ListQuery, ctx: ListContext): Promise<Reply> {
-  const { sql, cursorKeys, config, listShapes } = ctx.services
+  const { cursorKeys, config, listShapes } = ctx.services
+  const sql = ctx.db ?? ctx.services.sql
   const filters = parseFilters(collection, query)
   for (const [member, value] of Object.entries(ctx.fixedFilters ?? {}))
     filters.push({ member, op: 'eq', values: [value] })
   const sort = parseSort(collection, query.sort)
   const limit = query.limit ?? DEFAULT_LIMIT
   const { offset } = query
-  const fields = parseFields(collection, query.fields)
+  const trashed = query.trashed === true
+  const fields = parseFields(trashed ? collection.trashedMembers : collection.outputMembers, query.fields)
   if (offset !== undefined && query.cursor !== undefined)
     throw invalidParameter('offset', 'cannot be combined with cursor')
 
@@ -61,7 +66,8 @@ export async function listCollection(collection: Collection, query: ListQuery, c
   // The texts are compiled from the declaration only; every client value is
   // among the parameters (list-sql.ts). An unfiltered count has none, and
   // postgres.js sends a text without parameters as a simple query, unprepared.
-  const statements = listStatements(collection, { filters, q: query.q, sort, after, limit, offset }, listShapes)
+  const trash = collection.trash ? (trashed ? 'trashed' : 'live') : undefined
+  const statements = listStatements(collection, { filters, q: query.q, sort, after, limit, offset, trash }, listShapes)
   const { prepare } = statements
   const pageQuery = sql.unsafe(statements.page.text, statements.page.values, { prepare })
   const countQuery = query.count
@@ -81,8 +87,9 @@ export async function listCollection(collection: Collection, query: ListQuery, c
     headers.link = `<${nextUrl(`${config.apiPrefix}${collection.path}`, wire, cursor)}>; rel="next"`
   }
   // A row is the representation already (the SELECT list is outputMembers, in
-  // order); the collection's serializer writes the members `fields` chose.
-  return { status: 200, headers, body: rows, serialize: (page: typeof rows) => collection.serializePage(page, fields) }
+  // order, and deleted_at in the trash); the collection's serializer writes the members `fields` chose.
+  const serializePage = trashed ? collection.trash!.serializePage : collection.serializePage
+  return { status: 200, headers, body: rows, serialize: (page: typeof rows) => serializePage(page, fields) }
 }
 
 function parseSort(collection: Collection, raw: string | undefined): SortKey[] {
@@ -104,13 +111,13 @@ function parseSort(collection: Collection, raw: string | undefined): SortKey[] {
   return keys
 }
 
-function parseFields(collection: Collection, raw: string | undefined): string[] | undefined {
+function parseFields(members: readonly string[], raw: string | undefined): string[] | undefined {
   if (raw === undefined) return undefined
   const wanted = new Set(raw.split(','))
   for (const f of wanted)
-    if (!collection.outputMembers.includes(f))
-      throw invalidParameter('fields', `"${f}" is not a member (members: ${collection.outputMembers.join(', ')})`)
-  return collection.outputMembers.filter((m) => wanted.has(m))
+    if (!members.includes(f))
+      throw invalidParameter('fields', `"${f}" is not a member (members: ${members.join(', ')})`)
+  return members.filter((m) => wanted.has(m))
 }
 
 function parseFilters(collection: Collection, query: ListQuery): Filter[] {
@@ -159,7 +166,7 @@ const cursorValue = (v: unknown): string | number => (v instanceof Date ? v.toIS
 /** Everything that selects rows, in a canonical order; a cursor is only valid for the same digest. */
 function digestFilters(collection: Collection, query: Record<string, string>): string {
   const selecting = Object.keys(query)
-    .filter((k) => k === 'q' || collection.filterParameters.has(k))
+    .filter((k) => k === 'q' || k === 'trashed' || collection.filterParameters.has(k))
     .sort()
     .map((k) => [k, query[k]])
   // The table is part of the digest: a cursor of /users (say `sort=id`, no

@@ -1,6 +1,6 @@
 import { BoundedMap } from '../lib/bounded-map.js'
 import { quoteIdentifier as quote } from '../db/identifier.js'
-import type { Collection, FilterOperator, MemberType } from './declaration.js'
+import { DELETED_AT, type Collection, type FilterOperator, type MemberType } from './declaration.js'
 
 // The SQL of a list request. Its text depends only on the request's shape
 // (which filters and operators, whether there is a search, the sort keys and
@@ -39,6 +39,8 @@ export interface ListRequest {
   /** Rows per page; the query asks for one more, to know whether a next page exists. */
   limit: number
   offset?: number | undefined
+  /** A collection with a trash: its live rows, or the trash (with `deleted_at`); undefined for one without. */
+  trash?: 'live' | 'trashed' | undefined
 }
 
 /** Text and values for postgres.js's `sql.unsafe(text, values, { prepare })`. */
@@ -158,7 +160,7 @@ function shapeKey(r: ListRequest): string {
   for (const f of r.filters) key += `${f.member}:${f.op},`
   key += r.q !== undefined ? '|q|' : '||'
   for (const k of r.sort) key += `${k.descending ? '-' : ''}${k.member},`
-  return key + (r.after ? '|after' : '|') + (r.offset ? '|offset' : '|')
+  return key + (r.after ? '|after' : '|') + (r.offset ? '|offset' : '|') + (r.trash ? `|${r.trash}` : '|')
 }
 
 const COMPARISON: Record<Exclude<FilterOperator, 'in'>, string> = {
@@ -184,6 +186,7 @@ const ARRAY_TYPE: Record<MemberType['type'], string> = {
 function compile(collection: Collection, r: ListRequest): { page: string; count: string } {
   let n = 0
   const conditions: string[] = []
+  if (r.trash) conditions.push(`${quote(DELETED_AT)} ${r.trash === 'live' ? 'IS NULL' : 'IS NOT NULL'}`)
   for (const f of r.filters) {
     const member = collection.filterable[f.member]!
     const column = isCaseless(member, f.op) ? `lower(${quote(f.member)})` : quote(f.member)
@@ -203,7 +206,7 @@ function compile(collection: Collection, r: ListRequest): { page: string; count:
     conditions.push(keysetCondition(r.sort, n))
     n += r.sort.length
   }
-  const columns = collection.outputMembers.map(quote).join(', ')
+  const columns = (r.trash === 'trashed' ? collection.trashedMembers : collection.outputMembers).map(quote).join(', ')
   const order = r.sort.map((k) => `${quote(k.member)} ${k.descending ? 'DESC' : 'ASC'}`).join(', ')
   const page =
     `SELECT ${columns} ` +

@@ -67,6 +67,14 @@ export interface ResourceDeclaration<M extends Members> {
   versioned?: boolean
   /** The verb of the event a deletion writes (`order.cancelled`). Default `deleted`. */
   deletedVerb?: string
+  /**
+   * A DELETE moves the row to the trash (its `deleted_at` column, which this implies) instead of removing it: from
+   * then on it is absent from reads, writes, lists and counts; an admin lists the trash (`?trashed=true`), restores
+   * a row (`POST …/{id}/restore`) or purges one at once (`DELETE …?permanent=true`), and the service purges what
+   * has been there for TRASH_RETENTION (src/core/resources/trash-purge.ts). Its unique constraints must hold among
+   * live rows only (partial indexes `WHERE deleted_at IS NULL`). Default false.
+   */
+  trash?: boolean
 }
 
 /**
@@ -86,7 +94,9 @@ export interface Resource<M extends Members = Members> {
   readonly members: M
   readonly access: ResourceAccess
   readonly versioned: boolean
-  /** Its table's columns that are no member, `version` aside (the declaration's serverColumns). */
+  /** Whether a DELETE moves a row to the trash (the declaration's `trash`). */
+  readonly trash: boolean
+  /** Its table's columns that are no member, `version` aside (the declaration's serverColumns, and `deleted_at`). */
   readonly serverColumns: readonly string[]
   readonly traits: Readonly<Record<string, MemberTraits>>
   /** What GET answers, in output order: the non-secret stored members. */
@@ -117,8 +127,18 @@ export interface Resource<M extends Members = Members> {
   present(row: Record<string, unknown>): Record<string, unknown>
   /** Output members that are timestamps (written as the API's timestamp text). */
   readonly timestampMembers: ReadonlySet<string>
-  /** The events its writes record (sql/007): the subject type (`order_line`) and the type of each write. */
-  readonly events: { subject: string; created: string; updated: string; deleted: string }
+  /**
+   * The events its writes record (sql/007): the subject type (`order_line`) and the type of each write; `restored`
+   * and `purged` are written by a resource with a trash only.
+   */
+  readonly events: {
+    subject: string
+    created: string
+    updated: string
+    deleted: string
+    restored: string
+    purged: string
+  }
   /**
    * The texts of its single-row statements, made once per statement and set
    * of columns (src/core/resources/store.ts): derived from the declaration
@@ -161,14 +181,25 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
   const echo = readOnlyEcho(entries.filter(([m]) => traits[m]!.write !== 'client' && outputMembers.includes(m)))
   const extras = declaration.writeExtras ?? {}
   const strict = { additionalProperties: false }
+  const trash = declaration.trash ?? false
   const representation = Type.Object(
     Object.fromEntries(outputMembers.map((m) => [m, responseSchema(members[m]!)])),
     strict,
   )
+  // An item of the trash (`?trashed=true`) is the representation and when it was deleted.
+  const trashed = trash
+    ? Type.Object(
+        {
+          ...(representation.properties as Record<string, TSchema>),
+          deleted_at: Type.String({ format: 'date-time', description: 'when it was moved to the trash' }),
+        },
+        strict,
+      )
+    : undefined
   const schemas = {
     representation,
     /** `fields` may leave members out of a page's items. */
-    page: Type.Array(Type.Partial(representation)),
+    page: Type.Array(Type.Partial(trashed ?? representation)),
     create: Type.Object({ ...create, ...declaration.createExtras }, strict),
     replace: Type.Object({ ...replace, ...extras, ...echo }, strict),
     patch: Type.Object({ ...patch, ...extras, ...echo }, strict),
@@ -185,6 +216,7 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     searchColumns: entries.filter(([m]) => traits[m]!.search).map(([m]) => m),
     outputMembers,
     serializePage: serializer.page,
+    ...(trashed ? { trash: { serializePage: compileSerializer(trashed).page } } : {}),
   })
   const label = name.replace(/[A-Z]/g, (c, at: number) => (at ? ' ' : '') + c.toLowerCase())
   const subject = label.replaceAll(' ', '_')
@@ -205,7 +237,8 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     members,
     access: declaration.access,
     versioned: declaration.versioned ?? true,
-    serverColumns: declaration.serverColumns ?? [],
+    trash,
+    serverColumns: [...(declaration.serverColumns ?? []), ...(trash ? ['deleted_at'] : [])],
     traits,
     outputMembers,
     schemas,
@@ -224,6 +257,8 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
       created: `${subject}.created`,
       updated: `${subject}.updated`,
       deleted: `${subject}.${declaration.deletedVerb ?? 'deleted'}`,
+      restored: `${subject}.restored`,
+      purged: `${subject}.purged`,
     },
     components: () => ({
       [name]: schemas.representation,

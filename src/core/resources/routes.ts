@@ -1,10 +1,11 @@
 import type { TransactionSql } from 'postgres'
-import type { TSchema } from 'typebox'
+import Type, { type TSchema } from 'typebox'
 import { listCollection } from '../collections/list-query.js'
 import { transaction } from '../db/transaction.js'
 import type { ListQuery } from '../collections/declaration.js'
 import { etagFor, ifMatchVersions } from '../http/conditional.js'
 import { notFound, validationFailed } from '../http/problem.js'
+import { compileValidator } from '../http/validate.js'
 import { defineRoute, type AnyRoute, type HandlerContext, type Reply, type RouteExtensions } from '../http/route.js'
 import type { Resource } from './resource.js'
 import {
@@ -13,6 +14,8 @@ import {
   findRow,
   insertRow,
   lockRow,
+  purgeRows,
+  restoreRow,
   updateIfChanged,
   updateRow,
   type Scope,
@@ -20,11 +23,13 @@ import {
 } from './store.js'
 
 // The six operations of a declared resource (list, create, read, replace,
-// update by merge patch, delete) as routes. What is particular to a resource
-// (a password stored as its hash, the last-admin rule, a key's secret) is a
-// hook; everything else is the same code for every resource.
+// update by merge patch, delete) as routes, and a seventh, restore, for a
+// resource with a trash (its DELETE moves a row there; `?trashed=true` lists
+// it, `?permanent=true` purges at once). What is particular to a resource
+// (a password stored as its hash, the last-admin rule, a key's secret, what a
+// purge erases) is a hook; everything else is the same code for every resource.
 
-export type Operation = 'list' | 'create' | 'read' | 'replace' | 'update' | 'delete'
+export type Operation = 'list' | 'create' | 'read' | 'replace' | 'update' | 'delete' | 'restore'
 type Body = Record<string, unknown>
 export type ResourceContext = HandlerContext<unknown, Body>
 
@@ -72,9 +77,22 @@ export interface ResourceHooks<State = undefined> {
    * DELETE's body (the resource's deleteBody) that may be slow (a password).
    */
   prepareDelete?(ctx: HandlerContext<unknown, Body | undefined>): Promise<State>
-  /** In the transaction of a delete, the row locked; throwing keeps the row. */
+  /**
+   * In the transaction of a delete (to the trash, or a purge with `?permanent=true`), the row locked (a trashed one
+   * too for a purge: `current.deleted_at` tells); throwing keeps the row.
+   */
   beforeDelete?(tx: TransactionSql, current: StoredRow, state: State): Promise<void>
   afterDelete?(ctx: HandlerContext<unknown, Body | undefined>): Promise<void>
+  /**
+   * In the transaction of a purge (`?permanent=true`, or the retention's, src/core/resources/trash-purge.ts), the
+   * rows locked, before they go: what else goes with them (a user's personal data elsewhere).
+   */
+  beforePurge?(tx: TransactionSql, rows: readonly StoredRow[]): Promise<void>
+}
+
+/** The query of a DELETE of a resource with a trash. */
+interface DeleteQuery {
+  permanent?: boolean
 }
 
 export interface ResourceRouteOptions<State> {
@@ -95,7 +113,37 @@ export interface ResourceRouteOptions<State> {
   created?: { name: string; schema: TSchema }
   /** Answers of these operations must not be stored by any cache. */
   noStore?: readonly Operation[]
+  /**
+   * For a resource with a trash: what the application adds to the restore route (who may call it), and its check of
+   * the same rule for the trash's two other doors, `GET ?trashed=true` and `DELETE ?permanent=true`, which share
+   * their routes with callers who may not use them (throws the application's problem).
+   */
+  trash?: { route: RouteExtensions; authorize(ctx: HandlerContext<unknown, unknown>, door: 'list' | 'purge'): void }
 }
+
+const permanentQuery = compileValidator(
+  Type.Object(
+    {
+      permanent: Type.Optional(
+        Type.Boolean({
+          description: 'true: purge it for good at once, live or in the trash (an admin only); false: to the trash',
+          examples: [true],
+        }),
+      ),
+    },
+    { additionalProperties: false },
+  ),
+  {
+    fromWire: (query) => {
+      const { permanent, ...rest } = query as Record<string, string>
+      return permanent === 'true'
+        ? { ...rest, permanent: true }
+        : permanent === 'false'
+          ? { ...rest, permanent: false }
+          : query
+    },
+  },
+)
 
 export function resourceRoutes<State = undefined>(
   resource: Resource,
@@ -103,6 +151,8 @@ export function resourceRoutes<State = undefined>(
 ): AnyRoute[] {
   const { name, label, path, schemas, bodies, versioned } = resource
   const hooks: ResourceHooks<State> = options.hooks ?? {}
+  const trash = resource.trash ? options.trash : undefined
+  if (resource.trash && !trash) throw new Error(`${name}: a resource with a trash needs the trash option's access`)
   const { plural } = resource
   const item = `${path}/{id}`
   const etag = versioned ? (['etag'] as const) : []
@@ -112,7 +162,10 @@ export function resourceRoutes<State = undefined>(
     read: `Read a ${label}`,
     replace: `Replace a ${label}`,
     update: `Change a ${label} (JSON merge patch)`,
-    delete: `Delete a ${label}`,
+    delete: resource.trash
+      ? `Delete a ${label}: to the trash, or for good with permanent=true (an admin)`
+      : `Delete a ${label}`,
+    restore: `Restore a ${label} from the trash (an admin)`,
     ...options.summaries,
   }
   const scopeOf = (ctx: HandlerContext<unknown, unknown>) => hooks.scope?.(ctx)
@@ -225,8 +278,13 @@ export function resourceRoutes<State = undefined>(
         query: resource.collection.queryValidator,
         ...noStoreFor('list'),
         handle: (ctx) => {
+          if (ctx.query.trashed) trash!.authorize(ctx, 'list')
           hooks.checkList?.(ctx.query, ctx)
-          return listCollection(resource.collection, ctx.query, { services: ctx.services, fixedFilters: scopeOf(ctx) })
+          return listCollection(resource.collection, ctx.query, {
+            services: ctx.services,
+            db: ctx.db,
+            fixedFilters: scopeOf(ctx),
+          })
         },
       }),
 
@@ -292,25 +350,30 @@ export function resourceRoutes<State = undefined>(
     update: () => writeRoute('update'),
 
     delete: () =>
-      defineRoute<Record<string, never>, Body | undefined>({
+      defineRoute<DeleteQuery, Body | undefined>({
         method: 'DELETE',
         path: item,
         operationId: `delete${name}`,
         summary: summaries.delete,
-        responses: { 204: { description: 'Deleted' } },
+        responses: { 204: { description: resource.trash ? 'Moved to the trash, or purged' : 'Deleted' } },
         ...options.routes.write,
         requiresIfMatch: versioned,
+        ...(trash ? { query: permanentQuery } : {}),
         // Optional: a DELETE without a body stays a plain DELETE.
         ...(bodies.delete ? { body: { kind: 'json' as const, validator: bodies.delete, optional: true } } : {}),
         async handle(ctx) {
           const { params, headers, services, db } = ctx
           const origin = services.changeOrigin(ctx)
+          const permanent = ctx.query.permanent === true
+          if (permanent) trash!.authorize(ctx, 'purge')
           const state = (await hooks.prepareDelete?.(ctx)) as State
-          if (versioned) {
+          if (versioned || trash) {
             await transaction(db, async (tx) => {
-              const current = await lockRow(tx, resource, params.id!, headers['if-match'])
+              const current = await lockRow(tx, resource, params.id!, headers['if-match'], { trashed: permanent })
               await hooks.beforeDelete?.(tx, current, state)
-              await deleteRow(tx, resource, current.id, origin)
+              if (!permanent) return deleteRow(tx, resource, current.id, origin)
+              await hooks.beforePurge?.(tx, [current])
+              return purgeRows(tx, resource, [current.id], origin)
             })
           } else if (!(await deleteRow(db, resource, params.id!, origin, scopeOf(ctx)))) {
             throw notFound()
@@ -319,12 +382,32 @@ export function resourceRoutes<State = undefined>(
           return { status: 204 }
         },
       }),
+
+    restore: () =>
+      defineRoute({
+        method: 'POST',
+        path: `${item}/restore`,
+        operationId: `restore${name}`,
+        summary: summaries.restore,
+        responses: {
+          200: { description: `The ${label}, live again`, schema: schemas.representation, headers: [...etag] },
+        },
+        ...trash!.route,
+        async handle(ctx) {
+          const row = await restoreRow(ctx.db, resource, ctx.params.id!, ctx.services.changeOrigin(ctx)).catch(
+            (err: unknown) => Promise.reject(conflictOf(resource, err)),
+          )
+          if (!row) throw notFound()
+          return reply(200, row)
+        },
+      }),
   }
   const components = {
     ...resource.components(),
     ...(options.created ? { [options.created.name]: options.created.schema } : {}),
   }
-  return (options.operations ?? (Object.keys(routes) as Operation[])).map((op) => ({ ...routes[op](), components }))
+  const all = (Object.keys(routes) as Operation[]).filter((op) => op !== 'restore' || trash)
+  return (options.operations ?? all).map((op) => ({ ...routes[op](), components }))
 }
 
 /**

@@ -35,17 +35,30 @@ function statement(resource: Resource, key: string, build: () => string): string
 const run = (db: Db, text: string, values: unknown[]) =>
   db.unsafe<StoredRow[]>(text, values as never[], { prepare: true })
 
-/** `WITH row AS (<change> RETURNING *)`, its event from parameters $first…$first+2, and the row. */
-function withEvent(resource: Resource, change: string, type: string, first: number, select = '*'): string {
+/**
+ * `WITH row AS (<change> RETURNING *)`, its event from parameters $first…$first+2, and the row. The event's data is
+ * the representation, or `data` (SQL over `row`).
+ */
+function withEvent(
+  resource: Resource,
+  change: string,
+  type: string,
+  first: number,
+  select = '*',
+  data = representationSql(resource),
+): string {
   if (!/^[a-z_]+\.[a-z_]+$/.test(type)) throw new Error(`${resource.name}: "${type}" is not an event type`)
   return (
     `WITH row AS (${change} RETURNING *), event AS (
     INSERT INTO event_outbox (type, subject_type, subject_id, actor_id, actor_credential, request_id, data)
     SELECT '${type}', '${resource.events.subject}', row.id, ` +
-    `$${first}::bigint, $${first + 1}::text, $${first + 2}::text, ${representationSql(resource)} FROM row)
+    `$${first}::bigint, $${first + 1}::text, $${first + 2}::text, ${data} FROM row)
   SELECT ${select} FROM row`
   )
 }
+
+/** The condition that keeps a resource with a trash to its live rows (nothing for one without). */
+const live = (resource: Resource) => (resource.trash ? ' AND deleted_at IS NULL' : '')
 
 const scopeConditions = (columns: readonly string[], first: number) =>
   columns.map((c, i) => ` AND ${quote(c)} = $${first + i}`).join('')
@@ -55,7 +68,7 @@ export async function findRow(db: Db, resource: Resource, id: string, scope?: Sc
   const text = statement(
     resource,
     `select ${columns.join(' ')}`,
-    () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`,
+    () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1${live(resource)}${scopeConditions(columns, 2)}`,
   )
   const [row] = await run(db, text, [id, ...columns.map((c) => scope![c])])
   return row
@@ -85,14 +98,20 @@ export async function insertRow(
  * Reads the row for update, locking it until the transaction ends, then checks
  * If-Match against its version. Two writers with the same If-Match queue on
  * the lock, and the second sees the first's new version: one 200, one 412.
+ * A live row only, unless `trashed` (a purge, which takes a trashed one too).
  */
 export async function lockRow(
   tx: TransactionSql,
   resource: Resource,
   id: string,
   ifMatch: string | undefined,
+  { trashed = false } = {},
 ): Promise<StoredRow> {
-  const text = statement(resource, 'lock', () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1 FOR UPDATE`)
+  const text = statement(
+    resource,
+    trashed ? 'lock any' : 'lock',
+    () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1${trashed ? '' : live(resource)} FOR UPDATE`,
+  )
   const [row] = await run(tx, text, [id])
   if (!row) throw notFound()
   if (resource.versioned) checkIfMatch(ifMatch, row.version)
@@ -153,7 +172,7 @@ export async function updateIfChanged(
     const idAt = columns.length + 1
     const versionAt = versions ? idAt + 1 : idAt
     const changed = columns.map((c, i) => `${quote(c)} IS DISTINCT FROM $${i + 1}`).join(' OR ')
-    const where = `id = $${idAt}${versions ? ` AND version = ANY($${versionAt})` : ''} AND (${changed})`
+    const where = `id = $${idAt}${live(resource)}${versions ? ` AND version = ANY($${versionAt})` : ''} AND (${changed})`
     return withEvent(
       resource,
       `UPDATE ${quote(resource.table)} SET ${setList(resource, columns)} WHERE ${where}`,
@@ -170,7 +189,19 @@ export async function updateIfChanged(
   return row
 }
 
-/** Deletes the row (within the scope); whether there was one. */
+/**
+ * The change a DELETE makes: for a resource with a trash, the live row moves there (a new version, so that an ETag
+ * held before names no state it comes back in), else it is removed.
+ */
+function deletion(resource: Resource, where: string): string {
+  const table = quote(resource.table)
+  return resource.trash
+    ? `UPDATE ${table} SET deleted_at = now()${resource.versioned ? ', version = version + 1' : ''} ` +
+        `WHERE ${where} AND deleted_at IS NULL`
+    : `DELETE FROM ${table} WHERE ${where}`
+}
+
+/** Deletes the row (within the scope), to the trash for a resource with one; whether there was one. */
 export async function deleteRow(
   db: Db,
   resource: Resource,
@@ -182,7 +213,7 @@ export async function deleteRow(
   const text = statement(resource, `delete ${columns.join(' ')}`, () =>
     withEvent(
       resource,
-      `DELETE FROM ${quote(resource.table)} WHERE id = $1${scopeConditions(columns, 2)}`,
+      deletion(resource, `id = $1${scopeConditions(columns, 2)}`),
       resource.events.deleted,
       columns.length + 2,
       'row.id',
@@ -192,14 +223,14 @@ export async function deleteRow(
   return rows.length > 0
 }
 
-/** Deletes every row within the scope (all API keys of a user), each with its event; how many there were. */
+/** Deletes every row within the scope (all API keys of a user), each with its event (to the trash, as deleteRow). */
 export async function deleteRowsWhere(db: Db, resource: Resource, scope: Scope, origin: ChangeOrigin): Promise<number> {
   const columns = Object.keys(scope)
   if (columns.length === 0) throw new Error(`${resource.name}: deleteRowsWhere needs a scope`)
   const text = statement(resource, `delete where ${columns.join(' ')}`, () =>
     withEvent(
       resource,
-      `DELETE FROM ${quote(resource.table)} WHERE ${columns.map((c, i) => `${quote(c)} = $${i + 1}`).join(' AND ')}`,
+      deletion(resource, columns.map((c, i) => `${quote(c)} = $${i + 1}`).join(' AND ')),
       resource.events.deleted,
       columns.length + 1,
       'row.id',
@@ -207,6 +238,71 @@ export async function deleteRowsWhere(db: Db, resource: Resource, scope: Scope, 
   )
   const rows = await run(db, text, [...columns.map((c) => scope[c]), ...originValues(origin)])
   return rows.length
+}
+
+/** Brings a trashed row back (its `restored` event), or undefined when there is no such row in the trash. */
+export async function restoreRow(
+  db: Db,
+  resource: Resource,
+  id: string,
+  origin: ChangeOrigin,
+): Promise<StoredRow | undefined> {
+  const text = statement(resource, 'restore', () =>
+    withEvent(
+      resource,
+      `UPDATE ${quote(resource.table)} SET deleted_at = NULL${resource.versioned ? ', version = version + 1' : ''} ` +
+        'WHERE id = $1 AND deleted_at IS NOT NULL',
+      resource.events.restored,
+      2,
+    ),
+  )
+  const [row] = await run(db, text, [id, ...originValues(origin)])
+  return row
+}
+
+/**
+ * Locks, until the transaction ends, up to `limit` rows moved to the trash before `before`, the oldest first; rows
+ * another purge holds are skipped, so that two instances' purges take different rows.
+ */
+export async function lockDueForPurge(
+  tx: TransactionSql,
+  resource: Resource,
+  before: string,
+  limit: number,
+): Promise<StoredRow[]> {
+  const text = statement(
+    resource,
+    'due for purge',
+    () =>
+      `SELECT * FROM ${quote(resource.table)} WHERE deleted_at < $1::timestamptz ` +
+      'ORDER BY deleted_at, id LIMIT $2 FOR UPDATE SKIP LOCKED',
+  )
+  return run(tx, text, [before, limit])
+}
+
+/**
+ * Removes rows for good, live or trashed, each with its `purged` event, whose data is the id alone: what the row
+ * held is gone, personal data included (its last state is in its earlier events, which a purge hook may erase). The
+ * ids of the rows there were.
+ */
+export async function purgeRows(
+  db: Db,
+  resource: Resource,
+  ids: readonly number[],
+  origin: ChangeOrigin,
+): Promise<number[]> {
+  const text = statement(resource, 'purge', () =>
+    withEvent(
+      resource,
+      `DELETE FROM ${quote(resource.table)} WHERE id = ANY($1::bigint[])`,
+      resource.events.purged,
+      2,
+      'row.id',
+      "json_build_object('id', row.id)",
+    ),
+  )
+  const rows = await run(db, text, [ids, ...originValues(origin)])
+  return rows.map((r) => Number(r.id))
 }
 
 /**
