@@ -34,9 +34,11 @@ interface DbProduct {
   updated_at: string
 }
 
+// Live rows: a deleted product waits in the trash (test/trash.test.ts).
 const dbRow = async (id: number): Promise<DbProduct | undefined> =>
-  (await sql<DbProduct[]>`SELECT * FROM products WHERE id = ${id}`)[0]
-const productCount = async () => (await sql<[{ n: number }]>`SELECT count(*)::int AS n FROM products`)[0].n
+  (await sql<DbProduct[]>`SELECT * FROM products WHERE id = ${id} AND deleted_at IS NULL`)[0]
+const productCount = async () =>
+  (await sql<[{ n: number }]>`SELECT count(*)::int AS n FROM products WHERE deleted_at IS NULL`)[0].n
 
 async function create(over: Record<string, unknown> = {}): Promise<{ res: TestResponse; id: number; etag: string }> {
   const res = await api.request('POST', '/products', { body: validProduct(over) })
@@ -533,7 +535,7 @@ test('If-Match with the current ETag (or *) lets the write through', async () =>
 
 // -------------------------------------------------------------------- delete
 
-test('DELETE answers 204 with no body; the product is then 404 and gone from the table', async () => {
+test('DELETE answers 204 with no body; the product is then 404 and gone from the live ones', async () => {
   const { id, etag } = await create()
   const res = await api.request('DELETE', `/products/${id}`, { headers: { 'if-match': etag } })
   assert.equal(res.status, 204)

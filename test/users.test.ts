@@ -63,8 +63,9 @@ async function createUser(fields: NewUser = {}): Promise<{ id: number; etag: str
   return { id: res.body.id, etag: res.headers.get('etag')!, body: res.body }
 }
 
+// Live rows: a deleted user waits in the trash (test/trash-users.test.ts).
 async function dbRow(id: number): Promise<UserRow | undefined> {
-  const [row] = await api.sql<UserRow[]>`SELECT * FROM users WHERE id = ${id}`
+  const [row] = await api.sql<UserRow[]>`SELECT * FROM users WHERE id = ${id} AND deleted_at IS NULL`
   return row
 }
 
@@ -75,12 +76,14 @@ async function mustRow(id: number): Promise<UserRow> {
 }
 
 async function userCount(): Promise<number> {
-  const [{ n }] = await api.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM users`
+  const [{ n }] = await api.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM users WHERE deleted_at IS NULL`
   return n
 }
 
 async function adminIds(): Promise<number[]> {
-  const rows = await api.sql<Array<{ id: number }>>`SELECT id FROM users WHERE role = 'admin' ORDER BY id`
+  const rows = await api.sql<
+    Array<{ id: number }>
+  >`SELECT id FROM users WHERE role = 'admin' AND deleted_at IS NULL ORDER BY id`
   return rows.map((r) => r.id)
 }
 
@@ -597,7 +600,7 @@ describe('PATCH /users/{id}', () => {
 // DELETE /users/{id}
 
 describe('DELETE /users/{id}', () => {
-  test('answers 204 without a body; the row is gone and GET answers 404', async () => {
+  test('answers 204 without a body; the row leaves the live ones (to the trash) and GET answers 404', async () => {
     const { id } = await createUser()
     const before = await userCount()
     const res = await api.request('DELETE', `/users/${id}`)

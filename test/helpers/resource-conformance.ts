@@ -10,7 +10,8 @@ import { startReceiver } from './webhook-receiver.js'
 // test/resource-conformance.test.ts). A resource that passes these got
 // create, read, replace, patch and delete, ETags, idempotency, collections,
 // access by scope, its unique problem, events, webhooks and OpenAPI from its
-// declaration and its line in the registry alone.
+// declaration and its line in the registry alone; one with `trash: true`, its
+// trash too (trashConformance below).
 
 export interface ResourceSpec {
   /** Its declaration: names, path, table, uniques and event types are read from it. */
@@ -33,6 +34,11 @@ export interface ResourceSpec {
 }
 
 export function resourceConformance(api: TestServer, spec: ResourceSpec): void {
+  genericConformance(api, spec)
+  if (spec.resource.trash) trashConformance(api, spec)
+}
+
+function genericConformance(api: TestServer, spec: ResourceSpec): void {
   const { resource } = spec
   const { name, plural, path, table } = resource
   let counter = 1_000_000 + Math.floor(Math.random() * 1000) * 1000
@@ -306,6 +312,260 @@ export function resourceConformance(api: TestServer, spec: ResourceSpec): void {
       ])
       const codes = doc.components.schemas.Problem.properties.code.anyOf.map((c: { const: string }) => c.const)
       for (const { code } of resource.uniqueCodes.values()) assert.ok(codes.includes(code), code)
+    })
+  })
+}
+
+/** Whether `url` lists the id, following its next links. */
+async function listedIds(api: TestServer, url: string): Promise<number[]> {
+  const ids: number[] = []
+  for (let next: string | undefined = url; next;) {
+    const page = await api.request('GET', next)
+    assert.equal(page.status, 200, page.text)
+    ids.push(...page.body.map((r: { id: number }) => r.id))
+    next = /<([^>]+)>; rel="next"/.exec(page.headers.get('link') ?? '')?.[1]
+  }
+  return ids
+}
+
+/**
+ * The trash of a resource that declares one: a DELETE moves a row there (404 to reads, absent from lists, filters and
+ * counts, its unique member free), an admin lists it (`?trashed=true`, the same filters, sorts and pages, with
+ * `deleted_at`), restores a row (`POST …/restore`, 409 when its unique member was taken meanwhile), purges one at
+ * once (`?permanent=true`), and the service purges what has been there for TRASH_RETENTION (job trash.purge, on the
+ * service's clock); each step is an event a webhook may subscribe to.
+ */
+function trashConformance(api: TestServer, spec: ResourceSpec): void {
+  const { resource } = spec
+  const { name, path, table } = resource
+  const { subject, created: createdType, deleted, restored, purged } = resource.events
+  let counter = 2_000_000 + Math.floor(Math.random() * 1000) * 1000
+  const next = () => ++counter
+  const create = async (n = next()) => {
+    const res = await api.request('POST', path, { body: spec.create(n) })
+    assert.equal(res.status, 201, res.text)
+    return res.body as { id: number } & Record<string, unknown>
+  }
+  const remove = async (id: number, query = '') => {
+    const res = await api.request('DELETE', `${path}/${id}${query}`)
+    assert.equal(res.status, 204, res.text)
+  }
+  const stored = async (id: number) =>
+    (await api.sql.unsafe(`SELECT id, deleted_at FROM ${table} WHERE id = $1`, [id]))[0] as unknown as
+      { id: number; deleted_at: string | null } | undefined
+  const value = (n: number) => encodeURIComponent(String(spec.sortValue(n)))
+  const member = spec.sortable
+
+  describe(`${name}: the trash`, () => {
+    test('a deleted one is 404 to reads and writes, absent from lists, filters and counts; its row waits', async () => {
+      const n = next()
+      const item = await create(n)
+      const url = `${path}/${item.id}`
+      await remove(item.id)
+      assert.equal((await api.request('GET', url)).status, 404)
+      assert.equal((await api.request('PATCH', url, { body: { [spec.patch[0]]: spec.patch[1] } })).status, 404)
+      assert.equal((await api.request('PUT', url, { body: spec.replace(next()) })).status, 404)
+      assert.equal((await api.request('DELETE', url)).status, 404)
+      const filtered = await api.request('GET', `${path}?${member}=${value(n)}&count=true`)
+      assert.deepEqual(filtered.body, [])
+      assert.equal(filtered.headers.get('x-total-count'), '0')
+      assert.ok(!(await listedIds(api, `${path}?id=${item.id}`)).includes(item.id))
+      assert.ok((await stored(item.id))?.deleted_at, 'the row is in the trash')
+    })
+
+    test('its unique member is free once it is in the trash', async () => {
+      const n = next()
+      const item = await create(n)
+      await remove(item.id)
+      const again = await api.request('POST', path, { body: spec.duplicate(n) })
+      assert.equal(again.status, 201, again.text)
+    })
+
+    test('?trashed=true lists the trash with the same filters, sorts, pages and counts, with deleted_at', async () => {
+      const base = next()
+      counter += 5
+      const ids: number[] = []
+      for (let i = 0; i < 5; i++) ids.push((await create(base + i)).id)
+      for (const id of ids.slice(0, 4)) await remove(id)
+      const filter = `${member}[gte]=${value(base)}&${member}[lte]=${value(base + 4)}`
+      const seen: Array<{ id: number; deleted_at: string }> = []
+      let url: string | undefined = `${path}?trashed=true&${filter}&sort=-${member}&limit=3&count=true`
+      while (url) {
+        const page = await api.request('GET', url)
+        assert.equal(page.status, 200, page.text)
+        assert.equal(page.headers.get('x-total-count'), '4')
+        seen.push(...page.body)
+        url = /<([^>]+)>; rel="next"/.exec(page.headers.get('link') ?? '')?.[1]
+      }
+      assert.deepEqual(
+        seen.map((r) => r.id),
+        ids.slice(0, 4).reverse(),
+      )
+      for (const item of seen) assert.match(item.deleted_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
+      const live = await api.request('GET', `${path}?${filter}&trashed=false&count=true`)
+      assert.deepEqual(
+        live.body.map((r: { id: number }) => r.id),
+        [ids[4]],
+      )
+      assert.equal(live.headers.get('x-total-count'), '1')
+      const fields = await api.request('GET', `${path}?trashed=true&id=${ids[0]}&fields=id,deleted_at`)
+      assert.deepEqual(Object.keys(fields.body[0]), ['id', 'deleted_at'])
+      // A cursor of the live list is not one of the trash's.
+      const livePage = await api.request('GET', `${path}?${filter}&limit=1&trashed=false`)
+      const cursor = /cursor=([^&>]+)/.exec(livePage.headers.get('link') ?? '')
+      if (cursor) {
+        const crossed = await api.request('GET', `${path}?${filter}&limit=1&trashed=true&cursor=${cursor[1]}`)
+        assert.equal(crossed.status, 400, crossed.text)
+      }
+      // The live list never shows deleted_at.
+      assert.equal((await api.request('GET', `${path}?fields=deleted_at`)).status, 400)
+    })
+
+    test('POST …/restore brings it back as it was (200, a new ETag); live and missing ids are 404', async () => {
+      const item = await create()
+      await remove(item.id)
+      const res = await api.request('POST', `${path}/${item.id}/restore`)
+      assert.equal(res.status, 200, res.text)
+      assert.deepEqual(res.body, item)
+      assert.equal(res.headers.get('etag'), '"v3"')
+      const read = await api.request('GET', `${path}/${item.id}`)
+      assert.equal(read.status, 200)
+      assert.deepEqual(read.body, item)
+      assert.equal((await stored(item.id))?.deleted_at, null)
+      assert.ok((await listedIds(api, `${path}?id=${item.id}`)).includes(item.id))
+      const live = await api.request('POST', `${path}/${item.id}/restore`)
+      assert.equal(live.status, 404)
+      assert.equal(live.body.code, 'not_found')
+      assert.equal((await api.request('POST', `${path}/9007199254740993/restore`)).status, 404)
+      assert.equal((await api.request('POST', `${path}/abc/restore`)).status, 404)
+    })
+
+    test('a restore whose unique member was taken meanwhile is a 409 with its code, and it stays in the trash', async () => {
+      const n = next()
+      const item = await create(n)
+      await remove(item.id)
+      assert.equal((await api.request('POST', path, { body: spec.duplicate(n) })).status, 201)
+      const res = await api.request('POST', `${path}/${item.id}/restore`)
+      assert.equal(res.status, 409, res.text)
+      const [problem] = resource.uniqueCodes.values()
+      assert.equal(res.body.code, problem!.code)
+      assert.ok((await stored(item.id))?.deleted_at, 'still in the trash')
+    })
+
+    test('DELETE ?permanent=true purges a live or a trashed one at once; then nothing can bring it back', async () => {
+      const live = await create()
+      const trashed = await create()
+      await remove(trashed.id)
+      await remove(live.id, '?permanent=true')
+      await remove(trashed.id, '?permanent=true')
+      for (const { id } of [live, trashed]) {
+        assert.equal(await stored(id), undefined)
+        assert.equal((await api.request('POST', `${path}/${id}/restore`)).status, 404)
+        assert.equal((await api.request('DELETE', `${path}/${id}?permanent=true`)).status, 404)
+        assert.ok(!(await listedIds(api, `${path}?trashed=true&id=${id}`)).includes(id))
+      }
+    })
+
+    test('hostile input: trashed=yes, permanent=1, a caller who is no admin; nothing changes', async () => {
+      const item = await create()
+      const trashedOne = await create()
+      await remove(trashedOne.id)
+      const bad = await api.request('GET', `${path}?trashed=yes`)
+      assert.equal(bad.status, 400)
+      assert.equal(bad.body.code, 'invalid_parameter')
+      assert.equal(bad.body.errors[0].path, 'trashed')
+      const permanent1 = await api.request('DELETE', `${path}/${item.id}?permanent=1`)
+      assert.equal(permanent1.status, 400)
+      assert.equal(permanent1.body.errors[0].path, 'permanent')
+      assert.equal((await api.request('DELETE', `${path}/${item.id}?purge=true`)).status, 400)
+      const user = await api.createUser()
+      const asUser = { auth: user.token }
+      const listed = await api.request('GET', `${path}?trashed=true`, asUser)
+      assert.equal(listed.status, 403, listed.text)
+      assert.equal((await api.request('POST', `${path}/${trashedOne.id}/restore`, asUser)).status, 403)
+      assert.equal((await api.request('DELETE', `${path}/${item.id}?permanent=true`, asUser)).status, 403)
+      // An admin credential without the write scope may look at the trash, not restore or purge.
+      const { read } = scopesOfResource(resource)
+      const readOnly = { auth: api.jwtFor(api.admin.id, 'admin', [read]) }
+      assert.equal((await api.request('GET', `${path}?trashed=true`, readOnly)).status, 200)
+      const refused = await api.request('POST', `${path}/${trashedOne.id}/restore`, readOnly)
+      assert.equal(refused.status, 403)
+      assert.equal(refused.body.code, 'insufficient_scope')
+      assert.equal((await api.request('GET', `${path}/${item.id}`)).status, 200)
+      assert.ok((await stored(trashedOne.id))?.deleted_at)
+    })
+
+    test('each step is an event (deleted, restored, purged: the id alone), and a webhook may subscribe', async () => {
+      for (const type of [restored, purged]) assert.ok(api.deps.registry.eventTypes.includes(type), type)
+      const receiver = await startReceiver()
+      const hook = await api.request('POST', '/webhooks', {
+        body: { url: receiver.url, event_types: [restored, purged] },
+      })
+      assert.equal(hook.status, 201, hook.text)
+      try {
+        const item = await create()
+        await remove(item.id)
+        assert.equal((await api.request('POST', `${path}/${item.id}/restore`)).status, 200)
+        await remove(item.id)
+        await remove(item.id, '?permanent=true')
+        await api.published()
+        const feed = await api.request('GET', `/events?subject_type=${subject}&subject_id=${item.id}`)
+        assert.deepEqual(
+          feed.body.map((e: { type: string }) => e.type),
+          [createdType, deleted, restored, deleted, purged],
+        )
+        assert.deepEqual(feed.body[1].data, item)
+        assert.deepEqual(feed.body[2].data, item)
+        assert.deepEqual(feed.body[4].data, { id: item.id })
+        await receiver.waitFor(`the ${restored} and ${purged} of ${item.id}`, (received) => {
+          const types = received
+            .map((r) => JSON.parse(r.body) as { type: string; data: { id: number } })
+            .filter((m) => m.data.id === item.id)
+            .map((m) => m.type)
+          return types.includes(restored) && types.includes(purged)
+        })
+      } finally {
+        assert.equal((await api.request('DELETE', `/webhooks/${hook.body.id}`)).status, 204)
+        await receiver.close()
+      }
+    })
+
+    test('the service purges what has been in the trash for TRASH_RETENTION (job trash.purge, its clock)', async () => {
+      const item = await create()
+      const kept = await create()
+      await remove(item.id)
+      // Deleted at the service's now (the clock may have moved ahead of the database's already, in an earlier test).
+      await api.sql.unsafe(`UPDATE ${table} SET deleted_at = $1 WHERE id = $2`, [
+        new Date(api.clock.now()).toISOString(),
+        item.id,
+      ])
+      await api.deps.trash.sweep()
+      assert.ok(await stored(item.id), 'not due yet')
+      api.clock.advance(api.deps.config.trashRetention * 1000 + 1000)
+      // Tokens signed before the jump have expired on the service's clock.
+      await api.renewAdminToken()
+      assert.ok((await api.deps.trash.sweep()) >= 1)
+      assert.equal(await stored(item.id), undefined)
+      assert.ok(await stored(kept.id), 'a live one stays')
+      await api.published()
+      const feed = await api.request('GET', `/events?subject_type=${subject}&subject_id=${item.id}&type=${purged}`)
+      assert.equal(feed.body.length, 1)
+      assert.deepEqual(feed.body[0].actor, { user_id: null, credential: 'system' })
+      assert.deepEqual(feed.body[0].data, { id: item.id })
+    })
+
+    test('/openapi.json names the restore operation and the trashed and permanent parameters', async () => {
+      const doc = (await api.request('GET', '/openapi.json', { auth: null })).body
+      const restore = doc.paths[`${path}/{id}/restore`].post
+      assert.equal(restore.operationId, `restore${name}`)
+      assert.equal(restore.responses['200'].content['application/json'].schema.$ref, `#/components/schemas/${name}`)
+      for (const status of ['403', '404', '409']) assert.ok(restore.responses[status], status)
+      const names = (op: { parameters: Array<{ name: string; examples?: unknown }> }) =>
+        op.parameters.map((p) => p.name)
+      assert.ok(names(doc.paths[path].get).includes('trashed'))
+      assert.ok(names(doc.paths[`${path}/{id}`].delete).includes('permanent'))
+      const page = doc.components.schemas[`${name}Page`]
+      assert.ok(page.items.properties.deleted_at, 'a page item may carry deleted_at')
     })
   })
 }
