@@ -28,7 +28,7 @@ export interface ResourceModule {
   readonly routes: readonly AnyRoute[]
   /** The event types of its writes a webhook may subscribe to. */
   readonly subscribable: readonly string[]
-  /** For a resource with a trash: what the purge of its trash takes (trash.purge, src/core/resources/trash-purge.ts). */
+  /** For a resource with a trash: what the purge of its trash takes (src/core/resources/trash-purge.ts). */
   readonly trash?: TrashTarget
 }
 

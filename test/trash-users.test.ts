@@ -248,7 +248,8 @@ describe('the purge erases a user', () => {
       await sql`
         INSERT INTO mail_outbox (type, user_id, recipient, subject, body, failed_at)
         VALUES ('mail.verify_email', ${id}, ${email}, 'Verify', 'a message kept after failing', now())`
-      await sql`INSERT INTO identities (issuer, subject, user_id) VALUES ('https://idp.example.com', ${unique()}, ${id})`
+      await sql`
+        INSERT INTO identities (issuer, subject, user_id) VALUES ('https://idp.example.com', ${unique()}, ${id})`
       assert.equal((await A.request('DELETE', `/users/${id}`, admin())).status, 204)
       await A.published()
       const [session] = await sql<Array<{ id: number }>>`SELECT id FROM sessions WHERE user_id = ${id} LIMIT 1`

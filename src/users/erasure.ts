@@ -34,7 +34,8 @@ export async function eraseUsers(tx: TransactionSql, rows: readonly StoredRow[])
     await tx<Array<{ email: string }>>`
       SELECT e.email FROM unnest(${emails}::text[]) AS e(email)
       WHERE NOT EXISTS (
-          SELECT 1 FROM users u WHERE lower(u.email) = e.email AND u.deleted_at IS NULL AND u.id <> ALL(${ids}::bigint[]))
+          SELECT 1 FROM users u WHERE lower(u.email) = e.email AND u.deleted_at IS NULL
+            AND u.id <> ALL(${ids}::bigint[]))
         AND NOT EXISTS (
           SELECT 1 FROM users u WHERE lower(u.email) = e.email AND u.deleted_at IS NOT NULL
             AND u.id <> ALL(${ids}::bigint[]))`

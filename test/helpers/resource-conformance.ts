@@ -174,17 +174,20 @@ function genericConformance(api: TestServer, spec: ResourceSpec): void {
       },
     )
 
-    test('DELETE with If-Match answers 204; the resource is then 404, and gone from the table (or in its trash)', async () => {
-      const created = await create()
-      const url = `${path}/${created.body.id}`
-      assert.equal((await api.request('DELETE', url, { headers: { 'if-match': '"v2"' } })).status, 412)
-      const res = await api.request('DELETE', url, { headers: { 'if-match': '"v1"' } })
-      assert.equal(res.status, 204)
-      assert.equal((await api.request('GET', url)).status, 404)
-      const rows = await api.sql.unsafe(`SELECT * FROM ${table} WHERE id = $1`, [created.body.id])
-      if (resource.trash) assert.ok(rows[0]?.deleted_at, 'in the trash')
-      else assert.equal(rows.length, 0)
-    })
+    test(
+      'DELETE with If-Match answers 204; the resource is then 404, and gone from the table (or in its ' + 'trash)',
+      async () => {
+        const created = await create()
+        const url = `${path}/${created.body.id}`
+        assert.equal((await api.request('DELETE', url, { headers: { 'if-match': '"v2"' } })).status, 412)
+        const res = await api.request('DELETE', url, { headers: { 'if-match': '"v1"' } })
+        assert.equal(res.status, 204)
+        assert.equal((await api.request('GET', url)).status, 404)
+        const rows = await api.sql.unsafe(`SELECT * FROM ${table} WHERE id = $1`, [created.body.id])
+        if (resource.trash) assert.ok(rows[0]?.deleted_at, 'in the trash')
+        else assert.equal(rows.length, 0)
+      },
+    )
 
     test('the collection filters, sorts, pages by cursor and counts', async () => {
       const base = next()
@@ -440,17 +443,20 @@ function trashConformance(api: TestServer, spec: ResourceSpec): void {
       assert.equal((await api.request('POST', `${path}/abc/restore`)).status, 404)
     })
 
-    test('a restore whose unique member was taken meanwhile is a 409 with its code, and it stays in the trash', async () => {
-      const n = next()
-      const item = await create(n)
-      await remove(item.id)
-      assert.equal((await api.request('POST', path, { body: spec.duplicate(n) })).status, 201)
-      const res = await api.request('POST', `${path}/${item.id}/restore`)
-      assert.equal(res.status, 409, res.text)
-      const [problem] = resource.uniqueCodes.values()
-      assert.equal(res.body.code, problem!.code)
-      assert.ok((await stored(item.id))?.deleted_at, 'still in the trash')
-    })
+    test(
+      'a restore whose unique member was taken meanwhile is a 409 with its code, and it stays in the ' + 'trash',
+      async () => {
+        const n = next()
+        const item = await create(n)
+        await remove(item.id)
+        assert.equal((await api.request('POST', path, { body: spec.duplicate(n) })).status, 201)
+        const res = await api.request('POST', `${path}/${item.id}/restore`)
+        assert.equal(res.status, 409, res.text)
+        const [problem] = resource.uniqueCodes.values()
+        assert.equal(res.body.code, problem!.code)
+        assert.ok((await stored(item.id))?.deleted_at, 'still in the trash')
+      },
+    )
 
     test('DELETE ?permanent=true purges a live or a trashed one at once; then nothing can bring it back', async () => {
       const live = await create()

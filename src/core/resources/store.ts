@@ -172,7 +172,8 @@ export async function updateIfChanged(
     const idAt = columns.length + 1
     const versionAt = versions ? idAt + 1 : idAt
     const changed = columns.map((c, i) => `${quote(c)} IS DISTINCT FROM $${i + 1}`).join(' OR ')
-    const where = `id = $${idAt}${live(resource)}${versions ? ` AND version = ANY($${versionAt})` : ''} AND (${changed})`
+    const version = versions ? ` AND version = ANY($${versionAt})` : ''
+    const where = `id = $${idAt}${live(resource)}${version} AND (${changed})`
     return withEvent(
       resource,
       `UPDATE ${quote(resource.table)} SET ${setList(resource, columns)} WHERE ${where}`,
