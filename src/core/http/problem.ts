@@ -57,6 +57,7 @@ export const coreProblems: ProblemTable = {
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   validation_failed: { status: 422, title: 'Validation failed' },
+  not_batchable: { status: 422, title: 'Not an operation a batch may run' },
   idempotency_key_reused: { status: 422, title: 'Idempotency key reused' },
   precondition_required: { status: 428, title: 'Precondition required' },
   rate_limited: { status: 429, title: 'Too many requests' },

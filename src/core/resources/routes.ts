@@ -95,6 +95,11 @@ export interface ResourceRouteOptions<State> {
   created?: { name: string; schema: TSchema }
   /** Answers of these operations must not be stored by any cache. */
   noStore?: readonly Operation[]
+  /**
+   * Its operations but list may be operations of a batch (POST /batch), whose answer is stored under the batch's
+   * Idempotency-Key: not for a resource whose answers hold a secret. Default true.
+   */
+  batchable?: boolean
 }
 
 export function resourceRoutes<State = undefined>(
@@ -324,7 +329,13 @@ export function resourceRoutes<State = undefined>(
     ...resource.components(),
     ...(options.created ? { [options.created.name]: options.created.schema } : {}),
   }
-  return (options.operations ?? (Object.keys(routes) as Operation[])).map((op) => ({ ...routes[op](), components }))
+  // A list's paging headers have no place in a batch's result.
+  const batchable = (op: Operation) => (options.batchable !== false && op !== 'list' ? { batchable: true as const } : {})
+  return (options.operations ?? (Object.keys(routes) as Operation[])).map((op) => ({
+    ...routes[op](),
+    components,
+    ...batchable(op),
+  }))
 }
 
 /**
