@@ -46,7 +46,18 @@ const operationSchema = Type.Object(
 export const batchSchemas = {
   BatchRequest: Type.Object(
     { operations: Type.Array(operationSchema, { minItems: 1, maxItems: MAX_OPERATIONS }) },
-    { additionalProperties: false },
+    {
+      additionalProperties: false,
+      examples: [
+        {
+          operations: [
+            { method: 'POST', path: '/products', body: { sku: 'MUG-1', name: 'Mug', price: 900, currency: 'EUR' } },
+            { method: 'PATCH', path: '/products/{0.id}', body: { stock: 12 } },
+            { method: 'DELETE', path: '/products/7', if_match: '"v3"' },
+          ],
+        },
+      ],
+    },
   ),
   BatchResults: Type.Object(
     {
@@ -62,7 +73,23 @@ export const batchSchemas = {
         ),
       ),
     },
-    { additionalProperties: false },
+    {
+      additionalProperties: false,
+      examples: [
+        {
+          results: [
+            {
+              status: 201,
+              location: '/products/8',
+              etag: '"v1"',
+              body: { id: 8, sku: 'MUG-1', name: 'Mug', description: '', price: 900, currency: 'EUR', stock: 0 },
+            },
+            { status: 200, etag: '"v2"', body: { id: 8, sku: 'MUG-1', stock: 12 } },
+            { status: 204 },
+          ],
+        },
+      ],
+    },
   ),
 }
 

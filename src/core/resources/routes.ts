@@ -330,7 +330,8 @@ export function resourceRoutes<State = undefined>(
     ...(options.created ? { [options.created.name]: options.created.schema } : {}),
   }
   // A list's paging headers have no place in a batch's result.
-  const batchable = (op: Operation) => (options.batchable !== false && op !== 'list' ? { batchable: true as const } : {})
+  const batchable = (op: Operation) =>
+    options.batchable !== false && op !== 'list' ? { batchable: true as const } : {}
   return (options.operations ?? (Object.keys(routes) as Operation[])).map((op) => ({
     ...routes[op](),
     components,
