@@ -396,8 +396,12 @@ describe('Idempotency-Key covers the whole batch', () => {
   })
 })
 
-describe('rate limits and If-Match rules hold per operation', async () => {
-  const limited = await startServer({ RATE_LIMIT: '5', REQUIRE_IF_MATCH: 'true' }, {}, { databaseUrl: api.databaseUrl })
+describe('rate limits, If-Match rules and queued mail, per operation', async () => {
+  const limited = await startServer(
+    { RATE_LIMIT: '5', REQUIRE_IF_MATCH: 'true', VERIFY_EMAIL_URL: 'https://app.example.test/verify#{token}' },
+    {},
+    { databaseUrl: api.databaseUrl },
+  )
 
   test('a batch of N operations counts N requests; past the limit, the operation that passes it is 429', async () => {
     const admin = await limited.createUser({ role: 'admin' })
@@ -437,5 +441,21 @@ describe('rate limits and If-Match rules hold per operation', async () => {
     )
     assertProblem(res, 428, 'precondition_required', 1)
     assert.equal((await sql`SELECT stock FROM products WHERE id = ${body.id}`)[0]!.stock, 0)
+  })
+
+  test('users created in a batch that fails get no verification mail; in one that succeeds, each gets its own', async () => {
+    const admin = await limited.createUser({ role: 'admin' })
+    const email = (n: number) => `batch-mail-${process.pid}-${n}@example.test`
+    const signUp = (n: number) => ({ method: 'POST', path: '/users', body: { name: `Mail ${n}`, email: email(n) } })
+    const mailTo = async (addresses: string[]) =>
+      (await sql<[{ n: number }]>`SELECT count(*)::int AS n FROM mail_outbox WHERE recipient = ANY(${addresses})`)[0].n
+    const failed = await batch(limited, [signUp(1), signUp(2), signUp(1)], { auth: admin.token })
+    assertProblem(failed, 409, 'email_taken', 2)
+    assert.equal(await mailTo([email(1), email(2)]), 0)
+    assert.equal((await sql`SELECT id FROM users WHERE email IN (${email(1)}, ${email(2)})`).length, 0)
+    const done = await batch(limited, [signUp(3), signUp(4)], { auth: admin.token })
+    assert.equal(done.status, 200, done.text)
+    assert.equal(await mailTo([email(3)]), 1)
+    assert.equal(await mailTo([email(4)]), 1)
   })
 })
