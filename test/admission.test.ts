@@ -282,7 +282,7 @@ test(
   },
 )
 
-test("work with a deadline of its own (a batch's) keeps it, and work begun after it still meets the service's", async () => {
+test("work with its own deadline (a batch's) keeps it; work begun after it still meets the service's", async () => {
   const work = new DatabaseAdmission({ floor: 10, targetMs: 1000, deadlineMs: 100 })
   let release!: () => void
   const gate = new Promise<string>((resolve) => (release = () => resolve('done')))
