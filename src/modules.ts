@@ -2,6 +2,7 @@ import type { AppDeps } from './app-deps.js'
 import type { AppModule } from './app-module.js'
 import { apiKeysModule } from './api-keys/resource.js'
 import { authModule } from './auth/module.js'
+import { batchModule } from './batch/module.js'
 import { eventsModule } from './events/module.js'
 import { healthModule } from './health/module.js'
 import { mailModule } from './mail/module.js'
@@ -27,6 +28,7 @@ export const applicationModules = [
   usersModule,
   productsModule,
   apiKeysModule,
+  batchModule,
   eventsModule,
   webhooksModule,
   metricsModule,

@@ -281,3 +281,25 @@ test(
     release()
   },
 )
+
+test("work with its own deadline (a batch's) keeps it; work begun after it still meets the service's", async () => {
+  const work = new DatabaseAdmission({ floor: 10, targetMs: 1000, deadlineMs: 100 })
+  let release!: () => void
+  const gate = new Promise<string>((resolve) => (release = () => resolve('done')))
+  let longOutcome = 'running'
+  const long = work
+    .run(() => gate, 60_000)
+    .then(
+      (value) => (longOutcome = value),
+      () => (longOutcome = 'answered 503'),
+    )
+  await assert.rejects(
+    work.run(() => gate),
+    (err) => err instanceof DatabaseBusy && err.reason === 'overdue' && err.deadlineMs === 100,
+  )
+  assert.equal(longOutcome, 'running', 'the older work with the longer deadline was not answered with it')
+  release()
+  await long
+  assert.equal(longOutcome, 'done')
+  assert.equal(work.overdue, 1)
+})

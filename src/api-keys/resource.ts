@@ -169,6 +169,8 @@ const operations = resourceModule(apiKeys, {
   },
   // Not idempotent: a replay would have to store the secret, and only its hash may be stored.
   idempotentCreate: false,
+  // Nor in a batch, whose answer is stored under its Idempotency-Key.
+  batchable: false,
   created: { name: 'ApiKeyCreated', schema: ApiKeyCreated },
   noStore: ['create'],
 })

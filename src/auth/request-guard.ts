@@ -34,9 +34,15 @@ export function requestGuard(deps: AuthServices): RequestGuard<Guarded> {
   /** The rate limiter, unless RATE_LIMIT=0 or the route is exempt. */
   const limiterFor = (route: AnyRoute) => (route.unlimited ? undefined : limiter)
 
-  /** The request counts against its window, then the route's access is checked. */
-  function admit(state: Guarded, request: StageRequest, route: AnyRoute, params: Record<string, string>): void {
-    const limits = limiterFor(route)
+  /** The request counts against its window (unless already `counted`), then the route's access is checked. */
+  function admit(
+    state: Guarded,
+    request: StageRequest,
+    route: AnyRoute,
+    params: Record<string, string>,
+    counted = false,
+  ): void {
+    const limits = counted ? undefined : limiterFor(route)
     if (limits) state.rate = rateLimit(state, limits, request, config.rateLimit)
     authorize(route.access, state.principal, params, config)
   }
@@ -67,6 +73,7 @@ export function requestGuard(deps: AuthServices): RequestGuard<Guarded> {
       if (isPublic(route)) return void admit(state, request, route, params)
       return authenticateThenAdmit(state, request, route, params)
     },
+    admitOperation: admit,
     extend(ctx, state) {
       ctx.principal = state.principal
     },

@@ -33,3 +33,18 @@ export function labelled(sample: string, worker: number): string {
   const rest = sample.slice(name.length)
   return rest.startsWith('{') ? `${name}{worker="${worker}",${rest.slice(1)}` : `${name}{worker="${worker}"}${rest}`
 }
+
+/**
+ * The primary's own family: how often each worker slot was replaced after its
+ * process died, since the service started. A worker's own figures restart
+ * from zero with its replacement; this one says that it happened.
+ */
+export function workerRestarts(restarts: ReadonlyMap<number, number>, workers: number): string {
+  const name = 'worker_restarts_total'
+  const lines = [
+    `# HELP ${name} Worker processes the primary replaced after they died, per worker slot, since the service started.`,
+    `# TYPE ${name} counter`,
+  ]
+  for (let n = 1; n <= workers; n++) lines.push(`${name}{worker="${n}"} ${restarts.get(n) ?? 0}`)
+  return lines.join('\n') + '\n'
+}

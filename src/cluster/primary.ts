@@ -1,7 +1,7 @@
 import cluster, { type Worker } from 'node:cluster'
 import type { Logger } from '../core/log.js'
 import { isOurs, WORKER_SLOT_VARIABLE, type PrimaryMessage, type WorkerMessage } from './messages.js'
-import { mergeExpositions } from './metrics.js'
+import { mergeExpositions, workerRestarts } from './metrics.js'
 import { RestartPolicy } from './restart-policy.js'
 
 // WORKERS=N (N > 1): this process serves nothing itself. It has migrated the
@@ -60,6 +60,8 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
   const slots = new Map<number, Slot>()
   const slotOf = new Map<Worker, number>()
   const policy = new RestartPolicy()
+  /** Replacements per slot since the service started: the primary's own figures (workerRestarts). */
+  const restarts = new Map<number, number>()
   let up = false
   let stopping = false
   let exitCode = 0
@@ -124,6 +126,7 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
         },
         1,
       )
+    restarts.set(n, (restarts.get(n) ?? 0) + 1)
     const { replaceInMs, deathsInARow } = policy.onDeath(n, slot.startedAt, performance.now())
     log.error('worker died; replacing it', { ...died, deaths_in_a_row: deathsInARow, replace_in_ms: replaceInMs })
     // Said once per death that leaves the port without a worker: the process is up, and serves nothing until then.
@@ -152,7 +155,9 @@ export async function runPrimary(config: PrimarySettings, log: Logger, env: Reco
       slots.get(n)!.cannotStart = m.reason
     } else if (m.upa === 'metrics') {
       const answer = (text: string) => !worker.isDead() && send(worker, { upa: 'metrics', id: m.id, text })
-      collect((parts) => answer(mergeExpositions(parts.sort((a, b) => a.worker - b.worker))))
+      collect((parts) =>
+        answer(mergeExpositions(parts.sort((a, b) => a.worker - b.worker)) + workerRestarts(restarts, config.workers)),
+      )
     } else if (m.upa === 'metrics-part') {
       const c = collections.get(m.id)
       if (!c) return

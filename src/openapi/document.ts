@@ -125,12 +125,13 @@ const errorDescriptions: Record<number, string> = {
   401: 'No credential, or a bad, expired or revoked one.',
   403: 'Authenticated but not allowed, a missing scope, or current_password missing or wrong.',
   404: 'No such resource.',
+  405: "The path does not support the method (POST /batch: an operation's; see Allow alone).",
   412: 'If-Match does not match the current ETag; nothing was changed.',
   413: 'Body larger than BODY_LIMIT.',
   415: 'Unsupported Content-Type.',
   422:
     'The body does not satisfy the schema (errors[] has JSON Pointers), or an Idempotency-Key was reused with ' +
-    'another body.',
+    'another body, or (POST /batch) an operation is not one a batch may run.',
   428: 'If-Match is required (REQUIRE_IF_MATCH=true).',
   429: 'Rate limit or login throttle reached; see Retry-After.',
   500: 'Unexpected error; quote the request id.',

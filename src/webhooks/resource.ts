@@ -205,6 +205,8 @@ export const webhookResourceRoutes = (webhooks: Resource, withSecret: ReturnType
     },
     // Not idempotent: a replay would have to store the secret in the idempotency record.
     idempotentCreate: false,
+    // Nor in a batch, whose answer is stored under its Idempotency-Key.
+    batchable: false,
     created: { name: 'WebhookWithSecret', schema: withSecret },
     noStore: ['create'],
   })

@@ -62,6 +62,9 @@ export class DatabaseBusy extends Error {
 
 interface Waiting {
   started: number
+  /** The performance.now() instant it is answered 503, and how long after its start that is. */
+  due: number
+  deadlineMs: number
   reject: (err: DatabaseBusy) => void
   /** Answered 503 at its deadline; still unsettled, so still the oldest work if it is. */
   abandoned: boolean
@@ -114,16 +117,18 @@ export class DatabaseAdmission implements Component {
     this.samples = new Array<number>(Math.ceil(this.targetMs / SWEEP_MS) + 1).fill(0)
   }
 
-  run<T>(work: () => Promise<T>): Promise<T> {
+  /** `deadlineMs`: for work that is many requests' worth (a batch's operations); default the service's. */
+  run<T>(work: () => Promise<T>, deadlineMs = this.deadlineMs): Promise<T> {
     if (this.active >= this.floor && this.waitingTooLong()) {
       this.refused++
-      return Promise.reject(new DatabaseBusy('refused', this.deadlineMs))
+      return Promise.reject(new DatabaseBusy('refused', deadlineMs))
     }
     this.active++
     if (this.active > this.peak) this.peak = this.active
     if (this.sweeper === undefined && !this.stopped) this.startSweeping()
     return new Promise<T>((resolve, reject) => {
-      const entry: Waiting = { started: performance.now(), reject, abandoned: false }
+      const started = performance.now()
+      const entry: Waiting = { started, due: started + deadlineMs, deadlineMs, reject, abandoned: false }
       this.waiting.add(entry)
       const settle = () => {
         this.active--
@@ -167,13 +172,13 @@ export class DatabaseAdmission implements Component {
     this.samples[this.sampleAt] = this.finished
     this.sampleAt = (this.sampleAt + 1) % this.samples.length
     const now = performance.now()
+    // Deadlines differ (a batch's is longer), so every entry is looked at, not only the oldest ones.
     for (const entry of this.waiting) {
-      if (now - entry.started < this.deadlineMs) break
-      if (entry.abandoned) continue
+      if (now < entry.due || entry.abandoned) continue
       entry.abandoned = true
       this.overdue++
       this.onOverdue()
-      entry.reject(new DatabaseBusy('overdue', this.deadlineMs))
+      entry.reject(new DatabaseBusy('overdue', entry.deadlineMs))
     }
     if (this.active === 0) {
       clearInterval(this.sweeper)

@@ -1,18 +1,18 @@
 import { randomUUID } from 'node:crypto'
-import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http'
 import { DatabaseBusy } from '../db/admission.js'
 import { describeError, type LogFields } from '../log.js'
-import { checkContentType, readJsonBody, type BodyKind } from './body.js'
+import { checkContentType, readJsonBody } from './body.js'
 import { clientAddress, UntrustedForwardingNotice } from './client-address.js'
 import { corsHeaders, type CorsPolicy } from './cors.js'
 import { busyProblem, failureProblem } from './database-problems.js'
 import { requireHost } from './host.js'
 import { handleIdempotently } from './idempotency.js'
 import { etagMatches } from './conditional.js'
-import { HttpError, notFound, problemAnswer } from './problem.js'
+import { HttpError, notFound, problemAnswer, validationFailed } from './problem.js'
 import { checkQuery, parseQueryString } from './query.js'
 import { writeReply } from './reply.js'
-import type { AnyRoute, HandlerContext, Reply } from './route.js'
+import type { AnyRoute, BatchOperation, HandlerContext, OperationScope, Reply } from './route.js'
 import type { Match, Router } from './router.js'
 import type { CoreServices, HttpSettings } from './services.js'
 import type { RequestGuard, StageRequest } from './stages.js'
@@ -59,6 +59,8 @@ class Exchange<State> implements StageRequest {
   problem = false
   /** Always replaced before it is read: by the handler's answer, or by a problem. */
   reply: Reply = UNANSWERED
+  /** How many operations of a batch ran (POST /batch): its log line says so. */
+  operations = 0
   /** The client's address, read once (`client`). */
   private address: string | undefined = undefined
 
@@ -115,11 +117,11 @@ async function handleRequest<State>(p: Pipeline<State>, req: IncomingMessage, re
       admit(p, route)
       const checking = p.guard.check(x.state, x, route, params)
       if (checking) await checking
-      requirePrecondition(p, x, route)
-      const query = readQuery(x, route)
+      requirePrecondition(p, req.headers['if-match'], route)
+      const query = readQuery(route, x.queryAt === -1 ? '' : x.url.slice(x.queryAt + 1))
       const body =
         route.body && !(route.body.optional && hasNoBody(req))
-          ? route.body.validator.parseBody(await readBody(p, x, route.body.kind))
+          ? route.body.validator.parseBody(await readBody(p, x, route.body))
           : undefined
       x.reply = conditionalGet(x, await handle(p, x, route, params, query, body))
     }
@@ -196,8 +198,8 @@ function admit<State>(p: Pipeline<State>, route: AnyRoute): void {
   }
 }
 
-function requirePrecondition<State>(p: Pipeline<State>, x: Exchange<State>, route: AnyRoute): void {
-  if (p.config.requireIfMatch && route.requiresIfMatch && x.req.headers['if-match'] === undefined) {
+function requirePrecondition<State>(p: Pipeline<State>, ifMatch: string | undefined, route: AnyRoute): void {
+  if (p.config.requireIfMatch && route.requiresIfMatch && ifMatch === undefined) {
     throw new HttpError(
       'precondition_required',
       'This server requires If-Match on writes: GET the resource and send its ETag.',
@@ -205,14 +207,18 @@ function requirePrecondition<State>(p: Pipeline<State>, x: Exchange<State>, rout
   }
 }
 
-function readQuery<State>(x: Exchange<State>, route: AnyRoute): unknown {
-  return checkQuery(route.query, parseQueryString(x.queryAt === -1 ? '' : x.url.slice(x.queryAt + 1)))
+function readQuery(route: AnyRoute, queryString: string): unknown {
+  return checkQuery(route.query, parseQueryString(queryString))
 }
 
 /** The body as JSON, once its Content-Type is the route's; the route's validator checks it. */
-function readBody<State>(p: Pipeline<State>, x: Exchange<State>, kind: BodyKind): Promise<unknown> {
-  checkContentType(x.req, kind)
-  return readJsonBody(x.req, p.config.bodyLimit)
+function readBody<State>(
+  p: Pipeline<State>,
+  x: Exchange<State>,
+  body: NonNullable<AnyRoute['body']>,
+): Promise<unknown> {
+  checkContentType(x.req, body.kind)
+  return readJsonBody(x.req, p.config.bodyLimit * (body.limitFactor ?? 1))
 }
 
 /**
@@ -243,6 +249,7 @@ function handle<State>(
     db: p.services.sql,
     onCommit: runNow,
   } as HandlerContext<unknown, unknown>
+  if (route.runsOperations) ctx.runOperation = (operation, scope) => runOperation(p, x, operation, scope)
   p.guard.extend(ctx, x.state)
   if (database === 'handler') return p.runBounded(() => invoke(p, x, route, ctx))
   return invoke(p, x, route, ctx)
@@ -256,6 +263,68 @@ function invoke<State>(
 ): Promise<Reply> {
   if (!route.idempotent) return route.handle(ctx)
   return handleIdempotently(route, ctx, x.path, p.guard.caller(x.state) ?? `address ${ctx.client}`, p.services)
+}
+
+/**
+ * One operation of a batch, through the stages a request of the same caller
+ * goes through once it is authenticated: match, the guard's count and access
+ * check, precondition, query, body, handler; on the batch's transaction, not
+ * under database admission (the batch is) and not through the idempotency
+ * record (the batch has one). Only `batchable` routes run: a resource's.
+ */
+function runOperation<State>(
+  p: Pipeline<State>,
+  x: Exchange<State>,
+  operation: BatchOperation,
+  scope: OperationScope,
+): Promise<Reply> {
+  const queryAt = operation.path.indexOf('?')
+  const fullPath = queryAt === -1 ? operation.path : operation.path.slice(0, queryAt)
+  const { prefix } = p
+  if (prefix && !fullPath.startsWith(prefix + '/')) throw notFound()
+  const path = fullPath.slice(prefix.length)
+  const match = p.router.match(operation.method, path)
+  if (match.kind === 'not_found') throw notFound()
+  if (match.kind !== 'found')
+    throw new HttpError('method_not_allowed', `${operation.method} is not supported here; use ${match.allow}.`)
+  const { route, params } = match
+  x.operations++
+  if (!route.batchable)
+    throw new HttpError('not_batchable', `${operation.method} ${match.template} cannot be an operation of a batch.`)
+  p.guard.admitOperation(x.state, x, route, params, scope.counted)
+  requirePrecondition(p, operation.if_match, route)
+  const query = readQuery(route, queryAt === -1 ? '' : operation.path.slice(queryAt + 1))
+  const body = operationBody(p, route, operation.body)
+  const headers: IncomingHttpHeaders = { ...x.req.headers, 'if-match': operation.if_match }
+  delete headers['idempotency-key']
+  delete headers['if-none-match']
+  const ctx = {
+    params,
+    query,
+    body,
+    headers,
+    requestId: x.requestId,
+    client: x.client(),
+    bounded: p.runAsIs,
+    services: p.services,
+    db: scope.db,
+    onCommit: scope.onCommit,
+  } as HandlerContext<unknown, unknown>
+  p.guard.extend(ctx, x.state)
+  return route.handle(ctx)
+}
+
+/** An operation's body, checked as its request's would be: within BODY_LIMIT, by the route's validator. */
+function operationBody<State>(p: Pipeline<State>, route: AnyRoute, body: unknown): unknown {
+  if (!route.body) {
+    if (body === undefined) return undefined
+    throw validationFailed([{ path: '/body', message: 'this operation takes no body' }])
+  }
+  if (body === undefined && route.body.optional) return undefined
+  if (body === undefined) throw validationFailed([{ path: '/body', message: 'this operation needs a body' }])
+  if (Buffer.byteLength(JSON.stringify(body)) > p.config.bodyLimit)
+    throw new HttpError('payload_too_large', `An operation's body must not exceed ${p.config.bodyLimit} bytes.`)
+  return route.body.validator.parseBody(body)
 }
 
 /** RFC 9110 §15.4.5: a 304 repeats the validator, and nothing else of the body. */
@@ -316,6 +385,7 @@ function logRequest<State>(p: Pipeline<State>, x: Exchange<State>): void {
     // To the microsecond: a float's last digits (1.1179729999999999) are noise in a log line.
     duration_ms: Math.round(seconds * 1e6) / 1000,
   }
+  if (x.operations) fields.operations = x.operations
   p.guard.logFields(x.state, fields)
   fields.client = x.client()
   log.info('request', fields)

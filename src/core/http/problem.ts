@@ -1,4 +1,4 @@
-import type { TSchema } from 'typebox'
+import Type, { type TSchema } from 'typebox'
 // The one error type of the HTTP layer. Anything thrown that is not an
 // HttpError becomes a 500 `internal_error` whose details stay in the log.
 // Codes are the stable contract with clients; titles are for humans.
@@ -57,6 +57,16 @@ export const coreProblems: ProblemTable = {
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   validation_failed: { status: 422, title: 'Validation failed' },
+  not_batchable: {
+    status: 422,
+    title: 'Not an operation a batch may run',
+    members: {
+      operation: Type.Integer({
+        minimum: 0,
+        description: 'POST /batch, whatever the code: the index of the operation that failed (nothing was changed)',
+      }),
+    },
+  },
   idempotency_key_reused: { status: 422, title: 'Idempotency key reused' },
   precondition_required: { status: 428, title: 'Precondition required' },
   rate_limited: { status: 429, title: 'Too many requests' },

@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
+import type { TransactionSql } from 'postgres'
 import type { TSchema } from 'typebox'
 import type { Db } from '../db/transaction.js'
 import type { BodyKind } from './body.js'
@@ -89,6 +90,30 @@ export interface HandlerContext<Query, Body> extends ContextExtensions {
    * run at once for a request alone, after the commit for an operation of a batch.
    */
   onCommit(work: () => Promise<void>): Promise<void>
+  /**
+   * For a route that `runsOperations` (POST /batch): runs one operation as the pipeline runs a request of the same
+   * caller, on the batch's transaction.
+   */
+  runOperation?(operation: BatchOperation, scope: OperationScope): Promise<Reply>
+}
+
+/** One operation of a batch as its client wrote it (src/core/http/batch.ts). */
+export interface BatchOperation {
+  method: Method
+  /** The path as a request would have it (API prefix included), with its query string. */
+  path: string
+  body?: unknown
+  if_match?: string
+}
+
+/**
+ * Where an operation of a batch runs: the batch's transaction, and the queue of its after-commit work. `counted`: the
+ * batch's own request already counted against the rate window for this operation (the first).
+ */
+export interface OperationScope {
+  db: TransactionSql
+  onCommit(work: () => Promise<void>): Promise<void>
+  counted: boolean
 }
 
 /**
@@ -110,11 +135,21 @@ export interface Route<Query = Record<string, never>, Body = undefined> extends 
   path: string
   /** Query string schema (all values arrive as strings); none means no parameters at all. */
   query?: Validator<Query>
-  /** `optional`: a request with no body at all is accepted and the handler gets undefined. */
-  body?: { kind: BodyKind; validator: Validator<Body>; optional?: boolean }
+  /**
+   * `optional`: a request with no body at all is accepted and the handler gets undefined. `limitFactor`: the body
+   * may be this many times BODY_LIMIT (a batch's, which carries many bodies); default 1.
+   */
+  body?: { kind: BodyKind; validator: Validator<Body>; optional?: boolean; limitFactor?: number }
   handle(ctx: HandlerContext<Query, Body>): Promise<Reply>
   /** A creating POST: honours Idempotency-Key. */
   idempotent?: boolean
+  /**
+   * An operation a batch may run (POST /batch): a resource's read or write, whose answer may be stored with the
+   * batch's under its Idempotency-Key.
+   */
+  batchable?: true
+  /** Runs other routes as the operations of a batch: its handler gets `ctx.runOperation`. */
+  runsOperations?: true
   /** A write of a versioned resource: 428 without If-Match when REQUIRE_IF_MATCH=true. */
   requiresIfMatch?: boolean
   /**

@@ -33,6 +33,17 @@ export interface RequestGuard<State> {
    * once (nothing to wait for: no promise on the hot path of a public route).
    */
   check(state: State, request: StageRequest, route: AnyRoute, params: Record<string, string>): Promise<void> | undefined
+  /**
+   * An operation of a batch, by the caller `check` admitted for the batch: it counts against the caller's rate
+   * window (unless `counted`: the batch's own request stood for it) and the operation's route's access is checked.
+   */
+  admitOperation(
+    state: State,
+    request: StageRequest,
+    route: AnyRoute,
+    params: Record<string, string>,
+    counted: boolean,
+  ): void
   /** Sets the application's members of the handler's context (ContextExtensions, src/app-context.ts). */
   extend(ctx: HandlerContext<unknown, unknown>, state: State): void
   /**

@@ -119,6 +119,11 @@ export interface ResourceRouteOptions<State> {
    * their routes with callers who may not use them (throws the application's problem).
    */
   trash?: { route: RouteExtensions; authorize(ctx: HandlerContext<unknown, unknown>, door: 'list' | 'purge'): void }
+  /**
+   * Its operations but list may be operations of a batch (POST /batch), whose answer is stored under the batch's
+   * Idempotency-Key: not for a resource whose answers hold a secret. Default true.
+   */
+  batchable?: boolean
 }
 
 const permanentQuery = compileValidator(
@@ -406,8 +411,15 @@ export function resourceRoutes<State = undefined>(
     ...resource.components(),
     ...(options.created ? { [options.created.name]: options.created.schema } : {}),
   }
+  // A list's paging headers have no place in a batch's result.
+  const batchable = (op: Operation) =>
+    options.batchable !== false && op !== 'list' ? { batchable: true as const } : {}
   const all = (Object.keys(routes) as Operation[]).filter((op) => op !== 'restore' || trash)
-  return (options.operations ?? all).map((op) => ({ ...routes[op](), components }))
+  return (options.operations ?? all).map((op) => ({
+    ...routes[op](),
+    components,
+    ...batchable(op),
+  }))
 }
 
 /**

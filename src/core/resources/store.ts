@@ -98,7 +98,11 @@ export async function insertRow(
  * Reads the row for update, locking it until the transaction ends, then checks
  * If-Match against its version. Two writers with the same If-Match queue on
  * the lock, and the second sees the first's new version: one 200, one 412.
- * A live row only, unless `trashed` (a purge, which takes a trashed one too).
+ * The lock is the one an UPDATE of the row takes (FOR NO KEY UPDATE), not FOR
+ * UPDATE: inserting a row that refers to this one (a login's known address)
+ * still proceeds, which a batch needs, whose operations count password guesses
+ * on the pool while its own transaction holds the row. A live row only, unless
+ * `trashed` (a purge, which takes a trashed one too).
  */
 export async function lockRow(
   tx: TransactionSql,
@@ -110,7 +114,7 @@ export async function lockRow(
   const text = statement(
     resource,
     trashed ? 'lock any' : 'lock',
-    () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1${trashed ? '' : live(resource)} FOR UPDATE`,
+    () => `SELECT * FROM ${quote(resource.table)} WHERE id = $1${trashed ? '' : live(resource)} FOR NO KEY UPDATE`,
   )
   const [row] = await run(tx, text, [id])
   if (!row) throw notFound()
@@ -155,7 +159,7 @@ export async function updateRow(
  * if its version is one of `versions` (from If-Match; undefined: any) and a
  * member changes. PostgreSQL checks both against the newest version of the
  * row once it holds the row's lock, so concurrent writers serialize as they
- * do under SELECT ... FOR UPDATE. Undefined when nothing was written: the
+ * do under lockRow's lock. Undefined when nothing was written: the
  * caller then takes the locked path, which tells a missing row, a failed
  * If-Match and a patch that changes nothing apart.
  */

@@ -1,0 +1,201 @@
+import Type, { type Static } from 'typebox'
+import { HttpError, validationFailed } from './problem.js'
+import { defineRoute, type AnyRoute, type BatchOperation, type HandlerContext, type Reply } from './route.js'
+import type { RouteExtensions } from './route.js'
+import { compileValidator } from './validate.js'
+
+// POST /batch: up to MAX_OPERATIONS operations on the resource routes run in
+// order in one transaction, each as the pipeline runs a request of the same
+// caller (src/core/http/pipeline.ts, runOperation): authorized, counted,
+// validated and answered as it would be alone. All succeed: one commit, their
+// events in operation order. One fails: its problem, with `operation` (its
+// index), and the transaction is rolled back, so nothing of any operation
+// remains (rows, events, queued mail: all are written in the transaction).
+
+export const MAX_OPERATIONS = 100
+/** The whole batch may be this many times BODY_LIMIT; each operation's body stays within BODY_LIMIT. */
+export const BATCH_BODY_FACTOR = 10
+/** The request deadline (STATEMENT_TIMEOUT + 5 s) is multiplied by one for every this many operations begun. */
+export const OPERATIONS_PER_DEADLINE = 10
+
+/**
+ * `{2.id}` in an operation's path: the member `id` of the answer of operation
+ * 2 of the same batch, which must come before it.
+ */
+const REFERENCE = /\{([0-9]{1,3})\.([a-z_][a-z0-9_]{0,62})\}/g
+
+const operationSchema = Type.Object(
+  {
+    method: Type.Union(['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].map((m) => Type.Literal(m))),
+    path: Type.String({
+      minLength: 1,
+      maxLength: 2048,
+      pattern: '^/[\\x21-\\x7e]*$',
+      description:
+        'the path as a request would have it (API prefix and query string included); `{i.member}` stands for a ' +
+        'member of the answer of operation i, an earlier one: `/products/{0.id}`',
+    }),
+    body: Type.Optional(Type.Unknown({ description: "the operation's JSON body, as its request would carry it" })),
+    if_match: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 1024, description: "the operation's If-Match header" }),
+    ),
+  },
+  { additionalProperties: false },
+)
+
+export const batchSchemas = {
+  BatchRequest: Type.Object(
+    { operations: Type.Array(operationSchema, { minItems: 1, maxItems: MAX_OPERATIONS }) },
+    {
+      additionalProperties: false,
+      examples: [
+        {
+          operations: [
+            { method: 'POST', path: '/products', body: { sku: 'MUG-1', name: 'Mug', price: 900, currency: 'EUR' } },
+            { method: 'PATCH', path: '/products/{0.id}', body: { stock: 12 } },
+            { method: 'DELETE', path: '/products/7', if_match: '"v3"' },
+          ],
+        },
+      ],
+    },
+  ),
+  BatchResults: Type.Object(
+    {
+      results: Type.Array(
+        Type.Object(
+          {
+            status: Type.Integer({ description: 'the status the operation alone would have been answered with' }),
+            location: Type.Optional(Type.String()),
+            etag: Type.Optional(Type.String()),
+            body: Type.Optional(Type.Unknown({ description: 'its answer' })),
+          },
+          { additionalProperties: false },
+        ),
+      ),
+    },
+    {
+      additionalProperties: false,
+      examples: [
+        {
+          results: [
+            {
+              status: 201,
+              location: '/products/8',
+              etag: '"v1"',
+              body: { id: 8, sku: 'MUG-1', name: 'Mug', description: '', price: 900, currency: 'EUR', stock: 0 },
+            },
+            { status: 200, etag: '"v2"', body: { id: 8, sku: 'MUG-1', stock: 12 } },
+            { status: 204 },
+          ],
+        },
+      ],
+    },
+  ),
+}
+
+type BatchBody = Static<typeof batchSchemas.BatchRequest>
+type BatchResult = Static<typeof batchSchemas.BatchResults>['results'][number]
+
+/** The route of POST /batch, with what the application adds to it (who may call it). */
+export function batchRoute(extensions: RouteExtensions): AnyRoute {
+  return defineRoute<Record<string, never>, BatchBody>({
+    method: 'POST',
+    path: '/batch',
+    operationId: 'runBatch',
+    summary: `Run 1 to ${MAX_OPERATIONS} operations on resources in one transaction: all or nothing`,
+    responses: { 200: { description: 'Every operation succeeded', schema: batchSchemas.BatchResults } },
+    components: batchSchemas,
+    ...extensions,
+    idempotent: true,
+    runsOperations: true,
+    // Under database admission by its own deadline, which grows with its operations (runBatch).
+    database: 'statements',
+    body: {
+      kind: 'json',
+      validator: compileValidator(batchSchemas.BatchRequest),
+      limitFactor: BATCH_BODY_FACTOR,
+    },
+    errorStatuses: [403, 404, 405, 409, 412, 413, 428],
+    handle: runBatch,
+  })
+}
+
+async function runBatch(ctx: HandlerContext<Record<string, never>, BatchBody>): Promise<Reply> {
+  const { operations } = ctx.body
+  const { databaseAdmission, sql } = ctx.services
+  const afterCommit: Array<() => Promise<void>> = []
+  const deadlineMs = databaseAdmission.deadlineMs * Math.ceil(operations.length / OPERATIONS_PER_DEADLINE)
+  const started = performance.now()
+  const results = await databaseAdmission.run(
+    () =>
+      sql.begin(async (tx) => {
+        const results: BatchResult[] = []
+        for (const [index, operation] of operations.entries()) {
+          let reply: Reply
+          try {
+            reply = await ctx.runOperation!(resolveReferences(operation, index, results), {
+              db: tx,
+              onCommit: async (work) => void afterCommit.push(work),
+              counted: index === 0,
+            })
+          } catch (err) {
+            throw ofOperation(err, index)
+          }
+          results.push(resultOf(reply))
+        }
+        // Past its deadline the client has been answered 503: a batch it was told failed must not commit.
+        if (performance.now() - started > deadlineMs) throw new Error('the batch passed its deadline')
+        return results
+      }),
+    deadlineMs,
+  )
+  for (const work of afterCommit) await work()
+  return { status: 200, body: { results } }
+}
+
+/** The operation with each `{i.member}` of its path replaced by that member of operation i's answer. */
+function resolveReferences(operation: BatchOperation, index: number, results: readonly BatchResult[]): BatchOperation {
+  if (!operation.path.includes('{')) return operation
+  const path = operation.path.replace(REFERENCE, (_, at: string, member: string) => {
+    const earlier = Number(at)
+    const value =
+      earlier < index ? (results[earlier]?.body as Record<string, unknown> | undefined)?.[member] : undefined
+    if (typeof value !== 'string' && typeof value !== 'number') {
+      throw validationFailed([
+        {
+          path: `/operations/${index}/path`,
+          message: `{${at}.${member}} names no member of the answer of an earlier operation`,
+        },
+      ])
+    }
+    return encodeURIComponent(String(value))
+  })
+  if (path.includes('{') || path.includes('}'))
+    throw validationFailed([{ path: `/operations/${index}/path`, message: 'a reference must be {i.member}' }])
+  return { ...operation, path }
+}
+
+function resultOf(reply: Reply): BatchResult {
+  const { location, etag } = reply.headers ?? {}
+  return {
+    status: reply.status,
+    ...(location !== undefined ? { location } : {}),
+    ...(etag !== undefined ? { etag } : {}),
+    ...(reply.body !== undefined ? { body: reply.body } : {}),
+  }
+}
+
+/**
+ * The operation's problem, with its index: the batch answers with it as the
+ * operation alone would have been answered (keeping Retry-After), and a failure
+ * that is no problem (the database's) passes as it is.
+ */
+function ofOperation(err: unknown, index: number): unknown {
+  if (!(err instanceof HttpError)) return err
+  const retryAfter = err.options.headers?.['retry-after']
+  return new HttpError(err.code, err.detail, {
+    ...err.options,
+    headers: retryAfter !== undefined ? { 'retry-after': retryAfter } : undefined,
+    extensions: { ...err.options.extensions, operation: index },
+  })
+}
