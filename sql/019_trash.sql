@@ -33,8 +33,15 @@ CREATE INDEX products_deleted_at_idx ON products (deleted_at) WHERE deleted_at I
 -- - its API keys go (sql/004 tells every instance's cache);
 -- - its one-time links (password reset, verification, e-mail restore) are spent;
 -- - the webhooks it owned are disabled and it is no longer their owner or
---   creator (sql/010), as on a deletion.
--- Its row, its second factor and its provider link stay until the purge.
+--   creator (sql/010), as on a deletion;
+-- - its provider links are left as a deletion leaves them (sql/014, 018:
+--   no user, the time, the address no other account of the provider gets),
+--   remembering the user (trashed_user_id) for a restore.
+-- Its row and its second factor stay until the purge.
+ALTER TABLE identities ADD COLUMN trashed_user_id bigint REFERENCES users (id) ON DELETE SET NULL,
+  ADD CONSTRAINT identities_trashed_user_id_check CHECK (trashed_user_id IS NULL OR user_id IS NULL);
+CREATE INDEX identities_trashed_user_id_idx ON identities (trashed_user_id) WHERE trashed_user_id IS NOT NULL;
+
 CREATE FUNCTION users_trashed_epoch() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -55,10 +62,24 @@ BEGIN
   DELETE FROM mfa_challenges WHERE user_id = NEW.id;
   DELETE FROM login_known_addresses WHERE user_id = NEW.id;
   PERFORM webhooks_owner_lost(NEW.id, format('its owner (user %s) was deleted', NEW.id), true);
+  UPDATE identities SET user_id = NULL, deleted_email = NEW.email, trashed_user_id = NEW.id WHERE user_id = NEW.id;
   RETURN NULL;
 END $$;
 CREATE TRIGGER users_trashed AFTER UPDATE OF deleted_at ON users
   FOR EACH ROW WHEN (OLD.deleted_at IS NULL AND NEW.deleted_at IS NOT NULL) EXECUTE FUNCTION users_trashed();
+
+-- A restore links the user's provider accounts again, unless a token took a
+-- link over meanwhile (OIDC_REPROVISION); the provider's tokens issued before
+-- the deletion stay refused (its epoch was stamped then).
+CREATE FUNCTION users_restored() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE identities SET user_id = NEW.id, user_deleted_at = NULL, deleted_email = NULL, trashed_user_id = NULL
+  WHERE trashed_user_id = NEW.id AND user_id IS NULL;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER users_restored AFTER UPDATE OF deleted_at ON users
+  FOR EACH ROW WHEN (OLD.deleted_at IS NOT NULL AND NEW.deleted_at IS NULL) EXECUTE FUNCTION users_restored();
 
 -- A webhook created or re-enabled stays disabled unless its owner is a live
 -- admin: a trashed owner is a deleted one (the rule of sql/010, whose share
@@ -82,7 +103,8 @@ END $$;
 
 -- The purge erases a user (docs/security.md, "Erasure"): its provider link
 -- stays, so that the provider's tokens issued before stay refused, but
--- without the address that sql/018 kept there.
+-- without the address that sql/018 kept there (for a user purged from the
+-- trash, the purge's hook clears it, src/users/erasure.ts).
 CREATE OR REPLACE FUNCTION users_deleted_identities() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN

@@ -7,7 +7,8 @@ import type { StoredRow } from '../core/resources/store.js'
 // removal takes its credentials, second factor, known addresses and one-time
 // tokens through their foreign keys (sql/002, 011, 012, 016), and leaves its
 // provider link without its address (sql/019). Here, what names the person
-// elsewhere: the data of the events about it (its changes, failed logins on
+// elsewhere: the address its provider links kept while it was in the trash
+// (sql/019); the data of the events about it (its changes, failed logins on
 // its address, its sessions with their user agents and client addresses, its
 // API keys with their names) keep only ids; its mail still queued or kept
 // after failing goes; and what counts logins and reset requests by its
@@ -29,6 +30,9 @@ export async function eraseUsers(tx: TransactionSql, rows: readonly StoredRow[])
       WHERE subject_type = 'api_key' AND (data->>'user_id')::bigint = ANY(${ids}::bigint[])`
   }
   await tx`DELETE FROM mail_outbox WHERE user_id = ANY(${ids}::bigint[])`
+  // Its provider links keep the time of its deletion, which refuses the tokens issued before, not its address.
+  await tx`
+    UPDATE identities SET deleted_email = NULL, trashed_user_id = NULL WHERE trashed_user_id = ANY(${ids}::bigint[])`
   // The address may be another user's now (it was free once this one was deleted): that user's counts stay.
   const unclaimed = (
     await tx<Array<{ email: string }>>`

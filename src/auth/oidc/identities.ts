@@ -71,7 +71,7 @@ interface LinkRow {
   role: Role | null
   credential_epoch: number | null
   epoch_at_ms: number | null
-  /** Its user is in the trash (sql/019): refused as deleted, until restored. */
+  /** Its user waits in the trash (sql/019): refused as deleted, until a restore links it again. */
   trashed?: boolean
 }
 
@@ -150,15 +150,14 @@ export class ProviderIdentities {
   private async read(subject: string, deps: IdentityDeps): Promise<Link | undefined> {
     const [row] = await deps.bounded(
       () => deps.sql<LinkRow[]>`
-      SELECT CASE WHEN u.deleted_at IS NULL THEN i.user_id END AS user_id,
-      (extract(epoch FROM coalesce(i.user_deleted_at, u.deleted_at)) * 1000)::float8 AS deleted_at_ms, u.role,
+      SELECT i.user_id, (extract(epoch FROM i.user_deleted_at) * 1000)::float8 AS deleted_at_ms, u.role,
       u.credential_epoch, (extract(epoch FROM u.credential_epoch_at) * 1000)::float8 AS epoch_at_ms,
-      u.deleted_at IS NOT NULL AS trashed
+      i.trashed_user_id IS NOT NULL AS trashed
       FROM identities i LEFT JOIN users u ON u.id = i.user_id
       WHERE i.issuer = ${this.settings.issuer} AND i.subject = ${subject}`,
     )
     if (!row) return undefined
-    // A user in the trash is refused as a deleted one, but not remembered so: a restore brings it back.
+    // A user in the trash is refused as a deleted one (sql/019), but not remembered so: a restore links it again.
     if (row.trashed) return linkOf(row)
     return this.remember(subject, linkOf(row))
   }
@@ -198,16 +197,11 @@ export class ProviderIdentities {
           lower(${email}) AND deleted_at IS NULL FOR UPDATE`
           if (existing?.role === 'admin') throw new AdminNotLinked()
           // Read after the lock above: a deletion of the user with this address that it waited for is seen here.
-          // A linked user in the trash holds its address as a deleted one does (sql/019).
           const [deleted] = this.settings.reprovision
             ? []
             : await tx`
             SELECT 1 FROM identities WHERE issuer = ${this.settings.issuer} AND deleted_email IS NOT NULL
-              AND lower(deleted_email) = lower(${email})
-            UNION ALL
-            SELECT 1 FROM identities i JOIN users u ON u.id = i.user_id
-            WHERE i.issuer = ${this.settings.issuer} AND u.deleted_at IS NOT NULL AND lower(u.email) = lower(${email})
-            LIMIT 1`
+              AND lower(deleted_email) = lower(${email}) LIMIT 1`
           if (deleted)
             throw refused(
               'a user with this address was deleted, and OIDC_REPROVISION is not set: no account of the provider ' +
@@ -241,7 +235,7 @@ export class ProviderIdentities {
           INSERT INTO identities (issuer, subject, user_id) VALUES
           (${this.settings.issuer}, ${claims.subject}, ${userId})
           ON CONFLICT (issuer, subject) DO UPDATE SET user_id = excluded.user_id, user_deleted_at = NULL,
-            deleted_email = NULL
+            deleted_email = NULL, trashed_user_id = NULL
             WHERE identities.user_id IS NULL AND identities.user_deleted_at < to_timestamp(${claims.issuedAt})
           RETURNING user_id`
           if (!linked) throw new LinkedMeanwhile()
