@@ -925,8 +925,8 @@ describe('every credential sees role changes and deletion at once', () => {
   )
 
   test(
-    'deleted: its opaque token, refresh token, API key and JWT are refused at once, its sessions and keys are ' +
-      'gone',
+    'deleted: its opaque token, refresh token, API key and JWT are refused at once, its sessions ended and keys ' +
+      'gone; the purge takes the rest',
     async () => {
       const dave = await userWithPassword()
       const opaque = await loggedIn(dave, { token_format: 'opaque' })
@@ -950,6 +950,13 @@ describe('every credential sees role changes and deletion at once', () => {
       assertInvalidToken(await call('GET', '/auth/me', { headers: { 'x-api-key': created.body.key } }))
       assertInvalidToken(await refresh(opaque.refresh_token))
       assertInvalidToken(await me(dave.token))
+      // In the trash: its session is ended, not gone (its tokens refused with it).
+      assert.deepEqual((await rows())[0], { sessions: 1, keys: 0, refresh: 1, access: 1 })
+      const [live] =
+        await sql`SELECT count(*)::int AS n FROM sessions WHERE user_id = ${dave.id} AND revoked_at IS NULL`
+      assert.equal(live!.n, 0)
+      const purge = await call('DELETE', `/users/${dave.id}?permanent=true`, { auth: api.admin.token })
+      assert.equal(purge.status, 204)
       assert.deepEqual((await rows())[0], { sessions: 0, keys: 0, refresh: 0, access: 0 })
     },
   )

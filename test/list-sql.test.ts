@@ -43,6 +43,31 @@ interface Case {
 
 const cases: Case[] = [
   {
+    name: 'a collection with a trash: its live rows',
+    collection: productsCollection,
+    request: { filters: [], sort: [asc('id')], limit: 50, trash: 'live' },
+    page: `${PRODUCTS} WHERE "deleted_at" IS NULL ORDER BY "id" ASC LIMIT $1`,
+    pageValues: [51],
+    count: 'SELECT count(*)::int8 AS total FROM "products" WHERE "deleted_at" IS NULL',
+    countValues: [],
+  },
+  {
+    name: 'trashed=true: the trash, each row with its deleted_at, filtered as the live list',
+    collection: productsCollection,
+    request: {
+      filters: [{ member: 'currency', op: 'eq', values: ['EUR'] }],
+      sort: [asc('id')],
+      limit: 50,
+      trash: 'trashed',
+    },
+    page:
+      PRODUCTS.replace('"updated_at" FROM', '"updated_at", "deleted_at" FROM') +
+      ' WHERE "deleted_at" IS NOT NULL AND "currency" = $1 ORDER BY "id" ASC LIMIT $2',
+    pageValues: ['EUR', 51],
+    count: 'SELECT count(*)::int8 AS total FROM "products" WHERE "deleted_at" IS NOT NULL AND "currency" = $1',
+    countValues: ['EUR'],
+  },
+  {
     name: 'default: sort by id, limit + 1 rows',
     collection: usersCollection,
     request: { filters: [], sort: [asc('id')], limit: 50 },

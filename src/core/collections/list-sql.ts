@@ -186,7 +186,8 @@ const ARRAY_TYPE: Record<MemberType['type'], string> = {
 function compile(collection: Collection, r: ListRequest): { page: string; count: string } {
   let n = 0
   const conditions: string[] = []
-  if (r.trash) conditions.push(`${quote(DELETED_AT)} ${r.trash === 'live' ? 'IS NULL' : 'IS NOT NULL'}`)
+  const { trash } = r
+  if (trash) conditions.push(`${quote(DELETED_AT)} ${trash === 'live' ? 'IS NULL' : 'IS NOT NULL'}`)
   for (const f of r.filters) {
     const member = collection.filterable[f.member]!
     const column = isCaseless(member, f.op) ? `lower(${quote(f.member)})` : quote(f.member)
@@ -206,7 +207,7 @@ function compile(collection: Collection, r: ListRequest): { page: string; count:
     conditions.push(keysetCondition(r.sort, n))
     n += r.sort.length
   }
-  const columns = (r.trash === 'trashed' ? collection.trashedMembers : collection.outputMembers).map(quote).join(', ')
+  const columns = (trash === 'trashed' ? collection.trashedMembers : collection.outputMembers).map(quote).join(', ')
   const order = r.sort.map((k) => `${quote(k.member)} ${k.descending ? 'DESC' : 'ASC'}`).join(', ')
   const page =
     `SELECT ${columns} ` +
