@@ -58,6 +58,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
   UPDATE sessions SET revoked_at = now() WHERE user_id = NEW.id AND revoked_at IS NULL;
   DELETE FROM api_keys WHERE user_id = NEW.id;
+  -- As the removal of the row announced it (sql/004): every cached key of the user goes.
+  PERFORM announce_api_key_change('users', ARRAY[NEW.id]);
   UPDATE one_time_tokens SET used_at = now() WHERE user_id = NEW.id AND used_at IS NULL;
   DELETE FROM mfa_challenges WHERE user_id = NEW.id;
   DELETE FROM login_known_addresses WHERE user_id = NEW.id;

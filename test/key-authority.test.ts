@@ -73,7 +73,9 @@ const failuresOf = async (email: string) =>
     await sql<[{ n: number }]>`SELECT coalesce(sum(failures), 0)::int AS n FROM login_failures
       WHERE email = ${email.toLowerCase()} AND address NOT LIKE '*%'`
   )[0].n
-const userExists = async (id: number) => (await sql`SELECT 1 FROM users WHERE id = ${id}`).length === 1
+// A live user: a deleted one waits in the trash (test/trash-users.test.ts).
+const userExists = async (id: number) =>
+  (await sql`SELECT 1 FROM users WHERE id = ${id} AND deleted_at IS NULL`).length === 1
 
 /** A body a hostile client sends, and the status it must get. */
 interface HostileCase {
@@ -532,7 +534,8 @@ describe("an API key, whatever its scopes, is refused session management and its
 
 describe("deleting one's own account takes current_password", () => {
   test(
-    'with a JWT: no body 403, wrong 403 (a failed login), right 204 and the user, its sessions and keys are ' + 'gone',
+    'with a JWT: no body 403, wrong 403 (a failed login), right 204: the user in the trash, its sessions ended, ' +
+      'its keys gone',
     async () => {
       const owner = await account()
       const { access_token } = await login(owner)
@@ -551,7 +554,7 @@ describe("deleting one's own account takes current_password", () => {
       assert.equal(res.status, 204, res.text)
       assert.ok(!(await userExists(owner.id)))
       assert.equal(await keysOf(owner.id), 0)
-      assert.equal((await sql`SELECT 1 FROM sessions WHERE user_id = ${owner.id}`).length, 0)
+      assert.equal((await sql`SELECT 1 FROM sessions WHERE user_id = ${owner.id} AND revoked_at IS NULL`).length, 0)
     },
   )
 
