@@ -161,7 +161,10 @@ export function defineCollection(declaration: CollectionDeclaration): Collection
     ...(declaration.trash
       ? {
           trashed: Type.Optional(
-            Type.Boolean({ description: 'true (the trash, an admin only) or false (the live ones, the default)' }),
+            Type.Boolean({
+              description: 'true (the trash, an admin only) or false (the live ones, the default)',
+              examples: [true],
+            }),
           ),
         }
       : {}),
