@@ -579,33 +579,36 @@ describe('deleting a user', async () => {
     return counts
   }
 
-  test('to the trash: its sessions end and its API keys go, all refused at once; its purge deletes the rest', async () => {
-    const user = await userWithCredentials('user')
-    const sessionIds = (await sql<Array<{ id: number }>>`SELECT id FROM sessions WHERE user_id = ${user.id}`).map(
-      (r) => r.id,
-    )
-    assert.deepEqual(await rowsOf(user.id), { sessions: 2, refresh_tokens: 2, access_tokens: 1, api_keys: 1 })
-    const opaque = user.logins[1]!.access_token
-    assert.equal((await me({ authorization: `Bearer ${opaque}` })).status, 200)
+  test(
+    'to the trash: its sessions end and its API keys go, all refused at once; its purge deletes the ' + 'rest',
+    async () => {
+      const user = await userWithCredentials('user')
+      const sessionIds = (await sql<Array<{ id: number }>>`SELECT id FROM sessions WHERE user_id = ${user.id}`).map(
+        (r) => r.id,
+      )
+      assert.deepEqual(await rowsOf(user.id), { sessions: 2, refresh_tokens: 2, access_tokens: 1, api_keys: 1 })
+      const opaque = user.logins[1]!.access_token
+      assert.equal((await me({ authorization: `Bearer ${opaque}` })).status, 200)
 
-    assert.equal((await api.request('DELETE', `/users/${user.id}`)).status, 204)
-    assert.deepEqual(await rowsOf(user.id), { sessions: 2, refresh_tokens: 2, access_tokens: 1, api_keys: 0 })
-    const [live] = await sql`
+      assert.equal((await api.request('DELETE', `/users/${user.id}`)).status, 204)
+      assert.deepEqual(await rowsOf(user.id), { sessions: 2, refresh_tokens: 2, access_tokens: 1, api_keys: 0 })
+      const [live] = await sql`
         SELECT count(*)::int AS n FROM sessions WHERE user_id = ${user.id} AND revoked_at IS NULL`
-    assert.equal(live!.n, 0)
-    assertInvalidToken(await me({ authorization: `Bearer ${opaque}` }))
-    assertInvalidToken(await me({ 'x-api-key': user.key.key }))
-    for (const { refresh_token } of user.logins) {
-      assertInvalidToken(await api.request('POST', '/auth/refresh', { auth: null, body: { refresh_token } }))
-    }
+      assert.equal(live!.n, 0)
+      assertInvalidToken(await me({ authorization: `Bearer ${opaque}` }))
+      assertInvalidToken(await me({ 'x-api-key': user.key.key }))
+      for (const { refresh_token } of user.logins) {
+        assertInvalidToken(await api.request('POST', '/auth/refresh', { auth: null, body: { refresh_token } }))
+      }
 
-    assert.equal((await api.request('DELETE', `/users/${user.id}?permanent=true`)).status, 204)
-    assert.deepEqual(await rowsOf(user.id), { sessions: 0, refresh_tokens: 0, access_tokens: 0, api_keys: 0 })
-    const [{ n }] = await sql<
-      [{ n: number }]
-    >`SELECT count(*)::int AS n FROM refresh_tokens WHERE session_id IN ${sql(sessionIds)}`
-    assert.equal(n, 0)
-  })
+      assert.equal((await api.request('DELETE', `/users/${user.id}?permanent=true`)).status, 204)
+      assert.deepEqual(await rowsOf(user.id), { sessions: 0, refresh_tokens: 0, access_tokens: 0, api_keys: 0 })
+      const [{ n }] = await sql<
+        [{ n: number }]
+      >`SELECT count(*)::int AS n FROM refresh_tokens WHERE session_id IN ${sql(sessionIds)}`
+      assert.equal(n, 0)
+    },
+  )
 
   test('a refused deletion (the last admin) leaves its sessions and keys', async () => {
     await sql`UPDATE users SET role = 'user' WHERE role = 'admin' AND id <> ${api.admin.id}`
