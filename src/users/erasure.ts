@@ -17,7 +17,9 @@ import type { StoredRow } from '../core/resources/store.js'
 export async function eraseUsers(tx: TransactionSql, rows: readonly StoredRow[]): Promise<void> {
   const ids = rows.map((r) => r.id)
   const emails = [...new Set(rows.map((r) => normalizeEmail(String(r.email))))]
-  for (const table of ['events', 'event_outbox'] as const) {
+  // The outbox first: an event the publisher is moving meanwhile is waited for, and then found in the log by the
+  // statements on events, which start after it committed (each statement sees what committed before it began).
+  for (const table of ['event_outbox', 'events'] as const) {
     await tx`
       UPDATE ${tx(table)} SET data = json_build_object('id', subject_id)
       WHERE subject_type = 'user' AND subject_id = ANY(${ids}::bigint[])`
