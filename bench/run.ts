@@ -315,8 +315,11 @@ const MAIN_ENDPOINTS = [
 ]
 const CONCURRENCY_ENDPOINTS = ['products-first', 'user']
 const GROWTH_ENDPOINTS = ['user', 'users-first', 'users-deep']
-/** Writes measured with the events outbox on and off (`outboxSeries`). */
-const OUTBOX_ENDPOINTS = ['post-user', 'patch-product']
+/**
+ * Writes measured with the events outbox on and off (`outboxSeries`); the creations alone and in a batch, to tell
+ * what the events cost them from what the peers, which write none, do not pay.
+ */
+const OUTBOX_ENDPOINTS = ['post-user', 'patch-product', 'post-product', `batch-${BATCH_OPERATIONS}`]
 const ALL_ENDPOINTS = [...new Set([...MAIN_ENDPOINTS, ...GROWTH_ENDPOINTS])]
 
 const selected = (keys: string[]) => keys.filter((k) => !settings.only || settings.only.includes(k))
