@@ -190,45 +190,44 @@ export function peakRssLine(rows: Row[], series: Series): string {
 
 /**
  * Issue 39: `operations` product creations in one POST /batch (`batchKey`)
- * against as many single POST /products (`singleKey`), per server, the
- * figures per creation. Time per `operations` creations: for the batch, its
- * mean latency; for the single requests, `operations` × their mean latency,
- * the time one of the closed loop's connections spends on that many creations
- * sent one after the other. A p99 is not multiplied (the sum of N latencies
- * is not N × their p99): it stays the p99 of one request of each kind.
+ * against as many single POST /products (`singleKey`), per server. Sets of
+ * `operations` creations per second: the batch's requests/s, the single
+ * requests' ÷ `operations`; costs per creation. Latencies stay those of one
+ * request as sent: `operations` × a single request's would not be the time
+ * of that many requests (the sum of N latencies is not N × their p50 or p99,
+ * and in a closed loop latency is connections ÷ throughput, which the
+ * throughput column already says).
  */
 export function batchTable(batchKey: string, singleKey: string, operations: number, series: Series): string {
   const n = operations
   const out = [
-    `| server | ${n} creations as | creations/s | ms per ${n} creations (mean) | p99 ms of a request ` +
+    `| server | ${n} creations as | sets of ${n}/s | creations/s | p50 ms of a request | p99 ms of a request ` +
       `| CPU µs/creation | DB CPU µs/creation | server + PostgreSQL µs/creation | errors |`,
-    '|---|---|--:|--:|--:|--:|--:|--:|--:|',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
   ]
   const ratioRows: string[] = []
   for (const kind of KINDS) {
     const batch = series[batchKey]?.[kind] ?? []
     const single = series[singleKey]?.[kind] ?? []
     if (!batch.length && !single.length) continue
-    const row = (what: string, ms: Measurement[], per: number, first: boolean) =>
-      `| ${first ? LABEL[kind] : ''} | ${what} | ${cell(
-        ms.map((m) => m.rps * per),
-        0,
-      )} | ${cell(
-        ms.map((m) => (m.mean === undefined ? undefined : (m.mean * n) / per)),
-        1,
-      )} | ${cell(ms.map(pick.p99), 1)} | ${cell(
-        ms.map((m) => m.cpuPerRequest / per),
-        0,
-      )} | ${cell(
-        ms.map((m) => (m.dbCpuPerRequest === undefined ? undefined : m.dbCpuPerRequest / per)),
-        0,
-      )} | ${cell(
+    const perCreation = (ms: Measurement[], f: (m: Measurement) => number | undefined, per: number) =>
+      cell(
         ms.map((m) => {
-          const c = costPerRequest(m)
-          return c === undefined ? undefined : c / per
+          const v = f(m)
+          return v === undefined ? undefined : v / per
         }),
         0,
-      )} | ${ms.reduce((k, m) => k + failed(m), 0)} |`
+      )
+    const row = (what: string, ms: Measurement[], per: number, first: boolean) =>
+      `| ${first ? LABEL[kind] : ''} | ${what} | ${cell(
+        ms.map((m) => (m.rps * per) / n),
+        1,
+      )} | ${cell(
+        ms.map((m) => m.rps * per),
+        0,
+      )} | ${cell(ms.map(pick.p50), 1)} | ${cell(ms.map(pick.p99), 1)} ` +
+      `| ${perCreation(ms, pick.cpu, per)} | ${perCreation(ms, pick.db, per)} | ${perCreation(ms, pick.cost, per)} ` +
+      `| ${ms.reduce((k, m) => k + failed(m), 0)} |`
     if (batch.length) out.push(row('one POST /batch', batch, n, true))
     if (single.length) out.push(row(`${n} × POST /products`, single, 1, !batch.length))
     if (batch.length && single.length) {

@@ -864,10 +864,10 @@ function report(r: Results): { text: string; targets: string[] } {
         `### Batches: ${BATCH_OPERATIONS} product creations in one POST /batch against as many single ` +
           `POST /products`,
         '',
-        `Per creation: the batch's figures ÷ ${BATCH_OPERATIONS}; time per ${BATCH_OPERATIONS} creations: the ` +
-          `batch's mean latency, or ${BATCH_OPERATIONS} × a single request's (what one of the ` +
-          `${settings.connections} connections spends on ${BATCH_OPERATIONS} creations sent one after the ` +
-          `other); p99: of one request as sent. The service writes an event per creation, the peers none.`,
+        `Sets of ${BATCH_OPERATIONS} creations per second: the batch's requests/s, or the single requests' ÷ ` +
+          `${BATCH_OPERATIONS}; costs per creation: the batch's ÷ ${BATCH_OPERATIONS}; latencies: of one request ` +
+          `as sent (in a closed loop of ${settings.connections} connections, connections ÷ throughput). The ` +
+          `service writes an event per creation, the peers none.`,
         '',
         batchTable(batchKey, 'post-product', BATCH_OPERATIONS, r.series),
         '',
