@@ -28,7 +28,10 @@ import type { Component } from '../lifecycle.js'
 //   a statement may run, plus the connect time-out; looked for every 100 ms)
 //   is answered 503 (DatabaseBusy 'overdue'). Its work is abandoned, not cancelled (it may still
 //   complete, as a request whose answer was lost would), and still counts as
-//   in its database stage until it settles.
+//   in its database stage until it settles;
+// - a batch (src/core/http/batch.ts) is many requests' worth of work under one
+//   entry, with a deadline as many times the service's: it counts as late, for
+//   the first rule, only once it has run as many times `targetMs`.
 // Public routes are outside: /healthz and /openapi.json do not use the
 // database, a probe must never be refused for load, and /auth/login has a
 // bound of its own (2 password hashes at a time, 64 waiting) whose waits are
