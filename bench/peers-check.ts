@@ -110,10 +110,15 @@ export interface CheckRequest {
   normalize?: (body: string) => string
   /** The ETag every server must send, or true: the same ETag as the reference server. */
   etag?: string | true
-  /** Location must be `/users/<id of the body>` (201). */
-  location?: boolean
+  /** Location must be `<this collection>/<id of the body>` (201), e.g. `/users`. */
+  location?: string
   /** Run before each server's request (put back a row a PATCH changed). */
   before?: (server: string) => Promise<void>
+  /**
+   * More to check of each server's answer to it (what a batch left in the database, say): a problem, or undefined.
+   * `minimal`: the server is one of the minimal peers, which send no ETags or Locations.
+   */
+  check?: (server: string, answer: Answer, minimal: boolean) => Promise<string | undefined>
   /**
    * What only the full servers serve (API keys, ETags, offsets, sorts, merge-patch nulls, the service's statuses for
    * bad input): the minimal peer is not asked.
@@ -217,9 +222,11 @@ export async function checkSameBodies(
       }
       if (r.location && !minimal.includes(name)) {
         const id = (JSON.parse(a.body) as { id?: number }).id
-        if (a.headers.get('location') !== `/users/${id}`)
-          problems.push(`${where}: Location ${a.headers.get('location')}, expected /users/${id}`)
+        if (a.headers.get('location') !== `${r.location}/${id}`)
+          problems.push(`${where}: Location ${a.headers.get('location')}, expected ${r.location}/${id}`)
       }
+      const more = await r.check?.(name, a, minimal.includes(name))
+      if (more) problems.push(`${where}: ${more}`)
       if (name === reference || r.compareBody === false) continue
       const [x, y] = [normalize(ref.body), normalize(a.body)]
       if (x !== y)
@@ -327,8 +334,20 @@ export function standardRequests(ctx: RequestContext): CheckRequest[] {
         replaceMember('(created|updated)_at', `"${TIMESTAMP}"`, '"T"'),
       ),
       etag: '"v1"',
-      location: true,
+      location: '/users',
     },
+    {
+      label: 'create a product',
+      method: 'POST',
+      path: '/products',
+      headers: { ...auth, 'content-type': 'application/json' },
+      expect: 201,
+      body: (server) => JSON.stringify(newProduct(`pc-${tag}-${server}`, 0)),
+      normalize: pipe(replaceMember('id', '[0-9]+', '0'), productSkus, timestamps),
+      etag: '"v1"',
+      location: '/products',
+    },
+    ...batchRequests(ctx, auth),
     {
       label: 'change a product',
       method: 'PATCH',
@@ -463,6 +482,100 @@ export function standardRequests(ctx: RequestContext): CheckRequest[] {
     get('a limit out of range', '/users?limit=0', { expect: 400, compareBody: false }),
     get('an unknown parameter', '/products?colour=red', { expect: 400, compareBody: false, extended: true }),
     get('an unknown member in fields', '/users?fields=id,password_hash', { expect: 400, compareBody: false }),
+  ]
+}
+
+/** The SKUs `newProduct` makes, and the write's timestamps, normalized. */
+const productSkus = replaceMember('sku', '"(pc|b[0-9])-[a-z0-9]+-[a-z]+-[0-9]+"', '"S"')
+const timestamps = replaceMember('(created|updated)_at', `"${TIMESTAMP}"`, '"T"')
+
+/** A product as the benchmark creates it: SKU `<prefix>-<i>`. */
+const newProduct = (prefix: string, i: number) => ({
+  sku: `${prefix}-${i}`,
+  name: 'Peer Check Product',
+  price: 1000 + i,
+  currency: 'EUR',
+})
+
+/**
+ * POST /batch of product creations (docs/api.md, "Batches"), what `batch-100`
+ * measures: a batch of 2 answers 200 with the 2 results (each with the
+ * product's Location and ETag, but from the minimal peer, which sends
+ * neither) and leaves both rows; a SKU used twice, and an invalid product
+ * after a valid one, are refused and leave no row (the transaction rolled back).
+ */
+function batchRequests(ctx: RequestContext, auth: Record<string, string>): CheckRequest[] {
+  const { db, tag } = ctx
+  const headers = { ...auth, 'content-type': 'application/json' }
+  const sku = (n: number, server: string) => `b${n}-${tag}-${server}`
+  const rowsOf = async (prefix: string) =>
+    Number((await db<Array<{ n: string }>>`SELECT count(*) AS n FROM products WHERE sku LIKE ${prefix + '-%'}`)[0]!.n)
+  const operations = (products: object[]) =>
+    JSON.stringify({ operations: products.map((body) => ({ method: 'POST', path: '/products', body })) })
+  const leftNone = (n: number) => async (server: string) => {
+    const left = await rowsOf(sku(n, server))
+    return left ? `${left} product(s) left by a refused batch: it was not rolled back` : undefined
+  }
+  return [
+    {
+      label: 'a batch of 2 creations',
+      method: 'POST',
+      path: '/batch',
+      headers,
+      expect: 200,
+      body: (server) => operations([newProduct(sku(1, server), 0), newProduct(sku(1, server), 1)]),
+      // Location and ETag are compared by `check` (the minimal peer sends neither).
+      normalize: pipe(
+        (s) => s.replace(/"location":"\/products\/[0-9]+","etag":"\\"v1\\"",/g, ''),
+        replaceMember('id', '[0-9]+', '0'),
+        productSkus,
+        timestamps,
+      ),
+      check: async (server, answer, minimal) => {
+        const { results } = JSON.parse(answer.body) as {
+          results: Array<{ status: number; location?: string; etag?: string; body: { id: number } }>
+        }
+        if (results.length !== 2) return `${results.length} results, expected 2`
+        for (const [i, r] of results.entries()) {
+          if (r.status !== 201) return `result ${i}: status ${r.status}, expected 201`
+          if (!minimal && (r.location !== `/products/${r.body.id}` || r.etag !== '"v1"'))
+            return `result ${i}: Location ${r.location}, ETag ${r.etag}; expected /products/${r.body.id}, "v1"`
+        }
+        const rows = await rowsOf(sku(1, server))
+        return rows === 2 ? undefined : `${rows} product(s) in the database after the batch, expected 2`
+      },
+    },
+    {
+      label: 'a batch with a SKU twice',
+      method: 'POST',
+      path: '/batch',
+      headers,
+      expect: 409,
+      compareBody: false,
+      body: (server) => operations([newProduct(sku(2, server), 0), newProduct(sku(2, server), 0)]),
+      check: leftNone(2),
+    },
+    {
+      label: 'a batch with an invalid product after a valid one',
+      method: 'POST',
+      path: '/batch',
+      headers,
+      expect: 422,
+      compareBody: false,
+      body: (server) => operations([newProduct(sku(3, server), 0), { ...newProduct(sku(3, server), 1), price: -1 }]),
+      check: leftNone(3),
+      extended: true,
+    },
+    {
+      label: 'a SKU taken',
+      method: 'POST',
+      path: '/products',
+      headers,
+      // A seeded product's (bench/seed.ts).
+      body: JSON.stringify({ ...newProduct('x', 0), sku: 'SKU-00000002' }),
+      expect: 409,
+      compareBody: false,
+    },
   ]
 }
 

@@ -22,6 +22,8 @@ export interface Measurement {
   socketErrors: number
   /** Requests without an answer within wrk's --timeout. */
   timeouts: number
+  /** wrk's mean latency, ms; absent in older figures. */
+  mean?: number
   /** Busy share of the whole machine (every core) over the run, 0 to 1; absent in older figures. */
   machineBusy?: number
 }
@@ -184,6 +186,70 @@ export function peakRssLine(rows: Row[], series: Series): string {
     (k) => `${LABEL[k]} ${peak(k).toFixed(0)} MB${k === 'service' ? '' : ` (service ÷ it ${x(own / peak(k))})`}`,
   )
   return `Peak RSS, the highest endpoint median of the main series: ${parts.join(', ')}.`
+}
+
+/**
+ * Issue 39: `operations` product creations in one POST /batch (`batchKey`)
+ * against as many single POST /products (`singleKey`), per server. Sets of
+ * `operations` creations per second: the batch's requests/s, the single
+ * requests' ÷ `operations`; costs per creation. Latencies stay those of one
+ * request as sent: `operations` × a single request's would not be the time
+ * of that many requests (the sum of N latencies is not N × their p50 or p99,
+ * and in a closed loop latency is connections ÷ throughput, which the
+ * throughput column already says).
+ */
+export function batchTable(batchKey: string, singleKey: string, operations: number, series: Series): string {
+  const n = operations
+  const out = [
+    `| server | ${n} creations as | sets of ${n}/s | creations/s | p50 ms of a request | p99 ms of a request ` +
+      `| CPU µs/creation | DB CPU µs/creation | server + PostgreSQL µs/creation | errors |`,
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
+  ]
+  const ratioRows: string[] = []
+  for (const kind of KINDS) {
+    const batch = series[batchKey]?.[kind] ?? []
+    const single = series[singleKey]?.[kind] ?? []
+    if (!batch.length && !single.length) continue
+    const perCreation = (ms: Measurement[], f: (m: Measurement) => number | undefined, per: number) =>
+      cell(
+        ms.map((m) => {
+          const v = f(m)
+          return v === undefined ? undefined : v / per
+        }),
+        0,
+      )
+    const row = (what: string, ms: Measurement[], per: number, first: boolean) =>
+      `| ${first ? LABEL[kind] : ''} | ${what} | ${cell(
+        ms.map((m) => (m.rps * per) / n),
+        1,
+      )} | ${cell(
+        ms.map((m) => m.rps * per),
+        0,
+      )} | ${cell(ms.map(pick.p50), 1)} | ${cell(ms.map(pick.p99), 1)} ` +
+      `| ${perCreation(ms, pick.cpu, per)} | ${perCreation(ms, pick.db, per)} | ${perCreation(ms, pick.cost, per)} ` +
+      `| ${ms.reduce((k, m) => k + failed(m), 0)} |`
+    if (batch.length) out.push(row('one POST /batch', batch, n, true))
+    if (single.length) out.push(row(`${n} × POST /products`, single, 1, !batch.length))
+    if (batch.length && single.length) {
+      const of = (ms: Measurement[], f: (m: Measurement) => number | undefined, per: number) =>
+        median(finite(ms.map(f))) / per
+      ratioRows.push(
+        `| ${LABEL[kind]} | ${x(of(batch, pick.cpu, n) / of(single, pick.cpu, 1))} ` +
+          `| ${x(of(batch, pick.cost, n) / of(single, pick.cost, 1))} ` +
+          `| ${x((of(batch, pick.rps, 1) * n) / of(single, pick.rps, 1))} |`,
+      )
+    }
+  }
+  if (ratioRows.length)
+    out.push(
+      '',
+      `One batch ÷ ${n} single requests, per creation (ratios of the medians above, measured in different cells):`,
+      '',
+      '| server | server CPU/creation | server + PostgreSQL CPU/creation | creations/s |',
+      '|---|--:|--:|--:|',
+      ...ratioRows,
+    )
+  return out.join('\n')
 }
 
 export const concurrencyKey = (key: string, connections: number) => `${key}@${connections}`

@@ -28,6 +28,7 @@ import {
   failed,
   growthTable,
   growthTargets,
+  batchTable,
   LABEL,
   mainTable,
   mainTargets,
@@ -50,6 +51,7 @@ import {
   backendPids,
   createBenchDatabase,
   dropBenchDatabase,
+  removeCreatedProducts,
   removeCreatedUsers,
   resetProductVersions,
   setOutbox,
@@ -185,6 +187,9 @@ const bearer = { Authorization: `Bearer ${token}` }
 
 // ---- endpoints ---------------------------------------------------------------
 
+/** Product creations in each request of `batch-100` (issue 39: against as many single POST /products). */
+const BATCH_OPERATIONS = 100
+
 interface Endpoint {
   key: string
   label: string
@@ -271,6 +276,21 @@ function endpoints(db: Seeded): Endpoint[] {
       reset: () => removeCreatedUsers(db.url, n),
     },
     {
+      key: 'post-product',
+      label: 'POST /products',
+      load: get('product', '/products', { ...bearer, 'Content-Type': 'application/json' }),
+      reset: () => removeCreatedProducts(db.url, n),
+    },
+    {
+      key: `batch-${BATCH_OPERATIONS}`,
+      label: `POST /batch (${BATCH_OPERATIONS} creations)`,
+      load: {
+        ...get('batch', '/batch', { ...bearer, 'Content-Type': 'application/json' }),
+        operations: BATCH_OPERATIONS,
+      },
+      reset: () => removeCreatedProducts(db.url, n),
+    },
+    {
       key: 'patch-product',
       label: 'PATCH /products/{id} (If-Match)',
       load: get('patch', '/products/', { ...bearer, 'Content-Type': 'application/merge-patch+json' }),
@@ -289,12 +309,17 @@ const MAIN_ENDPOINTS = [
   'products-keyset',
   'products-fields',
   'post-user',
+  'post-product',
+  `batch-${BATCH_OPERATIONS}`,
   'patch-product',
 ]
 const CONCURRENCY_ENDPOINTS = ['products-first', 'user']
 const GROWTH_ENDPOINTS = ['user', 'users-first', 'users-deep']
-/** Writes measured with the events outbox on and off (`outboxSeries`). */
-const OUTBOX_ENDPOINTS = ['post-user', 'patch-product']
+/**
+ * Writes measured with the events outbox on and off (`outboxSeries`); the creations alone and in a batch, to tell
+ * what the events cost them from what the peers, which write none, do not pay.
+ */
+const OUTBOX_ENDPOINTS = ['post-user', 'patch-product', 'post-product', `batch-${BATCH_OPERATIONS}`]
 const ALL_ENDPOINTS = [...new Set([...MAIN_ENDPOINTS, ...GROWTH_ENDPOINTS])]
 
 const selected = (keys: string[]) => keys.filter((k) => !settings.only || settings.only.includes(k))
@@ -339,8 +364,9 @@ async function checkIdentity(servers: Partial<Servers>, db: Seeded, list: Endpoi
     return await checkSameBodies(urls, requests, MINIMAL_PEERS)
   } finally {
     await conn.end({ timeout: 5 })
-    // The check's POST created users: back to the seeded table.
+    // The check's POSTs and batches created users and products: back to the seeded tables.
     await removeCreatedUsers(db.url, db.rows)
+    await removeCreatedProducts(db.url, db.rows)
   }
 }
 
@@ -403,6 +429,7 @@ async function measure(
     rps: ok / r.seconds,
     p50: r.latencyMs.p50,
     p99: r.latencyMs.p99,
+    mean: r.latencyMs.mean,
     cpuPerRequest: ok ? cpuBetween(cpuBefore, cpuAfter) / ok : NaN,
     dbCpuPerRequest: dbBefore && dbAfter && ok ? cpuBetween(dbBefore, dbAfter) / ok : undefined,
     peakRssMb,
@@ -831,6 +858,20 @@ function report(r: Results): { text: string; targets: string[] } {
       '',
     )
     out.push(peakRssLine(main, r.series), '')
+    const batchKey = `batch-${BATCH_OPERATIONS}`
+    if (r.series[batchKey] || r.series['post-product'])
+      out.push(
+        `### Batches: ${BATCH_OPERATIONS} product creations in one POST /batch against as many single ` +
+          `POST /products`,
+        '',
+        `Sets of ${BATCH_OPERATIONS} creations per second: the batch's requests/s, or the single requests' ÷ ` +
+          `${BATCH_OPERATIONS}; costs per creation: the batch's ÷ ${BATCH_OPERATIONS}; latencies: of one request ` +
+          `as sent (in a closed loop of ${settings.connections} connections, connections ÷ throughput). The ` +
+          `service writes an event per creation, the peers none.`,
+        '',
+        batchTable(batchKey, 'post-product', BATCH_OPERATIONS, r.series),
+        '',
+      )
   }
   let workerVerdicts: ReturnType<typeof workersTable>['verdicts'] = []
   if (conc.length && settings.concurrency.length) {

@@ -104,6 +104,23 @@ export async function removeCreatedUsers(url: string, rows: number): Promise<num
 }
 
 /**
+ * Puts the products back to `rows` rows after a run of POST /products or
+ * POST /batch, and empties the event log their events went to, so that every
+ * round and server sees the same table.
+ */
+export async function removeCreatedProducts(url: string, rows: number): Promise<number> {
+  const db = connect(url, { max: 1, statementTimeoutMs: 10 * 60_000 })
+  try {
+    const deleted = await db`DELETE FROM products WHERE id > ${rows}`
+    await db`TRUNCATE event_outbox, events, webhook_deliveries, webhook_attempts`
+    if (deleted.count) await db`VACUUM ANALYZE products`
+    return deleted.count
+  } finally {
+    await db.end({ timeout: 5 })
+  }
+}
+
+/**
  * Sets every product's version back to 1, as seeded, before a run of
  * PATCH /products/{id}: bench/wrk.lua sends If-Match tags counted from 1.
  */

@@ -7,6 +7,9 @@
 --   id      GET <path><id>, id uniform in 1..rows (GET /users/{id})
 --   after   GET <path><N>, N uniform in 0..rows-50 (a keyset page: ...&id[gt]=N)
 --   post    POST <path> {"name", "email"}: an e-mail no other request uses
+--   product POST <path> {"sku", "name", "price", "currency"}: a SKU no other request uses
+--   batch:N POST <path> {"operations": [N × {"method": "POST", "path": "/products", "body": a product as
+--           `product` sends it}]}: N creations in one request, each with a SKU no other operation uses
 --   patch   PATCH <path><id> with If-Match: the row's current ETag, see below
 -- The trailing arguments are request headers (the credential, content type).
 --
@@ -31,6 +34,7 @@ function setup(thread)
 end
 
 local mode, path, rows, tag
+local operations -- batch:N: the creations in each request
 local headers = {}
 local fixed -- the request, when it never changes
 local counter = 0
@@ -46,6 +50,8 @@ function init(args)
     headers[name] = value
   end
   math.randomseed(seed * 1009 + thread_number)
+  operations = tonumber(string.match(mode, "^batch:(%d+)$"))
+  if operations then mode = "batch" end
   if mode == "static" then
     fixed = wrk.format("GET", path, headers)
   elseif mode == "patch" then
@@ -59,6 +65,27 @@ local function post()
   counter = counter + 1
   local body = string.format('{"name":"Bench New User","email":"new-%s-%d-%d@bench.example.com"}', tag, thread_number, counter)
   return wrk.format("POST", path, headers, body)
+end
+
+-- A product with a SKU unique to this run, thread, request and place in the request (SKUs allow [A-Za-z0-9._-]).
+-- Seeded SKUs are SKU-<8 digits>, seeded prices below 1,000,000.
+local function product(i)
+  return string.format('{"sku":"N-%s-%d-%d-%d","name":"Bench New Product","price":%d,"currency":"EUR"}',
+    tag, thread_number, counter, i, (counter * 7919 + i) % 1000000)
+end
+
+local function post_product()
+  counter = counter + 1
+  return wrk.format("POST", path, headers, product(0))
+end
+
+local function batch()
+  counter = counter + 1
+  local ops = {}
+  for i = 1, operations do
+    ops[i] = '{"method":"POST","path":"/products","body":' .. product(i) .. '}'
+  end
+  return wrk.format("POST", path, headers, '{"operations":[' .. table.concat(ops, ",") .. ']}')
 end
 
 local function patch()
@@ -77,6 +104,8 @@ function request()
   if mode == "id" then return wrk.format("GET", path .. math.random(1, rows), headers) end
   if mode == "after" then return wrk.format("GET", path .. math.random(0, rows - 50), headers) end
   if mode == "post" then return post() end
+  if mode == "product" then return post_product() end
+  if mode == "batch" then return batch() end
   if mode == "patch" then return patch() end
   error("bench/wrk.lua: unknown mode " .. tostring(mode))
 end

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url'
 
 const script = fileURLToPath(new URL('./wrk.lua', import.meta.url))
 
-export type WrkMode = 'static' | 'id' | 'after' | 'post' | 'patch'
+export type WrkMode = 'static' | 'id' | 'after' | 'post' | 'product' | 'batch' | 'patch'
 
 /** What bench/wrk.lua should send: see its header for the modes. */
 export interface WrkRequests {
@@ -16,6 +16,8 @@ export interface WrkRequests {
   /** The fixed part of the request target (for `id`, `after` and `patch`, what the number is appended to). */
   path: string
   headers: Record<string, string>
+  /** `batch`: the product creations in each request. */
+  operations?: number
 }
 
 export interface WrkLoad extends WrkRequests {
@@ -29,7 +31,7 @@ export interface WrkLoad extends WrkRequests {
   timeoutSeconds: number
   /** Seeds the threads' random ids; distinct runs get distinct ids. */
   seed: number
-  /** Makes POST e-mails unique across runs. */
+  /** Makes POST e-mails and SKUs unique across runs. */
   tag: string
 }
 
@@ -83,7 +85,7 @@ export function runWrk(load: WrkLoad): Promise<WrkResult> {
     script,
     load.origin,
     '--',
-    load.mode,
+    load.mode === 'batch' ? `batch:${load.operations ?? 100}` : load.mode,
     load.path,
     String(load.rows),
     String(load.threads),

@@ -303,3 +303,16 @@ test("work with its own deadline (a batch's) keeps it; work begun after it still
   assert.equal(longOutcome, 'done')
   assert.equal(work.overdue, 1)
 })
+
+test('work of a longer deadline (a batch) past the target refuses nobody until it is as many times late', async () => {
+  const work = new DatabaseAdmission({ floor: 1, targetMs: 100, deadlineMs: 1000 })
+  let release!: () => void
+  const gate = new Promise<void>((resolve) => (release = resolve))
+  const batch = work.run(() => gate, 10_000)
+  await sleep(150)
+  // Past the target, but a tenth of its own: a request alone still waits for nothing the database is not working off.
+  assert.equal(await work.run(async () => 'admitted'), 'admitted')
+  assert.equal(work.refused, 0)
+  release()
+  await batch
+})

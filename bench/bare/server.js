@@ -73,6 +73,8 @@ class Exchange {
     this.requestId = typeof given === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(given) ? given : randomUUID()
     this.route = null
     this.userId = null
+    /** POST /batch: the operations it ran, for the log line (as the service logs them). */
+    this.operations = undefined
   }
 
   send(status, body, headers) {
@@ -102,6 +104,7 @@ class Exchange {
         duration_ms: Number(process.hrtime.bigint() - this.started) / 1e6,
         user_id: this.userId,
         client: this.req.socket.remoteAddress ?? null,
+        operations: this.operations,
       }) + '\n',
     )
   }
@@ -179,8 +182,9 @@ async function verifyApiKey(key) {
 }
 
 /**
- * The caller, checked against what the route needs: the scope, and who may
- * call it ('any', 'admin', or 'admin-or-self' for a user's own record).
+ * The caller, checked against what the route needs: the scope (null: any, the
+ * route checks further), and who may call it ('any', 'admin', or
+ * 'admin-or-self' for a user's own record).
  */
 async function authorize(x, scope, who, id) {
   const { authorization, 'x-api-key': apiKey } = x.req.headers
@@ -197,10 +201,15 @@ async function authorize(x, scope, who, id) {
     throw new HttpError(401, 'This endpoint needs a credential.', { 'www-authenticate': 'Bearer realm="api"' })
   }
   x.userId = caller.userId
-  if (!caller.scopes.includes(scope)) throw new HttpError(403, `This credential lacks the scope ${scope}.`)
+  permit(caller, scope, who, id)
+  return caller
+}
+
+function permit(caller, scope, who, id) {
+  if (scope !== null && !caller.scopes.includes(scope))
+    throw new HttpError(403, `This credential lacks the scope ${scope}.`)
   if (!(caller.role === 'admin' || who === 'any' || (who === 'admin-or-self' && id === caller.userId)))
     throw new HttpError(403, 'This credential may not do this.')
-  return caller
 }
 
 // ---- input -------------------------------------------------------------------
@@ -265,16 +274,16 @@ function listQuery(search, collection) {
   return q
 }
 
-async function readJson(req, types) {
+async function readJson(req, types, limit = BODY_LIMIT) {
   const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase()
   if (!types.includes(type)) throw new HttpError(415, `Content-Type must be ${types.join(' or ')}.`)
-  if (Number(req.headers['content-length'] ?? 0) > BODY_LIMIT)
+  if (Number(req.headers['content-length'] ?? 0) > limit)
     throw new HttpError(413, 'The body is too large.', { connection: 'close' })
   const chunks = []
   let size = 0
   for await (const chunk of req) {
     size += chunk.length
-    if (size > BODY_LIMIT) throw new HttpError(413, 'The body is too large.', { connection: 'close' })
+    if (size > limit) throw new HttpError(413, 'The body is too large.', { connection: 'close' })
     chunks.push(chunk)
   }
   let body
@@ -312,6 +321,32 @@ function checkUserCreate(body) {
     throw invalid('email', 'an e-mail address')
   if (body.role !== undefined && body.role !== 'admin' && body.role !== 'user') throw invalid('role', 'admin or user')
   return { name: body.name, email: body.email, role: body.role ?? 'user' }
+}
+
+/** A new product: its columns, null meaning the member's default (the column's). */
+function checkProductCreate(body) {
+  if (!body || typeof body !== 'object' || Array.isArray(body)) throw new HttpError(422, 'The body must be an object.')
+  for (const key of Object.keys(body))
+    if (!['sku', 'name', 'description', 'price', 'currency', 'stock'].includes(key))
+      throw invalid(key, 'left out (not a member)')
+  if (typeof body.sku !== 'string' || !SKU.test(body.sku)) throw invalid('sku', 'a SKU')
+  if (!isName(body.name)) throw invalid('name', 'a name of 1 to 200 characters')
+  const { description, stock } = body
+  if (
+    description !== undefined &&
+    description !== null &&
+    (typeof description !== 'string' || description.length > 10000 || !DESCRIPTION.test(description))
+  )
+    throw invalid('description', 'a text of at most 10000 characters')
+  if (!isInteger(body.price, 0, 1_000_000_000_000)) throw invalid('price', 'an integer from 0 to 1000000000000')
+  if (typeof body.currency !== 'string' || !CURRENCIES.has(body.currency))
+    throw invalid('currency', 'an ISO 4217 currency code')
+  if (stock !== undefined && stock !== null && !isInteger(stock, 0, 2_147_483_647))
+    throw invalid('stock', 'an integer from 0 to 2147483647')
+  const product = { sku: body.sku, name: body.name, price: body.price, currency: body.currency }
+  if (description !== undefined) product.description = description ?? PRODUCT_DEFAULTS.description
+  if (stock !== undefined) product.stock = stock ?? PRODUCT_DEFAULTS.stock
+  return product
 }
 
 /** A merge patch of a product: what it sets, null meaning the member's default; read-only members may be echoed. */
@@ -489,6 +524,74 @@ async function listProducts(x, search) {
   x.send(200, q.fields ? rows.map(pick(q.fields)) : rows.map(presentProduct), headers)
 }
 
+/** Inserts a product on `db` (the pool or a transaction): the row, or 409 for a SKU in use. */
+async function insertProduct(db, product) {
+  try {
+    const [row] = await db`INSERT INTO products ${db(product)} RETURNING *`
+    return row
+  } catch (err) {
+    if (err.code === '23505' && err.constraint_name === 'products_sku_key')
+      throw new HttpError(409, 'A product with this sku already exists.')
+    throw err
+  }
+}
+
+async function createProduct(x) {
+  x.route = '/products'
+  await authorize(x, 'products:write', 'admin')
+  const row = await insertProduct(sql, checkProductCreate(await readJson(x.req, ['application/json'])))
+  x.send(201, presentProduct(row), { etag: etag(row.version), location: `/products/${row.id}` })
+}
+
+const MAX_OPERATIONS = 100
+const OPERATION_MEMBERS = ['method', 'path', 'body', 'if_match']
+
+/**
+ * POST /batch for the operations this server serves, product creations: in
+ * order, in one transaction, each authorized and checked as POST /products
+ * alone; all succeed (200, a result per operation) or the first refusal
+ * answers with its status and index, and the transaction is rolled back.
+ */
+async function runBatch(x) {
+  x.route = '/batch'
+  const caller = await authorize(x, null, 'any')
+  const body = await readJson(x.req, ['application/json'], 10 * BODY_LIMIT)
+  const { operations } = body
+  if (Object.keys(body).some((k) => k !== 'operations')) throw invalid('operations', 'the only member')
+  if (!Array.isArray(operations) || operations.length < 1 || operations.length > MAX_OPERATIONS)
+    throw invalid('operations', `an array of 1 to ${MAX_OPERATIONS} operations`)
+  for (const [i, op] of operations.entries()) {
+    if (
+      !op ||
+      typeof op !== 'object' ||
+      Array.isArray(op) ||
+      Object.keys(op).some((k) => !OPERATION_MEMBERS.includes(k)) ||
+      typeof op.method !== 'string' ||
+      typeof op.path !== 'string' ||
+      (op.if_match !== undefined && typeof op.if_match !== 'string')
+    )
+      throw invalid(`operations/${i}`, 'an operation: method, path, body, if_match')
+  }
+  const results = await sql.begin(async (tx) => {
+    const out = []
+    for (const [index, op] of operations.entries()) {
+      x.operations = index + 1
+      try {
+        if (op.method !== 'POST' || op.path !== '/products')
+          throw new HttpError(422, `${op.method} ${op.path} is not an operation this server batches.`)
+        permit(caller, 'products:write', 'admin')
+        const row = await insertProduct(tx, checkProductCreate(op.body))
+        out.push({ status: 201, location: `/products/${row.id}`, etag: etag(row.version), body: presentProduct(row) })
+      } catch (err) {
+        if (err instanceof HttpError) err.message = `operation ${index}: ${err.message}`
+        throw err
+      }
+    }
+    return out
+  })
+  x.send(200, { results })
+}
+
 async function getProduct(x, id) {
   x.route = '/products/{id}'
   await authorize(x, 'products:read', 'any')
@@ -549,11 +652,16 @@ async function route(x) {
   if (resource === 'products') {
     if (id === undefined) {
       if (method === 'GET') return listProducts(x, search)
-      throw allow('GET')
+      if (method === 'POST') return createProduct(x)
+      throw allow('GET, POST')
     }
     if (method === 'GET') return getProduct(x, id)
     if (method === 'PATCH') return patchProduct(x, id)
     throw allow('GET, PATCH')
+  }
+  if (resource === 'batch' && id === undefined) {
+    if (method === 'POST') return runBatch(x)
+    throw allow('POST')
   }
   throw new HttpError(404, 'Not found.')
 }

@@ -204,6 +204,83 @@ app.get(
   },
 )
 
+const newProduct = {
+  type: 'object',
+  required: ['sku', 'name', 'price', 'currency'],
+  properties: {
+    sku: { type: 'string', minLength: 1, maxLength: 64 },
+    name: { type: 'string', minLength: 1, maxLength: 200 },
+    description: { type: 'string', maxLength: 10000 },
+    price: { type: 'integer', minimum: 0 },
+    currency: { type: 'string', minLength: 3, maxLength: 3 },
+    stock: { type: 'integer', minimum: 0 },
+  },
+}
+
+const insertProduct = (db, { sku, name, description = '', price, currency, stock = 0 }) =>
+  db`INSERT INTO products (sku, name, description, price, currency, stock)
+      VALUES (${sku}, ${name}, ${description}, ${price}, ${currency}, ${stock}) RETURNING ${PRODUCT}`
+
+app.post(
+  '/products',
+  { onRequest: allow('products:write'), schema: { body: newProduct, response: { 201: product } } },
+  async (request, reply) => {
+    try {
+      const [row] = await insertProduct(sql, request.body)
+      return reply.code(201).send(row)
+    } catch (err) {
+      if (err.code === '23505') return reply.code(409).send({ message: 'SKU already in use' })
+      throw err
+    }
+  },
+)
+
+// Product creations in one transaction: all or none.
+const batch = {
+  type: 'object',
+  required: ['operations'],
+  properties: {
+    operations: {
+      type: 'array',
+      minItems: 1,
+      maxItems: 100,
+      items: {
+        type: 'object',
+        required: ['method', 'path', 'body'],
+        properties: { method: { const: 'POST' }, path: { const: '/products' }, body: newProduct },
+      },
+    },
+  },
+}
+const results = {
+  type: 'object',
+  properties: {
+    results: { type: 'array', items: { type: 'object', properties: { status: { type: 'integer' }, body: product } } },
+  },
+}
+
+app.post(
+  '/batch',
+  {
+    onRequest: allow('products:write'),
+    bodyLimit: 10 * 1024 * 1024,
+    schema: { body: batch, response: { 200: results } },
+  },
+  async (request, reply) => {
+    try {
+      const rows = await sql.begin(async (tx) => {
+        const out = []
+        for (const op of request.body.operations) out.push((await insertProduct(tx, op.body))[0])
+        return out
+      })
+      return { results: rows.map((row) => ({ status: 201, body: row })) }
+    } catch (err) {
+      if (err.code === '23505') return reply.code(409).send({ message: 'SKU already in use' })
+      throw err
+    }
+  },
+)
+
 const productChanges = {
   type: 'object',
   minProperties: 1,

@@ -136,8 +136,9 @@ async function apiKeyCaller(key) {
 
 /**
  * An onRequest hook for a route: the caller (X-API-Key or a Bearer JWT) must
- * have `scope`, and be an admin unless `who` is 'any' (or 'admin-or-self' and
- * the path's id is its own). Runs before the body is read, as in the service.
+ * have `scope` (null: any scope, the route authorizes further itself), and be
+ * an admin unless `who` is 'any' (or 'admin-or-self' and the path's id is its
+ * own). Runs before the body is read, as in the service.
  */
 function guard(scope, who) {
   return async function authorize(request) {
@@ -154,17 +155,20 @@ function guard(scope, who) {
       caller = { userId: claims.sub, role: claims.role, scopes: claims.scope.split(' ') }
     }
     request.caller = caller
-    if (!caller.scopes.includes(scope)) throw httpError(403, `This credential lacks the scope ${scope}.`)
-    if (!(
-      caller.role === 'admin' ||
-      who === 'any' ||
-      (who === 'admin-or-self' && request.params.id === caller.userId)
-    )) {
-      throw httpError(403, 'This credential may not do this.')
-    }
+    permit(caller, scope, who, request.params.id)
   }
 }
+
+/** The caller must have `scope` (unless null) and be an admin, unless `who` lets others in. */
+function permit(caller, scope, who, id) {
+  if (scope !== null && !caller.scopes.includes(scope))
+    throw httpError(403, `This credential lacks the scope ${scope}.`)
+  if (!(caller.role === 'admin' || who === 'any' || (who === 'admin-or-self' && id === caller.userId)))
+    throw httpError(403, 'This credential may not do this.')
+}
 app.decorateRequest('caller', null)
+/** POST /batch: the operations it ran, for its log line (as the service logs them). */
+app.decorateRequest('operations', null)
 
 // ---- logging -------------------------------------------------------------------
 
@@ -182,6 +186,7 @@ app.addHook('onResponse', async (request, reply) => {
       duration_ms: reply.elapsedTime,
       user_id: request.caller?.userId ?? null,
       client: request.ip,
+      ...(request.operations !== null ? { operations: request.operations } : {}),
     },
     'request',
   )
@@ -288,6 +293,24 @@ const userCreate = {
     role: { type: 'string', enum: ['admin', 'user'] },
   },
 }
+// A new product: what the service requires and accepts (null: the member's default).
+const productCreate = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['sku', 'name', 'price', 'currency'],
+  properties: {
+    sku: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' },
+    name: nameRule,
+    description: {
+      type: ['string', 'null'],
+      maxLength: 10000,
+      pattern: '^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f]*$',
+    },
+    price: { type: 'integer', minimum: 0, maximum: 1_000_000_000_000 },
+    currency: { type: 'string', enum: Intl.supportedValuesOf('currency') },
+    stock: { type: ['integer', 'null'], minimum: 0, maximum: 2_147_483_647 },
+  },
+}
 // A merge patch: every member optional, null puts description and stock back to their defaults; read-only members may
 // be echoed.
 const productPatch = {
@@ -313,6 +336,26 @@ const PRODUCT_WRITABLE = ['sku', 'name', 'description', 'price', 'currency', 'st
 const PRODUCT_DEFAULTS = { description: '', stock: 0 }
 
 const etag = (version) => `"v${version}"`
+
+/** The columns of a new product: those given, null meaning the column's default. */
+function newProduct(body) {
+  const row = { sku: body.sku, name: body.name, price: body.price, currency: body.currency }
+  for (const k of ['description', 'stock'])
+    if (body[k] !== undefined) row[k] = body[k] === null ? PRODUCT_DEFAULTS[k] : body[k]
+  return row
+}
+
+/** Inserts a product on `db` (the pool or a transaction): the row, or 409 for a SKU in use. */
+async function insertProduct(db, body) {
+  try {
+    const [row] = await db`INSERT INTO products ${db(newProduct(body))} RETURNING *`
+    return row
+  } catch (err) {
+    if (err.code === '23505' && err.constraint_name === 'products_sku_key')
+      throw httpError(409, 'A product with this sku already exists.')
+    throw err
+  }
+}
 
 /** If-Match with the strong comparison (RFC 9110 §13.1.1), as the service checks it. */
 function ifMatchHolds(header, version) {
@@ -433,6 +476,101 @@ app.get(
       reply.header('link', nextLink(request, byPrice ? `${last.price},${last.id}` : last.id))
     }
     return q.fields ? rows.map(pick(q.fields)) : rows
+  },
+)
+
+app.post(
+  '/products',
+  {
+    onRequest: guard('products:write', 'admin'),
+    schema: { body: productCreate, response: { 201: productSchema } },
+  },
+  async (request, reply) => {
+    const row = await insertProduct(sql, request.body)
+    return reply.code(201).header('etag', etag(row.version)).header('location', `/products/${row.id}`).send(row)
+  },
+)
+
+// POST /batch as the service runs it (docs/api.md, "Batches") for the operations this peer serves, product
+// creations: in order, in one transaction, each authorized and validated as POST /products alone would be; all succeed
+// (200, one result per operation) or the first failure answers with its status and index and rolls all back.
+const MAX_OPERATIONS = 100
+const batchBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['operations'],
+  properties: {
+    operations: {
+      type: 'array',
+      minItems: 1,
+      maxItems: MAX_OPERATIONS,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['method', 'path'],
+        properties: {
+          method: { type: 'string', enum: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] },
+          path: { type: 'string', minLength: 1, maxLength: 2048, pattern: '^/[\\x21-\\x7e]*$' },
+          body: {},
+          if_match: { type: 'string', minLength: 1, maxLength: 1024 },
+        },
+      },
+    },
+  },
+}
+const batchResults = {
+  type: 'object',
+  properties: {
+    results: {
+      type: 'array',
+      items: {
+        type: 'object',
+        properties: {
+          status: { type: 'integer' },
+          location: { type: 'string' },
+          etag: { type: 'string' },
+          body: productSchema,
+        },
+        required: ['status'],
+      },
+    },
+  },
+  required: ['results'],
+}
+/** An operation's refusal: its status, with its index in the message; a failure of the database passes as it is. */
+const ofOperation = (err, index) =>
+  err.statusCode === undefined ? err : Object.assign(err, { message: `operation ${index}: ${err.message}` })
+
+app.post(
+  '/batch',
+  {
+    onRequest: guard(null, 'any'),
+    // The service's bound: ten times a request's body (BODY_LIMIT, 1 MiB).
+    bodyLimit: 10 * 1024 * 1024,
+    schema: { body: batchBody, response: { 200: batchResults } },
+  },
+  async (request) => {
+    const { operations } = request.body
+    const validate = request.compileValidationSchema(productCreate, 'body')
+    const results = await sql.begin(async (tx) => {
+      const out = []
+      for (const [index, op] of operations.entries()) {
+        try {
+          if (op.method !== 'POST' || op.path !== '/products')
+            throw httpError(422, `${op.method} ${op.path} is not an operation this server batches.`)
+          permit(request.caller, 'products:write', 'admin')
+          if (!validate(op.body)) throw httpError(422, `body: ${validate.errors?.[0]?.message ?? 'invalid'}`)
+          const row = await insertProduct(tx, op.body)
+          out.push({ status: 201, location: `/products/${row.id}`, etag: etag(row.version), body: row })
+        } catch (err) {
+          throw ofOperation(err, index)
+        } finally {
+          request.operations = index + 1
+        }
+      }
+      return out
+    })
+    return { results }
   },
 )
 

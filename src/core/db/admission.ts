@@ -28,7 +28,10 @@ import type { Component } from '../lifecycle.js'
 //   a statement may run, plus the connect time-out; looked for every 100 ms)
 //   is answered 503 (DatabaseBusy 'overdue'). Its work is abandoned, not cancelled (it may still
 //   complete, as a request whose answer was lost would), and still counts as
-//   in its database stage until it settles.
+//   in its database stage until it settles;
+// - a batch (src/core/http/batch.ts) is many requests' worth of work under one
+//   entry, with a deadline as many times the service's: it counts as late, for
+//   the first rule, only once it has run as many times `targetMs`.
 // Public routes are outside: /healthz and /openapi.json do not use the
 // database, a probe must never be refused for load, and /auth/login has a
 // bound of its own (2 password hashes at a time, 64 waiting) whose waits are
@@ -101,6 +104,10 @@ export class DatabaseAdmission implements Component {
   // a timer per request: a setTimeout and a Promise.race per call would weigh
   // on a cheap request (bench/README.md).
   private readonly waiting = new Set<Waiting>()
+  // Work with a longer deadline of its own (a batch: many requests' worth),
+  // apart: having run longer than a request should wait is no sign that it
+  // waits, only having run longer than that many requests should.
+  private readonly extended = new Set<Waiting>()
   private sweeper: NodeJS.Timeout | undefined
   private stopped = false
   // `finished` as it was at each of the last sweeps, the oldest at `sampleAt`,
@@ -129,11 +136,12 @@ export class DatabaseAdmission implements Component {
     return new Promise<T>((resolve, reject) => {
       const started = performance.now()
       const entry: Waiting = { started, due: started + deadlineMs, deadlineMs, reject, abandoned: false }
-      this.waiting.add(entry)
+      const set = deadlineMs > this.deadlineMs ? this.extended : this.waiting
+      set.add(entry)
       const settle = () => {
         this.active--
         this.finished++
-        this.waiting.delete(entry)
+        set.delete(entry)
       }
       // Abandoned work settles later; resolve/reject after the deadline's reject are no-ops.
       Promise.resolve()
@@ -154,11 +162,24 @@ export class DatabaseAdmission implements Component {
     this.sweeper = undefined
   }
 
-  /** The oldest request has waited past the target, and more wait than the database finished meanwhile. */
+  /**
+   * The oldest request has waited past the target (or work of a longer deadline past as many targets as its
+   * deadline is the service's), and more wait than the database finished meanwhile.
+   */
   private waitingTooLong(): boolean {
+    const now = performance.now()
     const oldest = this.waiting.values().next().value
-    if (oldest === undefined || performance.now() - oldest.started < this.targetMs) return false
-    return this.active > this.finished - this.samples[this.sampleAt]!
+    const late =
+      (oldest !== undefined && now - oldest.started >= this.targetMs) ||
+      [...this.extended].some((e) => (now - e.started) * this.deadlineMs >= this.targetMs * e.deadlineMs)
+    return late && this.active > this.finished - this.samples[this.sampleAt]!
+  }
+
+  private abandon(entry: Waiting): void {
+    entry.abandoned = true
+    this.overdue++
+    this.onOverdue()
+    entry.reject(new DatabaseBusy('overdue', entry.deadlineMs))
   }
 
   private startSweeping(): void {
@@ -172,14 +193,12 @@ export class DatabaseAdmission implements Component {
     this.samples[this.sampleAt] = this.finished
     this.sampleAt = (this.sampleAt + 1) % this.samples.length
     const now = performance.now()
-    // Deadlines differ (a batch's is longer), so every entry is looked at, not only the oldest ones.
+    // The service's deadline is the same for all, so the first not due ends the look; longer ones differ.
     for (const entry of this.waiting) {
-      if (now < entry.due || entry.abandoned) continue
-      entry.abandoned = true
-      this.overdue++
-      this.onOverdue()
-      entry.reject(new DatabaseBusy('overdue', entry.deadlineMs))
+      if (now < entry.due) break
+      if (!entry.abandoned) this.abandon(entry)
     }
+    for (const entry of this.extended) if (now >= entry.due && !entry.abandoned) this.abandon(entry)
     if (this.active === 0) {
       clearInterval(this.sweeper)
       this.sweeper = undefined

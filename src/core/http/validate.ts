@@ -46,8 +46,7 @@ export function compileValidator<S extends TSchema>(schema: S, options: Validato
   const formats = Object.fromEntries(named.filter((name) => name in declared).map((name) => [name, declared[name]!]))
   const compiled = withFormats(formats, () => Compile(schema))
   const errors = (value: unknown): FieldError[] => {
-    const unsafe = findUnstorableStrings(value)
-    if (unsafe.length) return unsafe
+    if (hasUnstorableString(value)) return findUnstorableStrings(value)
     if (compiled.Check(value)) return []
     const raw = withFormats(formats, () => compiled.Errors(value))
     const described = describeErrors(schema, raw)
@@ -187,6 +186,20 @@ function schemaAt(root: TSchema, schemaPath: string): Record<string, unknown> | 
     node = (node as Record<string, unknown> | undefined)?.[part.replaceAll('~1', '/').replaceAll('~0', '~')]
   }
   return node as Record<string, unknown> | undefined
+}
+
+/**
+ * Whether `value` holds a string findUnstorableStrings would refuse: the look
+ * every body gets, which builds no pointer (a batch's body has thousands of
+ * members, and almost every body has no such string).
+ */
+function hasUnstorableString(value: unknown): boolean {
+  if (typeof value === 'string') return value.includes('\u0000') || !value.isWellFormed()
+  if (value === null || typeof value !== 'object') return false
+  for (const key of Object.keys(value)) {
+    if (hasUnstorableString(key) || hasUnstorableString((value as Record<string, unknown>)[key])) return true
+  }
+  return false
 }
 
 /**
