@@ -191,7 +191,11 @@ export function defineResource<M extends Members>(declaration: ResourceDeclarati
     ? Type.Object(
         {
           ...(representation.properties as Record<string, TSchema>),
-          deleted_at: Type.String({ format: 'date-time', description: 'when it was moved to the trash' }),
+          deleted_at: Type.String({
+            format: 'date-time',
+            description: 'when it was moved to the trash',
+            examples: ['2026-11-28T01:40:12.345Z'],
+          }),
         },
         strict,
       )
