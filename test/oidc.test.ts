@@ -77,8 +77,10 @@ function attackerSigned(
   return `${input}.${signData('sha256', Buffer.from(input), privateKey).toString('base64url')}`
 }
 
+// Live users: a deleted one waits in the trash with its address (test/trash-users.test.ts).
 const usersWithEmail = async (email: string) =>
-  (await sql<Array<{ id: number }>>`SELECT id FROM users WHERE lower(email) = lower(${email})`).length
+  (await sql<Array<{ id: number }>>`SELECT id FROM users WHERE lower(email) = lower(${email}) AND deleted_at IS NULL`)
+    .length
 const identityOf = async (sub: string) =>
   (
     await sql<Array<{ user_id: number | null; user_deleted_at: Date | null }>>`
@@ -439,7 +441,11 @@ describe('withdrawn access', () => {
       assert.equal((await R.request('DELETE', `/users/${again.body.user.id}`)).status, 204)
       assertInvalidToken(await me(R2, between))
       assert.equal(
-        (await R.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM users WHERE email = ${who.email}`)[0].n,
+        (
+          await R.sql<
+            [{ n: number }]
+          >`SELECT count(*)::int AS n FROM users WHERE email = ${who.email} AND deleted_at IS NULL`
+        )[0].n,
         0,
       )
     },

@@ -347,6 +347,14 @@ describe('webhook deliveries', () => {
           EMAIL_RESTORE_URL: 'https://app.example.com/restore/{token}',
         },
       )
+      const trashed: number[] = []
+      for (const name of ['Restored', 'Purged']) {
+        const made = await server.request('POST', '/users', { body: { name, email: `${name}@example.com` } })
+        assert.equal((await server.request('DELETE', `/users/${made.body.id}`)).status, 204)
+        trashed.push(made.body.id)
+      }
+      // Published before the webhook exists, so that none of theirs is delivered to it.
+      await server.published()
       const receiver = await startReceiver()
       const hook = await register(server, { url: receiver.url, event_types: [...server.deps.registry.eventTypes] })
       await server.published()
@@ -363,6 +371,9 @@ describe('webhook deliveries', () => {
       const product = await createProduct(server, 'HOOK-1')
       assert.equal((await server.request('PATCH', `/products/${product}`, { body: { stock: 3 } })).status, 200)
       assert.equal((await server.request('DELETE', `/products/${product}`)).status, 204)
+      // From the trash and back, then purged for good.
+      assert.equal((await server.request('POST', `/products/${product}/restore`)).status, 200)
+      assert.equal((await server.request('DELETE', `/products/${product}?permanent=true`)).status, 204)
       const key = await server.request('POST', '/api-keys', { body: { name: 'hook key', scopes: ['products:read'] } })
       assert.equal(key.status, 201)
       assert.equal((await server.request('DELETE', `/api-keys/${key.body.id}`)).status, 204)
@@ -435,6 +446,10 @@ describe('webhook deliveries', () => {
       const linked = await server.request('POST', '/auth/identities', { body: { token: providerToken } })
       assert.equal(linked.status, 201, linked.text)
       assert.equal((await server.request('DELETE', `/users/${user.body.id}`)).status, 204)
+      // From the trash: one user back, another purged (a purge erases what the events of its user said, so that one's
+      // other events came before the webhook).
+      assert.equal((await server.request('POST', `/users/${trashed[0]}/restore`)).status, 200)
+      assert.equal((await server.request('DELETE', `/users/${trashed[1]}?permanent=true`)).status, 204)
 
       await server.published()
       const feed = await server.request('GET', `/events?id[gt]=${since}&limit=200`)
