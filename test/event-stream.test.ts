@@ -519,7 +519,7 @@ test(
     await shutdown
     idle.res.resume()
     stalled.res.resume()
-    const endOf = (c: SseClient) => Promise.race([c.ended, sleep(5000).then(() => 'still open' as const)])
+    const endOf = async (c: SseClient) => (await c.endedWithin(5000)) ?? ('still open' as const)
     assert.deepEqual(
       await Promise.all([...streams, catchingUp, idle].map(endOf)),
       [...streams, catchingUp, idle].map(() => ({ clean: true })),

@@ -762,7 +762,8 @@ export async function sendMalformed(
       Array.from({ length: times }, async () => {
         const c = await new RawClient(port).open()
         c.write(raw)
-        const closed = await Promise.race([c.closed.then(() => true), sleep(5000).then(() => false)])
+        // Unreferenced: once the connection has closed, the pending timer must not keep the test process alive.
+        const closed = await Promise.race([c.closed.then(() => true), sleep(5000, false, { ref: false })])
         if (!closed) c.socket.destroy()
         results.set(name, [...(results.get(name) ?? []), closed ? (c.responses()[0]?.status ?? 0) : -1])
       }),

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict'
-import { randomBytes } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer, type Server } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -36,14 +35,8 @@ function clusterUrl(database: string, user = new URL(serverUrl()).username, pass
 
 /** A database with nothing in it, not even the schema: whether a start migrated shows. */
 async function emptyDatabase(): Promise<{ url: string; migrated(): Promise<boolean> }> {
-  const name = `upa_startup_${randomBytes(4).toString('hex')}`
-  const admin = connect(serverUrl(), { max: 1, statementTimeoutMs: 60_000 })
-  try {
-    await admin`CREATE DATABASE ${admin(name)}`
-  } finally {
-    await admin.end({ timeout: 5 })
-  }
-  const url = clusterUrl(name)
+  // One of the file's databases (test/run.ts drops them as the file ends).
+  const url = await createTestDatabase({ empty: true })
   return {
     url,
     async migrated() {
