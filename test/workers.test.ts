@@ -155,6 +155,7 @@ describe('WORKERS', { concurrency: true }, () => {
             ),
           )
           assert.match(text, new RegExp(`^process_resident_memory_bytes\\{worker="${worker}"\\} \\d+$`, 'm'))
+          assert.match(text, new RegExp(`^worker_restarts_total\\{worker="${worker}"\\} 0$`, 'm'))
         }
         // The two workers' requests by id add up to the 12 (and no more: nothing else read a user).
         const served = [
@@ -297,6 +298,10 @@ describe('WORKERS', { concurrency: true }, () => {
         outcomes.some((o) => o.started < killedAt && o.ended > killedAt),
         'requests were in flight at the kill',
       )
+      // The replacement's own figures start again; the primary's count of replacements says it happened.
+      const metrics = (await fresh(service, 'GET', '/metrics')).body as string
+      assert.match(metrics, /^worker_restarts_total\{worker="1"\} 1$/m)
+      assert.match(metrics, /^worker_restarts_total\{worker="2"\} 0$/m)
     })
 
     test(

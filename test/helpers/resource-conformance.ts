@@ -35,7 +35,106 @@ export interface ResourceSpec {
 
 export function resourceConformance(api: TestServer, spec: ResourceSpec): void {
   genericConformance(api, spec)
+  batchConformance(api, spec)
   if (spec.resource.trash) trashConformance(api, spec)
+}
+
+/** Its operations in POST /batch (docs/api.md, "Batches"): one transaction, each operation as it would be alone. */
+function batchConformance(api: TestServer, spec: ResourceSpec): void {
+  const { resource } = spec
+  const { name, path, table, events } = resource
+  let counter = 3_000_000 + Math.floor(Math.random() * 1000) * 1000
+  const next = () => ++counter
+  const rowCount = async () => Number((await api.sql.unsafe(`SELECT count(*) AS n FROM ${table}`))[0]!.n)
+  const eventsOf = async (requestId: string) => {
+    await api.published()
+    return (await api.sql`SELECT type, subject_id FROM events WHERE request_id = ${requestId} ORDER BY id`).map((e) => [
+      e.type,
+      e.subject_id,
+    ])
+  }
+
+  describe(`${name}: in a batch`, () => {
+    test('create, change by reference, read and delete in one batch, each answered and recorded as alone', async () => {
+      const requestId = `batch-${name}-${next()}`
+      const [first, second] = [spec.create(next()), spec.create(next())]
+      const res = await api.request('POST', '/batch', {
+        headers: { 'x-request-id': requestId },
+        body: {
+          operations: [
+            { method: 'POST', path, body: first },
+            { method: 'POST', path, body: second },
+            { method: 'PATCH', path: `${path}/{0.id}`, body: { [spec.patch[0]]: spec.patch[1] }, if_match: '"v1"' },
+            { method: 'GET', path: `${path}/{1.id}` },
+            { method: 'DELETE', path: `${path}/{1.id}`, if_match: '"v1"' },
+          ],
+        },
+      })
+      assert.equal(res.status, 200, res.text)
+      const results = res.body.results as Array<{ status: number; location?: string; etag?: string; body?: any }>
+      assert.deepEqual(
+        results.map((r) => r.status),
+        [201, 201, 200, 200, 204],
+      )
+      const [a, b] = [results[0]!.body.id as number, results[1]!.body.id as number]
+      assert.equal(results[0]!.location, `${path}/${a}`)
+      assert.deepEqual(results[2]!.body[spec.patch[0]], spec.patch[1])
+      assert.equal(results[2]!.etag, '"v2"')
+      assert.deepEqual((await api.request('GET', `${path}/${a}`)).body, results[2]!.body)
+      assert.equal((await api.request('GET', `${path}/${b}`)).status, 404)
+      assert.deepEqual(await eventsOf(requestId), [
+        [events.created, a],
+        [events.created, b],
+        [events.updated, a],
+        [events.deleted, b],
+      ])
+    })
+
+    test('its unique member taken by the last operation: 409 with that index, no row and no event', async () => {
+      const requestId = `batch-${name}-${next()}`
+      const n = next()
+      const [problem] = resource.uniqueCodes.values()
+      const before = await rowCount()
+      const res = await api.request('POST', '/batch', {
+        headers: { 'x-request-id': requestId },
+        body: {
+          operations: [
+            { method: 'POST', path, body: spec.create(n) },
+            { method: 'POST', path, body: spec.create(next()) },
+            { method: 'POST', path, body: spec.duplicate(n) },
+          ],
+        },
+      })
+      assert.equal(res.status, 409, res.text)
+      assert.equal(res.body.code, problem!.code)
+      assert.equal(res.body.operation, 2)
+      assert.equal(await rowCount(), before)
+      assert.deepEqual(await eventsOf(requestId), [])
+    })
+
+    if (resource.trash) {
+      test('to the trash and back in one batch; a purge in a batch', async () => {
+        const res = await api.request('POST', '/batch', {
+          body: {
+            operations: [
+              { method: 'POST', path, body: spec.create(next()) },
+              { method: 'DELETE', path: `${path}/{0.id}` },
+              { method: 'POST', path: `${path}/{0.id}/restore` },
+              { method: 'DELETE', path: `${path}/{0.id}?permanent=true` },
+            ],
+          },
+        })
+        assert.equal(res.status, 200, res.text)
+        assert.deepEqual(
+          res.body.results.map((r: { status: number }) => r.status),
+          [201, 204, 200, 204],
+        )
+        const id = res.body.results[0].body.id as number
+        assert.equal(res.body.results[2].body.id, id)
+        assert.deepEqual([...(await api.sql.unsafe(`SELECT id FROM ${table} WHERE id = $1`, [id]))], [])
+      })
+    }
+  })
 }
 
 function genericConformance(api: TestServer, spec: ResourceSpec): void {
