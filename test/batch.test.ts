@@ -403,7 +403,64 @@ describe('each operation is authorized as it would be alone', () => {
   })
 })
 
+describe('what a batch holds while its operations prove passwords', () => {
+  test('more batches proving a password than the pool has connections all finish', async () => {
+    const small = await startServer({ DATABASE_POOL_MAX: '2' }, {}, { databaseUrl: api.databaseUrl })
+    const password = 'batch-pool-password'
+    const users = await Promise.all([1, 2, 3, 4].map(() => small.createUser({ password, session: true })))
+    const answers = await Promise.all(
+      users.map((u, i) =>
+        batch(
+          small,
+          [{ method: 'PATCH', path: `/users/${u.id}`, body: { name: `Pooled ${i}`, current_password: password } }],
+          { auth: u.token },
+        ),
+      ),
+    )
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      [200, 200, 200, 200],
+      answers.map((a) => a.text).join('\n'),
+    )
+  })
+
+  test('a proof after the batch moved its own user to the trash is refused at once; nothing is changed', async () => {
+    const password = 'batch-self-delete-password'
+    const user = await api.createUser({ password, session: true })
+    const res = await batch(
+      api,
+      [
+        { method: 'DELETE', path: `/users/${user.id}`, body: { current_password: password } },
+        { method: 'PATCH', path: `/users/${user.id}`, body: { name: 'After', current_password: password } },
+      ],
+      { auth: user.token },
+    )
+    assertProblem(res, 403, 'current_password_required', 1)
+    const [row] = await sql`SELECT deleted_at, name FROM users WHERE id = ${user.id}`
+    assert.equal(row!.deleted_at, null)
+  })
+})
+
 describe('Idempotency-Key covers the whole batch', () => {
+  test("a stored batch answer is not replayed to the same user's key that may not run its operations", async () => {
+    const key = `batch-replay-${process.pid}`
+    const operations = [{ method: 'GET', path: `/users/${api.admin.id}` }]
+    const first = await batch(api, operations, { headers: { 'idempotency-key': key } })
+    assert.equal(first.status, 200, first.text)
+    const login = await api.loginJwtFor(api.admin.id, 'admin')
+    const narrow = await api.request('POST', '/api-keys', {
+      auth: login,
+      body: { name: `narrow-${process.pid}`, scopes: ['products:read'] },
+    })
+    assert.equal(narrow.status, 201, narrow.text)
+    const replay = await batch(api, operations, {
+      headers: { 'idempotency-key': key, 'x-api-key': narrow.body.key as string },
+    })
+    assertProblem(replay, 403, 'insufficient_scope', 0)
+    assert.equal(replay.headers.get('idempotent-replayed'), null)
+    assert.doesNotMatch(replay.text, /"email"/)
+  })
+
   test('a retry replays the first answer; another body is 422; another user with the key runs its own', async () => {
     const key = `batch-key-${process.pid}`
     const operations = [create(product()), create(product())]
@@ -498,4 +555,22 @@ describe('rate limits, If-Match rules and queued mail, per operation', async () 
       [],
     )
   })
+})
+
+test("a user's purge erases the stored answers that show it: a POST /users and a batch (Idempotency-Key)", async () => {
+  const email = `erased-${process.pid}@example.test`
+  const created = await api.request('POST', '/users', {
+    body: { name: 'Erased', email },
+    headers: { 'idempotency-key': `erase-single-${process.pid}` },
+  })
+  assert.equal(created.status, 201, created.text)
+  const read = await batch(api, [{ method: 'GET', path: `/users/${created.body.id}` }], {
+    headers: { 'idempotency-key': `erase-batch-${process.pid}` },
+  })
+  assert.equal(read.status, 200, read.text)
+  const stored = async () =>
+    (await sql`SELECT count(*)::int AS n FROM idempotency_keys WHERE position(${email} IN body) > 0`)[0]!.n
+  assert.equal(await stored(), 2)
+  assert.equal((await api.request('DELETE', `/users/${created.body.id}?permanent=true`)).status, 204)
+  assert.equal(await stored(), 0)
 })

@@ -1,5 +1,6 @@
 import Type from 'typebox'
 import type { HandlerContext } from '../core/http/route.js'
+import type { Db } from '../core/db/transaction.js'
 import { HttpError } from '../core/http/problem.js'
 import { originOf } from './origin.js'
 import { findUser, localPasswordHash } from '../accounts/queries.js'
@@ -15,7 +16,11 @@ import { TOTP_CODE } from './mfa/totp.js'
 // e-mail or password, deleting one's own account, and the step-up acts that
 // create lasting authority (an API key, an admin, another user's password).
 
-type ProofContext = Pick<HandlerContext<unknown, unknown>, 'services' | 'client' | 'requestId'>
+/**
+ * `db`: where the request's own reads run (a batch's transaction: a proof there sees what the batch did before it, a
+ * user it moved to the trash included); the counts of guesses always go to the pool, and stand when a batch is undone.
+ */
+type ProofContext = Pick<HandlerContext<unknown, unknown>, 'services' | 'client' | 'requestId'> & { db?: Db }
 
 export const currentPasswordRequired = (detail: string) => new HttpError('current_password_required', detail)
 
@@ -44,7 +49,7 @@ export async function proveCurrentPassword(
   // A program's key is never the person at the keyboard; nor may it test guesses of the password.
   requireInteractive(caller)
   const { sql, passwords, logins } = ctx.services
-  const user = await findUser(sql, caller.userId)
+  const user = await findUser(ctx.db ?? sql, caller.userId)
   // A user made from the identity provider's tokens proves itself there (OIDC_LOCAL_PASSWORDS).
   const hash = user && localPasswordHash(user, ctx.services.config.oidcLocalPasswords)
   if (!user || !hash) throw currentPasswordRequired('current_password is wrong.')
@@ -83,7 +88,7 @@ async function loggedInWithin(
       credential.authenticatedAt !== undefined &&
       ctx.services.clock.now() / 1000 - credential.authenticatedAt < windowSeconds
     )
-  const [fresh] = await ctx.services.sql<Array<{ amr: string[] }>>`
+  const [fresh] = await (ctx.db ?? ctx.services.sql)<Array<{ amr: string[] }>>`
     SELECT amr FROM sessions
     WHERE id = ${credential.sessionId} AND user_id = ${caller.userId} AND revoked_at IS NULL
       AND created_at > now() - ${windowSeconds} * interval '1 second'`
@@ -130,13 +135,14 @@ export async function requireFreshProof(
 ): Promise<'request' | 'session'> {
   requireInteractive(caller)
   const { services } = ctx
-  const factor = caller.credential.type !== 'oidc' && (await hasFactor(services.sql, caller.userId))
+  const db = ctx.db ?? services.sql
+  const factor = caller.credential.type !== 'oidc' && (await hasFactor(db, caller.userId))
   if (proof.current_password !== undefined) {
     await proveCurrentPassword(caller, proof.current_password, ctx, factor)
     if (!factor) return 'request'
     if (proof.code === undefined)
       throw mfaCodeRequired('This account has a second factor: send its code beside current_password.')
-    const user = await findUser(services.sql, caller.userId)
+    const user = await findUser(db, caller.userId)
     const proved =
       user !== undefined &&
       (await proveSecondFactor(

@@ -32,6 +32,11 @@ export async function eraseUsers(tx: TransactionSql, rows: readonly StoredRow[])
       WHERE subject_type = 'api_key' AND (data->>'user_id')::bigint = ANY(${ids}::bigint[])`
   }
   await tx`DELETE FROM mail_outbox WHERE user_id = ANY(${ids}::bigint[])`
+  // Stored answers (kept 24 hours for Idempotency-Key retries): its own, and any that show it (a POST /users, a batch).
+  await tx`
+    DELETE FROM idempotency_keys
+    WHERE caller = ANY(${ids.map((id) => `user ${id}`)}::text[])
+      OR EXISTS (SELECT 1 FROM unnest(${emails}::text[]) AS e WHERE position(e IN lower(body)) > 0)`
   // Its provider links keep the time of its deletion, which refuses the tokens issued before, not its address.
   await tx`
     UPDATE identities SET deleted_email = NULL, trashed_user_id = NULL WHERE trashed_user_id = ANY(${ids}::bigint[])`

@@ -17,6 +17,8 @@ export const MAX_OPERATIONS = 100
 export const BATCH_BODY_FACTOR = 10
 /** The request deadline (STATEMENT_TIMEOUT + 5 s) is multiplied by one for every this many operations begun. */
 export const OPERATIONS_PER_DEADLINE = 10
+/** The time a batch's COMMIT is given before its deadline. */
+const COMMIT_MARGIN_MS = 1000
 
 /**
  * `{2.id}` in an operation's path: the member `id` of the answer of operation
@@ -117,36 +119,84 @@ export function batchRoute(extensions: RouteExtensions): AnyRoute {
     },
     errorStatuses: [403, 404, 405, 409, 412, 413, 428],
     handle: runBatch,
+    beforeReplay: checkOperationsAgain,
   })
+}
+
+/**
+ * A stored batch answer is replayed only to a caller who may run every one of its operations now: the batch's own
+ * access is anyone's, and the key is its user's, not its credential's (another key of the same user, with fewer
+ * scopes, or the same user since demoted, sends the same key).
+ */
+function checkOperationsAgain(ctx: HandlerContext<unknown, unknown>, answer: unknown): void {
+  const { operations } = ctx.body as BatchBody
+  const results = (answer as { results?: BatchResult[] } | undefined)?.results ?? []
+  for (const [index, operation] of operations.entries()) {
+    try {
+      ctx.checkOperation!(resolveReferences(operation, index, results))
+    } catch (err) {
+      throw ofOperation(err, index)
+    }
+  }
+}
+
+/**
+ * Batches in their transaction at once, per service (keyed by its admission): one connection fewer than the pool
+ * has. An operation may need a second connection beside its batch's (a password guess is counted on the pool, to
+ * stand if the batch is undone): with every connection held by a batch waiting for one, none would move.
+ */
+const batchSlots = new WeakMap<object, Slots>()
+
+class Slots {
+  private used = 0
+  private readonly waiting: Array<() => void> = []
+  constructor(private readonly size: number) {}
+  async hold<T>(work: () => Promise<T>): Promise<T> {
+    if (this.used < this.size) this.used++
+    else await new Promise<void>((resolve) => this.waiting.push(resolve))
+    try {
+      return await work()
+    } finally {
+      const next = this.waiting.shift()
+      if (next) next()
+      else this.used--
+    }
+  }
 }
 
 async function runBatch(ctx: HandlerContext<Record<string, never>, BatchBody>): Promise<Reply> {
   const { operations } = ctx.body
   const { databaseAdmission, sql } = ctx.services
+  let slots = batchSlots.get(databaseAdmission)
+  if (!slots) batchSlots.set(databaseAdmission, (slots = new Slots(Math.max(1, databaseAdmission.floor - 1))))
   const afterCommit: Array<() => Promise<void>> = []
   const deadlineMs = databaseAdmission.deadlineMs * Math.ceil(operations.length / OPERATIONS_PER_DEADLINE)
   const started = performance.now()
   const results = await databaseAdmission.run(
     () =>
-      sql.begin(async (tx) => {
-        const results: BatchResult[] = []
-        for (const [index, operation] of operations.entries()) {
-          let reply: Reply
-          try {
-            reply = await ctx.runOperation!(resolveReferences(operation, index, results), {
-              db: tx,
-              onCommit: async (work) => void afterCommit.push(work),
-              counted: index === 0,
-            })
-          } catch (err) {
-            throw ofOperation(err, index)
+      slots.hold(() =>
+        sql.begin(async (tx) => {
+          const results: BatchResult[] = []
+          for (const [index, operation] of operations.entries()) {
+            let reply: Reply
+            try {
+              reply = await ctx.runOperation!(resolveReferences(operation, index, results), {
+                db: tx,
+                onCommit: async (work) => void afterCommit.push(work),
+                counted: index === 0,
+              })
+            } catch (err) {
+              throw ofOperation(err, index)
+            }
+            results.push(resultOf(reply))
           }
-          results.push(resultOf(reply))
-        }
-        // Past its deadline the client has been answered 503: a batch it was told failed must not commit.
-        if (performance.now() - started > deadlineMs) throw new Error('the batch passed its deadline')
-        return results
-      }),
+          // Near or past its deadline the client is (or is about to be) answered 503: a batch it was told failed
+          // must not commit, so one that leaves its commit less than COMMIT_MARGIN_MS is rolled back instead.
+          if (performance.now() - started > deadlineMs - COMMIT_MARGIN_MS)
+            throw new Error('the batch passed its deadline')
+          return results
+        }),
+      ),
     deadlineMs,
   )
   for (const work of afterCommit) await work()

@@ -109,11 +109,9 @@ export async function handleIdempotently(
         { headers: { 'retry-after': '1' } },
       )
     }
-    return {
-      status: stored.status,
-      headers: { ...stored.headers, 'idempotent-replayed': 'true' },
-      body: stored.body === null ? undefined : JSON.parse(stored.body),
-    }
+    const body: unknown = stored.body === null ? undefined : JSON.parse(stored.body)
+    route.beforeReplay?.(ctx, body)
+    return { status: stored.status, headers: { ...stored.headers, 'idempotent-replayed': 'true' }, body }
   }
 
   let reply: Reply

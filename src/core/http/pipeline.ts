@@ -249,7 +249,10 @@ function handle<State>(
     db: p.services.sql,
     onCommit: runNow,
   } as HandlerContext<unknown, unknown>
-  if (route.runsOperations) ctx.runOperation = (operation, scope) => runOperation(p, x, operation, scope)
+  if (route.runsOperations) {
+    ctx.runOperation = (operation, scope) => runOperation(p, x, operation, scope)
+    ctx.checkOperation = (operation) => void matchOperation(p, x, operation, true)
+  }
   p.guard.extend(ctx, x.state)
   if (database === 'handler') return p.runBounded(() => invoke(p, x, route, ctx))
   return invoke(p, x, route, ctx)
@@ -278,20 +281,8 @@ function runOperation<State>(
   operation: BatchOperation,
   scope: OperationScope,
 ): Promise<Reply> {
-  const queryAt = operation.path.indexOf('?')
-  const fullPath = queryAt === -1 ? operation.path : operation.path.slice(0, queryAt)
-  const { prefix } = p
-  if (prefix && !fullPath.startsWith(prefix + '/')) throw notFound()
-  const path = fullPath.slice(prefix.length)
-  const match = p.router.match(operation.method, path)
-  if (match.kind === 'not_found') throw notFound()
-  if (match.kind !== 'found')
-    throw new HttpError('method_not_allowed', `${operation.method} is not supported here; use ${match.allow}.`)
-  const { route, params } = match
+  const { route, params, queryAt } = matchOperation(p, x, operation, scope.counted)
   x.operations++
-  if (!route.batchable)
-    throw new HttpError('not_batchable', `${operation.method} ${match.template} cannot be an operation of a batch.`)
-  p.guard.admitOperation(x.state, x, route, params, scope.counted)
   requirePrecondition(p, operation.if_match, route)
   const query = readQuery(route, queryAt === -1 ? '' : operation.path.slice(queryAt + 1))
   const body = operationBody(p, route, operation.body)
@@ -312,6 +303,23 @@ function runOperation<State>(
   } as HandlerContext<unknown, unknown>
   p.guard.extend(ctx, x.state)
   return route.handle(ctx)
+}
+
+/** The operation's route, which a batch may run and this caller may call (counted in its rate unless `counted`). */
+function matchOperation<State>(p: Pipeline<State>, x: Exchange<State>, operation: BatchOperation, counted: boolean) {
+  const queryAt = operation.path.indexOf('?')
+  const fullPath = queryAt === -1 ? operation.path : operation.path.slice(0, queryAt)
+  const { prefix } = p
+  if (prefix && !fullPath.startsWith(prefix + '/')) throw notFound()
+  const match = p.router.match(operation.method, fullPath.slice(prefix.length))
+  if (match.kind === 'not_found') throw notFound()
+  if (match.kind !== 'found')
+    throw new HttpError('method_not_allowed', `${operation.method} is not supported here; use ${match.allow}.`)
+  const { route, params } = match
+  if (!route.batchable)
+    throw new HttpError('not_batchable', `${operation.method} ${match.template} cannot be an operation of a batch.`)
+  p.guard.admitOperation(x.state, x, route, params, counted)
+  return { route, params, queryAt }
 }
 
 /** An operation's body, checked as its request's would be: within BODY_LIMIT, by the route's validator. */

@@ -95,6 +95,8 @@ export interface HandlerContext<Query, Body> extends ContextExtensions {
    * caller, on the batch's transaction.
    */
   runOperation?(operation: BatchOperation, scope: OperationScope): Promise<Reply>
+  /** For a route that `runsOperations`: whether the caller may run the operation now (its route and access). */
+  checkOperation?(operation: BatchOperation): void
 }
 
 /** One operation of a batch as its client wrote it (src/core/http/batch.ts). */
@@ -150,6 +152,11 @@ export interface Route<Query = Record<string, never>, Body = undefined> extends 
   batchable?: true
   /** Runs other routes as the operations of a batch: its handler gets `ctx.runOperation`. */
   runsOperations?: true
+  /**
+   * Before a stored answer is replayed for an Idempotency-Key: throws when this caller may not have it now (a batch,
+   * whose own access says nothing of its operations', checks each of them again).
+   */
+  beforeReplay?(ctx: HandlerContext<unknown, unknown>, answer: unknown): void
   /** A write of a versioned resource: 428 without If-Match when REQUIRE_IF_MATCH=true. */
   requiresIfMatch?: boolean
   /**
