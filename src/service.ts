@@ -21,6 +21,7 @@ import { purgeJob } from './core/db/batched-delete.js'
 import { DatabaseComponent } from './core/db/database-component.js'
 import { expiredIdempotencyRecords } from './core/http/idempotency.js'
 import { Lifecycle } from './core/lifecycle.js'
+import { BatchSlots } from './core/http/batch.js'
 import { Scheduler } from './core/scheduler.js'
 import { RateLimiter } from './core/http/rate-limit.js'
 import type { AnyRoute } from './core/http/route.js'
@@ -293,6 +294,7 @@ function createDeps(
     listShapes: new ListShapes({ prepare: !pooled }),
     changeOrigin: (ctx) => originOf(ctx.principal, ctx.requestId),
     idempotencySecrets: config.jwtSecrets.map((k) => k.secret),
+    batchSlots: new BatchSlots(config.poolMax),
     eventPublisher: new EventPublisher(sql, wakeWorkers, { ...defaultPublisherSettings, ...tuning.publisher }),
     // Streams are checked in the background, outside the database admission that requests wait under;
     // before events are let through, once this instance has applied every credential

@@ -140,17 +140,26 @@ function checkOperationsAgain(ctx: HandlerContext<unknown, unknown>, answer: unk
   }
 }
 
-/**
- * Batches in their transaction at once, per service (keyed by its admission): one connection fewer than the pool
- * has. An operation may need a second connection beside its batch's (a password guess is counted on the pool, to
- * stand if the batch is undone): with every connection held by a batch waiting for one, none would move.
- */
-const batchSlots = new WeakMap<object, Slots>()
+declare module './services.js' {
+  interface CoreServices {
+    /**
+     * Batches in their transaction at once: one connection fewer than the pool has (BatchSlots). An operation may
+     * need a second connection beside its batch's (a password guess is counted on the pool, to stand if the batch
+     * is undone): with every connection held by a batch waiting for one, none would move.
+     */
+    batchSlots: BatchSlots
+  }
+}
 
-class Slots {
+/** A count of places, and those waiting for one in arrival order. */
+export class BatchSlots {
   private used = 0
   private readonly waiting: Array<() => void> = []
-  constructor(private readonly size: number) {}
+  private readonly size: number
+  /** For a pool of `poolMax` connections. */
+  constructor(poolMax: number) {
+    this.size = Math.max(1, poolMax - 1)
+  }
   async hold<T>(work: () => Promise<T>): Promise<T> {
     if (this.used < this.size) this.used++
     else await new Promise<void>((resolve) => this.waiting.push(resolve))
@@ -166,15 +175,13 @@ class Slots {
 
 async function runBatch(ctx: HandlerContext<Record<string, never>, BatchBody>): Promise<Reply> {
   const { operations } = ctx.body
-  const { databaseAdmission, sql } = ctx.services
-  let slots = batchSlots.get(databaseAdmission)
-  if (!slots) batchSlots.set(databaseAdmission, (slots = new Slots(Math.max(1, databaseAdmission.floor - 1))))
+  const { databaseAdmission, sql, batchSlots } = ctx.services
   const afterCommit: Array<() => Promise<void>> = []
   const deadlineMs = databaseAdmission.deadlineMs * Math.ceil(operations.length / OPERATIONS_PER_DEADLINE)
   const started = performance.now()
   const results = await databaseAdmission.run(
     () =>
-      slots.hold(() =>
+      batchSlots.hold(() =>
         sql.begin(async (tx) => {
           const results: BatchResult[] = []
           for (const [index, operation] of operations.entries()) {
