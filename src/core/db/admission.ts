@@ -169,9 +169,8 @@ export class DatabaseAdmission implements Component {
   private waitingTooLong(): boolean {
     const now = performance.now()
     const oldest = this.waiting.values().next().value
-    const late =
-      (oldest !== undefined && now - oldest.started >= this.targetMs) ||
-      [...this.extended].some((e) => (now - e.started) * this.deadlineMs >= this.targetMs * e.deadlineMs)
+    let late = oldest !== undefined && now - oldest.started >= this.targetMs
+    for (const e of this.extended) late ||= (now - e.started) * this.deadlineMs >= this.targetMs * e.deadlineMs
     return late && this.active > this.finished - this.samples[this.sampleAt]!
   }
 

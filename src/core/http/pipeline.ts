@@ -237,18 +237,15 @@ function handle<State>(
   const database = route.database ?? 'handler'
   const bounded = database === 'statements' ? p.runBounded : p.runAsIs
   // The guard sets the application's members (ContextExtensions) on it before anything reads it.
-  const ctx = {
+  const ctx = contextOf(p, x, {
     params,
     query,
     body,
     headers: x.req.headers,
-    requestId: x.requestId,
-    client: x.client(),
     bounded,
-    services: p.services,
     db: p.services.sql,
     onCommit: runNow,
-  } as HandlerContext<unknown, unknown>
+  })
   if (route.runsOperations) {
     ctx.runOperation = (operation, scope) => runOperation(p, x, operation, scope)
     ctx.checkOperation = (operation) => void matchOperation(p, x, operation, true)
@@ -289,20 +286,36 @@ function runOperation<State>(
   const headers: IncomingHttpHeaders = { ...x.req.headers, 'if-match': operation.if_match }
   delete headers['idempotency-key']
   delete headers['if-none-match']
-  const ctx = {
+  const ctx = contextOf(p, x, {
     params,
     query,
     body,
     headers,
-    requestId: x.requestId,
-    client: x.client(),
     bounded: p.runAsIs,
-    services: p.services,
     db: scope.db,
     onCommit: scope.onCommit,
-  } as HandlerContext<unknown, unknown>
+  })
   p.guard.extend(ctx, x.state)
   return route.handle(ctx)
+}
+
+/** What differs between the context of a request and that of an operation of a batch. */
+type ContextParts = Pick<
+  HandlerContext<unknown, unknown>,
+  'params' | 'query' | 'body' | 'headers' | 'bounded' | 'db' | 'onCommit'
+>
+
+/** A handler's context: its parts, completed (in place: one object per request) with what the exchange gives. */
+function contextOf<State>(
+  p: Pipeline<State>,
+  x: Exchange<State>,
+  parts: ContextParts,
+): HandlerContext<unknown, unknown> {
+  const ctx = parts as HandlerContext<unknown, unknown>
+  ctx.requestId = x.requestId
+  ctx.client = x.client()
+  ctx.services = p.services as HandlerContext<unknown, unknown>['services']
+  return ctx
 }
 
 /** The operation's route, which a batch may run and this caller may call (counted in its rate unless `counted`). */
